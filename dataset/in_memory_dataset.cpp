@@ -55,6 +55,22 @@ void InMemoryDataset::release_memory() {
   std::vector<SharedInstanceBlock>().swap(blocks_);
   std::vector<std::uint64_t>().swap(order_);
   shared_bytes_ = 0;
+  cache_load_.reset();
+}
+
+void InMemoryDataset::note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
+                                std::shared_ptr<const UniqueKeys> unique_keys) {
+  // A second load appended (no instance before: still just this one), or a load not the cache's.
+  if (key == nullptr || !order_.empty()) {
+    cache_load_.reset();
+    return;
+  }
+  auto load = std::make_unique<CacheLoad>();
+  load->cache = cache_;
+  load->key = *key;
+  load->blocks = blocks;
+  load->unique_keys = std::move(unique_keys);
+  cache_load_ = std::move(load);
 }
 
 void InMemoryDataset::append_block(SharedInstanceBlock block, bool shared) {
@@ -188,6 +204,7 @@ bool InMemoryDataset::store_in_order() {
   // New blocks: the old ones (perhaps the pass cache's, which they stay) are released.
   blocks_.clear();
   shared_bytes_ = 0;
+  cache_load_.reset();  // first occurrences in the stored order now
   for (InstanceBlock& block : stored) {
     blocks_.push_back(std::make_shared<const InstanceBlock>(std::move(block)));
   }
@@ -397,12 +414,24 @@ KeyRangeBucket key_range_buckets(const std::vector<SharedInstanceBlock>& blocks)
 }  // namespace
 
 std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
+  if (cache_load_ != nullptr && cache_load_->unique_keys != nullptr) {
+    return cache_load_->unique_keys->keys;
+  }
   return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
                              key_range_buckets(blocks_))
       .first;
 }
 
 UniqueKeys InMemoryDataset::unique_keys_and_slots() const {
+  if (cache_load_ == nullptr) return compute_unique_keys_and_slots();
+  if (cache_load_->unique_keys != nullptr) return *cache_load_->unique_keys;
+  UniqueKeys out = compute_unique_keys_and_slots();
+  cache_load_->cache->remember_unique_keys(cache_load_->key, cache_load_->blocks,
+                                           std::make_shared<const UniqueKeys>(out));
+  return out;
+}
+
+UniqueKeys InMemoryDataset::compute_unique_keys_and_slots() const {
   UniqueKeys out;
   std::vector<std::int32_t> positions;
   out.keys = unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,

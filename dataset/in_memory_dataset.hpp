@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,10 @@ class InMemoryDataset {
   std::vector<std::uint64_t> unique_keys() const;
   // unique_keys() with each key's slot next to it: the slot_id (dataset_types.hpp) of the slot
   // of the key's first occurrence in load order (files in list order; independent of
-  // local_shuffle and thread_num). What begin_pass gives the rows it creates.
+  // local_shuffle and thread_num). What begin_pass gives the rows it creates. When the data set
+  // holds just one load of the pass cache (served, or kept by it) in load order, the keys the
+  // cache remembers for that load (computed once, by the first data set that asks, and offered
+  // to it: pass_data_cache.hpp).
   UniqueKeys unique_keys_and_slots() const;
   // Distinct keys per slot (a key in two slots counts in both).
   std::vector<std::size_t> unique_keys_per_slot() const;
@@ -126,6 +130,13 @@ class InMemoryDataset {
   void append_block(SharedInstanceBlock block, bool shared);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).
   bool load_cached(const PassKey& key, const std::vector<FileIdentity>& identities);
+  // Called by each load before it appends `blocks` (the load's, in order, empty ones too) of
+  // `key` (null: not a load of the cache): whether the data set will hold just one load of the
+  // cache (cache_load_), and its unique keys when the cache gave them.
+  void note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
+                 std::shared_ptr<const UniqueKeys> unique_keys);
+  // unique_keys_and_slots() computed from the blocks.
+  UniqueKeys compute_unique_keys_and_slots() const;
 
   DatasetConfig config_;
   std::vector<std::string> files_;
@@ -134,6 +145,15 @@ class InMemoryDataset {
   // Immutable once loaded (shared with the pass cache, memory sources): only the order changes.
   std::vector<SharedInstanceBlock> blocks_;
   std::size_t shared_bytes_ = 0;
+  // Set while the data set holds just one load of the pass cache (`blocks_` are its blocks, in
+  // load order, the empty ones left out): what unique_keys_and_slots asks the cache for.
+  struct CacheLoad {
+    PassDataCache* cache = nullptr;
+    PassKey key;
+    std::vector<SharedInstanceBlock> blocks;        // as the cache holds them
+    std::shared_ptr<const UniqueKeys> unique_keys;  // the cache's, when it had them
+  };
+  std::unique_ptr<const CacheLoad> cache_load_;
   // Current order: (block << kIndexBits) | index inside the block.
   static constexpr int kIndexBits = 40;
   std::vector<std::uint64_t> order_;

@@ -253,10 +253,13 @@ Status read_files(const std::vector<std::string>& files, const DatasetConfig& co
 
 bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIdentity>& identities) {
   Timer timer;
-  std::vector<SharedInstanceBlock> blocks;
-  LoadStats stats;
-  if (!cache_->lookup(key, identities, &blocks, &stats)) return false;
-  for (SharedInstanceBlock& block : blocks) append_block(std::move(block), /*shared=*/true);
+  PassDataCache::Served served;
+  if (!cache_->lookup(key, identities, &served)) return false;
+  note_load(&key, served.blocks, std::move(served.unique_keys));
+  for (SharedInstanceBlock& block : served.blocks) {
+    append_block(std::move(block), /*shared=*/true);
+  }
+  LoadStats& stats = served.stats;
   stats.cached_files = stats.files;
   stats.cached_instances = stats.instances;
   stats.cache_note.clear();
@@ -270,6 +273,7 @@ Status InMemoryDataset::load_into_memory() {
     std::vector<SharedInstanceBlock> loaded;
     const Status read = read_memory_sources(files_, config_, &loaded, &stats_);
     if (!read.ok()) return read;
+    note_load(nullptr, loaded, nullptr);
     for (SharedInstanceBlock& block : loaded) append_block(std::move(block), /*shared=*/false);
     return Status::OK();
   }
@@ -314,6 +318,7 @@ Status InMemoryDataset::load_into_memory() {
     stats_.cache_note = std::move(offered.note);
     kept = offered.kept;
   }
+  note_load(kept ? &key : nullptr, loaded, nullptr);
   for (SharedInstanceBlock& block : loaded) append_block(std::move(block), kept);
   return Status::OK();
 }

@@ -58,7 +58,7 @@ std::string parse_fingerprint(const DatasetConfig& c) {
 }
 
 bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-                           std::vector<SharedInstanceBlock>* blocks, LoadStats* stats) {
+                           Served* served) {
   std::shared_ptr<const Entry> entry;
   {
     MutexLock lock(mu_);
@@ -72,10 +72,12 @@ bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& 
     entry = it->second;
     ++loads_served_;
     instances_served_ += entry->stats.instances;
+    if (entry->unique_keys != nullptr) ++unique_keys_served_;
   }
   // The entry outlives the lock (held by `entry`): a concurrent drop cannot free its blocks.
-  blocks->insert(blocks->end(), entry->blocks.begin(), entry->blocks.end());
-  *stats = entry->stats;
+  served->blocks = entry->blocks;
+  served->stats = entry->stats;
+  served->unique_keys = entry->unique_keys;
   return true;
 }
 
@@ -136,11 +138,33 @@ PassDataCache::Offered PassDataCache::offer(const PassKey& key,
   return out;
 }
 
+void PassDataCache::remember_unique_keys(const PassKey& key,
+                                         const std::vector<SharedInstanceBlock>& blocks,
+                                         std::shared_ptr<const UniqueKeys> unique_keys) {
+  const std::size_t bytes = sizeof(UniqueKeys) +
+                            unique_keys->keys.capacity() * sizeof(std::uint64_t) +
+                            unique_keys->slots.capacity() * sizeof(std::int32_t);
+  MutexLock lock(mu_);
+  const auto it = entries_.find(key);
+  // Another load of `key` (its files changed, read and kept again) has other keys.
+  if (it == entries_.end() || it->second->blocks != blocks || it->second->unique_keys != nullptr) {
+    return;
+  }
+  if (bytes > budget_bytes_ - held_bytes_) return;
+  // Entries are immutable (lookups read them outside the lock): a new one, the blocks shared.
+  auto entry = std::make_shared<Entry>(*it->second);
+  entry->unique_keys = std::move(unique_keys);
+  entry->bytes += bytes;
+  held_bytes_ += bytes;
+  it->second = std::move(entry);
+}
+
 PassCacheCounts PassDataCache::counts() const {
   MutexLock lock(mu_);
   PassCacheCounts out;
   out.loads_served = loads_served_;
   out.instances_served = instances_served_;
+  out.unique_keys_served = unique_keys_served_;
   out.entries = entries_.size();
   out.bytes = held_bytes_;
   return out;

@@ -17,6 +17,12 @@
 // borrow them meanwhile: what the cache alone keeps alive once those data sets are released
 // (InMemoryDataset::shared_bytes() is the part of a data set's memory counted here).
 //
+// With a load it keeps its unique keys (InMemoryDataset::unique_keys_and_slots, a function of the
+// blocks in load order alone) once a data set holding just those blocks computed them
+// (remember_unique_keys), when they fit in what the budget has left: a data set served then takes
+// them instead of going over every key occurrence of the pass again (the larger part of reading a
+// served pass, more than the load itself was).
+//
 // When a load is served: the same file list, in the same order, parsed with the same parse
 // settings (parse_fingerprint), each file still the file that was read (a regular file of the
 // same size, modification and status-change time, inode and device; a file rewritten or replaced
@@ -84,10 +90,11 @@ struct PassKey {
 
 // What a cache served and kept over its life.
 struct PassCacheCounts {
-  std::uint64_t loads_served = 0;      // loads answered from the cache
-  std::uint64_t instances_served = 0;  // their instances
-  std::size_t entries = 0;             // file lists held
-  std::size_t bytes = 0;  // what they take: their records, blocks, file names and identities
+  std::uint64_t loads_served = 0;        // loads answered from the cache
+  std::uint64_t instances_served = 0;    // their instances
+  std::uint64_t unique_keys_served = 0;  // of those loads, the ones served their unique keys too
+  std::size_t entries = 0;               // file lists held
+  std::size_t bytes = 0;  // what they take: records, blocks, file names, identities, unique keys
 };
 
 class PassDataCache {
@@ -99,12 +106,17 @@ class PassDataCache {
 
   std::size_t budget_bytes() const { return budget_bytes_; }
 
-  // When `key` (with these identities, taken now) was loaded before and no file changed: appends
-  // its blocks (shared, not copied) to `blocks`, sets `*stats` to that load's statistics and
-  // returns true. An entry whose files changed is dropped (the load that follows reads them and
-  // offers them again).
-  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-              std::vector<SharedInstanceBlock>* blocks, LoadStats* stats);
+  // What a load served gets.
+  struct Served {
+    std::vector<SharedInstanceBlock> blocks;  // the load's, in load order (shared, not copied)
+    LoadStats stats;                          // the load's statistics
+    // The unique keys of a data set holding just `blocks`; null until remembered.
+    std::shared_ptr<const UniqueKeys> unique_keys;
+  };
+  // When `key` (with these identities, taken now) was loaded before and no file changed: sets
+  // `*served` to what was kept of it and returns true. An entry whose files changed is dropped
+  // (the load that follows reads them and offers them again).
+  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities, Served* served);
   // Drops every entry of `files` (one of them could not be identified: gone, or no longer a
   // regular file), so that it holds none of the budget.
   void forget(const std::vector<std::string>& files);
@@ -118,6 +130,11 @@ class PassDataCache {
   // `key` is held already.
   Offered offer(const PassKey& key, const std::vector<FileIdentity>& identities,
                 const std::vector<SharedInstanceBlock>& blocks, const LoadStats& stats);
+  // Keeps `unique_keys`, those of a data set holding just `blocks` (a load of `key` it was served
+  // or that was kept), with the entry of `key` while that entry holds these same blocks, when
+  // they fit in what the budget has left and none are kept yet; later lookups serve them.
+  void remember_unique_keys(const PassKey& key, const std::vector<SharedInstanceBlock>& blocks,
+                            std::shared_ptr<const UniqueKeys> unique_keys);
 
   PassCacheCounts counts() const;
 
@@ -126,7 +143,8 @@ class PassDataCache {
     std::vector<FileIdentity> identities;
     std::vector<SharedInstanceBlock> blocks;
     LoadStats stats;
-    std::size_t bytes = 0;
+    std::shared_ptr<const UniqueKeys> unique_keys;  // null until remembered
+    std::size_t bytes = 0;                          // all of the above
   };
 
   // The bytes an entry of `key` holding `blocks` counts in the budget.
@@ -140,6 +158,7 @@ class PassDataCache {
   bool refusal_noted_ GPUBOX_GUARDED_BY(mu_) = false;
   std::uint64_t loads_served_ GPUBOX_GUARDED_BY(mu_) = 0;
   std::uint64_t instances_served_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::uint64_t unique_keys_served_ GPUBOX_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpubox::dataset
