@@ -66,8 +66,8 @@ class InMemoryDataset {
   // when its files are unchanged, and offers what it reads to it (pass_data_cache.hpp: which
   // loads are kept); load_stats() says how many instances came from it. The same records in the
   // same order either way; a load served borrows the cache's blocks (no copy), a load kept shares
-  // its blocks with it (shared_bytes()). The cache must outlive the loads (the blocks borrowed
-  // may outlive both).
+  // its blocks with it (shared_bytes()). The cache must outlive the loads and the
+  // unique_keys_and_slots() calls after them (the blocks borrowed may outlive both).
   void set_pass_cache(PassDataCache* cache) { cache_ = cache; }
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
