@@ -127,27 +127,36 @@ BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) co
                        index);
 }
 
+namespace {
+// Rows a few positions ahead, then the keys their key_begin points to (the row's line must be in
+// by then).
+constexpr std::size_t kRowAhead = 16;
+constexpr std::size_t kKeysAhead = 8;
+
+void prefetch_bytes(const std::uint64_t* first, std::uint64_t count) {
+  const char* line = reinterpret_cast<const char*>(first);
+  for (const char* end = line + count * sizeof(std::uint64_t); line < end; line += 64) {
+    __builtin_prefetch(line);
+  }
+}
+}  // namespace
+
+void InMemoryDataset::prefetch_row(std::size_t position) const {
+  const Location at = locate(position);
+  const InstanceBlock& b = *blocks_[at.block];
+  __builtin_prefetch(b.key_begin.data() + at.index);
+  __builtin_prefetch(b.slot_sizes.data() + at.index * config_.slots.size());
+  __builtin_prefetch(b.dense.data() + at.index * static_cast<std::size_t>(config_.dense_dim));
+  __builtin_prefetch(b.labels.data() + at.index);
+}
+
 template <class Visit>
 void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const {
-  const auto num_slots = static_cast<std::size_t>(config_.slots.size());
-  const auto dense_dim = static_cast<std::size_t>(config_.dense_dim);
-  // Rows first, then the keys their key_begin points to (the row's line must be in by then).
-  constexpr std::size_t kRowAhead = 16;
-  constexpr std::size_t kKeysAhead = 8;
-  auto prefetch_row = [&](std::size_t position) {
-    const Location at = locate(position);
-    const InstanceBlock& b = *blocks_[at.block];
-    __builtin_prefetch(b.key_begin.data() + at.index);
-    __builtin_prefetch(b.slot_sizes.data() + at.index * num_slots);
-    __builtin_prefetch(b.dense.data() + at.index * dense_dim);
-    __builtin_prefetch(b.labels.data() + at.index);
-  };
   auto prefetch_keys = [&](std::size_t position) {
     const Location at = locate(position);
     const InstanceBlock& b = *blocks_[at.block];
-    const char* first = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index]);
-    const char* last = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index + 1]);
-    for (const char* line = first; line < last; line += 64) __builtin_prefetch(line);
+    prefetch_bytes(b.keys.data() + b.key_begin[at.index],
+                   b.key_begin[at.index + 1] - b.key_begin[at.index]);
   };
   for (std::size_t p = begin; p < end; ++p) {
     if (p + kRowAhead < end) prefetch_row(p + kRowAhead);
@@ -166,6 +175,42 @@ void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* 
                  config_.dense_dim, batch);
 }
 
+void InMemoryDataset::copy_in_order(std::size_t begin, std::size_t end, InstanceBlock* out) const {
+  const std::size_t count = end - begin;
+  const auto num_slots = static_cast<std::size_t>(config_.slots.size());
+  const auto dense_dim = static_cast<std::size_t>(config_.dense_dim);
+  // Every array sized once, exactly (memory_bytes() counts capacity), each instance's fields
+  // copied to their place: its row first (where its keys start and come from), then its keys,
+  // prefetched from where the rows said.
+  out->labels.resize(count);
+  out->dense.resize(count * dense_dim);
+  out->slot_sizes.resize(count * num_slots);
+  out->key_begin.resize(count + 1);
+  out->key_begin[0] = 0;
+  std::vector<const std::uint64_t*> keys_from(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + kRowAhead < count) prefetch_row(begin + i + kRowAhead);
+    const Location at = locate(begin + i);
+    const InstanceBlock& b = *blocks_[at.block];
+    out->labels[i] = b.labels[at.index];
+    std::copy_n(b.dense.data() + at.index * dense_dim, dense_dim,
+                out->dense.data() + i * dense_dim);
+    std::copy_n(b.slot_sizes.data() + at.index * num_slots, num_slots,
+                out->slot_sizes.data() + i * num_slots);
+    keys_from[i] = b.keys.data() + b.key_begin[at.index];
+    out->key_begin[i + 1] = out->key_begin[i] + (b.key_begin[at.index + 1] - b.key_begin[at.index]);
+  }
+  out->keys.resize(out->key_begin[count]);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + kKeysAhead < count) {
+      const std::size_t ahead = i + kKeysAhead;
+      prefetch_bytes(keys_from[ahead], out->key_begin[ahead + 1] - out->key_begin[ahead]);
+    }
+    std::copy_n(keys_from[i], out->key_begin[i + 1] - out->key_begin[i],
+                out->keys.data() + out->key_begin[i]);
+  }
+}
+
 bool InMemoryDataset::store_in_order() {
   const std::size_t n = order_.size();
   if (n == 0) return true;
@@ -182,23 +227,7 @@ bool InMemoryDataset::store_in_order() {
     }
     const std::size_t begin = block * kBlockInstances;
     const std::size_t end = std::min(n, begin + kBlockInstances);
-    InstanceBlock& out = stored[block];
-    const std::size_t count = end - begin;
-    out.labels.reserve(count);
-    out.dense.reserve(count * static_cast<std::size_t>(config_.dense_dim));
-    out.key_begin.reserve(count + 1);
-    // Exactly this block's keys: a reserve by the pass's mean, rounded up, left a block of
-    // shorter instances up to a key an instance unused and doubled a block of longer ones (never
-    // shrunk; memory_bytes() counts capacity).
-    std::size_t keys = 0;
-    for (std::size_t p = begin; p < end; ++p) {
-      const Location at = locate(p);
-      const std::vector<std::uint64_t>& key_begin = blocks_[at.block]->key_begin;
-      keys += key_begin[at.index + 1] - key_begin[at.index];
-    }
-    out.keys.reserve(keys);
-    out.slot_sizes.reserve(count * static_cast<std::size_t>(num_slots));
-    visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
+    copy_in_order(begin, end, &stored[block]);
   });
   if (stopped.load()) return false;  // `stored` freed, the current storage kept
   // New blocks: the old ones (perhaps the pass cache's, which they stay) are released.

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/dataset_types.hpp"
@@ -93,6 +94,12 @@ class InMemoryDataset {
   BatchSpan batch_span(int card, int cards, std::size_t index) const;
   // Builds that batch into `batch`, reusing its storage.
   void fill_batch(int card, int cards, std::size_t index, Batch* batch) const;
+  // visit(keys, n) over the key occurrences of positions [begin, end) of the current order, in
+  // order, as runs read where they are stored, not copied: a run is the keys of consecutive
+  // positions stored one after another (a whole batch when it lies in one block as loaded or
+  // after store_in_order; one instance at a time after local_shuffle alone).
+  template <class Visit>
+  void visit_key_runs(std::size_t begin, std::size_t end, Visit&& visit) const;
 
   // Distinct keys of all loaded instances, key 0 excluded, in ascending order; computed with
   // thread_num threads (the data set's keys split into 256 ranges of values, each deduplicated
@@ -125,6 +132,11 @@ class InMemoryDataset {
   // cache misses in several arrays).
   template <class Visit>
   void visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const;
+  // Asks for the cache lines of the row of the instance at `position` (not its keys).
+  void prefetch_row(std::size_t position) const;
+  // Positions [begin, end) of the current order stored in `out` (empty, of this data set's
+  // slots and dense width) in that order: store_in_order's copy of one block.
+  void copy_in_order(std::size_t begin, std::size_t end, InstanceBlock* out) const;
   // A loaded block's instances after those already held (in order_, as block id and index);
   // `shared`: the pass cache holds the block too (shared_bytes()).
   void append_block(SharedInstanceBlock block, bool shared);
@@ -159,6 +171,24 @@ class InMemoryDataset {
   std::vector<std::uint64_t> order_;
   LoadStats stats_;
 };
+
+template <class Visit>
+void InMemoryDataset::visit_key_runs(std::size_t begin, std::size_t end, Visit&& visit) const {
+  GPUBOX_EXPECTS(begin <= end && end <= order_.size(), "visit_key_runs [", begin, ", ", end,
+                 ") of ", order_.size());
+  std::size_t p = begin;
+  while (p < end) {
+    // The next position continues the run when it is the next index of the same block.
+    std::size_t q = p + 1;
+    while (q < end && order_[q] == order_[q - 1] + 1) ++q;
+    const Location at = locate(p);
+    const InstanceBlock& block = *blocks_[at.block];
+    const std::uint64_t first = block.key_begin[at.index];
+    visit(static_cast<const std::uint64_t*>(block.keys.data() + first),
+          static_cast<std::size_t>(block.key_begin[at.index + (q - p)] - first));
+    p = q;
+  }
+}
 
 // The batch of `n` instances in this order (CSR per slot, batch.hpp), the layout fill_batch
 // builds: the trainer's steps and gpubox_serve's micro-batches are assembled by this one function.

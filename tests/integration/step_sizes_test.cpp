@@ -26,12 +26,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// `lines` lines in three files (three blocks as loaded: a batch may span two).
 dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots) {
   fs::create_directories(dir);
   std::mt19937 rng(5);
-  {
-    std::ofstream out(dir / "part-0");
-    for (int line = 0; line < lines; ++line) {
+  std::vector<std::string> files;
+  for (int file = 0; file < 3; ++file) {
+    files.push_back((dir / ("part-" + std::to_string(file))).string());
+    std::ofstream out(files.back());
+    for (int line = lines * file / 3; line < lines * (file + 1) / 3; ++line) {
       out << "click:" << (rng() % 2);
       for (int slot = 1; slot <= slots; ++slot) {
         for (int k = static_cast<int>(rng() % 5); k > 0; --k)
@@ -44,7 +47,7 @@ dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots
   config.data_format = dataset::DataFormat::kSlot;
   for (int s = 1; s <= slots; ++s) config.slots.push_back(std::to_string(s));
   dataset::InMemoryDataset data(config);
-  data.set_filelist({(dir / "part-0").string()});
+  data.set_filelist(files);
   EXPECT_TRUE(data.load_into_memory().ok());
   return data;
 }
@@ -83,11 +86,8 @@ TEST(StepSizes, DistinctKeysMatchesAnUnorderedSet) {
   }
 }
 
-TEST(StepSizes, EveryBatchMatchesTheOracle) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("gpubox_step_sizes_" + std::to_string(::getpid()));
-  dataset::InMemoryDataset data = varying_lines(dir, 203, 4);
-  ASSERT_EQ(data.size(), 203u);
+// Every batch's plan against the batch fill_batch builds of `data`.
+void expect_plan_matches_batches(dataset::InMemoryDataset& data) {
   for (int local : {1, 2, 3}) {
     for (int total : {local, 8}) {
       for (bool per_owner : {true, false}) {
@@ -122,6 +122,29 @@ TEST(StepSizes, EveryBatchMatchesTheOracle) {
             EXPECT_TRUE(sizes.owner_counts.empty());
           }
         }
+      }
+    }
+  }
+}
+
+// The plan reads each batch's keys where the data set stores them: as loaded (a batch in one
+// run, or two across a file's end), stored as loaded, shuffled (a run an instance), shuffled and
+// stored in that order; no line, one, and a short last batch.
+TEST(StepSizes, EveryBatchMatchesTheOracle) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_step_sizes_" + std::to_string(::getpid()));
+  for (int lines : {0, 1, 203}) {
+    for (const bool shuffled : {false, true}) {
+      for (const bool stored : {false, true}) {
+        SCOPED_TRACE(std::to_string(lines) + " lines, shuffled " + std::to_string(shuffled) +
+                     ", stored " + std::to_string(stored));
+        dataset::InMemoryDataset data = varying_lines(dir, lines, 4);
+        ASSERT_EQ(data.size(), static_cast<std::size_t>(lines));
+        if (shuffled) data.local_shuffle(11);
+        if (stored) {
+          ASSERT_TRUE(data.store_in_order());
+        }
+        expect_plan_matches_batches(data);
       }
     }
   }
