@@ -51,6 +51,17 @@ void InMemoryDataset::local_shuffle(std::uint64_t seed) {
   }
 }
 
+bool InMemoryDataset::in_block_order() const {
+  std::size_t p = 0;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    const std::uint64_t first = static_cast<std::uint64_t>(b) << kIndexBits;
+    for (std::size_t i = 0; i < blocks_[b]->size(); ++i, ++p) {
+      if (p == order_.size() || order_[p] != (first | i)) return false;
+    }
+  }
+  return p == order_.size();
+}
+
 void InMemoryDataset::release_memory() {
   std::vector<SharedInstanceBlock>().swap(blocks_);
   std::vector<std::uint64_t>().swap(order_);

@@ -86,6 +86,11 @@ class InMemoryDataset {
   void release_memory();
 
   std::size_t size() const { return order_.size(); }
+  // The blocks the instances are read from, in the order they were added.
+  const std::vector<SharedInstanceBlock>& blocks() const { return blocks_; }
+  // Whether instance(i) is the i-th of blocks()' instances taken one block after another (no
+  // local_shuffle since the load, or store_in_order since the last): one pass over the order.
+  bool in_block_order() const;
   // Instance at `position` of the current order. The view is valid until the next mutation.
   InstanceRef instance(std::size_t position) const;
 

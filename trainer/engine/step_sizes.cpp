@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -122,6 +124,65 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
     }
   });
   return sizes;
+}
+
+namespace {
+bool same_blocks(const std::vector<std::weak_ptr<const dataset::InstanceBlock>>& kept,
+                 const std::vector<dataset::SharedInstanceBlock>& blocks) {
+  if (kept.size() != blocks.size()) return false;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    // The same control block: the same block (a kept weak reference keeps it from reuse).
+    if (kept[b].owner_before(blocks[b]) || blocks[b].owner_before(kept[b])) return false;
+  }
+  return true;
+}
+
+bool same_shape(const PassStepSizes& sizes, std::size_t batch_size, int local_cards, int first_rank,
+                int total_cards, bool per_owner) {
+  return sizes.batch_size == batch_size && sizes.local_cards == local_cards &&
+         sizes.first_rank == first_rank && sizes.total_cards == total_cards &&
+         sizes.per_owner == per_owner;
+}
+}  // namespace
+
+PassStepSizes StepPlanMemo::plan(const dataset::InMemoryDataset& data, std::size_t batch_size,
+                                 int local_cards, int first_rank, int total_cards, bool per_owner,
+                                 int threads) {
+  const bool keepable = data.in_block_order();
+  if (keepable) {
+    MutexLock lock(mu_);
+    for (const Kept& kept : kept_) {
+      if (same_blocks(kept.blocks, data.blocks()) &&
+          same_shape(*kept.sizes, batch_size, local_cards, first_rank, total_cards, per_owner)) {
+        ++served_;
+        return *kept.sizes;
+      }
+    }
+  }
+  auto sizes = std::make_shared<const PassStepSizes>(
+      plan_step_sizes(data, batch_size, local_cards, first_rank, total_cards, per_owner, threads));
+  if (keepable) {
+    Kept kept{{data.blocks().begin(), data.blocks().end()}, sizes};
+    MutexLock lock(mu_);
+    kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
+                               [](const Kept& k) {
+                                 return std::any_of(k.blocks.begin(), k.blocks.end(),
+                                                    [](const auto& b) { return b.expired(); });
+                               }),
+                kept_.end());
+    kept_.push_back(std::move(kept));
+  }
+  return *sizes;
+}
+
+std::size_t StepPlanMemo::served() const {
+  MutexLock lock(mu_);
+  return served_;
+}
+
+std::size_t StepPlanMemo::kept() const {
+  MutexLock lock(mu_);
+  return kept_.size();
 }
 
 PassStepSizer::PassStepSizer(std::size_t batch_size, int local_cards, int first_rank,
