@@ -51,16 +51,47 @@ void InMemoryDataset::local_shuffle(std::uint64_t seed) {
   }
 }
 
-void InMemoryDataset::release_memory() {
-  std::vector<InstanceBlock>().swap(blocks_);
-  std::vector<std::uint64_t>().swap(order_);
+bool InMemoryDataset::in_block_order() const {
+  std::size_t p = 0;
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    const std::uint64_t first = static_cast<std::uint64_t>(b) << kIndexBits;
+    for (std::size_t i = 0; i < blocks_[b]->size(); ++i, ++p) {
+      if (p == order_.size() || order_[p] != (first | i)) return false;
+    }
+  }
+  return p == order_.size();
 }
 
-void InMemoryDataset::append_block(InstanceBlock&& block) {
-  if (block.size() == 0) return;
+void InMemoryDataset::release_memory() {
+  std::vector<SharedInstanceBlock>().swap(blocks_);
+  std::vector<std::uint64_t>().swap(order_);
+  shared_bytes_ = 0;
+  cache_load_.reset();
+}
+
+void InMemoryDataset::note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
+                                std::shared_ptr<const UniqueKeys> unique_keys) {
+  // A second load appended (no instance before: still just this one), or a load not the cache's.
+  if (key == nullptr || !order_.empty()) {
+    cache_load_.reset();
+    return;
+  }
+  auto load = std::make_unique<CacheLoad>();
+  load->cache = cache_;
+  load->key = *key;
+  load->blocks = blocks;
+  load->unique_keys = std::move(unique_keys);
+  cache_load_ = std::move(load);
+}
+
+void InMemoryDataset::append_block(SharedInstanceBlock block, bool shared) {
+  if (block->size() == 0) return;
+  if (shared) shared_bytes_ += block->memory_bytes();
   GPUBOX_EXPECTS(blocks_.size() < (std::size_t{1} << (64 - kIndexBits)), "too many blocks");
   const auto block_id = static_cast<std::uint64_t>(blocks_.size());
-  for (std::size_t k = 0; k < block.size(); ++k) order_.push_back((block_id << kIndexBits) | k);
+  const std::size_t first = order_.size();
+  order_.resize(first + block->size());
+  for (std::size_t k = 0; k < block->size(); ++k) order_[first + k] = (block_id << kIndexBits) | k;
   blocks_.push_back(std::move(block));
 }
 
@@ -73,7 +104,7 @@ InMemoryDataset::Location InMemoryDataset::locate(std::size_t position) const {
 InstanceRef InMemoryDataset::instance(std::size_t position) const {
   GPUBOX_EXPECTS(position < order_.size(), "instance ", position, " of ", order_.size());
   const Location at = locate(position);
-  return blocks_[at.block].instance(at.index);
+  return blocks_[at.block]->instance(at.index);
 }
 
 std::size_t batches_per_card(std::size_t n, std::size_t batch, int cards) {
@@ -107,33 +138,42 @@ BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) co
                        index);
 }
 
+namespace {
+// Rows a few positions ahead, then the keys their key_begin points to (the row's line must be in
+// by then).
+constexpr std::size_t kRowAhead = 16;
+constexpr std::size_t kKeysAhead = 8;
+
+void prefetch_bytes(const std::uint64_t* first, std::uint64_t count) {
+  const char* line = reinterpret_cast<const char*>(first);
+  for (const char* end = line + count * sizeof(std::uint64_t); line < end; line += 64) {
+    __builtin_prefetch(line);
+  }
+}
+}  // namespace
+
+void InMemoryDataset::prefetch_row(std::size_t position) const {
+  const Location at = locate(position);
+  const InstanceBlock& b = *blocks_[at.block];
+  __builtin_prefetch(b.key_begin.data() + at.index);
+  __builtin_prefetch(b.slot_sizes.data() + at.index * config_.slots.size());
+  __builtin_prefetch(b.dense.data() + at.index * static_cast<std::size_t>(config_.dense_dim));
+  __builtin_prefetch(b.labels.data() + at.index);
+}
+
 template <class Visit>
 void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const {
-  const auto num_slots = static_cast<std::size_t>(config_.slots.size());
-  const auto dense_dim = static_cast<std::size_t>(config_.dense_dim);
-  // Rows first, then the keys their key_begin points to (the row's line must be in by then).
-  constexpr std::size_t kRowAhead = 16;
-  constexpr std::size_t kKeysAhead = 8;
-  auto prefetch_row = [&](std::size_t position) {
-    const Location at = locate(position);
-    const InstanceBlock& b = blocks_[at.block];
-    __builtin_prefetch(b.key_begin.data() + at.index);
-    __builtin_prefetch(b.slot_sizes.data() + at.index * num_slots);
-    __builtin_prefetch(b.dense.data() + at.index * dense_dim);
-    __builtin_prefetch(b.labels.data() + at.index);
-  };
   auto prefetch_keys = [&](std::size_t position) {
     const Location at = locate(position);
-    const InstanceBlock& b = blocks_[at.block];
-    const char* first = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index]);
-    const char* last = reinterpret_cast<const char*>(b.keys.data() + b.key_begin[at.index + 1]);
-    for (const char* line = first; line < last; line += 64) __builtin_prefetch(line);
+    const InstanceBlock& b = *blocks_[at.block];
+    prefetch_bytes(b.keys.data() + b.key_begin[at.index],
+                   b.key_begin[at.index + 1] - b.key_begin[at.index]);
   };
   for (std::size_t p = begin; p < end; ++p) {
     if (p + kRowAhead < end) prefetch_row(p + kRowAhead);
     if (p + kKeysAhead < end) prefetch_keys(p + kKeysAhead);
     const Location at = locate(p);
-    visit(p, blocks_[at.block].instance(at.index));
+    visit(p, blocks_[at.block]->instance(at.index));
   }
 }
 
@@ -144,6 +184,42 @@ void InMemoryDataset::fill_batch(int card, int cards, std::size_t index, Batch* 
                  [&](std::size_t p, const InstanceRef& ref) { refs[p - span.begin] = ref; });
   assemble_batch(refs.data(), refs.size(), static_cast<int>(config_.slots.size()),
                  config_.dense_dim, batch);
+}
+
+void InMemoryDataset::copy_in_order(std::size_t begin, std::size_t end, InstanceBlock* out) const {
+  const std::size_t count = end - begin;
+  const auto num_slots = static_cast<std::size_t>(config_.slots.size());
+  const auto dense_dim = static_cast<std::size_t>(config_.dense_dim);
+  // Every array sized once, exactly (memory_bytes() counts capacity), each instance's fields
+  // copied to their place: its row first (where its keys start and come from), then its keys,
+  // prefetched from where the rows said.
+  out->labels.resize(count);
+  out->dense.resize(count * dense_dim);
+  out->slot_sizes.resize(count * num_slots);
+  out->key_begin.resize(count + 1);
+  out->key_begin[0] = 0;
+  std::vector<const std::uint64_t*> keys_from(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + kRowAhead < count) prefetch_row(begin + i + kRowAhead);
+    const Location at = locate(begin + i);
+    const InstanceBlock& b = *blocks_[at.block];
+    out->labels[i] = b.labels[at.index];
+    std::copy_n(b.dense.data() + at.index * dense_dim, dense_dim,
+                out->dense.data() + i * dense_dim);
+    std::copy_n(b.slot_sizes.data() + at.index * num_slots, num_slots,
+                out->slot_sizes.data() + i * num_slots);
+    keys_from[i] = b.keys.data() + b.key_begin[at.index];
+    out->key_begin[i + 1] = out->key_begin[i] + (b.key_begin[at.index + 1] - b.key_begin[at.index]);
+  }
+  out->keys.resize(out->key_begin[count]);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i + kKeysAhead < count) {
+      const std::size_t ahead = i + kKeysAhead;
+      prefetch_bytes(keys_from[ahead], out->key_begin[ahead + 1] - out->key_begin[ahead]);
+    }
+    std::copy_n(keys_from[i], out->key_begin[i + 1] - out->key_begin[i],
+                out->keys.data() + out->key_begin[i]);
+  }
 }
 
 bool InMemoryDataset::store_in_order() {
@@ -162,26 +238,16 @@ bool InMemoryDataset::store_in_order() {
     }
     const std::size_t begin = block * kBlockInstances;
     const std::size_t end = std::min(n, begin + kBlockInstances);
-    InstanceBlock& out = stored[block];
-    const std::size_t count = end - begin;
-    out.labels.reserve(count);
-    out.dense.reserve(count * static_cast<std::size_t>(config_.dense_dim));
-    out.key_begin.reserve(count + 1);
-    // Exactly this block's keys: a reserve by the pass's mean, rounded up, left a block of
-    // shorter instances up to a key an instance unused and doubled a block of longer ones (never
-    // shrunk; memory_bytes() counts capacity).
-    std::size_t keys = 0;
-    for (std::size_t p = begin; p < end; ++p) {
-      const Location at = locate(p);
-      const std::vector<std::uint64_t>& key_begin = blocks_[at.block].key_begin;
-      keys += key_begin[at.index + 1] - key_begin[at.index];
-    }
-    out.keys.reserve(keys);
-    out.slot_sizes.reserve(count * static_cast<std::size_t>(num_slots));
-    visit_in_order(begin, end, [&](std::size_t, const InstanceRef& ref) { out.append(ref); });
+    copy_in_order(begin, end, &stored[block]);
   });
   if (stopped.load()) return false;  // `stored` freed, the current storage kept
-  blocks_ = std::move(stored);
+  // New blocks: the old ones (perhaps the pass cache's, which they stay) are released.
+  blocks_.clear();
+  shared_bytes_ = 0;
+  cache_load_.reset();  // first occurrences in the stored order now
+  for (InstanceBlock& block : stored) {
+    blocks_.push_back(std::make_shared<const InstanceBlock>(std::move(block)));
+  }
   for (std::size_t p = 0; p < n; ++p) {
     order_[p] =
         (static_cast<std::uint64_t>(p / kBlockInstances) << kIndexBits) | (p % kBlockInstances);
@@ -231,22 +297,22 @@ namespace {
 // scatter keeps that order inside a bucket and the dedup keeps the first copy).
 template <class PartOf>
 std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partition(
-    const std::vector<InstanceBlock>& blocks, std::size_t partitions, int workers, PartOf part_of,
-    std::vector<std::int32_t>* slots_out = nullptr) {
+    const std::vector<SharedInstanceBlock>& blocks, std::size_t partitions, int workers,
+    PartOf part_of, std::vector<std::int32_t>* slots_out = nullptr) {
   struct Chunk {
     std::size_t block, begin, end;
   };
   std::vector<Chunk> chunks;
   std::size_t total_instances = 0;
-  for (const InstanceBlock& b : blocks) total_instances += b.size();
+  for (const SharedInstanceBlock& b : blocks) total_instances += b->size();
   const std::size_t target = std::max<std::size_t>(4096, total_instances / (4 * workers) + 1);
   for (std::size_t b = 0; b < blocks.size(); ++b) {
-    for (std::size_t i = 0; i < blocks[b].size(); i += target) {
-      chunks.push_back(Chunk{b, i, std::min(blocks[b].size(), i + target)});
+    for (std::size_t i = 0; i < blocks[b]->size(); i += target) {
+      chunks.push_back(Chunk{b, i, std::min(blocks[b]->size(), i + target)});
     }
   }
   auto for_each_key = [&](const Chunk& c, auto&& visit) {
-    const InstanceBlock& b = blocks[c.block];
+    const InstanceBlock& b = *blocks[c.block];
     for (std::size_t i = c.begin; i < c.end; ++i) {
       const std::uint64_t* key = b.keys.data() + b.key_begin[i];
       const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
@@ -358,20 +424,20 @@ struct KeyRangeBucket {
     return at;
   }
 };
-KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
+KeyRangeBucket key_range_buckets(const std::vector<SharedInstanceBlock>& blocks) {
   std::size_t total = 0;
-  for (const InstanceBlock& b : blocks) total += b.keys.size();
+  for (const SharedInstanceBlock& b : blocks) total += b->keys.size();
   std::vector<std::uint64_t> sample;
   if (total > 0) {
     const std::size_t stride = std::max<std::size_t>(1, total / kBucketSample);
     std::size_t next = stride / 2;
     std::size_t base = 0;
-    for (const InstanceBlock& b : blocks) {
-      for (; next < base + b.keys.size(); next += stride) {
-        const std::uint64_t key = b.keys[next - base];
+    for (const SharedInstanceBlock& b : blocks) {
+      for (; next < base + b->keys.size(); next += stride) {
+        const std::uint64_t key = b->keys[next - base];
         if (key != 0) sample.push_back(key);  // key 0 is not a key (filtered out)
       }
-      base += b.keys.size();
+      base += b->keys.size();
     }
   }
   std::sort(sample.begin(), sample.end());
@@ -388,12 +454,24 @@ KeyRangeBucket key_range_buckets(const std::vector<InstanceBlock>& blocks) {
 }  // namespace
 
 std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
+  if (cache_load_ != nullptr && cache_load_->unique_keys != nullptr) {
+    return cache_load_->unique_keys->keys;
+  }
   return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
                              key_range_buckets(blocks_))
       .first;
 }
 
 UniqueKeys InMemoryDataset::unique_keys_and_slots() const {
+  if (cache_load_ == nullptr) return compute_unique_keys_and_slots();
+  if (cache_load_->unique_keys != nullptr) return *cache_load_->unique_keys;
+  UniqueKeys out = compute_unique_keys_and_slots();
+  cache_load_->cache->remember_unique_keys(cache_load_->key, cache_load_->blocks,
+                                           std::make_shared<const UniqueKeys>(out));
+  return out;
+}
+
+UniqueKeys InMemoryDataset::compute_unique_keys_and_slots() const {
   UniqueKeys out;
   std::vector<std::int32_t> positions;
   out.keys = unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
@@ -421,7 +499,7 @@ std::vector<std::size_t> InMemoryDataset::unique_keys_per_slot() const {
 
 std::size_t InMemoryDataset::memory_bytes() const {
   std::size_t bytes = order_.capacity() * sizeof(std::uint64_t);
-  for (const InstanceBlock& b : blocks_) bytes += b.memory_bytes();
+  for (const SharedInstanceBlock& b : blocks_) bytes += b->memory_bytes();
   return bytes;
 }
 

@@ -13,9 +13,11 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/dataset_types.hpp"
@@ -64,7 +66,9 @@ class InMemoryDataset {
   // While set (nullptr: none), load_into_memory serves a file list loaded before from `cache`
   // when its files are unchanged, and offers what it reads to it (pass_data_cache.hpp: which
   // loads are kept); load_stats() says how many instances came from it. The same records in the
-  // same order either way. The cache must outlive the loads.
+  // same order either way; a load served borrows the cache's blocks (no copy), a load kept shares
+  // its blocks with it (shared_bytes()). The cache must outlive the loads and the
+  // unique_keys_and_slots() calls after them (the blocks borrowed may outlive both).
   void set_pass_cache(PassDataCache* cache) { cache_ = cache; }
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
@@ -82,6 +86,11 @@ class InMemoryDataset {
   void release_memory();
 
   std::size_t size() const { return order_.size(); }
+  // The blocks the instances are read from, in the order they were added.
+  const std::vector<SharedInstanceBlock>& blocks() const { return blocks_; }
+  // Whether instance(i) is the i-th of blocks()' instances taken one block after another (no
+  // local_shuffle since the load, or store_in_order since the last): one pass over the order.
+  bool in_block_order() const;
   // Instance at `position` of the current order. The view is valid until the next mutation.
   InstanceRef instance(std::size_t position) const;
 
@@ -90,6 +99,12 @@ class InMemoryDataset {
   BatchSpan batch_span(int card, int cards, std::size_t index) const;
   // Builds that batch into `batch`, reusing its storage.
   void fill_batch(int card, int cards, std::size_t index, Batch* batch) const;
+  // visit(keys, n) over the key occurrences of positions [begin, end) of the current order, in
+  // order, as runs read where they are stored, not copied: a run is the keys of consecutive
+  // positions stored one after another (a whole batch when it lies in one block as loaded or
+  // after store_in_order; one instance at a time after local_shuffle alone).
+  template <class Visit>
+  void visit_key_runs(std::size_t begin, std::size_t end, Visit&& visit) const;
 
   // Distinct keys of all loaded instances, key 0 excluded, in ascending order; computed with
   // thread_num threads (the data set's keys split into 256 ranges of values, each deduplicated
@@ -97,12 +112,19 @@ class InMemoryDataset {
   std::vector<std::uint64_t> unique_keys() const;
   // unique_keys() with each key's slot next to it: the slot_id (dataset_types.hpp) of the slot
   // of the key's first occurrence in load order (files in list order; independent of
-  // local_shuffle and thread_num). What begin_pass gives the rows it creates.
+  // local_shuffle and thread_num). What begin_pass gives the rows it creates. When the data set
+  // holds just one load of the pass cache (served, or kept by it) in load order, the keys the
+  // cache remembers for that load (computed once, by the first data set that asks, and offered
+  // to it: pass_data_cache.hpp).
   UniqueKeys unique_keys_and_slots() const;
   // Distinct keys per slot (a key in two slots counts in both).
   std::vector<std::size_t> unique_keys_per_slot() const;
-  // Bytes held by instances and the order index.
+  // Bytes held by instances and the order index (blocks shared with the pass cache included: the
+  // data set keeps them alive too).
   std::size_t memory_bytes() const;
+  // The part of memory_bytes() in blocks shared with the pass cache (set_pass_cache), counted in
+  // its bytes too: what releasing this data set alone would not return.
+  std::size_t shared_bytes() const { return shared_bytes_; }
 
  private:
   struct Location {
@@ -115,21 +137,63 @@ class InMemoryDataset {
   // cache misses in several arrays).
   template <class Visit>
   void visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const;
-  // A loaded block's instances after those already held (in order_, as block id and index).
-  void append_block(InstanceBlock&& block);
+  // Asks for the cache lines of the row of the instance at `position` (not its keys).
+  void prefetch_row(std::size_t position) const;
+  // Positions [begin, end) of the current order stored in `out` (empty, of this data set's
+  // slots and dense width) in that order: store_in_order's copy of one block.
+  void copy_in_order(std::size_t begin, std::size_t end, InstanceBlock* out) const;
+  // A loaded block's instances after those already held (in order_, as block id and index);
+  // `shared`: the pass cache holds the block too (shared_bytes()).
+  void append_block(SharedInstanceBlock block, bool shared);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).
   bool load_cached(const PassKey& key, const std::vector<FileIdentity>& identities);
+  // Called by each load before it appends `blocks` (the load's, in order, empty ones too) of
+  // `key` (null: not a load of the cache): whether the data set will hold just one load of the
+  // cache (cache_load_), and its unique keys when the cache gave them.
+  void note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
+                 std::shared_ptr<const UniqueKeys> unique_keys);
+  // unique_keys_and_slots() computed from the blocks.
+  UniqueKeys compute_unique_keys_and_slots() const;
 
   DatasetConfig config_;
   std::vector<std::string> files_;
   const std::atomic<bool>* stop_flag_ = nullptr;
   PassDataCache* cache_ = nullptr;
-  std::vector<InstanceBlock> blocks_;
+  // Immutable once loaded (shared with the pass cache, memory sources): only the order changes.
+  std::vector<SharedInstanceBlock> blocks_;
+  std::size_t shared_bytes_ = 0;
+  // Set while the data set holds just one load of the pass cache (`blocks_` are its blocks, in
+  // load order, the empty ones left out): what unique_keys_and_slots asks the cache for.
+  struct CacheLoad {
+    PassDataCache* cache = nullptr;
+    PassKey key;
+    std::vector<SharedInstanceBlock> blocks;        // as the cache holds them
+    std::shared_ptr<const UniqueKeys> unique_keys;  // the cache's, when it had them
+  };
+  std::unique_ptr<const CacheLoad> cache_load_;
   // Current order: (block << kIndexBits) | index inside the block.
   static constexpr int kIndexBits = 40;
   std::vector<std::uint64_t> order_;
   LoadStats stats_;
 };
+
+template <class Visit>
+void InMemoryDataset::visit_key_runs(std::size_t begin, std::size_t end, Visit&& visit) const {
+  GPUBOX_EXPECTS(begin <= end && end <= order_.size(), "visit_key_runs [", begin, ", ", end,
+                 ") of ", order_.size());
+  std::size_t p = begin;
+  while (p < end) {
+    // The next position continues the run when it is the next index of the same block.
+    std::size_t q = p + 1;
+    while (q < end && order_[q] == order_[q - 1] + 1) ++q;
+    const Location at = locate(p);
+    const InstanceBlock& block = *blocks_[at.block];
+    const std::uint64_t first = block.key_begin[at.index];
+    visit(static_cast<const std::uint64_t*>(block.keys.data() + first),
+          static_cast<std::size_t>(block.key_begin[at.index + (q - p)] - first));
+    p = q;
+  }
+}
 
 // The batch of `n` instances in this order (CSR per slot, batch.hpp), the layout fill_batch
 // builds: the trainer's steps and gpubox_serve's micro-batches are assembled by this one function.

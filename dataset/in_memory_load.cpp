@@ -67,7 +67,7 @@ std::uint64_t file_size(const std::string& path) {
 // A file list of memory sources (memory_source.hpp): their blocks in list order, as files read
 // whole would give them, and the load's counts.
 Status read_memory_sources(const std::vector<std::string>& files, const DatasetConfig& config,
-                           std::vector<InstanceBlock>* loaded, LoadStats* stats_out) {
+                           std::vector<SharedInstanceBlock>* loaded, LoadStats* stats_out) {
   Timer timer;
   LoadStats stats;
   for (const std::string& name : files) {
@@ -88,7 +88,7 @@ Status read_memory_sources(const std::vector<std::string>& files, const DatasetC
     stats.lines += block.size();
     stats.instances += block.size();
     for (const float label : block.labels) stats.positives += label > 0.5f ? 1 : 0;
-    loaded->push_back(block);
+    loaded->push_back(source.block);  // immutable: shared, not copied
   }
   stats.seconds = timer.seconds();
   *stats_out = std::move(stats);
@@ -203,7 +203,7 @@ Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>
 template <class Stopped>
 Status read_files(const std::vector<std::string>& files, const DatasetConfig& config,
                   const std::string& pipe_command, const Stopped& stopped,
-                  std::vector<InstanceBlock>* loaded, LoadStats* merged, bool* was_stopped) {
+                  std::vector<SharedInstanceBlock>* loaded, LoadStats* merged, bool* was_stopped) {
   const std::vector<ReadItem> items = plan_reads(files, !pipe_command.empty(), config.split_bytes);
   std::vector<ReadResult> results(items.size());
   // One slot index for every parser of this load.
@@ -243,7 +243,9 @@ Status read_files(const std::vector<std::string>& files, const DatasetConfig& co
   const Status failure = merge_results(items, results, config.max_reported_errors, merged);
   if (!failure.ok()) return failure;
   loaded->reserve(results.size());
-  for (ReadResult& result : results) loaded->push_back(std::move(result.block));
+  for (ReadResult& result : results) {
+    loaded->push_back(std::make_shared<const InstanceBlock>(std::move(result.block)));
+  }
   return Status::OK();
 }
 
@@ -251,10 +253,13 @@ Status read_files(const std::vector<std::string>& files, const DatasetConfig& co
 
 bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIdentity>& identities) {
   Timer timer;
-  std::vector<InstanceBlock> blocks;
-  LoadStats stats;
-  if (!cache_->lookup(key, identities, &blocks, &stats)) return false;
-  for (InstanceBlock& block : blocks) append_block(std::move(block));
+  PassDataCache::Served served;
+  if (!cache_->lookup(key, identities, &served)) return false;
+  note_load(&key, served.blocks, std::move(served.unique_keys));
+  for (SharedInstanceBlock& block : served.blocks) {
+    append_block(std::move(block), /*shared=*/true);
+  }
+  LoadStats& stats = served.stats;
   stats.cached_files = stats.files;
   stats.cached_instances = stats.instances;
   stats.cache_note.clear();
@@ -265,10 +270,11 @@ bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIden
 
 Status InMemoryDataset::load_into_memory() {
   if (!files_.empty() && is_memory_source(files_.front())) {
-    std::vector<InstanceBlock> loaded;
+    std::vector<SharedInstanceBlock> loaded;
     const Status read = read_memory_sources(files_, config_, &loaded, &stats_);
     if (!read.ok()) return read;
-    for (InstanceBlock& block : loaded) append_block(std::move(block));
+    note_load(nullptr, loaded, nullptr);
+    for (SharedInstanceBlock& block : loaded) append_block(std::move(block), /*shared=*/false);
     return Status::OK();
   }
   Timer timer;
@@ -295,7 +301,7 @@ Status InMemoryDataset::load_into_memory() {
   // A stop asked before the load stops a load from the cache too (as a read's items stop).
   if (cacheable && stopped()) return aborted();
   if (cacheable && load_cached(key, identities)) return Status::OK();
-  std::vector<InstanceBlock> loaded;
+  std::vector<SharedInstanceBlock> loaded;
   LoadStats merged;
   bool was_stopped = false;
   const Status read =
@@ -306,10 +312,14 @@ Status InMemoryDataset::load_into_memory() {
   if (!read.ok()) return read;
   // Kept only when no file changed while it was read (the records may mix its two versions).
   std::vector<FileIdentity> after;
+  bool kept = false;  // its blocks shared with the cache
   if (cacheable && identify_files(files_, &after) && after == identities) {
-    stats_.cache_note = cache_->offer(key, identities, loaded, stats_);
+    PassDataCache::Offered offered = cache_->offer(key, identities, loaded, stats_);
+    stats_.cache_note = std::move(offered.note);
+    kept = offered.kept;
   }
-  for (InstanceBlock& block : loaded) append_block(std::move(block));
+  note_load(kept ? &key : nullptr, loaded, nullptr);
+  for (SharedInstanceBlock& block : loaded) append_block(std::move(block), kept);
   return Status::OK();
 }
 

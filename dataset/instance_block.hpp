@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace gpubox::dataset {
@@ -48,6 +49,12 @@ struct InstanceBlock {
   // Drops the instances, keeps the capacity.
   void clear();
 };
+
+// A loaded block, immutable from then on, shared by whoever holds it: the data set that loaded
+// it, the pass data cache that keeps it for later loads of its files, the data sets those loads
+// fill (pass_data_cache.hpp), a registered memory source (memory_source.hpp). Read concurrently
+// without locks; nothing writes into it (a data set stored in another order holds new blocks).
+using SharedInstanceBlock = std::shared_ptr<const InstanceBlock>;
 
 inline std::size_t InstanceRef::num_keys() const {
   std::size_t n = 0;

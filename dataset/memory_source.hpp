@@ -24,7 +24,7 @@ struct MemorySource {
 bool is_memory_source(const std::string& name);
 // Registers `block` and returns its new name ("memory:<n>").
 std::string register_memory_source(InstanceBlock block);
-// Drops the name (a data set already loaded keeps its copy).
+// Drops the name (a data set already loaded keeps the block: it shares it, immutable).
 void unregister_memory_source(const std::string& name);
 // The source `name` names; throws gpubox::Error naming it when none is registered. A share's
 // name (memory_source_share) gives that share's rows, with their own digest.

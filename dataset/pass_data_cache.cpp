@@ -58,7 +58,7 @@ std::string parse_fingerprint(const DatasetConfig& c) {
 }
 
 bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-                           std::vector<InstanceBlock>* blocks, LoadStats* stats) {
+                           Served* served) {
   std::shared_ptr<const Entry> entry;
   {
     MutexLock lock(mu_);
@@ -72,10 +72,12 @@ bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& 
     entry = it->second;
     ++loads_served_;
     instances_served_ += entry->stats.instances;
+    if (entry->unique_keys != nullptr) ++unique_keys_served_;
   }
-  // Copied outside the lock: another load need not wait for this one's copy.
-  blocks->insert(blocks->end(), entry->blocks.begin(), entry->blocks.end());
-  *stats = entry->stats;
+  // The entry outlives the lock (held by `entry`): a concurrent drop cannot free its blocks.
+  served->blocks = entry->blocks;
+  served->stats = entry->stats;
+  served->unique_keys = entry->unique_keys;
   return true;
 }
 
@@ -91,34 +93,70 @@ void PassDataCache::forget(const std::vector<std::string>& files) {
   }
 }
 
-std::string PassDataCache::offer(const PassKey& key, const std::vector<FileIdentity>& identities,
-                                 const std::vector<InstanceBlock>& blocks, const LoadStats& stats) {
-  if (budget_bytes_ == 0) return "";
-  std::size_t bytes = sizeof(Entry) + key.parse.size() + identities.size() * sizeof(FileIdentity);
+std::size_t PassDataCache::entry_bytes(const PassKey& key,
+                                       const std::vector<SharedInstanceBlock>& blocks) {
+  // The identities are one a file.
+  std::size_t bytes = sizeof(Entry) + key.parse.size() + key.files.size() * sizeof(FileIdentity);
   for (const std::string& file : key.files) bytes += sizeof(std::string) + file.size();
-  for (const InstanceBlock& b : blocks) bytes += sizeof(InstanceBlock) + b.memory_bytes();
+  for (const SharedInstanceBlock& b : blocks) {
+    bytes += sizeof(SharedInstanceBlock) + sizeof(InstanceBlock) + b->memory_bytes();
+  }
+  return bytes;
+}
+
+PassDataCache::Offered PassDataCache::offer(const PassKey& key,
+                                            const std::vector<FileIdentity>& identities,
+                                            const std::vector<SharedInstanceBlock>& blocks,
+                                            const LoadStats& stats) {
+  Offered out;
+  if (budget_bytes_ == 0) return out;
+  const std::size_t bytes = entry_bytes(key, blocks);
   {
     MutexLock lock(mu_);
-    if (entries_.count(key) != 0) return "";
+    if (entries_.count(key) != 0) return out;
     if (bytes > budget_bytes_ - held_bytes_) {
-      if (refusal_noted_) return "";
+      if (refusal_noted_) return out;
       refusal_noted_ = true;
-      return "not kept in the pass data cache: its records take " + mib_text(bytes) + ", " +
-             mib_text(budget_bytes_ - held_bytes_) + " of runner.pass_cache_mb (" +
-             mib_text(budget_bytes_) +
-             ") are left; loads that do not fit are read from their files every epoch (said "
-             "once)";
+      out.note = "not kept in the pass data cache: its records take " + mib_text(bytes) + ", " +
+                 mib_text(budget_bytes_ - held_bytes_) + " of runner.pass_cache_mb (" +
+                 mib_text(budget_bytes_) +
+                 ") are left; loads that do not fit are read from their files every epoch (said "
+                 "once)";
+      return out;
     }
-    held_bytes_ += bytes;  // reserved before the copy, so concurrent offers cannot overshoot
+    held_bytes_ += bytes;  // reserved before the entry is built, so concurrent offers cannot
+                           // overshoot
   }
   auto entry = std::make_shared<Entry>();
   entry->identities = identities;
-  entry->blocks = blocks;
+  entry->blocks = blocks;  // shared: the offering load keeps them too
   entry->stats = stats;
   entry->bytes = bytes;
   MutexLock lock(mu_);
-  if (!entries_.emplace(key, std::move(entry)).second) held_bytes_ -= bytes;
-  return "";
+  out.kept = entries_.emplace(key, std::move(entry)).second;
+  if (!out.kept) held_bytes_ -= bytes;
+  return out;
+}
+
+void PassDataCache::remember_unique_keys(const PassKey& key,
+                                         const std::vector<SharedInstanceBlock>& blocks,
+                                         std::shared_ptr<const UniqueKeys> unique_keys) {
+  const std::size_t bytes = sizeof(UniqueKeys) +
+                            unique_keys->keys.capacity() * sizeof(std::uint64_t) +
+                            unique_keys->slots.capacity() * sizeof(std::int32_t);
+  MutexLock lock(mu_);
+  const auto it = entries_.find(key);
+  // Another load of `key` (its files changed, read and kept again) has other keys.
+  if (it == entries_.end() || it->second->blocks != blocks || it->second->unique_keys != nullptr) {
+    return;
+  }
+  if (bytes > budget_bytes_ - held_bytes_) return;
+  // Entries are immutable (lookups read them outside the lock): a new one, the blocks shared.
+  auto entry = std::make_shared<Entry>(*it->second);
+  entry->unique_keys = std::move(unique_keys);
+  entry->bytes += bytes;
+  held_bytes_ += bytes;
+  it->second = std::move(entry);
 }
 
 PassCacheCounts PassDataCache::counts() const {
@@ -126,6 +164,7 @@ PassCacheCounts PassDataCache::counts() const {
   PassCacheCounts out;
   out.loads_served = loads_served_;
   out.instances_served = instances_served_;
+  out.unique_keys_served = unique_keys_served_;
   out.entries = entries_.size();
   out.bytes = held_bytes_;
   return out;

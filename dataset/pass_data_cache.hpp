@@ -1,5 +1,5 @@
 // PassDataCache: the parsed records of file lists a run already read, so that a later load of
-// the same list (the same pass in the next epoch, the evaluation data after every epoch) copies
+// the same list (the same pass in the next epoch, the evaluation data after every epoch) borrows
 // them instead of reading and parsing the files again. InMemoryDataset::load_into_memory uses it
 // when given one (set_pass_cache), for every schedule alike.
 //
@@ -7,6 +7,21 @@
 // the loading dataset appends them as it would have appended a fresh parse, so the pass's shuffle
 // (seeded per pass, applied after the load) and everything after it see the same records in the
 // same order: training with the cache is bit for bit training without it.
+//
+// Shared, not copied: the blocks are immutable once loaded (SharedInstanceBlock), so the load
+// that offers them keeps them too, and a load served gets the same blocks, not copies (a served
+// load costs a pointer a block, whatever the pass's size). No data set writes into its blocks
+// (its shuffle permutes its order index; store_in_order copies into new blocks), so what one
+// pass does to its instances never reaches what the cache serves the next. Memory: an entry's
+// bytes are its blocks' (and its names'), counted once in the budget whether or not data sets
+// borrow them meanwhile: what the cache alone keeps alive once those data sets are released
+// (InMemoryDataset::shared_bytes() is the part of a data set's memory counted here).
+//
+// With a load it keeps its unique keys (InMemoryDataset::unique_keys_and_slots, a function of the
+// blocks in load order alone) once a data set holding just those blocks computed them
+// (remember_unique_keys), when they fit in what the budget has left: a data set served then takes
+// them instead of going over every key occurrence of the pass again (the larger part of reading a
+// served pass, more than the load itself was).
 //
 // When a load is served: the same file list, in the same order, parsed with the same parse
 // settings (parse_fingerprint), each file still the file that was read (a regular file of the
@@ -75,10 +90,11 @@ struct PassKey {
 
 // What a cache served and kept over its life.
 struct PassCacheCounts {
-  std::uint64_t loads_served = 0;      // loads answered from the cache
-  std::uint64_t instances_served = 0;  // their instances
-  std::size_t entries = 0;             // file lists held
-  std::size_t bytes = 0;  // what they take: their records, blocks, file names and identities
+  std::uint64_t loads_served = 0;        // loads answered from the cache
+  std::uint64_t instances_served = 0;    // their instances
+  std::uint64_t unique_keys_served = 0;  // of those loads, the ones served their unique keys too
+  std::size_t entries = 0;               // file lists held
+  std::size_t bytes = 0;  // what they take: records, blocks, file names, identities, unique keys
 };
 
 class PassDataCache {
@@ -90,30 +106,50 @@ class PassDataCache {
 
   std::size_t budget_bytes() const { return budget_bytes_; }
 
-  // When `key` (with these identities, taken now) was loaded before and no file changed: appends
-  // copies of their blocks to `blocks`, sets `*stats` to that load's statistics and returns true.
-  // An entry whose files changed is dropped (the load that follows reads them and offers them
-  // again).
-  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-              std::vector<InstanceBlock>* blocks, LoadStats* stats);
+  // What a load served gets.
+  struct Served {
+    std::vector<SharedInstanceBlock> blocks;  // the load's, in load order (shared, not copied)
+    LoadStats stats;                          // the load's statistics
+    // The unique keys of a data set holding just `blocks`; null until remembered.
+    std::shared_ptr<const UniqueKeys> unique_keys;
+  };
+  // When `key` (with these identities, taken now) was loaded before and no file changed: sets
+  // `*served` to what was kept of it and returns true. An entry whose files changed is dropped
+  // (the load that follows reads them and offers them again).
+  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities, Served* served);
   // Drops every entry of `files` (one of them could not be identified: gone, or no longer a
   // regular file), so that it holds none of the budget.
   void forget(const std::vector<std::string>& files);
-  // Keeps a copy of a finished load of `key` (`identities` taken before it read the files, and
-  // the same after) when its records fit in what the budget has left. Returns "" when kept or
-  // already held, else why not (for the load's report), only the first time a load does not fit.
-  std::string offer(const PassKey& key, const std::vector<FileIdentity>& identities,
-                    const std::vector<InstanceBlock>& blocks, const LoadStats& stats);
+  // What offer did with a load.
+  struct Offered {
+    bool kept = false;  // its blocks are the entry of its key now (shared with the offering load)
+    std::string note;   // why not kept, for the load's report: only the first load that did not fit
+  };
+  // Keeps a finished load of `key` (`identities` taken before it read the files, and the same
+  // after), sharing its blocks, when its records fit in what the budget has left and no load of
+  // `key` is held already.
+  Offered offer(const PassKey& key, const std::vector<FileIdentity>& identities,
+                const std::vector<SharedInstanceBlock>& blocks, const LoadStats& stats);
+  // Keeps `unique_keys`, those of a data set holding just `blocks` (a load of `key` it was served
+  // or that was kept), with the entry of `key` while that entry holds these same blocks, when
+  // they fit in what the budget has left and none are kept yet; later lookups serve them.
+  void remember_unique_keys(const PassKey& key, const std::vector<SharedInstanceBlock>& blocks,
+                            std::shared_ptr<const UniqueKeys> unique_keys);
 
   PassCacheCounts counts() const;
 
  private:
   struct Entry {
     std::vector<FileIdentity> identities;
-    std::vector<InstanceBlock> blocks;
+    std::vector<SharedInstanceBlock> blocks;
     LoadStats stats;
-    std::size_t bytes = 0;
+    std::shared_ptr<const UniqueKeys> unique_keys;  // null until remembered
+    std::size_t bytes = 0;                          // all of the above
   };
+
+  // The bytes an entry of `key` holding `blocks` counts in the budget.
+  static std::size_t entry_bytes(const PassKey& key,
+                                 const std::vector<SharedInstanceBlock>& blocks);
 
   const std::size_t budget_bytes_;
   mutable Mutex mu_;
@@ -122,6 +158,7 @@ class PassDataCache {
   bool refusal_noted_ GPUBOX_GUARDED_BY(mu_) = false;
   std::uint64_t loads_served_ GPUBOX_GUARDED_BY(mu_) = 0;
   std::uint64_t instances_served_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::uint64_t unique_keys_served_ GPUBOX_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpubox::dataset

@@ -57,6 +57,66 @@ TEST(InMemoryDataset, StoredInOrderEveryInstanceAndBatchStaysTheSame) {
   EXPECT_EQ(empty.size(), 0u);
 }
 
+// A stored block holds 65,536 instances: 1, exactly one block, and one more than a block keep
+// every instance and take no more memory than the load (each stored array sized exactly).
+TEST(InMemoryDataset, StoredInOrderAtABlocksEdges) {
+  ScratchDir dir;
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1} << 16, (std::size_t{1} << 16) + 1}) {
+    SCOPED_TRACE(n);
+    InMemoryDataset ds(config(2));
+    ds.set_filelist(indexed_files(dir, n));
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    ASSERT_EQ(ds.size(), n);
+    const std::size_t before = ds.memory_bytes();
+    ds.local_shuffle(4);
+    const std::vector<PlainInstance> shuffled = contents(ds);
+    ASSERT_TRUE(ds.store_in_order());
+    EXPECT_EQ(contents(ds), shuffled);
+    EXPECT_LE(ds.memory_bytes(), before + before / 10);
+  }
+}
+
+// visit_key_runs hands over the keys of a range of positions, in order, as the instances hold
+// them (the oracle: instance(p)'s keys one after another), in one run a stretch of positions
+// stored one after another: a range inside one loaded file, or stored in order, is one run;
+// after a shuffle alone, nearly a run a position. Empty ranges at either end hand over nothing.
+TEST(InMemoryDataset, KeyRunsAreTheInstancesKeysInOrder) {
+  ScratchDir dir;
+  const TextSet text = make_text(dir, 3, 700, 0.0, 21);
+  InMemoryDataset ds(config(2));
+  ds.set_filelist(text.files);
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  const std::size_t n = ds.size();
+  ASSERT_GT(n, 1000u);
+  auto expect_runs = [&ds](std::size_t begin, std::size_t end) {
+    std::vector<std::uint64_t> want;
+    for (std::size_t p = begin; p < end; ++p) {
+      const InstanceRef ref = ds.instance(p);
+      want.insert(want.end(), ref.keys, ref.keys + ref.num_keys());
+    }
+    std::vector<std::uint64_t> got;
+    std::size_t runs = 0;
+    ds.visit_key_runs(begin, end, [&](const std::uint64_t* keys, std::size_t count) {
+      got.insert(got.end(), keys, keys + count);
+      ++runs;
+    });
+    EXPECT_EQ(got, want) << "[" << begin << ", " << end << ")";
+    return runs;
+  };
+  const std::size_t first_file = text.instances.size() / 3;  // roughly: inside the first file
+  EXPECT_EQ(expect_runs(0, 0), 0u);
+  EXPECT_EQ(expect_runs(n, n), 0u);
+  EXPECT_EQ(expect_runs(0, 1), 1u);
+  EXPECT_EQ(expect_runs(3, first_file / 2), 1u);
+  expect_runs(0, n);
+  ds.local_shuffle(8);
+  EXPECT_GT(expect_runs(0, n), n / 2);
+  expect_runs(n - 1, n);
+  ASSERT_TRUE(ds.store_in_order());
+  EXPECT_EQ(expect_runs(0, n), 1u);
+  EXPECT_EQ(expect_runs(5, n - 5), 1u);
+}
+
 // Each stored block reserves exactly its keys. A reserve by the pass's mean (rounded up) left
 // the blocks with fewer keys a line a third empty and doubled those with more: here the first
 // 70,000 lines hold 12 keys, the rest 1 (the mean 6.5), stored as loaded and after a shuffle,

@@ -4,7 +4,12 @@
 // malformed lines; the budget (only the loads that fit are kept, 0 keeps none); a file changed
 // between loads read again (also with its old modification time put back); a file gone drops its
 // list's entry; another parse config never served another's records; pipe_command, failed loads
-// and strict parse failures never served.
+// and strict parse failures never served. A served load borrows the cache's blocks (no copy),
+// the cache's bytes counted once however many data sets borrow them; a pass that shuffles, stores
+// its instances in its order or is released changes nothing the cache serves the next one. A
+// kept load's unique keys (and slots) are computed once and served with it, exactly those of a
+// data set without a cache, counted in the budget, never served to a data set holding anything
+// else (another load besides, its instances stored in another order).
 #include "dataset/pass_data_cache.hpp"
 
 #include <fcntl.h>
@@ -13,6 +18,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +48,20 @@ std::string slot_lines(int lines, unsigned seed, int bad_every = 0) {
       for (int k = 0; k < keys; ++k) text += " " + std::to_string(s) + ":" + std::to_string(rng());
     }
     if (bad_every > 0 && i % bad_every == bad_every - 1) text += " 2:not_a_key";
+    text += "\n";
+  }
+  return text;
+}
+
+// `lines` seeded slot-format lines whose keys come from 1..`vocab` in every slot: a key's first
+// slot depends on the order of the instances.
+std::string shared_key_lines(int lines, unsigned seed, unsigned vocab) {
+  std::mt19937_64 rng(seed);
+  std::string text;
+  for (int i = 0; i < lines; ++i) {
+    text += "click:" + std::to_string(rng() % 2) + " dense_feature:1 dense_feature:2";
+    for (int s = 1; s <= kSlots; ++s)
+      text += " " + std::to_string(s) + ":" + std::to_string(1 + rng() % vocab);
     text += "\n";
   }
   return text;
@@ -103,7 +123,34 @@ class PassDataCacheTest : public ::testing::Test {
   const std::string one_ = dir_.write("one", slot_lines(1, 1));
   const std::string many_ = dir_.write("many", slot_lines(257, 2));
   const std::string bad_ = dir_.write("bad", slot_lines(100, 3, /*bad_every=*/7));
+  const std::string shared_keys_ = dir_.write("shared_keys", shared_key_lines(300, 4, 40));
 };
+
+// unique_keys_and_slots of a data set loading `files` (after `other` when not empty) with
+// `cache`, shuffled with `seed` and stored in that order when it is not 0.
+UniqueKeys keys_of(const std::vector<std::string>& files, PassDataCache* cache,
+                   std::uint64_t seed = 0, const std::vector<std::string>& other = {}) {
+  InMemoryDataset ds(config());
+  ds.set_pass_cache(cache);
+  if (!other.empty()) {
+    ds.set_filelist(other);
+    EXPECT_TRUE(ds.load_into_memory().ok());
+  }
+  ds.set_filelist(files);
+  EXPECT_TRUE(ds.load_into_memory().ok());
+  if (seed != 0) {
+    ds.local_shuffle(seed);
+    EXPECT_TRUE(ds.store_in_order());
+  }
+  UniqueKeys out = ds.unique_keys_and_slots();
+  EXPECT_EQ(ds.unique_keys(), out.keys);
+  return out;
+}
+
+void expect_same_keys(const UniqueKeys& got, const UniqueKeys& want, const std::string& what) {
+  EXPECT_EQ(got.keys, want.keys) << what;
+  EXPECT_EQ(got.slots, want.slots) << what;
+}
 
 TEST_F(PassDataCacheTest, ServedLoadsEqualAFreshParseBeforeAndAfterTheShuffle) {
   const std::vector<std::vector<std::string>> lists = {
@@ -330,6 +377,189 @@ TEST_F(PassDataCacheTest, AStopAskedBeforeTheLoadStopsALoadTheCacheWouldServe) {
     EXPECT_EQ(ds.load_stats().cached_instances, 0u);
   }
   EXPECT_EQ(cache.counts().loads_served, 0u);
+}
+
+// What a load of 0, 1 and n blocks (split_bytes cuts the larger files into ranges) holds: the
+// load that is kept and every load served share one copy of the records, the data sets' shared
+// bytes are what the cache counts for them, and the cache's bytes do not grow with the loads.
+TEST_F(PassDataCacheTest, ServedLoadsBorrowTheCachesBlocksCountedOnce) {
+  const std::vector<std::vector<std::string>> lists = {{empty_}, {one_}, {many_}, {one_, many_}};
+  for (const auto& files : lists) {
+    SCOPED_TRACE("a list of " + std::to_string(files.size()) + " files, the first " +
+                 files.front().substr(dir_.path().size()));
+    PassDataCache cache(std::size_t{64} << 20);
+    InMemoryDataset kept(config());
+    kept.set_filelist(files);
+    kept.set_pass_cache(&cache);
+    ASSERT_TRUE(kept.load_into_memory().ok());
+    ASSERT_EQ(cache.counts().entries, 1u);
+    const std::size_t cache_bytes = cache.counts().bytes;
+    // The blocks' bytes (the data set's own order index aside): all shared with the cache.
+    const std::size_t order_bytes = kept.memory_bytes() - kept.shared_bytes();
+    EXPECT_LE(order_bytes, kept.size() * 2 * sizeof(std::uint64_t) + 64);
+    EXPECT_GT(cache_bytes, kept.shared_bytes());
+    const Loaded oracle = load(files, nullptr);
+    std::vector<std::unique_ptr<InMemoryDataset>> served;
+    for (int epoch = 1; epoch <= 3; ++epoch) {
+      served.push_back(std::make_unique<InMemoryDataset>(config()));
+      InMemoryDataset& ds = *served.back();
+      ds.set_filelist(files);
+      ds.set_pass_cache(&cache);
+      ASSERT_TRUE(ds.load_into_memory().ok());
+      EXPECT_EQ(ds.load_stats().cached_files, files.size());
+      EXPECT_EQ(records(ds), oracle.records);
+      EXPECT_EQ(ds.shared_bytes(), kept.shared_bytes());
+      // The same storage as the load that was kept: borrowed, not copied.
+      ASSERT_EQ(ds.size(), kept.size());
+      for (std::size_t i = 0; i < ds.size(); ++i) {
+        ASSERT_EQ(ds.instance(i).keys, kept.instance(i).keys) << "instance " << i;
+        ASSERT_EQ(ds.instance(i).dense, kept.instance(i).dense) << "instance " << i;
+      }
+      EXPECT_EQ(cache.counts().bytes, cache_bytes);
+    }
+    // Without a cache nothing is shared.
+    InMemoryDataset alone(config());
+    alone.set_filelist(files);
+    ASSERT_TRUE(alone.load_into_memory().ok());
+    EXPECT_EQ(alone.shared_bytes(), 0u);
+  }
+}
+
+// A load the cache refuses (no room) shares nothing: its data set owns its blocks alone.
+TEST_F(PassDataCacheTest, ALoadNotKeptSharesNothing) {
+  PassDataCache cache(1);  // room for no entry
+  InMemoryDataset ds(config());
+  ds.set_filelist({many_});
+  ds.set_pass_cache(&cache);
+  ASSERT_TRUE(ds.load_into_memory().ok());
+  EXPECT_FALSE(ds.load_stats().cache_note.empty());
+  EXPECT_EQ(cache.counts().entries, 0u);
+  EXPECT_EQ(ds.shared_bytes(), 0u);
+}
+
+// What one pass does to its instances (a seeded shuffle, storing them in that order, releasing
+// them) never reaches what the cache serves the next pass, whose records are those of a fresh
+// parse of the files; a data set's borrowed blocks outlive the cache.
+TEST_F(PassDataCacheTest, WhatAPassDoesToItsInstancesDoesNotChangeWhatTheNextIsServed) {
+  const std::vector<std::string> files = {one_, many_, bad_};
+  const Loaded oracle = load(files, nullptr);
+  auto cache = std::make_unique<PassDataCache>(std::size_t{64} << 20);
+  std::vector<std::unique_ptr<InMemoryDataset>> passes;
+  for (std::uint64_t pass = 0; pass < 4; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    passes.push_back(std::make_unique<InMemoryDataset>(config()));
+    InMemoryDataset& ds = *passes.back();
+    ds.set_filelist(files);
+    ds.set_pass_cache(cache.get());
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    EXPECT_EQ(ds.load_stats().cached_files, pass == 0 ? 0u : files.size());
+    // As loaded: the files' records in their order (the shuffles of the passes before did not
+    // reorder the blocks, their stores did not write into them).
+    ASSERT_EQ(records(ds), oracle.records);
+    EXPECT_EQ(ds.unique_keys(), oracle.unique_keys);
+    EXPECT_GT(ds.shared_bytes(), 0u);
+    ds.local_shuffle(pass + 1);
+    const std::vector<PlainInstance> shuffled = records(ds);
+    EXPECT_NE(shuffled, oracle.records);
+    ASSERT_TRUE(ds.store_in_order());
+    EXPECT_EQ(records(ds), shuffled);
+    EXPECT_EQ(ds.shared_bytes(), 0u);  // its own blocks now
+    if (pass % 2 == 1) ds.release_memory();
+  }
+  // The cache gone: the data sets keep the blocks they borrowed (those not stored in order).
+  InMemoryDataset borrowed(config());
+  borrowed.set_filelist(files);
+  borrowed.set_pass_cache(cache.get());
+  ASSERT_TRUE(borrowed.load_into_memory().ok());
+  cache.reset();
+  EXPECT_EQ(records(borrowed), oracle.records);
+  EXPECT_EQ(records(*passes[2]).size(), oracle.records.size());
+}
+
+// The unique keys of a load the cache keeps are computed once, by the first data set that asks
+// (the load kept), counted in the budget and served with the load from then on: the same keys
+// and slots as a data set without a cache computes, for lists of 0, 1 and n blocks.
+TEST_F(PassDataCacheTest, AKeptLoadsUniqueKeysAreComputedOnceThenServed) {
+  const std::vector<std::vector<std::string>> lists = {
+      {empty_}, {one_}, {many_}, {shared_keys_}, {one_, shared_keys_, many_}};
+  for (const auto& files : lists) {
+    const std::string what = "a list of " + std::to_string(files.size()) + " files, the first " +
+                             files.front().substr(dir_.path().size());
+    const UniqueKeys oracle = keys_of(files, nullptr);
+    PassDataCache cache(std::size_t{64} << 20);
+    InMemoryDataset kept(config());
+    kept.set_filelist(files);
+    kept.set_pass_cache(&cache);
+    ASSERT_TRUE(kept.load_into_memory().ok());
+    const std::size_t load_bytes = cache.counts().bytes;
+    expect_same_keys(kept.unique_keys_and_slots(), oracle, what + ", the load kept");
+    const std::size_t keys_bytes = sizeof(UniqueKeys) + oracle.keys.size() * 12;
+    EXPECT_EQ(cache.counts().bytes, load_bytes + keys_bytes) << what;
+    expect_same_keys(kept.unique_keys_and_slots(), oracle, what + ", asked again");
+    for (std::uint64_t served = 1; served <= 2; ++served) {
+      expect_same_keys(keys_of(files, &cache), oracle, what + ", served");
+      EXPECT_EQ(cache.counts().unique_keys_served, served) << what;
+    }
+    EXPECT_EQ(cache.counts().bytes, load_bytes + keys_bytes) << what;
+  }
+}
+
+// Keys the cache remembers are a load's in load order: a data set holding more than that load, or
+// its instances stored in another order (a key's first slot then changes), computes its own, as
+// one without a cache does; a file changed between epochs is read, kept and its keys computed
+// again.
+TEST_F(PassDataCacheTest, UniqueKeysOfAnythingButOneServedLoadAreComputed) {
+  PassDataCache cache(std::size_t{64} << 20);
+  const std::vector<std::string> files = {shared_keys_};
+  const UniqueKeys in_load_order = keys_of(files, &cache);
+  ASSERT_EQ(keys_of(files, &cache).slots, in_load_order.slots);
+  ASSERT_EQ(cache.counts().unique_keys_served, 1u);
+  // Stored in a shuffled order: the first occurrences move (the test could not fail otherwise).
+  const UniqueKeys stored = keys_of(files, nullptr, /*seed=*/5);
+  ASSERT_NE(stored.slots, in_load_order.slots);
+  expect_same_keys(keys_of(files, &cache, 5), stored, "stored in a shuffled order");
+  // After another load, and with another load after it.
+  const std::vector<std::string> other = {many_, one_};
+  keys_of(other, &cache);
+  expect_same_keys(keys_of(files, &cache, 0, other), keys_of(files, nullptr, 0, other),
+                   "after another list");
+  expect_same_keys(keys_of(other, &cache, 0, files), keys_of(other, nullptr, 0, files),
+                   "before another list");
+  // An empty load first leaves the data set holding just the second.
+  keys_of({empty_}, &cache);
+  expect_same_keys(keys_of(files, &cache, 0, {empty_}), in_load_order, "after an empty list");
+  // The file rewritten (another size): read again, the old keys not served.
+  const std::uint64_t served = cache.counts().unique_keys_served;
+  dir_.write("shared_keys", shared_key_lines(301, 6, 40));
+  const UniqueKeys rewritten = keys_of(files, nullptr);
+  ASSERT_FALSE(rewritten.keys == in_load_order.keys && rewritten.slots == in_load_order.slots);
+  expect_same_keys(keys_of(files, &cache), rewritten, "rewritten, read again");
+  expect_same_keys(keys_of(files, &cache), rewritten, "rewritten, served");
+  EXPECT_EQ(cache.counts().unique_keys_served, served + 1);
+}
+
+// Keys that do not fit in what the budget has left are not kept; the data sets served compute
+// them, the same.
+TEST_F(PassDataCacheTest, UniqueKeysThatDoNotFitAreNotKept) {
+  const std::vector<std::string> files = {many_};
+  std::size_t load_bytes = 0;
+  {
+    PassDataCache all(std::size_t{64} << 20);
+    InMemoryDataset ds(config());
+    ds.set_filelist(files);
+    ds.set_pass_cache(&all);
+    ASSERT_TRUE(ds.load_into_memory().ok());
+    load_bytes = all.counts().bytes;
+  }
+  PassDataCache cache(load_bytes);
+  const UniqueKeys oracle = keys_of(files, nullptr);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    expect_same_keys(keys_of(files, &cache), oracle, "epoch " + std::to_string(epoch));
+  }
+  EXPECT_EQ(cache.counts().entries, 1u);
+  EXPECT_EQ(cache.counts().bytes, load_bytes);
+  EXPECT_EQ(cache.counts().loads_served, 2u);
+  EXPECT_EQ(cache.counts().unique_keys_served, 0u);
 }
 
 }  // namespace

@@ -262,7 +262,7 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   expect_identical(run_with_resume(cards, 1), resumed_off, "prefetch_passes=1, save and resume");
 }
 
-// runner.pass_cache_mb: epoch 1 copies the passes and the test data that epoch 0 parsed instead of
+// runner.pass_cache_mb: epoch 1 shares the passes and the test data that epoch 0 parsed instead of
 // reading them again (dataset/pass_data_cache.hpp). The records are the same and the pass's
 // seeded shuffle is applied to them as to a fresh parse, so every pass, the dense parameters, the
 // host rows and each epoch's test evaluation equal a run without the cache bit for bit, with the

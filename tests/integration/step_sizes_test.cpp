@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -20,18 +21,25 @@
 #include "dataset/batch.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/instance_block.hpp"
+#include "dataset/pass_data_cache.hpp"
 
 namespace gpubox::trainer {
 namespace {
 
 namespace fs = std::filesystem;
 
-dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots) {
+// `lines` lines in three files (three blocks as loaded: a batch may span two), loaded through
+// `cache` when not null; `write` false: the files written by the last call loaded again.
+dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots,
+                                       dataset::PassDataCache* cache = nullptr, bool write = true) {
   fs::create_directories(dir);
   std::mt19937 rng(5);
-  {
-    std::ofstream out(dir / "part-0");
-    for (int line = 0; line < lines; ++line) {
+  std::vector<std::string> files;
+  for (int file = 0; file < 3; ++file) {
+    files.push_back((dir / ("part-" + std::to_string(file))).string());
+    if (!write) continue;
+    std::ofstream out(files.back());
+    for (int line = lines * file / 3; line < lines * (file + 1) / 3; ++line) {
       out << "click:" << (rng() % 2);
       for (int slot = 1; slot <= slots; ++slot) {
         for (int k = static_cast<int>(rng() % 5); k > 0; --k)
@@ -44,7 +52,8 @@ dataset::InMemoryDataset varying_lines(const fs::path& dir, int lines, int slots
   config.data_format = dataset::DataFormat::kSlot;
   for (int s = 1; s <= slots; ++s) config.slots.push_back(std::to_string(s));
   dataset::InMemoryDataset data(config);
-  data.set_filelist({(dir / "part-0").string()});
+  data.set_filelist(files);
+  data.set_pass_cache(cache);
   EXPECT_TRUE(data.load_into_memory().ok());
   return data;
 }
@@ -83,11 +92,8 @@ TEST(StepSizes, DistinctKeysMatchesAnUnorderedSet) {
   }
 }
 
-TEST(StepSizes, EveryBatchMatchesTheOracle) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("gpubox_step_sizes_" + std::to_string(::getpid()));
-  dataset::InMemoryDataset data = varying_lines(dir, 203, 4);
-  ASSERT_EQ(data.size(), 203u);
+// Every batch's plan against the batch fill_batch builds of `data`.
+void expect_plan_matches_batches(dataset::InMemoryDataset& data) {
   for (int local : {1, 2, 3}) {
     for (int total : {local, 8}) {
       for (bool per_owner : {true, false}) {
@@ -125,6 +131,91 @@ TEST(StepSizes, EveryBatchMatchesTheOracle) {
       }
     }
   }
+}
+
+// The plan reads each batch's keys where the data set stores them: as loaded (a batch in one
+// run, or two across a file's end), stored as loaded, shuffled (a run an instance), shuffled and
+// stored in that order; no line, one, and a short last batch.
+TEST(StepSizes, EveryBatchMatchesTheOracle) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_step_sizes_" + std::to_string(::getpid()));
+  for (int lines : {0, 1, 203}) {
+    for (const bool shuffled : {false, true}) {
+      for (const bool stored : {false, true}) {
+        SCOPED_TRACE(std::to_string(lines) + " lines, shuffled " + std::to_string(shuffled) +
+                     ", stored " + std::to_string(stored));
+        dataset::InMemoryDataset data = varying_lines(dir, lines, 4);
+        ASSERT_EQ(data.size(), static_cast<std::size_t>(lines));
+        if (shuffled) data.local_shuffle(11);
+        if (stored) {
+          ASSERT_TRUE(data.store_in_order());
+        }
+        expect_plan_matches_batches(data);
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+void expect_same_plan(const PassStepSizes& got, const PassStepSizes& want) {
+  EXPECT_EQ(got.batches, want.batches);
+  EXPECT_EQ(got.batch_size, want.batch_size);
+  EXPECT_EQ(got.local_cards, want.local_cards);
+  EXPECT_EQ(got.occurrences, want.occurrences);
+  EXPECT_EQ(got.unique, want.unique);
+  EXPECT_EQ(got.owner_counts, want.owner_counts);
+}
+
+// A plan kept is served to a data set of the same blocks read in sequence (a load the pass cache
+// serves again, unshuffled) for the same batch and cards, and to nothing else: not to the same
+// files loaded again without the cache, nor shuffled, nor stored in order, nor for another batch
+// or card count, nor once the blocks are gone. What it serves equals a fresh plan.
+TEST(StepSizes, KeptPlansServeOnlyTheSameInstancesInTheSameOrder) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_step_plans_" + std::to_string(::getpid()));
+  StepPlanMemo memo;
+  auto cache = std::make_unique<dataset::PassDataCache>(std::size_t{64} << 20);
+  auto planned = [&memo](const dataset::InMemoryDataset& data, std::size_t batch, int cards) {
+    const PassStepSizes got = memo.plan(data, batch, cards, 0, 4, true, 2);
+    expect_same_plan(got, plan_step_sizes(data, batch, cards, 0, 4, true, 2));
+  };
+  dataset::InMemoryDataset first = varying_lines(dir, 203, 4, cache.get());
+  planned(first, 16, 2);
+  EXPECT_EQ(memo.served(), 0u);
+  dataset::InMemoryDataset served = varying_lines(dir, 203, 4, cache.get(), /*write=*/false);
+  ASSERT_EQ(served.load_stats().cached_instances, 203u);
+  planned(served, 16, 2);
+  EXPECT_EQ(memo.served(), 1u);
+  planned(served, 17, 2);  // another batch
+  planned(served, 16, 1);  // other cards
+  EXPECT_EQ(memo.served(), 1u);
+  planned(served, 16, 1);
+  EXPECT_EQ(memo.served(), 2u);
+  dataset::InMemoryDataset uncached = varying_lines(dir, 203, 4, nullptr, /*write=*/false);
+  planned(uncached, 16, 2);
+  EXPECT_EQ(memo.served(), 2u);
+  served.local_shuffle(3);
+  planned(served, 16, 2);
+  EXPECT_EQ(memo.served(), 2u);
+  ASSERT_TRUE(served.store_in_order());  // new blocks, in sequence
+  planned(served, 16, 2);
+  EXPECT_EQ(memo.served(), 2u);
+  planned(served, 16, 2);
+  EXPECT_EQ(memo.served(), 3u);
+  EXPECT_EQ(memo.kept(), 5u);  // the cached blocks' three, the uncached load's, the stored one's
+  // The blocks freed: a new load of the same files is planned afresh.
+  first.release_memory();
+  served.release_memory();
+  cache.reset();
+  dataset::InMemoryDataset again = varying_lines(dir, 203, 4, nullptr, /*write=*/false);
+  planned(again, 16, 1);
+  EXPECT_EQ(memo.served(), 3u);
+  EXPECT_EQ(memo.kept(), 2u);  // the uncached load's and this one's
+  // No instance: an empty plan, kept like any other.
+  dataset::InMemoryDataset empty = varying_lines(dir, 0, 4);
+  planned(empty, 16, 2);
+  planned(empty, 16, 2);
+  EXPECT_EQ(memo.served(), 4u);
   fs::remove_all(dir);
 }
 

@@ -104,7 +104,9 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     prepared = job.ready.get();  // a failure to read the pass is thrown here
     const double mib = 1.0 / (1 << 20);
     const std::size_t data_bytes = prepared->data ? prepared->data->memory_bytes() : 0;
-    const std::size_t held = data_bytes + prepared->staged.bytes();
+    // Blocks the pass data cache holds too (its budget counts them): not on top of it.
+    const std::size_t shared_bytes = prepared->data ? prepared->data->shared_bytes() : 0;
+    const std::size_t held = data_bytes - shared_bytes + prepared->staged.bytes();
     std::string budget;
     if (host_budget_bytes_ > 0) {
       budget = ", " + std::to_string(static_cast<int>(100.0 * held / host_budget_bytes_ + 0.5)) +
@@ -112,13 +114,15 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
                " MiB, on top of it";
     }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
-                     << " s, data set " << data_bytes * mib << " MiB) and "
+                     << " s, data set " << data_bytes * mib << " MiB, " << shared_bytes * mib
+                     << " MiB of it shared with the pass data cache) and "
                      << (prepared->staged.fetched ? prepared->staged.keys.size() : 0) << " of its "
                      << prepared->sorted_keys->size() << " keys staged ("
                      << prepared->staged.bytes() * mib << " MiB, " << prepared->staged.seconds
-                     << " s) while the pass before it trained (" << held * mib << " MiB in all"
-                     << budget << "); runner.prefetch_passes = " << depth_ << " holds at most "
-                     << depth_ << " such pass(es)";
+                     << " s) while the pass before it trained (" << held * mib
+                     << " MiB in all, the cache's aside" << budget
+                     << "); runner.prefetch_passes = " << depth_ << " holds at most " << depth_
+                     << " such pass(es)";
   }
   prepared->waited_seconds = timer.seconds();
   return prepared;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -18,36 +20,38 @@ std::size_t largest(const std::vector<uint32_t>& values, std::size_t first, std:
   return out;
 }
 
-// One batch's sizes from its key occurrences keys[0, n): its occurrences, distinct keys and,
-// when `owners` is not null, distinct keys per owner card (`total_cards` counts, added to).
-void count_batch(const uint64_t* keys, std::size_t n, detail::DistinctKeys* distinct,
+// One batch's sizes from its `n` key occurrences, handed over in runs by for_each_run(visit)
+// calling visit(keys, count): its occurrences, distinct keys and, when `owners` is not null,
+// distinct keys per owner card (`total_cards` counts, added to).
+template <class ForEachRun>
+void count_batch(std::size_t n, ForEachRun&& for_each_run, detail::DistinctKeys* distinct,
                  uint32_t* occurrences, uint32_t* unique, uint32_t* owners, int total_cards) {
   GPUBOX_EXPECTS(n <= UINT32_MAX, "a batch of ", n, " key occurrences");
   *occurrences = static_cast<uint32_t>(n);
   distinct->reset(n);
   uint32_t count = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!distinct->insert(keys[i])) continue;
-    ++count;
-    if (owners != nullptr) ++owners[owner_card(keys[i], total_cards)];
-  }
+  for_each_run([&](const uint64_t* keys, std::size_t run) {
+    for (std::size_t i = 0; i < run; ++i) {
+      if (!distinct->insert(keys[i])) continue;
+      ++count;
+      if (owners != nullptr) ++owners[owner_card(keys[i], total_cards)];
+    }
+  });
   *unique = count;
 }
 
-// One batch's sizes into `sizes` at `at`; `keys` and `distinct` are the worker's reused buffers.
+// One batch's sizes into `sizes` at `at`, its keys read where the data set stores them;
+// `distinct` is the worker's reused table.
 void size_batch(const dataset::InMemoryDataset& data, const dataset::BatchSpan& span,
-                std::size_t at, PassStepSizes* sizes, std::vector<uint64_t>* keys,
-                detail::DistinctKeys* distinct) {
-  keys->clear();
-  for (std::size_t i = span.begin; i < span.end; ++i) {
-    const dataset::InstanceRef ref = data.instance(i);
-    keys->insert(keys->end(), ref.keys, ref.keys + ref.num_keys());
-  }
+                std::size_t at, PassStepSizes* sizes, detail::DistinctKeys* distinct) {
+  std::size_t n = 0;
+  data.visit_key_runs(span.begin, span.end, [&n](const uint64_t*, std::size_t run) { n += run; });
   uint32_t* owners = sizes->per_owner ? sizes->owner_counts.data() +
                                             at * static_cast<std::size_t>(sizes->total_cards)
                                       : nullptr;
-  count_batch(keys->data(), keys->size(), distinct, &sizes->occurrences[at], &sizes->unique[at],
-              owners, sizes->total_cards);
+  count_batch(
+      n, [&](auto&& visit) { data.visit_key_runs(span.begin, span.end, visit); }, distinct,
+      &sizes->occurrences[at], &sizes->unique[at], owners, sizes->total_cards);
 }
 
 }  // namespace
@@ -111,16 +115,74 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
   const int workers = static_cast<int>(
       std::clamp<std::size_t>(items, 1, static_cast<std::size_t>(std::max(1, threads))));
   dataset::run_workers(workers, [&](int) {
-    std::vector<uint64_t> keys;
     detail::DistinctKeys distinct;
     for (std::size_t item = next.fetch_add(1); item < items; item = next.fetch_add(1)) {
       const int card = static_cast<int>(item / sizes.batches);
       const std::size_t b = item % sizes.batches;
       size_batch(data, dataset::batch_span_of(data.size(), batch_size, card, local_cards, b), item,
-                 &sizes, &keys, &distinct);
+                 &sizes, &distinct);
     }
   });
   return sizes;
+}
+
+namespace {
+bool same_blocks(const std::vector<std::weak_ptr<const dataset::InstanceBlock>>& kept,
+                 const std::vector<dataset::SharedInstanceBlock>& blocks) {
+  if (kept.size() != blocks.size()) return false;
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    // The same control block: the same block (a kept weak reference keeps it from reuse).
+    if (kept[b].owner_before(blocks[b]) || blocks[b].owner_before(kept[b])) return false;
+  }
+  return true;
+}
+
+bool same_shape(const PassStepSizes& sizes, std::size_t batch_size, int local_cards, int first_rank,
+                int total_cards, bool per_owner) {
+  return sizes.batch_size == batch_size && sizes.local_cards == local_cards &&
+         sizes.first_rank == first_rank && sizes.total_cards == total_cards &&
+         sizes.per_owner == per_owner;
+}
+}  // namespace
+
+PassStepSizes StepPlanMemo::plan(const dataset::InMemoryDataset& data, std::size_t batch_size,
+                                 int local_cards, int first_rank, int total_cards, bool per_owner,
+                                 int threads) {
+  const bool keepable = data.in_block_order();
+  if (keepable) {
+    MutexLock lock(mu_);
+    for (const Kept& kept : kept_) {
+      if (same_blocks(kept.blocks, data.blocks()) &&
+          same_shape(*kept.sizes, batch_size, local_cards, first_rank, total_cards, per_owner)) {
+        ++served_;
+        return *kept.sizes;
+      }
+    }
+  }
+  auto sizes = std::make_shared<const PassStepSizes>(
+      plan_step_sizes(data, batch_size, local_cards, first_rank, total_cards, per_owner, threads));
+  if (keepable) {
+    Kept kept{{data.blocks().begin(), data.blocks().end()}, sizes};
+    MutexLock lock(mu_);
+    kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
+                               [](const Kept& k) {
+                                 return std::any_of(k.blocks.begin(), k.blocks.end(),
+                                                    [](const auto& b) { return b.expired(); });
+                               }),
+                kept_.end());
+    kept_.push_back(std::move(kept));
+  }
+  return *sizes;
+}
+
+std::size_t StepPlanMemo::served() const {
+  MutexLock lock(mu_);
+  return served_;
+}
+
+std::size_t StepPlanMemo::kept() const {
+  MutexLock lock(mu_);
+  return kept_.size();
 }
 
 PassStepSizer::PassStepSizer(std::size_t batch_size, int local_cards, int first_rank,
@@ -161,9 +223,11 @@ void PassStepSizer::size_round() {
     const std::size_t begin = first == 0 ? 0 : round_end_[first - 1];
     const std::size_t end = span.size() == 0 ? begin : round_end_[span.end - round_begin - 1];
     const std::size_t at = rounds_ * cards + c;
-    count_batch(round_keys_.data() + begin, end - begin, &distinct_, &occurrences_[at],
-                &unique_[at], sizes_.per_owner ? owner_counts_.data() + at * total : nullptr,
-                sizes_.total_cards);
+    const uint64_t* keys = round_keys_.data() + begin;
+    count_batch(
+        end - begin, [&](auto&& visit) { visit(keys, end - begin); }, &distinct_, &occurrences_[at],
+        &unique_[at], sizes_.per_owner ? owner_counts_.data() + at * total : nullptr,
+        sizes_.total_cards);
   }
   ++rounds_;
   round_keys_.clear();

@@ -18,7 +18,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "common/thread_annotations.hpp"
 
 namespace gpubox {
 namespace dataset {
@@ -54,6 +57,34 @@ struct PassStepSizes {
 PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t batch_size,
                               int local_cards, int first_rank, int total_cards, bool per_owner,
                               int threads);
+
+// plan_step_sizes' plans kept to be served again: each epoch's plan of a pass, or of the test
+// data, that the pass data cache serves without a shuffle (the very same instances in the same
+// order, so the same plan). A plan is served only to a data set holding the same blocks (held
+// weakly: a block freed never matches, even at its address reused), read in sequence
+// (InMemoryDataset::in_block_order), for the same batch size and cards; a plan is kept while its
+// blocks live (the pass cache's loads: the plans of a data set's own blocks go with it).
+// Thread-safe.
+class StepPlanMemo {
+ public:
+  // plan_step_sizes(data, ...), or the plan kept for the same.
+  PassStepSizes plan(const dataset::InMemoryDataset& data, std::size_t batch_size, int local_cards,
+                     int first_rank, int total_cards, bool per_owner, int threads)
+      GPUBOX_EXCLUDES(mu_);
+  // Plans served kept (not computed).
+  std::size_t served() const GPUBOX_EXCLUDES(mu_);
+  // Plans kept (those whose blocks were freed are dropped at the next plan kept).
+  std::size_t kept() const GPUBOX_EXCLUDES(mu_);
+
+ private:
+  struct Kept {
+    std::vector<std::weak_ptr<const dataset::InstanceBlock>> blocks;
+    std::shared_ptr<const PassStepSizes> sizes;
+  };
+  mutable Mutex mu_;
+  std::vector<Kept> kept_ GPUBOX_GUARDED_BY(mu_);
+  std::size_t served_ GPUBOX_GUARDED_BY(mu_) = 0;
+};
 
 // The same sizes for instances seen once, in order, in chunks (a QueueDataset's scan): what
 // plan_step_sizes gives for the same instances held in memory without a shuffle. Holds one round

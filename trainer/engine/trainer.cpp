@@ -114,6 +114,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             {},
             std::make_unique<SaveLineage>(config_),
             nullptr,
+            std::make_unique<StepPlanMemo>(),
             nullptr,
             nullptr});
   State& s = *state_;

@@ -100,9 +100,9 @@ void Trainer::store_pass_in_order(dataset::InMemoryDataset* data, const std::str
 PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
                                        std::size_t batch) const {
   const int cards = state_->cards.num_local_cards();
-  return plan_step_sizes(data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
-                         /*per_owner=*/!config_.runner.collective,
-                         std::max(1, config_.dataset.thread_num));
+  return state_->step_plans->plan(
+      data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,
+      /*per_owner=*/!config_.runner.collective, std::max(1, config_.dataset.thread_num));
 }
 
 }  // namespace gpubox::trainer

@@ -19,6 +19,7 @@
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/peer_watch.hpp"
+#include "trainer/engine/step_sizes.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -38,6 +39,8 @@ struct Trainer::State {
   // The run's parsed loads (runner.pass_cache_mb; null when off); before the pipeline, which
   // reads through it, so destroyed after it.
   std::unique_ptr<dataset::PassDataCache> pass_cache;
+  // The plans of the loads it serves unshuffled, served again (plan_pass_steps).
+  std::unique_ptr<StepPlanMemo> step_plans;
   std::unique_ptr<PassPipeline> pipeline;  // during train(): the passes read ahead
   // Several trainers: the other trainers' heartbeat and the servers' pings (peer_watch.hpp).
   // Last, so destroyed first: it uses the group and the host tier.

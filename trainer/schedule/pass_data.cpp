@@ -55,8 +55,8 @@ std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& con
   }
   GPUBOX_LOG(INFO) << "pass data cache: up to " << (budget.bytes >> 20) << " MiB (" << budget.source
                    << ") of parsed records kept, so the " << loads - 1
-                   << " later loads of a pass (or of the test data) that fits copy it instead "
-                      "of reading and parsing its files again";
+                   << " later loads of a pass (or of the test data) that fits share it "
+                      "instead of reading and parsing its files again";
   return std::make_unique<dataset::PassDataCache>(budget.bytes);
 }
 
@@ -77,7 +77,8 @@ void report_pass_cache(const dataset::PassDataCache* cache) {
   GPUBOX_LOG(INFO) << "pass data cache: " << counts.loads_served << " loads ("
                    << counts.instances_served << " instances) served instead of read; it holds "
                    << counts.entries << " file lists in " << (counts.bytes >> 20) << " MiB of "
-                   << (cache->budget_bytes() >> 20) << " (runner.pass_cache_mb)";
+                   << (cache->budget_bytes() >> 20) << " (runner.pass_cache_mb); "
+                   << counts.unique_keys_served << " of those loads were served their unique keys";
 }
 
 PassCacheReport::~PassCacheReport() {
