@@ -351,13 +351,16 @@ TEST_F(PassDataCacheTest, WhatAPassDoesToItsInstancesDoesNotChangeWhatTheNextIsS
     EXPECT_EQ(ds.shared_bytes(), 0u);  // its own blocks now
     if (pass % 2 == 1) ds.release_memory();
   }
-  // The cache gone: the data sets keep the blocks they borrowed (those not stored in order).
+  // The cache gone (set to none first, as set_pass_cache asks): the data sets keep the blocks
+  // they borrowed (those not stored in order), and compute their unique keys without it.
   InMemoryDataset borrowed(config());
   borrowed.set_filelist(files);
   borrowed.set_pass_cache(cache.get());
   ASSERT_TRUE(borrowed.load_into_memory().ok());
+  borrowed.set_pass_cache(nullptr);
   cache.reset();
   EXPECT_EQ(records(borrowed), oracle.records);
+  EXPECT_EQ(borrowed.unique_keys_and_slots().keys, oracle.unique_keys);
   EXPECT_EQ(records(*passes[2]).size(), oracle.records.size());
 }
 

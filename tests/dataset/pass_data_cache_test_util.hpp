@@ -110,9 +110,11 @@ class PassDataCacheTest : public ::testing::Test {
 };
 
 // unique_keys_and_slots of a data set loading `files` (after `other` when not empty) with
-// `cache`, shuffled with `seed` and stored in that order when it is not 0.
+// `cache`, shuffled with `seed` and stored in that order when it is not 0; `*served_keys` (when
+// given): the load of `files` was served its unique keys (LoadStats::cached_unique_keys).
 inline UniqueKeys keys_of(const std::vector<std::string>& files, PassDataCache* cache,
-                          std::uint64_t seed = 0, const std::vector<std::string>& other = {}) {
+                          std::uint64_t seed = 0, const std::vector<std::string>& other = {},
+                          bool* served_keys = nullptr) {
   InMemoryDataset ds(config());
   ds.set_pass_cache(cache);
   if (!other.empty()) {
@@ -121,6 +123,7 @@ inline UniqueKeys keys_of(const std::vector<std::string>& files, PassDataCache* 
   }
   ds.set_filelist(files);
   EXPECT_TRUE(ds.load_into_memory().ok());
+  if (served_keys != nullptr) *served_keys = ds.load_stats().cached_unique_keys;
   if (seed != 0) {
     ds.local_shuffle(seed);
     EXPECT_TRUE(ds.store_in_order());
