@@ -175,6 +175,10 @@ struct LoadStats {
   std::size_t cached_files = 0;
   std::uint64_t cached_instances = 0;
   std::string cache_note;
+  // The load's unique keys came from the cache with it: its data set holds just this load, and
+  // InMemoryDataset::unique_keys_and_slots gives them (until the instances are stored in another
+  // order). A load's, not added by merge.
+  bool cached_unique_keys = false;
 
   std::uint64_t skipped_lines() const;
   // Adds `other` (a later file) into this; keeps at most `max_errors` error records.

@@ -69,8 +69,15 @@ void InMemoryDataset::release_memory() {
   cache_load_.reset();
 }
 
+void InMemoryDataset::set_pass_cache(PassDataCache* cache) {
+  // The load held keeps its keys, but offers none to a cache no longer set (it may be gone).
+  if (cache != cache_ && cache_load_ != nullptr) cache_load_->cache = nullptr;
+  cache_ = cache;
+}
+
 void InMemoryDataset::note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
                                 std::shared_ptr<const UniqueKeys> unique_keys) {
+  stats_.cached_unique_keys = false;
   // A second load appended (no instance before: still just this one), or a load not the cache's.
   if (key == nullptr || !order_.empty()) {
     cache_load_.reset();
@@ -80,7 +87,11 @@ void InMemoryDataset::note_load(const PassKey* key, const std::vector<SharedInst
   load->cache = cache_;
   load->key = *key;
   load->blocks = blocks;
-  load->unique_keys = std::move(unique_keys);
+  stats_.cached_unique_keys = unique_keys != nullptr;
+  {
+    MutexLock lock(load->mu);  // not shared yet; for the analysis
+    load->unique_keys = std::move(unique_keys);
+  }
   cache_load_ = std::move(load);
 }
 
@@ -454,8 +465,9 @@ KeyRangeBucket key_range_buckets(const std::vector<SharedInstanceBlock>& blocks)
 }  // namespace
 
 std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
-  if (cache_load_ != nullptr && cache_load_->unique_keys != nullptr) {
-    return cache_load_->unique_keys->keys;
+  if (cache_load_ != nullptr) {
+    MutexLock lock(cache_load_->mu);
+    if (cache_load_->unique_keys != nullptr) return cache_load_->unique_keys->keys;
   }
   return unique_by_partition(blocks_, kUniqueKeyBuckets, config_.thread_num,
                              key_range_buckets(blocks_))
@@ -464,11 +476,30 @@ std::vector<std::uint64_t> InMemoryDataset::unique_keys() const {
 
 UniqueKeys InMemoryDataset::unique_keys_and_slots() const {
   if (cache_load_ == nullptr) return compute_unique_keys_and_slots();
-  if (cache_load_->unique_keys != nullptr) return *cache_load_->unique_keys;
-  UniqueKeys out = compute_unique_keys_and_slots();
-  cache_load_->cache->remember_unique_keys(cache_load_->key, cache_load_->blocks,
-                                           std::make_shared<const UniqueKeys>(out));
-  return out;
+  return *unique_keys_and_slots_shared();
+}
+
+std::shared_ptr<const UniqueKeys> InMemoryDataset::unique_keys_and_slots_shared() const {
+  if (cache_load_ == nullptr) {
+    return std::make_shared<const UniqueKeys>(compute_unique_keys_and_slots());
+  }
+  CacheLoad& load = *cache_load_;
+  {
+    MutexLock lock(load.mu);
+    if (load.unique_keys != nullptr) return load.unique_keys;
+  }
+  auto computed = std::make_shared<const UniqueKeys>(compute_unique_keys_and_slots());
+  {
+    MutexLock lock(load.mu);
+    // A concurrent call computed them first: one object.
+    if (load.unique_keys != nullptr) return load.unique_keys;
+    load.unique_keys = computed;
+  }
+  // Only to the cache the load came from, and only while it is set (set_pass_cache).
+  if (load.cache != nullptr && load.cache == cache_) {
+    load.cache->remember_unique_keys(load.key, load.blocks, computed);
+  }
+  return computed;
 }
 
 UniqueKeys InMemoryDataset::compute_unique_keys_and_slots() const {

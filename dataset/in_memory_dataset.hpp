@@ -19,6 +19,7 @@
 
 #include "common/error.hpp"
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/batch.hpp"
 #include "dataset/dataset_types.hpp"
 #include "dataset/instance_block.hpp"
@@ -68,8 +69,10 @@ class InMemoryDataset {
   // loads are kept); load_stats() says how many instances came from it. The same records in the
   // same order either way; a load served borrows the cache's blocks (no copy), a load kept shares
   // its blocks with it (shared_bytes()). The cache must outlive the loads and the
-  // unique_keys_and_slots() calls after them (the blocks borrowed may outlive both).
-  void set_pass_cache(PassDataCache* cache) { cache_ = cache; }
+  // unique_keys_and_slots() calls while it is set (they offer it the keys they compute); once
+  // another cache (or none) is set, the data set keeps what it holds, its blocks and unique keys,
+  // and never calls the cache it had again (which may be gone).
+  void set_pass_cache(PassDataCache* cache);
   // Statistics of the last load_into_memory (also when it failed).
   const LoadStats& load_stats() const { return stats_; }
   // Seeded permutation of the instance order; the same seed gives the same order.
@@ -82,7 +85,8 @@ class InMemoryDataset {
   // instances copied checks the stop flag (set_stop_flag) first: once it is set, the copy ends
   // within a block a thread, the storage and order stay as they were and this returns false.
   bool store_in_order();
-  // Drops every instance and returns the memory.
+  // Drops every instance and returns the memory, but for the blocks others hold too: the pass
+  // cache's (shared_bytes()), registered memory sources'.
   void release_memory();
 
   std::size_t size() const { return order_.size(); }
@@ -108,22 +112,28 @@ class InMemoryDataset {
 
   // Distinct keys of all loaded instances, key 0 excluded, in ascending order; computed with
   // thread_num threads (the data set's keys split into 256 ranges of values, each deduplicated
-  // and sorted on its own).
+  // and sorted on its own), or those unique_keys_and_slots() holds already (below).
   std::vector<std::uint64_t> unique_keys() const;
   // unique_keys() with each key's slot next to it: the slot_id (dataset_types.hpp) of the slot
   // of the key's first occurrence in load order (files in list order; independent of
   // local_shuffle and thread_num). What begin_pass gives the rows it creates. When the data set
-  // holds just one load of the pass cache (served, or kept by it) in load order, the keys the
-  // cache remembers for that load (computed once, by the first data set that asks, and offered
-  // to it: pass_data_cache.hpp).
+  // holds just one load of the pass cache (served, or kept by it) in load order: the keys the
+  // cache served with the load (load_stats().cached_unique_keys), or else computed once, kept by
+  // the data set and offered to the cache (pass_data_cache.hpp), so that later loads are served
+  // them; otherwise computed on every call.
   UniqueKeys unique_keys_and_slots() const;
+  // unique_keys_and_slots() without the copy: for a data set holding just one load of the pass
+  // cache, the object it keeps (the cache's too, when the cache served or took it).
+  std::shared_ptr<const UniqueKeys> unique_keys_and_slots_shared() const;
   // Distinct keys per slot (a key in two slots counts in both).
   std::vector<std::size_t> unique_keys_per_slot() const;
   // Bytes held by instances and the order index (blocks shared with the pass cache included: the
   // data set keeps them alive too).
   std::size_t memory_bytes() const;
-  // The part of memory_bytes() in blocks shared with the pass cache (set_pass_cache), counted in
-  // its bytes too: what releasing this data set alone would not return.
+  // The part of memory_bytes() in blocks shared with the pass cache (set_pass_cache) when they
+  // were loaded, counted in its bytes too: what releasing this data set alone would not return
+  // while the cache keeps its entry (a file of the list changed or gone drops it). Blocks of
+  // memory sources (memory_source.hpp), shared with their registration, are not counted here.
   std::size_t shared_bytes() const { return shared_bytes_; }
 
  private:
@@ -147,9 +157,10 @@ class InMemoryDataset {
   void append_block(SharedInstanceBlock block, bool shared);
   // load_into_memory from the pass cache: true when it held the file list (with `identities`).
   bool load_cached(const PassKey& key, const std::vector<FileIdentity>& identities);
-  // Called by each load before it appends `blocks` (the load's, in order, empty ones too) of
-  // `key` (null: not a load of the cache): whether the data set will hold just one load of the
-  // cache (cache_load_), and its unique keys when the cache gave them.
+  // Called by each load, its stats_ set, before it appends `blocks` (the load's, in order, empty
+  // ones too) of `key` (null: not a load of the cache): whether the data set will hold just one
+  // load of the cache (cache_load_), and its unique keys when the cache gave them
+  // (stats_.cached_unique_keys).
   void note_load(const PassKey* key, const std::vector<SharedInstanceBlock>& blocks,
                  std::shared_ptr<const UniqueKeys> unique_keys);
   // unique_keys_and_slots() computed from the blocks.
@@ -163,14 +174,17 @@ class InMemoryDataset {
   std::vector<SharedInstanceBlock> blocks_;
   std::size_t shared_bytes_ = 0;
   // Set while the data set holds just one load of the pass cache (`blocks_` are its blocks, in
-  // load order, the empty ones left out): what unique_keys_and_slots asks the cache for.
+  // load order, the empty ones left out): what unique_keys_and_slots offers the cache.
   struct CacheLoad {
-    PassDataCache* cache = nullptr;
+    PassDataCache* cache = nullptr;  // the one it came from; null once another is set
     PassKey key;
-    std::vector<SharedInstanceBlock> blocks;        // as the cache holds them
-    std::shared_ptr<const UniqueKeys> unique_keys;  // the cache's, when it had them
+    std::vector<SharedInstanceBlock> blocks;  // as the cache holds them
+    // The const members may run concurrently: the keys are set by the first that asks.
+    mutable Mutex mu;
+    // The cache's, when it served them; else computed by the first unique_keys_and_slots().
+    std::shared_ptr<const UniqueKeys> unique_keys GPUBOX_GUARDED_BY(mu);
   };
-  std::unique_ptr<const CacheLoad> cache_load_;
+  std::unique_ptr<CacheLoad> cache_load_;
   // Current order: (block << kIndexBits) | index inside the block.
   static constexpr int kIndexBits = 40;
   std::vector<std::uint64_t> order_;

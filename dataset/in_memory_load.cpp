@@ -254,17 +254,17 @@ Status read_files(const std::vector<std::string>& files, const DatasetConfig& co
 bool InMemoryDataset::load_cached(const PassKey& key, const std::vector<FileIdentity>& identities) {
   Timer timer;
   PassDataCache::Served served;
-  if (!cache_->lookup(key, identities, &served)) return false;
+  // The keys only for a data set that will hold just this load (note_load).
+  if (!cache_->lookup(key, identities, /*with_unique_keys=*/order_.empty(), &served)) return false;
+  stats_ = std::move(served.stats);
+  stats_.cached_files = stats_.files;
+  stats_.cached_instances = stats_.instances;
+  stats_.cache_note.clear();
   note_load(&key, served.blocks, std::move(served.unique_keys));
   for (SharedInstanceBlock& block : served.blocks) {
     append_block(std::move(block), /*shared=*/true);
   }
-  LoadStats& stats = served.stats;
-  stats.cached_files = stats.files;
-  stats.cached_instances = stats.instances;
-  stats.cache_note.clear();
-  stats.seconds = timer.seconds();
-  stats_ = std::move(stats);
+  stats_.seconds = timer.seconds();
   return true;
 }
 

@@ -67,9 +67,10 @@ LoadMessages load_messages(const LoadStats& stats) {
   out.info = std::move(formats.info);
   if (stats.cached_files > 0) {
     out.info.push_back(std::to_string(stats.cached_instances) + " instances of " +
-                       files_text(stats.cached_files) +
-                       " from the pass data cache (parsed in an earlier epoch; the files' sizes "
-                       "and modification times unchanged)");
+                       files_text(stats.cached_files) + " from the pass data cache" +
+                       (stats.cached_unique_keys ? ", their unique keys with them" : "") +
+                       " (parsed in an earlier epoch; the files' sizes and modification times "
+                       "unchanged)");
   }
   if (!stats.cache_note.empty()) out.info.push_back(stats.cache_note);
   if (stats.zero_keys_dropped > 0) {

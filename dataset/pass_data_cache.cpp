@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <iterator>
 #include <utility>
 
 namespace gpubox::dataset {
@@ -58,39 +59,58 @@ std::string parse_fingerprint(const DatasetConfig& c) {
 }
 
 bool PassDataCache::lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
-                           Served* served) {
+                           bool with_unique_keys, Served* served) {
   std::shared_ptr<const Entry> entry;
   {
     MutexLock lock(mu_);
     const auto it = entries_.find(key);
     if (it == entries_.end()) return false;
     if (it->second->identities != identities) {
-      held_bytes_ -= it->second->bytes;
-      entries_.erase(it);
+      erase_entry(it);
       return false;
     }
     entry = it->second;
     ++loads_served_;
     instances_served_ += entry->stats.instances;
-    if (entry->unique_keys != nullptr) ++unique_keys_served_;
+    with_unique_keys = with_unique_keys && entry->unique_keys != nullptr;
+    if (with_unique_keys) ++unique_keys_served_;
   }
   // The entry outlives the lock (held by `entry`): a concurrent drop cannot free its blocks.
   served->blocks = entry->blocks;
   served->stats = entry->stats;
-  served->unique_keys = entry->unique_keys;
+  served->unique_keys = with_unique_keys ? entry->unique_keys : nullptr;
   return true;
 }
 
 void PassDataCache::forget(const std::vector<std::string>& files) {
   MutexLock lock(mu_);
   for (auto it = entries_.begin(); it != entries_.end();) {
-    if (it->first.files != files) {
-      ++it;
-      continue;
-    }
-    held_bytes_ -= it->second->bytes;
-    it = entries_.erase(it);
+    it = it->first.files == files ? erase_entry(it) : std::next(it);
   }
+}
+
+PassDataCache::Entries::iterator PassDataCache::erase_entry(Entries::iterator it) {
+  held_bytes_ -= it->second->bytes;
+  unique_keys_bytes_ -= it->second->unique_keys_bytes;
+  return entries_.erase(it);
+}
+
+bool PassDataCache::make_room(std::size_t bytes) {
+  // held_bytes_ <= budget_bytes_ and unique_keys_bytes_ <= held_bytes_: no overflow.
+  if (bytes > budget_bytes_ - held_bytes_ + unique_keys_bytes_) return false;
+  for (auto it = entries_.begin(); it != entries_.end() && bytes > budget_bytes_ - held_bytes_;
+       ++it) {
+    if (it->second->unique_keys == nullptr) continue;
+    // Entries are immutable (lookups read them outside the lock): a new one, the blocks shared.
+    auto entry = std::make_shared<Entry>(*it->second);
+    held_bytes_ -= entry->unique_keys_bytes;
+    entry->bytes -= entry->unique_keys_bytes;
+    unique_keys_bytes_ -= entry->unique_keys_bytes;
+    entry->unique_keys = nullptr;
+    entry->unique_keys_bytes = 0;
+    it->second = std::move(entry);
+  }
+  return true;
 }
 
 std::size_t PassDataCache::entry_bytes(const PassKey& key,
@@ -114,14 +134,14 @@ PassDataCache::Offered PassDataCache::offer(const PassKey& key,
   {
     MutexLock lock(mu_);
     if (entries_.count(key) != 0) return out;
-    if (bytes > budget_bytes_ - held_bytes_) {
+    if (!make_room(bytes)) {
       if (refusal_noted_) return out;
       refusal_noted_ = true;
       out.note = "not kept in the pass data cache: its records take " + mib_text(bytes) + ", " +
-                 mib_text(budget_bytes_ - held_bytes_) + " of runner.pass_cache_mb (" +
-                 mib_text(budget_bytes_) +
-                 ") are left; loads that do not fit are read from their files every epoch (said "
-                 "once)";
+                 mib_text(budget_bytes_ - held_bytes_ + unique_keys_bytes_) +
+                 " of runner.pass_cache_mb (" + mib_text(budget_bytes_) +
+                 ") are left to records; loads that do not fit are read from their files every "
+                 "epoch (said once)";
       return out;
     }
     held_bytes_ += bytes;  // reserved before the entry is built, so concurrent offers cannot
@@ -154,8 +174,10 @@ void PassDataCache::remember_unique_keys(const PassKey& key,
   // Entries are immutable (lookups read them outside the lock): a new one, the blocks shared.
   auto entry = std::make_shared<Entry>(*it->second);
   entry->unique_keys = std::move(unique_keys);
+  entry->unique_keys_bytes = bytes;
   entry->bytes += bytes;
   held_bytes_ += bytes;
+  unique_keys_bytes_ += bytes;
   it->second = std::move(entry);
 }
 
@@ -167,6 +189,7 @@ PassCacheCounts PassDataCache::counts() const {
   out.unique_keys_served = unique_keys_served_;
   out.entries = entries_.size();
   out.bytes = held_bytes_;
+  out.unique_keys_bytes = unique_keys_bytes_;
   return out;
 }
 

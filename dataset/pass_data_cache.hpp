@@ -21,7 +21,10 @@
 // blocks in load order alone) once a data set holding just those blocks computed them
 // (remember_unique_keys), when they fit in what the budget has left: a data set served then takes
 // them instead of going over every key occurrence of the pass again (the larger part of reading a
-// served pass, more than the load itself was).
+// served pass, more than the load itself was). Records first: the keys count in the budget, and a
+// load whose records do not fit in what is left takes the room of other loads' keys (dropped,
+// those loads still served their records) when that makes it fit, so the budget keeps the records
+// of as many loads as it would without the keys.
 //
 // When a load is served: the same file list, in the same order, parsed with the same parse
 // settings (parse_fingerprint), each file still the file that was read (a regular file of the
@@ -35,9 +38,10 @@
 // What is not kept: loads through a pipe_command (its output need not be a function of the file:
 // a command may sample, read other files or fetch remote data, and PaddleRec runs it every
 // epoch), in-memory sources, loads that failed or were stopped, and any load whose records do not
-// fit in what the budget has left. Entries are never evicted to make room: the passes of a run
-// come round in the same order every epoch, and for such a cycle keeping the first passes that
-// fit serves as many loads as any eviction policy would, without re-copying.
+// fit in what the budget has left (with the room of the keys kept). Records are never evicted to
+// make room: the passes of a run come round in the same order every epoch, and for such a cycle
+// keeping the first passes that fit serves as many loads as any eviction policy would, without
+// reading them again.
 //
 // Thread-safety: every member may be called concurrently (a pass read ahead on the staging
 // thread while the evaluation data loads on the controlling one).
@@ -92,14 +96,16 @@ struct PassKey {
 struct PassCacheCounts {
   std::uint64_t loads_served = 0;        // loads answered from the cache
   std::uint64_t instances_served = 0;    // their instances
-  std::uint64_t unique_keys_served = 0;  // of those loads, the ones served their unique keys too
+  std::uint64_t unique_keys_served = 0;  // of those loads, the ones that took their unique keys too
   std::size_t entries = 0;               // file lists held
   std::size_t bytes = 0;  // what they take: records, blocks, file names, identities, unique keys
+  std::size_t unique_keys_bytes = 0;  // of `bytes`, the unique keys'
 };
 
 class PassDataCache {
  public:
-  // Holds at most `budget_bytes` of records (0: holds nothing, every load reads its files).
+  // Holds at most `budget_bytes` of records and unique keys (0: holds nothing, every load reads
+  // its files).
   explicit PassDataCache(std::size_t budget_bytes) : budget_bytes_(budget_bytes) {}
   PassDataCache(const PassDataCache&) = delete;
   PassDataCache& operator=(const PassDataCache&) = delete;
@@ -110,13 +116,16 @@ class PassDataCache {
   struct Served {
     std::vector<SharedInstanceBlock> blocks;  // the load's, in load order (shared, not copied)
     LoadStats stats;                          // the load's statistics
-    // The unique keys of a data set holding just `blocks`; null until remembered.
+    // The unique keys of a data set holding just `blocks`; null until remembered (and when not
+    // asked for).
     std::shared_ptr<const UniqueKeys> unique_keys;
   };
   // When `key` (with these identities, taken now) was loaded before and no file changed: sets
-  // `*served` to what was kept of it and returns true. An entry whose files changed is dropped
-  // (the load that follows reads them and offers them again).
-  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities, Served* served);
+  // `*served` to what was kept of it, its unique keys only `with_unique_keys` (the caller will
+  // hold just this load: counted as served then), and returns true. An entry whose files changed
+  // is dropped (the load that follows reads them and offers them again).
+  bool lookup(const PassKey& key, const std::vector<FileIdentity>& identities,
+              bool with_unique_keys, Served* served);
   // Drops every entry of `files` (one of them could not be identified: gone, or no longer a
   // regular file), so that it holds none of the budget.
   void forget(const std::vector<std::string>& files);
@@ -126,13 +135,14 @@ class PassDataCache {
     std::string note;   // why not kept, for the load's report: only the first load that did not fit
   };
   // Keeps a finished load of `key` (`identities` taken before it read the files, and the same
-  // after), sharing its blocks, when its records fit in what the budget has left and no load of
-  // `key` is held already.
+  // after), sharing its blocks, when its records fit in what the budget has left once the unique
+  // keys of other loads are dropped as needed, and no load of `key` is held already.
   Offered offer(const PassKey& key, const std::vector<FileIdentity>& identities,
                 const std::vector<SharedInstanceBlock>& blocks, const LoadStats& stats);
   // Keeps `unique_keys`, those of a data set holding just `blocks` (a load of `key` it was served
   // or that was kept), with the entry of `key` while that entry holds these same blocks, when
-  // they fit in what the budget has left and none are kept yet; later lookups serve them.
+  // they fit in what the budget has left and none are kept yet; later lookups serve them, until
+  // a load's records need their room (offer).
   void remember_unique_keys(const PassKey& key, const std::vector<SharedInstanceBlock>& blocks,
                             std::shared_ptr<const UniqueKeys> unique_keys);
 
@@ -144,17 +154,25 @@ class PassDataCache {
     std::vector<SharedInstanceBlock> blocks;
     LoadStats stats;
     std::shared_ptr<const UniqueKeys> unique_keys;  // null until remembered
+    std::size_t unique_keys_bytes = 0;              // their part of `bytes`
     std::size_t bytes = 0;                          // all of the above
   };
+  using Entries = std::map<PassKey, std::shared_ptr<const Entry>>;
 
   // The bytes an entry of `key` holding `blocks` counts in the budget.
   static std::size_t entry_bytes(const PassKey& key,
                                  const std::vector<SharedInstanceBlock>& blocks);
+  // Drops the entry at `it` and returns the next.
+  Entries::iterator erase_entry(Entries::iterator it) GPUBOX_REQUIRES(mu_);
+  // Drops remembered unique keys until `bytes` fit in what the budget has left (records first);
+  // false, dropping none, when even all of them would not make room.
+  bool make_room(std::size_t bytes) GPUBOX_REQUIRES(mu_);
 
   const std::size_t budget_bytes_;
   mutable Mutex mu_;
-  std::map<PassKey, std::shared_ptr<const Entry>> entries_ GPUBOX_GUARDED_BY(mu_);
+  Entries entries_ GPUBOX_GUARDED_BY(mu_);
   std::size_t held_bytes_ GPUBOX_GUARDED_BY(mu_) = 0;
+  std::size_t unique_keys_bytes_ GPUBOX_GUARDED_BY(mu_) = 0;  // of held_bytes_
   bool refusal_noted_ GPUBOX_GUARDED_BY(mu_) = false;
   std::uint64_t loads_served_ GPUBOX_GUARDED_BY(mu_) = 0;
   std::uint64_t instances_served_ GPUBOX_GUARDED_BY(mu_) = 0;

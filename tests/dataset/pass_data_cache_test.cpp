@@ -6,10 +6,8 @@
 // list's entry; another parse config never served another's records; pipe_command, failed loads
 // and strict parse failures never served. A served load borrows the cache's blocks (no copy),
 // the cache's bytes counted once however many data sets borrow them; a pass that shuffles, stores
-// its instances in its order or is released changes nothing the cache serves the next one. A
-// kept load's unique keys (and slots) are computed once and served with it, exactly those of a
-// data set without a cache, counted in the budget, never served to a data set holding anything
-// else (another load besides, its instances stored in another order).
+// its instances in its order or is released changes nothing the cache serves the next one. The
+// unique keys kept with a load: pass_data_cache_keys_test.cpp.
 #include "dataset/pass_data_cache.hpp"
 
 #include <fcntl.h>
@@ -19,138 +17,25 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "dataset/in_memory_dataset.hpp"
-#include "tests/dataset/test_util.hpp"
+#include "tests/dataset/pass_data_cache_test_util.hpp"
 
 namespace gpubox::dataset {
 namespace {
 
+using testing::config;
+using testing::expect_same_load;
+using testing::kDense;
+using testing::kSlots;
+using testing::load;
+using testing::Loaded;
+using testing::PassDataCacheTest;
 using testing::PlainInstance;
-using testing::ScratchDir;
-
-constexpr int kSlots = 3;
-constexpr int kDense = 2;
-
-// `lines` seeded slot-format lines; every `bad_every`-th (when > 0) has a key that is no number.
-std::string slot_lines(int lines, unsigned seed, int bad_every = 0) {
-  std::mt19937_64 rng(seed);
-  std::string text;
-  for (int i = 0; i < lines; ++i) {
-    text += "click:" + std::to_string(rng() % 2);
-    text += " dense_feature:" + std::to_string(static_cast<double>(rng() % 1000) / 100.0);
-    text += " dense_feature:" + std::to_string(static_cast<double>(rng() % 1000) / 100.0);
-    for (int s = 1; s <= kSlots; ++s) {
-      const int keys = static_cast<int>(rng() % 3);  // 0 to 2 keys a slot
-      for (int k = 0; k < keys; ++k) text += " " + std::to_string(s) + ":" + std::to_string(rng());
-    }
-    if (bad_every > 0 && i % bad_every == bad_every - 1) text += " 2:not_a_key";
-    text += "\n";
-  }
-  return text;
-}
-
-// `lines` seeded slot-format lines whose keys come from 1..`vocab` in every slot: a key's first
-// slot depends on the order of the instances.
-std::string shared_key_lines(int lines, unsigned seed, unsigned vocab) {
-  std::mt19937_64 rng(seed);
-  std::string text;
-  for (int i = 0; i < lines; ++i) {
-    text += "click:" + std::to_string(rng() % 2) + " dense_feature:1 dense_feature:2";
-    for (int s = 1; s <= kSlots; ++s)
-      text += " " + std::to_string(s) + ":" + std::to_string(1 + rng() % vocab);
-    text += "\n";
-  }
-  return text;
-}
-
-DatasetConfig config() {
-  DatasetConfig c = testing::slot_config(kSlots, kDense);
-  c.thread_num = 2;
-  c.split_bytes = 4096;  // the larger files are read as several ranges
-  return c;
-}
-
-std::vector<PlainInstance> records(const InMemoryDataset& ds) {
-  std::vector<PlainInstance> out;
-  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(testing::to_plain(ds.instance(i)));
-  return out;
-}
-
-// A load of `files` with `cache` (nullptr: none), shuffled with `seed` when it is not 0.
-struct Loaded {
-  Status status;
-  std::vector<PlainInstance> records;
-  std::vector<std::uint64_t> unique_keys;
-  LoadStats stats;
-};
-Loaded load(const std::vector<std::string>& files, PassDataCache* cache, std::uint64_t seed = 0,
-            const DatasetConfig& c = config()) {
-  InMemoryDataset ds(c);
-  ds.set_filelist(files);
-  ds.set_pass_cache(cache);
-  Loaded out;
-  out.status = ds.load_into_memory();
-  if (seed != 0) ds.local_shuffle(seed);
-  out.records = records(ds);
-  out.unique_keys = ds.unique_keys();
-  out.stats = ds.load_stats();
-  return out;
-}
-
-void expect_same_load(const Loaded& got, const Loaded& want, const std::string& what) {
-  ASSERT_TRUE(got.status.ok()) << what << ": " << got.status.to_string();
-  EXPECT_EQ(got.records, want.records) << what;
-  EXPECT_EQ(got.unique_keys, want.unique_keys) << what;
-  EXPECT_EQ(got.stats.files, want.stats.files) << what;
-  EXPECT_EQ(got.stats.lines, want.stats.lines) << what;
-  EXPECT_EQ(got.stats.instances, want.stats.instances) << what;
-  EXPECT_EQ(got.stats.positives, want.stats.positives) << what;
-  EXPECT_EQ(got.stats.skipped_lines(), want.stats.skipped_lines()) << what;
-  ASSERT_EQ(got.stats.errors.size(), want.stats.errors.size()) << what;
-  for (std::size_t e = 0; e < want.stats.errors.size(); ++e) {
-    EXPECT_EQ(got.stats.errors[e].to_string(), want.stats.errors[e].to_string()) << what;
-  }
-}
-
-class PassDataCacheTest : public ::testing::Test {
- protected:
-  ScratchDir dir_;
-  const std::string empty_ = dir_.write("empty", "");
-  const std::string one_ = dir_.write("one", slot_lines(1, 1));
-  const std::string many_ = dir_.write("many", slot_lines(257, 2));
-  const std::string bad_ = dir_.write("bad", slot_lines(100, 3, /*bad_every=*/7));
-  const std::string shared_keys_ = dir_.write("shared_keys", shared_key_lines(300, 4, 40));
-};
-
-// unique_keys_and_slots of a data set loading `files` (after `other` when not empty) with
-// `cache`, shuffled with `seed` and stored in that order when it is not 0.
-UniqueKeys keys_of(const std::vector<std::string>& files, PassDataCache* cache,
-                   std::uint64_t seed = 0, const std::vector<std::string>& other = {}) {
-  InMemoryDataset ds(config());
-  ds.set_pass_cache(cache);
-  if (!other.empty()) {
-    ds.set_filelist(other);
-    EXPECT_TRUE(ds.load_into_memory().ok());
-  }
-  ds.set_filelist(files);
-  EXPECT_TRUE(ds.load_into_memory().ok());
-  if (seed != 0) {
-    ds.local_shuffle(seed);
-    EXPECT_TRUE(ds.store_in_order());
-  }
-  UniqueKeys out = ds.unique_keys_and_slots();
-  EXPECT_EQ(ds.unique_keys(), out.keys);
-  return out;
-}
-
-void expect_same_keys(const UniqueKeys& got, const UniqueKeys& want, const std::string& what) {
-  EXPECT_EQ(got.keys, want.keys) << what;
-  EXPECT_EQ(got.slots, want.slots) << what;
-}
+using testing::records;
+using testing::slot_lines;
 
 TEST_F(PassDataCacheTest, ServedLoadsEqualAFreshParseBeforeAndAfterTheShuffle) {
   const std::vector<std::vector<std::string>> lists = {
@@ -466,100 +351,17 @@ TEST_F(PassDataCacheTest, WhatAPassDoesToItsInstancesDoesNotChangeWhatTheNextIsS
     EXPECT_EQ(ds.shared_bytes(), 0u);  // its own blocks now
     if (pass % 2 == 1) ds.release_memory();
   }
-  // The cache gone: the data sets keep the blocks they borrowed (those not stored in order).
+  // The cache gone (set to none first, as set_pass_cache asks): the data sets keep the blocks
+  // they borrowed (those not stored in order), and compute their unique keys without it.
   InMemoryDataset borrowed(config());
   borrowed.set_filelist(files);
   borrowed.set_pass_cache(cache.get());
   ASSERT_TRUE(borrowed.load_into_memory().ok());
+  borrowed.set_pass_cache(nullptr);
   cache.reset();
   EXPECT_EQ(records(borrowed), oracle.records);
+  EXPECT_EQ(borrowed.unique_keys_and_slots().keys, oracle.unique_keys);
   EXPECT_EQ(records(*passes[2]).size(), oracle.records.size());
-}
-
-// The unique keys of a load the cache keeps are computed once, by the first data set that asks
-// (the load kept), counted in the budget and served with the load from then on: the same keys
-// and slots as a data set without a cache computes, for lists of 0, 1 and n blocks.
-TEST_F(PassDataCacheTest, AKeptLoadsUniqueKeysAreComputedOnceThenServed) {
-  const std::vector<std::vector<std::string>> lists = {
-      {empty_}, {one_}, {many_}, {shared_keys_}, {one_, shared_keys_, many_}};
-  for (const auto& files : lists) {
-    const std::string what = "a list of " + std::to_string(files.size()) + " files, the first " +
-                             files.front().substr(dir_.path().size());
-    const UniqueKeys oracle = keys_of(files, nullptr);
-    PassDataCache cache(std::size_t{64} << 20);
-    InMemoryDataset kept(config());
-    kept.set_filelist(files);
-    kept.set_pass_cache(&cache);
-    ASSERT_TRUE(kept.load_into_memory().ok());
-    const std::size_t load_bytes = cache.counts().bytes;
-    expect_same_keys(kept.unique_keys_and_slots(), oracle, what + ", the load kept");
-    const std::size_t keys_bytes = sizeof(UniqueKeys) + oracle.keys.size() * 12;
-    EXPECT_EQ(cache.counts().bytes, load_bytes + keys_bytes) << what;
-    expect_same_keys(kept.unique_keys_and_slots(), oracle, what + ", asked again");
-    for (std::uint64_t served = 1; served <= 2; ++served) {
-      expect_same_keys(keys_of(files, &cache), oracle, what + ", served");
-      EXPECT_EQ(cache.counts().unique_keys_served, served) << what;
-    }
-    EXPECT_EQ(cache.counts().bytes, load_bytes + keys_bytes) << what;
-  }
-}
-
-// Keys the cache remembers are a load's in load order: a data set holding more than that load, or
-// its instances stored in another order (a key's first slot then changes), computes its own, as
-// one without a cache does; a file changed between epochs is read, kept and its keys computed
-// again.
-TEST_F(PassDataCacheTest, UniqueKeysOfAnythingButOneServedLoadAreComputed) {
-  PassDataCache cache(std::size_t{64} << 20);
-  const std::vector<std::string> files = {shared_keys_};
-  const UniqueKeys in_load_order = keys_of(files, &cache);
-  ASSERT_EQ(keys_of(files, &cache).slots, in_load_order.slots);
-  ASSERT_EQ(cache.counts().unique_keys_served, 1u);
-  // Stored in a shuffled order: the first occurrences move (the test could not fail otherwise).
-  const UniqueKeys stored = keys_of(files, nullptr, /*seed=*/5);
-  ASSERT_NE(stored.slots, in_load_order.slots);
-  expect_same_keys(keys_of(files, &cache, 5), stored, "stored in a shuffled order");
-  // After another load, and with another load after it.
-  const std::vector<std::string> other = {many_, one_};
-  keys_of(other, &cache);
-  expect_same_keys(keys_of(files, &cache, 0, other), keys_of(files, nullptr, 0, other),
-                   "after another list");
-  expect_same_keys(keys_of(other, &cache, 0, files), keys_of(other, nullptr, 0, files),
-                   "before another list");
-  // An empty load first leaves the data set holding just the second.
-  keys_of({empty_}, &cache);
-  expect_same_keys(keys_of(files, &cache, 0, {empty_}), in_load_order, "after an empty list");
-  // The file rewritten (another size): read again, the old keys not served.
-  const std::uint64_t served = cache.counts().unique_keys_served;
-  dir_.write("shared_keys", shared_key_lines(301, 6, 40));
-  const UniqueKeys rewritten = keys_of(files, nullptr);
-  ASSERT_FALSE(rewritten.keys == in_load_order.keys && rewritten.slots == in_load_order.slots);
-  expect_same_keys(keys_of(files, &cache), rewritten, "rewritten, read again");
-  expect_same_keys(keys_of(files, &cache), rewritten, "rewritten, served");
-  EXPECT_EQ(cache.counts().unique_keys_served, served + 1);
-}
-
-// Keys that do not fit in what the budget has left are not kept; the data sets served compute
-// them, the same.
-TEST_F(PassDataCacheTest, UniqueKeysThatDoNotFitAreNotKept) {
-  const std::vector<std::string> files = {many_};
-  std::size_t load_bytes = 0;
-  {
-    PassDataCache all(std::size_t{64} << 20);
-    InMemoryDataset ds(config());
-    ds.set_filelist(files);
-    ds.set_pass_cache(&all);
-    ASSERT_TRUE(ds.load_into_memory().ok());
-    load_bytes = all.counts().bytes;
-  }
-  PassDataCache cache(load_bytes);
-  const UniqueKeys oracle = keys_of(files, nullptr);
-  for (int epoch = 0; epoch < 3; ++epoch) {
-    expect_same_keys(keys_of(files, &cache), oracle, "epoch " + std::to_string(epoch));
-  }
-  EXPECT_EQ(cache.counts().entries, 1u);
-  EXPECT_EQ(cache.counts().bytes, load_bytes);
-  EXPECT_EQ(cache.counts().loads_served, 2u);
-  EXPECT_EQ(cache.counts().unique_keys_served, 0u);
 }
 
 }  // namespace

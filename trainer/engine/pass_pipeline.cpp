@@ -104,7 +104,8 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     prepared = job.ready.get();  // a failure to read the pass is thrown here
     const double mib = 1.0 / (1 << 20);
     const std::size_t data_bytes = prepared->data ? prepared->data->memory_bytes() : 0;
-    // Blocks the pass data cache holds too (its budget counts them): not on top of it.
+    // Blocks the pass data cache held too when the pass was read (its budget counts them): not on
+    // top of it. Memory sources' blocks, shared with their registration, count as the data set's.
     const std::size_t shared_bytes = prepared->data ? prepared->data->shared_bytes() : 0;
     const std::size_t held = data_bytes - shared_bytes + prepared->staged.bytes();
     std::string budget;
@@ -115,7 +116,8 @@ std::shared_ptr<PreparedPass> PassPipeline::take(int64_t pass) {
     }
     GPUBOX_LOG(INFO) << "pass " << pass << " was read ahead (" << prepared->read_seconds
                      << " s, data set " << data_bytes * mib << " MiB, " << shared_bytes * mib
-                     << " MiB of it shared with the pass data cache) and "
+                     << " MiB of it shared with the pass data cache when read, memory sources' "
+                        "blocks not) and "
                      << (prepared->staged.fetched ? prepared->staged.keys.size() : 0) << " of its "
                      << prepared->sorted_keys->size() << " keys staged ("
                      << prepared->staged.bytes() * mib << " MiB, " << prepared->staged.seconds
