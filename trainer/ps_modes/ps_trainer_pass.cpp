@@ -177,7 +177,9 @@ struct PsTrainer::PassThreads {
     const RunnerConfig& runner = trainer.config_.runner;
     // async and geo take a stream's batches until it ends; everything else `steps` of them.
     open_ended = data.stream != nullptr && mode != SyncMode::kSync;
-    // sync averages the step's gradients of every thread of the job; geo averages the threads'
+    // sync averages the step's changes of every thread of the job (SGD: the gradients, as the
+    // gpubox mode's cards; Adam and Adagrad: each thread's step with its own moments, not one step
+    // on the averaged gradient, issue 32: ps_batch_norm_test); geo averages the threads'
     // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
     // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
     dense_scale = mode == SyncMode::kAsync
@@ -187,6 +189,19 @@ struct PsTrainer::PassThreads {
     statistic_scale = 1.0f / static_cast<float>(trainer.env_.trainers * threads);
     dense_every = static_cast<std::size_t>(mode == SyncMode::kGeo ? runner.geo_step
                                                                   : runner.dense_sync_steps);
+  }
+  // Sync: every thread of the job has pulled step b's rows before any pushes its gradients, so
+  // that every pull of a step reads the rows of the step before, as the gpubox mode's cards do
+  // (else a slow thread's pull could find a fast one's update of the same step: the rows of one
+  // step depended on the threads' timing, and two threads' step differed from two cards' by up
+  // to 5e-3 in a dense value after one step, issue 32). Threads of one trainer alone meet on the
+  // local barrier only.
+  void meet_pulled(int t, std::size_t b) {
+    if (trainer.env_.trainers == 1) {
+      local.wait();
+      return;
+    }
+    meet_all(t, "rows/" + std::to_string(b), "step " + std::to_string(b) + "'s pulls", data.steps);
   }
   // Thread t's batch of step b; false when the thread has no step left.
   bool next_batch(int t, std::size_t b, dataset::Batch* batch) const {
@@ -263,7 +278,9 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     asked = mode == SyncMode::kAsync;
     stop_next = asked && run.stop.stop_before_step(t, b + 1);
     have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
-    worker.train_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
+    worker.compute_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
+    if (mode == SyncMode::kSync) run.meet_pulled(t, b);
+    worker.apply_step();
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
