@@ -68,11 +68,11 @@ class PsBatchNormOutputs : public PsBatchNorm, public ::testing::WithParamInterf
 // the Adam steps, each about the learning rate whatever the batch, move the model half as far, and
 // the gpubox mode on two cards trails one card as much (0.6933 against 0.7142 two-class, 0.7191
 // against 0.7311 logit). Against two cards, in 10 runs: sync 0.002-0.014 behind two-class,
-// 0.001-0.007 logit; async 0.000-0.017 behind one card, 0.003-0.018 logit (0.0251, at the bound,
-// once in 35 runs). What keeps sync behind two cards, measured with the rows held still (sparse
-// learning rates 1e-12): with SGD sync ends at the two cards' dense values to 1.4e-6 after 64 steps
-// when its threads' changes reach the servers in card order, and the other order is 1 ulp apart
-// that the two-class net grows to 2.4e-3 in a weight within 8 steps (AUC 0.002 apart after 3
+// 0.001-0.007 logit; async 0.000-0.017 behind one card, 0.003-0.018 logit (the bounds below say
+// what a loaded machine adds). What keeps sync behind two cards, measured with the rows held still
+// (sparse learning rates 1e-12): with SGD sync ends at the two cards' dense values to 1.4e-6 after
+// 64 steps when its threads' changes reach the servers in card order, and the other order is 1 ulp
+// apart that the two-class net grows to 2.4e-3 in a weight within 8 steps (AUC 0.002 apart after 3
 // passes); with Adam each thread steps its own moments on its own batch and the servers average the
 // steps, where two cards step one Adam on the averaged gradient: 0.006-0.011 behind two-class,
 // 0.001 logit.
@@ -112,7 +112,14 @@ TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
         "dlrm (%s) with batch norm, %s (%d threads): test auc %.4f, gpubox mode on %d "
         "card(s) %.4f (behind by %.4f)\n",
         GetParam(), mode, trainer.threads(), auc, reference_cards, reference, reference - auc);
-    EXPECT_NEAR(auc, reference, 0.025);
+    // Trailing is what is guarded (one-sided): sync's bound 0.025 (at most 0.0143 behind two
+    // cards seen); async's 0.035, with margin over what a loaded machine shows: at load ~9 in 20
+    // runs the two-class output trailed one card by 0.0112 on average, 0.0193 at most, and the
+    // logit reached 0.0251 once in 35 runs (a 0.025 bound failed ~1-3% of runs). Far ahead (never
+    // seen: at most 0.001) would mean the reference or the comparison is off.
+    const double behind = sync ? 0.025 : 0.035;
+    EXPECT_GT(auc, reference - behind) << "behind the gpubox mode by more than " << behind;
+    EXPECT_LT(auc, reference + 0.05) << "far ahead of the gpubox mode: is the reference off?";
     EXPECT_GT(auc, 0.65) << "the planted data is learnable: a constant predictor is 0.5";
     const std::vector<float> dense = trainer.dense_values();
     ASSERT_EQ(dense.size(), initial.size());
