@@ -4,7 +4,8 @@
 // table's copies that the async mode's exchange takes every runner.dense_sync_steps steps
 // (PaddleRec fat_deepffm's 71 MB table at batch 1: three fresh copies a step before). The steady
 // step allocates nothing, on the host or the card; a pass like the one before reports
-// pass_step_allocations 0.
+// pass_step_allocations 0. A step split in two (the sync mode's compute_step, then apply_step
+// after the job's pull barrier) is applied or discarded before the next.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -181,6 +182,54 @@ TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   std::vector<float> table(worker.model().parameters().size(), 0.0f);
   throw_if_error((*servers)->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
   EXPECT_EQ(worker.model().parameters().values_to_host(), table);
+}
+
+// The sync mode computes a step, meets the job's pull barrier and only then applies it
+// (PsWorker::compute_step, apply_step); a barrier that fails between the two discards it. A
+// computed step refuses a successor until applied or discarded, and a discarded one leaves the
+// dense net as it was; async's read-ahead pull of the next batch is waited for by the discard.
+TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const TrainerConfig cfg = ps_test_config({std::string("runner.sync_mode=") + mode});
+    Servers shards(cfg, 1);
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = shards.endpoints();
+    options.config = cfg.sparse;
+    auto servers = table::server::RemoteHostTier::connect(std::move(options));
+    throw_if_error(servers.status());
+    device::Card card(0, 0, 0, 1);
+    card.activate();
+    PsWorker worker(card, **servers, cfg);
+    worker.sync_dense(0.0f);
+    std::mt19937_64 rng(5);
+    const int slots = static_cast<int>(cfg.dataset.slots.size());
+    const dataset::Batch first = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
+    const dataset::Batch second = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
+    const std::vector<float> initial = worker.model().parameters().values_to_host();
+    worker.compute_step(first, 0, 0, &second);  // async: pulls second's rows meanwhile
+    try {
+      worker.compute_step(second, 0, 1);
+      ADD_FAILURE() << "a step computed while another was pending";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "step 0 of pass 0 was computed and neither applied nor discarded"),
+                std::string::npos)
+          << e.what();
+    }
+    worker.discard_step();
+    EXPECT_EQ(worker.model().parameters().values_to_host(), initial)
+        << "a discarded step moved the dense net";
+    worker.discard_step();  // nothing pending: nothing
+    worker.compute_step(second, 0, 1);
+    worker.apply_step();
+    EXPECT_NE(worker.model().parameters().values_to_host(), initial)
+        << "an applied step left the dense net";
+    worker.apply_step();  // a second time: nothing
+    worker.compute_step(first, 0, 2);
+    worker.apply_step();
+    worker.finish_rows();
+  }
 }
 
 // The pass report's pass_step_allocations: a pass over the same batches as the one before it

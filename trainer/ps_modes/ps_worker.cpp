@@ -299,7 +299,9 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
 
 double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                               const dataset::Batch* next) {
-  computed_.pending = false;
+  GPUBOX_EXPECTS(!computed_.pending, "pass ", pass, ", step ", step, ": step ", computed_.step,
+                 " of pass ", computed_.pass,
+                 " was computed and neither applied nor discarded (apply_step, discard_step)");
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return 0.0;
   const device::DeviceCounts before = card_.counts();
@@ -333,6 +335,17 @@ void PsWorker::apply_step() {
   if (computed_.prefetching) current_ = 1 - current_;
   optimizer_->step(model_->parameters());
   count_card_allocations(before);
+}
+
+void PsWorker::discard_step() {
+  if (!computed_.pending) return;
+  computed_.pending = false;
+  if (!computed_.prefetching) return;
+  // The next batch's rows are coming into the other slot: waited for, so that no later gather
+  // writes into it under the pull. A failure stays the queue's (a CallQueue stops at its first):
+  // the next step or finish_rows() throws it, or the destructor logs it.
+  rows_[1 - current_].pulling = false;
+  (void)row_calls_->drain();
 }
 
 void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,

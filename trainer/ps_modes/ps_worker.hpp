@@ -101,10 +101,13 @@ class PsWorker {
   // same step: ps_trainer_pass.cpp). compute_step: the rows, forward/backward, the finite check
   // and the merged gradients (throws as train_step); apply_step: the push (geo: the local copy's
   // update) and the dense optimizer step of the last compute_step (nothing after an empty batch
-  // or a second time). Between the two, nothing else of this worker may be called.
+  // or a second time); discard_step: drops it (the caller failed between the two: neither its push
+  // nor its dense step is made; its metrics stay added). Between compute_step and one of the
+  // others, nothing else of this worker may be called; compute_step throws while a step is pending.
   double compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                       const dataset::Batch* next = nullptr);
   void apply_step();
+  void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
   // pull started for a batch that will not be trained included. Throws the first failure.
   void finish_rows();
