@@ -121,21 +121,34 @@ TEST(BatchKeys, MatchesAnUnorderedMapOracleBatchAfterBatch) {
   EXPECT_EQ(growth.growths(), grown);
 }
 
+// One training thread of `cfg` on card 0 against its own loopback server, the servers' dense
+// table adopted.
+struct LoopbackThread {
+  explicit LoopbackThread(const TrainerConfig& cfg) : shards(cfg, 1) {
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = shards.endpoints();
+    options.config = cfg.sparse;
+    auto connected = table::server::RemoteHostTier::connect(std::move(options));
+    throw_if_error(connected.status());
+    servers = std::move(connected).value();
+    card.activate();
+    worker = std::make_unique<PsWorker>(card, *servers, cfg);
+    worker->sync_dense(0.0f);
+  }
+  Servers shards;
+  std::unique_ptr<table::server::RemoteHostTier> servers;
+  device::Card card{0, 0, 0, 1};
+  std::unique_ptr<PsWorker> worker;  // destroyed first
+};
+
 // One async training thread against a loopback server, its dense table exchanged every step
 // (runner.dense_sync_steps 1, as fat_deepffm's config at batch 1): after the first step, steps
 // of that batch or a smaller one, with their exchanges, allocate nothing, host or card.
 TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   const TrainerConfig cfg = ps_test_config({"runner.sync_mode=async", "runner.dense_sync_steps=1"});
-  Servers shards(cfg, 1);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  auto servers = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(servers.status());
-  device::Card card(0, 0, 0, 1);
-  card.activate();
-  PsWorker worker(card, **servers, cfg);
-  worker.sync_dense(0.0f);
+  LoopbackThread thread(cfg);
+  PsWorker& worker = *thread.worker;
+  device::Card& card = thread.card;
   std::mt19937_64 rng(3);
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   const dataset::Batch big = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
@@ -180,7 +193,7 @@ TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   // Nothing of the exchanges was lost: the thread is the servers' only writer, and after the
   // last sync its parameters are the servers' table.
   std::vector<float> table(worker.model().parameters().size(), 0.0f);
-  throw_if_error((*servers)->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
+  throw_if_error(thread.servers->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
   EXPECT_EQ(worker.model().parameters().values_to_host(), table);
 }
 
@@ -192,16 +205,8 @@ TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
   for (const char* mode : {"sync", "async"}) {
     SCOPED_TRACE(mode);
     const TrainerConfig cfg = ps_test_config({std::string("runner.sync_mode=") + mode});
-    Servers shards(cfg, 1);
-    table::server::RemoteHostTierOptions options;
-    options.endpoints = shards.endpoints();
-    options.config = cfg.sparse;
-    auto servers = table::server::RemoteHostTier::connect(std::move(options));
-    throw_if_error(servers.status());
-    device::Card card(0, 0, 0, 1);
-    card.activate();
-    PsWorker worker(card, **servers, cfg);
-    worker.sync_dense(0.0f);
+    LoopbackThread thread(cfg);
+    PsWorker& worker = *thread.worker;
     std::mt19937_64 rng(5);
     const int slots = static_cast<int>(cfg.dataset.slots.size());
     const dataset::Batch first = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
