@@ -2,8 +2,9 @@
 // an in-process gpubox_server shard on loopback, on the planted data (tests/dataset/
 // planted_data.hpp): async and sync, with two training threads that each move their own copy of
 // the running statistics and merge the moves through the dense table, learn what the gpubox
-// mode learns, and their statistics end finite and moved; async with 8 threads averages the
-// threads' statistic moves (PsWorker::sync_dense); geo is refused at load (config_loader.cpp).
+// mode learns taking as many steps, and their statistics end finite and moved; async with 8 threads
+// averages the threads' statistic moves (PsWorker::sync_dense); geo is refused at load
+// (config_loader.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -58,14 +60,35 @@ fs::path PsBatchNorm::root_;
 // the threads move and merge like the others'.
 class PsBatchNormOutputs : public PsBatchNorm, public ::testing::WithParamInterface<const char*> {};
 
+// The reference of each mode is the gpubox mode taking the same steps (issue 32): async's threads
+// each add their changes whole (a thread's step moves the model as a card's does), so one card and
+// its pass of twice the steps; sync's step averages every thread's change as the gpubox mode's
+// cards all-reduce theirs, so as many cards as the trainer has training threads. Against one card,
+// sync's two threads had trailed by 0.018-0.035 with the two-class output (logit 0.006-0.017): half
+// the Adam steps, each about the learning rate whatever the batch, move the model half as far, and
+// the gpubox mode on two cards trails one card as much (0.6933 against 0.7142 two-class, 0.7191
+// against 0.7311 logit). Against two cards, in 10 runs: sync 0.002-0.014 behind two-class,
+// 0.001-0.007 logit; async 0.000-0.017 behind one card, 0.003-0.018 logit (the bounds below say
+// what a loaded machine adds). What keeps sync behind two cards, measured with the rows held still
+// (sparse learning rates 1e-12): with SGD sync ends at the two cards' dense values to 1.4e-6 after
+// 64 steps when its threads' changes reach the servers in card order, and the other order is 1 ulp
+// apart that the two-class net grows to 2.4e-3 in a weight within 8 steps (AUC 0.002 apart after 3
+// passes); with Adam each thread steps its own moments on its own batch and the servers average the
+// steps, where two cards step one Adam on the averaged gradient: 0.006-0.011 behind two-class,
+// 0.001 logit.
 TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
   constexpr int kEpochs = 3;
   const TrainerConfig gpubox_cfg = config("gpubox", GetParam());
-  TrainerEnv gpubox_env;
-  gpubox_env.threads_per_card = 1;
-  Trainer gpubox(gpubox_cfg, gpubox_env);
-  for (int e = 0; e < kEpochs; ++e) gpubox.train_pass(files("train"));
-  const double gpubox_auc = gpubox.evaluate(files("test"), false).metrics.auc;
+  // The gpubox mode's test AUC on `cards` cards, one thread a card.
+  const auto gpubox_auc = [&](int cards) {
+    TrainerEnv env;
+    env.selected_cards = device::testing::card_list(cards);
+    env.threads_per_card = 1;
+    Trainer gpubox(gpubox_cfg, env);
+    for (int e = 0; e < kEpochs; ++e) gpubox.train_pass(files("train"));
+    return gpubox.evaluate(files("test"), false).metrics.auc;
+  };
+  const double one_card_auc = gpubox_auc(1);
 
   // Where the statistics sit (DenseParameters::add_statistic) and where they start.
   device::CardSet cards = device::CardSet::from_list("0");
@@ -82,14 +105,21 @@ TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
     PsTrainer trainer(cfg, env);
     for (int e = 0; e < kEpochs; ++e) trainer.train_pass(files("train"));
     const double auc = trainer.evaluate(files("test")).metrics.auc;
-    std::printf("dlrm (%s) with batch norm, %s: test auc %.4f, gpubox mode %.4f\n", GetParam(),
-                mode, auc, gpubox_auc);
-    // Two threads step half as often as the gpubox mode's one card (a step per thread's batch,
-    // merged): the logit 0.006-0.017 behind it in 6 runs each. The two-class output, whose
-    // 2-wide last norm moves on half the steps too, trails more in sync: 0.018-0.035 behind
-    // (0.6795-0.6959 against 0.7142) in 7 runs, async 0.008-0.014; 0.025 failed 1 run in 3.
-    const double behind = std::string(GetParam()) == "softmax2" ? 0.045 : 0.025;
-    EXPECT_NEAR(auc, gpubox_auc, behind);
+    const bool sync = std::string(mode) == "sync";
+    const int reference_cards = sync ? trainer.threads() : 1;
+    const double reference = reference_cards == 1 ? one_card_auc : gpubox_auc(reference_cards);
+    std::printf(
+        "dlrm (%s) with batch norm, %s (%d threads): test auc %.4f, gpubox mode on %d "
+        "card(s) %.4f (behind by %.4f)\n",
+        GetParam(), mode, trainer.threads(), auc, reference_cards, reference, reference - auc);
+    // Trailing is what is guarded (one-sided): sync's bound 0.025 (at most 0.0143 behind two
+    // cards seen); async's 0.035, with margin over what a loaded machine shows: at load ~9 in 20
+    // runs the two-class output trailed one card by 0.0112 on average, 0.0193 at most, and the
+    // logit reached 0.0251 once in 35 runs (a 0.025 bound failed ~1-3% of runs). Far ahead (never
+    // seen: at most 0.0013) would mean the reference or the comparison is off.
+    const double behind = sync ? 0.025 : 0.035;
+    EXPECT_GT(auc, reference - behind) << "behind the gpubox mode by more than " << behind;
+    EXPECT_LT(auc, reference + 0.05) << "far ahead of the gpubox mode: is the reference off?";
     EXPECT_GT(auc, 0.65) << "the planted data is learnable: a constant predictor is 0.5";
     const std::vector<float> dense = trainer.dense_values();
     ASSERT_EQ(dense.size(), initial.size());
@@ -100,7 +130,7 @@ TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
     }
     EXPECT_GT(moved, (dense.size() - trained) / 2) << "the running statistics stayed put";
   }
-  EXPECT_GT(gpubox_auc, 0.7);
+  EXPECT_GT(one_card_auc, 0.7);
 }
 
 INSTANTIATE_TEST_SUITE_P(DlrmOutputs, PsBatchNormOutputs, ::testing::Values("logit", "softmax2"),

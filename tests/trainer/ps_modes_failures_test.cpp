@@ -1,7 +1,7 @@
-// How a parameter-server job ends when something fails: a dead server or trainer ends it with an
-// error naming it within its timeout, a failed dense exchange left at the end is logged naming
-// the server, data without a valid instance is an error in every mode, a diverged job stops on
-// every trainer before its save.
+// How a parameter-server job ends when something fails: a dead server or trainer (also one dead
+// within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
+// left at the end is logged naming the server, data without a valid instance is an error in every
+// mode, a diverged job stops on every trainer before its save.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -31,6 +31,7 @@
 #include "trainer/ps_modes/geo_rows.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/schedule.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -120,6 +121,54 @@ TEST_F(PsModes, ADeadTrainerEndsASyncJobWithAnErrorNamingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
   EXPECT_NE(error.find("missing: trainer 1"), std::string::npos) << error;
   EXPECT_NE(error.find("runner.collective_timeout_s"), std::string::npos) << error;
+}
+
+// A sync trainer that dies between a step's pull barrier and its step barrier (its push made,
+// here thrown by its progress callback, which runs on trainer 0 between the two) ends the
+// other's job at that step's barrier after runner.collective_timeout_s, naming it and the step.
+TEST_F(PsModes, ATrainerDeadWithinASyncStepEndsTheJobNamingItAndTheStep) {
+  constexpr std::size_t kDeathStep = 3;  // from 0
+  const TrainerConfig cfg = config({"runner.sync_mode=sync", "runner.collective_timeout_s=1",
+                                    "runner.thread_num=2", "runner.print_interval=1"});
+  Servers shards(cfg, 1);
+  const auto train = data_files((root_ / "train").string());
+  std::string error;
+  std::thread survivor([&] {
+    try {
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      env.trainers = 2;
+      env.trainer_id = 1;
+      PsTrainer trainer(cfg, env);
+      trainer.train_pass(train);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  std::string death;
+  {
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.trainers = 2;
+    PsTrainer trainer(cfg, env);
+    StepHooks hooks;
+    hooks.on_progress = [&](const StepProgress& progress) {
+      if (progress.step == kDeathStep + 1) GPUBOX_FAIL("trainer 0 dies after step ", kDeathStep);
+    };
+    trainer.set_step_hooks(hooks);
+    try {
+      trainer.train_pass(train);
+    } catch (const Error& e) {
+      death = e.what();
+    }
+  }
+  const auto started = std::chrono::steady_clock::now();
+  survivor.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_NE(death.find("trainer 0 dies after step 3"), std::string::npos) << death;
+  EXPECT_NE(error.find("pass 0, step 3:"), std::string::npos) << error;
+  EXPECT_NE(error.find("missing: trainer 0"), std::string::npos) << error;
+  EXPECT_NE(error.find("runner.collective_timeout_s=1"), std::string::npos) << error;
 }
 
 // Data whose every line is malformed (here PaddleRec's slot_dnn lines, which start with a show

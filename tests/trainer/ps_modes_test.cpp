@@ -22,7 +22,9 @@
 
 #include "common/error.hpp"
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/generator.hpp"
+#include "table/server/protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_row/optimizer.hpp"
@@ -143,6 +145,49 @@ TEST_F(PsModes, APassesLastPartialDenseWindowReachesTheServers) {
     // The pass ends inside a window (else this test would not test it).
     EXPECT_NE(static_cast<long long>(steps) % kWindow, 0) << "steps " << steps;
   }
+}
+
+// Issue 32: in the sync mode every thread of every trainer pulls a step's rows before any of them
+// pushes its gradients, so a step's rows are the step before's whatever the threads' timing, as
+// the gpubox mode's cards see them (a fast thread's push used to reach the servers before a slow
+// one's pull of the same step now and then: one step of two threads then differed from two cards'
+// by 5e-3 in a dense value). The server's requests, in the order it applied them, are then one
+// run of pulls and one run of pushes a step (each pull and push a request per connection lane);
+// a push between two pulls of a step makes more runs. 2 trainers x 2 threads, batches of 64.
+TEST_F(PsModes, SyncPullsEveryThreadsRowsOfAStepBeforeAnyPush) {
+  const TrainerConfig cfg =
+      config({"runner.sync_mode=sync", "runner.thread_num=2", "runner.train_batch_size=64"});
+  Mutex mu;
+  table::server::Op last = table::server::Op::kInfo;  // the last pull or push applied
+  uint64_t pull_runs = 0;
+  uint64_t push_runs = 0;
+  table::server::ServerOptions options;
+  options.drop_reply = [&](const table::server::FrameHeader& header) {
+    const table::server::Op op = header.op;
+    if (op != table::server::Op::kPull && op != table::server::Op::kPsPush) return false;
+    MutexLock lock(mu);
+    if (op != last) ++(op == table::server::Op::kPull ? pull_runs : push_runs);
+    last = op;
+    return false;
+  };
+  Servers shards(cfg, 1, std::filesystem::temp_directory_path().string(), options);
+  const auto train = data_files((root_ / "train").string());
+  double steps = 0;
+  run_job(
+      cfg, shards.endpoints(), 2,
+      [&](PsTrainer& trainer, int id) {
+        for (const auto& [name, value] : trainer.train_pass(train).extra) {
+          if (name == "steps" && id == 0) steps = value;
+        }
+      },
+      [](PsTrainer&) { return 0; });
+  MutexLock lock(mu);
+  std::printf("sync, 2 trainers: %.0f steps, %llu runs of pulls, %llu of pushes\n", steps,
+              static_cast<unsigned long long>(pull_runs),
+              static_cast<unsigned long long>(push_runs));
+  EXPECT_GT(steps, 100);
+  EXPECT_EQ(pull_runs, static_cast<uint64_t>(steps)) << "a push between two pulls of a step";
+  EXPECT_EQ(push_runs, static_cast<uint64_t>(steps));
 }
 
 // Geo with two trainers that both create the embedx part of the same rows (each on its own

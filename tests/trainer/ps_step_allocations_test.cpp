@@ -4,7 +4,8 @@
 // table's copies that the async mode's exchange takes every runner.dense_sync_steps steps
 // (PaddleRec fat_deepffm's 71 MB table at batch 1: three fresh copies a step before). The steady
 // step allocates nothing, on the host or the card; a pass like the one before reports
-// pass_step_allocations 0.
+// pass_step_allocations 0. A step split in two (the sync mode's compute_step, then apply_step
+// after the job's pull barrier) is applied or discarded before the next.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -120,21 +121,34 @@ TEST(BatchKeys, MatchesAnUnorderedMapOracleBatchAfterBatch) {
   EXPECT_EQ(growth.growths(), grown);
 }
 
+// One training thread of `cfg` on card 0 against its own loopback server, the servers' dense
+// table adopted.
+struct LoopbackThread {
+  explicit LoopbackThread(const TrainerConfig& cfg) : shards(cfg, 1) {
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = shards.endpoints();
+    options.config = cfg.sparse;
+    auto connected = table::server::RemoteHostTier::connect(std::move(options));
+    throw_if_error(connected.status());
+    servers = std::move(connected).value();
+    card.activate();
+    worker = std::make_unique<PsWorker>(card, *servers, cfg);
+    worker->sync_dense(0.0f);
+  }
+  Servers shards;
+  std::unique_ptr<table::server::RemoteHostTier> servers;
+  device::Card card{0, 0, 0, 1};
+  std::unique_ptr<PsWorker> worker;  // destroyed first
+};
+
 // One async training thread against a loopback server, its dense table exchanged every step
 // (runner.dense_sync_steps 1, as fat_deepffm's config at batch 1): after the first step, steps
 // of that batch or a smaller one, with their exchanges, allocate nothing, host or card.
 TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   const TrainerConfig cfg = ps_test_config({"runner.sync_mode=async", "runner.dense_sync_steps=1"});
-  Servers shards(cfg, 1);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  auto servers = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(servers.status());
-  device::Card card(0, 0, 0, 1);
-  card.activate();
-  PsWorker worker(card, **servers, cfg);
-  worker.sync_dense(0.0f);
+  LoopbackThread thread(cfg);
+  PsWorker& worker = *thread.worker;
+  device::Card& card = thread.card;
   std::mt19937_64 rng(3);
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   const dataset::Batch big = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
@@ -179,8 +193,48 @@ TEST(PsStepAllocations, TheSteadyAsyncStepAndItsDenseExchangeAllocateNothing) {
   // Nothing of the exchanges was lost: the thread is the servers' only writer, and after the
   // last sync its parameters are the servers' table.
   std::vector<float> table(worker.model().parameters().size(), 0.0f);
-  throw_if_error((*servers)->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
+  throw_if_error(thread.servers->dense(table::server::DenseAction::kRead, kDenseTableName, &table));
   EXPECT_EQ(worker.model().parameters().values_to_host(), table);
+}
+
+// The sync mode computes a step, meets the job's pull barrier and only then applies it
+// (PsWorker::compute_step, apply_step); a barrier that fails between the two discards it. A
+// computed step refuses a successor until applied or discarded, and a discarded one leaves the
+// dense net as it was; async's read-ahead pull of the next batch is waited for by the discard.
+TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const TrainerConfig cfg = ps_test_config({std::string("runner.sync_mode=") + mode});
+    LoopbackThread thread(cfg);
+    PsWorker& worker = *thread.worker;
+    std::mt19937_64 rng(5);
+    const int slots = static_cast<int>(cfg.dataset.slots.size());
+    const dataset::Batch first = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
+    const dataset::Batch second = make_batch(slots, cfg.dataset.dense_dim, 8, 3, 500, rng);
+    const std::vector<float> initial = worker.model().parameters().values_to_host();
+    worker.compute_step(first, 0, 0, &second);  // async: pulls second's rows meanwhile
+    try {
+      worker.compute_step(second, 0, 1);
+      ADD_FAILURE() << "a step computed while another was pending";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "step 0 of pass 0 was computed and neither applied nor discarded"),
+                std::string::npos)
+          << e.what();
+    }
+    worker.discard_step();
+    EXPECT_EQ(worker.model().parameters().values_to_host(), initial)
+        << "a discarded step moved the dense net";
+    worker.discard_step();  // nothing pending: nothing
+    worker.compute_step(second, 0, 1);
+    worker.apply_step();
+    EXPECT_NE(worker.model().parameters().values_to_host(), initial)
+        << "an applied step left the dense net";
+    worker.apply_step();  // a second time: nothing
+    worker.compute_step(first, 0, 2);
+    worker.apply_step();
+    worker.finish_rows();
+  }
 }
 
 // The pass report's pass_step_allocations: a pass over the same batches as the one before it

@@ -177,7 +177,9 @@ struct PsTrainer::PassThreads {
     const RunnerConfig& runner = trainer.config_.runner;
     // async and geo take a stream's batches until it ends; everything else `steps` of them.
     open_ended = data.stream != nullptr && mode != SyncMode::kSync;
-    // sync averages the step's gradients of every thread of the job; geo averages the threads'
+    // sync averages the step's changes of every thread of the job (SGD: the gradients, as the
+    // gpubox mode's cards; Adam and Adagrad: each thread's step with its own moments, not one step
+    // on the averaged gradient, issue 32: ps_batch_norm_test); geo averages the threads'
     // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
     // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
     dense_scale = mode == SyncMode::kAsync
@@ -188,18 +190,38 @@ struct PsTrainer::PassThreads {
     dense_every = static_cast<std::size_t>(mode == SyncMode::kGeo ? runner.geo_step
                                                                   : runner.dense_sync_steps);
   }
+  // Sync: every thread of the job has pulled step b's rows before any pushes its gradients, so
+  // that every pull of a step reads the rows of the step before, as the gpubox mode's cards do
+  // (else a slow thread's pull could find a fast one's update of the same step: the rows of one
+  // step depended on the threads' timing, and two threads' step differed from two cards' by up
+  // to 5e-3 in a dense value after one step, issue 32). Threads of one trainer alone meet on the
+  // local barrier only.
+  void meet_pulled(int t, std::size_t b) {
+    if (trainer.env_.trainers == 1) {
+      local.wait();
+      return;
+    }
+    meet_all(t, "rows/" + std::to_string(b), "step " + std::to_string(b) + "'s pulls");
+  }
   // Thread t's batch of step b; false when the thread has no step left.
   bool next_batch(int t, std::size_t b, dataset::Batch* batch) const {
     return data.next_batch(t, threads, b, open_ended, pass, batch);
   }
-  // Every trainer's updates of a step are on the servers before anyone's next pull (sync). At
-  // step barriers (`b` < data.steps) thread 0 also agrees on a stop (PsPassStop).
-  void meet_all(int t, const std::string& name, const std::string& what, std::size_t b) {
+  // Every trainer's updates of step b are on the servers before anyone's next pull (sync), and
+  // thread 0 agrees on a stop around the barrier (PsPassStop).
+  void meet_step(int t, std::size_t b) {
     local.wait();  // every thread's updates of this step are on the servers
-    if (t == 0 && b < data.steps) stop.before_sync_barrier(b);
-    if (t == 0) trainer.sync_barrier(pass, name, what);
-    if (t == 0 && b < data.steps) stop.after_sync_barrier(b, b + 1 == data.steps);
+    if (t == 0) stop.before_sync_barrier(b);
+    if (t == 0) trainer.sync_barrier(pass, std::to_string(b), "step " + std::to_string(b));
+    if (t == 0) stop.after_sync_barrier(b, b + 1 == data.steps);
     local.wait();  // ... and every trainer's
+  }
+  // A barrier of every thread of every trainer with no stop vote: the step's pulls
+  // (meet_pulled), the pass's last dense window.
+  void meet_all(int t, const std::string& name, const std::string& what) {
+    local.wait();
+    if (t == 0) trainer.sync_barrier(pass, name, what);
+    local.wait();
   }
 
   PsTrainer& trainer;
@@ -263,14 +285,23 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     asked = mode == SyncMode::kAsync;
     stop_next = asked && run.stop.stop_before_step(t, b + 1);
     have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
-    worker.train_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
+    worker.compute_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
+    if (mode == SyncMode::kSync) {
+      try {
+        run.meet_pulled(t, b);
+      } catch (...) {
+        worker.discard_step();  // the worker stays usable for a later pass
+        throw;
+      }
+    }
+    worker.apply_step();
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
     if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense(run.statistic_scale);
     if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(run.dense_scale);
     if (mode == SyncMode::kSync) {
-      run.meet_all(t, std::to_string(b), "step " + std::to_string(b), b);
+      run.meet_step(t, b);
       if (dense_step) worker.sync_dense(0.0f);
       if (run.stop.stopping()) {  // every thread of every trainer after this step
         ++b;
@@ -285,7 +316,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   if (mode != SyncMode::kSync) worker.sync_dense(run.dense_scale, run.statistic_scale);
   if (mode == SyncMode::kSync && b % run.dense_every != 0) {
     worker.sync_dense(run.dense_scale);
-    run.meet_all(t, "dense", "the pass's last dense window", run.data.steps);
+    run.meet_all(t, "dense", "the pass's last dense window");
     worker.sync_dense(0.0f);
   }
   return b;

@@ -292,6 +292,16 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
 
 double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                             const dataset::Batch* next) {
+  const double loss = compute_step(batch, pass, step, next);
+  apply_step();
+  return loss;
+}
+
+double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
+                              const dataset::Batch* next) {
+  GPUBOX_EXPECTS(!computed_.pending, "pass ", pass, ", step ", step, ": step ", computed_.step,
+                 " of pass ", computed_.pass,
+                 " was computed and neither applied nor discarded (apply_step, discard_step)");
   const auto size = static_cast<int64_t>(batch.size());
   if (size == 0) return 0.0;
   const device::DeviceCounts before = card_.counts();
@@ -308,15 +318,34 @@ double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t s
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
   merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
+  computed_ = ComputedStep{true, prefetching, pass, step};
+  count_card_allocations(before);
+  return loss;
+}
+
+void PsWorker::apply_step() {
+  if (!computed_.pending) return;
+  computed_.pending = false;
+  const device::DeviceCounts before = card_.counts();
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
   } else {
-    push_rows(slot, pass, step);
+    push_rows(rows_[current_], computed_.pass, computed_.step);
   }
-  if (prefetching) current_ = 1 - current_;  // the next step's rows are coming into the other
+  if (computed_.prefetching) current_ = 1 - current_;
   optimizer_->step(model_->parameters());
   count_card_allocations(before);
-  return loss;
+}
+
+void PsWorker::discard_step() {
+  if (!computed_.pending) return;
+  computed_.pending = false;
+  if (!computed_.prefetching) return;
+  // The next batch's rows are coming into the other slot: waited for, so that no later gather
+  // writes into it under the pull. A failure stays the queue's (a CallQueue stops at its first):
+  // the next step or finish_rows() throws it, or the destructor logs it.
+  rows_[1 - current_].pulling = false;
+  (void)row_calls_->drain();
 }
 
 void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,

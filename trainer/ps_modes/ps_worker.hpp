@@ -96,6 +96,18 @@ class PsWorker {
   // known (the next step pulls its own).
   double train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                     const dataset::Batch* next = nullptr);
+  // train_step in two halves, for the sync mode, whose threads of every trainer all pull a
+  // step's rows before any of them pushes (else a thread's pull can find another's update of the
+  // same step: ps_trainer_pass.cpp). compute_step: the rows, forward/backward, the finite check
+  // and the merged gradients (throws as train_step); apply_step: the push (geo: the local copy's
+  // update) and the dense optimizer step of the last compute_step (nothing after an empty batch
+  // or a second time); discard_step: drops it (the caller failed between the two: neither its push
+  // nor its dense step is made; its metrics stay added). Between compute_step and one of the
+  // others, nothing else of this worker may be called; compute_step throws while a step is pending.
+  double compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
+                      const dataset::Batch* next = nullptr);
+  void apply_step();
+  void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
   // pull started for a batch that will not be trained included. Throws the first failure.
   void finish_rows();
@@ -242,6 +254,14 @@ class PsWorker {
   PushSlot pushes_[2];  // async: taken in turn
   int next_push_ = 0;
   bool rows_failure_thrown_ = false;  // a row_calls_ failure reached the caller
+  // What compute_step left for apply_step.
+  struct ComputedStep {
+    bool pending = false;
+    bool prefetching = false;  // the next step's rows are coming into the other slot
+    int64_t pass = 0;
+    int64_t step = 0;
+  };
+  ComputedStep computed_;
   // The batch as it goes to the card, in pinned memory so that its copies are asynchronous
   // (a pageable copy blocks the thread and is staged by the driver): the pull records
   // (occurrences x pull_dim) and the batch's offsets, dense values and labels. `uploaded_`
