@@ -10,6 +10,7 @@
 #include "dataset/batch.hpp"
 #include "dataset/memory_source.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "trainer/schedule/dead_output.hpp"
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/pass_data.hpp"
@@ -164,10 +165,12 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
-// Pass k of the run: trained, judged for divergence (a diverged pass stops the job before its
-// save), printed, recorded in the epoch's tally and the metrics file, and saved when `saving`.
-PassReport train_and_save_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+// Pass k of the run: trained, judged for divergence and a dead output (either stops the job
+// before the pass's save), printed, recorded in the epoch's tally and the metrics file, and saved
+// when `saving`.
+PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                                int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
+  const RunnerConfig& runner = config.runner;
   PassReport report = schedule.train_scheduled_pass(plan, k);
   // Judged on job-wide figures: every trainer stops alike (divergence.hpp).
   const DivergenceVerdict verdict =
@@ -185,6 +188,10 @@ PassReport train_and_save_pass(Schedule& schedule, const RunnerConfig& runner, c
   if (verdict.stop) {
     GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
                                  saves_note(runner, saving, k)));
+  }
+  if (dead_output(report.metrics)) {
+    GPUBOX_FAIL(
+        dead_output_error(report.pass, report.metrics, config, saves_note(runner, saving, k)));
   }
   if (saving) {
     schedule.settle();  // the save sees no staging under way
@@ -271,7 +278,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     }
     if (k % plan.per_epoch == 0) tally.reset();
     try {
-      PassReport report = train_and_save_pass(schedule, runner, plan, k, saving, &tally, &metrics);
+      PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, &metrics);
       const int cards = report.cards;
       if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
