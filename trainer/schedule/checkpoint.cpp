@@ -255,8 +255,8 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
                           << " holds saves of an earlier run (the newest: pass "
                           << saves.front().manifest.pass - 1 << "); this run starts "
-                          << describe_start(origin_) << " and its saves replace those of the "
-                          << "same passes";
+                          << describe_start(origin_) << " and removes them before its first "
+                          << "pass (use another runner.model_save_path to keep them)";
     }
     return std::nullopt;
   }
@@ -270,7 +270,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
                               std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
     const std::string remedy =
         ". Resuming would mix two runs: run the command that made it, or add -o "
-        "runner.resume=off to start afresh (its saves then replace those there), or use "
+        "runner.resume=off to start afresh (removing the saves there first), or use "
         "another runner.model_save_path";
     // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
     // continue a job) is never resumed; this job, with every pass it schedules saved, starts
@@ -278,8 +278,8 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     const std::string job_differences = job_differences_of(m.job, job_);
     if (!job_differences.empty()) {
       GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
-                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh (its "
-                  "saves then replace those there), or use another runner.model_save_path");
+                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh "
+                  "(removing the saves there first), or use another runner.model_save_path");
     }
     if (m.origin != origin_) {
       GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
@@ -305,7 +305,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job (all its " << job_passes_
                        << " passes saved): training it again from the start (as PaddleRec "
                        << "does), " << describe_start(origin_)
-                       << "; its saves replace those of the same passes there (copy them "
+                       << "; the saves there are removed before its first pass (copy them "
                           "elsewhere first to keep them, or set another runner.model_save_path)";
       return std::nullopt;
     }

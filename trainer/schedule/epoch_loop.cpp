@@ -12,6 +12,7 @@
 #include "dataset/queue_dataset.hpp"
 #include "trainer/schedule/dead_output.hpp"
 #include "trainer/schedule/divergence.hpp"
+#include "trainer/schedule/earlier_saves.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/pass_data.hpp"
 #include "trainer/schedule/save_folder_lock.hpp"
@@ -58,7 +59,7 @@ struct EpochTally {
 
 // Where the run starts; returns the first pass to train.
 int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
-                  const std::string& start_from, bool loaded) {
+                  const std::string& start_from, bool loaded, bool saving) {
   // --load wins over runner.model_init_path; either is the save this run starts from, and a
   // resume only continues a run that started from the same one.
   std::string origin = start_from;
@@ -82,8 +83,14 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
                    schedule.passes_done() - 1,
                    ": nothing is left to train; -o runner.resume=off trains afresh, more epochs "
                    "or pass_dirs continue it");
-  } else if (!origin.empty()) {
-    schedule.load(origin);
+  } else {
+    if (!origin.empty()) schedule.load(origin);
+    // A fresh run owns its save folder: an earlier run's saves there would be taken for its own
+    // (earlier_saves.hpp). Trainer 0 writes every save, under the folder's lock. A schedule that
+    // trained passes already (run_epochs called again on it) goes on with its own run.
+    if (saving && schedule.env().trainer_id == 0 && schedule.passes_done() == 0) {
+      remove_earlier_saves(config.runner.model_save_path, origin);
+    }
   }
   return schedule.passes_done();
 }
@@ -243,7 +250,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const SaveFolderLock save_lock = saving && schedule.env().trainer_id == 0
                                        ? SaveFolderLock(runner.model_save_path)
                                        : SaveFolderLock();
-  const int64_t first = start_run(schedule, config, plan, start_from, loaded);
+  const int64_t first = start_run(schedule, config, plan, start_from, loaded, saving);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
   const PassCacheReport cache_report(schedule.pass_cache());

@@ -1,0 +1,147 @@
+// A fresh run (not a resume) into a runner.model_save_path that holds an earlier run's saves
+// (trainer/schedule/earlier_saves.hpp): the earlier run's saves are removed before its first
+// pass, so a rerun with fewer epochs leaves no later save of the earlier run for --mode infer,
+// export or a resume to take as this run's result; a save folder holding files a save does not
+// write is refused, naming it, and nothing is removed; the save the run starts from is kept;
+// an interrupted run still resumes (resume_test.cpp).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "dataset/generator.hpp"
+#include "table/io/model_manifest.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/saved_models.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+namespace io = table::io;
+
+class FreshRunSaves : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_fresh_saves_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    dataset::GeneratorOptions gen;
+    gen.out_dir = (root_ / "train").string();
+    gen.lines = 400;
+    gen.files = 1;
+    gen.seed = 5;
+    gen.slots = 3;
+    gen.dense = 1;
+    gen.vocab = 100;
+    dataset::OracleSummary oracle;
+    throw_if_error(dataset::generate(gen, &oracle));
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static TrainerConfig config(const fs::path& save, const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                          "runner.model_save_path=" + save.string(),
+                                          "runner.save_mode=base",
+                                          "runner.train_batch_size=50",
+                                          "runner.metrics_path=",
+                                          "hyper_parameters.sparse_inputs_slots=4",
+                                          "hyper_parameters.sparse_feature_dim=5",
+                                          "hyper_parameters.dense_input_dim=1",
+                                          "hyper_parameters.fc_sizes=[8]"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
+                                   overrides);
+    throw_if_error(cfg.status());
+    return cfg.value();
+  }
+  static TrainerEnv env() {
+    TrainerEnv e;
+    e.selected_cards = device::testing::card_list(1);
+    e.threads_per_card = 1;
+    return e;
+  }
+  // The passes the run that made `save` scheduled (its model manifest's job_passes).
+  static int64_t job_passes_of(const fs::path& save) {
+    auto m = io::read_model_manifest(io::FileEnv::posix(), save.string());
+    throw_if_error(m.status());
+    return m->job_passes;
+  }
+  static std::vector<std::string> evaluated(const fs::path& dir) {
+    std::vector<std::string> out;
+    for (const SaveToEvaluate& s : saves_to_evaluate(dir.string(), 0, -1)) {
+      out.push_back(fs::path(s.dir).filename().string());
+    }
+    return out;
+  }
+
+  static fs::path root_;
+};
+fs::path FreshRunSaves::root_;
+
+// 3 epochs, then the same job with 1: the rerun trains afresh (the earlier run ended its job),
+// and --mode infer's folder of saves (and export's last save) is its epoch 0 alone, not the
+// earlier run's epochs 1 and 2 after it. Then another config with resume off: the same.
+TEST_F(FreshRunSaves, ARerunWithFewerEpochsLeavesNoLaterSaveOfTheEarlierRun) {
+  const fs::path dir = root_ / "fewer";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  ASSERT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1", "2"}));
+  ASSERT_EQ(job_passes_of(dir / "0"), 3);
+  fs::create_directories(dir / "notes");  // not a save: kept
+  std::ofstream(dir / "notes" / "run.txt") << "kept\n";
+
+  Trainer(config(dir, {"runner.epochs=1"}), env()).train();
+  EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0"}));
+  EXPECT_EQ(job_passes_of(dir / "0"), 1);  // this run's
+  EXPECT_FALSE(fs::exists(dir / "1"));
+  EXPECT_FALSE(fs::exists(dir / "2"));
+  EXPECT_TRUE(fs::exists(dir / "notes" / "run.txt"));
+
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();  // resumes: pass 1 added
+  ASSERT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1"}));
+  Trainer(config(dir, {"runner.epochs=1", "runner.resume=off", "hyper_parameters.fc_sizes=[4]"}),
+          env())
+      .train();
+  EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0"}));
+}
+
+// A save folder of the earlier run that also holds a file no save writes: refused before any
+// pass, naming the folder and the file, and nothing is removed.
+TEST_F(FreshRunSaves, ASaveFolderHoldingOtherFilesIsRefusedAndNothingRemoved) {
+  const fs::path dir = root_ / "foreign";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  std::ofstream(dir / "1" / "eval_notes.txt") << "mine\n";
+  try {
+    Trainer(config(dir, {"runner.epochs=1", "runner.resume=off"}), env()).train();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((dir / "1").string() + " holds a save of an earlier run"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("'eval_notes.txt'"), std::string::npos) << what;
+    EXPECT_NE(what.find("another runner.model_save_path"), std::string::npos) << what;
+  }
+  EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_TRUE(fs::exists(dir / "1" / "eval_notes.txt"));
+}
+
+// The save a fresh run starts from (--load) inside its own save folder is kept.
+TEST_F(FreshRunSaves, TheSaveTheRunStartsFromIsKept) {
+  const fs::path earlier = root_ / "start_earlier";
+  const fs::path dir = root_ / "start";
+  Trainer(config(earlier, {"runner.epochs=1"}), env()).train();
+  fs::create_directories(dir);
+  fs::copy(earlier / "0", dir / "5", fs::copy_options::recursive);
+  Trainer(config(dir, {"runner.epochs=1", "runner.resume=off"}), env()).train((dir / "5").string());
+  EXPECT_TRUE(fs::exists(dir / "5" / io::kModelManifestName));
+  EXPECT_TRUE(fs::exists(dir / "0" / io::kModelManifestName));
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
