@@ -66,11 +66,10 @@ class FreshRunSaves : public ::testing::Test {
     e.threads_per_card = 1;
     return e;
   }
-  // The passes the run that made `save` scheduled (its model manifest's job_passes).
-  static int64_t job_passes_of(const fs::path& save) {
+  static io::ModelManifest manifest_of(const fs::path& save) {
     auto m = io::read_model_manifest(io::FileEnv::posix(), save.string());
     throw_if_error(m.status());
-    return m->job_passes;
+    return m.value();
   }
   static std::vector<std::string> evaluated(const fs::path& dir) {
     std::vector<std::string> out;
@@ -91,13 +90,15 @@ TEST_F(FreshRunSaves, ARerunWithFewerEpochsLeavesNoLaterSaveOfTheEarlierRun) {
   const fs::path dir = root_ / "fewer";
   Trainer(config(dir, {"runner.epochs=3"}), env()).train();
   ASSERT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1", "2"}));
-  ASSERT_EQ(job_passes_of(dir / "0"), 3);
+  ASSERT_EQ(manifest_of(dir / "0").job_passes, 3);
+  const uint64_t earlier_last = manifest_of(dir / "2").sequence;
   fs::create_directories(dir / "notes");  // not a save: kept
   std::ofstream(dir / "notes" / "run.txt") << "kept\n";
 
   Trainer(config(dir, {"runner.epochs=1"}), env()).train();
   EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0"}));
-  EXPECT_EQ(job_passes_of(dir / "0"), 1);  // this run's
+  EXPECT_EQ(manifest_of(dir / "0").job_passes, 1);           // this run's
+  EXPECT_GT(manifest_of(dir / "0").sequence, earlier_last);  // sequences still order runs
   EXPECT_FALSE(fs::exists(dir / "1"));
   EXPECT_FALSE(fs::exists(dir / "2"));
   EXPECT_TRUE(fs::exists(dir / "notes" / "run.txt"));

@@ -342,7 +342,7 @@ void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::S
   io::ModelManifest m;
   m.pass = run_pass;
   // Newer than every save beside it (of this run or an earlier one) and than the last one.
-  uint64_t newest = last_ ? last_->manifest.sequence : 0;
+  uint64_t newest = std::max(sequence_floor_, last_ ? last_->manifest.sequence : uint64_t{0});
   const std::string here = normalized(dir);
   for (const SavePoint& other : saves_under(fs::path(here).parent_path().string(), nullptr)) {
     newest = std::max(newest, other.manifest.sequence);

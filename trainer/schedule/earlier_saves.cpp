@@ -16,6 +16,7 @@ namespace gpubox::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+namespace io = table::io;
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -55,9 +56,9 @@ std::string foreign_entry(const fs::path& dir) {
 
 }  // namespace
 
-void remove_earlier_saves(const std::string& save_path, const std::string& start_from) {
+uint64_t remove_earlier_saves(const std::string& save_path, const std::string& start_from) {
   std::error_code ec;
-  if (save_path.empty() || !fs::is_directory(save_path, ec)) return;
+  if (save_path.empty() || !fs::is_directory(save_path, ec)) return 0;
   const std::set<std::string> kept = kept_saves(start_from);
   std::vector<fs::path> earlier;
   for (fs::directory_iterator it(save_path, ec), end; !ec && it != end; it.increment(ec)) {
@@ -78,10 +79,13 @@ void remove_earlier_saves(const std::string& save_path, const std::string& start
     earlier.push_back(dir);
   }
   GPUBOX_EXPECTS(!ec, "runner.model_save_path ", save_path, ": cannot list it: ", ec.message());
-  if (earlier.empty()) return;
+  if (earlier.empty()) return 0;
   std::sort(earlier.begin(), earlier.end());
   std::string names;
+  uint64_t highest = 0;
   for (const fs::path& dir : earlier) {
+    auto manifest = io::read_model_manifest(io::FileEnv::posix(), dir.string());
+    if (manifest.ok()) highest = std::max(highest, manifest->sequence);
     fs::remove_all(dir, ec);
     GPUBOX_EXPECTS(!ec, "removing the earlier run's save ", dir.string(), ": ", ec.message());
     names += (names.empty() ? "" : ", ") + dir.filename().string();
@@ -93,6 +97,7 @@ void remove_earlier_saves(const std::string& save_path, const std::string& start
                       << "), so that its saves are never taken for this run's (resume, --mode "
                          "infer, export); use another runner.model_save_path to keep a run's "
                          "saves";
+  return highest;
 }
 
 }  // namespace gpubox::trainer

@@ -7,6 +7,7 @@
 // Host-only; called by trainer 0 (the one that saves) while it holds the save folder's lock.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gpubox::trainer {
@@ -16,7 +17,10 @@ namespace gpubox::trainer {
 // dense and their .tmp staging names), except the save `start_from` (--load or
 // runner.model_init_path, "" for none) and the saves its delta chain applies onto. Throws before
 // removing anything, naming the folder and what to do, when a save folder holds anything else
-// (not provably a save: the user's files are never removed). Logs what it removed.
-void remove_earlier_saves(const std::string& save_path, const std::string& start_from);
+// (not provably a save: the user's files are never removed). Logs what it removed. Returns the
+// highest sequence among the removed saves' model manifests (0 when none), which the run's saves
+// continue after (SaveLineage::continue_after): sequences still order a folder's saves across
+// runs.
+uint64_t remove_earlier_saves(const std::string& save_path, const std::string& start_from);
 
 }  // namespace gpubox::trainer

@@ -89,7 +89,8 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
     // (earlier_saves.hpp). Trainer 0 writes every save, under the folder's lock. A schedule that
     // trained passes already (run_epochs called again on it) goes on with its own run.
     if (saving && schedule.env().trainer_id == 0 && schedule.passes_done() == 0) {
-      remove_earlier_saves(config.runner.model_save_path, origin);
+      schedule.lineage().continue_after(
+          remove_earlier_saves(config.runner.model_save_path, origin));
     }
   }
   return schedule.passes_done();
