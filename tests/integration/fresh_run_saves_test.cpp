@@ -5,7 +5,6 @@
 // write is refused, naming it, and nothing is removed; the save the run starts from is kept;
 // an interrupted run still resumes (resume_test.cpp).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,10 +12,8 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "dataset/generator.hpp"
 #include "table/io/model_manifest.hpp"
-#include "tests/heterps/device/test_cards.hpp"
-#include "trainer/config/config_loader.hpp"
+#include "tests/integration/resume_fixture.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
@@ -26,46 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace io = table::io;
 
-class FreshRunSaves : public ::testing::Test {
+class FreshRunSaves : public testing::ResumeFixture {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_fresh_saves_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    dataset::GeneratorOptions gen;
-    gen.out_dir = (root_ / "train").string();
-    gen.lines = 400;
-    gen.files = 1;
-    gen.seed = 5;
-    gen.slots = 3;
-    gen.dense = 1;
-    gen.vocab = 100;
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
-  static TrainerConfig config(const fs::path& save, const std::vector<std::string>& extra) {
-    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                          "runner.model_save_path=" + save.string(),
-                                          "runner.save_mode=base",
-                                          "runner.train_batch_size=50",
-                                          "runner.metrics_path=",
-                                          "hyper_parameters.sparse_inputs_slots=4",
-                                          "hyper_parameters.sparse_feature_dim=5",
-                                          "hyper_parameters.dense_input_dim=1",
-                                          "hyper_parameters.fc_sizes=[8]"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
-  }
-  static TrainerEnv env() {
-    TrainerEnv e;
-    e.selected_cards = device::testing::card_list(1);
-    e.threads_per_card = 1;
-    return e;
-  }
   static io::ModelManifest manifest_of(const fs::path& save) {
     auto m = io::read_model_manifest(io::FileEnv::posix(), save.string());
     throw_if_error(m.status());
@@ -78,10 +37,7 @@ class FreshRunSaves : public ::testing::Test {
     }
     return out;
   }
-
-  static fs::path root_;
 };
-fs::path FreshRunSaves::root_;
 
 // 3 epochs, then the same job with 1: the rerun trains afresh (the earlier run ended its job),
 // and --mode infer's folder of saves (and export's last save) is its epoch 0 alone, not the
