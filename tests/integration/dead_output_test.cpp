@@ -2,10 +2,11 @@
 // whose predictions all fall in one AUC bucket, over at least kMinDeadOutputExamples
 // predictions of steady steps, stops the job naming the pass, the layer and its config keys;
 // a tiny pass, a pass without steady steps, a one-class pass whose predictions vary, a pass of
-// two distinct predictions and a PS trainer's own histogram (NaN) are not judged dead. A dlrm
-// with PaddleRec's two-class output and no batch norm under Adam at 1 dies in its first pass
-// (both output units 0 for good): its second pass stops the job before its save; the same
-// network with the norm, or at Adam 0.01, trains every pass.
+// two distinct predictions and an undefined spread (NaN) are not judged dead (the PS modes'
+// job-wide figure: ps_modes_failures_test.cpp). A dlrm with PaddleRec's two-class output and no
+// batch norm under Adam at 1 dies in its first pass (both output units 0 for good): its second
+// pass stops the job before its save; the same network with the norm, or at Adam 0.01, trains
+// every pass.
 #include "trainer/schedule/dead_output.hpp"
 
 #include <gtest/gtest.h>
@@ -94,9 +95,9 @@ TEST(DeadOutput, ATinyPassOrOneWithoutSteadyStepsIsNotJudged) {
   EXPECT_FALSE(dead_output(pass_of(400, 10, 1, kMinDeadOutputExamples - 1)));
   EXPECT_TRUE(dead_output(pass_of(400, 10, 1, kMinDeadOutputExamples)));
   EXPECT_FALSE(dead_output(pass_of(0, 10, 1, 0)));  // empty: no bucket
-  MetricValues ps_trainer = pass_of(400, 10, 1, 300);
-  ps_trainer.prediction_buckets = std::nan("");  // a PS trainer's own histogram: not judged
-  EXPECT_FALSE(dead_output(ps_trainer));
+  MetricValues undefined = pass_of(400, 10, 1, 300);
+  undefined.prediction_buckets = std::nan("");
+  EXPECT_FALSE(dead_output(undefined));
 }
 
 TEST(DeadOutput, PredictionsThatVaryAreAliveWhateverTheClasses) {

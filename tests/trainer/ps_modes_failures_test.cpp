@@ -1,7 +1,7 @@
 // How a parameter-server job ends when something fails: a dead server or trainer ends it with an
 // error naming it within its timeout, a failed dense exchange left at the end is logged naming
 // the server, data without a valid instance is an error in every mode, a diverged job stops on
-// every trainer before its save.
+// every trainer before its save, and so does a job whose network's output died.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -159,6 +159,34 @@ TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
   }
 }
 
+// Two trainers of one job (threads of this process) train `cfg` against one in-process server:
+// each one's error ("" for none) and pass reports.
+struct TwoTrainers {
+  std::vector<std::string> errors = std::vector<std::string>(2);
+  std::vector<std::vector<PassReport>> reports = std::vector<std::vector<PassReport>>(2);
+};
+TwoTrainers train_two_trainers(const TrainerConfig& cfg) {
+  Servers shards(cfg, 1);
+  TwoTrainers job;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        PsTrainer trainer(cfg, env);
+        job.reports[static_cast<std::size_t>(w)] = trainer.train();
+      } catch (const std::exception& e) {
+        job.errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return job;
+}
+
 // The divergence check (trainer/schedule/divergence.hpp) judges the job's steady loss, added up
 // over the trainers through the servers: two async trainers forced to diverge (deepfm with summed
 // steps per hot key and sparse SGD at 50) both stop with the error after pass 0, before its save; a
@@ -180,25 +208,9 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
       extra.push_back("hyper_parameters.sparse_optimizer.mf_learning_rate=50");
     }
     const TrainerConfig cfg = config(extra);
-    Servers shards(cfg, 1);
-    std::vector<std::string> errors(2);
-    std::vector<std::vector<PassReport>> reports(2);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
-          reports[static_cast<std::size_t>(w)] = trainer.train();
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(w)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const TwoTrainers job = train_two_trainers(cfg);
+    const std::vector<std::string>& errors = job.errors;
+    const std::vector<std::vector<PassReport>>& reports = job.reports;
     for (int w = 0; w < 2; ++w) {
       const std::string& error = errors[static_cast<std::size_t>(w)];
       if (diverging) {
@@ -217,6 +229,38 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
     EXPECT_LT(a.ratio_to_constant(), 1.0);
     // The job's figure: both trainers' steps after their warm-up (each ~78 steps of 256).
     EXPECT_GT(a.examples, reports[0][0].metrics.examples);
+  }
+}
+
+// The dead-output check (trainer/schedule/dead_output.hpp) judges the job's spread of
+// predictions, gathered through the servers: two async trainers of a dlrm whose two-class output
+// without batch norm dies under Adam at 1 (in pass 0) both stop after pass 1, before its save,
+// naming it; with the norm the same job trains both passes on both trainers.
+TEST_F(PsModes, EveryTrainerStopsAJobWhoseOutputDiedBeforeItsSave) {
+  for (const bool normed : {false, true}) {
+    SCOPED_TRACE(normed ? "normed" : "dead");
+    const fs::path saves = root_ / (normed ? "normed_dlrm_saves" : "dead_dlrm_saves");
+    const TrainerConfig cfg =
+        config({"runner.sync_mode=async", "runner.print_interval=5", "runner.epochs=2",
+                "runner.save_mode=base", "runner.model_save_path=" + saves.string(),
+                "runner.train_data_dir=" + (root_ / "train").string(),
+                "runner.test_data_dir=", "hyper_parameters.model=dlrm",
+                "hyper_parameters.bot_layer_sizes=[8, 9]", "hyper_parameters.fc_sizes=[16]",
+                "hyper_parameters.dlrm_output=softmax2", "hyper_parameters.optimizer.class=Adam",
+                "hyper_parameters.optimizer.learning_rate=1",
+                std::string("hyper_parameters.dnn_batch_norm=") + (normed ? "true" : "false")});
+    const TwoTrainers job = train_two_trainers(cfg);
+    for (int w = 0; w < 2; ++w) {
+      const std::string& error = job.errors[static_cast<std::size_t>(w)];
+      if (normed) {
+        EXPECT_EQ(error, "") << "trainer " << w;
+        EXPECT_EQ(job.reports[static_cast<std::size_t>(w)].size(), 2u) << "trainer " << w;
+        continue;
+      }
+      EXPECT_NE(error.find("pass 1: every one of its"), std::string::npos) << w << ": " << error;
+      EXPECT_NE(error.find("hyper_parameters.dnn_batch_norm false"), std::string::npos) << error;
+    }
+    EXPECT_EQ(fs::exists(saves / "1"), normed);
   }
 }
 

@@ -10,7 +10,8 @@
 //
 // "All the same" is read from the pass's AUC histogram (every prediction in one bucket of
 // runner.auc_buckets_log2's, 2^20 by default: equal to within about 1e-6), job-wide as the
-// divergence check's figures are. It is judged only over at least kMinDeadOutputExamples
+// divergence check's figures are (the PS modes gather every trainer's through the servers:
+// ps_modes/job_steady_loss.hpp). It is judged only over at least kMinDeadOutputExamples
 // predictions of steady steps (after each card's or training thread's first
 // runner.print_interval steps, so made after the model had been updated in the pass): one step
 // of a fresh model on unseen keys predicts its biases' constant for every instance, a healthy
