@@ -30,12 +30,17 @@ class FreshRunSaves : public testing::ResumeFixture {
     throw_if_error(m.status());
     return m.value();
   }
-  static std::vector<std::string> evaluated(const fs::path& dir) {
+  // The saves --mode infer evaluates in [first, end) (end -1: through the last).
+  static std::vector<std::string> evaluated_until(const fs::path& dir, int64_t end,
+                                                  int64_t first = 0) {
     std::vector<std::string> out;
-    for (const SaveToEvaluate& s : saves_to_evaluate(dir.string(), 0, -1)) {
+    for (const SaveToEvaluate& s : saves_to_evaluate(dir.string(), first, end)) {
       out.push_back(fs::path(s.dir).filename().string());
     }
     return out;
+  }
+  static std::vector<std::string> evaluated(const fs::path& dir) {
+    return evaluated_until(dir, -1);
   }
 };
 
@@ -98,6 +103,30 @@ TEST_F(FreshRunSaves, TheSaveTheRunStartsFromIsKept) {
   Trainer(config(dir, {"runner.epochs=1", "runner.resume=off"}), env()).train((dir / "5").string());
   EXPECT_TRUE(fs::exists(dir / "5" / io::kModelManifestName));
   EXPECT_TRUE(fs::exists(dir / "0" / io::kModelManifestName));
+}
+
+// A folder that still mixes two runs (left by a GPUBox before fresh runs removed the earlier
+// run's saves: a rerun's save 0 newer than the earlier run's 1 and 2): --mode infer's and
+// export's folder of saves refuses it, naming the first save of the earlier run and the ways
+// out; the range of the last run alone is evaluated.
+TEST_F(FreshRunSaves, AFolderMixingTwoRunsIsRefusedByInferAndExport) {
+  const fs::path dir = root_ / "mixed";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  io::ModelManifest rerun = manifest_of(dir / "0");
+  rerun.sequence = manifest_of(dir / "2").sequence + 1;  // as an older GPUBox's rerun left it
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "0").string(), rerun));
+  try {
+    saves_to_evaluate(dir.string(), 0, -1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("mixes the saves of two runs: " + (dir / "1").string()), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("was saved before " + (dir / "0").string()), std::string::npos) << what;
+    EXPECT_NE(what.find("runner.infer_end_epoch 1"), std::string::npos) << what;
+  }
+  EXPECT_EQ(evaluated_until(dir, 1), (std::vector<std::string>{"0"}));
+  EXPECT_EQ(evaluated_until(dir, 3, 1), (std::vector<std::string>{"1", "2"}));  // the earlier's
 }
 
 }  // namespace
