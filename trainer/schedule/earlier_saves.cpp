@@ -64,7 +64,8 @@ uint64_t remove_earlier_saves(const std::string& save_path, const std::string& s
   for (fs::directory_iterator it(save_path, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path dir = it->path();
     const std::string name = dir.filename().string();
-    if (!it->is_directory(ec) || !all_digits(without_tmp(name))) continue;
+    std::error_code entry_ec;  // an entry that cannot be read is not a save of ours
+    if (!it->is_directory(entry_ec) || !all_digits(without_tmp(name))) continue;
     const bool staging = name != without_tmp(name);
     if (!staging && !is_save_folder(dir.string())) continue;  // a numbered folder of the user's
     if (kept.count(fs::absolute(dir).lexically_normal().string()) > 0) continue;
@@ -80,7 +81,11 @@ uint64_t remove_earlier_saves(const std::string& save_path, const std::string& s
   }
   GPUBOX_EXPECTS(!ec, "runner.model_save_path ", save_path, ": cannot list it: ", ec.message());
   if (earlier.empty()) return 0;
-  std::sort(earlier.begin(), earlier.end());
+  std::sort(earlier.begin(), earlier.end(), [](const fs::path& a, const fs::path& b) {
+    const std::string x = without_tmp(a.filename().string()),
+                      y = without_tmp(b.filename().string());
+    return x.size() != y.size() ? x.size() < y.size() : a.filename() < b.filename();  // 2 < 10
+  });
   std::string names;
   uint64_t highest = 0;
   for (const fs::path& dir : earlier) {
