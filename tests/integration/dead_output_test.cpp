@@ -77,13 +77,21 @@ TEST(DeadOutput, OneValueForEveryPredictionOfAWholePassIsDead) {
   // With the norm on: no advice to turn it on.
   EXPECT_EQ(dead_output_error(3, dead, dlrm_softmax2(true), "").find("dnn_batch_norm=true"),
             std::string::npos);
-  // Another network: its output layer and the keys that shape it; a saturated sigmoid said so.
+  // Another network: its output layer and the keys that shape it (its hidden layers and their
+  // norm when it has some); a saturated sigmoid said so.
   TrainerConfig dnn;
   dnn.runner.auc_buckets_log2 = kBucketsLog2;
-  EXPECT_NE(dead_output_error(0, dead, dnn, "")
-                .find("the output layer of hyper_parameters.model "
-                      "dnn: the last hidden layer's ReLU units"),
-            std::string::npos);
+  const std::string no_hidden = dead_output_error(0, dead, dnn, "");
+  EXPECT_NE(no_hidden.find("the output layer of hyper_parameters.model dnn: its logit is the same"),
+            std::string::npos)
+      << no_hidden;
+  EXPECT_EQ(no_hidden.find("dnn_batch_norm"), std::string::npos) << no_hidden;
+  dnn.hyper.fc_sizes = {8};
+  const std::string hidden = dead_output_error(0, dead, dnn, "");
+  EXPECT_NE(hidden.find("dnn: the last hidden layer's ReLU units (hyper_parameters.fc_sizes)"),
+            std::string::npos)
+      << hidden;
+  EXPECT_NE(hidden.find("or hyper_parameters.dnn_batch_norm: true"), std::string::npos) << hidden;
   const MetricValues saturated = pass_of(400, kBuckets - 1, 1, 300);
   EXPECT_TRUE(dead_output(saturated));
   EXPECT_NE(dead_output_error(0, saturated, dnn, "").find("saturates the sigmoid"),

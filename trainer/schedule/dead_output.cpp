@@ -32,15 +32,18 @@ std::string dead_layer(const MetricValues& metrics, const TrainerConfig& config)
   // In the lowest or the highest bucket: a sigmoid at 0 or 1.
   const double bucket = std::ldexp(1.0, -config.runner.auc_buckets_log2);
   const bool saturated = metrics.predicted_ctr < bucket || metrics.predicted_ctr > 1 - bucket;
+  const bool hidden = !h.fc_sizes.empty();
+  const std::string why = saturated ? ": its logit saturates the sigmoid for every instance"
+                          : hidden  ? ": the last hidden layer's ReLU units "
+                                      "(hyper_parameters.fc_sizes) output the same for every "
+                                      "instance"
+                                    : ": its logit is the same for every instance";
   return std::string("the output layer of hyper_parameters.model ") +
-         name_of(kModelKindNames, h.model) +
-         (saturated ? ": its logit saturates the sigmoid for every instance"
-                    : ": the last hidden layer's ReLU units (hyper_parameters.fc_sizes) output "
-                      "the same for every instance") +
-         " (" + norm +
-         "); lower learning rates (hyper_parameters.optimizer.learning_rate, "
-         "hyper_parameters.sparse_optimizer.learning_rate) or hyper_parameters.dnn_batch_norm: "
-         "true";
+         name_of(kModelKindNames, h.model) + why + (hidden ? " (" + norm + ")" : std::string()) +
+         "; lower learning rates (hyper_parameters.optimizer.learning_rate, "
+         "hyper_parameters.sparse_optimizer.learning_rate)" +
+         (hidden && !h.dnn_batch_norm ? " or hyper_parameters.dnn_batch_norm: true"
+                                      : std::string());
 }
 
 }  // namespace
