@@ -1,9 +1,10 @@
-// A fresh run (not a resume) into a runner.model_save_path that holds an earlier run's saves
-// (trainer/schedule/earlier_saves.hpp): the earlier run's saves are removed before its first
-// pass, so a rerun with fewer epochs leaves no later save of the earlier run for --mode infer,
-// export or a resume to take as this run's result; a save folder holding files a save does not
-// write is refused, naming it, and nothing is removed; the save the run starts from is kept;
-// an interrupted run still resumes (resume_test.cpp).
+// A run into a runner.model_save_path that holds an earlier run's saves
+// (trainer/schedule/earlier_saves.hpp): its saves replace those of its passes, and once its job
+// ends (its last save made) the earlier run's later saves are removed, so a rerun with fewer
+// epochs leaves none for --mode infer, export or a resume to take as this run's result; a run
+// stopped before its end removes nothing, and its resume continues it; a save folder holding
+// files a save does not write is refused at start, naming it; the save the run starts from is
+// kept however it is spelled.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "table/io/model_manifest.hpp"
 #include "tests/integration/resume_fixture.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/earlier_saves.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
 namespace gpubox::trainer {
@@ -103,6 +105,81 @@ TEST_F(FreshRunSaves, TheSaveTheRunStartsFromIsKept) {
   Trainer(config(dir, {"runner.epochs=1", "runner.resume=off"}), env()).train((dir / "5").string());
   EXPECT_TRUE(fs::exists(dir / "5" / io::kModelManifestName));
   EXPECT_TRUE(fs::exists(dir / "0" / io::kModelManifestName));
+}
+
+// The save a fresh run starts from is kept however it is spelled: --load with a trailing
+// slash, or a runner.model_save_path that is a symbolic link to the folder holding it.
+TEST_F(FreshRunSaves, TheSaveTheRunStartsFromIsKeptUnderAnySpelling) {
+  const fs::path earlier = root_ / "spell_earlier";
+  Trainer(config(earlier, {"runner.epochs=1"}), env()).train();
+  const fs::path slash = root_ / "spell_slash";
+  fs::create_directories(slash);
+  fs::copy(earlier / "0", slash / "5", fs::copy_options::recursive);
+  Trainer(config(slash, {"runner.epochs=1", "runner.resume=off"}), env())
+      .train((slash / "5").string() + "/");
+  EXPECT_TRUE(fs::exists(slash / "5" / io::kModelManifestName));
+
+  const fs::path real = root_ / "spell_real";
+  const fs::path link = root_ / "spell_link";
+  fs::create_directories(real);
+  fs::copy(earlier / "0", real / "5", fs::copy_options::recursive);
+  fs::create_directory_symlink(real, link);
+  Trainer(config(link, {"runner.epochs=1", "runner.resume=off"}), env())
+      .train((real / "5").string());
+  EXPECT_TRUE(fs::exists(real / "5" / io::kModelManifestName));
+  EXPECT_TRUE(fs::exists(real / "0" / io::kModelManifestName));
+}
+
+// A fresh run removes the earlier run's saves only at its end, once its own last save is made:
+// stopped after pass 0, it leaves the earlier run's saves 1 and 2 beside its 0; its resume
+// continues it (its save 0 is the newest) and, at the job's end, removes the earlier run's 2.
+TEST_F(FreshRunSaves, TheEarlierRunsSavesStayUntilTheFreshRunEnds) {
+  const fs::path dir = root_ / "deferred";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  const uint64_t earlier_last = manifest_of(dir / "2").sequence;
+  const std::vector<std::string> rerun = {"runner.epochs=2", "hyper_parameters.fc_sizes=[4]"};
+  std::vector<std::string> fresh = rerun;
+  fresh.push_back("runner.resume=off");
+  RunHooks stop;
+  stop.stop_requested = [] { return true; };  // before pass 1
+  EXPECT_EQ(passes(Trainer(config(dir, fresh), env()).train("", stop)), (std::vector<int64_t>{0}));
+  EXPECT_GT(manifest_of(dir / "0").sequence, earlier_last);
+  EXPECT_LT(manifest_of(dir / "1").sequence, earlier_last);  // the earlier run's, kept
+  EXPECT_EQ(manifest_of(dir / "2").sequence, earlier_last);
+
+  EXPECT_EQ(passes(Trainer(config(dir, rerun), env()).train()), (std::vector<int64_t>{1}));
+  EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_GT(manifest_of(dir / "1").sequence, manifest_of(dir / "0").sequence);
+  EXPECT_FALSE(fs::exists(dir / "2"));
+}
+
+// The end's removal itself: skipped while the folder's lock is not held; then each removed
+// folder goes through a hidden name (one a removal killed midway left is deleted); a numbered
+// save whose model manifest is of another pass (copied there) is not the earlier run's: kept.
+TEST_F(FreshRunSaves, TheEndsRemovalNeedsTheLockAndProvableSaves) {
+  const fs::path dir = root_ / "removal";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  io::ModelManifest rerun = manifest_of(dir / "0");  // as a rerun's pass 0, the newest save
+  rerun.sequence = manifest_of(dir / "2").sequence + 1;
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "0").string(), rerun));
+  fs::copy(dir / "2", dir / "7", fs::copy_options::recursive);
+  const fs::path leftover = dir / ".gpubox_removing_4";
+  fs::create_directories(leftover / "dense");
+
+  remove_earlier_saves(dir.string(), "", 1, /*locked=*/false);
+  EXPECT_TRUE(fs::exists(dir / "1"));
+  EXPECT_TRUE(fs::exists(dir / "2"));
+  EXPECT_TRUE(fs::exists(leftover));
+
+  remove_earlier_saves(dir.string(), "", 1, /*locked=*/true);
+  EXPECT_TRUE(fs::exists(dir / "0"));
+  EXPECT_FALSE(fs::exists(dir / "1"));
+  EXPECT_FALSE(fs::exists(dir / "2"));
+  EXPECT_TRUE(fs::exists(dir / "7" / io::kModelManifestName));  // of pass 2, not 7
+  EXPECT_FALSE(fs::exists(leftover));
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_NE(entry.path().filename().string().rfind(".gpubox_removing_", 0), 0u) << entry.path();
+  }
 }
 
 // A folder that still mixes two runs (left by a GPUBox before fresh runs removed the earlier

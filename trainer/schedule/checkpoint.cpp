@@ -25,9 +25,12 @@ constexpr std::size_t kMaxChain = 100000;
 
 io::FileEnv* env() { return io::FileEnv::posix(); }
 
-// Absolute and normalized, so that two names of one folder compare equal.
+// Absolute and normalized, without a trailing separator, so that two names of one folder
+// compare equal (--load /x/5/ and /x/5).
 std::string normalized(const std::string& dir) {
-  return fs::absolute(fs::path(dir)).lexically_normal().string();
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  while (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
+  return p.string();
 }
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -255,8 +258,9 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
                           << " holds saves of an earlier run (the newest: pass "
                           << saves.front().manifest.pass - 1 << "); this run starts "
-                          << describe_start(origin_) << " and removes them before its first "
-                          << "pass (use another runner.model_save_path to keep them)";
+                          << describe_start(origin_) << ": its saves replace those of its "
+                          << "passes, and its job's end removes the later ones (use another "
+                          << "runner.model_save_path to keep them)";
     }
     return std::nullopt;
   }
@@ -270,8 +274,8 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
                               std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
     const std::string remedy =
         ". Resuming would mix two runs: run the command that made it, or add -o "
-        "runner.resume=off to start afresh (removing the saves there first), or use "
-        "another runner.model_save_path";
+        "runner.resume=off to start afresh (its saves replace those there, its job's end "
+        "removes the rest), or use another runner.model_save_path";
     // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
     // continue a job) is never resumed; this job, with every pass it schedules saved, starts
     // again (a rerun of a finished job).
@@ -279,7 +283,8 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     if (!job_differences.empty()) {
       GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
                   ". Resuming would mix two jobs: add -o runner.resume=off to start afresh "
-                  "(removing the saves there first), or use another runner.model_save_path");
+                  "(its saves replace those there, its job's end removes the rest), or use another "
+                  "runner.model_save_path");
     }
     if (m.origin != origin_) {
       GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
@@ -305,8 +310,9 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job (all its " << job_passes_
                        << " passes saved): training it again from the start (as PaddleRec "
                        << "does), " << describe_start(origin_)
-                       << "; the saves there are removed before its first pass (copy them "
-                          "elsewhere first to keep them, or set another runner.model_save_path)";
+                       << "; its saves replace those there, and its job's end removes the rest "
+                          "(copy them elsewhere first to keep them, or set another "
+                          "runner.model_save_path)";
       return std::nullopt;
     }
     origin_ = m.origin;
@@ -342,7 +348,7 @@ void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::S
   io::ModelManifest m;
   m.pass = run_pass;
   // Newer than every save beside it (of this run or an earlier one) and than the last one.
-  uint64_t newest = std::max(sequence_floor_, last_ ? last_->manifest.sequence : uint64_t{0});
+  uint64_t newest = last_ ? last_->manifest.sequence : 0;
   const std::string here = normalized(dir);
   for (const SavePoint& other : saves_under(fs::path(here).parent_path().string(), nullptr)) {
     newest = std::max(newest, other.manifest.sequence);

@@ -25,7 +25,6 @@
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -129,9 +128,6 @@ class SaveLineage {
                    config::DensePrecision dense_precision);
   // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
-  // The run's saves get sequences over `sequence` (that of the earlier run's saves it removed:
-  // earlier_saves.hpp), so that sequences keep ordering a folder's saves across runs.
-  void continue_after(uint64_t sequence) { sequence_floor_ = std::max(sequence_floor_, sequence); }
 
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a
   // server restart, no pass was open (`pass_open` false), runner.resume is auto and a save was
@@ -158,7 +154,6 @@ class SaveLineage {
   std::optional<SavePoint> last_;  // the last save made or restored
   int64_t last_run_pass_ = 0;      // the trainer's pass when it was
   int recoveries_ = 0;
-  uint64_t sequence_floor_ = 0;  // continue_after's
 };
 
 }  // namespace gpubox::trainer

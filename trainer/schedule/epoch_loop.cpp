@@ -57,17 +57,21 @@ struct EpochTally {
   }
 };
 
+// The save the run starts from: --load wins over runner.model_init_path ("" for neither); a
+// resume only continues a run that started from the same one.
+std::string run_origin(Schedule& schedule, const TrainerConfig& config,
+                       const std::string& start_from, bool loaded) {
+  if (!start_from.empty() || loaded || schedule.passes_done() != 0 ||
+      config.runner.model_init_path.empty()) {
+    return start_from;
+  }
+  GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << config.runner.model_init_path;
+  return config.runner.model_init_path;
+}
+
 // Where the run starts; returns the first pass to train.
 int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
-                  const std::string& start_from, bool loaded, bool saving) {
-  // --load wins over runner.model_init_path; either is the save this run starts from, and a
-  // resume only continues a run that started from the same one.
-  std::string origin = start_from;
-  if (origin.empty() && !loaded && schedule.passes_done() == 0 &&
-      !config.runner.model_init_path.empty()) {
-    origin = config.runner.model_init_path;
-    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
-  }
+                  const std::string& origin) {
   schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers), plan.total);
   const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
   schedule.agree_on_start(resume, origin);
@@ -83,15 +87,8 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
                    schedule.passes_done() - 1,
                    ": nothing is left to train; -o runner.resume=off trains afresh, more epochs "
                    "or pass_dirs continue it");
-  } else {
-    if (!origin.empty()) schedule.load(origin);
-    // A fresh run owns its save folder: an earlier run's saves there would be taken for its own
-    // (earlier_saves.hpp). Trainer 0 writes every save, under the folder's lock. A schedule that
-    // trained passes already (run_epochs called again on it) goes on with its own run.
-    if (saving && schedule.env().trainer_id == 0 && schedule.passes_done() == 0) {
-      schedule.lineage().continue_after(
-          remove_earlier_saves(config.runner.model_save_path, origin));
-    }
+  } else if (!origin.empty()) {
+    schedule.load(origin);
   }
   return schedule.passes_done();
 }
@@ -251,7 +248,12 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const SaveFolderLock save_lock = saving && schedule.env().trainer_id == 0
                                        ? SaveFolderLock(runner.model_save_path)
                                        : SaveFolderLock();
-  const int64_t first = start_run(schedule, config, plan, start_from, loaded, saving);
+  const std::string origin = run_origin(schedule, config, start_from, loaded);
+  const int64_t first = start_run(schedule, config, plan, origin);
+  // The earlier run's saves this run's end removes (earlier_saves.hpp) are checked now, before
+  // any pass trains; trainer 0 writes every save.
+  const bool saver = saving && schedule.env().trainer_id == 0;
+  if (saver) check_earlier_saves(runner.model_save_path, origin, plan.total);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
   const PassCacheReport cache_report(schedule.pass_cache());
@@ -307,7 +309,9 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       tally.reset();
     }
   }
-  // The job ended well: a tier on servers tells them (a TRAINING_ROLE=PSERVER server exits with
+  // The job ended well, its last pass saved: the earlier run's saves after it go.
+  if (saver) remove_earlier_saves(runner.model_save_path, origin, plan.total, save_lock.held());
+  // A tier on servers tells them (a TRAINING_ROLE=PSERVER server exits with
   // its job). The model is trained and saved by now, so a failure here is only a warning.
   const auto trainers = static_cast<uint32_t>(schedule.env().trainers);
   if (const Status told = schedule.host_tier().end_job(trainers); !told.ok()) {

@@ -39,8 +39,9 @@ std::string list_text(const std::vector<int64_t>& epochs) {
 // The saves `picked` (numbered, in order) are of one run: a run saves its passes in order, so
 // each model manifest's sequence (the order of the folder's saves, table/io/model_manifest.hpp)
 // is above the one before. A save of a lower sequence after one of a higher is an earlier run's,
-// left beside a later run's saves (by a GPUBox before a fresh run removed them: earlier_saves
-// .hpp, or copied there): refused, naming both, rather than evaluated as this run's. Saves
+// left beside a later run's saves (until that run ends its job and removes them:
+// earlier_saves.hpp; or copied there): refused, naming both, rather than evaluated as this
+// run's. Saves
 // without a model manifest (older layouts) are not compared.
 void check_one_run(const std::string& load_path, const std::vector<SaveToEvaluate>& picked) {
   const SaveToEvaluate* before = nullptr;
@@ -48,13 +49,15 @@ void check_one_run(const std::string& load_path, const std::vector<SaveToEvaluat
   for (const SaveToEvaluate& save : picked) {
     auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.dir);
     if (!manifest.ok()) continue;
-    GPUBOX_EXPECTS(before == nullptr || manifest->sequence > before_sequence, "'", load_path,
-                   "' mixes the saves of two runs: ", save.dir, " (sequence ", manifest->sequence,
-                   ") was saved before ", before->dir, " (sequence ", before_sequence,
-                   "), so it is of an earlier run than the saves before it, not their pass ",
-                   save.epoch, ". Evaluate one run: runner.infer_end_epoch ", save.epoch,
-                   " (this folder's last run ends before it), --load one save, or remove the "
-                   "earlier run's saves (a fresh training run into this folder removes them)");
+    GPUBOX_EXPECTS(
+        before == nullptr || manifest->sequence > before_sequence, "'", load_path,
+        "' mixes the saves of two runs: ", save.dir, " (sequence ", manifest->sequence,
+        ") was saved before ", before->dir, " (sequence ", before_sequence,
+        "), so it is of an earlier run than the saves before it, not their pass ", save.epoch,
+        ". Evaluate one run: runner.infer_end_epoch ", save.epoch,
+        " (this folder's last run ends before it), --load one save, or remove the "
+        "earlier run's saves (a training run into this folder removes them when it ends its "
+        "job)");
     before = &save;
     before_sequence = manifest->sequence;
   }
