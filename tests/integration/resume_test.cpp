@@ -459,6 +459,25 @@ TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
 }
 
+// Saves there, none of which restores (a read error, a digest mismatch, a newer format): the
+// run is refused at start, naming the newest and why, rather than trained afresh beside them;
+// runner.resume=off trains afresh.
+TEST_F(Resume, SavesThatNoneRestoresAreRefusedUnlessResumeIsOff) {
+  const fs::path dir = root_ / "none_restores";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  // The two passes' dense halves swapped: neither matches its MODEL_MANIFEST.
+  fs::rename(dir / "0" / "dense", dir / "dense_0");
+  fs::rename(dir / "1" / "dense", dir / "0" / "dense");
+  fs::rename(dir / "dense_0", dir / "1" / "dense");
+  const std::string what =
+      error_of([&] { Trainer(config(dir, {"runner.epochs=3"}), env()).train(); });
+  EXPECT_NE(what.find("no save under " + dir.string() + " restores"), std::string::npos) << what;
+  EXPECT_NE(what.find((dir / "1").string()), std::string::npos) << what;
+  EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+  Trainer fresh(config(dir, {"runner.epochs=1", "runner.resume=off"}), env());
+  EXPECT_EQ(passes(fresh.train()), (std::vector<int64_t>{0}));
+}
+
 TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {
   const fs::path a = root_ / "load_a", b = root_ / "load_b";
   Trainer(config(a, {"runner.epochs=1"}), env()).train();

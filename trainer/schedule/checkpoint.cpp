@@ -268,6 +268,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     GPUBOX_LOG(INFO) << "runner.resume: skipped: " << why;
   }
   const bool sparse_required = !host_is_remote(host);
+  std::string first_failure;  // why the newest save does not restore
   for (const SavePoint& candidate : saves) {
     const io::ModelManifest& m = candidate.manifest;
     const std::string which = "the newest save under " + r.model_save_path + " (pass " +
@@ -304,6 +305,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     } catch (const Error& e) {
       GPUBOX_LOG(WARNING) << "runner.resume: " << candidate.dir
                           << " is not a complete save, trying the one before: " << e.what();
+      if (first_failure.empty()) first_failure = candidate.dir + ": " + e.what();
       continue;
     }
     if (!m.job.empty() && job_passes_ > 0 && m.pass >= job_passes_) {
@@ -328,6 +330,13 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
                                    "exactly)");
     return candidate;
   }
+  // Saves that none restores (a read error, halves that do not match, a newer format) are not
+  // "no save": training afresh would later remove them.
+  GPUBOX_EXPECTS(first_failure.empty(), "runner.resume: no save under ", r.model_save_path,
+                 " restores (", saves.size(), " tried), the newest: ", first_failure,
+                 ". Repair it, or add -o runner.resume=off to train afresh (its saves replace "
+                 "those there, its job's end removes the rest), or use another "
+                 "runner.model_save_path");
   GPUBOX_LOG(INFO) << "runner.resume: no complete save under " << r.model_save_path << "; starting "
                    << describe_start(origin_);
   return std::nullopt;
