@@ -93,6 +93,15 @@ TEST_F(FreshRunSaves, ASaveFolderHoldingOtherFilesIsRefusedAndNothingRemoved) {
   }
   EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1"}));
   EXPECT_TRUE(fs::exists(dir / "1" / "eval_notes.txt"));
+
+  // Inside a half, beside the files its MANIFEST lists: refused alike, naming it.
+  fs::remove(dir / "1" / "eval_notes.txt");
+  std::ofstream(dir / "1" / "dense" / "mine.txt") << "mine\n";
+  const std::string what = error_of([&] {
+    Trainer(config(dir, {"runner.epochs=1", "runner.resume=off"}), env()).train();
+  });
+  EXPECT_NE(what.find("'dense/mine.txt'"), std::string::npos) << what;
+  EXPECT_TRUE(fs::exists(dir / "1" / "dense" / "mine.txt"));
 }
 
 // The save a fresh run starts from (--load) inside its own save folder is kept.

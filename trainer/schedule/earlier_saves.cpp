@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "table/io/model_manifest.hpp"
+#include "table/io/save_dir.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
@@ -74,6 +75,65 @@ std::string foreign_entry(const fs::path& dir) {
   return ec ? "(unreadable: " + ec.message() + ")" : "";
 }
 
+// A save folder's halves as its model manifest lists them: every file inside dense/ and
+// sparse/ must be one their MANIFESTs list (`foreign` names the first that is not, from the
+// save folder); `unread` says why a half that is there could not be looked into.
+struct HalvesCheck {
+  std::string foreign;
+  std::string unread;
+};
+
+HalvesCheck check_halves_entries(const fs::path& dir, const io::ModelManifest& m) {
+  std::set<std::string> allowed;    // relative to `dir`: files and the folders holding them
+  std::vector<std::string> opaque;  // the parts whose MANIFEST does not read: not looked into
+  HalvesCheck out;
+  const auto list = [&](const std::string& part, const char* kind) {
+    allowed.insert(part);
+    auto half = io::read_manifest(io::FileEnv::posix(), (dir / part).string(), kind);
+    if (!half.ok()) {
+      std::error_code ec;
+      if (fs::exists(dir / part, ec) && out.unread.empty()) {
+        out.unread = part + "/" + io::kManifestName + ": " + half.status().message();
+      }
+      opaque.push_back(part + "/");
+      return;
+    }
+    allowed.insert(part + "/" + io::kManifestName);
+    for (const io::ManifestFile& f : half->files) allowed.insert(part + "/" + f.name);
+  };
+  list(io::kDenseHalf, io::kDenseHalf);
+  for (std::size_t i = 0; i < m.sparse.size(); ++i) {
+    list(io::sparse_part_folder(i, m.sparse.size()), io::kSparseHalf);
+  }
+  allowed.insert(io::kSparseHalf);
+  for (const char* half : {io::kDenseHalf, io::kSparseHalf}) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(dir / half, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      const std::string rel = it->path().lexically_relative(dir).generic_string();
+      const bool inside_opaque = std::any_of(opaque.begin(), opaque.end(), [&](const auto& o) {
+        return rel.compare(0, o.size(), o) == 0;
+      });
+      if (inside_opaque || allowed.count(rel) > 0 || allowed.count(without_tmp(rel)) > 0) continue;
+      out.foreign = rel;
+      return out;
+    }
+  }
+  return out;
+}
+
+// The first entry of save folder `dir` that a save does not write, its halves' files included;
+// "" when there is none. A staging copy (no manifest yet) is judged by its top level alone.
+std::string foreign_in_save(const fs::path& dir, bool staging, std::string* unread = nullptr) {
+  const std::string top = foreign_entry(dir);
+  if (!top.empty() || staging) return top;
+  auto m = io::read_model_manifest(io::FileEnv::posix(), dir.string());
+  if (!m.ok()) return "";
+  HalvesCheck halves = check_halves_entries(dir, *m);
+  if (unread != nullptr) *unread = halves.unread;
+  return halves.foreign;
+}
+
 struct Candidate {
   fs::path dir;
   uint64_t number = 0;
@@ -123,8 +183,10 @@ void delete_doomed_leftovers(const std::string& save_path) {
 // Why `c` is not provably an earlier run's save (its removal is skipped), or "" when it is: its
 // entries are a save's, and its model manifest names its pass and a sequence below `newest`.
 std::string not_provable(const Candidate& c, uint64_t newest) {
-  const std::string foreign = foreign_entry(c.dir);
+  std::string unread;
+  const std::string foreign = foreign_in_save(c.dir, c.staging, &unread);
   if (!foreign.empty()) return "it also holds '" + foreign + "', not written by a save";
+  if (!unread.empty()) return "its halves' files cannot be checked: " + unread;
   if (c.staging) return "";  // an unfinished save's copy: no manifest yet
   auto m = io::read_model_manifest(io::FileEnv::posix(), c.dir.string());
   if (!m.ok()) {
@@ -149,7 +211,7 @@ void check_earlier_saves(const std::string& save_path, const std::string& start_
   if (save_path.empty() || !fs::is_directory(save_path, ec)) return;
   delete_doomed_leftovers(save_path);
   for (const Candidate& c : later_saves(save_path, start_from, passes)) {
-    const std::string foreign = foreign_entry(c.dir);
+    const std::string foreign = foreign_in_save(c.dir, c.staging);
     GPUBOX_EXPECTS(foreign.empty(), "runner.model_save_path ", save_path, ": this run saves ",
                    passes, " passes (0 to ", passes - 1, "), and ", c.dir.string(),
                    " holds a save of an earlier run, which its end would remove so that no save "
