@@ -116,6 +116,21 @@ TEST(DeadOutput, PredictionsThatVaryAreAliveWhateverTheClasses) {
   EXPECT_FALSE(dead_output(one_class));
 }
 
+// One class in one bucket: a perfect fit (every label 0 predicted near 0, logloss 0.0000), not a
+// dead network; nor is one bucket whose logloss is below the constant predictor's.
+TEST(DeadOutput, AOneClassPassOrOneThatBeatsTheConstantIsNotJudged) {
+  const MetricValues negatives = pass_of(400, 0, 1, 300, 0);
+  EXPECT_EQ(negatives.prediction_buckets, 1);
+  EXPECT_FALSE(dead_output(negatives));
+  const MetricValues positives = pass_of(400, kBuckets - 1, 1, 300, 1);
+  EXPECT_EQ(positives.positives, 400);
+  EXPECT_FALSE(dead_output(positives));
+  MetricValues fits = pass_of(400, 0, 1, 300);  // a quarter positives, all in bucket 0
+  EXPECT_TRUE(dead_output(fits));
+  fits.logloss = 0.01;  // the constant's: 0.562
+  EXPECT_FALSE(dead_output(fits));
+}
+
 class DeadOutputRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

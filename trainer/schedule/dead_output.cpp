@@ -49,7 +49,17 @@ std::string dead_layer(const MetricValues& metrics, const TrainerConfig& config)
 }  // namespace
 
 bool dead_output(const MetricValues& metrics) {
-  return metrics.steady.examples >= kMinDeadOutputExamples && metrics.prediction_buckets == 1;
+  if (metrics.steady.examples < kMinDeadOutputExamples || metrics.prediction_buckets != 1) {
+    return false;
+  }
+  // One class (a constant fits it perfectly), or a loss below the constant predictor's (the
+  // predictions differ within the bucket, and fit): not dead.
+  if (metrics.positives <= 0 || metrics.positives >= metrics.examples) return false;
+  SteadyLoss pass;
+  pass.examples = metrics.examples;
+  pass.positives = metrics.positives;
+  pass.logloss_sum = metrics.logloss * metrics.examples;
+  return !(pass.ratio_to_constant() < kDeadOutputLossRatio);
 }
 
 std::string dead_output_error(int64_t pass, const MetricValues& metrics,

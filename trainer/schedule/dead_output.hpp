@@ -15,8 +15,12 @@
 // predictions of steady steps (after each card's or training thread's first
 // runner.print_interval steps, so made after the model had been updated in the pass): one step
 // of a fresh model on unseen keys predicts its biases' constant for every instance, a healthy
-// thing; a pass of fewer instances, or of no steady step, is not judged. Evaluation passes
-// (a one-class test set) are never judged. A dead pass stops the job before its save.
+// thing; a pass of fewer instances, or of no steady step, is not judged. Nor is a pass of one
+// class (every label 0, or every label 1: a constant fits it, logloss 0 at best) or one whose
+// logloss is below kDeadOutputLossRatio times the constant predictor's (one value for every
+// instance does no better than the constant: its predictions differ within the bucket, and
+// fit). Evaluation passes (a one-class test set) are never judged. A dead pass stops the job
+// before its save.
 // Host-only, plain functions.
 #pragma once
 
@@ -29,6 +33,9 @@
 namespace gpubox::trainer {
 
 inline constexpr double kMinDeadOutputExamples = 100;
+// One value for every prediction has a logloss of at least the constant predictor's (ratio 1);
+// the margin is for rounding.
+inline constexpr double kDeadOutputLossRatio = 0.999;
 
 // Whether the training pass `metrics` stands for predicted one value for everything, by the rule
 // above.
