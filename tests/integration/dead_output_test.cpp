@@ -47,7 +47,11 @@ MetricValues pass_of(double examples, std::size_t first, std::size_t spread, dou
     sums[metric_sums::kPredictions] += p;
     sums[metric_sums::kLogLoss] += -std::log(positive ? p : 1 - p);
   }
+  // The steady steps' share of the labels and the loss, as a part of the pass's.
+  const double share = examples > 0 ? steady / examples : 0;
   sums[metric_sums::kSteadyCount] = steady;
+  sums[metric_sums::kSteadyLabels] = sums[metric_sums::kLabels] * share;
+  sums[metric_sums::kSteadyLogLoss] = sums[metric_sums::kLogLoss] * share;
   return compute_metrics(flat.data(), kBuckets);
 }
 
@@ -127,7 +131,7 @@ TEST(DeadOutput, AOneClassPassOrOneThatBeatsTheConstantIsNotJudged) {
   EXPECT_FALSE(dead_output(positives));
   MetricValues fits = pass_of(400, 0, 1, 300);  // a quarter positives, all in bucket 0
   EXPECT_TRUE(dead_output(fits));
-  fits.logloss = 0.01;  // the constant's: 0.562
+  fits.steady.logloss_sum = 0.01 * fits.steady.examples;  // the constant's: 0.562 each
   EXPECT_FALSE(dead_output(fits));
 }
 

@@ -29,6 +29,7 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
+#include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 
@@ -230,6 +231,45 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
     // The job's figure: both trainers' steps after their warm-up (each ~78 steps of 256).
     EXPECT_GT(a.examples, reports[0][0].metrics.examples);
   }
+}
+
+// The job's spread of predictions is from the lowest bucket of every trainer's to the highest:
+// two trainers that each predicted one value are alive when the values differ, one dead trainer
+// beside a live one is alive, and the job is dead only when all predicted one value, the same;
+// a trainer without predictions counts for none; the steady sums add up. Bucket indexes past a
+// float's 2^24 stay exact.
+TEST(JobSteadyFigures, TheJobsSpreadRunsFromTheLowestBucketOfAllToTheHighest) {
+  const auto trainer = [](double lowest, double highest, double examples) {
+    MetricValues m;
+    m.prediction_buckets = lowest < 0 ? 0 : (lowest == highest ? 1 : 2);
+    m.lowest_bucket = lowest;
+    m.highest_bucket = highest;
+    m.steady.examples = examples;
+    m.steady.positives = examples / 4;
+    m.steady.logloss_sum = examples / 2;
+    return m;
+  };
+  const auto job = [](const MetricValues& a, const MetricValues& b) {
+    std::vector<float> table = steady_loss_table_zeros(2);
+    put_steady_figures(a, 0, 2, 7, &table);
+    put_steady_figures(b, 1, 2, 7, &table);
+    MetricValues out;
+    take_steady_figures(table, 2, 7, &out);
+    return out;
+  };
+  EXPECT_EQ(job(trainer(5, 5, 100), trainer(9, 9, 100)).prediction_buckets, 2);  // two constants
+  EXPECT_EQ(job(trainer(5, 5, 100), trainer(3, 700, 100)).prediction_buckets, 2);
+  EXPECT_EQ(job(trainer(3, 700, 100), trainer(5, 5, 100)).prediction_buckets, 2);
+  const MetricValues dead = job(trainer(5, 5, 100), trainer(5, 5, 300));
+  EXPECT_EQ(dead.prediction_buckets, 1);
+  EXPECT_EQ(dead.steady.examples, 400);
+  EXPECT_EQ(dead.steady.positives, 100);
+  EXPECT_EQ(dead.steady.logloss_sum, 200);
+  EXPECT_EQ(job(trainer(-1, -1, 0), trainer(5, 5, 100)).prediction_buckets, 1);
+  EXPECT_EQ(job(trainer(-1, -1, 0), trainer(-1, -1, 0)).prediction_buckets, 0);
+  const double big = (1 << 27) + 1;  // of 2^28 buckets: next to big - 1 in a float
+  EXPECT_EQ(job(trainer(big, big, 100), trainer(big - 1, big - 1, 100)).prediction_buckets, 2);
+  EXPECT_EQ(job(trainer(big, big, 100), trainer(big, big, 100)).highest_bucket, big);
 }
 
 // The dead-output check (trainer/schedule/dead_output.hpp) judges the job's spread of

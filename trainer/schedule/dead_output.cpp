@@ -52,13 +52,11 @@ bool dead_output(const MetricValues& metrics) {
   if (metrics.steady.examples < kMinDeadOutputExamples || metrics.prediction_buckets != 1) {
     return false;
   }
-  // One class (a constant fits it perfectly), or a loss below the constant predictor's (the
-  // predictions differ within the bucket, and fit): not dead.
-  if (metrics.positives <= 0 || metrics.positives >= metrics.examples) return false;
-  SteadyLoss pass;
-  pass.examples = metrics.examples;
-  pass.positives = metrics.positives;
-  pass.logloss_sum = metrics.logloss * metrics.examples;
+  // Judged on the steady figures, the job's in every mode (every trainer alike). One class (a
+  // constant fits it perfectly), or a loss below the constant predictor's (the predictions differ
+  // within the bucket, and fit): not dead.
+  const SteadyLoss& pass = metrics.steady;
+  if (pass.positives <= 0 || pass.positives >= pass.examples) return false;
   return !(pass.ratio_to_constant() < kDeadOutputLossRatio);
 }
 
