@@ -28,9 +28,11 @@ class RemoteHostTier;
 
 namespace gpubox::trainer::ps_modes {
 
-// Named for its layout: a trainer of another layout (an older GPUBox) in the same job finds no
-// table of its name and fails, rather than reading figures of another meaning.
-inline constexpr const char* kSteadyLossTable = "ps_steady_loss_v2";
+// Its size tells its layout (2 * trainers * kSteadyLossFigures floats): a trainer of another
+// layout (an older GPUBox) in the same job asks for another size, which the servers refuse
+// loudly ("DENSE 'ps_steady_loss' holds N values; the request has M"). A new name would let each
+// layout make its own table and read partial figures without a word.
+inline constexpr const char* kSteadyLossTable = "ps_steady_loss";
 // examples, positives, logloss_sum, and the lowest and highest bucket (each as two floats, exact
 // up to 2^28 buckets; -1 for none)
 inline constexpr std::size_t kSteadyLossFigures = 7;
