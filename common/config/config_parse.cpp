@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -103,19 +102,8 @@ class DocumentBuilder {
     const Status st = parse_value_text(*key, value, &parsed);
     if (!st.ok()) return error("-o: " + st.message());
     drop_earlier_conditional_overrides(key->name);
-    forget_output_widths_of(key->name);
     doc_.values_[key->name] = std::move(parsed);
     return Status::OK();
-  }
-
-  // `-o key=...` set `key` itself (fc_sizes): the output width a PaddleRec list of it gave before
-  // (top_layer_sizes' last entry, in the file or an earlier -o) no longer describes the network.
-  void forget_output_widths_of(const std::string& key_name) {
-    for (auto it = doc_.output_widths_.begin(); it != doc_.output_widths_.end();) {
-      const KeyAlias* alias = find_alias(it->first);
-      it = alias != nullptr && alias->key == key_name ? doc_.output_widths_.erase(it)
-                                                      : std::next(it);
-    }
   }
 
   // Overrides apply in order, the last of a key winning; a conditional alias's override waits
@@ -278,11 +266,7 @@ class DocumentBuilder {
           keep(error(st.message(), line));
           continue;
         }
-        // An override of the key replaces the file's list, output layer and all: its width no
-        // longer describes the network (the override's own, when it is this alias, does).
-        if (target == nullptr || overridden_.count(target->name) == 0) {
-          note_output_width(*alias, value);
-        }
+        note_output_width(*alias, value);
         if (target != nullptr && !alias->only_when.empty()) {
           conditional_.push_back({alias, translated, line, base_dir});
         } else if (target != nullptr) {

@@ -213,26 +213,6 @@ TEST_F(ConfigDocumentTest, CrossKeyRules) {
                                                 "hyper_parameters.dlrm_output=softmax2"})
                 .rfind(p + ": -o: " + why + "-o)", 0),
             0u);
-  // -o fc_sizes replaces the file's top_layer_sizes, its output layer too: the file's 1 no
-  // longer stands against softmax2, and the width read is the overrides' (none, or the last
-  // top_layer_sizes given before no fc_sizes replaced it).
-  const auto width_after = [&](const std::vector<std::string>& overrides) {
-    auto doc = ConfigDocument::load(write("w.yaml", top1), overrides);
-    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
-    return doc.ok() ? doc->output_layer_width("hyper_parameters.top_layer_sizes") : std::nullopt;
-  };
-  EXPECT_EQ(width_after({}), std::optional<int>(1));
-  EXPECT_EQ(width_after({"hyper_parameters.fc_sizes=[32]"}), std::nullopt);
-  EXPECT_EQ(
-      width_after({"hyper_parameters.fc_sizes=[32]", "hyper_parameters.dlrm_output=softmax2"}),
-      std::nullopt);
-  EXPECT_EQ(width_after({"hyper_parameters.top_layer_sizes=[8, 2]"}), std::optional<int>(2));
-  EXPECT_EQ(
-      width_after({"hyper_parameters.top_layer_sizes=[8, 2]", "hyper_parameters.fc_sizes=[8]"}),
-      std::nullopt);
-  EXPECT_EQ(
-      width_after({"hyper_parameters.fc_sizes=[8]", "hyper_parameters.top_layer_sizes=[8, 2]"}),
-      std::optional<int>(2));
   for (const char* fine : {"  top_layer_sizes: [64, 2]\n  dlrm_output: softmax2\n",
                            "  top_layer_sizes: [64, 1]\n  dlrm_output: logit\n",
                            "  fc_sizes: [64]\n  dlrm_output: softmax2\n"}) {
