@@ -127,6 +127,10 @@ TEST_F(FreshRunSaves, TheSaveTheRunStartsFromIsKeptUnderAnySpelling) {
   Trainer(config(slash, {"runner.epochs=1", "runner.resume=off"}), env())
       .train((slash / "5").string() + "/");
   EXPECT_TRUE(fs::exists(slash / "5" / io::kModelManifestName));
+  // One origin however spelled: the run resumes with --load without the slash.
+  EXPECT_EQ(
+      passes(Trainer(config(slash, {"runner.epochs=2"}), env()).train((slash / "5").string())),
+      (std::vector<int64_t>{1}));
 
   const fs::path real = root_ / "spell_real";
   const fs::path link = root_ / "spell_link";
