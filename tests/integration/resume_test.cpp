@@ -31,6 +31,7 @@
 #include "dataset/generator.hpp"
 #include "table/io/model_manifest.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/integration/resume_fixture.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/schedule/dense_state.hpp"
@@ -42,69 +43,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace io = table::io;
 
-class Resume : public ::testing::Test {
+class Resume : public testing::ResumeFixture {
  protected:
-  static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_resume_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    dataset::GeneratorOptions gen;
-    gen.out_dir = (root_ / "train").string();
-    gen.lines = 1200;
-    gen.files = 2;
-    gen.seed = 11;
-    gen.slots = 4;
-    gen.dense = 2;
-    gen.vocab = 300;
-    dataset::OracleSummary oracle;
-    throw_if_error(dataset::generate(gen, &oracle));
-  }
-  static void TearDownTestSuite() { fs::remove_all(root_); }
-
-  // 3 shuffled passes of a small dnn, each saved under `save` (checkpoint: optimizer state too).
-  static TrainerConfig config(const fs::path& save, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                          "runner.model_save_path=" + save.string(),
-                                          "runner.save_mode=checkpoint",
-                                          "runner.train_batch_size=40",
-                                          "runner.epochs=3",
-                                          "runner.shuffle=true",
-                                          "runner.seed=3",
-                                          "runner.metrics_path=",
-                                          "hyper_parameters.sparse_inputs_slots=5",
-                                          "hyper_parameters.sparse_feature_dim=5",
-                                          "hyper_parameters.dense_input_dim=2",
-                                          "hyper_parameters.fc_sizes=[16, 8]",
-                                          "hyper_parameters.optimizer.learning_rate=0.01",
-                                          "hyper_parameters.sparse_optimizer.learning_rate=0.3"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
-  }
-  static TrainerEnv env() {
-    TrainerEnv e;
-    e.selected_cards = device::testing::card_list(device::testing::cards_here(2));
-    e.threads_per_card = 1;
-    return e;
-  }
-  static std::vector<int64_t> passes(const std::vector<PassReport>& reports) {
-    std::vector<int64_t> out;
-    for (const auto& r : reports) out.push_back(r.pass);
-    return out;
-  }
-  // The message of a call that must throw gpubox::Error.
-  template <class F>
-  static std::string error_of(F&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "no error";
-    return "";
-  }
-
   // A network (`network`: its overrides; rows `mf_dim` wide): stopped after pass 0 and run
   // again, it ends bit-identical to the uninterrupted run, and a save loads into a fresh trainer
   // evaluating the same. `*last_save` (when given): the dense half of the uninterrupted run's
@@ -150,10 +90,7 @@ class Resume : public ::testing::Test {
             "hyper_parameters.sparse_optimizer.learning_rate=0.02",
             "hyper_parameters.sparse_optimizer.mf_learning_rate=0.02"};
   }
-
-  static fs::path root_;
 };
-fs::path Resume::root_;
 
 TEST_F(Resume, ARunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   const fs::path straight_dir = root_ / "straight", stopped_dir = root_ / "stopped";
@@ -520,6 +457,25 @@ TEST_F(Resume, AnIncompleteNewestSaveIsSkippedForTheOneBefore) {
   fs::copy(dir / "0" / "dense", dir / "1" / "dense", fs::copy_options::recursive);
   Trainer again(config(dir, {"runner.epochs=2"}), env());
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1}));
+}
+
+// Saves there, none of which restores (a read error, a digest mismatch, a newer format): the
+// run is refused at start, naming the newest and why, rather than trained afresh beside them;
+// runner.resume=off trains afresh.
+TEST_F(Resume, SavesThatNoneRestoresAreRefusedUnlessResumeIsOff) {
+  const fs::path dir = root_ / "none_restores";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  // The two passes' dense halves swapped: neither matches its MODEL_MANIFEST.
+  fs::rename(dir / "0" / "dense", dir / "dense_0");
+  fs::rename(dir / "1" / "dense", dir / "0" / "dense");
+  fs::rename(dir / "dense_0", dir / "1" / "dense");
+  const std::string what =
+      error_of([&] { Trainer(config(dir, {"runner.epochs=3"}), env()).train(); });
+  EXPECT_NE(what.find("no save under " + dir.string() + " restores"), std::string::npos) << what;
+  EXPECT_NE(what.find((dir / "1").string()), std::string::npos) << what;
+  EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+  Trainer fresh(config(dir, {"runner.epochs=1", "runner.resume=off"}), env());
+  EXPECT_EQ(passes(fresh.train()), (std::vector<int64_t>{0}));
 }
 
 TEST_F(Resume, LoadRefusesAFolderThatIsNotOneCompleteSave) {

@@ -573,6 +573,11 @@ TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOn
   EXPECT_EQ(plain->hyper.dlrm_output, DlrmOutput::kSoftmax2);
   EXPECT_NE(note(folder, no_norm).find("not batch-normalised"), std::string::npos);
   EXPECT_NE(dlrm_output_warning(*plain).find("training stalls for good"), std::string::npos);
+  // -o fc_sizes sets the hidden layers only: the file's top_layer_sizes width still chooses.
+  auto resized = load_in(folder, yaml, {"hyper_parameters.fc_sizes=[32]"});
+  ASSERT_TRUE(resized.ok()) << resized.status().to_string();
+  EXPECT_EQ(resized->hyper.fc_sizes, std::vector<int>{32});
+  EXPECT_EQ(resized->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
   // Elsewhere: GPUBox's dlrm with one logit over the same hidden layers, no line, no warning.
   auto gpubox = load_in("elsewhere", yaml, {"hyper_parameters.model=dlrm"});
   ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();

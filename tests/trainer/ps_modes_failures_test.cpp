@@ -1,7 +1,8 @@
 // How a parameter-server job ends when something fails: a dead server or trainer (also one dead
 // within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
 // left at the end is logged naming the server, data without a valid instance is an error in every
-// mode, a diverged job stops on every trainer before its save.
+// mode, a diverged job stops on every trainer before its save, and so does a job whose network's
+// output died.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
+#include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/schedule.hpp"
@@ -208,6 +210,34 @@ TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
   }
 }
 
+// Two trainers of one job (threads of this process) train `cfg` against one in-process server:
+// each one's error ("" for none) and pass reports.
+struct TwoTrainers {
+  std::vector<std::string> errors = std::vector<std::string>(2);
+  std::vector<std::vector<PassReport>> reports = std::vector<std::vector<PassReport>>(2);
+};
+TwoTrainers train_two_trainers(const TrainerConfig& cfg) {
+  Servers shards(cfg, 1);
+  TwoTrainers job;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        PsTrainer trainer(cfg, env);
+        job.reports[static_cast<std::size_t>(w)] = trainer.train();
+      } catch (const std::exception& e) {
+        job.errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return job;
+}
+
 // The divergence check (trainer/schedule/divergence.hpp) judges the job's steady loss, added up
 // over the trainers through the servers: two async trainers forced to diverge (deepfm with summed
 // steps per hot key and sparse SGD at 50) both stop with the error after pass 0, before its save; a
@@ -229,25 +259,9 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
       extra.push_back("hyper_parameters.sparse_optimizer.mf_learning_rate=50");
     }
     const TrainerConfig cfg = config(extra);
-    Servers shards(cfg, 1);
-    std::vector<std::string> errors(2);
-    std::vector<std::vector<PassReport>> reports(2);
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
-          reports[static_cast<std::size_t>(w)] = trainer.train();
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(w)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const TwoTrainers job = train_two_trainers(cfg);
+    const std::vector<std::string>& errors = job.errors;
+    const std::vector<std::vector<PassReport>>& reports = job.reports;
     for (int w = 0; w < 2; ++w) {
       const std::string& error = errors[static_cast<std::size_t>(w)];
       if (diverging) {
@@ -266,6 +280,77 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
     EXPECT_LT(a.ratio_to_constant(), 1.0);
     // The job's figure: both trainers' steps after their warm-up (each ~78 steps of 256).
     EXPECT_GT(a.examples, reports[0][0].metrics.examples);
+  }
+}
+
+// The job's spread of predictions is from the lowest bucket of every trainer's to the highest:
+// two trainers that each predicted one value are alive when the values differ, one dead trainer
+// beside a live one is alive, and the job is dead only when all predicted one value, the same;
+// a trainer without predictions counts for none; the steady sums add up. Bucket indexes past a
+// float's 2^24 stay exact.
+TEST(JobSteadyFigures, TheJobsSpreadRunsFromTheLowestBucketOfAllToTheHighest) {
+  const auto trainer = [](double lowest, double highest, double examples) {
+    MetricValues m;
+    m.prediction_buckets = lowest < 0 ? 0 : (lowest == highest ? 1 : 2);
+    m.lowest_bucket = lowest;
+    m.highest_bucket = highest;
+    m.steady.examples = examples;
+    m.steady.positives = examples / 4;
+    m.steady.logloss_sum = examples / 2;
+    return m;
+  };
+  const auto job = [](const MetricValues& a, const MetricValues& b) {
+    std::vector<float> table = steady_loss_table_zeros(2);
+    put_steady_figures(a, 0, 2, 7, &table);
+    put_steady_figures(b, 1, 2, 7, &table);
+    MetricValues out;
+    take_steady_figures(table, 2, 7, &out);
+    return out;
+  };
+  EXPECT_EQ(job(trainer(5, 5, 100), trainer(9, 9, 100)).prediction_buckets, 2);  // two constants
+  EXPECT_EQ(job(trainer(5, 5, 100), trainer(3, 700, 100)).prediction_buckets, 2);
+  EXPECT_EQ(job(trainer(3, 700, 100), trainer(5, 5, 100)).prediction_buckets, 2);
+  const MetricValues dead = job(trainer(5, 5, 100), trainer(5, 5, 300));
+  EXPECT_EQ(dead.prediction_buckets, 1);
+  EXPECT_EQ(dead.steady.examples, 400);
+  EXPECT_EQ(dead.steady.positives, 100);
+  EXPECT_EQ(dead.steady.logloss_sum, 200);
+  EXPECT_EQ(job(trainer(-1, -1, 0), trainer(5, 5, 100)).prediction_buckets, 1);
+  EXPECT_EQ(job(trainer(-1, -1, 0), trainer(-1, -1, 0)).prediction_buckets, 0);
+  const double big = (1 << 27) + 1;  // of 2^28 buckets: next to big - 1 in a float
+  EXPECT_EQ(job(trainer(big, big, 100), trainer(big - 1, big - 1, 100)).prediction_buckets, 2);
+  EXPECT_EQ(job(trainer(big, big, 100), trainer(big, big, 100)).highest_bucket, big);
+}
+
+// The dead-output check (trainer/schedule/dead_output.hpp) judges the job's spread of
+// predictions, gathered through the servers: two async trainers of a dlrm whose two-class output
+// without batch norm dies under Adam at 1 (in pass 0) both stop after pass 1, before its save,
+// naming it; with the norm the same job trains both passes on both trainers.
+TEST_F(PsModes, EveryTrainerStopsAJobWhoseOutputDiedBeforeItsSave) {
+  for (const bool normed : {false, true}) {
+    SCOPED_TRACE(normed ? "normed" : "dead");
+    const fs::path saves = root_ / (normed ? "normed_dlrm_saves" : "dead_dlrm_saves");
+    const TrainerConfig cfg =
+        config({"runner.sync_mode=async", "runner.print_interval=5", "runner.epochs=2",
+                "runner.save_mode=base", "runner.model_save_path=" + saves.string(),
+                "runner.train_data_dir=" + (root_ / "train").string(),
+                "runner.test_data_dir=", "hyper_parameters.model=dlrm",
+                "hyper_parameters.bot_layer_sizes=[8, 9]", "hyper_parameters.fc_sizes=[16]",
+                "hyper_parameters.dlrm_output=softmax2", "hyper_parameters.optimizer.class=Adam",
+                "hyper_parameters.optimizer.learning_rate=1",
+                std::string("hyper_parameters.dnn_batch_norm=") + (normed ? "true" : "false")});
+    const TwoTrainers job = train_two_trainers(cfg);
+    for (int w = 0; w < 2; ++w) {
+      const std::string& error = job.errors[static_cast<std::size_t>(w)];
+      if (normed) {
+        EXPECT_EQ(error, "") << "trainer " << w;
+        EXPECT_EQ(job.reports[static_cast<std::size_t>(w)].size(), 2u) << "trainer " << w;
+        continue;
+      }
+      EXPECT_NE(error.find("pass 1: every one of its"), std::string::npos) << w << ": " << error;
+      EXPECT_NE(error.find("hyper_parameters.dnn_batch_norm false"), std::string::npos) << error;
+    }
+    EXPECT_EQ(fs::exists(saves / "1"), normed);
   }
 }
 

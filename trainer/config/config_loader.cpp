@@ -504,7 +504,8 @@ std::string dlrm_output_warning(const TrainerConfig& c) {
          "network PaddleRec never builds (its MLPLayer normalises after every ReLU): the 2-wide "
          "output layer is ReLU'd before its softmax, and once both outputs are 0 for every input "
          "no gradient reaches them and training stalls for good (logloss ln 2 = 0.693147, AUC "
-         "0.5); -o hyper_parameters.dnn_batch_norm=true builds PaddleRec's, -o "
+         "0.5: the job then stops at the first pass that predicts one value for everything); "
+         "-o hyper_parameters.dnn_batch_norm=true builds PaddleRec's, -o "
          "hyper_parameters.dlrm_output=logit one linear logit";
 }
 

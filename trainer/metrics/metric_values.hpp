@@ -44,6 +44,13 @@ struct MetricValues {
   double copc = 0;           // clicks over predicted clicks: actual_ctr / predicted_ctr
   double mae = 0;
   double rmse = 0;
+  // The histogram buckets holding a prediction: 1 when every prediction is the same to within
+  // one bucket (the dead-output check, dead_output.hpp), 0 for an empty set.
+  double prediction_buckets = 0;
+  // The lowest and the highest of them (-1 for an empty set): the PS modes' trainers exchange
+  // them to judge the job's spread (ps_modes/job_steady_loss.hpp).
+  double lowest_bucket = -1;
+  double highest_bucket = -1;
   // Of a training pass (empty for an evaluation). In a PassReport, the whole job's: every
   // trainer holds the same (the divergence check's figure).
   SteadyLoss steady;

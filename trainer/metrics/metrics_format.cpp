@@ -52,6 +52,11 @@ MetricValues compute_metrics(const double* flat, std::size_t buckets) {
   // pairs tied inside one bucket count one half (as the exact AUC counts tied predictions).
   double tp = 0, fp = 0, area = 0;
   for (std::size_t b = buckets; b-- > 0;) {
+    if (positives[b] + negatives[b] > 0) {
+      ++m.prediction_buckets;
+      if (m.highest_bucket < 0) m.highest_bucket = static_cast<double>(b);
+      m.lowest_bucket = static_cast<double>(b);
+    }
     const double new_tp = tp + positives[b];
     const double new_fp = fp + negatives[b];
     area += (new_fp - fp) * (tp + new_tp) * 0.5;

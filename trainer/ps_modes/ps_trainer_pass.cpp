@@ -438,13 +438,11 @@ PassReport PsTrainer::pass_report(int64_t pass, const Timer& pass_timer) {
   report.seconds = pass_timer.seconds();
   report.cards = s.cards.num_local_cards();
   report.metrics = compute_metrics(sums.data(), s.workers[0]->metrics().buckets());
-  // The divergence check judges the job's steady loss: every trainer the same figure.
+  // The divergence and dead-output checks judge the job's figures: every trainer the same.
   if (env_.trainers > 1) {
-    report.metrics.steady = job_steady_loss(*s.servers, env_.trainer_id, env_.trainers, pass,
-                                            report.metrics.steady, [&] {
-                                              meet("ps/steady_loss/" + std::to_string(pass),
-                                                   "at the end of pass " + std::to_string(pass));
-                                            });
+    job_steady_loss(*s.servers, env_.trainer_id, env_.trainers, pass, &report.metrics, [&] {
+      meet("ps/steady_loss/" + std::to_string(pass), "at the end of pass " + std::to_string(pass));
+    });
   }
   return report;
 }

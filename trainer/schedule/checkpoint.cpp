@@ -25,9 +25,12 @@ constexpr std::size_t kMaxChain = 100000;
 
 io::FileEnv* env() { return io::FileEnv::posix(); }
 
-// Absolute and normalized, so that two names of one folder compare equal.
+// Absolute and normalized, without a trailing separator, so that two names of one folder
+// compare equal (--load /x/5/ and /x/5).
 std::string normalized(const std::string& dir) {
-  return fs::absolute(fs::path(dir)).lexically_normal().string();
+  fs::path p = fs::absolute(fs::path(dir)).lexically_normal();
+  while (p.has_relative_path() && p.filename().empty()) p = p.parent_path();
+  return p.string();
 }
 
 std::string join(const std::string& dir, const std::string& name) {
@@ -255,8 +258,9 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
                           << " holds saves of an earlier run (the newest: pass "
                           << saves.front().manifest.pass - 1 << "); this run starts "
-                          << describe_start(origin_) << " and its saves replace those of the "
-                          << "same passes";
+                          << describe_start(origin_) << ": its saves replace those of its "
+                          << "passes, and its job's end removes the later ones (use another "
+                          << "runner.model_save_path to keep them)";
     }
     return std::nullopt;
   }
@@ -264,22 +268,24 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     GPUBOX_LOG(INFO) << "runner.resume: skipped: " << why;
   }
   const bool sparse_required = !host_is_remote(host);
+  std::string first_failure;  // why the newest save does not restore
   for (const SavePoint& candidate : saves) {
     const io::ModelManifest& m = candidate.manifest;
     const std::string which = "the newest save under " + r.model_save_path + " (pass " +
                               std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
     const std::string remedy =
         ". Resuming would mix two runs: run the command that made it, or add -o "
-        "runner.resume=off to start afresh (its saves then replace those there), or use "
-        "another runner.model_save_path";
+        "runner.resume=off to start afresh (its saves replace those there, its job's end "
+        "removes the rest), or use another runner.model_save_path";
     // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
     // continue a job) is never resumed; this job, with every pass it schedules saved, starts
     // again (a rerun of a finished job).
     const std::string job_differences = job_differences_of(m.job, job_);
     if (!job_differences.empty()) {
       GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
-                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh (its "
-                  "saves then replace those there), or use another runner.model_save_path");
+                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh "
+                  "(its saves replace those there, its job's end removes the rest), or use another "
+                  "runner.model_save_path");
     }
     if (m.origin != origin_) {
       GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
@@ -299,14 +305,16 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     } catch (const Error& e) {
       GPUBOX_LOG(WARNING) << "runner.resume: " << candidate.dir
                           << " is not a complete save, trying the one before: " << e.what();
+      if (first_failure.empty()) first_failure = candidate.dir + ": " + e.what();
       continue;
     }
     if (!m.job.empty() && job_passes_ > 0 && m.pass >= job_passes_) {
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job (all its " << job_passes_
                        << " passes saved): training it again from the start (as PaddleRec "
                        << "does), " << describe_start(origin_)
-                       << "; its saves replace those of the same passes there (copy them "
-                          "elsewhere first to keep them, or set another runner.model_save_path)";
+                       << "; its saves replace those there, and its job's end removes the rest "
+                          "(copy them elsewhere first to keep them, or set another "
+                          "runner.model_save_path)";
       return std::nullopt;
     }
     origin_ = m.origin;
@@ -322,6 +330,13 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
                                    "exactly)");
     return candidate;
   }
+  // Saves that none restores (a read error, halves that do not match, a newer format) are not
+  // "no save": training afresh would later remove them.
+  GPUBOX_EXPECTS(first_failure.empty(), "runner.resume: no save under ", r.model_save_path,
+                 " restores (", saves.size(), " tried), the newest: ", first_failure,
+                 ". Repair it, or add -o runner.resume=off to train afresh (its saves replace "
+                 "those there, its job's end removes the rest), or use another "
+                 "runner.model_save_path");
   GPUBOX_LOG(INFO) << "runner.resume: no complete save under " << r.model_save_path << "; starting "
                    << describe_start(origin_);
   return std::nullopt;

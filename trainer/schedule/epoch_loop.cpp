@@ -10,7 +10,9 @@
 #include "dataset/batch.hpp"
 #include "dataset/memory_source.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "trainer/schedule/dead_output.hpp"
 #include "trainer/schedule/divergence.hpp"
+#include "trainer/schedule/earlier_saves.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/pass_data.hpp"
 #include "trainer/schedule/save_folder_lock.hpp"
@@ -55,17 +57,21 @@ struct EpochTally {
   }
 };
 
+// The save the run starts from: --load wins over runner.model_init_path ("" for neither); a
+// resume only continues a run that started from the same one.
+std::string run_origin(Schedule& schedule, const TrainerConfig& config,
+                       const std::string& start_from, bool loaded) {
+  if (!start_from.empty() || loaded || schedule.passes_done() != 0 ||
+      config.runner.model_init_path.empty()) {
+    return start_from;
+  }
+  GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << config.runner.model_init_path;
+  return config.runner.model_init_path;
+}
+
 // Where the run starts; returns the first pass to train.
 int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
-                  const std::string& start_from, bool loaded) {
-  // --load wins over runner.model_init_path; either is the save this run starts from, and a
-  // resume only continues a run that started from the same one.
-  std::string origin = start_from;
-  if (origin.empty() && !loaded && schedule.passes_done() == 0 &&
-      !config.runner.model_init_path.empty()) {
-    origin = config.runner.model_init_path;
-    GPUBOX_LOG(INFO) << "starting from runner.model_init_path " << origin;
-  }
+                  const std::string& origin) {
   schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers), plan.total);
   const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
   schedule.agree_on_start(resume, origin);
@@ -164,10 +170,12 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
-// Pass k of the run: trained, judged for divergence (a diverged pass stops the job before its
-// save), printed, recorded in the epoch's tally and the metrics file, and saved when `saving`.
-PassReport train_and_save_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+// Pass k of the run: trained, judged for divergence and a dead output (either stops the job
+// before the pass's save), printed, recorded in the epoch's tally and the metrics file, and saved
+// when `saving`.
+PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                                int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
+  const RunnerConfig& runner = config.runner;
   PassReport report = schedule.train_scheduled_pass(plan, k);
   // Judged on job-wide figures: every trainer stops alike (divergence.hpp).
   const DivergenceVerdict verdict =
@@ -185,6 +193,10 @@ PassReport train_and_save_pass(Schedule& schedule, const RunnerConfig& runner, c
   if (verdict.stop) {
     GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
                                  saves_note(runner, saving, k)));
+  }
+  if (dead_output(report.metrics)) {
+    GPUBOX_FAIL(
+        dead_output_error(report.pass, report.metrics, config, saves_note(runner, saving, k)));
   }
   if (saving) {
     schedule.settle();  // the save sees no staging under way
@@ -236,7 +248,12 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const SaveFolderLock save_lock = saving && schedule.env().trainer_id == 0
                                        ? SaveFolderLock(runner.model_save_path)
                                        : SaveFolderLock();
-  const int64_t first = start_run(schedule, config, plan, start_from, loaded);
+  const std::string origin = run_origin(schedule, config, start_from, loaded);
+  const int64_t first = start_run(schedule, config, plan, origin);
+  // The earlier run's saves this run's end removes (earlier_saves.hpp) are checked now, before
+  // any pass trains; trainer 0 writes every save.
+  const bool saver = saving && schedule.env().trainer_id == 0;
+  if (saver) check_earlier_saves(runner.model_save_path, origin, plan.total);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
   const PassCacheReport cache_report(schedule.pass_cache());
@@ -271,7 +288,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     }
     if (k % plan.per_epoch == 0) tally.reset();
     try {
-      PassReport report = train_and_save_pass(schedule, runner, plan, k, saving, &tally, &metrics);
+      PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, &metrics);
       const int cards = report.cards;
       if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
@@ -292,7 +309,9 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       tally.reset();
     }
   }
-  // The job ended well: a tier on servers tells them (a TRAINING_ROLE=PSERVER server exits with
+  // The job ended well, its last pass saved: the earlier run's saves after it go.
+  if (saver) remove_earlier_saves(runner.model_save_path, origin, plan.total, save_lock.held());
+  // A tier on servers tells them (a TRAINING_ROLE=PSERVER server exits with
   // its job). The model is trained and saved by now, so a failure here is only a warning.
   const auto trainers = static_cast<uint32_t>(schedule.env().trainers);
   if (const Status told = schedule.host_tier().end_job(trainers); !told.ok()) {

@@ -1,10 +1,12 @@
 #include "trainer/schedule/saved_models.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <system_error>
 
 #include "common/error.hpp"
+#include "table/io/model_manifest.hpp"
 
 namespace gpubox::trainer {
 namespace fs = std::filesystem;
@@ -32,6 +34,33 @@ std::string list_text(const std::vector<int64_t>& epochs) {
   std::string out;
   for (int64_t e : epochs) out += (out.empty() ? "" : ", ") + std::to_string(e);
   return out;
+}
+
+// The saves `picked` (numbered, in order) are of one run: a run saves its passes in order, so
+// each model manifest's sequence (the order of the folder's saves, table/io/model_manifest.hpp)
+// is above the one before. A save of a lower sequence after one of a higher is an earlier run's,
+// left beside a later run's saves (until that run ends its job and removes them:
+// earlier_saves.hpp; or copied there): refused, naming both, rather than evaluated as this
+// run's. Saves
+// without a model manifest (older layouts) are not compared.
+void check_one_run(const std::string& load_path, const std::vector<SaveToEvaluate>& picked) {
+  const SaveToEvaluate* before = nullptr;
+  uint64_t before_sequence = 0;
+  for (const SaveToEvaluate& save : picked) {
+    auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.dir);
+    if (!manifest.ok()) continue;
+    GPUBOX_EXPECTS(
+        before == nullptr || manifest->sequence > before_sequence, "'", load_path,
+        "' mixes the saves of two runs: ", save.dir, " (sequence ", manifest->sequence,
+        ") was saved before ", before->dir, " (sequence ", before_sequence,
+        "), so it is of an earlier run than the saves before it, not their pass ", save.epoch,
+        ". Evaluate one run: runner.infer_end_epoch ", save.epoch,
+        " (this folder's last run ends before it), --load one save, or remove the "
+        "earlier run's saves (a training run into this folder removes them when it ends its "
+        "job)");
+    before = &save;
+    before_sequence = manifest->sequence;
+  }
 }
 
 }  // namespace
@@ -71,6 +100,7 @@ std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int6
                    "); saves there: ", list_text(present));
     out.push_back({dir.string(), epoch});
   }
+  check_one_run(load_path, out);
   return out;
 }
 

@@ -22,7 +22,9 @@ struct SaveToEvaluate {
 // naming one save); otherwise every <load_path>/<epoch> for start_epoch <= epoch < end_epoch,
 // in order, or, with end_epoch -1, every numbered save from start_epoch to the last one there.
 // Throws naming the path, the range and the saves present when a save of the range is missing
-// or the range holds none.
+// or the range holds none, and naming both saves when the range mixes two runs (a save of a
+// lower model-manifest sequence after one of a higher: an earlier run's, left beside a later
+// run's).
 std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int64_t start_epoch,
                                               int64_t end_epoch);
 
