@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +23,26 @@ using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A server requiring kTestToken whose AUTH backoff is `backoff_s` from the first wrong proof on.
+std::unique_ptr<Server> start_backoff_server(FakeHostTier* table, double auth_timeout_s,
+                                             double backoff_s,
+                                             std::size_t max_unauthenticated = 0) {
+  ServerOptions so;
+  so.auth_token = kTestToken;
+  so.auth_timeout_s = auth_timeout_s;
+  so.auth_backoff_base_s = backoff_s;
+  so.auth_backoff_max_s = backoff_s;
+  so.max_unauthenticated = max_unauthenticated;  // 0: the default
+  return start_server(table, so);
+}
+
+// One wrong proof from `source`: its host (loopback) backs off.
+void guess_wrong(const char* source, uint16_t port) {
+  Connection guess = raw_connection_from(source, port);
+  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  EXPECT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
 }
 
 // ---- authentication ---------------------------------------------------------------------------
@@ -68,18 +89,9 @@ TEST(Auth, ACapturedExchangeCannotBeReplayedOnANewConnection) {
 // a call whose deadline ends first names the wait, not "wrong auth token".
 TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
   FakeHostTier table(test_config());
-  ServerOptions so;
-  so.auth_token = kTestToken;
-  so.auth_timeout_s = 0.5;
-  so.auth_backoff_base_s = 1.5;
-  so.auth_backoff_max_s = 1.5;
-  auto server = start_server(&table, so);
+  auto server = start_backoff_server(&table, 0.5, 1.5);
   ASSERT_TRUE(server);
-  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
-  {
-    Connection guess = raw_connection_from("127.0.0.2", server->port());
-    ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
-  }
+  guess_wrong("127.0.0.2", server->port());
   const auto stats = [&](double deadline_s) {
     TransportOptions t;
     t.client_id = 3;
@@ -129,19 +141,10 @@ Connection send_waiting_proof(uint16_t port, const std::string& token) {
 // (plain connects evicting a trainer's proofs used to charge its host a failure each).
 TEST(Auth, AProofClosedWhileItWaitsForItsCheckCountsOnlyIfWrong) {
   FakeHostTier table(test_config());
-  ServerOptions so;
-  so.auth_token = kTestToken;
-  so.auth_timeout_s = 10.0;
-  so.auth_backoff_base_s = 5.0;
-  so.auth_backoff_max_s = 5.0;
-  so.max_unauthenticated = 1;
-  auto server = start_server(&table, so);
+  auto server = start_backoff_server(&table, 10.0, 5.0, /*max_unauthenticated=*/1);
   ASSERT_TRUE(server);
+  guess_wrong("127.0.0.1", server->port());
   const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
-  {
-    Connection guess = raw_connection(server->port());
-    ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
-  }
   {
     Connection waiting = send_waiting_proof(server->port(), wrong);  // checked 5 s on
     Connection newer = raw_connection(server->port());               // evicts it
@@ -245,16 +248,9 @@ TEST(Auth, WrongProofsAreSlowedPerHostAndLogged) {
 // as Unavailable (the client retries it: a neighbour's wrong proofs do not end a trainer's call).
 TEST(Auth, WrongProofsAreSlowedPerHostNotPerAddress) {
   FakeHostTier table(test_config());
-  ServerOptions so;
-  so.auth_token = kTestToken;
-  so.auth_timeout_s = 5.0;
-  so.auth_backoff_base_s = 30.0;
-  so.auth_backoff_max_s = 30.0;
-  auto server = start_server(&table, so);
+  auto server = start_backoff_server(&table, 5.0, 30.0);
   ASSERT_TRUE(server);
-  const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
-  Connection guess = raw_connection_from("127.0.0.1", server->port());
-  ASSERT_EQ(raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  guess_wrong("127.0.0.1", server->port());
   for (const char* other : {"127.0.0.2", "127.0.0.1"}) {
     Connection right = raw_connection_from(other, server->port());
     const Status st = raw_authenticate(right, kTestToken);
