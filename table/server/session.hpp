@@ -53,6 +53,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_overdue();
   // Claims this session for eviction: true once, and only while it has not authenticated.
   bool claim_for_eviction() { return evictable_.exchange(false); }
+  // Its AUTH_PROOF waits for its host's slot (a hint: eviction takes the others first).
+  bool proof_waiting() const { return proof_waiting_.load(std::memory_order_relaxed); }
   // Claims a session waiting beyond the cap for eviction: true once, only before it bound (or
   // while it lingers, refused when it bound).
   bool claim_waiting() { return waiting_.exchange(false); }
@@ -196,8 +198,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // A slowed AUTH_PROOF holds its host's slot (auth_backoff.hpp) and waits: closed before it is
   // checked, it is checked then, unanswered, and counts as a failure if wrong (else a client could
   // take slots and leave without a failure); a right one closed (say evicted) is not held against
-  // its host.
-  bool proof_waiting_ = false;
+  // its host. Atomic: the eviction of unauthenticated connections reads it (proof_waiting()).
+  std::atomic<bool> proof_waiting_{false};
   std::string barrier_name_;
   Reply reply_;
 };

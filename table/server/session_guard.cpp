@@ -67,11 +67,11 @@ void Session::check_proof() {
   }
   if (!auth_timer_) auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
   auth_timer_->expires_at(at);
-  proof_waiting_ = true;
+  proof_waiting_.store(true, std::memory_order_relaxed);
   auto self = shared_from_this();
   auth_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (self->closed_ || ec) return;
-    self->proof_waiting_ = false;
+    self->proof_waiting_.store(false, std::memory_order_relaxed);
     self->on_proof_checked();
   });
 }
@@ -424,8 +424,7 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
-  if (proof_waiting_) {
-    proof_waiting_ = false;
+  if (proof_waiting_.exchange(false, std::memory_order_relaxed)) {
     if (proof_is_right()) {
       server_->auth_backoff().succeeded(peer_address_, proof_check_);
     } else {

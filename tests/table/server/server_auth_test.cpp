@@ -160,6 +160,26 @@ TEST(Auth, AProofClosedWhileItWaitsForItsCheckCountsOnlyIfWrong) {
   EXPECT_GE(server->counters().evicted, 2u);
 }
 
+// A plain connect over --max_unauthenticated evicts another plain connection before a proof
+// waiting for its host's slot: that proof (a trainer's, slowed by a neighbour's wrong one) is
+// checked at its slot and authenticates. It used to be evicted, as the oldest.
+TEST(Auth, APlainConnectEvictsAPlainConnectionBeforeAWaitingProof) {
+  FakeHostTier table(test_config());
+  auto server = start_backoff_server(&table, 10.0, 1.0, /*max_unauthenticated=*/2);
+  ASSERT_TRUE(server);
+  guess_wrong("127.0.0.1", server->port());
+  Connection waiting = send_waiting_proof(server->port(), kTestToken);
+  Connection plain = raw_connection(server->port());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // accepted in this order
+  Connection newer = raw_connection(server->port());            // evicts one of the two
+  EXPECT_TRUE(closed_by_peer(plain.fd(), 3.0));
+  Frame reply;
+  ASSERT_TRUE(waiting.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok());
+  EXPECT_EQ(reply.header.request_id, 2u) << "not the proof's reply (a notice?)";
+  EXPECT_EQ(reply.header.status, Status::Code::kOk);
+  EXPECT_EQ(server->counters().auth_failures, 1u);
+}
+
 // A stand-in server that records what a client sends while it authenticates.
 TEST(Auth, TheTokenNeverCrossesTheWire) {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
