@@ -110,7 +110,7 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
     do {
       ready = ::poll(&p, 1, ms_until(deadline));
     } while (ready < 0 && errno == EINTR);
-    if (ready == 0) return Status::Unavailable("connect: timed out");
+    if (ready == 0) return Status::Unavailable(kConnectTimedOut);
     if (ready < 0) return Status::Unavailable(errno_text("poll"));
     int err = 0;
     socklen_t len = sizeof(err);
@@ -126,6 +126,12 @@ StatusOr<Connection> Connection::open(const Endpoint& endpoint, Clock::time_poin
   return conn;
 }
 
+bool Connection::timed_out(const Status& error) {
+  const std::string& m = error.message();
+  return error.code() == Status::Code::kUnavailable &&
+         (m == kConnectTimedOut || m == kSendTimedOut || m == kReplyTimedOut);
+}
+
 Status Connection::send_all(const uint8_t* data, std::size_t n, Clock::time_point deadline) {
   std::size_t sent = 0;
   while (sent < n) {
@@ -138,7 +144,7 @@ Status Connection::send_all(const uint8_t* data, std::size_t n, Clock::time_poin
       return Status::Unavailable(errno_text("send"));
     }
     pollfd p{fd_, POLLOUT, 0};
-    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable("send: timed out");
+    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable(kSendTimedOut);
   }
   return Status::OK();
 }
@@ -156,7 +162,7 @@ Status Connection::recv_all(uint8_t* data, std::size_t n, Clock::time_point dead
       return Status::Unavailable(errno_text("recv"));
     }
     pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable("no reply: timed out");
+    if (::poll(&p, 1, ms_until(deadline)) == 0) return Status::Unavailable(kReplyTimedOut);
   }
   return Status::OK();
 }
@@ -175,11 +181,12 @@ Status Connection::recv_frame(Frame* frame, uint32_t max_payload_bytes,
 StatusOr<std::vector<uint8_t>> Connection::call(const FrameHeader& request,
                                                 const std::vector<uint8_t>& payload,
                                                 uint32_t max_payload_bytes,
-                                                Clock::time_point deadline) {
+                                                Clock::time_point deadline, bool* heard) {
   const std::vector<uint8_t> frame = encode_frame(request, payload);
   GPUBOX_RETURN_IF_ERROR(send_all(frame.data(), frame.size(), deadline));
   Frame reply;
   GPUBOX_RETURN_IF_ERROR(recv_frame(&reply, max_payload_bytes, deadline));
+  if (heard != nullptr) *heard = true;
   if (is_notice(reply.header)) {
     return notice_status(reply.header, reply.payload.data(), reply.payload.size());
   }

@@ -29,6 +29,10 @@ StatusOr<std::vector<Endpoint>> parse_endpoints(const std::string& list);
 
 // One TCP connection (non-blocking fd, TCP_NODELAY, TCP keepalive). Move-only; closes on
 // destruction.
+inline constexpr char kConnectTimedOut[] = "connect: timed out";
+inline constexpr char kSendTimedOut[] = "send: timed out";
+inline constexpr char kReplyTimedOut[] = "no reply: timed out";
+
 class Connection {
  public:
   Connection() = default;
@@ -48,14 +52,19 @@ class Connection {
   bool is_open() const { return fd_ >= 0; }
   void close();
 
+  // Whether `error` is one of these helpers' (or open()'s) own timeouts: its poll reached the
+  // deadline (not an error of the socket's, say ETIMEDOUT "Connection timed out").
+  static bool timed_out(const Status& error);
   // Blocking helpers (poll with the deadline) for handshakes: one whole frame each way.
   Status send_all(const uint8_t* data, std::size_t n, Clock::time_point deadline);
   Status recv_frame(Frame* frame, uint32_t max_payload_bytes, Clock::time_point deadline);
   // Sends one request and reads its reply: the reply's payload, or the error it carries (or a
-  // Corruption when it does not answer this request).
+  // Corruption when it does not answer this request). *heard (when given) is set once a frame
+  // came back, whatever it says.
   StatusOr<std::vector<uint8_t>> call(const FrameHeader& request,
                                       const std::vector<uint8_t>& payload,
-                                      uint32_t max_payload_bytes, Clock::time_point deadline);
+                                      uint32_t max_payload_bytes, Clock::time_point deadline,
+                                      bool* heard = nullptr);
 
  private:
   Status recv_all(uint8_t* data, std::size_t n, Clock::time_point deadline);

@@ -502,7 +502,7 @@ Status RemoteHostTier::barrier(const std::string& name, uint32_t parties, double
       /*retry=*/false, timeout_s);
 }
 
-Status RemoteHostTier::ping(std::size_t e, double deadline_s) {
+Status RemoteHostTier::ping(std::size_t e, double deadline_s, bool* heard) {
   if (e >= endpoint_count()) {
     return Status::InvalidArgument("ping: no endpoint " + std::to_string(e) + " of " +
                                    std::to_string(endpoint_count()));
@@ -511,7 +511,7 @@ Status RemoteHostTier::ping(std::size_t e, double deadline_s) {
       transport_.make_request(Op::kInfo, static_cast<uint32_t>(e), {})};
   return transport_.run(
       Op::kInfo, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
-      /*retry=*/true, deadline_s);
+      /*retry=*/true, deadline_s, /*connections=*/1, heard);
 }
 
 Status RemoteHostTier::shutdown_servers() {

@@ -86,8 +86,10 @@ class RemoteHostTier final : public HostTier {
   Status end_job(uint32_t trainers) override;
   // Whether endpoint `e` answers (INFO, on a pooled connection or a new one) within
   // `deadline_s`: OK, or the server's own error (it answered); Unavailable or DeadlineExceeded
-  // when it could not be reached. The trainers' lost-server watch. Thread-safe.
-  Status ping(std::size_t e, double deadline_s);
+  // when it could not be reached, with *heard (when given) set when the server still sent
+  // something meanwhile (say, it refused the AUTH_PROOF unchecked for this host's backoff): it is
+  // reachable. The trainers' lost-server watch. Thread-safe.
+  Status ping(std::size_t e, double deadline_s, bool* heard = nullptr);
 
   // ---- the parameter-server modes (runner.sync_mode async | sync | geo; ps_protocol.hpp) ----
   // Sends one update record (layout().push_dim() floats) per distinct key to the key's server,

@@ -82,11 +82,18 @@ void Server::Impl::sweep() {
 
 bool Server::Impl::evict_oldest_unauthenticated() {
   std::shared_ptr<Session> victim;
-  for (auto& session : live_sessions()) {  // oldest first
-    if (session->claim_for_eviction()) {
-      victim = std::move(session);
-      break;
+  auto sessions = live_sessions();  // oldest first
+  // A proof waiting for its host's slot goes last: plain connects would otherwise evict the
+  // trainers' right proofs slowed by a neighbour's wrong ones, again and again.
+  for (const bool take_waiting : {false, true}) {
+    for (auto& session : sessions) {
+      if (session->proof_waiting() && !take_waiting) continue;
+      if (session->claim_for_eviction()) {
+        victim = std::move(session);
+        break;
+      }
     }
+    if (victim) break;
   }
   if (!victim) return false;
   evicted.fetch_add(1, std::memory_order_relaxed);

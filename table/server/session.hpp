@@ -53,6 +53,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_overdue();
   // Claims this session for eviction: true once, and only while it has not authenticated.
   bool claim_for_eviction() { return evictable_.exchange(false); }
+  // Its AUTH_PROOF waits for its host's slot (a hint: eviction takes the others first).
+  bool proof_waiting() const { return proof_waiting_.load(std::memory_order_relaxed); }
   // Claims a session waiting beyond the cap for eviction: true once, only before it bound (or
   // while it lingers, refused when it bound).
   bool claim_waiting() { return waiting_.exchange(false); }
@@ -93,6 +95,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // of its peer address allows (a timer), or refused when that is past the auth deadline.
   void check_proof();
   void on_proof_checked();
+  bool proof_is_right() const;
   // A failure for the peer's host (auth_backoff.hpp), counted and logged as `what`.
   void count_wrong_proof(const std::string& what);
   void watch_barrier_wait();
@@ -179,6 +182,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool have_nonce_ = false;
   AuthNonce nonce_{};
   AuthProof proof_{};
+  AuthBackoff::Check proof_check_{};  // when proof_ is checked (auth_backoff.hpp)
   Clock::time_point barrier_since_;
   uint8_t header_bytes_[kHeaderBytes] = {};
   std::size_t header_got_ = 0;
@@ -191,9 +195,11 @@ class Session : public std::enable_shared_from_this<Session> {
   std::size_t drain_left_ = 0;
   std::unique_ptr<uint8_t[]> scratch_;              // for drain() and the barrier watch
   std::unique_ptr<asio::steady_timer> auth_timer_;  // a slowed AUTH_PROOF waits on it
-  // A slowed AUTH_PROOF holds its host's slot (auth_backoff.hpp) and waits: closing before it is
-  // checked counts as a wrong proof, or a client could take slots and leave without a failure.
-  bool proof_waiting_ = false;
+  // A slowed AUTH_PROOF holds its host's slot (auth_backoff.hpp) and waits: closed before it is
+  // checked, it is checked then, unanswered, and counts as a failure if wrong (else a client could
+  // take slots and leave without a failure); a right one closed (say evicted) is not held against
+  // its host. Atomic: the eviction of unauthenticated connections reads it (proof_waiting()).
+  std::atomic<bool> proof_waiting_{false};
   std::string barrier_name_;
   Reply reply_;
 };

@@ -52,34 +52,38 @@ void Session::check_proof() {
     return refuse(Status::DeadlineExceeded(overdue_reason(Overdue::kAuth, now) +
                                            ": its AUTH_PROOF came too late and was not checked"));
   }
-  const auto at = server_->auth_backoff().reserve_check(peer_address_, now, latest);
+  proof_check_ = server_->auth_backoff().reserve_check(peer_address_, now, latest);
+  const auto at = proof_check_.at;
   if (at <= now) return on_proof_checked();
   if (at > latest) {
     // Not a wrong proof: unchecked, and the client may try again (Unavailable is retried).
     return refuse(Status::Unavailable(
-        "too many wrong AUTH proofs from " + peer_address_ + " (host " +
-        AuthBackoff::host_of(peer_address_) +
-        "; every process of one host, or of one IPv6 /64, "
-        "shares its backoff): its next proof is checked in " +
+        "too many wrong AUTH proofs from " + AuthBackoff::cause(peer_address_, proof_check_) +
+        " (every process of one host, or of one IPv6 /64, shares its backoff): the next "
+        "proof from " +
+        peer_address_ + " is checked in " +
         seconds_text(std::chrono::duration<double>(at - now).count()) +
         " s, after this connection's --auth_timeout_s; this proof was not checked, retry later"));
   }
   if (!auth_timer_) auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
   auth_timer_->expires_at(at);
-  proof_waiting_ = true;
+  proof_waiting_.store(true, std::memory_order_relaxed);
   auto self = shared_from_this();
   auth_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (self->closed_ || ec) return;
-    self->proof_waiting_ = false;
+    self->proof_waiting_.store(false, std::memory_order_relaxed);
     self->on_proof_checked();
   });
 }
 
+bool Session::proof_is_right() const {
+  return proofs_equal(proof_, auth_proof(server_->options().auth_token, nonce_, header_.client_id));
+}
+
 void Session::on_proof_checked() {
   have_nonce_ = false;  // a nonce answers one proof
-  const AuthProof expected = auth_proof(server_->options().auth_token, nonce_, header_.client_id);
-  if (proofs_equal(proof_, expected)) {
-    server_->auth_backoff().succeeded(peer_address_);
+  if (proof_is_right()) {
+    server_->auth_backoff().succeeded(peer_address_, proof_check_);
     // Claimed for eviction meanwhile: the eviction, posted to this strand, closes it. Waiting
     // beyond the cap: a slot is taken now, for the client proved.
     if (over_cap_ ? !take_slot(header_.client_id) : !evictable_.exchange(false)) return;
@@ -420,9 +424,12 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
-  if (proof_waiting_) {
-    proof_waiting_ = false;
-    count_wrong_proof("AUTH proof abandoned while it waited for its check (closed)");
+  if (proof_waiting_.exchange(false, std::memory_order_relaxed)) {
+    if (proof_is_right()) {
+      server_->auth_backoff().succeeded(peer_address_, proof_check_);
+    } else {
+      count_wrong_proof("wrong AUTH proof (closed while it waited for its check)");
+    }
   }
   // The payload freed before its bytes are given back, as free_request() does: giving back the
   // last in-flight bytes after a burst trims the heap (malloc_reuse.hpp), which this buffer

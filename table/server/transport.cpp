@@ -19,14 +19,10 @@ namespace {
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
-// Whether a connect (and its AUTH) ended by timing out at `deadline`: Connection names a wait
-// its deadline ended "...: timed out" (connection.cpp); any other error is the peer's own.
+// Whether a connect (and its AUTH) ended by timing out at `deadline` (Connection's own timeout:
+// its poll reached the deadline); any other error is the peer's or the socket's own.
 bool cut_by(const Status& error, Clock::time_point deadline) {
-  const std::string suffix = "timed out";
-  const std::string& m = error.message();
-  return error.code() == Status::Code::kUnavailable && Clock::now() >= deadline &&
-         m.size() >= suffix.size() &&
-         m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return Connection::timed_out(error) && Clock::now() >= deadline;
 }
 
 double seconds_since(Clock::time_point start) {
@@ -65,6 +61,7 @@ struct Transport::Attempt {
   std::vector<std::size_t> retry_later;  // answered "retry later" (server busy, still applying)
   Status retry_reason;                   // the last such answer
   bool notice = false;                   // the frame being read is a notice (protocol.hpp)
+  bool heard = false;                    // a frame from the server came (it is reachable)
   bool failed = false;
   bool cut = false;  // failed because the call's deadline came (drive), not by an error of its own
   Status error;
@@ -128,6 +125,7 @@ struct Transport::Attempt {
           fail(header.status());
           return Status::OK();
         }
+        heard = true;
         notice = is_notice(*header);
         if (!notice && (in_flight.empty() || !header->response || header->op != op ||
                         header->request_id != requests[in_flight.front()].request_id)) {
@@ -192,7 +190,7 @@ OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
 }
 
 StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point deadline,
-                                        bool allow_pooled, bool* reused) {
+                                        bool allow_pooled, bool* reused, bool* heard) {
   if (allow_pooled) {
     MutexLock lock(pools_[endpoint]->mu);
     auto& idle = pools_[endpoint]->idle;
@@ -208,7 +206,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   auto conn = Connection::open(endpoints_[endpoint], connect_deadline, options_.keepalive);
   if (!conn.ok()) return conn;
   if (!options_.auth_token.empty()) {
-    GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline));
+    GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline, heard));
   }
   if (options_.on_connect) {
     GPUBOX_RETURN_IF_ERROR(options_.on_connect(endpoint, *conn, connect_deadline));
@@ -216,13 +214,13 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   return conn;
 }
 
-Status Transport::authenticate(Connection& conn, Clock::time_point deadline) {
+Status Transport::authenticate(Connection& conn, Clock::time_point deadline, bool* heard) {
   // Challenge-response (auth_handshake.hpp): the token itself never crosses the wire.
   FrameHeader ask;
   ask.op = Op::kAuth;
   ask.request_id = next_request_id();
   ask.client_id = options_.client_id;
-  auto challenge = conn.call(ask, {}, options_.max_payload_bytes, deadline);
+  auto challenge = conn.call(ask, {}, options_.max_payload_bytes, deadline, heard);
   if (!challenge.ok()) return challenge.status();
   auto nonce = decode_auth_challenge(challenge->data(), challenge->size());
   if (!nonce.ok()) return nonce.status();
@@ -231,7 +229,7 @@ Status Transport::authenticate(Connection& conn, Clock::time_point deadline) {
   answer.op = Op::kAuthProof;
   answer.request_id = next_request_id();
   auto reply = conn.call(answer, std::vector<uint8_t>(proof.begin(), proof.end()),
-                         options_.max_payload_bytes, deadline);
+                         options_.max_payload_bytes, deadline, heard);
   return reply.ok() ? Status::OK() : reply.status();
 }
 
@@ -298,6 +296,7 @@ struct Transport::RunState {
         next_try(transport.endpoints_.size(), start),
         last_error(transport.endpoints_.size()),
         cut_error(transport.endpoints_.size()),
+        heard(transport.endpoints_.size(), 0),
         endpoints(transport.endpoints_),
         max_backoff_s(transport.options_.max_backoff_s) {}
 
@@ -319,8 +318,9 @@ struct Transport::RunState {
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
         << " s); last error: " << last_error[e].to_string();
-    if (!cut_error[e].ok())
+    if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
+    }
     return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
   }
 
@@ -352,6 +352,7 @@ struct Transport::RunState {
   std::vector<Clock::time_point> next_try;
   std::vector<Status> last_error;
   std::vector<Status> cut_error;  // an attempt the deadline cut after last_error (record)
+  std::vector<char> heard;        // a frame from the endpoint came during the call
   const std::vector<Endpoint>& endpoints;
   const double max_backoff_s;
 };
@@ -369,7 +370,9 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     if (queue.empty()) continue;
     bool reused = false;
     // Without retries, a pooled connection the server closed meanwhile would fail the call.
-    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused);
+    bool heard = false;
+    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &heard);
+    if (heard) state.heard[e] = 1;
     if (!conn.ok()) {
       state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
       const auto code = conn.status().code();
@@ -394,6 +397,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
 
 Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
   for (auto& a : attempts) {
+    if (a.heard) state.heard[a.endpoint] = 1;
     if (!a.failed) {
       if (!a.retry_later.empty()) {
         state.last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
@@ -418,10 +422,21 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
 }
 
 Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-                      bool retry, double deadline_s, int connections) {
+                      bool retry, double deadline_s, int connections, bool* heard) {
+  if (heard != nullptr) *heard = false;
   if (requests.empty()) return Status::OK();
   RunState state(op, retry, deadline_s >= 0 ? deadline_s : options_.deadline_s, requests.size(),
                  *this);
+  const Status st = run_until_done(state, requests, on_reply, connections);
+  if (heard != nullptr) {
+    *heard = std::any_of(state.heard.begin(), state.heard.end(), [](char h) { return h != 0; });
+  }
+  return st;
+}
+
+Status Transport::run_until_done(RunState& state, std::vector<OutgoingRequest>& requests,
+                                 const ReplyHandler& on_reply, int connections) {
+  const Op op = state.op;
   // Replies are handled as they come, so record them in `done` through the handler.
   const ReplyHandler mark = [&](std::size_t index, const uint8_t* data, std::size_t bytes) {
     GPUBOX_RETURN_IF_ERROR(on_reply(index, data, bytes));

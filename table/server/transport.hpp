@@ -79,9 +79,12 @@ class Transport {
   // the call with it, except "still being applied" (a retried mutation racing its original), which
   // is retried. retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
   // connections > 1 spreads an endpoint's requests over up to that many connections (by lane),
-  // so that several server threads work on one call.
+  // so that several server threads work on one call. *heard (when given): whether any endpoint
+  // sent a frame during the call (a reply, a refusal, a notice): it was reachable, even if the
+  // call failed (say, its AUTH_PROOF was refused unchecked for its host's backoff).
   Status run(Op op, std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-             bool retry = true, double deadline_s = -1.0, int connections = 1);
+             bool retry = true, double deadline_s = -1.0, int connections = 1,
+             bool* heard = nullptr);
 
   // Builds a request frame for `op` with a fresh request id.
   OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
@@ -90,14 +93,17 @@ class Transport {
   struct Pool;
   struct Attempt;
   // A pooled connection (reused=true) or a new one (connected and authenticated).
+  // *heard: the server sent a frame (say, refused the AUTH_PROOF).
   StatusOr<Connection> acquire(uint32_t endpoint, Clock::time_point deadline, bool allow_pooled,
-                               bool* reused);
+                               bool* reused, bool* heard);
   void release(uint32_t endpoint, Connection connection);
   // AUTH and AUTH_PROOF on a new connection.
-  Status authenticate(Connection& conn, Clock::time_point deadline);
+  Status authenticate(Connection& conn, Clock::time_point deadline, bool* heard);
   Status drive(Op op, std::vector<Attempt>& attempts, std::vector<OutgoingRequest>& requests,
                const ReplyHandler& on_reply, Clock::time_point deadline);
   struct RunState;
+  Status run_until_done(RunState& state, std::vector<OutgoingRequest>& requests,
+                        const ReplyHandler& on_reply, int connections);
   // Connections for endpoint `e`'s pending requests, one per lane in use, appended to `attempts`.
   // An endpoint that cannot be reached is scheduled for a retry (OK returned) or, where no retry
   // can help, ends the call.

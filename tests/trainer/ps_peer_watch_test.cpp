@@ -20,6 +20,7 @@
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 #include "trainer/ps_modes/ps_step_hooks.hpp"
+#include "trainer/schedule/lost_peers.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -161,6 +162,43 @@ TEST_F(PsPeerWatchTest, AStoppedServerIsNamedByAddress) {
   }
   const std::string lost = watch.lost();
   EXPECT_NE(lost.find("lost server " + endpoint), std::string::npos) << lost;
+}
+
+// A server that refuses this host's AUTH proofs unchecked (its AUTH backoff, after a neighbour's
+// wrong proof) still answers: pings that need a new connection count it reachable. They used to
+// retry the refusal to their deadline and report "lost server ...: the network to it is down".
+TEST(ServerPingsTest, AServerRefusingProofsForTheHostsBackoffIsNotLost) {
+  namespace ts = table::server::testing;
+  FakeHostTier table(test_config());
+  table::server::ServerOptions so;
+  so.auth_token = ts::kTestToken;
+  so.auth_timeout_s = 0.3;
+  so.auth_backoff_base_s = 30.0;
+  so.auth_backoff_max_s = 30.0;
+  so.idle_timeout_s = 0.2;  // the client's pooled connections go: each ping connects anew
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
+  auto o = client_options(server->endpoint());
+  o.auth_token = ts::kTestToken;
+  auto client = connect_client(o);
+  ASSERT_TRUE(client);
+  {
+    table::server::Connection guess = ts::raw_connection(server->port());
+    const std::string wrong = std::string(ts::kTestToken).replace(0, 1, "X");
+    ASSERT_EQ(ts::raw_authenticate(guess, wrong).code(), Status::Code::kPermissionDenied);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the idle timeout's
+  ServerPings pings(*client, kTimeout);
+  std::vector<std::string> lost;
+  const auto until = Clock::now() + std::chrono::duration<double>(3 * kTimeout);
+  while (lost.empty() && Clock::now() < until) lost = pings.round();
+  EXPECT_TRUE(lost.empty()) << lost.front();
+  // The pings were refused, and heard so.
+  bool heard = false;
+  const Status st = client->ping(0, 0.3, &heard);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("too many wrong AUTH proofs"), std::string::npos) << st.to_string();
+  EXPECT_TRUE(heard);
 }
 
 TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {

@@ -39,11 +39,13 @@ std::vector<std::string> ServerPings::round() {
   const std::size_t n = last_answer_.size();
   std::vector<std::string> lost;
   for (std::size_t e = 0; e < n; ++e) {
-    const Status st = servers_.ping(e, ping_deadline_s);
+    bool heard = false;
+    const Status st = servers_.ping(e, ping_deadline_s, &heard);
     const auto now = Clock::now();
     const auto code = st.code();
-    // Any answer, an error included (a busy or restarted server), means it is reachable.
-    if (code != Status::Code::kUnavailable && code != Status::Code::kDeadlineExceeded) {
+    // Any answer, an error included (a busy or restarted server, a proof refused unchecked for
+    // this host's AUTH backoff), means it is reachable.
+    if (heard || (code != Status::Code::kUnavailable && code != Status::Code::kDeadlineExceeded)) {
       last_answer_[e] = now;
       continue;
     }

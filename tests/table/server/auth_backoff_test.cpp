@@ -27,7 +27,7 @@ double seconds_after(Clock::time_point t, Clock::time_point since) {
 
 // Whether a proof from `address` arriving at `now` waits (takes no slot: `latest` is `now`).
 bool slowed(AuthBackoff& backoff, const std::string& address, Clock::time_point now) {
-  return backoff.reserve_check(address, now, now) > now;
+  return backoff.reserve_check(address, now, now).at > now;
 }
 
 // The k-th distinct IPv4 host of 10/8 (k < 2^24).
@@ -59,16 +59,16 @@ TEST(AuthBackoff, APeerCountsUnderItsHostNotItsAddress) {
       EXPECT_TRUE(slowed(backoff, peer, at_s(0.5))) << peer << " after " << c.failing;
       EXPECT_EQ(backoff.failed(peer, at_s(0.5), nullptr), 2u) << peer << " after " << c.failing;
       EXPECT_EQ(backoff.failed(c.failing, at_s(0.5), nullptr), 3u) << c.failing;
-      backoff.succeeded(peer);  // a right proof of the host halves it for all its addresses:
+      backoff.succeeded(peer, {});  // a right proof of the host halves it for all its addresses:
       EXPECT_TRUE(slowed(backoff, c.failing, at_s(0.5))) << c.failing << " after " << peer;
-      backoff.succeeded(c.failing);  // 3 -> 1 -> 0: forgotten
+      backoff.succeeded(c.failing, {});  // 3 -> 1 -> 0: forgotten
       EXPECT_FALSE(slowed(backoff, c.failing, at_s(0.5))) << c.failing << " after " << peer;
       EXPECT_EQ(backoff.failed(c.failing, at_s(0), nullptr), 1u) << c.failing;
     }
     for (const char* peer : c.other_hosts) {
       EXPECT_FALSE(slowed(backoff, peer, at_s(0.5))) << peer << " after " << c.failing;
       EXPECT_EQ(backoff.failed(peer, at_s(0.5), nullptr), 1u) << peer << " after " << c.failing;
-      backoff.succeeded(peer);
+      backoff.succeeded(peer, {});
       EXPECT_TRUE(slowed(backoff, c.failing, at_s(0.5))) << c.failing << " after " << peer;
     }
   }
@@ -88,12 +88,12 @@ TEST(AuthBackoff, ChecksAreSpacedByTheDoublingDelayUpToTheMax) {
     EXPECT_NEAR(delay_s, expected, 1e-9) << k;
     // Three proofs at once: the first at the delay, the next each a delay later.
     for (int proof = 0; proof < 3; ++proof) {
-      EXPECT_NEAR(seconds_after(backoff.reserve_check("10.0.0.1", at_s(0)), kStart),
+      EXPECT_NEAR(seconds_after(backoff.reserve_check("10.0.0.1", at_s(0)).at, kStart),
                   expected * (proof + 1), 1e-6)
           << k << " failures, proof " << proof;
     }
     // An hour and a bit without failures: forgotten.
-    EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(3601)), at_s(3601)) << k;
+    EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(3601)).at, at_s(3601)) << k;
   }
   AuthBackoff none(0, 0);  // base 0: never slowed
   none.failed("10.0.0.1", at_s(0), nullptr);
@@ -107,20 +107,10 @@ TEST(AuthBackoff, AProofRefusedForItsWaitTakesNoSlot) {
   AuthBackoff backoff(10.0, 10.0);
   backoff.failed("10.0.0.1", at_s(0), nullptr);  // the next check at 10 s
   for (int refused = 0; refused < 100; ++refused) {
-    EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(5)), at_s(10)) << refused;
+    EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(5)).at, at_s(10)) << refused;
   }
-  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(11)), at_s(10));
-  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(25)), at_s(20));  // the next slot
-}
-
-// A late proof (past its connection's deadline, checked at once) still takes its host's slot: late
-// proofs from one host are not checked in parallel.
-TEST(AuthBackoff, ALateProofCheckedAtOnceTakesTheSlot) {
-  AuthBackoff backoff(10.0, 10.0);
-  backoff.failed("10.0.0.1", at_s(0), nullptr);  // the next check at 10 s
-  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(12), at_s(11)), at_s(12));
-  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(12), at_s(11)), at_s(22));  // refused: 22 > 11
-  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(12), at_s(30)), at_s(22));
+  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(11)).at, at_s(10));
+  EXPECT_EQ(backoff.reserve_check("10.0.0.1", at_s(1), at_s(25)).at, at_s(20));  // the next slot
 }
 
 // A right proof halves its host's failures rather than forgetting them: a guesser beside a busy
@@ -128,16 +118,16 @@ TEST(AuthBackoff, ALateProofCheckedAtOnceTakesTheSlot) {
 TEST(AuthBackoff, ARightProofHalvesTheHostsFailures) {
   AuthBackoff backoff(1.0, 1000.0);
   for (uint64_t i = 1; i <= 8; ++i) backoff.failed("10.0.0.1", at_s(0), nullptr);
-  backoff.succeeded("10.0.0.2");  // another host: nothing
-  backoff.succeeded("10.0.0.1");  // 8 -> 4
+  backoff.succeeded("10.0.0.2", {});  // another host: nothing
+  backoff.succeeded("10.0.0.1", {});  // 8 -> 4
   double delay_s = 0;
   EXPECT_EQ(backoff.failed("10.0.0.1", at_s(0), &delay_s), 5u);
   EXPECT_DOUBLE_EQ(delay_s, 16.0);
-  backoff.succeeded("10.0.0.1");  // 5 -> 2
+  backoff.succeeded("10.0.0.1", {});  // 5 -> 2
   EXPECT_EQ(backoff.failed("10.0.0.1", at_s(0), nullptr), 3u);
-  backoff.succeeded("10.0.0.1");  // 3 -> 1: still slowed
+  backoff.succeeded("10.0.0.1", {});  // 3 -> 1: still slowed
   EXPECT_TRUE(slowed(backoff, "10.0.0.1", at_s(1)));
-  backoff.succeeded("10.0.0.1");  // 1 -> 0: forgotten
+  backoff.succeeded("10.0.0.1", {});  // 1 -> 0: forgotten
   EXPECT_FALSE(slowed(backoff, "10.0.0.1", at_s(1)));
   EXPECT_EQ(backoff.failed("10.0.0.1", at_s(1), nullptr), 1u);
 }
@@ -159,7 +149,7 @@ TEST(AuthBackoff, TwoHostsCannotTakeTurnsEvictingEachOtherFromAFullTable) {
   int unslowed = 0;
   for (int guess = 0; guess < 1000; ++guess) {
     const int h = guess % 2;
-    const Clock::time_point at = backoff.reserve_check(hosts[h], now);
+    const Clock::time_point at = backoff.reserve_check(hosts[h], now).at;
     if (guess >= 2 && at <= last_check[h]) ++unslowed;
     last_check[h] = now = at;
     backoff.failed(hosts[h], now, nullptr);
@@ -202,6 +192,58 @@ TEST(AuthBackoff, AFullTableForgetsAHostQuietForAnHourFirst) {
     EXPECT_EQ(backoff.failed(ipv4_host(k), at_s(3700), nullptr), 2u) << ipv4_host(k);
   }
   EXPECT_EQ(backoff.failed("10.255.0.1", at_s(3700), nullptr), 1u);
+}
+
+// An attack that filled the table (every host failing 9 times, then 9 more hosts on the overflow)
+// and stopped: once the table's hosts no longer back off, hosts that never failed are checked at
+// once. The overflow used to slow every new host while the table stayed full: 20 trainer hosts got
+// 3 proofs checked in a minute, ten minutes after the attack.
+TEST(AuthBackoff, AFullTableOfHostsNoLongerBackingOffDoesNotSlowANewHost) {
+  AuthBackoff backoff(1.0, 60.0);
+  for (std::size_t k = 0; k < AuthBackoff::kMaxHosts + 9; ++k) {
+    for (int i = 0; i < 9; ++i) backoff.failed(ipv4_host(k), at_s(0), nullptr);
+  }
+  // While the attack's hosts back off, a new host shares the overflow's backoff, and is told so.
+  const AuthBackoff::Check during = backoff.reserve_check("192.0.2.9", at_s(1), at_s(1));
+  EXPECT_TRUE(during.shared);
+  EXPECT_GT(during.at, at_s(1));
+  EXPECT_NE(AuthBackoff::cause("192.0.2.9", during).find("full table"), std::string::npos);
+  EXPECT_EQ(AuthBackoff::cause("192.0.2.9", {}), "host 192.0.2.9");
+  int slowed_proofs = 0;
+  for (int second = 0; second < 60; ++second) {
+    for (int trainer = 0; trainer < 20; ++trainer) {
+      const Clock::time_point now = at_s(600 + second);
+      const AuthBackoff::Check check = backoff.reserve_check(
+          "2001:db8:" + std::to_string(trainer + 1) + "::1", now, now + std::chrono::seconds(10));
+      if (check.at > now || check.shared) ++slowed_proofs;
+      backoff.succeeded("2001:db8:" + std::to_string(trainer + 1) + "::1", check);
+    }
+  }
+  EXPECT_EQ(slowed_proofs, 0) << "of 1200 right proofs from 20 hosts that never failed";
+  // The attack's own hosts are still remembered: one more failure is their 10th.
+  EXPECT_EQ(backoff.failed(ipv4_host(7), at_s(700), nullptr), 10u);
+}
+
+// A right proof through the overflow gives back the slot it took and halves the overflow's
+// failures: trainers beside an ongoing attack do not push each other's checks later.
+TEST(AuthBackoff, ARightProofThroughTheOverflowGivesBackItsSlot) {
+  AuthBackoff backoff(10.0, 10.0);
+  for (std::size_t k = 0; k < AuthBackoff::kMaxHosts; ++k) {
+    backoff.failed(ipv4_host(k), at_s(0), nullptr);  // each backs off until 10 s
+  }
+  for (int i = 0; i < 4; ++i) backoff.failed("192.0.2.1", at_s(0), nullptr);  // the overflow
+  const AuthBackoff::Check first = backoff.reserve_check("192.0.2.2", at_s(1));
+  ASSERT_TRUE(first.shared);
+  EXPECT_EQ(first.at, at_s(10));
+  backoff.succeeded("192.0.2.2", first);
+  const AuthBackoff::Check second = backoff.reserve_check("192.0.2.3", at_s(1));
+  EXPECT_TRUE(second.shared);
+  EXPECT_EQ(second.at, at_s(10)) << "the right proof pushed the next check";
+  // A wrong one is not given back: the next check is a slot later.
+  EXPECT_EQ(backoff.reserve_check("192.0.2.4", at_s(1)).at, at_s(20));
+  // Halved twice (4 -> 2 -> 1): the next failure through the overflow is its 2nd.
+  backoff.succeeded("192.0.2.3", second);
+  EXPECT_EQ(backoff.failed("192.0.2.5", at_s(2), nullptr), 2u);
 }
 
 }  // namespace

@@ -209,7 +209,19 @@ TEST(Transport, ASignalDuringConnectWaitsOnToTheDeadline) {
   ::close(listener);
   ASSERT_FALSE(conn.ok()) << "the accept queue was not full: the test proves nothing";
   EXPECT_EQ(conn.status().message(), "connect: timed out");
+  EXPECT_TRUE(Connection::timed_out(conn.status()));
   EXPECT_GE(waited, std::chrono::milliseconds(350));
+}
+
+// Only Connection's own deadline timeouts count as timed out: a socket error that reads alike
+// (ETIMEDOUT from keepalive probes or a lost SYN) is the connection's failure, not the deadline's.
+TEST(Transport, OnlyAConnectionsOwnDeadlineIsATimeout) {
+  EXPECT_TRUE(Connection::timed_out(Status::Unavailable(kReplyTimedOut)));
+  EXPECT_TRUE(Connection::timed_out(Status::Unavailable(kSendTimedOut)));
+  EXPECT_FALSE(Connection::timed_out(Status::Unavailable("recv: Connection timed out")));
+  EXPECT_FALSE(Connection::timed_out(Status::Unavailable("connect: Connection timed out")));
+  EXPECT_FALSE(Connection::timed_out(Status::DeadlineExceeded(kReplyTimedOut)));
+  EXPECT_FALSE(Connection::timed_out(Status::OK()));
 }
 
 }  // namespace
