@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <deque>
 #include <future>
-#include <memory>
 #include <numeric>
 #include <string>
 
@@ -21,6 +20,19 @@ namespace {
 using card_table::row_index_t;
 
 const std::vector<uint64_t> kNoKeys;
+
+// `buffer`'s memory, of at least `count` elements: reallocated only when it holds fewer (by half
+// as much again when `grow`, so a table whose dirty rows grow pass by pass reallocates rarely).
+// The old block is freed before the new one is made: the two are never both held.
+template <class T>
+T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow) {
+  if (buffer.size() < count) {
+    const std::size_t size = grow ? std::max(count, buffer.size() + buffer.size() / 2) : count;
+    buffer = device::pinned_buffer<T>();
+    buffer = device::pinned_buffer<T>(size);
+  }
+  return buffer.data();
+}
 
 }  // namespace
 
@@ -62,6 +74,7 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
   std::vector<double> gathering(written.size(), 0);
+  if (write_back_buffers_.size() < written.size()) write_back_buffers_.resize(written.size());
   cards_.cards().run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
     written[c] = write_back(c, &gathering[c], keep, &kept[c]);
@@ -72,7 +85,7 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
 }
 
 uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
-                                  uint64_t* kept) const {
+                                  uint64_t* kept) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -85,17 +98,22 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
     stream.synchronize();
     return 0;
   }
-  // The dirty rows' keys and indices (12 bytes each), then the rows a batch at a time
-  // (push_rows).
+  // The dirty rows' keys and indices (12 bytes each), the keys read back into pinned memory,
+  // then the rows a batch at a time (push_rows).
   device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
   device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
   const std::size_t listed = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
   if (listed == 0) return 0;
-  std::vector<uint64_t> keys = device::to_host(d_keys.data(), listed, stream);
+  uint64_t* keys = reserve_pinned(write_back_buffers_[c].keys, listed, /*grow=*/true);
+  device::copy_async(keys, d_keys.data(), listed, stream);
+  stream.synchronize();
   d_keys.release();
-  if (!keep.empty()) *kept = drop_kept(c, keep, &keys, &d_rows);
-  const std::size_t count = keys.size();
-  const Status st = push_rows(c, keys, d_rows, gather_seconds);
+  std::size_t count = listed;
+  if (!keep.empty()) {
+    *kept = drop_kept(c, keep, keys, count, &d_rows);
+    count -= *kept;
+  }
+  const Status st = push_rows(c, keys, count, d_rows, gather_seconds);
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
@@ -108,13 +126,12 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
   return count;
 }
 
-std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
-                                    std::vector<uint64_t>* keys,
+std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys,
+                                    std::size_t count,
                                     device::device_buffer<row_index_t>* d_rows) const {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  const std::size_t count = keys->size();
   // The rows of `keep` stay dirty: marked by row index, then the others listed again (and only
   // they are marked clean after the push).
   std::vector<row_index_t> rows = device::to_host(d_rows->data(), count, stream);
@@ -142,87 +159,85 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
   std::size_t pushed = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (kept_row.has(rows[i])) continue;
-    (*keys)[pushed] = (*keys)[i];
+    keys[pushed] = keys[i];
     rows[pushed] = rows[i];
     ++pushed;
   }
-  keys->resize(pushed);
   rows.resize(pushed);
   *d_rows = device::to_device(rows, card.memory(), stream);
   return count - pushed;
 }
 
-Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
+Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
                                const device::device_buffer<row_index_t>& d_rows,
-                               double* gather_seconds) const {
+                               double* gather_seconds) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = cards_.stride();
-  const std::size_t count = keys.size();
   // A batch is gathered off the card (on cuda a page at a time: the card never holds a second
   // copy of the rows) while the batches before it are pushed, at most pulls_in_flight at once, so
   // the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a
   // pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
-  // A batch's rows are `batch_floats` floats, left uninitialised (the gather writes every one)
-  // and reused once their push is done: a pass writes back through pulls_in_flight + 1 buffers,
-  // not a fresh zeroed (and, at this size, freshly mapped) one per batch.
+  // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left
+  // uninitialised: the gather writes every float), reused once its push is done. Only as many
+  // as the pass has batches are made, each of `batch_floats` floats.
+  const std::size_t batches = (count + batch - 1) / batch;
   const std::size_t batch_floats = std::min(count, batch) * stride;
-  // `done` after `rows`: when an error unwinds the window, each future (std::async's) waits for
-  // its push before its rows are freed.
+  std::vector<device::pinned_buffer<float>>& buffers = write_back_buffers_[c].batches;
+  const std::size_t slots = std::min(in_flight + 1, batches);
+  if (buffers.size() < slots) buffers.resize(slots);
+  std::vector<float*> spare;
+  for (std::size_t i = 0; i < slots; ++i) {
+    spare.push_back(reserve_pinned(buffers[i], batch_floats, /*grow=*/false));
+  }
+  // `done` waits (std::async's future) for its push before the window goes, so an error that
+  // unwinds it leaves no push reading a buffer that a later write-back refills.
   struct Push {
-    std::unique_ptr<float[]> rows;
+    float* rows;
     std::future<Status> done;
   };
   std::deque<Push> window;
-  std::vector<std::unique_ptr<float[]>> spare;
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
     const Status pushed = window.front().done.get();
     if (!pushed.ok() && st.ok()) st = pushed;
-    spare.push_back(std::move(window.front().rows));
+    spare.push_back(window.front().rows);
     window.pop_front();
   };
 #if defined(GPUBOX_BACKEND_CUDA)
-  device::device_buffer<float> staged(0, card.memory(), stream);
+  // One staging page on the card; the gathers and the copies into pinned memory are ordered on
+  // the card's stream, and the host waits once per batch, before its push reads it.
   const std::size_t page = store.page_rows();
+  device::device_buffer<float> staged(std::min(count, page) * stride, card.memory(), stream);
 #endif
   table::HostTier& host = cards_.host();
   for (std::size_t b = 0; b < count && st.ok(); b += batch) {
     const std::size_t n = std::min(count, b + batch) - b;
     if (window.size() == in_flight) retire();
     Timer gather;
-    std::unique_ptr<float[]> rows;
-    if (spare.empty()) {
-      rows.reset(new float[batch_floats]);
-    } else {
-      rows = std::move(spare.back());
-      spare.pop_back();
-    }
+    float* rows = spare.back();
+    spare.pop_back();
 #if defined(GPUBOX_BACKEND_CUDA)
     for (std::size_t p = 0; p < n; p += page) {
       const std::size_t m = std::min(n, p + page) - p;
-      staged.resize_discard(m * stride);
       store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
-      device::copy_async(rows.get() + p * stride, staged.data(), m * stride, stream);
-      stream.synchronize();
+      device::copy_async(rows + p * stride, staged.data(), m * stride, stream);
     }
 #else
     // cpu: the card's memory is the host's, so the gather writes the batch itself; staging it
     // a page at a time and copying was a second pass over every row written back (68 MB of
     // memcpy a wide_deep pass of 444k rows).
-    store.gather_rows(d_rows.data() + b, n, rows.get(), stream);
-    stream.synchronize();
+    store.gather_rows(d_rows.data() + b, n, rows, stream);
 #endif
+    stream.synchronize();  // the batch's rows are in `rows` before its push reads them
     *gather_seconds += gather.seconds();
-    const float* data = rows.get();
-    window.push_back(
-        Push{std::move(rows), std::async(std::launch::async, [&host, &keys, b, n, data] {
-               return host.push(keys.data() + b, n, data);
-             })});
+    window.push_back(Push{rows, std::async(std::launch::async, [&host, keys, b, n, rows] {
+                            return host.push(keys + b, n, rows);
+                          })});
   }
   while (!window.empty()) retire();
   return st;

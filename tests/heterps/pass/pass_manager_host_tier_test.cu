@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/counters.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
@@ -200,6 +201,40 @@ TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
   auto want = reference.host_rows();
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// Issue 31: a pass's end copies its rows off the card into pinned batch buffers and waits for the
+// card once per batch (not once per page), with no pageable copy (the keys are read back into
+// pinned memory too); the buffers are kept, so a second pass's end allocates no pinned memory.
+// Batches of 16 rows with 2 pushes in flight: the 3 batch buffers are reused several times a
+// pass, and the host tier then holds every card row bit for bit (a buffer refilled before its
+// push read it would show here).
+TEST(PassManager, WriteBackCopiesThroughReusedPinnedBatches) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const auto passes = make_passes(2, 200, 13);
+  for (std::size_t pass = 0; pass < passes.size(); ++pass) {
+    engine.manager->begin_pass(passes[pass]);
+    engine.train(passes[pass], 31 + pass, 3);
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass();
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    const uint64_t batches = (end.written_back + 15) / 16;
+    ASSERT_GT(batches, 3u) << "pass " << pass << ": too few rows to reuse the buffers";
+    EXPECT_EQ(spent.pageable_copies, 0u) << "pass " << pass;
+    // The listing's two counts (the table's entries, then its dirty ones), the keys' readback,
+    // one per batch, the dirty flags' clearing.
+    EXPECT_EQ(spent.host_syncs, batches + 4) << "pass " << pass;
+    // The keys and 3 batch buffers at the first pass's end, none at the second's.
+    EXPECT_EQ(spent.pinned_allocations, pass == 0 ? 4u : 0u) << "pass " << pass;
+    EXPECT_EQ(spent.pinned_frees, 0u) << "pass " << pass;
+    const auto host = engine.host_rows();
+    for (const auto& [key, row] : engine.card_rows()) {
+      ASSERT_TRUE(rows_equal(host.at(key), row)) << "pass " << pass << ", key " << key;
+    }
+  }
 }
 
 // The same passes with the host tier behind a gpubox_server on loopback, restarted between
