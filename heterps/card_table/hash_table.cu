@@ -201,7 +201,9 @@ struct RangeEntry {
   RangeEntries range;
   GPUBOX_HD thrust::tuple<uint64_t, row_index_t> operator()(std::size_t i) const {
     if (i < range.n) return thrust::make_tuple(range.slots[i].key, range.slots[i].row);
-    return thrust::make_tuple(i == range.n ? kErasedKey : kEmptyKey, range.side_rows[i - range.n]);
+    // Read by value (the reserved keys are host constants: nvcc refuses a reference to them).
+    const uint64_t key = i == range.n ? uint64_t{kErasedKey} : uint64_t{kEmptyKey};
+    return thrust::make_tuple(key, range.side_rows[i - range.n]);
   }
 };
 // Whether entry i holds a key: a slot's live key, a side slot's row.
