@@ -5,9 +5,13 @@
 #include <future>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
@@ -33,6 +37,65 @@ T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow
   }
   return buffer.data();
 }
+
+// The host pushes of one write-back, run in submission order on `threads` threads made once: a
+// thread per batch made a thread, and the OpenMP team its push builds (table/parallel.cpp), per
+// host_batch_keys rows. The destructor runs every job submitted before it returns, so no push
+// outlives the write-back that owns its rows.
+class PushWorkers {
+ public:
+  explicit PushWorkers(std::size_t threads) {
+    try {
+      for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      close_and_join();  // the threads made so far (a thread that could not start: an error)
+      throw;
+    }
+  }
+  ~PushWorkers() { close_and_join(); }
+  PushWorkers(const PushWorkers&) = delete;
+  PushWorkers& operator=(const PushWorkers&) = delete;
+
+  // Queues `push`; its future holds its Status (or what it threw).
+  std::future<Status> submit(std::packaged_task<Status()> push) {
+    std::future<Status> done = push.get_future();
+    {
+      MutexLock lock(mu_);
+      jobs_.push_back(std::move(push));
+    }
+    ready_.notify_one();
+    return done;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::packaged_task<Status()> push;
+      {
+        MutexLock lock(mu_);
+        while (jobs_.empty() && !closed_) ready_.wait(lock);
+        if (jobs_.empty()) return;  // closed, and nothing left to run
+        push = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      push();
+    }
+  }
+  void close_and_join() {
+    {
+      MutexLock lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  Mutex mu_;
+  CondVar ready_;
+  std::deque<std::packaged_task<Status()>> jobs_ GPUBOX_GUARDED_BY(mu_);
+  bool closed_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -193,8 +256,10 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   for (std::size_t i = 0; i < slots; ++i) {
     spare.push_back(reserve_pinned(buffers[i], batch_floats, /*grow=*/false));
   }
-  // `done` waits (std::async's future) for its push before the window goes, so an error that
-  // unwinds it leaves no push reading a buffer that a later write-back refills.
+  // At most in_flight pushes at once (the window), on as many threads. `workers` runs every queued
+  // push before it goes, so an error that unwinds this function leaves no push reading a buffer
+  // that a later write-back refills.
+  PushWorkers workers(std::min(in_flight, batches));
   struct Push {
     float* rows;
     std::future<Status> done;
@@ -235,9 +300,9 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
 #endif
     stream.synchronize();  // the batch's rows are in `rows` before its push reads them
     *gather_seconds += gather.seconds();
-    window.push_back(Push{rows, std::async(std::launch::async, [&host, keys, b, n, rows] {
-                            return host.push(keys + b, n, rows);
-                          })});
+    window.push_back(
+        Push{rows, workers.submit(std::packaged_task<Status()>(
+                       [&host, keys, b, n, rows] { return host.push(keys + b, n, rows); }))});
   }
   while (!window.empty()) retire();
   return st;
