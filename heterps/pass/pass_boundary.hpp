@@ -85,7 +85,7 @@ class PassBoundary {
   // those of `keep` (sorted) from both lists, keeping the others' order. Returns how many were
   // dropped.
   std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys, std::size_t count,
-                        device::device_buffer<card_table::row_index_t>* d_rows) const;
+                        device::device_buffer<card_table::row_index_t>& d_rows);
   // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
   // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs).
   // Returns the first push error.
@@ -101,6 +101,11 @@ class PassBoundary {
   // inside write_back_all; freed with the PassBoundary.
   struct WriteBackBuffers {
     device::pinned_buffer<uint64_t> keys;  // the dirty rows' keys, read back from the card
+    // drop_kept's: the dirty rows' indices on the card, and a page of the keep keys and of the
+    // rows found for them.
+    device::pinned_buffer<card_table::row_index_t> rows;
+    device::pinned_buffer<uint64_t> keep;
+    device::pinned_buffer<card_table::row_index_t> found;
     // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
     // pushes run.
     std::vector<device::pinned_buffer<float>> batches;

@@ -173,7 +173,7 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
   d_keys.release();
   std::size_t count = listed;
   if (!keep.empty()) {
-    *kept = drop_kept(c, keep, keys, count, &d_rows);
+    *kept = drop_kept(c, keep, keys, count, d_rows);
     count -= *kept;
   }
   const Status st = push_rows(c, keys, count, d_rows, gather_seconds);
@@ -190,32 +190,37 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
 }
 
 std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys,
-                                    std::size_t count,
-                                    device::device_buffer<row_index_t>* d_rows) const {
+                                    std::size_t count, device::device_buffer<row_index_t>& d_rows) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
+  WriteBackBuffers& buffers = write_back_buffers_[c];
   // The rows of `keep` stay dirty: marked by row index, then the others listed again (and only
-  // they are marked clean after the push).
-  std::vector<row_index_t> rows = device::to_host(d_rows->data(), count, stream);
-  d_rows->release();
-  const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
+  // they are marked clean after the push). Every host<->card copy goes through the card's pinned
+  // buffers (kept from pass to pass, grown rarely), none through pageable memory.
+  row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
+  device::copy_async(rows, d_rows.data(), count, stream);
+  // The keep keys looked up a page at a time (card memory stays within the plan: d_rows, 4 bytes a
+  // dirty row, is what is left of the listing's 12).
+  const std::size_t chunk = std::min(keep.size(), store.page_rows());
+  uint64_t* keep_staged = reserve_pinned(buffers.keep, chunk, /*grow=*/false);
+  row_index_t* found = reserve_pinned(buffers.found, chunk, /*grow=*/false);
+  stream.synchronize();  // the row indices are in `rows`
+  const row_index_t row_end = *std::max_element(rows, rows + count) + 1;
   RowMarks kept_row(row_end, count);
   {
-    // The keep keys looked up a page at a time (card memory stays within the plan).
-    const std::size_t chunk = store.page_rows();
-    device::device_buffer<uint64_t> d_keep(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_found(0, card.memory(), stream);
-    std::vector<row_index_t> found;
+    device::device_buffer<uint64_t> d_keep(chunk, card.memory(), stream);
+    device::device_buffer<row_index_t> d_found(chunk, card.memory(), stream);
     for (std::size_t b = 0; b < keep.size(); b += chunk) {
       const std::size_t n = std::min(keep.size(), b + chunk) - b;
-      d_keep.resize_discard(n);
-      d_found.resize_discard(n);
-      device::copy_async(d_keep.data(), keep.data() + b, n, stream);
+      // The previous chunk's wait covers its upload from keep_staged.
+      std::copy_n(keep.data() + b, n, keep_staged);
+      device::copy_async(d_keep.data(), keep_staged, n, stream);
       store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
                              /*create_missing=*/false, nullptr, stream);
-      found = device::to_host(d_found.data(), n, stream);
-      for (row_index_t row : found) kept_row.mark(row);
+      device::copy_async(found, d_found.data(), n, stream);
+      stream.synchronize();
+      for (std::size_t i = 0; i < n; ++i) kept_row.mark(found[i]);
     }
   }
   kept_row.seal();
@@ -226,8 +231,10 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     rows[pushed] = rows[i];
     ++pushed;
   }
-  rows.resize(pushed);
-  *d_rows = device::to_device(rows, card.memory(), stream);
+  // Back into d_rows' own memory (it only shrinks): ordered on the stream before the gathers
+  // that read it, and `rows` is not written again before the write-back's last wait.
+  d_rows.resize(pushed);
+  if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -234,6 +235,50 @@ TEST(PassManager, WriteBackCopiesThroughReusedPinnedBatches) {
     for (const auto& [key, row] : engine.card_rows()) {
       ASSERT_TRUE(rows_equal(host.at(key), row)) << "pass " << pass << ", key " << key;
     }
+  }
+}
+
+// The production end_pass keeps the next pass's keys dirty on the cards (trainer_steps.cpp): its
+// copies go through pinned buffers kept from pass to pass too (the row indices read back, the
+// keep keys uploaded and their rows read back a page at a time, the pushed rows' indices put
+// back), so the second pass's end makes no pageable copy and allocates no pinned memory. Both
+// passes train the same 200 keys and keep every other one, so both ends list as many rows; the
+// rows not kept reach the host tier bit for bit, the kept ones stay dirty until sync().
+TEST(PassManager, WriteBackKeepingKeysCopiesThroughReusedPinnedBuffers) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const std::vector<uint64_t> keys = make_passes(1, 200, 13)[0];
+  const std::set<uint64_t> sorted(keys.begin(), keys.end());
+  std::vector<uint64_t> keep;  // every other key, sorted
+  bool take = true;
+  for (const uint64_t key : sorted) {
+    if (take) keep.push_back(key);
+    take = !take;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    engine.manager->begin_pass(keys);
+    engine.train(keys, 41 + pass, 40);  // 2000 draws: every key dirty, so both ends list 200
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass(keep);
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    EXPECT_EQ(end.kept_dirty, keep.size()) << "pass " << pass;
+    ASSERT_GT((end.written_back + 15) / 16, 3u) << "pass " << pass << ": too few rows";
+    EXPECT_EQ(spent.pageable_copies, 0u) << "pass " << pass;
+    // The keys, the row indices, a page of keep keys and of found rows, 3 batch buffers.
+    EXPECT_EQ(spent.pinned_allocations, pass == 0 ? 7u : 0u) << "pass " << pass;
+    EXPECT_EQ(spent.pinned_frees, 0u) << "pass " << pass;
+    const auto host = engine.host_rows();
+    for (const auto& [key, row] : engine.card_rows()) {
+      if (std::binary_search(keep.begin(), keep.end(), key)) continue;
+      ASSERT_TRUE(rows_equal(host.at(key), row)) << "pass " << pass << ", key " << key;
+    }
+  }
+  EXPECT_EQ(engine.manager->sync(), keep.size());
+  const auto host = engine.host_rows();
+  for (const auto& [key, row] : engine.card_rows()) {
+    ASSERT_TRUE(rows_equal(host.at(key), row)) << "key " << key;
   }
 }
 
