@@ -253,9 +253,11 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
   // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left
   // uninitialised: the gather writes every float), reused once its push is done. Only as many
-  // as the pass has batches are made, each of `batch_floats` floats.
+  // as the pass has batches are made, each of a whole batch even when the write-back is smaller
+  // (a sync() before a save, a short first pass): sized to it, a later larger write-back would
+  // free and make each again (cudaFreeHost waits for the whole device).
   const std::size_t batches = (count + batch - 1) / batch;
-  const std::size_t batch_floats = std::min(count, batch) * stride;
+  const std::size_t batch_floats = batch * stride;
   std::vector<device::pinned_buffer<float>>& buffers = write_back_buffers_[c].batches;
   const std::size_t slots = std::min(in_flight + 1, batches);
   if (buffers.size() < slots) buffers.resize(slots);

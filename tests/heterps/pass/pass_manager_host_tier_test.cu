@@ -238,6 +238,37 @@ TEST(PassManager, WriteBackCopiesThroughReusedPinnedBatches) {
   }
 }
 
+// A small write-back (a sync() before a save, a short first pass) makes its batch buffer of a
+// whole batch: a later larger one reuses it instead of freeing it and making it again
+// (cudaFreeHost waits for the whole device).
+TEST(PassManager, SmallWriteBackMakesWholeBatchBuffers) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const std::vector<uint64_t> keys = make_passes(1, 200, 17)[0];
+  engine.manager->begin_pass(keys);
+  engine.train({keys[0], keys[1], keys[2]}, 5, 1);
+  const device::DeviceCounts before_sync = engine.card_set.card(0).counts();
+  const uint64_t synced = engine.manager->sync();
+  ASSERT_GT(synced, 0u);
+  ASSERT_LE(synced, 3u);
+  // The keys' buffer and one batch buffer.
+  EXPECT_EQ((engine.card_set.card(0).counts() - before_sync).pinned_allocations, 2u);
+  engine.train(keys, 6, 3);
+  const device::DeviceCounts before = engine.card_set.card(0).counts();
+  const PassStats end = engine.manager->end_pass();
+  const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+  ASSERT_GT((end.written_back + 15) / 16, 3u);
+  // The keys' buffer grows (freed, made again); the batch buffer is kept, two more are made.
+  EXPECT_EQ(spent.pinned_frees, 1u);
+  EXPECT_EQ(spent.pinned_allocations, 3u);
+  const auto host = engine.host_rows();
+  for (const auto& [key, row] : engine.card_rows()) {
+    ASSERT_TRUE(rows_equal(host.at(key), row)) << "key " << key;
+  }
+}
+
 // The production end_pass keeps the next pass's keys dirty on the cards (trainer_steps.cpp): its
 // copies go through pinned buffers kept from pass to pass too (the row indices read back, the
 // keep keys uploaded and their rows read back a page at a time, the pushed rows' indices put
