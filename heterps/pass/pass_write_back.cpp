@@ -28,6 +28,9 @@ const std::vector<uint64_t> kNoKeys;
 // `buffer`'s memory, of at least `count` elements: reallocated only when it holds fewer (by half
 // as much again when `grow`, so a table whose dirty rows grow pass by pass reallocates rarely).
 // The old block is freed before the new one is made: the two are never both held.
+// Called only inside a write-back (end_pass, sync), between passes: the steps' collectives have
+// completed and the write-back runs none, so the device-wide wait of cudaMallocHost/cudaFreeHost
+// cannot hold up a peer's collective (it waits only for this process's own queued work).
 template <class T>
 T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow) {
   if (buffer.size() < count) {
