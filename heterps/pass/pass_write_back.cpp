@@ -44,7 +44,8 @@ T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow
 // The host pushes of one write-back, run in submission order on `threads` threads made once: a
 // thread per batch made a thread, and the OpenMP team its push builds (table/parallel.cpp), per
 // host_batch_keys rows. The destructor runs every job submitted before it returns, so no push
-// outlives the write-back that owns its rows.
+// outlives the write-back that owns its rows. Thread-safe: submit from any thread (the write-back
+// submits from the card's thread); the workers take jobs under mu_.
 class PushWorkers {
  public:
   explicit PushWorkers(std::size_t threads) {
@@ -60,7 +61,7 @@ class PushWorkers {
   PushWorkers& operator=(const PushWorkers&) = delete;
 
   // Queues `push`; its future holds its Status (or what it threw).
-  std::future<Status> submit(std::packaged_task<Status()> push) {
+  std::future<Status> submit(std::packaged_task<Status()> push) GPUBOX_EXCLUDES(mu_) {
     std::future<Status> done = push.get_future();
     {
       MutexLock lock(mu_);
@@ -71,7 +72,7 @@ class PushWorkers {
   }
 
  private:
-  void work() {
+  void work() GPUBOX_EXCLUDES(mu_) {
     for (;;) {
       std::packaged_task<Status()> push;
       {
@@ -84,7 +85,7 @@ class PushWorkers {
       push();
     }
   }
-  void close_and_join() {
+  void close_and_join() GPUBOX_EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
       closed_ = true;
