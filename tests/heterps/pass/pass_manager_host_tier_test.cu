@@ -7,11 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
@@ -119,8 +123,20 @@ class FlakyHost : public table::HostTier {
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    const int push = pushes++;
+    if (push == fail_push)
+      return Status::Unavailable("push " + std::to_string(push) + " (injected)");
+    if (push == throw_push)
+      throw std::runtime_error("push " + std::to_string(push) + " (injected)");
+    // The rows must stay as they were while the push reads them: a write-back that refilled a
+    // batch buffer before its push was done (a missing retire) shows here as a changed checksum.
+    const std::size_t floats = n * layout().stride();
+    const uint64_t before = checksum(r, floats);
+    const Status st = inner_.push(k, n, r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (checksum(r, floats) != before) return Status::Internal("rows changed during their push");
     pushed_keys += n;
-    return inner_.push(k, n, r);
+    return st;
   }
   Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
   StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
@@ -134,10 +150,23 @@ class FlakyHost : public table::HostTier {
     return inner_.load(p, env);
   }
   bool fail_pushes = false;
+  // The push of this number (counted from 0 over the tier's life) fails with a Status, or throws.
+  int fail_push = -1;
+  int throw_push = -1;
+  std::atomic<int> pushes{0};
   std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
   std::atomic<uint64_t> pushed_keys{0};
 
  private:
+  static uint64_t checksum(const float* r, std::size_t floats) {
+    uint64_t sum = 1469598103934665603ull;
+    for (std::size_t i = 0; i < floats; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, r + i, sizeof(bits));
+      sum = (sum ^ bits) * 1099511628211ull;
+    }
+    return sum;
+  }
   table::HostTier& inner_;
 };
 
@@ -200,6 +229,52 @@ TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
     got[key] = std::vector<float>(row, row + inner->layout().stride());
   }));
   auto want = reference.host_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// The write-back in batches of 16 with 2 pushes in flight: a push failing with a Status mid-window,
+// then (at the retry) one throwing, leave the queued pushes to drain and every row dirty; the
+// next retry writes them all, and the host tier equals the reference's bit for bit. The host tier
+// checksums each push's rows before and after it reads them (a buffer refilled early fails it).
+TEST(PassManager, FailedBatchedWriteBackIsRetriedWithoutLoss) {
+  std::unique_ptr<table::SparseTable> inner = open_table();
+  FlakyHost flaky(*inner);
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options, &flaky);
+  Engine reference(1, options);
+  const auto keys = make_passes(1, 200, 7)[0];
+  engine.manager->begin_pass(keys);
+  reference.manager->begin_pass(keys);
+  engine.train(keys, 11, 10);
+  reference.train(keys, 11, 10);
+  const PassStats want_end = reference.manager->end_pass();
+  ASSERT_GT((want_end.written_back + 15) / 16, 5u) << "too few batches";
+  flaky.fail_push = 2;
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("push 2 (injected)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  flaky.throw_push = flaky.pushes.load() + 1;  // the retry's second push
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("(injected)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  const PassStats end = engine.manager->end_pass();
+  EXPECT_EQ(end.written_back, want_end.written_back);  // every row was still dirty
+  std::map<uint64_t, std::vector<float>> got;
+  throw_if_error(inner->for_each_row([&](uint64_t key, const float* row) {
+    got[key] = std::vector<float>(row, row + inner->layout().stride());
+  }));
+  const auto want = reference.host_rows();
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
 }
