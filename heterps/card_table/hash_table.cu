@@ -1,5 +1,6 @@
 #include <thrust/copy.h>
 #include <thrust/count.h>
+#include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/iterator/zip_iterator.h>
 #include <thrust/tuple.h>
@@ -188,6 +189,31 @@ struct ListSideSlots {
   }
 };
 
+// dump_range's entries: entry i < n is slot i of the range, entries n and n + 1 (when listed)
+// the side slots of kErasedKey and kEmptyKey.
+struct RangeEntries {
+  const Slot* slots;
+  const row_index_t* side_rows;
+  std::size_t n;
+};
+// Entry i as (key, row).
+struct RangeEntry {
+  RangeEntries range;
+  GPUBOX_HD thrust::tuple<uint64_t, row_index_t> operator()(std::size_t i) const {
+    if (i < range.n) return thrust::make_tuple(range.slots[i].key, range.slots[i].row);
+    // Read by value (the reserved keys are host constants: nvcc refuses a reference to them).
+    const uint64_t key = i == range.n ? uint64_t{kErasedKey} : uint64_t{kEmptyKey};
+    return thrust::make_tuple(key, range.side_rows[i - range.n]);
+  }
+};
+// Whether entry i holds a key: a slot's live key, a side slot's row.
+struct IsLiveRangeEntry {
+  RangeEntries range;
+  GPUBOX_HD bool operator()(std::size_t i) const {
+    return i < range.n ? IsLiveKey{}(range.slots[i].key)
+                       : range.side_rows[i - range.n] != kInvalidRow;
+  }
+};
 }  // namespace
 
 namespace {
@@ -474,27 +500,20 @@ std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_e
   GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
                  ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
                  slots_.size());
-  const Slot* slots = slots_.data() + slot_begin;
-  auto first = thrust::make_zip_iterator(
-      thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
-                         thrust::make_transform_iterator(slots, SlotRow{})));
+  const std::size_t n = slot_end - slot_begin;
+  // The reserved keys' side slots follow the range that ends at capacity(); listed on the card
+  // with the slots, so no readback of their rows (a pageable copy and a wait) precedes the count.
+  const std::size_t entries = slot_end == slots_.size() ? n + 2 : n;
+  const RangeEntries range{slots_.data() + slot_begin, side_rows_.data(), n};
   auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
-  auto end = thrust::copy_if(device::exec_policy(stream), first, first + (slot_end - slot_begin),
-                             out, IsLiveEntry{});
-  std::size_t count = static_cast<std::size_t>(end - out);
-  if (slot_end == slots_.size()) {
-    // The reserved keys, from their side slots.
-    const std::vector<row_index_t> side = device::to_host(side_rows_.data(), 2, stream);
-    const uint64_t side_keys[2] = {kErasedKey, kEmptyKey};
-    for (int s = 0; s < 2; ++s) {
-      if (side[s] == kInvalidRow) continue;
-      device::copy_async(keys_out + count, &side_keys[s], 1, stream);
-      device::copy_async(rows_out + count, &side[s], 1, stream);
-      ++count;
-    }
-  }
-  stream.synchronize();
-  return count;
+  auto end = device::host_result(stream, [&] {
+    const thrust::counting_iterator<std::size_t> first(0);
+    return thrust::copy_if(device::exec_policy(stream),
+                           thrust::make_transform_iterator(first, RangeEntry{range}),
+                           thrust::make_transform_iterator(first + entries, RangeEntry{range}),
+                           first, out, IsLiveRangeEntry{range});
+  });
+  return static_cast<std::size_t>(end - out);
 }
 
 std::size_t CardHashTable::recount(const device::Stream& stream) {

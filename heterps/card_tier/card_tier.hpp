@@ -190,6 +190,10 @@ class CardTier {
   table::HostTier& host_;
   std::vector<std::unique_ptr<card_table::CardSparseStore>> stores_;
   std::vector<std::unique_ptr<heter_comm::HeterComm>> comms_;
+  // Destroyed first (members go in reverse order), before comms_: its write-back's pinned buffers
+  // are freed with it, and cudaFreeHost waits for the whole device. That assumes no collective is
+  // still queued on a card: after a failure the communicator abort (CommGroup::abort, run by
+  // run_on_cards' failure handler) has ended them before anything is destroyed.
   std::unique_ptr<pass::PassManager> pass_manager_;
 };
 

@@ -80,21 +80,40 @@ class PassBoundary {
   // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
   // gathering rows off the card to *gather_seconds (pass_write_back.cpp).
   uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
-                      uint64_t* kept) const;
-  // Of card `c`'s `count` dirty rows (keys, and their row indices on the card), drops those of
-  // `keep` (sorted) from both lists. Returns how many were dropped.
-  std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, std::vector<uint64_t>* keys,
-                        device::device_buffer<card_table::row_index_t>* d_rows) const;
-  // Gathers card `c`'s rows d_rows[0, keys.size()) off the card a batch at a time while the
-  // batches before are pushed to the host tier. Returns the first push error.
-  Status push_rows(int c, const std::vector<uint64_t>& keys,
+                      uint64_t* kept);
+  // Of card `c`'s `count` dirty rows (keys[0, count), and their row indices on the card), drops
+  // those of `keep` (sorted) from both lists, keeping the others' order. Returns how many were
+  // dropped.
+  std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys, std::size_t count,
+                        device::device_buffer<card_table::row_index_t>& d_rows);
+  // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
+  // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs).
+  // Returns the first push error.
+  Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
-                   double* gather_seconds) const;
+                   double* gather_seconds);
   // write_back on every card; sets kept_dirty_ and gather_seconds_. Returns the rows written.
   uint64_t write_back_all(const std::vector<uint64_t>& keep);
 
+  // One card's pinned host memory for its write-back, kept from one write-back to the next (a
+  // pass's end allocates pinned memory only when it needs more than every earlier one did:
+  // cudaMallocHost and cudaFreeHost wait for the whole device). Touched only by the card's thread
+  // inside write_back_all; freed with the PassBoundary.
+  struct WriteBackBuffers {
+    device::pinned_buffer<uint64_t> keys;  // the dirty rows' keys, read back from the card
+    // drop_kept's: the dirty rows' indices on the card, and a page of the keep keys and of the
+    // rows found for them.
+    device::pinned_buffer<card_table::row_index_t> rows;
+    device::pinned_buffer<uint64_t> keep;
+    device::pinned_buffer<card_table::row_index_t> found;
+    // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
+    // pushes run.
+    std::vector<device::pinned_buffer<float>> batches;
+  };
+
   PassCards& cards_;
   NextPassWork& next_work_;
+  std::vector<WriteBackBuffers> write_back_buffers_;  // per card
   PassStats current_;
   double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
   uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)

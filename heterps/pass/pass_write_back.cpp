@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <deque>
 #include <future>
-#include <memory>
 #include <numeric>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
@@ -21,6 +24,82 @@ namespace {
 using card_table::row_index_t;
 
 const std::vector<uint64_t> kNoKeys;
+
+// `buffer`'s memory, of at least `count` elements: reallocated only when it holds fewer (by half
+// as much again when `grow`, so a table whose dirty rows grow pass by pass reallocates rarely).
+// The old block is freed before the new one is made: the two are never both held.
+// Called only inside a write-back (end_pass, sync), between passes: the steps' collectives have
+// completed and the write-back runs none, so the device-wide wait of cudaMallocHost/cudaFreeHost
+// cannot hold up a peer's collective (it waits only for this process's own queued work).
+template <class T>
+T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow) {
+  if (buffer.size() < count) {
+    const std::size_t size = grow ? std::max(count, buffer.size() + buffer.size() / 2) : count;
+    buffer = device::pinned_buffer<T>();
+    buffer = device::pinned_buffer<T>(size);
+  }
+  return buffer.data();
+}
+
+// The host pushes of one write-back, run in submission order on `threads` threads made once: a
+// thread per batch made a thread, and the OpenMP team its push builds (table/parallel.cpp), per
+// host_batch_keys rows. The destructor runs every job submitted before it returns, so no push
+// outlives the write-back that owns its rows. Thread-safe: submit from any thread (the write-back
+// submits from the card's thread); the workers take jobs under mu_.
+class PushWorkers {
+ public:
+  explicit PushWorkers(std::size_t threads) {
+    try {
+      for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      close_and_join();  // the threads made so far (a thread that could not start: an error)
+      throw;
+    }
+  }
+  ~PushWorkers() { close_and_join(); }
+  PushWorkers(const PushWorkers&) = delete;
+  PushWorkers& operator=(const PushWorkers&) = delete;
+
+  // Queues `push`; its future holds its Status (or what it threw).
+  std::future<Status> submit(std::packaged_task<Status()> push) GPUBOX_EXCLUDES(mu_) {
+    std::future<Status> done = push.get_future();
+    {
+      MutexLock lock(mu_);
+      jobs_.push_back(std::move(push));
+    }
+    ready_.notify_one();
+    return done;
+  }
+
+ private:
+  void work() GPUBOX_EXCLUDES(mu_) {
+    for (;;) {
+      std::packaged_task<Status()> push;
+      {
+        MutexLock lock(mu_);
+        while (jobs_.empty() && !closed_) ready_.wait(lock);
+        if (jobs_.empty()) return;  // closed, and nothing left to run
+        push = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      push();
+    }
+  }
+  void close_and_join() GPUBOX_EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  Mutex mu_;
+  CondVar ready_;
+  std::deque<std::packaged_task<Status()>> jobs_ GPUBOX_GUARDED_BY(mu_);
+  bool closed_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
 
 }  // namespace
 
@@ -62,6 +141,7 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
   std::vector<double> gathering(written.size(), 0);
+  if (write_back_buffers_.size() < written.size()) write_back_buffers_.resize(written.size());
   cards_.cards().run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
     written[c] = write_back(c, &gathering[c], keep, &kept[c]);
@@ -72,7 +152,7 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
 }
 
 uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
-                                  uint64_t* kept) const {
+                                  uint64_t* kept) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
@@ -85,17 +165,22 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
     stream.synchronize();
     return 0;
   }
-  // The dirty rows' keys and indices (12 bytes each), then the rows a batch at a time
-  // (push_rows).
+  // The dirty rows' keys and indices (12 bytes each), the keys read back into pinned memory,
+  // then the rows a batch at a time (push_rows).
   device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
   device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
   const std::size_t listed = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
   if (listed == 0) return 0;
-  std::vector<uint64_t> keys = device::to_host(d_keys.data(), listed, stream);
+  uint64_t* keys = reserve_pinned(write_back_buffers_[c].keys, listed, /*grow=*/true);
+  device::copy_async(keys, d_keys.data(), listed, stream);
+  stream.synchronize();
   d_keys.release();
-  if (!keep.empty()) *kept = drop_kept(c, keep, &keys, &d_rows);
-  const std::size_t count = keys.size();
-  const Status st = push_rows(c, keys, d_rows, gather_seconds);
+  std::size_t count = listed;
+  if (!keep.empty()) {
+    *kept = drop_kept(c, keep, keys, count, d_rows);
+    count -= *kept;
+  }
+  const Status st = push_rows(c, keys, count, d_rows, gather_seconds);
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
@@ -108,121 +193,129 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
   return count;
 }
 
-std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep,
-                                    std::vector<uint64_t>* keys,
-                                    device::device_buffer<row_index_t>* d_rows) const {
+std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys,
+                                    std::size_t count, device::device_buffer<row_index_t>& d_rows) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  const std::size_t count = keys->size();
+  WriteBackBuffers& buffers = write_back_buffers_[c];
   // The rows of `keep` stay dirty: marked by row index, then the others listed again (and only
-  // they are marked clean after the push).
-  std::vector<row_index_t> rows = device::to_host(d_rows->data(), count, stream);
-  d_rows->release();
-  const row_index_t row_end = *std::max_element(rows.begin(), rows.end()) + 1;
+  // they are marked clean after the push). Every host<->card copy goes through the card's pinned
+  // buffers (kept from pass to pass, grown rarely), none through pageable memory.
+  row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
+  device::copy_async(rows, d_rows.data(), count, stream);
+  // The keep keys looked up a page at a time (card memory stays within the plan: d_rows, 4 bytes a
+  // dirty row, is what is left of the listing's 12).
+  const std::size_t chunk = std::min(keep.size(), store.page_rows());
+  uint64_t* keep_staged = reserve_pinned(buffers.keep, chunk, /*grow=*/false);
+  row_index_t* found = reserve_pinned(buffers.found, chunk, /*grow=*/false);
+  stream.synchronize();  // the row indices are in `rows`
+  const row_index_t row_end = *std::max_element(rows, rows + count) + 1;
   RowMarks kept_row(row_end, count);
   {
-    // The keep keys looked up a page at a time (card memory stays within the plan).
-    const std::size_t chunk = store.page_rows();
-    device::device_buffer<uint64_t> d_keep(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_found(0, card.memory(), stream);
-    std::vector<row_index_t> found;
+    device::device_buffer<uint64_t> d_keep(chunk, card.memory(), stream);
+    device::device_buffer<row_index_t> d_found(chunk, card.memory(), stream);
     for (std::size_t b = 0; b < keep.size(); b += chunk) {
       const std::size_t n = std::min(keep.size(), b + chunk) - b;
-      d_keep.resize_discard(n);
-      d_found.resize_discard(n);
-      device::copy_async(d_keep.data(), keep.data() + b, n, stream);
+      // The previous chunk's wait covers its upload from keep_staged.
+      std::copy_n(keep.data() + b, n, keep_staged);
+      device::copy_async(d_keep.data(), keep_staged, n, stream);
       store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
                              /*create_missing=*/false, nullptr, stream);
-      found = device::to_host(d_found.data(), n, stream);
-      for (row_index_t row : found) kept_row.mark(row);
+      device::copy_async(found, d_found.data(), n, stream);
+      stream.synchronize();
+      for (std::size_t i = 0; i < n; ++i) kept_row.mark(found[i]);
     }
   }
   kept_row.seal();
   std::size_t pushed = 0;
   for (std::size_t i = 0; i < count; ++i) {
     if (kept_row.has(rows[i])) continue;
-    (*keys)[pushed] = (*keys)[i];
+    keys[pushed] = keys[i];
     rows[pushed] = rows[i];
     ++pushed;
   }
-  keys->resize(pushed);
-  rows.resize(pushed);
-  *d_rows = device::to_device(rows, card.memory(), stream);
+  // Back into d_rows' own memory (it only shrinks): ordered on the stream before the gathers
+  // that read it, and `rows` is not written again before the write-back's last wait.
+  d_rows.resize(pushed);
+  if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
 }
 
-Status PassBoundary::push_rows(int c, const std::vector<uint64_t>& keys,
+Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
                                const device::device_buffer<row_index_t>& d_rows,
-                               double* gather_seconds) const {
+                               double* gather_seconds) {
   card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = cards_.stride();
-  const std::size_t count = keys.size();
   // A batch is gathered off the card (on cuda a page at a time: the card never holds a second
   // copy of the rows) while the batches before it are pushed, at most pulls_in_flight at once, so
   // the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a
   // pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
-  // A batch's rows are `batch_floats` floats, left uninitialised (the gather writes every one)
-  // and reused once their push is done: a pass writes back through pulls_in_flight + 1 buffers,
-  // not a fresh zeroed (and, at this size, freshly mapped) one per batch.
-  const std::size_t batch_floats = std::min(count, batch) * stride;
-  // `done` after `rows`: when an error unwinds the window, each future (std::async's) waits for
-  // its push before its rows are freed.
+  // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left
+  // uninitialised: the gather writes every float), reused once its push is done. Only as many
+  // as the pass has batches are made, each of a whole batch even when the write-back is smaller
+  // (a sync() before a save, a short first pass): sized to it, a later larger write-back would
+  // free and make each again (cudaFreeHost waits for the whole device).
+  const std::size_t batches = (count + batch - 1) / batch;
+  const std::size_t batch_floats = batch * stride;
+  std::vector<device::pinned_buffer<float>>& buffers = write_back_buffers_[c].batches;
+  const std::size_t slots = std::min(in_flight + 1, batches);
+  if (buffers.size() < slots) buffers.resize(slots);
+  std::vector<float*> spare;
+  for (std::size_t i = 0; i < slots; ++i) {
+    spare.push_back(reserve_pinned(buffers[i], batch_floats, /*grow=*/false));
+  }
+  // At most in_flight pushes at once (the window), on as many threads. `workers` runs every queued
+  // push before it goes, so an error that unwinds this function leaves no push reading a buffer
+  // that a later write-back refills.
+  PushWorkers workers(std::min(in_flight, batches));
   struct Push {
-    std::unique_ptr<float[]> rows;
+    float* rows;
     std::future<Status> done;
   };
   std::deque<Push> window;
-  std::vector<std::unique_ptr<float[]>> spare;
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
     const Status pushed = window.front().done.get();
     if (!pushed.ok() && st.ok()) st = pushed;
-    spare.push_back(std::move(window.front().rows));
+    spare.push_back(window.front().rows);
     window.pop_front();
   };
 #if defined(GPUBOX_BACKEND_CUDA)
-  device::device_buffer<float> staged(0, card.memory(), stream);
+  // One staging page on the card; the gathers and the copies into pinned memory are ordered on
+  // the card's stream, and the host waits once per batch, before its push reads it.
   const std::size_t page = store.page_rows();
+  device::device_buffer<float> staged(std::min(count, page) * stride, card.memory(), stream);
 #endif
   table::HostTier& host = cards_.host();
   for (std::size_t b = 0; b < count && st.ok(); b += batch) {
     const std::size_t n = std::min(count, b + batch) - b;
     if (window.size() == in_flight) retire();
     Timer gather;
-    std::unique_ptr<float[]> rows;
-    if (spare.empty()) {
-      rows.reset(new float[batch_floats]);
-    } else {
-      rows = std::move(spare.back());
-      spare.pop_back();
-    }
+    float* rows = spare.back();
+    spare.pop_back();
 #if defined(GPUBOX_BACKEND_CUDA)
     for (std::size_t p = 0; p < n; p += page) {
       const std::size_t m = std::min(n, p + page) - p;
-      staged.resize_discard(m * stride);
       store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
-      device::copy_async(rows.get() + p * stride, staged.data(), m * stride, stream);
-      stream.synchronize();
+      device::copy_async(rows + p * stride, staged.data(), m * stride, stream);
     }
 #else
     // cpu: the card's memory is the host's, so the gather writes the batch itself; staging it
     // a page at a time and copying was a second pass over every row written back (68 MB of
     // memcpy a wide_deep pass of 444k rows).
-    store.gather_rows(d_rows.data() + b, n, rows.get(), stream);
-    stream.synchronize();
+    store.gather_rows(d_rows.data() + b, n, rows, stream);
 #endif
+    stream.synchronize();  // the batch's rows are in `rows` before its push reads them
     *gather_seconds += gather.seconds();
-    const float* data = rows.get();
     window.push_back(
-        Push{std::move(rows), std::async(std::launch::async, [&host, &keys, b, n, data] {
-               return host.push(keys.data() + b, n, data);
-             })});
+        Push{rows, workers.submit(std::packaged_task<Status()>(
+                       [&host, keys, b, n, rows] { return host.push(keys + b, n, rows); }))});
   }
   while (!window.empty()) retire();
   return st;

@@ -5,15 +5,21 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/counters.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
@@ -117,8 +123,20 @@ class FlakyHost : public table::HostTier {
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
+    const int push = pushes++;
+    if (push == fail_push)
+      return Status::Unavailable("push " + std::to_string(push) + " (injected)");
+    if (push == throw_push)
+      throw std::runtime_error("push " + std::to_string(push) + " (injected)");
+    // The rows must stay as they were while the push reads them: a write-back that refilled a
+    // batch buffer before its push was done (a missing retire) shows here as a changed checksum.
+    const std::size_t floats = n * layout().stride();
+    const uint64_t before = checksum(r, floats);
+    const Status st = inner_.push(k, n, r);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (checksum(r, floats) != before) return Status::Internal("rows changed during their push");
     pushed_keys += n;
-    return inner_.push(k, n, r);
+    return st;
   }
   Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
   StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
@@ -132,10 +150,23 @@ class FlakyHost : public table::HostTier {
     return inner_.load(p, env);
   }
   bool fail_pushes = false;
+  // The push of this number (counted from 0 over the tier's life) fails with a Status, or throws.
+  int fail_push = -1;
+  int throw_push = -1;
+  std::atomic<int> pushes{0};
   std::atomic<uint64_t> pulled_keys{0};  // keys asked of the inner tier by pull
   std::atomic<uint64_t> pushed_keys{0};
 
  private:
+  static uint64_t checksum(const float* r, std::size_t floats) {
+    uint64_t sum = 1469598103934665603ull;
+    for (std::size_t i = 0; i < floats; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, r + i, sizeof(bits));
+      sum = (sum ^ bits) * 1099511628211ull;
+    }
+    return sum;
+  }
   table::HostTier& inner_;
 };
 
@@ -200,6 +231,161 @@ TEST(PassManager, FailedWriteBackIsRetriedWithoutLoss) {
   auto want = reference.host_rows();
   ASSERT_EQ(got.size(), want.size());
   for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// The write-back in batches of 16 with 2 pushes in flight: a push failing with a Status mid-window,
+// then (at the retry) one throwing, leave the queued pushes to drain and every row dirty; the
+// next retry writes them all, and the host tier equals the reference's bit for bit. The host tier
+// checksums each push's rows before and after it reads them (a buffer refilled early fails it).
+TEST(PassManager, FailedBatchedWriteBackIsRetriedWithoutLoss) {
+  std::unique_ptr<table::SparseTable> inner = open_table();
+  FlakyHost flaky(*inner);
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options, &flaky);
+  Engine reference(1, options);
+  const auto keys = make_passes(1, 200, 7)[0];
+  engine.manager->begin_pass(keys);
+  reference.manager->begin_pass(keys);
+  engine.train(keys, 11, 10);
+  reference.train(keys, 11, 10);
+  const PassStats want_end = reference.manager->end_pass();
+  ASSERT_GT((want_end.written_back + 15) / 16, 5u) << "too few batches";
+  flaky.fail_push = 2;
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("push 2 (injected)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  flaky.throw_push = flaky.pushes.load() + 1;  // the retry's second push
+  try {
+    engine.manager->end_pass();
+    FAIL() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("(injected)"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(engine.manager->in_pass());
+  const PassStats end = engine.manager->end_pass();
+  EXPECT_EQ(end.written_back, want_end.written_back);  // every row was still dirty
+  std::map<uint64_t, std::vector<float>> got;
+  throw_if_error(inner->for_each_row([&](uint64_t key, const float* row) {
+    got[key] = std::vector<float>(row, row + inner->layout().stride());
+  }));
+  const auto want = reference.host_rows();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [k, row] : want) ASSERT_TRUE(rows_equal(got.at(k), row)) << k;
+}
+
+// Issue 31: a pass's end copies its rows off the card into pinned batch buffers and waits for the
+// card once per batch (not once per page), with no pageable copy (the keys are read back into
+// pinned memory too); the buffers are kept, so a second pass's end allocates no pinned memory.
+// Batches of 16 rows with 2 pushes in flight: the 3 batch buffers are reused several times a
+// pass, and the host tier then holds every card row bit for bit (a buffer refilled before its
+// push read it would show here).
+TEST(PassManager, WriteBackCopiesThroughReusedPinnedBatches) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const auto passes = make_passes(2, 200, 13);
+  for (std::size_t pass = 0; pass < passes.size(); ++pass) {
+    engine.manager->begin_pass(passes[pass]);
+    engine.train(passes[pass], 31 + pass, 3);
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass();
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    const uint64_t batches = (end.written_back + 15) / 16;
+    ASSERT_GT(batches, 3u) << "pass " << pass << ": too few rows to reuse the buffers";
+    EXPECT_EQ(spent.pageable_copies, 0u) << "pass " << pass;
+    // The listing's two counts (the table's entries, then its dirty ones), the keys' readback,
+    // one per batch, the dirty flags' clearing.
+    EXPECT_EQ(spent.host_syncs, batches + 4) << "pass " << pass;
+    // The keys and 3 batch buffers at the first pass's end, none at the second's.
+    EXPECT_EQ(spent.pinned_allocations, pass == 0 ? 4u : 0u) << "pass " << pass;
+    EXPECT_EQ(spent.pinned_frees, 0u) << "pass " << pass;
+    const auto host = engine.host_rows();
+    for (const auto& [key, row] : engine.card_rows()) {
+      ASSERT_TRUE(rows_equal(host.at(key), row)) << "pass " << pass << ", key " << key;
+    }
+  }
+}
+
+// A small write-back (a sync() before a save, a short first pass) makes its batch buffer of a
+// whole batch: a later larger one reuses it instead of freeing it and making it again
+// (cudaFreeHost waits for the whole device).
+TEST(PassManager, SmallWriteBackMakesWholeBatchBuffers) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const std::vector<uint64_t> keys = make_passes(1, 200, 17)[0];
+  engine.manager->begin_pass(keys);
+  engine.train({keys[0], keys[1], keys[2]}, 5, 1);
+  const device::DeviceCounts before_sync = engine.card_set.card(0).counts();
+  const uint64_t synced = engine.manager->sync();
+  ASSERT_GT(synced, 0u);
+  ASSERT_LE(synced, 3u);
+  // The keys' buffer and one batch buffer.
+  EXPECT_EQ((engine.card_set.card(0).counts() - before_sync).pinned_allocations, 2u);
+  engine.train(keys, 6, 3);
+  const device::DeviceCounts before = engine.card_set.card(0).counts();
+  const PassStats end = engine.manager->end_pass();
+  const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+  ASSERT_GT((end.written_back + 15) / 16, 3u);
+  // The keys' buffer grows (freed, made again); the batch buffer is kept, two more are made.
+  EXPECT_EQ(spent.pinned_frees, 1u);
+  EXPECT_EQ(spent.pinned_allocations, 3u);
+  const auto host = engine.host_rows();
+  for (const auto& [key, row] : engine.card_rows()) {
+    ASSERT_TRUE(rows_equal(host.at(key), row)) << "key " << key;
+  }
+}
+
+// The production end_pass keeps the next pass's keys dirty on the cards (trainer_steps.cpp): its
+// copies go through pinned buffers kept from pass to pass too (the row indices read back, the
+// keep keys uploaded and their rows read back a page at a time, the pushed rows' indices put
+// back), so the second pass's end makes no pageable copy and allocates no pinned memory. Both
+// passes train the same 200 keys and keep every other one, so both ends list as many rows; the
+// rows not kept reach the host tier bit for bit, the kept ones stay dirty until sync().
+TEST(PassManager, WriteBackKeepingKeysCopiesThroughReusedPinnedBuffers) {
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  Engine engine(1, options);
+  const std::vector<uint64_t> keys = make_passes(1, 200, 13)[0];
+  const std::set<uint64_t> sorted(keys.begin(), keys.end());
+  std::vector<uint64_t> keep;  // every other key, sorted
+  bool take = true;
+  for (const uint64_t key : sorted) {
+    if (take) keep.push_back(key);
+    take = !take;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    engine.manager->begin_pass(keys);
+    engine.train(keys, 41 + pass, 40);  // 2000 draws: every key dirty, so both ends list 200
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass(keep);
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    EXPECT_EQ(end.kept_dirty, keep.size()) << "pass " << pass;
+    ASSERT_GT((end.written_back + 15) / 16, 3u) << "pass " << pass << ": too few rows";
+    EXPECT_EQ(spent.pageable_copies, 0u) << "pass " << pass;
+    // The keys, the row indices, a page of keep keys and of found rows, 3 batch buffers.
+    EXPECT_EQ(spent.pinned_allocations, pass == 0 ? 7u : 0u) << "pass " << pass;
+    EXPECT_EQ(spent.pinned_frees, 0u) << "pass " << pass;
+    const auto host = engine.host_rows();
+    for (const auto& [key, row] : engine.card_rows()) {
+      if (std::binary_search(keep.begin(), keep.end(), key)) continue;
+      ASSERT_TRUE(rows_equal(host.at(key), row)) << "pass " << pass << ", key " << key;
+    }
+  }
+  EXPECT_EQ(engine.manager->sync(), keep.size());
+  const auto host = engine.host_rows();
+  for (const auto& [key, row] : engine.card_rows()) {
+    ASSERT_TRUE(rows_equal(host.at(key), row)) << "key " << key;
+  }
 }
 
 // The same passes with the host tier behind a gpubox_server on loopback, restarted between
