@@ -195,6 +195,88 @@ TEST_F(FreshRunSaves, TheEndsRemovalNeedsTheLockAndProvableSaves) {
   }
 }
 
+// What an interrupted removal left (.gpubox_removing_<pass>) is deleted only with the folder's
+// lock held, only as a real folder holding a save's entries: a user's folder or file of that name
+// and a symbolic link named so are kept.
+TEST_F(FreshRunSaves, ARemovalsLeftoversAreDeletedOnlyWhenTheyAreSaves) {
+  const fs::path dir = root_ / "leftovers";
+  Trainer(config(dir, {"runner.epochs=2"}), env()).train();
+  const fs::path save = dir / ".gpubox_removing_5";
+  fs::copy(dir / "1", save, fs::copy_options::recursive);
+  const fs::path mine = dir / ".gpubox_removing_mine";
+  fs::create_directories(mine);
+  std::ofstream(mine / "notes.txt") << "mine\n";
+  const fs::path file = dir / ".gpubox_removing_file";
+  std::ofstream(file) << "mine\n";
+  const fs::path link = dir / ".gpubox_removing_link";
+  fs::create_directory_symlink(dir / "0", link);
+
+  delete_removal_leftovers(dir.string(), /*locked=*/false);
+  EXPECT_TRUE(fs::exists(save));
+  delete_removal_leftovers(dir.string(), /*locked=*/true);
+  EXPECT_FALSE(fs::exists(save));
+  EXPECT_TRUE(fs::exists(mine / "notes.txt"));
+  EXPECT_TRUE(fs::exists(file));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::exists(dir / "0" / io::kModelManifestName));
+  check_earlier_saves(dir.string(), "", 1);  // keeps them too (no lock asked there)
+  EXPECT_TRUE(fs::exists(mine / "notes.txt"));
+  EXPECT_TRUE(fs::exists(file));
+}
+
+// A complete save under a hidden name (here pass 0's, the newest by sequence) is no resume
+// candidate: the resume continues the run's save 1.
+TEST_F(FreshRunSaves, AHiddenSaveIsNoResumeCandidate) {
+  const fs::path dir = root_ / "hidden";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  fs::remove_all(dir / "2");
+  io::ModelManifest newest = manifest_of(dir / "0");
+  newest.sequence = manifest_of(dir / "1").sequence + 1;
+  fs::copy(dir / "0", dir / ".copy", fs::copy_options::recursive);
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / ".copy").string(), newest));
+  EXPECT_EQ(passes(Trainer(config(dir, {"runner.epochs=3"}), env()).train()),
+            (std::vector<int64_t>{2}));
+}
+
+// Saves the end keeps anyway are not refused at start, and a numbered folder's name is a pass as
+// a save spells it: a save of two servers with a server's half staged by a killed save
+// (sparse/server-1.tmp/) is the earlier run's; 0002 and a save of another pass holding a file
+// of the user's are not refused; <pass>.tmp is removed only holding halves being written.
+TEST_F(FreshRunSaves, WhatTheEndKeepsIsNotRefusedAndStagingIsChecked) {
+  const fs::path dir = root_ / "kept";
+  Trainer(config(dir, {"runner.epochs=3"}), env()).train();
+  io::ModelManifest two = manifest_of(dir / "2");
+  ASSERT_EQ(two.sparse.size(), 1u);
+  two.sparse.push_back(two.sparse.front());
+  const fs::path sparse = dir / "2" / io::kSparseHalf;
+  fs::rename(sparse, dir / "2" / "server-0");
+  fs::create_directories(sparse);
+  fs::rename(dir / "2" / "server-0", sparse / "server-0");
+  fs::copy(sparse / "server-0", sparse / "server-1", fs::copy_options::recursive);
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "2").string(), two));
+  fs::create_directories(sparse / "server-1.tmp");
+  std::ofstream(sparse / "server-1.tmp" / "part-00000") << "half written\n";
+  fs::copy(dir / "1", dir / "0001", fs::copy_options::recursive);  // not pass 1's folder: kept
+  fs::copy(dir / "1", dir / "7", fs::copy_options::recursive);     // of pass 1: kept
+  std::ofstream(dir / "7" / "notes.txt") << "mine\n";
+  fs::create_directories(dir / "5.tmp" / "dense");
+  std::ofstream(dir / "5.tmp" / "dense" / "notes.txt") << "mine\n";
+  fs::create_directories(dir / "6.tmp" / "dense.tmp");
+  std::ofstream(dir / "6.tmp" / "dense.tmp" / "part") << "half written\n";
+  check_earlier_saves(dir.string(), "", 1);  // nothing refused
+
+  io::ModelManifest rerun = manifest_of(dir / "0");  // as a rerun's pass 0, the newest save
+  rerun.sequence = two.sequence + 1;
+  throw_if_error(io::write_model_manifest(io::FileEnv::posix(), (dir / "0").string(), rerun));
+  remove_earlier_saves(dir.string(), "", 1, /*locked=*/true);
+  EXPECT_FALSE(fs::exists(dir / "1"));
+  EXPECT_FALSE(fs::exists(dir / "2"));
+  EXPECT_FALSE(fs::exists(dir / "6.tmp"));
+  EXPECT_TRUE(fs::exists(dir / "0001" / io::kModelManifestName));
+  EXPECT_TRUE(fs::exists(dir / "7" / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dir / "5.tmp" / "dense" / "notes.txt"));
+}
+
 // A folder that still mixes two runs (left by a GPUBox before fresh runs removed the earlier
 // run's saves: a rerun's save 0 newer than the earlier run's 1 and 2): --mode infer's and
 // export's folder of saves refuses it, naming the first save of the earlier run and the ways

@@ -79,8 +79,9 @@ std::string job_differences_of(std::map<std::string, std::string> saved,
   return model_key_differences(saved, now);
 }
 
-// The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back), newest
-// first. Folders that hold halves but no model manifest are named in `*incomplete`.
+// The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back; hidden
+// folders and staging copies are not looked at), newest first. Folders that hold halves but no
+// model manifest are named in `*incomplete`.
 std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::string>* incomplete) {
   std::vector<SavePoint> out;
   std::error_code ec;
@@ -89,6 +90,8 @@ std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::str
     if (!entry.is_directory(ec)) continue;
     const std::string dir = entry.path().string();
     if (dir.size() > 4 && dir.compare(dir.size() - 4, 4, ".tmp") == 0) continue;
+    // Hidden: not a save (an interrupted removal's leftover, earlier_saves.hpp).
+    if (entry.path().filename().string().rfind('.', 0) == 0) continue;
     SavePoint point;
     point.dir = dir;
     auto manifest = io::read_model_manifest(env(), dir, &point.digest);

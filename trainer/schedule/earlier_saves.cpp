@@ -23,9 +23,12 @@ namespace io = table::io;
 // one a removal did not finish deleting (the next run deletes it). Hidden: nothing lists it.
 const std::string kDoomedPrefix = ".gpubox_removing_";
 
-bool all_digits(const std::string& s) {
+// A save folder's name: a pass number as a save spells it (no leading zeros: "0005" is not
+// pass 5's folder).
+bool pass_number(const std::string& s) {
   return !s.empty() && s.size() <= 18 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+         s == std::to_string(std::stoull(s));
 }
 
 std::string without_tmp(const std::string& name) {
@@ -83,6 +86,17 @@ struct HalvesCheck {
   std::string unread;
 };
 
+// Whether `rel` lies inside the staging copy (`<name>.tmp/`) of an allowed folder: a half (or a
+// server's part) a killed save was writing; its files are listed by no MANIFEST yet.
+bool inside_staging(const std::string& rel, const std::set<std::string>& allowed) {
+  for (std::size_t slash = rel.find('/'); slash != std::string::npos;
+       slash = rel.find('/', slash + 1)) {
+    const std::string folder = rel.substr(0, slash);
+    if (folder != without_tmp(folder) && allowed.count(without_tmp(folder)) > 0) return true;
+  }
+  return false;
+}
+
 HalvesCheck check_halves_entries(const fs::path& dir, const io::ModelManifest& m) {
   std::set<std::string> allowed;    // relative to `dir`: files and the folders holding them
   std::vector<std::string> opaque;  // the parts whose MANIFEST does not read: not looked into
@@ -114,7 +128,10 @@ HalvesCheck check_halves_entries(const fs::path& dir, const io::ModelManifest& m
       const bool inside_opaque = std::any_of(opaque.begin(), opaque.end(), [&](const auto& o) {
         return rel.compare(0, o.size(), o) == 0;
       });
-      if (inside_opaque || allowed.count(rel) > 0 || allowed.count(without_tmp(rel)) > 0) continue;
+      if (inside_opaque || allowed.count(rel) > 0 || allowed.count(without_tmp(rel)) > 0 ||
+          inside_staging(rel, allowed)) {
+        continue;
+      }
       out.foreign = rel;
       return out;
     }
@@ -123,10 +140,11 @@ HalvesCheck check_halves_entries(const fs::path& dir, const io::ModelManifest& m
 }
 
 // The first entry of save folder `dir` that a save does not write, its halves' files included;
-// "" when there is none. A staging copy (no manifest yet) is judged by its top level alone.
-std::string foreign_in_save(const fs::path& dir, bool staging, std::string* unread = nullptr) {
+// "" when there is none. A folder without a readable model manifest (a staging copy not
+// finished) is judged by its top level alone.
+std::string foreign_in_save(const fs::path& dir, std::string* unread = nullptr) {
   const std::string top = foreign_entry(dir);
-  if (!top.empty() || staging) return top;
+  if (!top.empty()) return top;
   auto m = io::read_model_manifest(io::FileEnv::posix(), dir.string());
   if (!m.ok()) return "";
   HalvesCheck halves = check_halves_entries(dir, *m);
@@ -151,7 +169,7 @@ std::vector<Candidate> later_saves(const std::string& save_path, const std::stri
     const fs::path dir = it->path();
     const std::string name = dir.filename().string();
     std::error_code entry_ec;  // an entry that cannot be read is not a save of ours
-    if (!it->is_directory(entry_ec) || !all_digits(without_tmp(name))) continue;
+    if (!it->is_directory(entry_ec) || !pass_number(without_tmp(name))) continue;
     Candidate c{dir, std::stoull(without_tmp(name)), name != without_tmp(name)};
     if (c.number < static_cast<uint64_t>(std::max<int64_t>(passes, 0))) continue;
     if (!c.staging && !is_save_folder(dir.string())) continue;  // a numbered folder of the user's
@@ -166,29 +184,22 @@ std::vector<Candidate> later_saves(const std::string& save_path, const std::stri
   return out;
 }
 
-// Deletes the folders an interrupted removal renamed for deletion.
-void delete_doomed_leftovers(const std::string& save_path) {
-  std::error_code ec;
-  std::vector<fs::path> doomed;
-  for (fs::directory_iterator it(save_path, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(kDoomedPrefix, 0) == 0) doomed.push_back(it->path());
-  }
-  for (const fs::path& dir : doomed) {
-    std::error_code rm;
-    fs::remove_all(dir, rm);
-    if (rm) GPUBOX_LOG(WARNING) << "cannot delete " << dir.string() << ": " << rm.message();
-  }
-}
-
-// Why `c` is not provably an earlier run's save (its removal is skipped), or "" when it is: its
-// entries are a save's, and its model manifest names its pass and a sequence below `newest`.
-std::string not_provable(const Candidate& c, uint64_t newest) {
-  std::string unread;
-  const std::string foreign = foreign_in_save(c.dir, c.staging, &unread);
-  if (!foreign.empty()) return "it also holds '" + foreign + "', not written by a save";
-  if (!unread.empty()) return "its halves' files cannot be checked: " + unread;
-  if (c.staging) return "";  // an unfinished save's copy: no manifest yet
+// Why `c` is kept apart from what it holds (foreign_in_save), or "" when its removal hangs on
+// its entries alone: its model manifest names its pass and a sequence below `newest`; a staging
+// copy without a model manifest holds only halves being written (`dense.tmp`, `sparse.tmp`:
+// a committed half's files are listed by nothing that could be checked).
+std::string kept_regardless(const Candidate& c, uint64_t newest) {
   auto m = io::read_model_manifest(io::FileEnv::posix(), c.dir.string());
+  if (c.staging && !m.ok()) {
+    std::error_code ec;
+    for (fs::directory_iterator it(c.dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name == without_tmp(name)) {
+        return "an unfinished save whose half '" + name + "' is committed: not checked";
+      }
+    }
+    return ec ? "it cannot be listed: " + ec.message() : "";
+  }
   if (!m.ok()) {
     return fs::exists(c.dir / "MANIFEST") ? "it is a save of an older layout (MANIFEST, no " +
                                                 std::string(io::kModelManifestName) + ")"
@@ -203,15 +214,60 @@ std::string not_provable(const Candidate& c, uint64_t newest) {
   return "";
 }
 
+// Why `c` is not provably an earlier run's save (its removal is skipped), or "" when it is: its
+// entries are a save's, and kept_regardless finds nothing.
+std::string not_provable(const Candidate& c, uint64_t newest) {
+  std::string unread;
+  const std::string foreign = foreign_in_save(c.dir, &unread);
+  if (!foreign.empty()) return "it also holds '" + foreign + "', not written by a save";
+  if (!unread.empty()) return "its halves' files cannot be checked: " + unread;
+  return kept_regardless(c, newest);
+}
+
 }  // namespace
+
+void delete_removal_leftovers(const std::string& save_path, bool locked) {
+  std::error_code ec;
+  if (save_path.empty() || !locked || !fs::is_directory(save_path, ec)) return;
+  std::vector<fs::path> doomed;
+  for (fs::directory_iterator it(save_path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind(kDoomedPrefix, 0) == 0) doomed.push_back(it->path());
+  }
+  for (const fs::path& dir : doomed) {
+    std::error_code type_ec;
+    std::string why;
+    if (!fs::is_directory(fs::symlink_status(dir, type_ec))) {
+      why = "not a folder (a file or a symbolic link)";
+    } else {
+      const std::string foreign = foreign_in_save(dir);
+      if (!foreign.empty()) why = "it holds '" + foreign + "', not written by a save";
+    }
+    if (!why.empty()) {
+      GPUBOX_LOG(WARNING) << "runner.model_save_path " << save_path << ": kept " << dir.string()
+                          << ", named like what a removal left but not deleted: " << why
+                          << "; remove or rename it yourself";
+      continue;
+    }
+    std::error_code rm;
+    fs::remove_all(dir, rm);
+    if (rm) {
+      GPUBOX_LOG(WARNING) << "cannot delete " << dir.string() << ": " << rm.message();
+    } else {
+      GPUBOX_LOG(INFO) << "runner.model_save_path " << save_path << ": deleted " << dir.string()
+                       << ", an earlier run's save whose removal was interrupted";
+    }
+  }
+}
 
 void check_earlier_saves(const std::string& save_path, const std::string& start_from,
                          int64_t passes) {
   std::error_code ec;
   if (save_path.empty() || !fs::is_directory(save_path, ec)) return;
-  delete_doomed_leftovers(save_path);
   for (const Candidate& c : later_saves(save_path, start_from, passes)) {
-    const std::string foreign = foreign_in_save(c.dir, c.staging);
+    // A folder the end keeps anyway (another pass's, an older layout) is not refused; this
+    // run's saves will all be newer than the folder's.
+    if (!kept_regardless(c, UINT64_MAX).empty()) continue;
+    const std::string foreign = foreign_in_save(c.dir);
     GPUBOX_EXPECTS(foreign.empty(), "runner.model_save_path ", save_path, ": this run saves ",
                    passes, " passes (0 to ", passes - 1, "), and ", c.dir.string(),
                    " holds a save of an earlier run, which its end would remove so that no save "
@@ -243,7 +299,7 @@ void remove_earlier_saves(const std::string& save_path, const std::string& start
                         << last_manifest.status().message();
     return;
   }
-  delete_doomed_leftovers(save_path);
+  delete_removal_leftovers(save_path, locked);
   std::string removed, kept;
   for (const Candidate& c : later) {
     const std::string why = not_provable(c, last_manifest->sequence);
@@ -255,6 +311,7 @@ void remove_earlier_saves(const std::string& save_path, const std::string& start
     // Renamed first (one step): a run killed while deleting leaves no partial save to load.
     const fs::path doomed = c.dir.parent_path() / (kDoomedPrefix + name);
     std::error_code rm;
+    const bool link = fs::is_symlink(fs::symlink_status(c.dir, rm));
     fs::rename(c.dir, doomed, rm);
     if (rm) {
       kept += (kept.empty() ? "" : "; ") + name + " (renaming it failed: " + rm.message() + ")";
@@ -262,7 +319,8 @@ void remove_earlier_saves(const std::string& save_path, const std::string& start
     }
     fs::remove_all(doomed, rm);  // what is left of it, the next run deletes
     if (rm) GPUBOX_LOG(WARNING) << "cannot delete " << doomed.string() << ": " << rm.message();
-    removed += (removed.empty() ? "" : ", ") + name;
+    removed +=
+        (removed.empty() ? "" : ", ") + name + (link ? " (a symbolic link: its target kept)" : "");
   }
   if (!removed.empty()) {
     GPUBOX_LOG(WARNING) << where << "this run ended its job, and removed the saves of an earlier "

@@ -15,11 +15,18 @@
 
 namespace gpubox::trainer {
 
-// At the start of a run that saves into `save_path`: deletes what an interrupted removal left
-// (hidden folders it had renamed for deletion), and throws, naming the folder, the file and
+// Before a run that saves into `save_path` looks for a save to resume (and at its end): deletes
+// what an interrupted removal left, the hidden folders it had renamed for deletion, each only
+// when it is a real folder (not a link or a file) holding nothing a save does not write, and
+// logs each; others are kept with a warning. Nothing is deleted when `locked` is false (the
+// folder's lock is not held).
+void delete_removal_leftovers(const std::string& save_path, bool locked);
+
+// At the start of a run that saves into `save_path`: throws, naming the folder, the file and
 // what to do, when a save the run's end would remove (remove_earlier_saves, run of `passes`
 // passes starting from `start_from`) holds a file a save does not write: refused before any
-// pass trains rather than after.
+// pass trains rather than after. A folder its end keeps anyway (another pass's manifest, an
+// older layout) is not refused.
 void check_earlier_saves(const std::string& save_path, const std::string& start_from,
                          int64_t passes);
 

@@ -248,11 +248,13 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const SaveFolderLock save_lock = saving && schedule.env().trainer_id == 0
                                        ? SaveFolderLock(runner.model_save_path)
                                        : SaveFolderLock();
+  const bool saver = saving && schedule.env().trainer_id == 0;
+  // What an interrupted removal left is deleted before the resume looks at the saves.
+  if (saver) delete_removal_leftovers(runner.model_save_path, save_lock.held());
   const std::string origin = run_origin(schedule, config, start_from, loaded);
   const int64_t first = start_run(schedule, config, plan, origin);
   // The earlier run's saves this run's end removes (earlier_saves.hpp) are checked now, before
   // any pass trains; trainer 0 writes every save.
-  const bool saver = saving && schedule.env().trainer_id == 0;
   if (saver) check_earlier_saves(runner.model_save_path, origin, plan.total);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
