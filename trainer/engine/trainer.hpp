@@ -152,7 +152,8 @@ class Trainer final : public Schedule {
   // Gives every card's unused pool memory above its pre-warmed size back (after a pass).
   void trim_pools();
   // The sizes of every step of `data` in batches of `batch` on this trainer's cards.
-  PassStepSizes plan_pass_steps(const dataset::InMemoryDataset& data, std::size_t batch) const;
+  std::shared_ptr<const PassStepSizes> plan_pass_steps(const dataset::InMemoryDataset& data,
+                                                       std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
   // A stop vote ended pass `pass` after tally.stopped_after steps: the stream (if any) aborted,
   // the card tier's pass ended, then PassStopped thrown.
