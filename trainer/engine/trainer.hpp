@@ -110,6 +110,7 @@ class Trainer final : public Schedule {
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
   void plan_pass_cache(int64_t loads) override;
   const dataset::PassDataCache* pass_cache() const override;
+  int64_t step_plans_served() const override;
   void begin_run(const RunPlan& plan) override;
   void end_run() noexcept override;
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
