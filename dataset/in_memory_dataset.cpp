@@ -156,10 +156,10 @@ constexpr std::size_t kRowAhead = 16;
 constexpr std::size_t kKeysAhead = 8;
 
 void prefetch_bytes(const std::uint64_t* first, std::uint64_t count) {
-  const char* line = reinterpret_cast<const char*>(first);
-  for (const char* end = line + count * sizeof(std::uint64_t); line < end; line += 64) {
-    __builtin_prefetch(line);
-  }
+  // By offset: a pointer stepped past the end of the keys would be undefined.
+  const char* bytes = reinterpret_cast<const char*>(first);
+  const std::size_t size = count * sizeof(std::uint64_t);
+  for (std::size_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset);
 }
 }  // namespace
 

@@ -302,11 +302,13 @@ TEST_P(PassPrefetch, PassCacheOnEqualsOffBitForBit) {
     EXPECT_NE(log.find("evaluation data: 600 instances of 2 files from the pass data cache"),
               std::string::npos)
         << log;
-    // Epoch 1's 4 passes and its evaluation, once the run ends.
+    // Epoch 1's 4 passes and its evaluation, once the run ends; the shuffled passes planned
+    // afresh, the evaluation (read unshuffled) served its plan of epoch 0.
     EXPECT_NE(log.find("pass data cache: 5 loads (3000 instances) served instead of read; it "
                        "holds 5 file lists"),
               std::string::npos)
         << log;
+    EXPECT_NE(log.find(" unique keys, 1 their step plans\n"), std::string::npos) << log;
   }
   // Each run evaluated after both epochs: the runs with the cache as the one without.
   ASSERT_EQ(tests.size(), 6u);
@@ -315,6 +317,25 @@ TEST_P(PassPrefetch, PassCacheOnEqualsOffBitForBit) {
     EXPECT_EQ(tests[e].auc, tests[e % 2].auc) << "evaluation " << e;
     EXPECT_EQ(tests[e].logloss, tests[e % 2].logloss) << "evaluation " << e;
   }
+}
+
+// runner.shuffle off: epoch 1 reads every pass and the test data as epoch 0 did, so with the pass
+// cache each is served its step plan of epoch 0 (trainer/engine/step_sizes.hpp, StepPlanMemo)
+// instead of planned again, and the run equals one without the cache bit for bit.
+TEST_P(PassPrefetch, UnshuffledPassesTheCacheServesAreServedTheirStepPlans) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const RunResult off = run(cards, 0, {"runner.shuffle=false", "runner.pass_cache_mb=0"});
+  ::testing::internal::CaptureStderr();
+  const RunResult on = run(cards, 1, {"runner.shuffle=false", "runner.pass_cache_mb=64"});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  expect_identical(on, off, "shuffle=false, prefetch_passes=1, pass_cache_mb=64");
+  // Epoch 1's 4 passes and its evaluation.
+  EXPECT_NE(log.find("pass data cache: 5 loads (3000 instances) served instead of read; it "
+                     "holds 5 file lists"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(" unique keys, 5 their step plans\n"), std::string::npos) << log;
 }
 
 // Issue 31: nothing grows between a pass's steps, in the first pass either. The trainer plans

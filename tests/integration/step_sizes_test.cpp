@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -167,17 +169,22 @@ void expect_same_plan(const PassStepSizes& got, const PassStepSizes& want) {
 }
 
 // A plan kept is served to a data set of the same blocks read in sequence (a load the pass cache
-// serves again, unshuffled) for the same batch and cards, and to nothing else: not to the same
-// files loaded again without the cache, nor shuffled, nor stored in order, nor for another batch
-// or card count, nor once the blocks are gone. What it serves equals a fresh plan.
+// serves again, unshuffled) for the same batch, cards, first rank, card total and per-owner
+// counts, and to nothing else: not to the same files loaded again without the cache, nor
+// shuffled, nor stored in order, nor once the blocks are gone. What it serves equals a fresh
+// plan. Only plans of blocks something else holds too (here the cache) are kept: a data set's
+// own blocks (a load without the cache, a store in the shuffled order) are never seen again.
 TEST(StepSizes, KeptPlansServeOnlyTheSameInstancesInTheSameOrder) {
   const fs::path dir =
       fs::temp_directory_path() / ("gpubox_step_plans_" + std::to_string(::getpid()));
   StepPlanMemo memo;
   auto cache = std::make_unique<dataset::PassDataCache>(std::size_t{64} << 20);
-  auto planned = [&memo](const dataset::InMemoryDataset& data, std::size_t batch, int cards) {
-    const PassStepSizes got = memo.plan(data, batch, cards, 0, 4, true, 2);
-    expect_same_plan(got, plan_step_sizes(data, batch, cards, 0, 4, true, 2));
+  auto planned = [&memo](const dataset::InMemoryDataset& data, std::size_t batch, int cards,
+                         int first_rank = 0, int total = 4, bool per_owner = true) {
+    const std::shared_ptr<const PassStepSizes> got =
+        memo.plan(data, batch, cards, first_rank, total, per_owner, 2);
+    ASSERT_NE(got, nullptr);
+    expect_same_plan(*got, plan_step_sizes(data, batch, cards, first_rank, total, per_owner, 2));
   };
   dataset::InMemoryDataset first = varying_lines(dir, 203, 4, cache.get());
   planned(first, 16, 2);
@@ -191,31 +198,71 @@ TEST(StepSizes, KeptPlansServeOnlyTheSameInstancesInTheSameOrder) {
   EXPECT_EQ(memo.served(), 1u);
   planned(served, 16, 1);
   EXPECT_EQ(memo.served(), 2u);
+  // Another first rank, card total or per-owner choice: planned afresh, each kept on its own.
+  planned(served, 16, 2, /*first_rank=*/2, /*total=*/4, /*per_owner=*/true);
+  planned(served, 16, 2, /*first_rank=*/0, /*total=*/8, /*per_owner=*/true);
+  planned(served, 16, 2, /*first_rank=*/0, /*total=*/4, /*per_owner=*/false);
+  planned(served, 16, 2, /*first_rank=*/2, /*total=*/8, /*per_owner=*/false);
+  EXPECT_EQ(memo.served(), 2u);
+  planned(served, 16, 2, /*first_rank=*/2, /*total=*/8, /*per_owner=*/false);
+  EXPECT_EQ(memo.served(), 3u);
+  EXPECT_EQ(memo.kept(), 7u);
   dataset::InMemoryDataset uncached = varying_lines(dir, 203, 4, nullptr, /*write=*/false);
   planned(uncached, 16, 2);
-  EXPECT_EQ(memo.served(), 2u);
+  planned(uncached, 16, 2);
+  EXPECT_EQ(memo.served(), 3u);
+  EXPECT_EQ(memo.kept(), 7u);  // its own blocks: not kept
   served.local_shuffle(3);
   planned(served, 16, 2);
-  EXPECT_EQ(memo.served(), 2u);
-  ASSERT_TRUE(served.store_in_order());  // new blocks, in sequence
+  EXPECT_EQ(memo.served(), 3u);
+  ASSERT_TRUE(served.store_in_order());  // new blocks of its own, in sequence
   planned(served, 16, 2);
-  EXPECT_EQ(memo.served(), 2u);
   planned(served, 16, 2);
   EXPECT_EQ(memo.served(), 3u);
-  EXPECT_EQ(memo.kept(), 5u);  // the cached blocks' three, the uncached load's, the stored one's
-  // The blocks freed: a new load of the same files is planned afresh.
+  EXPECT_EQ(memo.kept(), 7u);
+  // The blocks freed: a new load of the same files is planned afresh, the old plans dropped.
   first.release_memory();
   served.release_memory();
-  cache.reset();
-  dataset::InMemoryDataset again = varying_lines(dir, 203, 4, nullptr, /*write=*/false);
-  planned(again, 16, 1);
+  cache = std::make_unique<dataset::PassDataCache>(std::size_t{64} << 20);
+  dataset::InMemoryDataset again = varying_lines(dir, 203, 4, cache.get(), /*write=*/false);
+  ASSERT_EQ(again.load_stats().cached_instances, 0u);
+  planned(again, 16, 2);
   EXPECT_EQ(memo.served(), 3u);
-  EXPECT_EQ(memo.kept(), 2u);  // the uncached load's and this one's
-  // No instance: an empty plan, kept like any other.
+  EXPECT_EQ(memo.kept(), 1u);
+  // No instance (no block): an empty plan, kept like any other.
   dataset::InMemoryDataset empty = varying_lines(dir, 0, 4);
   planned(empty, 16, 2);
   planned(empty, 16, 2);
   EXPECT_EQ(memo.served(), 4u);
+  fs::remove_all(dir);
+}
+
+// Data sets planned at once by several threads (read_pass on the pipeline's thread, evaluate):
+// two misses on the same blocks keep one plan between them, and each gets the fresh plan.
+TEST(StepSizes, ConcurrentMissesKeepOnePlan) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_step_plans_race_" + std::to_string(::getpid()));
+  dataset::PassDataCache cache(std::size_t{64} << 20);
+  const dataset::InMemoryDataset first = varying_lines(dir, 2000, 4, &cache);
+  const dataset::InMemoryDataset served = varying_lines(dir, 2000, 4, &cache, /*write=*/false);
+  const PassStepSizes want = plan_step_sizes(first, 16, 2, 0, 4, true, 1);
+  for (int round = 0; round < 20; ++round) {
+    StepPlanMemo memo;
+    std::shared_ptr<const PassStepSizes> got[2];
+    std::atomic<int> ready{0};
+    auto plan = [&](int t) {
+      ready.fetch_add(1);
+      while (ready.load() < 2) {
+      }
+      got[t] = memo.plan(t == 0 ? first : served, 16, 2, 0, 4, true, 1);
+    };
+    std::thread other(plan, 1);
+    plan(0);
+    other.join();
+    EXPECT_EQ(memo.kept(), 1u) << "round " << round;
+    EXPECT_EQ(memo.served() + (got[0] == got[1] ? 0 : 1), 1u) << "round " << round;
+    for (const auto& plan : got) expect_same_plan(*plan, want);
+  }
   fs::remove_all(dir);
 }
 

@@ -145,24 +145,42 @@ bool same_shape(const PassStepSizes& sizes, std::size_t batch_size, int local_ca
 }
 }  // namespace
 
-PassStepSizes StepPlanMemo::plan(const dataset::InMemoryDataset& data, std::size_t batch_size,
-                                 int local_cards, int first_rank, int total_cards, bool per_owner,
-                                 int threads) {
-  const bool keepable = data.in_block_order();
+std::shared_ptr<const PassStepSizes> StepPlanMemo::find(const dataset::InMemoryDataset& data,
+                                                        std::size_t batch_size, int local_cards,
+                                                        int first_rank, int total_cards,
+                                                        bool per_owner) const {
+  for (const Kept& kept : kept_) {
+    if (same_blocks(kept.blocks, data.blocks()) &&
+        same_shape(*kept.sizes, batch_size, local_cards, first_rank, total_cards, per_owner)) {
+      return kept.sizes;
+    }
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const PassStepSizes> StepPlanMemo::plan(const dataset::InMemoryDataset& data,
+                                                        std::size_t batch_size, int local_cards,
+                                                        int first_rank, int total_cards,
+                                                        bool per_owner, int threads) {
+  // Only a plan whose every block something else holds too (the pass cache, a memory source) can
+  // be served again: a data set's private blocks (a load without the cache, a store in the
+  // shuffled order) go with it. Checked first: no order scan nor plan kept for those.
+  const std::vector<dataset::SharedInstanceBlock>& blocks = data.blocks();
+  const bool keepable =
+      std::all_of(blocks.begin(), blocks.end(),
+                  [](const dataset::SharedInstanceBlock& b) { return b.use_count() > 1; }) &&
+      data.in_block_order();
   if (keepable) {
     MutexLock lock(mu_);
-    for (const Kept& kept : kept_) {
-      if (same_blocks(kept.blocks, data.blocks()) &&
-          same_shape(*kept.sizes, batch_size, local_cards, first_rank, total_cards, per_owner)) {
-        ++served_;
-        return *kept.sizes;
-      }
+    if (auto kept = find(data, batch_size, local_cards, first_rank, total_cards, per_owner)) {
+      ++served_;
+      return kept;
     }
   }
   auto sizes = std::make_shared<const PassStepSizes>(
       plan_step_sizes(data, batch_size, local_cards, first_rank, total_cards, per_owner, threads));
   if (keepable) {
-    Kept kept{{data.blocks().begin(), data.blocks().end()}, sizes};
+    Kept kept{{blocks.begin(), blocks.end()}, sizes};
     MutexLock lock(mu_);
     kept_.erase(std::remove_if(kept_.begin(), kept_.end(),
                                [](const Kept& k) {
@@ -170,9 +188,12 @@ PassStepSizes StepPlanMemo::plan(const dataset::InMemoryDataset& data, std::size
                                                     [](const auto& b) { return b.expired(); });
                                }),
                 kept_.end());
-    kept_.push_back(std::move(kept));
+    // Another plan of the same planned meanwhile (concurrent misses): kept once.
+    if (find(data, batch_size, local_cards, first_rank, total_cards, per_owner) == nullptr) {
+      kept_.push_back(std::move(kept));
+    }
   }
-  return *sizes;
+  return sizes;
 }
 
 std::size_t StepPlanMemo::served() const {

@@ -62,14 +62,16 @@ PassStepSizes plan_step_sizes(const dataset::InMemoryDataset& data, std::size_t 
 // data, that the pass data cache serves without a shuffle (the very same instances in the same
 // order, so the same plan). A plan is served only to a data set holding the same blocks (held
 // weakly: a block freed never matches, even at its address reused), read in sequence
-// (InMemoryDataset::in_block_order), for the same batch size and cards; a plan is kept while its
-// blocks live (the pass cache's loads: the plans of a data set's own blocks go with it).
-// Thread-safe.
+// (InMemoryDataset::in_block_order), for the same batch size and cards. A plan is kept only when
+// every block is held by something else too (the pass cache, a memory source; a data set's own
+// blocks, a load without the cache or a store in the shuffled order, are never seen again), and
+// while its blocks live. Thread-safe.
 class StepPlanMemo {
  public:
   // plan_step_sizes(data, ...), or the plan kept for the same.
-  PassStepSizes plan(const dataset::InMemoryDataset& data, std::size_t batch_size, int local_cards,
-                     int first_rank, int total_cards, bool per_owner, int threads)
+  std::shared_ptr<const PassStepSizes> plan(const dataset::InMemoryDataset& data,
+                                            std::size_t batch_size, int local_cards, int first_rank,
+                                            int total_cards, bool per_owner, int threads)
       GPUBOX_EXCLUDES(mu_);
   // Plans served kept (not computed).
   std::size_t served() const GPUBOX_EXCLUDES(mu_);
@@ -81,6 +83,11 @@ class StepPlanMemo {
     std::vector<std::weak_ptr<const dataset::InstanceBlock>> blocks;
     std::shared_ptr<const PassStepSizes> sizes;
   };
+  // The plan kept for the same, or null.
+  std::shared_ptr<const PassStepSizes> find(const dataset::InMemoryDataset& data,
+                                            std::size_t batch_size, int local_cards, int first_rank,
+                                            int total_cards, bool per_owner) const
+      GPUBOX_REQUIRES(mu_);
   mutable Mutex mu_;
   std::vector<Kept> kept_ GPUBOX_GUARDED_BY(mu_);
   std::size_t served_ GPUBOX_GUARDED_BY(mu_) = 0;

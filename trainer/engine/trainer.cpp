@@ -197,6 +197,10 @@ void Trainer::plan_pass_cache(int64_t loads) {
 
 const dataset::PassDataCache* Trainer::pass_cache() const { return state_->pass_cache.get(); }
 
+int64_t Trainer::step_plans_served() const {
+  return static_cast<int64_t>(state_->step_plans->served());
+}
+
 void Trainer::begin_run(const RunPlan& plan) {
   State& s = *state_;
   // The passes after the one training are read and staged ahead (runner.prefetch_passes).

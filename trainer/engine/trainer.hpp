@@ -110,6 +110,7 @@ class Trainer final : public Schedule {
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
   void plan_pass_cache(int64_t loads) override;
   const dataset::PassDataCache* pass_cache() const override;
+  int64_t step_plans_served() const override;
   void begin_run(const RunPlan& plan) override;
   void end_run() noexcept override;
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;
@@ -152,7 +153,8 @@ class Trainer final : public Schedule {
   // Gives every card's unused pool memory above its pre-warmed size back (after a pass).
   void trim_pools();
   // The sizes of every step of `data` in batches of `batch` on this trainer's cards.
-  PassStepSizes plan_pass_steps(const dataset::InMemoryDataset& data, std::size_t batch) const;
+  std::shared_ptr<const PassStepSizes> plan_pass_steps(const dataset::InMemoryDataset& data,
+                                                       std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
   // A stop vote ended pass `pass` after tally.stopped_after steps: the stream (if any) aborted,
   // the card tier's pass ended, then PassStopped thrown.

@@ -57,8 +57,8 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
       into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
       store_pass_in_order(into->data.get(), what, pass);
     }
-    into->step_sizes = std::make_shared<const PassStepSizes>(
-        plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size)));
+    into->step_sizes =
+        plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size));
     return;
   }
   // Streamed: read once now for the pass's keys (begin_pass needs them all before the first
@@ -97,8 +97,8 @@ void Trainer::store_pass_in_order(dataset::InMemoryDataset* data, const std::str
   if (!data->store_in_order()) throw PassStopped(pass, "storing " + what + " in its order");
 }
 
-PassStepSizes Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
-                                       std::size_t batch) const {
+std::shared_ptr<const PassStepSizes> Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
+                                                              std::size_t batch) const {
   const int cards = state_->cards.num_local_cards();
   return state_->step_plans->plan(
       data, batch, cards, env_.trainer_id * cards, cards * env_.trainers,

@@ -308,7 +308,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   ds->set_batch_size(config_.runner.infer_batch_size);
   const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
   const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
-  const PassStepSizes sizes = plan_pass_steps(*ds, infer_batch);
+  const std::shared_ptr<const PassStepSizes> sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
   s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots, nullptr, pass::PassAccess::kEvaluate);
   const int cards = s.cards.num_local_cards();
@@ -327,7 +327,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         CardWorker& worker = *s.workers[card.local_index()];
         worker.metrics().reset();
         const StepPlan plan = agree_step_plan(ds->size(), infer_batch, cards, card,
-                                              s.group->at(card.local_index()), &sizes);
+                                              s.group->at(card.local_index()), sizes.get());
         reserve_steps(worker, plan, infer_batch, config_.dataset);
         if (card.local_index() == 0) eval_steps = plan.steps();
         dataset::Batch batch;

@@ -67,7 +67,7 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   hooks.stop_flag = job.stop_flag;
   schedule->set_step_hooks(hooks);
   schedule->plan_pass_cache(static_cast<int64_t>(saves.size()));  // the same files, each save
-  const PassCacheReport cache_report(schedule->pass_cache());
+  const PassCacheReport cache_report(schedule->pass_cache(), schedule.get());
   EvalResult result;
   for (const SaveToEvaluate& save : saves) {
     Timer timer;

@@ -258,7 +258,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   if (saver) check_earlier_saves(runner.model_save_path, origin, plan.total);
   schedule.plan_pass_cache(epochs_left(plan, first));
   // After end_run (declared before EndRun): the pipeline's last read-ahead is counted.
-  const PassCacheReport cache_report(schedule.pass_cache());
+  const PassCacheReport cache_report(schedule.pass_cache(), &schedule);
   // The hooks are set before the run's background work (a pass read ahead reads the stop
   // flag) begins, and cleared after it ended.
   schedule.set_step_hooks(hooks.steps);

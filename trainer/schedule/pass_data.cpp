@@ -71,19 +71,24 @@ int64_t epochs_left(const RunPlan& plan, int64_t first) {
   return std::max<int64_t>(epochs - first / per_epoch, 0);
 }
 
-void report_pass_cache(const dataset::PassDataCache* cache) {
+void report_pass_cache(const dataset::PassDataCache* cache, int64_t step_plans_served) {
   if (cache == nullptr) return;
   const dataset::PassCacheCounts counts = cache->counts();
+  std::string plans;
+  if (step_plans_served >= 0) {
+    plans = ", " + std::to_string(step_plans_served) + " their step plans";
+  }
   GPUBOX_LOG(INFO) << "pass data cache: " << counts.loads_served << " loads ("
                    << counts.instances_served << " instances) served instead of read; it holds "
                    << counts.entries << " file lists in " << (counts.bytes >> 20) << " MiB of "
                    << (cache->budget_bytes() >> 20) << " (runner.pass_cache_mb); "
-                   << counts.unique_keys_served << " of those loads were served their unique keys";
+                   << counts.unique_keys_served << " of those loads were served their unique keys"
+                   << plans;
 }
 
 PassCacheReport::~PassCacheReport() {
   try {
-    report_pass_cache(cache_);
+    report_pass_cache(cache_, schedule_ == nullptr ? -1 : schedule_->step_plans_served());
   } catch (...) {  // a log line that failed must not end the process while an error unwinds
   }
 }

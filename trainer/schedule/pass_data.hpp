@@ -50,21 +50,24 @@ std::unique_ptr<dataset::PassDataCache> make_pass_cache(const TrainerConfig& con
 // How many times a training run from pass `first` of `plan` loads each file list: the epochs
 // left, the one `first` is in counted whole.
 int64_t epochs_left(const RunPlan& plan, int64_t first);
-// Logs what `cache` (null: none) served over the run and what it holds: once, at its end.
-void report_pass_cache(const dataset::PassDataCache* cache);
+// Logs what `cache` (null: none) served over the run and what it holds, and the step plans
+// served kept (Schedule::step_plans_served; -1: not said): once, at its end.
+void report_pass_cache(const dataset::PassDataCache* cache, int64_t step_plans_served = -1);
 
 // Reports `cache` (report_pass_cache) when it leaves scope: at the end of a run (run_epochs) or
 // of an infer (infer_job), and when either ends by an error or a stop, what the cache served
-// until then. `cache` (null: none) must outlive it.
+// until then, with the step plans `schedule` (null: none) served kept. Both must outlive it.
 class PassCacheReport {
  public:
-  explicit PassCacheReport(const dataset::PassDataCache* cache) : cache_(cache) {}
+  explicit PassCacheReport(const dataset::PassDataCache* cache, const Schedule* schedule = nullptr)
+      : cache_(cache), schedule_(schedule) {}
   ~PassCacheReport();
   PassCacheReport(const PassCacheReport&) = delete;
   PassCacheReport& operator=(const PassCacheReport&) = delete;
 
  private:
   const dataset::PassDataCache* cache_;
+  const Schedule* schedule_;
 };
 
 }  // namespace gpubox::trainer

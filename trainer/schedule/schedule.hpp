@@ -130,6 +130,9 @@ class Schedule {
   virtual void plan_pass_cache(int64_t loads) { (void)loads; }
   // The cache plan_pass_cache made (owned by the schedule); null when none.
   virtual const dataset::PassDataCache* pass_cache() const { return nullptr; }
+  // The step plans served kept so far (plans of the loads the cache serves unshuffled, kept and
+  // served instead of planned again); -1: this schedule keeps none.
+  virtual int64_t step_plans_served() const { return -1; }
   // The run begins and ends (a schedule's background work over the run: the pass pipeline).
   virtual void begin_run(const RunPlan& plan) { (void)plan; }
   virtual void end_run() noexcept {}
