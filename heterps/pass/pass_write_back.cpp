@@ -236,8 +236,9 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     rows[pushed] = rows[i];
     ++pushed;
   }
-  // Back into d_rows' own memory (it only shrinks): ordered on the stream before the gathers
-  // that read it, and `rows` is not written again before the write-back's last wait.
+  // Back into d_rows' own memory (it only shrinks), left queued on the card's stream when this
+  // returns: ordered before the gathers that read d_rows (same stream), and `rows` is not written
+  // again before the write-back's last wait (push_rows synchronizes the stream).
   d_rows.resize(pushed);
   if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
