@@ -83,7 +83,9 @@ class PassBoundary {
                       uint64_t* kept);
   // Of card `c`'s `count` dirty rows (keys[0, count), and their row indices on the card), drops
   // those of `keep` (sorted) from both lists, keeping the others' order. Returns how many were
-  // dropped.
+  // dropped. Returns with d_rows' new contents still being copied in on the card's stream (from
+  // the rows buffer): the caller's gathers on that stream, or the next write-back's waits before
+  // it writes the buffer again, order that copy.
   std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys, std::size_t count,
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned

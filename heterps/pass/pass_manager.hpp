@@ -42,14 +42,15 @@
 //
 // Pinned host memory: the write-back keeps its pinned buffers from one end_pass or sync() to the
 // next, for the manager's life (cudaMallocHost and cudaFreeHost wait for the whole device), and
-// never shrinks them (grown by half again). Per card that writes back (card 0 only when
-// Replicated), about
+// never shrinks them. Per card that writes back (card 0 only when Replicated), about
 //   (pulls_in_flight + 1) * host_batch_keys * stride * 4 bytes   rows, a batch per buffer
 // + 8 bytes * the most dirty rows one write-back listed            their keys
-// + 4 bytes * as many, + 12 bytes * min(keep size, page_rows)       with a non-empty keep
-// (fewer batch buffers while no write-back had as many batches): with the defaults (4 in flight,
-// 65536 keys) and rows of 72 bytes, 23.6 MB of batches a card, plus 0.08 GB for 10 M dirty rows
-// (0.12 GB with a keep). Not counted in plan() (card memory) nor in the host tier's memory figures.
+// + 4 bytes * as many, + 12 bytes * page_rows                       with a non-empty keep
+// (fewer batch buffers while no write-back had as many batches). The keys' and row indices'
+// buffers grow by half again, so they can hold up to 1.5x the most dirty rows. With the defaults
+// (4 in flight, 65536 keys) and rows of 72 bytes, 23.6 MB of batches a card, plus 0.08 GB for
+// 10 M dirty rows (0.12 GB with a keep), up to 1.5x those when the dirty rows grew pass by pass.
+// Not counted in plan() (card memory) nor in the host tier's memory figures.
 //
 //   prepare_next_pass(c)  (card thread c, between the steps of the current training pass)
 //                     once the next pass's keys are planned for its staging (expect_next_pass:

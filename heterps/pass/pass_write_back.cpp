@@ -205,10 +205,11 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
   device::copy_async(rows, d_rows.data(), count, stream);
   // The keep keys looked up a page at a time (card memory stays within the plan: d_rows, 4 bytes a
-  // dirty row, is what is left of the listing's 12).
+  // dirty row, is what is left of the listing's 12). Their pinned buffers are made a whole page
+  // once, so a keep that grows from pass to pass does not free and make them again.
   const std::size_t chunk = std::min(keep.size(), store.page_rows());
-  uint64_t* keep_staged = reserve_pinned(buffers.keep, chunk, /*grow=*/false);
-  row_index_t* found = reserve_pinned(buffers.found, chunk, /*grow=*/false);
+  uint64_t* keep_staged = reserve_pinned(buffers.keep, store.page_rows(), /*grow=*/false);
+  row_index_t* found = reserve_pinned(buffers.found, store.page_rows(), /*grow=*/false);
   stream.synchronize();  // the row indices are in `rows`
   const row_index_t row_end = *std::max_element(rows, rows + count) + 1;
   RowMarks kept_row(row_end, count);
@@ -235,8 +236,9 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     rows[pushed] = rows[i];
     ++pushed;
   }
-  // Back into d_rows' own memory (it only shrinks): ordered on the stream before the gathers
-  // that read it, and `rows` is not written again before the write-back's last wait.
+  // Back into d_rows' own memory (it only shrinks), left queued on the card's stream when this
+  // returns: ordered before the gathers that read d_rows (same stream), and `rows` is not written
+  // again before the write-back's last wait (push_rows synchronizes the stream).
   d_rows.resize(pushed);
   if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;

@@ -36,7 +36,8 @@ table::AccessorConfig test_config() {
   return cfg;
 }
 
-Engine::Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host)
+Engine::Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host,
+               const card_table::HashTableOptions& table_options)
     : card_set(device::CardSet::from_list(card_list(cards))), placement(options.placement) {
   const table::AccessorConfig cfg = test_config();
   if (external_host == nullptr) {
@@ -48,7 +49,8 @@ Engine::Engine(int cards, const PassManagerOptions& options, table::HostTier* ex
   }
   group = comm::make_group(card_set);
   for (int c = 0; c < cards; ++c) {
-    stores.push_back(std::make_unique<card_table::CardSparseStore>(card_set.card(c), cfg));
+    stores.push_back(
+        std::make_unique<card_table::CardSparseStore>(card_set.card(c), cfg, table_options));
   }
   for (int c = 0; c < cards; ++c) {
     heter_comm::HeterCommOptions hc;

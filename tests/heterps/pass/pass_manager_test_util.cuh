@@ -28,8 +28,10 @@ table::AccessorConfig test_config();
 
 // One engine: cards, their stores and HeterComms, a host tier, a pass manager.
 struct Engine {
-  // `external_host` (optional) replaces the engine's own in-process host tier.
-  Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr);
+  // `external_host` (optional) replaces the engine's own in-process host tier; `table_options`
+  // sizes every card's store (its hash table and row pages).
+  Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr,
+         const card_table::HashTableOptions& table_options = {});
 
   // Per card, per step: a batch of keys from the pass and seeded gradients; pull then push.
   // `between(card)` (optional) runs on the card's thread after each step.
