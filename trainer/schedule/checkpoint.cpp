@@ -251,6 +251,37 @@ std::optional<SavePoint> SaveLineage::find_resume_point(const std::string& start
   return point;
 }
 
+void SaveLineage::check_resumable(const SavePoint& candidate, const std::string& which) const {
+  const io::ModelManifest& m = candidate.manifest;
+  const std::string remedy =
+      ". Resuming would mix two runs: run the command that made it, or add -o "
+      "runner.resume=off to start afresh (its saves replace those there, its job's end "
+      "removes the rest), or use another runner.model_save_path";
+  // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
+  // continue a job) is never resumed; this job, with every pass it schedules saved, starts
+  // again (a rerun of a finished job).
+  const std::string job_differences = job_differences_of(m.job, job_);
+  if (!job_differences.empty()) {
+    GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
+                ". Resuming would mix two jobs: add -o runner.resume=off to start afresh "
+                "(its saves replace those there, its job's end removes the rest), or use another "
+                "runner.model_save_path");
+  }
+  if (m.origin != origin_) {
+    GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
+                describe_start(m.origin), ", and this command starts ", describe_start(origin_),
+                remedy);
+  }
+  const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
+  if (!differences.empty()) {
+    // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
+    // dlrm folder, built one logit): the -o that resumes it.
+    const Status switches = check_saved_dense_switches(m.model_keys, config_, candidate.dir);
+    GPUBOX_FAIL("runner.resume: ", which, " was made with other model settings: ", differences,
+                switches.ok() ? "" : " (" + switches.message() + ")", remedy);
+  }
+}
+
 std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
   const RunnerConfig& r = config_.runner;
   if (r.model_save_path.empty() || r.save_mode == table::SaveKind::kNone) return std::nullopt;
@@ -276,33 +307,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     const io::ModelManifest& m = candidate.manifest;
     const std::string which = "the newest save under " + r.model_save_path + " (pass " +
                               std::to_string(m.pass - 1) + ", " + candidate.dir + ")";
-    const std::string remedy =
-        ". Resuming would mix two runs: run the command that made it, or add -o "
-        "runner.resume=off to start afresh (its saves replace those there, its job's end "
-        "removes the rest), or use another runner.model_save_path";
-    // Another job (other data, batches, reading, seed ...; runner.epochs aside: more epochs
-    // continue a job) is never resumed; this job, with every pass it schedules saved, starts
-    // again (a rerun of a finished job).
-    const std::string job_differences = job_differences_of(m.job, job_);
-    if (!job_differences.empty()) {
-      GPUBOX_FAIL("runner.resume: ", which, " is of another job than this one: ", job_differences,
-                  ". Resuming would mix two jobs: add -o runner.resume=off to start afresh "
-                  "(its saves replace those there, its job's end removes the rest), or use another "
-                  "runner.model_save_path");
-    }
-    if (m.origin != origin_) {
-      GPUBOX_FAIL("runner.resume: ", which, " belongs to a run that started ",
-                  describe_start(m.origin), ", and this command starts ", describe_start(origin_),
-                  remedy);
-    }
-    const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
-    if (!differences.empty()) {
-      // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
-      // dlrm folder, built one logit): the -o that resumes it.
-      const Status switches = check_saved_dense_switches(m.model_keys, config_, candidate.dir);
-      GPUBOX_FAIL("runner.resume: ", which, " was made with other model settings: ", differences,
-                  switches.ok() ? "" : " (" + switches.message() + ")", remedy);
-    }
+    check_resumable(candidate, which);
     try {
       plan_restore(candidate.dir, sparse_required);
     } catch (const Error& e) {

@@ -146,6 +146,9 @@ class SaveLineage {
  private:
   // find_resume_point without the servers' warning.
   std::optional<SavePoint> find_newest_save(const table::HostTier& host);
+  // Refuses `candidate` (named `which`) when it is another job's, another run's or was made
+  // with other model settings.
+  void check_resumable(const SavePoint& candidate, const std::string& which) const;
 
   const TrainerConfig& config_;
   std::map<std::string, std::string> job_;
