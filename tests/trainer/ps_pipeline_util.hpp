@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,16 +20,21 @@ namespace gpubox::trainer::ps_modes {
 
 using table::server::RemoteHostTier;
 
-inline std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
-                                               double deadline_s = 30.0) {
+inline std::unique_ptr<RemoteHostTier> connect(const std::string& endpoints,
+                                               const TrainerConfig& cfg, double deadline_s = 30.0) {
   table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
+  options.endpoints = endpoints;
   options.config = cfg.sparse;
   options.deadline_s = deadline_s;
   options.connect_timeout_s = 0.5;
   auto servers = RemoteHostTier::connect(std::move(options));
   throw_if_error(servers.status());
   return std::move(servers).value();
+}
+
+inline std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
+                                               double deadline_s = 30.0) {
+  return connect(shards.endpoints(), cfg, deadline_s);
 }
 
 // The servers' full rows (PEEK) of every key of `batches`, each of which must be there.
