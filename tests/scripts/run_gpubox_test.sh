@@ -148,7 +148,23 @@ roles() { env PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port6" PADDLE_TRAINERS_NU
   -o runner.metrics_path= </dev/null; }
 roles PSERVER >out6.s.txt 2>&1 &
 server_script=$!
-for _ in $(seq 1 600); do grep -q "listening on" log/pserver.0.log 2>/dev/null && break; sleep 0.1; done
+# The trainer is started once the server says it listens (it binds first): not after a fixed
+# count of polls, which a loaded machine outlasted (the trainer then failed to reach it in its
+# 30 s). Fails naming what was waited for, with the server's log, if the launcher exits first or
+# the server has not said so in 180 s of the clock.
+waiting="log/pserver.0.log to say 'listening on 127.0.0.1:$port6'"
+deadline=$(($(date +%s) + 180))
+until grep -q "listening on 127.0.0.1:$port6 " log/pserver.0.log 2>/dev/null; do
+  if ! kill -0 "$server_script" 2>/dev/null; then
+    cat out6.s.txt; tail -n 20 log/pserver.0.log 2>/dev/null
+    fail "waiting for $waiting: TRAINING_ROLE=PSERVER exited first"
+  fi
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    cat out6.s.txt; tail -n 20 log/pserver.0.log 2>/dev/null
+    fail "waiting for $waiting: not within 180 s"
+  fi
+  sleep 0.1
+done
 roles TRAINER >out6.t.txt 2>&1 || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER exited nonzero"; }
 grep -q "^Epoch: 0, " out6.t.txt || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER: no epoch line"; }
 # The trainer has gone: the server follows within its grace (10 s), well before timeout's 120 s.
