@@ -52,9 +52,12 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   auto prepared = std::make_unique<PreparedPass>();
   prepared->pass = pass;
   read(pass, prepared.get());
+  GPUBOX_EXPECTS(prepared->keys != nullptr, "pass ", pass, ": the reader gave no keys");
   // The data sets give their distinct keys in ascending order (a reader that does not is sorted
-  // here, slots along, into a copy: the data set's are shared with it and the pass cache).
-  const dataset::UniqueKeys& keys = *prepared->keys;
+  // here, slots along, into a copy: the data set's are shared with it and the pass cache). Held
+  // here, not referenced through prepared->keys, which the sorted copy replaces.
+  const std::shared_ptr<const dataset::UniqueKeys> given = prepared->keys;
+  const dataset::UniqueKeys& keys = *given;
   const auto ascending = [](uint64_t a, uint64_t b) { return a >= b; };
   if (std::adjacent_find(keys.keys.begin(), keys.keys.end(), ascending) != keys.keys.end()) {
     std::vector<std::pair<uint64_t, int32_t>> pairs(keys.keys.size());
