@@ -21,7 +21,7 @@
 # Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
 
 declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
-procs_port_wait_s=180
+: "${procs_port_wait_s:=180}"  # a caller (or its environment) may set it first
 
 procs_start() {
   local name=$1 log=$2
