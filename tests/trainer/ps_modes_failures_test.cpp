@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -29,6 +30,8 @@
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/dense_parameters.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -322,34 +325,71 @@ TEST(JobSteadyFigures, TheJobsSpreadRunsFromTheLowestBucketOfAllToTheHighest) {
   EXPECT_EQ(job(trainer(big, big, 100), trainer(big, big, 100)).highest_bucket, big);
 }
 
+// The two-class output layer's initial weights (dlrm's last fc layer) of `cfg`'s network: every
+// trainer starts from them (a seeded hash of runner.seed, dense_parameters.hpp).
+std::vector<float> output_layer_weights(const TrainerConfig& cfg) {
+  const DenseModelConfig net = cfg.dense_model_config();
+  device::Card card(0, 0, 0, 1);
+  card.activate();
+  DenseModel model(card, net);
+  const std::string name = "fc_" + std::to_string(net.fc_sizes.size()) + ".w";
+  const std::vector<float> values = model.parameters().values_to_host();
+  for (const ParamBlock& block : model.parameters().blocks()) {
+    if (block.name != name) continue;
+    const auto first = values.begin() + static_cast<std::ptrdiff_t>(block.offset);
+    return {first, first + static_cast<std::ptrdiff_t>(block.count)};
+  }
+  ADD_FAILURE() << "the network has no block " << name;
+  return {};
+}
+
 // The dead-output check (trainer/schedule/dead_output.hpp) judges the job's spread of
-// predictions, gathered through the servers: two async trainers of a dlrm whose two-class output
-// without batch norm dies under Adam at 1 (in pass 0) both stop after pass 1, before its save,
-// naming it; with the norm the same job trains both passes on both trainers.
+// predictions, gathered through the servers. Two async trainers of a dlrm whose two-class output
+// is dead from its first step, whatever the order of their steps: without batch norm, with one
+// hidden unit h >= 0 and runner.seed 1, both output weights start negative and the biases at 0,
+// so each ReLU'd unit is max(0, w h) = 0 for every instance, softmax(0, 0) = 0.5, and no
+// gradient reaches any weight (Adam moves nothing on zero gradients). Both trainers stop at pass
+// 0 naming it, before its save (the seed's weights are checked first). With the norm the same job's
+// output units are normalised over the batch, alive, and it trains both passes on both trainers,
+// judged alive (more than one bucket) job-wide. (A job that trains its way to a dead output, Adam
+// at 1 with 16 hidden units, is no test: async, its units died in pass 0 in most runs and in some
+// kept a few instances alive into pass 1, and its normed twin diverged in some.)
 TEST_F(PsModes, EveryTrainerStopsAJobWhoseOutputDiedBeforeItsSave) {
   for (const bool normed : {false, true}) {
     SCOPED_TRACE(normed ? "normed" : "dead");
     const fs::path saves = root_ / (normed ? "normed_dlrm_saves" : "dead_dlrm_saves");
-    const TrainerConfig cfg =
-        config({"runner.sync_mode=async", "runner.print_interval=5", "runner.epochs=2",
-                "runner.save_mode=base", "runner.model_save_path=" + saves.string(),
-                "runner.train_data_dir=" + (root_ / "train").string(),
-                "runner.test_data_dir=", "hyper_parameters.model=dlrm",
-                "hyper_parameters.bot_layer_sizes=[8, 9]", "hyper_parameters.fc_sizes=[16]",
-                "hyper_parameters.dlrm_output=softmax2", "hyper_parameters.optimizer.class=Adam",
-                "hyper_parameters.optimizer.learning_rate=1",
-                std::string("hyper_parameters.dnn_batch_norm=") + (normed ? "true" : "false")});
+    const TrainerConfig cfg = config(
+        {"runner.sync_mode=async", "runner.print_interval=5", "runner.epochs=2", "runner.seed=1",
+         "runner.save_mode=base", "runner.model_save_path=" + saves.string(),
+         "runner.train_data_dir=" + (root_ / "train").string(), "runner.test_data_dir=",
+         "hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 9]",
+         "hyper_parameters.fc_sizes=[1]", "hyper_parameters.dlrm_output=softmax2",
+         "hyper_parameters.optimizer.class=Adam", "hyper_parameters.optimizer.learning_rate=0.01",
+         std::string("hyper_parameters.dnn_batch_norm=") + (normed ? "true" : "false")});
+    if (!normed) {
+      for (const float w : output_layer_weights(cfg)) {
+        ASSERT_LT(w, 0.0f) << "runner.seed 1 no longer starts both output weights negative: the "
+                              "job's output is not dead from its start; pick a seed that does";
+      }
+    }
     const TwoTrainers job = train_two_trainers(cfg);
-    for (int w = 0; w < 2; ++w) {
-      const std::string& error = job.errors[static_cast<std::size_t>(w)];
+    for (std::size_t w = 0; w < 2; ++w) {
+      const std::string& error = job.errors[w];
       if (normed) {
         EXPECT_EQ(error, "") << "trainer " << w;
-        EXPECT_EQ(job.reports[static_cast<std::size_t>(w)].size(), 2u) << "trainer " << w;
+        ASSERT_EQ(job.reports[w].size(), 2u) << "trainer " << w;
+        for (const PassReport& pass : job.reports[w]) {
+          EXPECT_EQ(pass.metrics.prediction_buckets, 2)
+              << "trainer " << w << ", pass " << pass.pass;
+        }
         continue;
       }
-      EXPECT_NE(error.find("pass 1: every one of its"), std::string::npos) << w << ": " << error;
+      EXPECT_NE(error.find("pass 0: every one of its"), std::string::npos) << w << ": " << error;
+      EXPECT_NE(error.find(" training predictions is 0.500000"), std::string::npos) << error;
       EXPECT_NE(error.find("hyper_parameters.dnn_batch_norm false"), std::string::npos) << error;
+      EXPECT_NE(error.find("no pass before it was saved"), std::string::npos) << error;
     }
+    EXPECT_EQ(fs::exists(saves / "0"), normed);
     EXPECT_EQ(fs::exists(saves / "1"), normed);
   }
 }
