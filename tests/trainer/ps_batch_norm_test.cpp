@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -184,6 +186,82 @@ TEST_F(PsBatchNorm, AsyncAveragesTheThreadsStatisticMoves) {
     EXPECT_NEAR(async[k], sync[k], 0.2f * sync[k] + 0.01f) << params.describe(k);
   }
   EXPECT_EQ(variances, 16u + 5u + 128u + 64u);  // bot [16, 5], the top MLP's [128, 64]
+}
+
+// Issue 32: the sync mode's step on two threads is the gpubox mode's on two cards, the running
+// statistics included: the threads' gradients and statistic changes summed over the job (the
+// statistics' weighted by each thread's share of the job's batch, as the cards' all-reduce sums
+// them) and one Adam step with the same moments on every thread (PsWorker::add_gradients), each
+// key's row updated once a step (MergedPushes). Measured on the CPU backend, both outputs: after
+// one step, and after a pass (313 steps of 64) with the rows held still (sparse learning rates
+// 1e-12), the dense values are the cards' bit for bit (before: each thread's own Adam step,
+// averaged). A pass with the rows learning ends 0.04-0.19 apart in a weight: the server's and the
+// card's sparse rule round differently (1e-9 in a row after a step), and Adam turns gradients that
+// are rounding noise (a bias before a batch norm has none: the norm removes any shift) into steps
+// of about the learning rate; not bounded here.
+TEST_P(PsBatchNormOutputs, SyncOnTwoThreadsStepsAsTheGpuboxModeOnTwoCards) {
+  const int cards = device::testing::cards_here(2);
+  constexpr int kBatch = 64;
+  std::vector<std::string> extra = kDlrmBn;
+  extra.back() = "runner.thread_num=" + std::to_string(cards);
+  extra.push_back("hyper_parameters.dlrm_output=" + std::string(GetParam()));
+  extra.push_back("runner.train_batch_size=" + std::to_string(kBatch));
+  const fs::path one_step = root_ / (std::string("one_step_") + GetParam());
+  fs::create_directories(one_step);
+  {
+    std::ifstream in(files("train").at(0));
+    std::ofstream out(one_step / "part-00000");
+    std::string line;
+    for (int i = 0; i < cards * kBatch && std::getline(in, line); ++i) out << line << "\n";
+  }
+  std::vector<std::string> with_sync = extra;
+  with_sync.push_back("runner.sync_mode=sync");
+  const TrainerConfig sync_cfg = ps_test_config(with_sync);
+  device::CardSet shape_cards = device::CardSet::from_list("0");
+  shape_cards.card(0).activate();
+  const DenseModel shape(shape_cards.card(0), sync_cfg.dense_model_config());
+  const std::size_t trained = shape.parameters().trained_size();
+  for (const bool whole_pass : {false, true}) {
+    SCOPED_TRACE(whole_pass ? "a pass, the rows held still" : "one step");
+    const std::vector<std::string> pass =
+        whole_pass ? files("train") : data_files(one_step.string());
+    std::vector<std::string> held = {};
+    if (whole_pass) {
+      held = {"hyper_parameters.sparse_optimizer.learning_rate=1e-12",
+              "hyper_parameters.sparse_optimizer.mf_learning_rate=1e-12"};
+    }
+    std::vector<std::string> sync_extra = with_sync;
+    sync_extra.insert(sync_extra.end(), held.begin(), held.end());
+    const TrainerConfig sync_pass_cfg = ps_test_config(sync_extra);
+    Servers shards(sync_pass_cfg, 1);
+    TrainerEnv sync_env;
+    sync_env.servers = shards.endpoints();
+    PsTrainer sync(sync_pass_cfg, sync_env);
+    sync.train_pass(pass);
+    const std::vector<float> synced = sync.dense_values();
+    TrainerEnv env;
+    env.selected_cards = device::testing::card_list(cards);
+    env.threads_per_card = 1;
+    std::vector<std::string> gpubox_extra = extra;
+    gpubox_extra.insert(gpubox_extra.end(), held.begin(), held.end());
+    Trainer gpubox(ps_test_config(gpubox_extra), env);
+    gpubox.train_pass(pass);
+    const std::vector<float> reference = gpubox.dense_values(0);
+    ASSERT_EQ(synced.size(), reference.size());
+    double weights = 0;
+    double statistics = 0;
+    for (std::size_t k = 0; k < synced.size(); ++k) {
+      double& worst = k < trained ? weights : statistics;
+      worst = std::max(worst, std::fabs(static_cast<double>(synced[k]) - reference[k]));
+    }
+    std::printf(
+        "dlrm (%s) with batch norm, %s: sync on %d threads against the gpubox mode on %d "
+        "cards: weights differ by at most %.3g, running statistics by %.3g\n",
+        GetParam(), whole_pass ? "a pass, the rows held still" : "one step", cards, cards, weights,
+        statistics);
+    EXPECT_LT(weights, 1e-6);
+    EXPECT_LT(statistics, 1e-6);
+  }
 }
 
 TEST_F(PsBatchNorm, GeoIsRefusedNamingBothKeys) {

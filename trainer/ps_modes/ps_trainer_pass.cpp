@@ -177,11 +177,16 @@ struct PsTrainer::PassThreads {
     const RunnerConfig& runner = trainer.config_.runner;
     // async and geo take a stream's batches until it ends; everything else `steps` of them.
     open_ended = data.stream != nullptr && mode != SyncMode::kSync;
-    // sync averages the step's changes of every thread of the job (SGD: the gradients, as the
-    // gpubox mode's cards; Adam and Adagrad: each thread's step with its own moments, not one step
-    // on the averaged gradient, issue 32: ps_batch_norm_test); geo averages the threads'
-    // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
-    // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
+    // sync (runner.dense_sync_steps 1) averages the gradients of every thread of the job, and
+    // every thread takes the same optimizer step on them with the same moments, as the gpubox
+    // mode's cards all-reduce theirs and as Paddle's sync mode's dense table applies its rule once
+    // to the trainers' averaged gradients (averages_gradients, issue 32); over longer windows
+    // each thread steps its own copy and the windows' changes are averaged; geo averages the
+    // threads' local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator
+    // does (it scales each trainer's delta by 1 / trainers); async adds each thread's change as
+    // it comes.
+    average_gradients = averages_gradients(runner);
+    clears_gradients_of = trainer.env_.trainer_id == 0 ? 0 : -1;
     dense_scale = mode == SyncMode::kAsync
                       ? 1.0f
                       : 1.0f / static_cast<float>(trainer.env_.trainers * threads);
@@ -231,6 +236,8 @@ struct PsTrainer::PassThreads {
   const int threads;
   const SyncMode mode;
   bool open_ended = false;
+  bool average_gradients = false;
+  int clears_gradients_of = -1;  // the thread of this trainer that clears the gradient tables
   float dense_scale = 1.0f;
   float statistic_scale = 1.0f;
   std::size_t dense_every = 1;
@@ -287,22 +294,29 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
     worker.compute_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
     if (mode == SyncMode::kSync) {
+      // Every thread's step computed: this thread's share of the trainer's keys, each key's
+      // gradients summed over the threads, goes to the servers (MergedPushes).
       try {
         run.meet_pulled(t, b);
+        s.pushes->push(t, s.workers, *s.servers, run.pass, static_cast<int64_t>(b));
       } catch (...) {
         worker.discard_step();  // the worker stays usable for a later pass
         throw;
       }
     }
-    worker.apply_step();
+    worker.apply_step(mode != SyncMode::kSync);
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
     if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense(run.statistic_scale);
-    if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(run.dense_scale);
+    if (run.average_gradients) worker.add_gradients(t == run.clears_gradients_of);
+    if (dense_step && mode != SyncMode::kAsync && !run.average_gradients) {
+      worker.sync_dense(run.dense_scale);
+    }
     if (mode == SyncMode::kSync) {
       run.meet_step(t, b);
-      if (dense_step) worker.sync_dense(0.0f);
+      if (run.average_gradients) worker.step_averaged();
+      if (dense_step && !run.average_gradients) worker.sync_dense(0.0f);
       if (run.stop.stopping()) {  // every thread of every trainer after this step
         ++b;
         break;
@@ -317,6 +331,13 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   if (mode == SyncMode::kSync && b % run.dense_every != 0) {
     worker.sync_dense(run.dense_scale);
     run.meet_all(t, "dense", "the pass's last dense window");
+    worker.sync_dense(0.0f);
+  }
+  // Averaged steps leave every thread's dense parameters the same: one thread writes them to the
+  // servers' table (a save, an evaluation and the next job read it), which every thread adopts.
+  if (run.average_gradients) {
+    if (t == run.clears_gradients_of) worker.publish_dense();
+    run.meet_all(t, "dense", "the pass's dense table");
     worker.sync_dense(0.0f);
   }
   return b;
@@ -369,6 +390,7 @@ bool PsTrainer::eval_thread(PassData& data, bool keep_predictions, EvalResult* r
 uint64_t PsTrainer::step_allocations() const {
   uint64_t total = 0;
   for (const auto& worker : state_->workers) total += worker->step_allocations();
+  if (state_->pushes != nullptr) total += state_->pushes->growths();
   return total;
 }
 

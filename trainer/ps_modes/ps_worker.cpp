@@ -37,6 +37,7 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
     : card_(card),
       servers_(servers),
       config_(config),
+      averages_gradients_(averages_gradients(config.runner)),
       uploaded_(card.device(), card.stream().counters(), device::EventTiming::kOff,
                 device::EventReader::kHost) {
   card_.activate();
@@ -303,6 +304,8 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
                  " of pass ", computed_.pass,
                  " was computed and neither applied nor discarded (apply_step, discard_step)");
   const auto size = static_cast<int64_t>(batch.size());
+  step_batch_ = batch.size();
+  computed_.push_kept = false;
   if (size == 0) return 0.0;
   const device::DeviceCounts before = card_.counts();
   const RowSlot& slot = take_rows(batch, pass, step, geo_ != nullptr);
@@ -310,7 +313,9 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
   if (prefetching) prefetch(*next, pass, step + 1);
   upload(batch, slot);
   GradScales scales;
-  scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
+  // The gradient of the batch's mean loss; averaged over the job, of its summed loss (divided by
+  // the job's batch in step_averaged, as the gpubox mode scales by its global batch).
+  scales.dense = averages_gradients_ ? 1.0f : 1.0f / static_cast<float>(size);
   const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
   // Steady after the thread's first runner.print_interval steps (SteadyLoss, the divergence
   // check's).
@@ -318,22 +323,29 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
   merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
-  computed_ = ComputedStep{true, prefetching, pass, step};
+  computed_ = ComputedStep{true, prefetching, row_calls_ == nullptr, pass, step};
   count_card_allocations(before);
   return loss;
 }
 
-void PsWorker::apply_step() {
+PsWorker::ComputedPush PsWorker::computed_push() const {
+  if (!computed_.push_kept) return {};
+  GPUBOX_EXPECTS(row_calls_ == nullptr, "the async mode's pushes are its push slots'");
+  const BatchKeys& keys = rows_[current_].keys;
+  return ComputedPush{keys.keys().data(), keys.slots().data(), merged_.data(), keys.size()};
+}
+
+void PsWorker::apply_step(bool push) {
   if (!computed_.pending) return;
   computed_.pending = false;
   const device::DeviceCounts before = card_.counts();
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
-  } else {
+  } else if (push) {
     push_rows(rows_[current_], computed_.pass, computed_.step);
   }
   if (computed_.prefetching) current_ = 1 - current_;
-  optimizer_->step(model_->parameters());
+  if (!averages_gradients_) optimizer_->step(model_->parameters());
   count_card_allocations(before);
 }
 

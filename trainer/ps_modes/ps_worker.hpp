@@ -35,7 +35,11 @@
 //          merges the steps it queued). The bound: a step's dense parameters have every one of
 //          this thread's own changes, and every other thread's changes that reached the servers
 //          before this thread's previous exchange: at most two windows of
-//          runner.dense_sync_steps steps old (one with sync_dense()).
+//          runner.dense_sync_steps steps old (one with sync_dense()). The sync mode's step
+//          (runner.dense_sync_steps 1) exchanges gradients instead: add_gradients() and
+//          step_averaged() around the job's barrier, one optimizer step on the job's mean
+//          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
+//          merged over its threads (MergedPushes; apply_step(false)).
 //
 // Thread-safety: one thread. The card and the servers' client must outlive the worker.
 #pragma once
@@ -72,6 +76,16 @@ class GeoRows;
 // The servers' dense table every worker of a job shares.
 inline constexpr const char* kDenseTableName = "dense";
 
+// The servers' tables of the sync mode's dense step (averages_gradients): a step's gradient sums
+// and batch size go to one, the next step's to the other, while the one before is cleared.
+inline constexpr const char* kGradientTableNames[2] = {"ps_dense_grads_0", "ps_dense_grads_1"};
+
+// Whether the job's dense step is one optimizer step on the gradients of every thread of the job
+// (the sync mode with runner.dense_sync_steps 1: PsWorker::add_gradients, step_averaged), as the
+// gpubox mode's cards all-reduce theirs; else each thread steps its own copy and the changes are
+// averaged (the sync mode's longer windows), or added (async).
+bool averages_gradients(const RunnerConfig& runner);
+
 // What the async and sync modes' dense exchange costs, for the start's INFO line: the dense
 // table of `dense_values` floats goes to the servers and back every runner.dense_sync_steps steps
 // of train_batch_size instances a thread; over 1 MiB an instance (PaddleRec fat_deepffm's 71 MB
@@ -106,7 +120,20 @@ class PsWorker {
   // others, nothing else of this worker may be called; compute_step throws while a step is pending.
   double compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                       const dataset::Batch* next = nullptr);
-  void apply_step();
+  // `push` false: the step's gradients went to the servers merged with the trainer's other
+  // threads' (the sync mode: MergedPushes), so apply_step does not push them.
+  void apply_step(bool push = true);
+  // The last compute_step's distinct keys, their slots and merged gradients (push_dim floats a
+  // key), until the next compute_step, an apply_step or discard_step included (not async's: its
+  // push slots); n = 0 after an empty batch. Read-only, from any thread meanwhile (MergedPushes:
+  // one thread may have applied its step while another still reads its push).
+  struct ComputedPush {
+    const uint64_t* keys = nullptr;
+    const int32_t* slots = nullptr;
+    const float* values = nullptr;
+    std::size_t n = 0;
+  };
+  ComputedPush computed_push() const;
   void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
   // pull started for a batch that will not be trained included. Throws the first failure.
@@ -132,6 +159,24 @@ class PsWorker {
   // `statistic_scale` (as sync_dense's); sync_dense(1) at the end of a pass makes the servers'
   // table equal this thread's parameters again when it is the only writer.
   void exchange_dense(float statistic_scale = 1.0f);
+  // The sync mode's dense step (averages_gradients; apply_step then leaves the dense parameters
+  // alone), in two halves around the barrier after every thread of the job added its part:
+  // add_gradients() adds this step's dense gradient sums and batch size (nothing after an empty
+  // batch) to the servers' gradient table of the step (kGradientTableNames, in turn); `clears`
+  // (one thread of the job) then writes zeros to the other table, which every thread read in the
+  // step before (the caller's barriers order every read of a table before its clearing, and the
+  // clearing before the next add to it). step_averaged() reads the job's sums and steps the
+  // optimizer on their mean, the gradient of the job's mean loss over every thread's batch:
+  // every thread the same step with the same moments, so their dense parameters stay the same
+  // (the batch-norm statistics' changes, in the gradients' place, averaged weighted by batch).
+  void add_gradients(bool clears);
+  void step_averaged();
+  // The servers' dense table = this thread's dense parameters (a write: the sync mode's
+  // averages_gradients pass end, from one thread of the job).
+  void publish_dense();
+  // The gradient tables zeroed for `dense_values` parameters (a job's start, one trainer).
+  static Status reset_gradient_tables(table::server::RemoteHostTier& servers,
+                                      std::size_t dense_values);
   // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
   // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
   // other modes.
@@ -211,6 +256,9 @@ class PsWorker {
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
   // of `keys` into *merged (merge_target()).
   void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
+  // gradient_sums_ = the first n dense gradients (through read_back_; waits for the card) and,
+  // after them, the batch of the last compute_step.
+  void read_back_grads_into_sums(std::size_t n);
   // read_back_ = the dense parameters (waits for the card); returns their count.
   std::size_t read_back_dense();
   // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
@@ -246,6 +294,14 @@ class PsWorker {
   std::vector<float> dense_;
   std::vector<float> snapshot_;
   std::vector<float> sent_;
+  // The sync mode's averaged step (add_gradients): the gradient sums and the batch size, the
+  // zeros that clear a table, the steps exchanged so far (whose parity picks the table) and the
+  // batch of the last compute_step.
+  const bool averages_gradients_;
+  std::vector<float> gradient_sums_;
+  std::vector<float> gradient_zeros_;
+  uint64_t gradient_steps_ = 0;
+  std::size_t step_batch_ = 0;
   std::unique_ptr<DenseExchanger> exchanger_;  // the async mode's exchange_dense()
   std::vector<uint32_t> geo_locals_;           // geo: each distinct key's row in GeoRows
   std::vector<float> merged_;                  // distinct keys x push_dim
@@ -258,6 +314,7 @@ class PsWorker {
   struct ComputedStep {
     bool pending = false;
     bool prefetching = false;  // the next step's rows are coming into the other slot
+    bool push_kept = false;    // computed_push() holds its push (until the next compute_step)
     int64_t pass = 0;
     int64_t step = 0;
   };
