@@ -179,7 +179,10 @@ if [ "$role" != TRAINER ]; then
       tail -n 20 "$logf" >&2
       die "gpubox_server $i failed to start; see $logf"
     fi
-    [ "$waited" = 0 ] || die "gpubox_server $i did not listen within 60 s; see $logf"
+    if [ "$waited" != 0 ]; then
+      tail -n 20 "$logf" >&2
+      die "gpubox_server $i did not write its 'gpubox_server listening on' line to $logf within $procs_port_wait_s s (its last lines above)"
+    fi
     if [ "$port" = 0 ]; then
       port="$listened"
       servers[$i]="$ip:$port"

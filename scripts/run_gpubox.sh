@@ -209,10 +209,10 @@ start_server() {
   [ "$waited" = 0 ] && return 0
   if [ "$waited" = 1 ]; then
     echo "run_gpubox: gpubox_server $index failed to start; see $logf:" >&2
-    tail -n 20 "$logf" >&2
   else
-    echo "run_gpubox: gpubox_server $index did not report listening within 60 s; see $logf" >&2
+    echo "run_gpubox: gpubox_server $index (pid ${server_pids[-1]}) did not write its 'gpubox_server listening on' line to $logf within $procs_port_wait_s s; its last lines:" >&2
   fi
+  tail -n 20 "$logf" >&2
   return 1
 }
 

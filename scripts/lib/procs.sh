@@ -12,13 +12,16 @@
 #   procs_listened_port LOG       the port of the first '^gpubox_server listening on ADDR:PORT ...'
 #                                 line of LOG (a server started with --port 0 says there which
 #                                 port the kernel gave it); "" while there is none
-#   procs_wait_for_port PID LOG   waits (60 s at most) for that line and prints its port; returns 1
-#                                 when PID exits first, 2 on the timeout. A line read half-written
-#                                 (a read of a file being appended to is not atomic with the
-#                                 write) is waited for like a line not there yet
+#   procs_wait_for_port PID LOG   waits for that line while PID lives and prints its port; returns 1
+#                                 when PID exits first, 2 when PID still has not said it listens
+#                                 after $procs_port_wait_s seconds of the clock (a hung start: under
+#                                 load a start has taken over 10 s). A line read half-written (a
+#                                 read of a file being appended to is not atomic with the write)
+#                                 is waited for like a line not there yet
 # Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
 
 declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
+: "${procs_port_wait_s:=180}"  # a caller (or its environment) may set it first
 
 procs_start() {
   local name=$1 log=$2
@@ -86,7 +89,8 @@ procs_listened_port() {
 
 procs_wait_for_port() {
   local pid=$1 log=$2 port
-  for _ in $(seq 1 600); do
+  local deadline=$((SECONDS + procs_port_wait_s))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     port="$(procs_listened_port "$log")"
     if [ -n "$port" ]; then
       echo "$port"

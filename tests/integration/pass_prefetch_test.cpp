@@ -13,14 +13,18 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "dataset/in_memory_dataset.hpp"
+#include "dataset/queue_dataset.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer.hpp"
 
 namespace gpubox::trainer {
@@ -448,6 +452,55 @@ TEST_F(PassPrefetch, APassThatCannotBeReadFailsAtItsTurnNamingIt) {
   }
   EXPECT_EQ(trainer.passes_done(), 1);
   EXPECT_TRUE(fs::exists(saves / "0")) << "pass 0 was not saved before the failure";
+}
+
+// prepare_pass keeps the reader's keys, shared, when they are ascending (the data set and the
+// pass cache hold the same object), sorts a reader's that are not into a copy (slots along, a
+// repeated key keeping its first slot) leaving the reader's unchanged, and refuses a reader that
+// gave none, naming the pass.
+TEST(PreparePass, AscendingKeysAreSharedNotCopied) {
+  auto given = std::make_shared<dataset::UniqueKeys>();
+  given->keys = {2, 5, 9};
+  given->slots = {0, 1, 2};
+  const auto prepared = prepare_pass([&](int64_t, PreparedPass* into) { into->keys = given; }, 4);
+  EXPECT_EQ(prepared->keys.get(), given.get());
+  ASSERT_NE(prepared->sorted_keys, nullptr);
+  EXPECT_EQ(prepared->sorted_keys.get(), &given->keys) << "sorted_keys aliases the shared keys";
+}
+
+TEST(PreparePass, KeysNotAscendingAreSortedIntoACopy) {
+  const std::vector<uint64_t> keys = {9, 2, 5, 2, 7};
+  const std::vector<int32_t> slots = {1, 2, 3, 4, 5};
+  std::weak_ptr<const dataset::UniqueKeys> read;
+  // The reader keeps no reference: the copy replaces the only owner of what it gave.
+  const auto prepared = prepare_pass(
+      [&](int64_t, PreparedPass* into) {
+        auto given = std::make_shared<dataset::UniqueKeys>(dataset::UniqueKeys{keys, slots});
+        read = given;
+        into->keys = std::move(given);
+      },
+      0);
+  EXPECT_TRUE(read.expired());
+  EXPECT_EQ(prepared->keys->keys, (std::vector<uint64_t>{2, 5, 7, 9}));
+  EXPECT_EQ(prepared->keys->slots, (std::vector<int32_t>{2, 3, 5, 1}));
+  EXPECT_EQ(prepared->sorted_keys.get(), &prepared->keys->keys);
+
+  auto shared = std::make_shared<dataset::UniqueKeys>(dataset::UniqueKeys{keys, slots});
+  const auto again = prepare_pass([&](int64_t, PreparedPass* into) { into->keys = shared; }, 1);
+  EXPECT_NE(again->keys.get(), shared.get());
+  EXPECT_EQ(again->keys->keys, (std::vector<uint64_t>{2, 5, 7, 9}));
+  EXPECT_EQ(shared->keys, keys) << "the reader's keys were changed";
+  EXPECT_EQ(shared->slots, slots);
+}
+
+TEST(PreparePass, AReaderThatGivesNoKeysFailsNamingThePass) {
+  try {
+    prepare_pass([](int64_t, PreparedPass*) {}, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 3: the reader gave no keys"), std::string::npos)
+        << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cards, PassPrefetch, ::testing::Values(1, 2),

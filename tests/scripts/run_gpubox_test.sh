@@ -142,16 +142,40 @@ grep -q "^Epoch: 0, .* auc: 0\.[0-9]" out5.3.txt && grep -q "^Epoch: 1, " out5.3
 # 5.
 rm -rf log
 port6="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-roles() { env PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port6" PADDLE_TRAINERS_NUM=1 \
-  PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 TRAINING_ROLE="$1" timeout 120 bash \
+# roles ROLE SECONDS: the launcher in that role, under `timeout SECONDS`, which it becomes (exec):
+# the role's pid is timeout's, which leads a process group of its own holding the launcher and
+# its server, so that one kill of the group stops them all.
+roles() { exec env PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port6" PADDLE_TRAINERS_NUM=1 \
+  PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 TRAINING_ROLE="$1" timeout "$2" bash \
   "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1 -o runner.model_save_path= \
   -o runner.metrics_path= </dev/null; }
-roles PSERVER >out6.s.txt 2>&1 &
+# The trainer is started once the server says it listens (it binds first): not after a fixed
+# count of polls, which a loaded machine outlasted (the trainer then failed to reach it in its
+# 30 s). Fails naming what was waited for, with the server's log, if the launcher exits first or
+# the server has not said so in $listen_wait_s s of the clock (then the launcher and its server
+# are stopped, freeing the port). The server's timeout is that wait, the trainer's 120 s and its
+# grace after the trainer (10 s) with a margin, so that the wait eats none of the trainer's time,
+# and the launcher's own wait for the line (procs_port_wait_s, 180 s) is longer: a slow start
+# ends with this test's message, well inside ctest's TIMEOUT (tests/scripts/CMakeLists.txt).
+listen_wait_s=60
+roles PSERVER $((listen_wait_s + 120 + 30)) >out6.s.txt 2>&1 &
 server_script=$!
-for _ in $(seq 1 600); do grep -q "listening on" log/pserver.0.log 2>/dev/null && break; sleep 0.1; done
-roles TRAINER >out6.t.txt 2>&1 || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER exited nonzero"; }
+server_failed() {  # server_failed WHY: the launcher's output and the server's log, then fail
+  kill -- -"$server_script" 2>/dev/null || true
+  wait "$server_script" 2>/dev/null || true
+  cat out6.s.txt
+  if [ -f log/pserver.0.log ]; then tail -n 20 log/pserver.0.log; fi
+  fail "waiting for log/pserver.0.log to say 'listening on 127.0.0.1:$port6': $1"
+}
+deadline=$(($(date +%s) + listen_wait_s))
+until grep -q "listening on 127.0.0.1:$port6 " log/pserver.0.log 2>/dev/null; do
+  kill -0 "$server_script" 2>/dev/null || server_failed "TRAINING_ROLE=PSERVER exited first"
+  [ "$(date +%s)" -lt "$deadline" ] || server_failed "not within $listen_wait_s s"
+  sleep 0.1
+done
+(roles TRAINER 120) >out6.t.txt 2>&1 || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER exited nonzero"; }
 grep -q "^Epoch: 0, " out6.t.txt || { cat out6.t.txt; fail "TRAINING_ROLE=TRAINER: no epoch line"; }
-# The trainer has gone: the server follows within its grace (10 s), well before timeout's 120 s.
+# The trainer has gone: the server follows within its grace (10 s), well before its timeout.
 status=0
 wait "$server_script" || status=$?
 [ "$status" = 0 ] || { cat out6.s.txt log/pserver.0.log; fail "TRAINING_ROLE=PSERVER ended with status $status"; }

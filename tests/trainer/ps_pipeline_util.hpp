@@ -1,17 +1,25 @@
 // The PS pipeline tests' shared parts (ps_pipeline_test, ps_pipeline_trainer_test): a client of
-// in-process shards, and the servers' rows of a set of batches.
+// in-process shards, the servers' rows of a set of batches, a host tier whose pulls can be held.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/batch.hpp"
+#include "table/host_tier.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 
@@ -19,16 +27,21 @@ namespace gpubox::trainer::ps_modes {
 
 using table::server::RemoteHostTier;
 
-inline std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
-                                               double deadline_s = 30.0) {
+inline std::unique_ptr<RemoteHostTier> connect(const std::string& endpoints,
+                                               const TrainerConfig& cfg, double deadline_s = 30.0) {
   table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
+  options.endpoints = endpoints;
   options.config = cfg.sparse;
   options.deadline_s = deadline_s;
   options.connect_timeout_s = 0.5;
   auto servers = RemoteHostTier::connect(std::move(options));
   throw_if_error(servers.status());
   return std::move(servers).value();
+}
+
+inline std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
+                                               double deadline_s = 30.0) {
+  return connect(shards.endpoints(), cfg, deadline_s);
 }
 
 // The servers' full rows (PEEK) of every key of `batches`, each of which must be there.
@@ -56,5 +69,60 @@ inline std::map<uint64_t, std::vector<float>> peek_rows(
   }
   return out;
 }
+
+// A HostTier that forwards to `table` and notes the keys of every pull that finished (a pull
+// still under way shows as keys not noted yet); hold(from, ms) makes each pull of a key >= `from`
+// wait `ms` first.
+class SlowPulls final : public table::HostTier {
+ public:
+  explicit SlowPulls(table::HostTier& table) : table_(table) {}
+  const table::RowLayout& layout() const override { return table_.layout(); }
+  const table::AccessorConfig& config() const override { return table_.config(); }
+  Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* created) override {
+    const uint64_t from = held_from_.load();
+    if (from > 0 && std::any_of(keys, keys + n, [&](uint64_t k) { return k >= from; })) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(held_ms_.load()));
+    }
+    const Status pulled = table_.pull(keys, slots, n, rows, created);
+    MutexLock lock(mu_);
+    pulled_.insert(keys, keys + n);
+    return pulled;
+  }
+  Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
+              std::size_t* unknown) override {
+    return table_.peek(keys, slots, n, rows, unknown);
+  }
+  Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
+    return table_.push(keys, n, rows);
+  }
+  Status erase(const uint64_t* keys, std::size_t n) override { return table_.erase(keys, n); }
+  StatusOr<table::HostTierStats> stats() override { return table_.stats(); }
+  StatusOr<uint64_t> shrink() override { return table_.shrink(); }
+  Status save(const std::string& path, table::SaveKind mode, table::io::FileEnv* env) override {
+    return table_.save(path, mode, env);
+  }
+  Status load(const std::string& path, table::io::FileEnv* env) override {
+    return table_.load(path, env);
+  }
+  // From now on, pulls of a key >= `from` (0: none) wait `ms` before they are served.
+  void hold(uint64_t from, int ms) {
+    held_ms_ = ms;
+    held_from_ = from;
+  }
+  // The keys of `batch` no finished pull had.
+  std::size_t never_pulled(const dataset::Batch& batch) const {
+    MutexLock lock(mu_);
+    return static_cast<std::size_t>(std::count_if(batch.keys.begin(), batch.keys.end(),
+                                                  [&](uint64_t k) { return !pulled_.count(k); }));
+  }
+
+ private:
+  table::HostTier& table_;
+  std::atomic<uint64_t> held_from_{0};
+  std::atomic<int> held_ms_{0};
+  mutable Mutex mu_;
+  std::set<uint64_t> pulled_ GPUBOX_GUARDED_BY(mu_);
+};
 
 }  // namespace gpubox::trainer::ps_modes

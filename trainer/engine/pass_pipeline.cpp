@@ -52,9 +52,12 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
   auto prepared = std::make_unique<PreparedPass>();
   prepared->pass = pass;
   read(pass, prepared.get());
+  GPUBOX_EXPECTS(prepared->keys != nullptr, "pass ", pass, ": the reader gave no keys");
   // The data sets give their distinct keys in ascending order (a reader that does not is sorted
-  // here, slots along): moved, not copied, into the shared list.
-  dataset::UniqueKeys& keys = prepared->keys;
+  // here, slots along, into a copy: the data set's are shared with it and the pass cache). Held
+  // here, not referenced through prepared->keys, which the sorted copy replaces.
+  const std::shared_ptr<const dataset::UniqueKeys> given = prepared->keys;
+  const dataset::UniqueKeys& keys = *given;
   const auto ascending = [](uint64_t a, uint64_t b) { return a >= b; };
   if (std::adjacent_find(keys.keys.begin(), keys.keys.end(), ascending) != keys.keys.end()) {
     std::vector<std::pair<uint64_t, int32_t>> pairs(keys.keys.size());
@@ -67,12 +70,17 @@ std::unique_ptr<PreparedPass> prepare_pass(const ReadPass& read, int64_t pass) {
     pairs.erase(std::unique(pairs.begin(), pairs.end(),
                             [](const auto& a, const auto& b) { return a.first == b.first; }),
                 pairs.end());
-    keys.keys.resize(pairs.size());
-    keys.slots.resize(pairs.size());
-    for (std::size_t i = 0; i < pairs.size(); ++i) std::tie(keys.keys[i], keys.slots[i]) = pairs[i];
+    auto sorted = std::make_shared<dataset::UniqueKeys>();
+    sorted->keys.resize(pairs.size());
+    sorted->slots.resize(pairs.size());
+    for (std::size_t i = 0; i < pairs.size(); ++i) {
+      std::tie(sorted->keys[i], sorted->slots[i]) = pairs[i];
+    }
+    prepared->keys = std::move(sorted);
   }
-  prepared->sorted_keys = std::make_shared<const std::vector<uint64_t>>(std::move(keys.keys));
-  keys.keys = {};
+  // An alias of prepared->keys: the keys' owner stays alive while they are read.
+  prepared->sorted_keys =
+      std::shared_ptr<const std::vector<uint64_t>>(prepared->keys, &prepared->keys->keys);
   prepared->read_seconds = timer.seconds();
   return prepared;
 }
@@ -173,7 +181,8 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
         });
         std::vector<uint64_t> exclude = merged(*current_keys, *resident);
         for (const auto& earlier : before) exclude = merged(exclude, *earlier.get()->sorted_keys);
-        prepared->staged = tier.plan_staging(*prepared->sorted_keys, prepared->keys.slots, exclude);
+        prepared->staged =
+            tier.plan_staging(*prepared->sorted_keys, prepared->keys->slots, exclude);
         exclude = {};
         // From here the cards may read the plan (its keys) while the rows are fetched.
         staging_planned->set_value(prepared);

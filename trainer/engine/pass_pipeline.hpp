@@ -57,10 +57,11 @@ struct PreparedPass {
   // that order. QueueDataset: `stream`, read once for `keys` (scan), streamed again by the steps.
   std::unique_ptr<dataset::InMemoryDataset> data;
   std::unique_ptr<dataset::QueueDataset> stream;
-  // Its unique keys, ascending (shared: the next pass's card work reads them while this pass
-  // trains), and their slots in `keys.slots`, aligned with them (`keys.keys` was moved out).
+  // Its unique keys and their slots, aligned: as the data set gave them (shared with it and the
+  // pass cache, not copied), sorted by prepare_pass when they were not ascending.
+  std::shared_ptr<const dataset::UniqueKeys> keys;
+  // keys->keys, ascending (shared: the next pass's card work reads them while this pass trains).
   std::shared_ptr<const std::vector<uint64_t>> sorted_keys;
-  dataset::UniqueKeys keys;
   // Every step's sizes (InmemoryDataset only; null for a stream): the cards size their step
   // buffers for the largest before the first step. Computed with the read, ahead when prefetched.
   std::shared_ptr<const PassStepSizes> step_sizes;

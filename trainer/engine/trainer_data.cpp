@@ -52,7 +52,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
     // The keys' slots are those of their first occurrences in the load order: taken before the
     // instances are stored in the pass's shuffled order, so that the steps (and the plan below)
     // read each batch's instances in sequence.
-    into->keys = into->data->unique_keys_and_slots();
+    into->keys = into->data->unique_keys_and_slots_shared();
     if (config_.runner.shuffle) {
       into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
       store_pass_in_order(into->data.get(), what, pass);
@@ -73,9 +73,11 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   const int cards = state_->cards.num_local_cards();
   PassStepSizer sizer(static_cast<std::size_t>(config_.dataset.batch_size), cards,
                       env_.trainer_id * cards, cards * env_.trainers, !config_.runner.collective);
+  auto keys = std::make_shared<dataset::UniqueKeys>();
   const Status st = into->stream->scan(
-      &into->keys, [&sizer](const dataset::InstanceBlock& chunk) { sizer.add(chunk); });
+      keys.get(), [&sizer](const dataset::InstanceBlock& chunk) { sizer.add(chunk); });
   if (!st.ok()) GPUBOX_FAIL("reading ", what, " for its keys: ", st.message());
+  into->keys = std::move(keys);
   into->step_sizes = std::make_shared<const PassStepSizes>(sizer.finish());
   if (!share.empty() || env_.trainers == 1) {
     report_read(into->stream->load_stats(), share, what);

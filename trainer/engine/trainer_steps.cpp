@@ -189,7 +189,7 @@ PassReport Trainer::run_pass(
   // nothing) hand no rows: begin_pass then pulls them itself, as the pipeline's warning says.
   const bool staged_rows =
       prepared.prefetched && prepared.staged.fetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys.slots,
+  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys->slots,
                                                         staged_rows ? &prepared.staged : nullptr);
   const std::size_t staged = staged_rows ? prepared.staged.keys.size() : 0;
   prepared.staged = {};  // in the cards now
@@ -306,11 +306,11 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   auto ds = load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers),
                          "evaluation data", -1);
   ds->set_batch_size(config_.runner.infer_batch_size);
-  const dataset::UniqueKeys eval_keys = ds->unique_keys_and_slots();
+  const std::shared_ptr<const dataset::UniqueKeys> eval_keys = ds->unique_keys_and_slots_shared();
   const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
   const std::shared_ptr<const PassStepSizes> sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
-  s.card_tier->begin_pass(eval_keys.keys, eval_keys.slots, nullptr, pass::PassAccess::kEvaluate);
+  s.card_tier->begin_pass(eval_keys->keys, eval_keys->slots, nullptr, pass::PassAccess::kEvaluate);
   const int cards = s.cards.num_local_cards();
   EvalResult result;
   if (keep_predictions) {

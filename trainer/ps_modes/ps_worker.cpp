@@ -311,6 +311,23 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
   const RowSlot& slot = take_rows(batch, pass, step, geo_ != nullptr);
   const bool prefetching = row_calls_ != nullptr && next != nullptr && next->size() > 0;
   if (prefetching) prefetch(*next, pass, step + 1);
+  double loss = 0.0;
+  try {
+    loss = compute_gradients(batch, slot, pass, step);
+  } catch (...) {
+    // No step takes the next batch's rows now: the pull is waited for before the error leaves,
+    // so that the worker stays usable (a later step or pass gathers into that slot).
+    if (prefetching) abandon_prefetch();
+    throw;
+  }
+  computed_ = ComputedStep{true, prefetching, row_calls_ == nullptr, pass, step};
+  count_card_allocations(before);
+  return loss;
+}
+
+double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& slot, int64_t pass,
+                                   int64_t step) {
+  const auto size = static_cast<int64_t>(batch.size());
   upload(batch, slot);
   GradScales scales;
   // The gradient of the batch's mean loss; averaged over the job, of its summed loss (divided by
@@ -323,8 +340,6 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
   merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
-  computed_ = ComputedStep{true, prefetching, row_calls_ == nullptr, pass, step};
-  count_card_allocations(before);
   return loss;
 }
 
@@ -352,12 +367,15 @@ void PsWorker::apply_step(bool push) {
 void PsWorker::discard_step() {
   if (!computed_.pending) return;
   computed_.pending = false;
-  if (!computed_.prefetching) return;
-  // The next batch's rows are coming into the other slot: waited for, so that no later gather
-  // writes into it under the pull. A failure stays the queue's (a CallQueue stops at its first):
-  // the next step or finish_rows() throws it, or the destructor logs it.
-  rows_[1 - current_].pulling = false;
-  (void)row_calls_->drain();
+  if (computed_.prefetching) abandon_prefetch();
+}
+
+void PsWorker::abandon_prefetch() {
+  // A failure stays the queue's (a CallQueue stops at its first): the next step or
+  // finish_rows() throws it, or the destructor logs it.
+  RowSlot& slot = rows_[1 - current_];
+  slot.pulling = false;
+  (void)row_calls_->wait(slot.ticket);
 }
 
 void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,

@@ -107,7 +107,8 @@ class PsWorker {
   // (async: also one of an earlier step's push, or of this batch's pull started by the step
   // before). `next` (async; ignored in the other modes): the batch this thread trains next, in
   // the call after this one, whose rows are then pulled while this step computes; nullptr: none
-  // known (the next step pulls its own).
+  // known (the next step pulls its own). A step that throws waits for that pull first: unless a
+  // server call failed, the worker trains on (a later pass, or another batch).
   double train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                     const dataset::Batch* next = nullptr);
   // train_step in two halves, for the sync mode, whose threads of every trainer all pull a
@@ -241,6 +242,10 @@ class PsWorker {
   RowSlot& take_rows(const dataset::Batch& batch, int64_t pass, int64_t step, bool local_rows);
   // Starts the pull of `next`'s rows into the other slot (async).
   void prefetch(const dataset::Batch& next, int64_t pass, int64_t step);
+  // For a step that will not take the rows prefetch() is pulling into the other slot (it was
+  // discarded, or compute_step threw): waits for the pull, so that no later gather writes into
+  // the slot under it.
+  void abandon_prefetch();
   // Waits for the push `push` holds, if any.
   void wait_push(PushSlot& push);
   // Where this step's merged gradients of `unique` keys go: merged_, or (async) the values of
@@ -253,6 +258,10 @@ class PsWorker {
   // The rows of `slot` -> pull records per occurrence, copied to the card with the batch.
   void upload(const dataset::Batch& batch, const RowSlot& slot);
   DenseBatchView batch_view(const dataset::Batch& batch) const;
+  // compute_step's work once the rows are in `slot`: the upload, forward/backward, metrics, the
+  // finite check and the merged gradients. Returns the batch's summed log loss.
+  double compute_gradients(const dataset::Batch& batch, const RowSlot& slot, int64_t pass,
+                           int64_t step);
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
   // of `keys` into *merged (merge_target()).
   void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);

@@ -210,8 +210,11 @@ TEST(Server, DeadServerGivesClearErrorAfterDeadline) {
   EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
   EXPECT_NE(st.message().find("PUSH to " + endpoint), std::string::npos) << st.to_string();
   EXPECT_NE(st.message().find("gave up after"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("(deadline 0.3 s)"), std::string::npos) << st.to_string();
+  // Retried until its deadline, and not much past it: the bound leaves a loaded machine room
+  // but fails a client that retries on (its backoff is at most 0.1 s).
   EXPECT_GE(took, 0.25);
-  EXPECT_LT(took, 2.0);
+  EXPECT_LT(took, 10.0);
 
   // connect() to nothing: the same kind of error, for INFO.
   options.deadline_s = 0.1;
