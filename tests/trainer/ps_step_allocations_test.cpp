@@ -234,8 +234,8 @@ TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
     EXPECT_EQ(worker.model().parameters().values_to_host() == initial, averaged)
         << "the dense net after an applied step";
     if (averaged) {
-      worker.add_gradients(true);
-      worker.step_averaged();
+      worker.add_gradients(PsWorker::GradientShare::kOverwrite);
+      worker.step_averaged(PsWorker::GradientShare::kOverwrite);
       EXPECT_NE(worker.model().parameters().values_to_host(), initial)
           << "an averaged step left the dense net";
     }

@@ -186,7 +186,7 @@ struct PsTrainer::PassThreads {
     // does (it scales each trainer's delta by 1 / trainers); async adds each thread's change as
     // it comes.
     average_gradients = averages_gradients(runner);
-    clears_gradients_of = trainer.env_.trainer_id == 0 ? 0 : -1;
+    job_of_one = trainer.env_.trainers * threads == 1;
     dense_scale = mode == SyncMode::kAsync
                       ? 1.0f
                       : 1.0f / static_cast<float>(trainer.env_.trainers * threads);
@@ -207,6 +207,18 @@ struct PsTrainer::PassThreads {
       return;
     }
     meet_all(t, "rows/" + std::to_string(b), "step " + std::to_string(b) + "'s pulls");
+  }
+  // How thread t takes part in the averaged dense step (PsWorker::add_gradients): trainer 0's
+  // thread 0 overwrites the step's gradient table right after computing the step, before the
+  // step's pull barrier, and every other thread adds to it after that barrier. The overwrite
+  // needs no clearing before it: the table of step b was last read by every thread's
+  // step_averaged of step b - 2, which each thread finishes before it computes step b - 1 and
+  // meets at meet_pulled(b - 1); the overwriting thread passes that barrier before it computes
+  // step b, and every add of step b waits at meet_pulled(b) for the overwrite to be done.
+  PsWorker::GradientShare gradient_share(int t) const {
+    if (job_of_one) return PsWorker::GradientShare::kLocal;
+    return trainer.env_.trainer_id == 0 && t == 0 ? PsWorker::GradientShare::kOverwrite
+                                                  : PsWorker::GradientShare::kAdd;
   }
   // Thread t's batch of step b; false when the thread has no step left.
   bool next_batch(int t, std::size_t b, dataset::Batch* batch) const {
@@ -237,7 +249,7 @@ struct PsTrainer::PassThreads {
   const SyncMode mode;
   bool open_ended = false;
   bool average_gradients = false;
-  int clears_gradients_of = -1;  // the thread of this trainer that clears the gradient tables
+  bool job_of_one = false;  // one trainer of one thread: its dense step needs no server
   float dense_scale = 1.0f;
   float statistic_scale = 1.0f;
   std::size_t dense_every = 1;
@@ -266,6 +278,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   State& s = *state_;
   const SyncMode mode = run.mode;
   PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+  const PsWorker::GradientShare share = run.gradient_share(t);
   worker.metrics().reset();
   // async reads one batch ahead: its rows are pulled while this step computes (PsWorker). Not
   // when the pass stops before it: its pull would create rows it never trains. So async asks
@@ -297,6 +310,9 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
       // Every thread's step computed: this thread's share of the trainer's keys, each key's
       // gradients summed over the threads, goes to the servers (MergedPushes).
       try {
+        if (run.average_gradients && share == PsWorker::GradientShare::kOverwrite) {
+          worker.add_gradients(share);
+        }
         run.meet_pulled(t, b);
         s.pushes->push(t, s.workers, *s.servers, run.pass, static_cast<int64_t>(b));
       } catch (...) {
@@ -309,13 +325,15 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
     if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense(run.statistic_scale);
-    if (run.average_gradients) worker.add_gradients(t == run.clears_gradients_of);
+    if (run.average_gradients && share != PsWorker::GradientShare::kOverwrite) {
+      worker.add_gradients(share);
+    }
     if (dense_step && mode != SyncMode::kAsync && !run.average_gradients) {
       worker.sync_dense(run.dense_scale);
     }
     if (mode == SyncMode::kSync) {
       run.meet_step(t, b);
-      if (run.average_gradients) worker.step_averaged();
+      if (run.average_gradients) worker.step_averaged(share);
       if (dense_step && !run.average_gradients) worker.sync_dense(0.0f);
       if (run.stop.stopping()) {  // every thread of every trainer after this step
         ++b;
@@ -336,7 +354,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   // Averaged steps leave every thread's dense parameters the same: one thread writes them to the
   // servers' table (a save, an evaluation and the next job read it), which every thread adopts.
   if (run.average_gradients) {
-    if (t == run.clears_gradients_of) worker.publish_dense();
+    if (share != PsWorker::GradientShare::kAdd) worker.publish_dense();  // trainer 0, thread 0
     run.meet_all(t, "dense", "the pass's dense table");
     worker.sync_dense(0.0f);
   }

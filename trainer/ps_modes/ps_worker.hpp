@@ -162,16 +162,21 @@ class PsWorker {
   void exchange_dense(float statistic_scale = 1.0f);
   // The sync mode's dense step (averages_gradients; apply_step then leaves the dense parameters
   // alone), in two halves around the barrier after every thread of the job added its part:
-  // add_gradients() adds this step's dense gradient sums and batch size (nothing after an empty
-  // batch) to the servers' gradient table of the step (kGradientTableNames, in turn); `clears`
-  // (one thread of the job) then writes zeros to the other table, which every thread read in the
-  // step before (the caller's barriers order every read of a table before its clearing, and the
-  // clearing before the next add to it). step_averaged() reads the job's sums and steps the
+  // add_gradients() puts this step's dense gradient sums and batch size into the servers'
+  // gradient table of the step (kGradientTableNames, in turn) as `share` says: one thread of the
+  // job (kOverwrite) writes them over what the table held two steps ago (zeros after an empty
+  // batch), every other thread (kAdd) adds them (nothing after an empty batch); a job of one
+  // thread (kLocal) leaves the servers alone. The caller orders them: the overwrite right after
+  // compute_step and before the step's pull barrier, the adds after it; every read of the table
+  // two steps ago (step_averaged of step g - 2) comes before each reader's next pull barrier
+  // (g - 1), which the overwriting thread passed before computing step g (ps_trainer_pass.cpp).
+  // step_averaged() reads the job's sums (kLocal: its own, from the card) and steps the
   // optimizer on their mean, the gradient of the job's mean loss over every thread's batch:
   // every thread the same step with the same moments, so their dense parameters stay the same
   // (the batch-norm statistics' changes, in the gradients' place, averaged weighted by batch).
-  void add_gradients(bool clears);
-  void step_averaged();
+  enum class GradientShare { kOverwrite, kAdd, kLocal };
+  void add_gradients(GradientShare share);
+  void step_averaged(GradientShare share);
   // The servers' dense table = this thread's dense parameters (a write: the sync mode's
   // averages_gradients pass end, from one thread of the job).
   void publish_dense();
@@ -304,11 +309,10 @@ class PsWorker {
   std::vector<float> snapshot_;
   std::vector<float> sent_;
   // The sync mode's averaged step (add_gradients): the gradient sums and the batch size, the
-  // zeros that clear a table, the steps exchanged so far (whose parity picks the table) and the
-  // batch of the last compute_step.
+  // steps exchanged so far (whose parity picks the table) and the batch of the last
+  // compute_step.
   const bool averages_gradients_;
   std::vector<float> gradient_sums_;
-  std::vector<float> gradient_zeros_;
   uint64_t gradient_steps_ = 0;
   std::size_t step_batch_ = 0;
   std::unique_ptr<DenseExchanger> exchanger_;  // the async mode's exchange_dense()

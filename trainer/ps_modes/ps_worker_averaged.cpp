@@ -14,43 +14,53 @@
 
 namespace gpubox::trainer::ps_modes {
 
-void PsWorker::add_gradients(bool clears) {
+void PsWorker::add_gradients(GradientShare share) {
   const std::size_t n = model_->parameters().size();
   const char* table = kGradientTableNames[gradient_steps_ % 2];
-  if (step_batch_ > 0) {
-    read_back_grads_into_sums(n);
-    throw_if_error(
-        servers_.dense(table::server::DenseAction::kAdd, table, &gradient_sums_)
-            .with_context(std::string("adding the dense gradients to the servers' ") + table));
-  }
-  if (!clears || gradient_steps_ == 0) return;
-  const char* before = kGradientTableNames[(gradient_steps_ + 1) % 2];
-  growth_.resize(&gradient_zeros_, n + 1);
-  std::fill(gradient_zeros_.begin(), gradient_zeros_.end(), 0.0f);
-  throw_if_error(servers_.dense(table::server::DenseAction::kWrite, before, &gradient_zeros_)
-                     .with_context(std::string("clearing the servers' ") + before));
+  if (share == GradientShare::kLocal) return;  // step_averaged steps on the card's own
+  if (share == GradientShare::kAdd && step_batch_ == 0) return;  // nothing to add
+  // kOverwrite: this thread's sums replace what the table held from two steps ago (zeros after
+  // an empty batch), so that no thread has to clear it (see ps_worker.hpp for the ordering).
+  read_back_grads_into_sums(n);
+  const auto action = share == GradientShare::kOverwrite ? table::server::DenseAction::kWrite
+                                                         : table::server::DenseAction::kAdd;
+  throw_if_error(
+      servers_.dense(action, table, &gradient_sums_)
+          .with_context(std::string(share == GradientShare::kOverwrite
+                                        ? "writing the dense gradients to the servers' "
+                                        : "adding the dense gradients to the servers' ") +
+                        table));
 }
 
 void PsWorker::read_back_grads_into_sums(std::size_t n) {
+  growth_.resize(&gradient_sums_, n + 1);
+  gradient_sums_[n] = static_cast<float>(step_batch_);
+  if (step_batch_ == 0) {  // no gradients this step (the card's are an older step's)
+    std::fill(gradient_sums_.begin(), gradient_sums_.begin() + static_cast<std::ptrdiff_t>(n),
+              0.0f);
+    return;
+  }
   DenseParameters& params = model_->parameters();
   growth_.fit(&read_back_, n);
   device::copy_async(read_back_.data(), params.grads().data(), n, card_.stream());
   card_.stream().synchronize();
-  growth_.resize(&gradient_sums_, n + 1);
   std::copy(read_back_.data(), read_back_.data() + n, gradient_sums_.begin());
-  gradient_sums_[n] = static_cast<float>(step_batch_);
 }
 
-void PsWorker::step_averaged() {
+void PsWorker::step_averaged(GradientShare share) {
   const device::DeviceCounts before = card_.counts();
   DenseParameters& params = model_->parameters();
   const std::size_t n = params.size();
   const char* table = kGradientTableNames[gradient_steps_++ % 2];
-  growth_.resize(&gradient_sums_, n + 1);
-  throw_if_error(servers_.dense(table::server::DenseAction::kRead, table, &gradient_sums_)
-                     .with_context(std::string("reading the job's dense gradients from the "
-                                               "servers' ") +
-                                   table));
+  if (share == GradientShare::kLocal) {
+    read_back_grads_into_sums(n);  // the job's sums are this thread's: no server round trip
+  } else {
+    growth_.resize(&gradient_sums_, n + 1);
+    throw_if_error(servers_.dense(table::server::DenseAction::kRead, table, &gradient_sums_)
+                       .with_context(std::string("reading the job's dense gradients from the "
+                                                 "servers' ") +
+                                     table));
+  }
   const float batch = gradient_sums_[n];
   if (batch > 0.0f) {  // else no thread of the job had a batch: nothing to step
     // Pinned: the copy does not block the thread. The wait: a thread without a batch this step
