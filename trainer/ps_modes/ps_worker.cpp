@@ -293,6 +293,10 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
 
 double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                             const dataset::Batch* next) {
+  GPUBOX_EXPECTS(!averages_gradients_, "pass ", pass, ", step ", step,
+                 ": train_step takes no dense step in the sync mode's averaged step "
+                 "(runner.dense_sync_steps 1): compute_step, apply_step, add_gradients and "
+                 "step_averaged instead");
   const double loss = compute_step(batch, pass, step, next);
   apply_step();
   return loss;
@@ -535,6 +539,11 @@ std::string dense_exchange_note(const TrainerConfig& config, std::size_t dense_v
         "stay in its parameters meanwhile; others' arrive up to two windows late), as Paddle's "
         "async communicator merges the steps it queued (PaddleRec fat_deepffm's config.yaml, 71 "
         "MB at batch 1: 0.22 steps/s at 1, 1.0 at 16, the same pass metrics)";
+    if (mode == SyncMode::kSync) {
+      note +=
+          "; in the sync mode K > 1 also gives up its one optimizer step on the job's averaged "
+          "gradients: each thread steps its own optimizer and the windows' changes are averaged";
+    }
   }
   return note;
 }

@@ -41,7 +41,11 @@
 //          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
 //          merged over its threads (MergedPushes; apply_step(false)).
 //
-// Thread-safety: one thread. The card and the servers' client must outlive the worker.
+// Thread-safety: one thread, except computed_push(), which other threads may call (read-only)
+// from the return of compute_step until this thread's next compute_step or discard_step; the
+// caller orders them (the sync mode: every thread of a trainer reads its share of the others'
+// pushes between the step's pull barrier and its step barrier, before any thread computes the
+// next step). The card and the servers' client must outlive the worker.
 #pragma once
 
 #include <cstdint>
@@ -77,7 +81,8 @@ class GeoRows;
 inline constexpr const char* kDenseTableName = "dense";
 
 // The servers' tables of the sync mode's dense step (averages_gradients): a step's gradient sums
-// and batch size go to one, the next step's to the other, while the one before is cleared.
+// and batch size go to one, the next step's to the other (each overwritten, not cleared, by its
+// step's first writer: PsWorker::add_gradients).
 inline constexpr const char* kGradientTableNames[2] = {"ps_dense_grads_0", "ps_dense_grads_1"};
 
 // Whether the job's dense step is one optimizer step on the gradients of every thread of the job
@@ -116,7 +121,8 @@ class PsWorker {
   // same step: ps_trainer_pass.cpp). compute_step: the rows, forward/backward, the finite check
   // and the merged gradients (throws as train_step); apply_step: the push (geo: the local copy's
   // update) and the dense optimizer step of the last compute_step (nothing after an empty batch
-  // or a second time); discard_step: drops it (the caller failed between the two: neither its push
+  // or a second time; averages_gradients: no dense step, which add_gradients and step_averaged
+  // take after it); discard_step: drops it (the caller failed between the two: neither its push
   // nor its dense step is made; its metrics stay added). Between compute_step and one of the
   // others, nothing else of this worker may be called; compute_step throws while a step is pending.
   double compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
