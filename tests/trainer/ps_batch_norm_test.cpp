@@ -112,12 +112,13 @@ TEST_P(PsBatchNormOutputs, AsyncAndSyncLearnWhatTheGpuboxModeLearns) {
         "dlrm (%s) with batch norm, %s (%d threads): test auc %.4f, gpubox mode on %d "
         "card(s) %.4f (behind by %.4f)\n",
         GetParam(), mode, trainer.threads(), auc, reference_cards, reference, reference - auc);
-    // Trailing is what is guarded (one-sided): sync's bound 0.01 (at most 0.0015 behind two
-    // cards seen); async's 0.035, with margin over what a loaded machine shows: at load ~9 in 20
+    // Trailing is what is guarded (one-sided): sync's bound 0.025 (at most 0.0015 behind two
+    // cards seen on the CPU backend; kept until measured on CUDA, whose kernels round
+    // differently); async's 0.035, with margin over what a loaded machine shows: at load ~9 in 20
     // runs the two-class output trailed one card by 0.0112 on average, 0.0193 at most, and the
     // logit reached 0.0251 once in 35 runs (a 0.025 bound failed ~1-3% of runs). Far ahead (never
     // seen: at most 0.0014, sync) would mean the reference or the comparison is off.
-    const double behind = sync ? 0.01 : 0.035;
+    const double behind = sync ? 0.025 : 0.035;
     EXPECT_GT(auc, reference - behind) << "behind the gpubox mode by more than " << behind;
     EXPECT_LT(auc, reference + 0.05) << "far ahead of the gpubox mode: is the reference off?";
     EXPECT_GT(auc, 0.65) << "the planted data is learnable: a constant predictor is 0.5";
@@ -201,7 +202,7 @@ TEST_P(PsBatchNormOutputs, SyncOnTwoThreadsStepsAsTheGpuboxModeOnTwoCards) {
   const int cards = device::testing::cards_here(2);
   constexpr int kBatch = 64;
   std::vector<std::string> extra = kDlrmBn;
-  extra.back() = "runner.thread_num=" + std::to_string(cards);
+  extra.push_back("runner.thread_num=" + std::to_string(cards));  // overrides kDlrmBn's
   extra.push_back("hyper_parameters.dlrm_output=" + std::string(GetParam()));
   extra.push_back("runner.train_batch_size=" + std::to_string(kBatch));
   const fs::path one_step = root_ / (std::string("one_step_") + GetParam());
