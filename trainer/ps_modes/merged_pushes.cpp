@@ -5,7 +5,6 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "table/server/remote_host_tier.hpp"
-#include "trainer/ps_modes/ps_worker.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
@@ -50,25 +49,42 @@ float* MergedPushes::record(Share& share, uint64_t key, int32_t slot) const {
   return share.values.data() + std::size_t{share.index[at]} * push_dim_;
 }
 
-void MergedPushes::push(int t, const std::vector<std::unique_ptr<PsWorker>>& workers,
-                        table::server::RemoteHostTier& servers, int64_t pass, int64_t step) {
+void MergedPushes::file(int t, const PsWorker::ComputedPush& computed) {
   Share& share = shares_.at(static_cast<std::size_t>(t));
-  std::size_t most = 0;  // every thread's keys: room enough whatever the hash sends here
-  for (const auto& worker : workers) most += worker->computed_push().n;
+  share.filed = computed;
+  share.by_owner.resize(threads_);
+  for (std::vector<uint32_t>& owned : share.by_owner) {
+    share.growth.reserve(&owned, computed.n);  // kept from step to step
+    owned.clear();
+  }
+  for (std::size_t i = 0; i < computed.n; ++i) {
+    share.by_owner[mix64(computed.keys[i]) % threads_].push_back(static_cast<uint32_t>(i));
+  }
+}
+
+PsWorker::ComputedPush MergedPushes::merge(int t) {
+  const auto owner = static_cast<std::size_t>(t);
+  Share& share = shares_.at(owner);
+  std::size_t most = 0;  // this thread's share of every thread's keys
+  for (const Share& from : shares_) most += from.by_owner.empty() ? 0 : from.by_owner[owner].size();
   clear(share, most);
-  for (const auto& worker : workers) {
-    const PsWorker::ComputedPush from = worker->computed_push();
-    for (std::size_t i = 0; i < from.n; ++i) {
-      if (mix64(from.keys[i]) % threads_ != static_cast<std::size_t>(t)) continue;
-      float* into = record(share, from.keys[i], from.slots[i]);
-      const float* add = from.values + i * push_dim_;
+  for (const Share& from : shares_) {
+    if (from.by_owner.empty()) continue;
+    for (const uint32_t i : from.by_owner[owner]) {
+      float* into = record(share, from.filed.keys[i], from.filed.slots[i]);
+      const float* add = from.filed.values + std::size_t{i} * push_dim_;
       for (std::size_t f = 0; f < push_dim_; ++f) into[f] += add[f];
     }
   }
-  if (share.keys.empty()) return;
-  const Status pushed =
-      servers.push_updates(table::server::PsUpdateKind::kGradient, share.keys.data(),
-                           share.slots.data(), share.keys.size(), share.values.data());
+  return PsWorker::ComputedPush{share.keys.data(), share.slots.data(), share.values.data(),
+                                share.keys.size()};
+}
+
+void MergedPushes::push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step) {
+  const PsWorker::ComputedPush merged = merge(t);
+  if (merged.n == 0) return;
+  const Status pushed = servers.push_updates(table::server::PsUpdateKind::kGradient, merged.keys,
+                                             merged.slots, merged.n, merged.values);
   if (!pushed.ok()) {
     throw_if_error(pushed.with_context("pushing the gradients of pass " + std::to_string(pass) +
                                        ", step " + std::to_string(step) +

@@ -8,9 +8,14 @@
 // mix64(key) % threads == t, adding the threads' gradients in thread order, so the sums do not
 // depend on the threads' timing.
 //
-// Thread-safety: push(t, ...) from thread t, concurrently for every t, after every thread's
-// compute_step and before any thread's next one (the sync mode's barriers); each thread's share
-// and its buffers are its own.
+// Each thread files its computed push right after compute_step (file: its keys' indices bucketed
+// by the thread that owns them), so that the owner reads only its share: O(keys) a step over
+// the trainer, not O(threads x keys).
+//
+// Thread-safety: file(t, ...) and then merge(t)/push(t, ...) from thread t, concurrently for
+// every t; every thread's file() before any thread's merge() and every merge() before any
+// thread's next file() (the sync mode's barriers: the step's pull barrier and the step
+// barrier); each thread's buckets and share are its own, others' only read.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/ps_modes/step_buffers.hpp"
 
 namespace gpubox::table::server {
@@ -26,25 +32,31 @@ class RemoteHostTier;
 
 namespace gpubox::trainer::ps_modes {
 
-class PsWorker;
-
 class MergedPushes {
  public:
   // `threads` training threads of the trainer, each push record `push_dim` floats.
   MergedPushes(int threads, int push_dim);
 
-  // Thread t's share of the step's keys, summed over every worker's computed push and pushed
-  // through `servers` (one record per key). Throws a failed push naming `pass` and `step`.
-  void push(int t, const std::vector<std::unique_ptr<PsWorker>>& workers,
-            table::server::RemoteHostTier& servers, int64_t pass, int64_t step);
-  // The growths of every share's buffers so far (a steady step grows nothing).
+  // Thread t's computed push of the step (its arrays read until the others' merge() returns),
+  // filed by owner thread: mix64(key) % threads.
+  void file(int t, const PsWorker::ComputedPush& computed);
+  // Thread t's share of the step's keys, each summed over every thread's filed push (in thread
+  // order, so the sums do not depend on the threads' timing); valid until t's next merge().
+  PsWorker::ComputedPush merge(int t);
+  // merge(t), pushed through `servers` (one record per key). Throws a failed push naming `pass`
+  // and `step`.
+  void push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step);
+  // The growths of every thread's buffers so far (a steady step grows nothing).
   uint64_t growths() const;
 
  private:
-  // One thread's keys of a step: their slots and summed records, and an open-addressing index
-  // (linear probing, at most half full) of the keys.
+  // One thread's state: its filed push and its keys' indices by owner thread; and its share of
+  // a step's keys: their slots and summed records, and an open-addressing index (linear
+  // probing, at most half full) of the keys.
   struct Share {
     BufferGrowth growth;
+    PsWorker::ComputedPush filed;
+    std::vector<std::vector<uint32_t>> by_owner;
     std::vector<uint64_t> keys;
     std::vector<int32_t> slots;
     std::vector<float> values;  // keys x push_dim

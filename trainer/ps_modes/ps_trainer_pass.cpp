@@ -310,11 +310,12 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
       // Every thread's step computed: this thread's share of the trainer's keys, each key's
       // gradients summed over the threads, goes to the servers (MergedPushes).
       try {
+        s.pushes->file(t, worker.computed_push());
         if (run.average_gradients && share == PsWorker::GradientShare::kOverwrite) {
           worker.add_gradients(share);
         }
         run.meet_pulled(t, b);
-        s.pushes->push(t, s.workers, *s.servers, run.pass, static_cast<int64_t>(b));
+        s.pushes->push(t, *s.servers, run.pass, static_cast<int64_t>(b));
       } catch (...) {
         worker.discard_step();  // the worker stays usable for a later pass
         throw;
