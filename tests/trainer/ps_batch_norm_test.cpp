@@ -151,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(DlrmOutputs, PsBatchNormOutputs, ::testing::Values("log
 // batch_norm.cu normalises a negative variance as 0).
 TEST_F(PsBatchNorm, AsyncAveragesTheThreadsStatisticMoves) {
   std::vector<std::string> extra = kDlrmBn;
-  extra.back() = "runner.thread_num=8";
+  extra.push_back("runner.thread_num=8");  // overrides kDlrmBn's
   extra.push_back("runner.dense_sync_steps=10");
   extra.push_back("runner.train_batch_size=32");
   for (const char* rate : {"optimizer.learning_rate", "sparse_optimizer.learning_rate",
