@@ -366,6 +366,62 @@ TEST_F(PsModes, SyncOnTwoTrainersAveragesTheJobsDenseGradients) {
   EXPECT_LT(dense_diff, 1e-6);
 }
 
+// The job's dense step weighs each thread's gradients by its batch: two trainers of one thread
+// whose batches differ (64 and 64 twice, then 37 and 64) step as the gpubox mode on two cards over
+// the same batches, with the rows held still (sparse learning rates 1e-12: the rows' rounding
+// apart, the trainers' rows are merged per trainer only). Averaging the threads' means instead, or
+// adding to a gradient table that still holds two steps ago, moves the second step away.
+TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
+  if (device::testing::cards_here(2) < 2) GTEST_SKIP() << "the reference needs two cards";
+  constexpr int kBatch = 64;
+  const auto train = data_files((root_ / "train").string());
+  const std::filesystem::path dir = root_ / "uneven_trainers";
+  std::filesystem::create_directories(dir);
+  // Three steps (so that a gradient table is used again): trainer 0's file holds lines [0, 64),
+  // [128, 192) and [256, 293); trainer 1's [64, 128), [192, 256) and [293, 357). The gpubox
+  // mode's step takes the cards' batches in a row of its files, so its one file is the lines in
+  // order, step by step: [0, 357).
+  const std::filesystem::path pieces = root_ / "uneven_pieces";
+  std::filesystem::create_directories(pieces / "gpubox");
+  write_lines(train.at(0), 0, 5 * kBatch + 37, pieces / "gpubox" / "part-00000");
+  const auto concat = [&](const std::filesystem::path& out,
+                          std::initializer_list<std::pair<int, int>> ranges) {
+    std::ofstream to(out);
+    for (const auto& [start, count] : ranges) {
+      write_lines(train.at(0), start, count, pieces / "piece");
+      std::ifstream from(pieces / "piece");
+      to << from.rdbuf();
+    }
+  };
+  concat(dir / "part-00000", {{0, kBatch}, {2 * kBatch, kBatch}, {4 * kBatch, 37}});
+  concat(dir / "part-00001", {{kBatch, kBatch}, {3 * kBatch, kBatch}, {4 * kBatch + 37, kBatch}});
+  const auto files = data_files(dir.string());
+  const auto gpubox_files = data_files((pieces / "gpubox").string());
+  std::vector<std::string> base = {"hyper_parameters.optimizer.class=Adam",
+                                   "runner.train_batch_size=" + std::to_string(kBatch)};
+  for (const char* rate : {"sparse_optimizer.learning_rate", "sparse_optimizer.mf_learning_rate"}) {
+    base.push_back(std::string("hyper_parameters.") + rate + "=1e-12");
+  }
+  std::vector<std::string> sync_extra = base;
+  sync_extra.push_back("runner.sync_mode=sync");
+  const TrainerConfig cfg = config(sync_extra);
+  Servers shards(cfg, 1);
+  const std::vector<float> synced = run_job(
+      cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
+      [](PsTrainer& trainer) { return trainer.dense_values(); });
+  TrainerEnv env;
+  env.selected_cards = device::testing::card_list(2);
+  env.threads_per_card = 1;
+  Trainer gpubox(config(base), env);
+  gpubox.train_pass(gpubox_files);
+  const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
+  std::printf(
+      "three steps of uneven batches, sync on 2 trainers x 1 thread against the gpubox mode on 2 "
+      "cards: dense weights differ by at most %.3g\n",
+      dense_diff);
+  EXPECT_LT(dense_diff, 1e-7);
+}
+
 // Geo with two trainers that both create the embedx part of the same rows (each on its own
 // first touch, before the other synced): the servers hold the key's initial values once plus
 // the average of the trainers' changes of them (each delta scaled by 1 / 2, as Paddle's geo
