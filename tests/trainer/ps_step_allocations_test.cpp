@@ -133,6 +133,7 @@ struct LoopbackThread {
     servers = std::move(connected).value();
     card.activate();
     worker = std::make_unique<PsWorker>(card, *servers, cfg);
+    throw_if_error(PsWorker::reset_gradient_tables(*servers, worker->model().parameters().size()));
     worker->sync_dense(0.0f);
   }
   Servers shards;
@@ -228,8 +229,16 @@ TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
     worker.discard_step();  // nothing pending: nothing
     worker.compute_step(second, 0, 1);
     worker.apply_step();
-    EXPECT_NE(worker.model().parameters().values_to_host(), initial)
-        << "an applied step left the dense net";
+    // The sync mode's dense step (averages_gradients) is the job's averaged one.
+    const bool averaged = averages_gradients(cfg.runner);
+    EXPECT_EQ(worker.model().parameters().values_to_host() == initial, averaged)
+        << "the dense net after an applied step";
+    if (averaged) {
+      worker.add_gradients(PsWorker::GradientShare::kOverwrite);
+      worker.step_averaged(PsWorker::GradientShare::kOverwrite);
+      EXPECT_NE(worker.model().parameters().values_to_host(), initial)
+          << "an averaged step left the dense net";
+    }
     worker.apply_step();  // a second time: nothing
     worker.compute_step(first, 0, 2);
     worker.apply_step();
@@ -238,7 +247,8 @@ TEST(PsStepAllocations, AComputedStepIsAppliedOrDiscardedBeforeTheNext) {
 }
 
 // The pass report's pass_step_allocations: a pass over the same batches as the one before it
-// allocates nothing in its steps (async and sync, two threads each).
+// allocates nothing in its steps (async and sync, two threads each; sync with its averaged
+// dense step and with a longer dense window).
 TEST(PsStepAllocations, ASecondPassOverTheSameBatchesReportsNoStepAllocations) {
   const fs::path root =
       fs::temp_directory_path() / ("gpubox_ps_step_allocations_" + std::to_string(::getpid()));
@@ -246,11 +256,12 @@ TEST(PsStepAllocations, ASecondPassOverTheSameBatchesReportsNoStepAllocations) {
   dataset::OracleSummary oracle;
   gpubox::testing::write_planted_train_test(root, &oracle);
   const std::vector<std::string> files = {data_files((root / "train").string()).front()};
-  for (const char* mode : {"async", "sync"}) {
-    SCOPED_TRACE(mode);
-    const TrainerConfig cfg =
-        ps_test_config({std::string("runner.sync_mode=") + mode, "runner.thread_num=2",
-                        "runner.split_file_list=false", "runner.dense_sync_steps=2"});
+  for (const auto& [mode, window] :
+       {std::make_pair("async", 2), std::make_pair("sync", 2), std::make_pair("sync", 1)}) {
+    SCOPED_TRACE(std::string(mode) + ", dense_sync_steps " + std::to_string(window));
+    const TrainerConfig cfg = ps_test_config({std::string("runner.sync_mode=") + mode,
+                                              "runner.thread_num=2", "runner.split_file_list=false",
+                                              "runner.dense_sync_steps=" + std::to_string(window)});
     Servers shards(cfg, 1);
     TrainerEnv env;
     env.servers = shards.endpoints();

@@ -97,11 +97,16 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             {},
             nullptr,
             {},
+            nullptr,
             nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
     s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
+  }
+  if (config_.runner.sync_mode == SyncMode::kSync) {
+    s.pushes =
+        std::make_unique<MergedPushes>(s.cards.num_local_cards(), s.servers->layout().push_dim());
   }
   s.lineage = std::make_unique<SaveLineage>(config_);
   start_job();
@@ -134,6 +139,10 @@ void PsTrainer::start_job() {
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
+        if (averages_gradients(config_.runner)) {
+          throw_if_error(
+              PsWorker::reset_gradient_tables(*s.servers, first.model().parameters().size()));
+        }
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
       },

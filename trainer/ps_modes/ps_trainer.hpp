@@ -15,14 +15,19 @@
 //          the end of the pass.
 //   sync:  the same, and every step ends at a barrier of all trainers (one per step, thread 0
 //          of each trainer at the servers, the threads of a trainer among themselves), so each
-//          step's updates of every trainer are applied before anyone's next pull. Dense changes
+//          step's updates of every trainer are applied before anyone's next pull. The dense
+//          step (runner.dense_sync_steps 1): every thread adds its gradient sums and batch size
+//          to a servers' gradient table before the barrier, and after it every thread steps its
+//          optimizer on the job's mean gradient, the same step with the same moments on every
+//          thread, as the gpubox mode on as many cards (PsWorker::add_gradients); at the pass's
+//          end trainer 0's thread 0 writes the dense table, which all adopt behind one more
+//          barrier. Over longer windows each thread steps its own copy and the window's changes
 //          are added scaled by 1 / (trainers x threads): the servers' dense table moves by the
-//          mean of the threads' updates. Trainers with fewer batches take empty steps, so all
-//          take the same number. A pass ending inside a runner.dense_sync_steps window adds
-//          and adopts that window's dense change behind one more barrier (async and geo push
-//          theirs at the end of every pass too), so a save or an evaluation after the pass has
-//          it. A trainer missing from a barrier for runner.collective_timeout_s ends the job with
-//          an error naming it.
+//          mean of the threads' updates; a pass ending inside a window adds and adopts that
+//          window's change behind one more barrier (async and geo push theirs at the end of
+//          every pass too), so a save or an evaluation after the pass has it. Trainers with fewer
+//          batches take empty steps, so all take the same number. A trainer missing from a barrier
+//          for runner.collective_timeout_s ends the job with an error naming it.
 //   geo:   every thread trains its local copy of the rows it touches (GeoRows) and its own
 //          dense net; every runner.geo_step steps (and at the end of a pass) it pushes both
 //          deltas and adopts the merged values.

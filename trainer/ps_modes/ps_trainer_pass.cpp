@@ -177,11 +177,16 @@ struct PsTrainer::PassThreads {
     const RunnerConfig& runner = trainer.config_.runner;
     // async and geo take a stream's batches until it ends; everything else `steps` of them.
     open_ended = data.stream != nullptr && mode != SyncMode::kSync;
-    // sync averages the step's changes of every thread of the job (SGD: the gradients, as the
-    // gpubox mode's cards; Adam and Adagrad: each thread's step with its own moments, not one step
-    // on the averaged gradient, issue 32: ps_batch_norm_test); geo averages the threads'
-    // local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator does (it
-    // scales each trainer's delta by 1 / trainers); async adds each thread's change as it comes.
+    // sync (runner.dense_sync_steps 1) averages the gradients of every thread of the job, and
+    // every thread takes the same optimizer step on them with the same moments, as the gpubox
+    // mode's cards all-reduce theirs and as Paddle's sync mode's dense table applies its rule once
+    // to the trainers' averaged gradients (averages_gradients, issue 32); over longer windows
+    // each thread steps its own copy and the windows' changes are averaged; geo averages the
+    // threads' local moves since the last sync, dense and sparse, as Paddle's GeoCommunicator
+    // does (it scales each trainer's delta by 1 / trainers); async adds each thread's change as
+    // it comes.
+    average_gradients = averages_gradients(runner);
+    job_of_one = trainer.env_.trainers * threads == 1;
     dense_scale = mode == SyncMode::kAsync
                       ? 1.0f
                       : 1.0f / static_cast<float>(trainer.env_.trainers * threads);
@@ -202,6 +207,18 @@ struct PsTrainer::PassThreads {
       return;
     }
     meet_all(t, "rows/" + std::to_string(b), "step " + std::to_string(b) + "'s pulls");
+  }
+  // How thread t takes part in the averaged dense step (PsWorker::add_gradients): trainer 0's
+  // thread 0 overwrites the step's gradient table right after computing the step, before the
+  // step's pull barrier, and every other thread adds to it after that barrier. The overwrite
+  // needs no clearing before it: the table of step b was last read by every thread's
+  // step_averaged of step b - 2, which each thread finishes before it computes step b - 1 and
+  // meets at meet_pulled(b - 1); the overwriting thread passes that barrier before it computes
+  // step b, and every add of step b waits at meet_pulled(b) for the overwrite to be done.
+  PsWorker::GradientShare gradient_share(int t) const {
+    if (job_of_one) return PsWorker::GradientShare::kLocal;
+    return trainer.env_.trainer_id == 0 && t == 0 ? PsWorker::GradientShare::kOverwrite
+                                                  : PsWorker::GradientShare::kAdd;
   }
   // Thread t's batch of step b; false when the thread has no step left.
   bool next_batch(int t, std::size_t b, dataset::Batch* batch) const {
@@ -231,6 +248,8 @@ struct PsTrainer::PassThreads {
   const int threads;
   const SyncMode mode;
   bool open_ended = false;
+  bool average_gradients = false;
+  bool job_of_one = false;  // one trainer of one thread: its dense step needs no server
   float dense_scale = 1.0f;
   float statistic_scale = 1.0f;
   std::size_t dense_every = 1;
@@ -259,6 +278,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   State& s = *state_;
   const SyncMode mode = run.mode;
   PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
+  const PsWorker::GradientShare share = run.gradient_share(t);
   worker.metrics().reset();
   // async reads one batch ahead: its rows are pulled while this step computes (PsWorker). Not
   // when the pass stops before it: its pull would create rows it never trains. So async asks
@@ -287,22 +307,35 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
     worker.compute_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
     if (mode == SyncMode::kSync) {
+      // Every thread's step computed: this thread's share of the trainer's keys, each key's
+      // gradients summed over the threads, goes to the servers (MergedPushes).
       try {
+        s.pushes->file(t, worker.computed_push());
+        if (run.average_gradients && share == PsWorker::GradientShare::kOverwrite) {
+          worker.add_gradients(share);
+        }
         run.meet_pulled(t, b);
+        s.pushes->push(t, *s.servers, run.pass, static_cast<int64_t>(b));
       } catch (...) {
         worker.discard_step();  // the worker stays usable for a later pass
         throw;
       }
     }
-    worker.apply_step();
+    worker.apply_step(mode != SyncMode::kSync);
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
     if (mode == SyncMode::kGeo && dense_step) worker.sync_rows(run.dense_scale);
     if (dense_step && mode == SyncMode::kAsync) worker.exchange_dense(run.statistic_scale);
-    if (dense_step && mode != SyncMode::kAsync) worker.sync_dense(run.dense_scale);
+    if (run.average_gradients && share != PsWorker::GradientShare::kOverwrite) {
+      worker.add_gradients(share);
+    }
+    if (dense_step && mode != SyncMode::kAsync && !run.average_gradients) {
+      worker.sync_dense(run.dense_scale);
+    }
     if (mode == SyncMode::kSync) {
       run.meet_step(t, b);
-      if (dense_step) worker.sync_dense(0.0f);
+      if (run.average_gradients) worker.step_averaged(share);
+      if (dense_step && !run.average_gradients) worker.sync_dense(0.0f);
       if (run.stop.stopping()) {  // every thread of every trainer after this step
         ++b;
         break;
@@ -317,6 +350,13 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   if (mode == SyncMode::kSync && b % run.dense_every != 0) {
     worker.sync_dense(run.dense_scale);
     run.meet_all(t, "dense", "the pass's last dense window");
+    worker.sync_dense(0.0f);
+  }
+  // Averaged steps leave every thread's dense parameters the same: one thread writes them to the
+  // servers' table (a save, an evaluation and the next job read it), which every thread adopts.
+  if (run.average_gradients) {
+    if (share != PsWorker::GradientShare::kAdd) worker.publish_dense();  // trainer 0, thread 0
+    run.meet_all(t, "dense", "the pass's dense table");
     worker.sync_dense(0.0f);
   }
   return b;
@@ -369,6 +409,7 @@ bool PsTrainer::eval_thread(PassData& data, bool keep_predictions, EvalResult* r
 uint64_t PsTrainer::step_allocations() const {
   uint64_t total = 0;
   for (const auto& worker : state_->workers) total += worker->step_allocations();
+  if (state_->pushes != nullptr) total += state_->pushes->growths();
   return total;
 }
 

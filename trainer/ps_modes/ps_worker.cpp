@@ -37,6 +37,7 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
     : card_(card),
       servers_(servers),
       config_(config),
+      averages_gradients_(averages_gradients(config.runner)),
       uploaded_(card.device(), card.stream().counters(), device::EventTiming::kOff,
                 device::EventReader::kHost) {
   card_.activate();
@@ -292,6 +293,10 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
 
 double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                             const dataset::Batch* next) {
+  GPUBOX_EXPECTS(!averages_gradients_, "pass ", pass, ", step ", step,
+                 ": train_step takes no dense step in the sync mode's averaged step "
+                 "(runner.dense_sync_steps 1): compute_step, apply_step, add_gradients and "
+                 "step_averaged instead");
   const double loss = compute_step(batch, pass, step, next);
   apply_step();
   return loss;
@@ -303,6 +308,8 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
                  " of pass ", computed_.pass,
                  " was computed and neither applied nor discarded (apply_step, discard_step)");
   const auto size = static_cast<int64_t>(batch.size());
+  step_batch_ = batch.size();
+  computed_.push_kept = false;
   if (size == 0) return 0.0;
   const device::DeviceCounts before = card_.counts();
   const RowSlot& slot = take_rows(batch, pass, step, geo_ != nullptr);
@@ -317,7 +324,7 @@ double PsWorker::compute_step(const dataset::Batch& batch, int64_t pass, int64_t
     if (prefetching) abandon_prefetch();
     throw;
   }
-  computed_ = ComputedStep{true, prefetching, pass, step};
+  computed_ = ComputedStep{true, prefetching, row_calls_ == nullptr, pass, step};
   count_card_allocations(before);
   return loss;
 }
@@ -327,7 +334,9 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   const auto size = static_cast<int64_t>(batch.size());
   upload(batch, slot);
   GradScales scales;
-  scales.dense = 1.0f / static_cast<float>(size);  // the gradient of the batch's mean loss
+  // The gradient of the batch's mean loss; averaged over the job, of its summed loss (divided by
+  // the job's batch in step_averaged, as the gpubox mode scales by its global batch).
+  scales.dense = averages_gradients_ ? 1.0f : 1.0f / static_cast<float>(size);
   const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
   // Steady after the thread's first runner.print_interval steps (SteadyLoss, the divergence
   // check's).
@@ -338,17 +347,24 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   return loss;
 }
 
-void PsWorker::apply_step() {
+PsWorker::ComputedPush PsWorker::computed_push() const {
+  if (!computed_.push_kept) return {};
+  GPUBOX_EXPECTS(row_calls_ == nullptr, "the async mode's pushes are its push slots'");
+  const BatchKeys& keys = rows_[current_].keys;
+  return ComputedPush{keys.keys().data(), keys.slots().data(), merged_.data(), keys.size()};
+}
+
+void PsWorker::apply_step(bool push) {
   if (!computed_.pending) return;
   computed_.pending = false;
   const device::DeviceCounts before = card_.counts();
   if (geo_) {
     geo_->apply(geo_locals_.data(), geo_locals_.size(), merged_.data());
-  } else {
+  } else if (push) {
     push_rows(rows_[current_], computed_.pass, computed_.step);
   }
   if (computed_.prefetching) current_ = 1 - current_;
-  optimizer_->step(model_->parameters());
+  if (!averages_gradients_) optimizer_->step(model_->parameters());
   count_card_allocations(before);
 }
 
@@ -523,6 +539,11 @@ std::string dense_exchange_note(const TrainerConfig& config, std::size_t dense_v
         "stay in its parameters meanwhile; others' arrive up to two windows late), as Paddle's "
         "async communicator merges the steps it queued (PaddleRec fat_deepffm's config.yaml, 71 "
         "MB at batch 1: 0.22 steps/s at 1, 1.0 at 16, the same pass metrics)";
+    if (mode == SyncMode::kSync) {
+      note +=
+          "; in the sync mode K > 1 also gives up its one optimizer step on the job's averaged "
+          "gradients: each thread steps its own optimizer and the windows' changes are averaged";
+    }
   }
   return note;
 }

@@ -35,9 +35,17 @@
 //          merges the steps it queued). The bound: a step's dense parameters have every one of
 //          this thread's own changes, and every other thread's changes that reached the servers
 //          before this thread's previous exchange: at most two windows of
-//          runner.dense_sync_steps steps old (one with sync_dense()).
+//          runner.dense_sync_steps steps old (one with sync_dense()). The sync mode's step
+//          (runner.dense_sync_steps 1) exchanges gradients instead: add_gradients() and
+//          step_averaged() around the job's barrier, one optimizer step on the job's mean
+//          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
+//          merged over its threads (MergedPushes; apply_step(false)).
 //
-// Thread-safety: one thread. The card and the servers' client must outlive the worker.
+// Thread-safety: one thread, except computed_push(), which other threads may call (read-only)
+// from the return of compute_step until this thread's next compute_step or discard_step; the
+// caller orders them (the sync mode: every thread of a trainer reads its share of the others'
+// pushes between the step's pull barrier and its step barrier, before any thread computes the
+// next step). The card and the servers' client must outlive the worker.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +80,17 @@ class GeoRows;
 // The servers' dense table every worker of a job shares.
 inline constexpr const char* kDenseTableName = "dense";
 
+// The servers' tables of the sync mode's dense step (averages_gradients): a step's gradient sums
+// and batch size go to one, the next step's to the other (each overwritten, not cleared, by its
+// step's first writer: PsWorker::add_gradients).
+inline constexpr const char* kGradientTableNames[2] = {"ps_dense_grads_0", "ps_dense_grads_1"};
+
+// Whether the job's dense step is one optimizer step on the gradients of every thread of the job
+// (the sync mode with runner.dense_sync_steps 1: PsWorker::add_gradients, step_averaged), as the
+// gpubox mode's cards all-reduce theirs; else each thread steps its own copy and the changes are
+// averaged (the sync mode's longer windows), or added (async).
+bool averages_gradients(const RunnerConfig& runner);
+
 // What the async and sync modes' dense exchange costs, for the start's INFO line: the dense
 // table of `dense_values` floats goes to the servers and back every runner.dense_sync_steps steps
 // of train_batch_size instances a thread; over 1 MiB an instance (PaddleRec fat_deepffm's 71 MB
@@ -102,12 +121,26 @@ class PsWorker {
   // same step: ps_trainer_pass.cpp). compute_step: the rows, forward/backward, the finite check
   // and the merged gradients (throws as train_step); apply_step: the push (geo: the local copy's
   // update) and the dense optimizer step of the last compute_step (nothing after an empty batch
-  // or a second time); discard_step: drops it (the caller failed between the two: neither its push
+  // or a second time; averages_gradients: no dense step, which add_gradients and step_averaged
+  // take after it); discard_step: drops it (the caller failed between the two: neither its push
   // nor its dense step is made; its metrics stay added). Between compute_step and one of the
   // others, nothing else of this worker may be called; compute_step throws while a step is pending.
   double compute_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                       const dataset::Batch* next = nullptr);
-  void apply_step();
+  // `push` false: the step's gradients went to the servers merged with the trainer's other
+  // threads' (the sync mode: MergedPushes), so apply_step does not push them.
+  void apply_step(bool push = true);
+  // The last compute_step's distinct keys, their slots and merged gradients (push_dim floats a
+  // key), until the next compute_step, an apply_step or discard_step included (not async's: its
+  // push slots); n = 0 after an empty batch. Read-only, from any thread meanwhile (MergedPushes:
+  // one thread may have applied its step while another still reads its push).
+  struct ComputedPush {
+    const uint64_t* keys = nullptr;
+    const int32_t* slots = nullptr;
+    const float* values = nullptr;
+    std::size_t n = 0;
+  };
+  ComputedPush computed_push() const;
   void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
   // pull started for a batch that will not be trained included. Throws the first failure.
@@ -133,6 +166,29 @@ class PsWorker {
   // `statistic_scale` (as sync_dense's); sync_dense(1) at the end of a pass makes the servers'
   // table equal this thread's parameters again when it is the only writer.
   void exchange_dense(float statistic_scale = 1.0f);
+  // The sync mode's dense step (averages_gradients; apply_step then leaves the dense parameters
+  // alone), in two halves around the barrier after every thread of the job added its part:
+  // add_gradients() puts this step's dense gradient sums and batch size into the servers'
+  // gradient table of the step (kGradientTableNames, in turn) as `share` says: one thread of the
+  // job (kOverwrite) writes them over what the table held two steps ago (zeros after an empty
+  // batch), every other thread (kAdd) adds them (nothing after an empty batch); a job of one
+  // thread (kLocal) leaves the servers alone. The caller orders them: the overwrite right after
+  // compute_step and before the step's pull barrier, the adds after it; every read of the table
+  // two steps ago (step_averaged of step g - 2) comes before each reader's next pull barrier
+  // (g - 1), which the overwriting thread passed before computing step g (ps_trainer_pass.cpp).
+  // step_averaged() reads the job's sums (kLocal: its own, from the card) and steps the
+  // optimizer on their mean, the gradient of the job's mean loss over every thread's batch:
+  // every thread the same step with the same moments, so their dense parameters stay the same
+  // (the batch-norm statistics' changes, in the gradients' place, averaged weighted by batch).
+  enum class GradientShare { kOverwrite, kAdd, kLocal };
+  void add_gradients(GradientShare share);
+  void step_averaged(GradientShare share);
+  // The servers' dense table = this thread's dense parameters (a write: the sync mode's
+  // averages_gradients pass end, from one thread of the job).
+  void publish_dense();
+  // The gradient tables zeroed for `dense_values` parameters (a job's start, one trainer).
+  static Status reset_gradient_tables(table::server::RemoteHostTier& servers,
+                                      std::size_t dense_values);
   // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
   // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
   // other modes.
@@ -220,6 +276,9 @@ class PsWorker {
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
   // of `keys` into *merged (merge_target()).
   void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
+  // gradient_sums_ = the first n dense gradients (through read_back_; waits for the card) and,
+  // after them, the batch of the last compute_step.
+  void read_back_grads_into_sums(std::size_t n);
   // read_back_ = the dense parameters (waits for the card); returns their count.
   std::size_t read_back_dense();
   // *into = the dense parameters (host copy, into a reused buffer, through read_back_).
@@ -255,6 +314,13 @@ class PsWorker {
   std::vector<float> dense_;
   std::vector<float> snapshot_;
   std::vector<float> sent_;
+  // The sync mode's averaged step (add_gradients): the gradient sums and the batch size, the
+  // steps exchanged so far (whose parity picks the table) and the batch of the last
+  // compute_step.
+  const bool averages_gradients_;
+  std::vector<float> gradient_sums_;
+  uint64_t gradient_steps_ = 0;
+  std::size_t step_batch_ = 0;
   std::unique_ptr<DenseExchanger> exchanger_;  // the async mode's exchange_dense()
   std::vector<uint32_t> geo_locals_;           // geo: each distinct key's row in GeoRows
   std::vector<float> merged_;                  // distinct keys x push_dim
@@ -267,6 +333,7 @@ class PsWorker {
   struct ComputedStep {
     bool pending = false;
     bool prefetching = false;  // the next step's rows are coming into the other slot
+    bool push_kept = false;    // computed_push() holds its push (until the next compute_step)
     int64_t pass = 0;
     int64_t step = 0;
   };

@@ -1,0 +1,112 @@
+// MergedPushes against an unordered_map: every thread's share of a step's keys, each key summed
+// over every thread's computed push, lies with the thread mix64(key) % threads names, once.
+#include "trainer/ps_modes/merged_pushes.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "common/hash.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+constexpr int kPushDim = 3;
+
+// One thread's computed push: distinct keys (as compute_step's), drawn from `key_range` so that
+// threads share keys.
+struct ThreadPush {
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> slots;
+  std::vector<float> values;
+  PsWorker::ComputedPush view() const {
+    return {keys.data(), slots.data(), values.data(), keys.size()};
+  }
+};
+
+ThreadPush make_push(std::size_t n, uint64_t key_range, std::mt19937_64& rng) {
+  ThreadPush push;
+  std::unordered_map<uint64_t, bool> seen;
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  while (push.keys.size() < n) {
+    const uint64_t key = rng() % key_range;
+    if (!seen.emplace(key, true).second) continue;
+    push.keys.push_back(key);
+    push.slots.push_back(static_cast<int32_t>(key % 7));  // a key's slot is the same everywhere
+    for (int f = 0; f < kPushDim; ++f) push.values.push_back(value(rng));
+  }
+  return push;
+}
+
+std::vector<ThreadPush> make_pushes(int threads, std::size_t keys_each, std::mt19937_64& rng) {
+  std::vector<ThreadPush> pushes;
+  for (int t = 0; t < threads; ++t) {
+    // Keys from a range twice the count: about half of them in another thread's push too.
+    pushes.push_back(make_push(keys_each, 2 * keys_each + 1, rng));
+  }
+  return pushes;
+}
+
+void check_step(const std::vector<ThreadPush>& pushes, MergedPushes& merged) {
+  const auto threads = static_cast<int>(pushes.size());
+  const std::size_t keys_each = pushes.front().keys.size();
+  SCOPED_TRACE("threads " + std::to_string(threads) + ", keys " + std::to_string(keys_each));
+  std::unordered_map<uint64_t, std::vector<double>> oracle;
+  for (const ThreadPush& p : pushes) {
+    for (std::size_t i = 0; i < p.keys.size(); ++i) {
+      std::vector<double>& sum = oracle[p.keys[i]];
+      sum.resize(kPushDim, 0.0);
+      for (int f = 0; f < kPushDim; ++f) sum[f] += p.values[i * kPushDim + f];
+    }
+  }
+  for (int t = 0; t < threads; ++t) merged.file(t, pushes[static_cast<std::size_t>(t)].view());
+  std::size_t seen = 0;
+  for (int t = 0; t < threads; ++t) {
+    const PsWorker::ComputedPush share = merged.merge(t);
+    for (std::size_t i = 0; i < share.n; ++i) {
+      const uint64_t key = share.keys[i];
+      ASSERT_EQ(mix64(key) % static_cast<uint64_t>(threads), static_cast<uint64_t>(t))
+          << "key " << key << " in another thread's share";
+      const auto it = oracle.find(key);
+      ASSERT_NE(it, oracle.end()) << "key " << key << " was pushed by no thread (or twice)";
+      EXPECT_EQ(share.slots[i], static_cast<int32_t>(key % 7)) << "key " << key;
+      for (int f = 0; f < kPushDim; ++f) {
+        EXPECT_NEAR(share.values[i * kPushDim + f], it->second[f], 1e-5) << "key " << key;
+      }
+      oracle.erase(it);
+      ++seen;
+    }
+  }
+  EXPECT_TRUE(oracle.empty()) << oracle.size() << " keys in no thread's share";
+  EXPECT_GE(seen, keys_each);
+}
+
+TEST(MergedPushes, EachThreadsShareSumsItsKeysOverEveryThread) {
+  std::mt19937_64 rng(32);
+  for (const int threads : {1, 2, 3}) {
+    MergedPushes merged(threads, kPushDim);
+    // Sizes 0, 1, n, n + 1 in turn through the same object (its buffers reused and regrown).
+    for (const std::size_t keys : {std::size_t{0}, std::size_t{1}, std::size_t{500},
+                                   std::size_t{501}, std::size_t{0}, std::size_t{37}}) {
+      check_step(make_pushes(threads, keys, rng), merged);
+    }
+  }
+}
+
+// A step with the same keys as the one before grows nothing (the sync mode's steady step).
+TEST(MergedPushes, ASteadyStepGrowsNothing) {
+  std::mt19937_64 rng(7);
+  MergedPushes merged(2, kPushDim);
+  const std::vector<ThreadPush> pushes = make_pushes(2, 300, rng);
+  check_step(pushes, merged);
+  const uint64_t after_first = merged.growths();
+  EXPECT_GT(after_first, 0u);
+  check_step(pushes, merged);
+  EXPECT_EQ(merged.growths(), after_first);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes

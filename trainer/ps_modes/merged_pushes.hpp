@@ -1,0 +1,75 @@
+// MergedPushes: the sync mode's sparse push of one trainer's step (issue 32). Every training
+// thread has merged its batch's gradients per key (PsWorker::computed_push); these are summed per
+// key over the trainer's threads before they go to the servers, so the servers apply a key's rule
+// once a trainer a step, as the gpubox mode's cards sum a key's gradients and apply its rule once
+// a step. (Pushed thread by thread, a key in every thread's batch had its rule applied once per
+// thread: with Adagrad's or Adam's state, another row than one step on the summed gradient.) The
+// keys are shared among the threads by hash: thread t sums and pushes those with
+// mix64(key) % threads == t, adding the threads' gradients in thread order, so the sums do not
+// depend on the threads' timing.
+//
+// Each thread files its computed push right after compute_step (file: its keys' indices bucketed
+// by the thread that owns them), so that the owner reads only its share: O(keys) a step over
+// the trainer, not O(threads x keys).
+//
+// Thread-safety: file(t, ...) and then merge(t)/push(t, ...) from thread t, concurrently for
+// every t; every thread's file() before any thread's merge() and every merge() before any
+// thread's next file() (the sync mode's barriers: the step's pull barrier and the step
+// barrier); each thread's buckets and share are its own, others' only read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/step_buffers.hpp"
+
+namespace gpubox::table::server {
+class RemoteHostTier;
+}
+
+namespace gpubox::trainer::ps_modes {
+
+class MergedPushes {
+ public:
+  // `threads` training threads of the trainer, each push record `push_dim` floats.
+  MergedPushes(int threads, int push_dim);
+
+  // Thread t's computed push of the step (its arrays read until the others' merge() returns),
+  // filed by owner thread: mix64(key) % threads.
+  void file(int t, const PsWorker::ComputedPush& computed);
+  // Thread t's share of the step's keys, each summed over every thread's filed push (in thread
+  // order, so the sums do not depend on the threads' timing); valid until t's next merge().
+  PsWorker::ComputedPush merge(int t);
+  // merge(t), pushed through `servers` (one record per key). Throws a failed push naming `pass`
+  // and `step`.
+  void push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step);
+  // The growths of every thread's buffers so far (a steady step grows nothing).
+  uint64_t growths() const;
+
+ private:
+  // One thread's state: its filed push and its keys' indices by owner thread; and its share of
+  // a step's keys: their slots and summed records, and an open-addressing index (linear
+  // probing, at most half full) of the keys.
+  struct Share {
+    BufferGrowth growth;
+    PsWorker::ComputedPush filed;
+    std::vector<std::vector<uint32_t>> by_owner;
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+    std::vector<float> values;  // keys x push_dim
+    std::vector<uint32_t> index;
+  };
+  // Empties `share` with room for `keys` keys.
+  void clear(Share& share, std::size_t keys) const;
+  // `key`'s record in `share` (added, zeroed, with `slot`, when absent).
+  float* record(Share& share, uint64_t key, int32_t slot) const;
+
+  const std::size_t threads_;
+  const std::size_t push_dim_;
+  std::vector<Share> shares_;
+};
+
+}  // namespace gpubox::trainer::ps_modes
