@@ -149,17 +149,19 @@ std::vector<OwnedKeys> PassCards::partition_by_owner(const std::vector<uint64_t>
 }
 
 OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
-                                     std::vector<row_index_t>* hit_rows) const {
+                                     std::vector<row_index_t>* hit_rows,
+                                     device::device_buffer<uint64_t>& d_keys,
+                                     device::device_buffer<row_index_t>& d_rows) const {
   card_table::CardSparseStore& store = *stores_[c];
-  device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
+  const device::Stream& stream = cards_.card(c).stream();
   const std::size_t n = mine.keys.size();
-  // 12 bytes per pass key on the card, freed before eviction.
-  auto d_keys = device::to_device(mine.keys, card.memory(), stream);
-  auto d_rows = card.make_buffer<row_index_t>(n);
+  // 12 bytes per pass key on the card, in the pass boundary's buffers (eviction reuses them).
+  d_keys.resize_discard(n);
+  d_rows.resize_discard(n);
+  if (n > 0) device::copy_async(d_keys.data(), mine.keys.data(), n, stream);
   store.lookup_or_create(d_keys.data(), nullptr, n, d_rows.data(), /*create_missing=*/false,
                          nullptr, stream);
-  const std::vector<row_index_t> found = device::to_host(d_rows);
+  const std::vector<row_index_t> found = device::to_host(d_rows.data(), n, stream);
   OwnedKeys missing;
   hit_rows->clear();
   for (std::size_t i = 0; i < n; ++i) {

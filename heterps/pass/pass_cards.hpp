@@ -78,9 +78,12 @@ class PassCards {
   // Every key on this process's cards (Replicated: card 0's), in no particular order.
   std::vector<uint64_t> resident_keys() const;
   // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
-  // the others. 12 bytes per key on the card, freed before it returns.
+  // the others. 12 bytes per key on the card, in `d_keys` / `d_rows` (card c's, lent by the
+  // pass boundary: resized, reused, their contents lost).
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
-                            std::vector<card_table::row_index_t>* hit_rows) const;
+                            std::vector<card_table::row_index_t>* hit_rows,
+                            device::device_buffer<uint64_t>& d_keys,
+                            device::device_buffer<card_table::row_index_t>& d_rows) const;
   // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
   // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
   // with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in
