@@ -188,8 +188,8 @@ PassBoundary::CardMisses PassBoundary::find_missing(int c, const OwnedKeys& mine
                                                     const StagedRows* staged) {
   CardMisses misses;
   WriteBackBuffers& lent = buffers(c);
-  misses.missing = cards_.missing_on_card(c, mine, &misses.hit_rows, lent.listed_keys,
-                                          lent.listed_rows);
+  misses.missing =
+      cards_.missing_on_card(c, mine, &misses.hit_rows, lent.listed_keys, lent.listed_rows);
   misses.missing_total = misses.missing_count = misses.missing.keys.size();
   // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
   // walk); only the others are pulled.

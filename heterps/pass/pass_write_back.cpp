@@ -214,8 +214,9 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
   device::copy_async(rows, d_rows.data(), count, stream);
   // The keep keys looked up a page at a time (card memory stays within the plan: a page of keys
-  // and of rows beside the listing). Their pinned buffers are made a whole page once, so a keep that grows from pass to pass does not free and make them again; so are
-  // their card buffers (buffers.keep_keys / keep_rows).
+  // and of rows beside the listing). Their pinned buffers are made a whole page once, so a keep
+  // that grows from pass to pass does not free and make them again; so are their card buffers
+  // (buffers.keep_keys / keep_rows).
   const std::size_t page = store.page_rows();
   const std::size_t chunk = std::min(keep.size(), page);
   uint64_t* keep_staged = reserve_pinned(buffers.keep, page, /*grow=*/false);
@@ -259,9 +260,9 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   device::Card& card = cards_.card(c);
   const std::size_t stride = cards_.stride();
   // A batch is gathered off the card (on cuda half a page at a time: the card never holds a
-  // second copy of the rows) while the batches before it are pushed, at most pulls_in_flight at once, so
-  // the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a
-  // pass of 10.9 M rows).
+  // second copy of the rows) while the batches before it are pushed, at most pulls_in_flight at
+  // once, so the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785
+  // MB for a pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
   // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left

@@ -240,9 +240,6 @@ PassReport Trainer::run_pass(
                   {"evicted", static_cast<double>(begin.evicted)},
                   {"written_back", static_cast<double>(end.written_back)},
                   {"kept_dirty", static_cast<double>(end.kept_dirty)},
-                  // Host memory outside runner.host_memory_mb: the write-back's pinned buffers.
-                  {"write_back_pinned_mb",
-                   static_cast<double>(end.write_back_pinned_bytes) / (1 << 20)},
                   {"early_inserted", static_cast<double>(begin.early_inserted)},
                   {"early_evicted", static_cast<double>(begin.early_evicted)},
                   {"early_seconds", begin.early_seconds},
@@ -253,6 +250,9 @@ PassReport Trainer::run_pass(
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
+  // Host memory outside runner.host_memory_mb: the write-back's pinned buffers, kept.
+  report.extra.emplace_back("write_back_pinned_mb",
+                            static_cast<double>(end.write_back_pinned_bytes) / (1 << 20));
   append_step_counts(tally, &report);
   return report;
 }
