@@ -151,7 +151,6 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
   std::vector<double> gathering(written.size(), 0);
-  if (write_back_buffers_.size() < written.size()) write_back_buffers_.resize(written.size());
   cards_.cards().run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
     written[c] = write_back(c, &gathering[c], keep, &kept[c]);
@@ -352,8 +351,6 @@ void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, 
   copy_stream.wait(buffers.gathered[half]);
 #if defined(GPUBOX_BACKEND_CUDA)
   device::copy_async(rows, staged, m * stride, copy_stream);
-#else
-  (void)rows;
 #endif
   buffers.copied[half].record(copy_stream);
 }
