@@ -216,11 +216,10 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
-    float* rows = pushing.front();
-    pushing.pop_front();
-    spare.push_back(rows);
-    const Status pushed = window.retire();
+    const Status pushed = window.retire();  // rethrows what the push threw
     if (!pushed.ok() && st.ok()) st = pushed;
+    spare.push_back(pushing.front());
+    pushing.pop_front();
   };
 #if defined(GPUBOX_BACKEND_CUDA)
   // One staging page on the card; the gathers and the copies into pinned memory are ordered on
