@@ -1,7 +1,6 @@
 #include "heterps/pass/pass_cards.hpp"
 
 #include <algorithm>
-#include <future>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -13,33 +12,6 @@ namespace gpubox::pass {
 namespace {
 
 using card_table::row_index_t;
-
-// Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
-// and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
-// Returns the first error; chunks after a failed one are not finished.
-template <class Work, class Finish>
-Status pipelined_chunks(std::size_t n, std::size_t chunk, int in_flight, Work work, Finish finish) {
-  chunk = std::max<std::size_t>(chunk, 1);
-  std::vector<std::future<Status>> window;
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  for (std::size_t begin = 0; begin < n; begin += chunk)
-    ranges.emplace_back(begin, std::min(n, begin + chunk));
-  std::size_t next_launch = 0;
-  Status first_error;
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    while (next_launch < ranges.size() &&
-           next_launch < i + static_cast<std::size_t>(std::max(1, in_flight))) {
-      auto [b, e] = ranges[next_launch];
-      window.push_back(
-          std::async(std::launch::async, [&work, b = b, e = e] { return work(b, e); }));
-      ++next_launch;
-    }
-    Status st = window[i].get();
-    if (!st.ok() && first_error.ok()) first_error = st;
-    if (first_error.ok()) finish(ranges[i].first, ranges[i].second);
-  }
-  return first_error;
-}
 
 }  // namespace
 
@@ -58,7 +30,12 @@ void PassCards::wait_between_steps(int c, const char* what) const {
 
 PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
                      table::HostTier& host, const PassManagerOptions& options)
-    : cards_(cards), stores_(std::move(stores)), host_(host), options_(options) {
+    : cards_(cards),
+      stores_(std::move(stores)),
+      host_(host),
+      options_(options),
+      host_calls_((stores_.size() + 1) *
+                  static_cast<std::size_t>(std::max(1, options.pulls_in_flight))) {
   GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
                  "pass manager: ", stores_.size(), " stores for ", cards_.num_local_cards(),
                  " cards");
@@ -183,7 +160,7 @@ std::size_t PassCards::pull_rows(PassAccess access, const uint64_t* keys, const 
   const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
   std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
   const Status st = pipelined_chunks(
-      n, batch, options_.pulls_in_flight,
+      host_calls_, n, batch, options_.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
         float* out = rows + b * stride;
         return access == PassAccess::kEvaluate

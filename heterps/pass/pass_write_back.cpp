@@ -2,16 +2,13 @@
 // the host tier, streamed a batch at a time.
 #include <algorithm>
 #include <deque>
-#include <future>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
@@ -44,66 +41,6 @@ T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow
   }
   return buffer.data();
 }
-
-// The host pushes of one write-back, run in submission order on `threads` threads made once: a
-// thread per batch made a thread, and the OpenMP team its push builds (table/parallel.cpp), per
-// host_batch_keys rows. The destructor runs every job submitted before it returns, so no push
-// outlives the write-back that owns its rows. Thread-safe: submit from any thread (the write-back
-// submits from the card's thread); the workers take jobs under mu_.
-class PushWorkers {
- public:
-  explicit PushWorkers(std::size_t threads) {
-    try {
-      for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-    } catch (...) {
-      close_and_join();  // the threads made so far (a thread that could not start: an error)
-      throw;
-    }
-  }
-  ~PushWorkers() { close_and_join(); }
-  PushWorkers(const PushWorkers&) = delete;
-  PushWorkers& operator=(const PushWorkers&) = delete;
-
-  // Queues `push`; its future holds its Status (or what it threw).
-  std::future<Status> submit(std::packaged_task<Status()> push) GPUBOX_EXCLUDES(mu_) {
-    std::future<Status> done = push.get_future();
-    {
-      MutexLock lock(mu_);
-      jobs_.push_back(std::move(push));
-    }
-    ready_.notify_one();
-    return done;
-  }
-
- private:
-  void work() GPUBOX_EXCLUDES(mu_) {
-    for (;;) {
-      std::packaged_task<Status()> push;
-      {
-        MutexLock lock(mu_);
-        while (jobs_.empty() && !closed_) ready_.wait(lock);
-        if (jobs_.empty()) return;  // closed, and nothing left to run
-        push = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      push();
-    }
-  }
-  void close_and_join() GPUBOX_EXCLUDES(mu_) {
-    {
-      MutexLock lock(mu_);
-      closed_ = true;
-    }
-    ready_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-  }
-
-  Mutex mu_;
-  CondVar ready_;
-  std::deque<std::packaged_task<Status()>> jobs_ GPUBOX_GUARDED_BY(mu_);
-  bool closed_ GPUBOX_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
 
 }  // namespace
 
@@ -278,22 +215,18 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   for (std::size_t i = 0; i < slots; ++i) {
     spare.push_back(reserve_pinned(batch_buffers[i], batch_floats, /*grow=*/false));
   }
-  // At most in_flight pushes at once (the window), on as many threads. `workers` runs every queued
-  // push before it goes, so an error that unwinds this function leaves no push reading a buffer
-  // that a later write-back refills.
-  PushWorkers workers(std::min(in_flight, batches));
-  struct Push {
-    float* rows;
-    std::future<Status> done;
-  };
-  std::deque<Push> window;
+  // At most in_flight pushes at once (the window) on the pass cards' host-call threads. The
+  // window waits for every push in it before it goes, so an error that unwinds this function
+  // leaves no push reading a buffer that a later write-back refills.
+  CallWindow window(cards_.host_calls(), in_flight);
+  std::deque<float*> pushing;  // the rows of the pushes in the window, oldest first
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
-    const Status pushed = window.front().done.get();
+    const Status pushed = window.retire();  // rethrows what the push threw
     if (!pushed.ok() && st.ok()) st = pushed;
-    spare.push_back(window.front().rows);
-    window.pop_front();
+    spare.push_back(pushing.front());
+    pushing.pop_front();
   };
   // A batch is gathered and copied half a page at a time (gather_part), the halves in turn: the
   // card gathers one while the other is copied off it.
@@ -306,7 +239,7 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   table::HostTier& host = cards_.host();
   for (std::size_t b = 0; b < count && st.ok(); b += batch) {
     const std::size_t n = std::min(count, b + batch) - b;
-    if (window.size() == in_flight) retire();
+    if (window.full()) retire();
     Timer gather;
     float* rows = spare.back();
     spare.pop_back();
@@ -318,9 +251,8 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
     // stream: every row is in `rows` before its push reads them.
     card.copy_stream().synchronize();
     *gather_seconds += gather.seconds();
-    window.push_back(
-        Push{rows, workers.submit(std::packaged_task<Status()>(
-                       [&host, keys, b, n, rows] { return host.push(keys + b, n, rows); }))});
+    window.submit([&host, keys, b, n, rows] { return host.push(keys + b, n, rows); });
+    pushing.push_back(rows);
   }
   while (!window.empty()) retire();
   return st;
