@@ -97,9 +97,10 @@ class PassBoundary {
                    const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds);
   // One part of a batch in push_rows: gathers card `c`'s rows d_rows[0, m) into staging half
-  // `half` (0 or 1) and copies them into `rows` (pinned) on the card's copy stream, ordered by
-  // events only: the gather waits for the half's last copy, the copy for the gather. cpu: the
-  // gather writes `rows` itself, with the same events and waits. Returns with both queued.
+  // `half` (0 or 1; 0 only with a page of one row) and copies them into `rows` (pinned) on the
+  // card's copy stream, ordered by events only: the gather waits for the half's last copy, the
+  // copy for the gather. cpu, but under GPUBOX_DEVICE_CHECK=defer: the gather writes `rows`
+  // itself, with the same events and waits. Returns with both queued.
   void gather_part(int c, const card_table::row_index_t* d_rows, std::size_t m, float* rows,
                    std::size_t half);
   // write_back on every card; sets kept_dirty_ and gather_seconds_. Returns the rows written.

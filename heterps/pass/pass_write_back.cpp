@@ -22,9 +22,26 @@ using card_table::row_index_t;
 
 const std::vector<uint64_t> kNoKeys;
 
-// Rows of one half of the write-back's staging page (push_rows, gather_part): the card's
-// staging stays one page, as the plan counts it.
-std::size_t staging_rows(std::size_t page_rows) { return std::max<std::size_t>(1, page_rows / 2); }
+// The write-back's staging page (push_rows, gather_part): two halves gathered and copied in
+// turn, of staging_rows rows each; a page of one row is one half (gathered and copied in turn
+// with itself). The staging stays within one page, as the plan counts it.
+std::size_t staging_halves(std::size_t page_rows) { return page_rows >= 2 ? 2 : 1; }
+std::size_t staging_rows(std::size_t page_rows) {
+  return std::max<std::size_t>(1, page_rows / staging_halves(page_rows));
+}
+
+// Whether the write-back gathers its rows into the staging page and copies them off the card on
+// the copy stream: always on cuda. On cpu the card's memory is the host's, so the gather writes
+// the pinned batch itself (staging and copying was a second pass over every row written back:
+// 68 MB of memcpy a wide_deep pass of 444k rows), but under GPUBOX_DEVICE_CHECK=defer it stages
+// as cuda does, so that the deferred streams check the events that order the halves.
+bool stages_rows([[maybe_unused]] const device::Stream& stream) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  return true;
+#else
+  return stream.deferred() != nullptr;
+#endif
+}
 
 // `buffer`'s memory, of at least `count` elements: reallocated only when it holds fewer (by half
 // as much again when `grow`, so a table whose dirty rows grow pass by pass reallocates rarely).
@@ -231,28 +248,37 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   // A batch is gathered and copied half a page at a time (gather_part), the halves in turn: the
   // card gathers one while the other is copied off it.
   const std::size_t part = staging_rows(store.page_rows());
-#if defined(GPUBOX_BACKEND_CUDA)
-  // The two halves of one staging page on the card, kept (made by the first write-back).
-  buffers(c).staged.resize_discard(2 * part * stride);
-#endif
-  std::size_t parts = 0;  // of the write-back so far: part p uses half p % 2
+  const std::size_t halves = staging_halves(store.page_rows());
+  std::size_t parts = 0;  // of the write-back so far: part p uses half p % halves
   table::HostTier& host = cards_.host();
-  for (std::size_t b = 0; b < count && st.ok(); b += batch) {
-    const std::size_t n = std::min(count, b + batch) - b;
-    if (window.full()) retire();
-    Timer gather;
-    float* rows = spare.back();
-    spare.pop_back();
-    for (std::size_t p = 0; p < n; p += part, ++parts) {
-      gather_part(c, d_rows.data() + b + p, std::min(n, p + part) - p, rows + p * stride,
-                  parts % 2);
+  try {
+    for (std::size_t b = 0; b < count && st.ok(); b += batch) {
+      const std::size_t n = std::min(count, b + batch) - b;
+      if (window.full()) retire();
+      Timer gather;
+      float* rows = spare.back();
+      spare.pop_back();
+      for (std::size_t p = 0; p < n; p += part, ++parts) {
+        gather_part(c, d_rows.data() + b + p, std::min(n, p + part) - p, rows + p * stride,
+                    parts % halves);
+      }
+      // The batch's last copy waited for its gather, and follows the copies before it on the
+      // copy stream: every row is in `rows` before its push reads them.
+      card.copy_stream().synchronize();
+      *gather_seconds += gather.seconds();
+      window.submit([&host, keys, b, n, rows] { return host.push(keys + b, n, rows); });
+      pushing.push_back(rows);
     }
-    // The batch's last copy waited for its gather, and follows the copies before it on the copy
-    // stream: every row is in `rows` before its push reads them.
-    card.copy_stream().synchronize();
-    *gather_seconds += gather.seconds();
-    window.submit([&host, keys, b, n, rows] { return host.push(keys + b, n, rows); });
-    pushing.push_back(rows);
+  } catch (...) {
+    // No copy stays queued reading the staging page (freed on the card's stream, which does not
+    // wait for the copy stream) or writing a batch buffer (the window's pushes are waited for
+    // after this). The error that unwinds is the one to report.
+    try {
+      card.copy_stream().synchronize();
+    } catch (...) {
+      // a failing card: the error already unwinding says more
+    }
+    throw;
   }
   while (!window.empty()) retire();
   return st;
@@ -268,22 +294,17 @@ void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, 
   // The half is written again only once its last copy off the card has completed (the card
   // orders it; a half never copied yet, or last copied by an earlier write-back, passes).
   stream.wait(buffers.copied[half]);
-#if defined(GPUBOX_BACKEND_CUDA)
+  // Not staged (cpu, stages_rows): the gather writes `rows` itself; the events and waits stay, so
+  // both backends count the same structure.
+  const bool staging = stages_rows(stream);
   const std::size_t stride = cards_.stride();
-  float* staged = buffers.staged.data() + half * staging_rows(store.page_rows()) * stride;
-  store.gather_rows(d_rows, m, staged, stream);
-#else
-  // cpu: the card's memory is the host's, so the gather writes the batch itself; staging it and
-  // copying was a second pass over every row written back (68 MB of memcpy a wide_deep pass of
-  // 444k rows). The events and waits stay, so both backends count the same structure.
-  store.gather_rows(d_rows, m, rows, stream);
-#endif
+  float* gathered =
+      staging ? buffers.staged.data() + half * staging_rows(store.page_rows()) * stride : rows;
+  store.gather_rows(d_rows, m, gathered, stream);
   buffers.gathered[half].record(stream);
   // The copy stream takes the half once gathered, while the card's stream gathers the other.
   copy_stream.wait(buffers.gathered[half]);
-#if defined(GPUBOX_BACKEND_CUDA)
-  device::copy_async(rows, staged, m * stride, copy_stream);
-#endif
+  if (staging) device::copy_async(rows, gathered, m * stride, copy_stream);
   buffers.copied[half].record(copy_stream);
 }
 
@@ -296,7 +317,11 @@ PassBoundary::WriteBackBuffers& PassBoundary::buffers(int c) {
   buffers.listed_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
   buffers.keep_keys = device::device_buffer<uint64_t>(0, card.memory(), stream);
   buffers.keep_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
-  buffers.staged = device::device_buffer<float>(0, card.memory(), stream);
+  // The staging page is made with the listing, on both backends (the cpu backend stages only
+  // under GPUBOX_DEVICE_CHECK=defer; the card's memory counts the same either way).
+  const std::size_t page = cards_.store(c).page_rows();
+  buffers.staged = device::device_buffer<float>(
+      staging_halves(page) * staging_rows(page) * cards_.stride(), card.memory(), stream);
   // Under a row budget the listing is sized once, for the budget's rows (the table holds no
   // more): the plan counts it in its working set. Without one it grows with the table.
   if (cards_.row_budget() > 0) {
