@@ -104,7 +104,9 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
   return evict_first(cards, c, candidates, kept_dirty, excess);
 }
 
-std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
+                      device::device_buffer<uint64_t>& listed_keys,
+                      device::device_buffer<row_index_t>& listed_rows) {
   card_table::CardSparseStore& store = cards.store(c);
   const auto page_bytes_after_insert = [&] {
     std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
@@ -126,7 +128,7 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
   // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
   std::size_t freed = 0;
   for (int32_t p = 0; p < store.pool_count(); ++p) {
-    freed += store.compact_pool(p, cards.card(c).stream());
+    freed += store.compact_pool(p, listed_keys, listed_rows, cards.card(c).stream());
   }
   const std::size_t bytes = page_bytes_after_insert();
   GPUBOX_EXPECTS(bytes <= cards.plan().row_page_bytes, "card ", cards.card(c).rank(),

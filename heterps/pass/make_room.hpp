@@ -40,8 +40,11 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
                      std::size_t excess);
 // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the plan
 // (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold both),
-// gives every pool's free pages back (CardSparseStore::compact_pool) first. Returns the pages
-// freed.
-std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing);
+// gives every pool's free pages back (CardSparseStore::compact_pool) first, listing into
+// `listed_keys` / `listed_rows` (card c's, lent by the pass boundary as to evict_outside).
+// Returns the pages freed.
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
+                      device::device_buffer<uint64_t>& listed_keys,
+                      device::device_buffer<card_table::row_index_t>& listed_rows);
 
 }  // namespace gpubox::pass

@@ -154,7 +154,8 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   phase.reset();
   done.evicted = make_room(c, misses, early);
   if (cards_.row_budget() > 0 && cards_.store(c).pool_count() > 1) {
-    fit_pools(cards_, c, misses.missing);
+    WriteBackBuffers& lent = buffers(c);
+    fit_pools(cards_, c, misses.missing, lent.listed_keys, lent.listed_rows);
   }
   misses.hit_rows = {};
   done.evict_s = phase.seconds();
