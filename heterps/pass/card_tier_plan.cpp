@@ -13,18 +13,15 @@ namespace {
 
 using card_table::row_index_t;
 
-// Card bytes the pass boundary keeps per resident key from pass to pass (kept_bytes): its listing
-// of keys (8) and row indices (4), which the write-back lists into and lends to begin_pass's
-// look-up (the pass's keys and their rows), eviction and compact_pool (every key and row), so none
-// of them lists into buffers of its own.
-constexpr std::size_t kKeptBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t);
-// Card bytes per resident key a pass-boundary phase holds beside the kept listing
-// (working_bytes), the largest: a rehash saves (key, row) pairs (12; it can run in begin_pass's
-// and the next pass's inserts, and in a compaction's); eviction adds the ranks (4). They run one
-// after another.
-constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t);
-// Card bytes per row of the kept keep page (drop_kept: a key and its row index).
-constexpr std::size_t kKeepBytesPerRow = sizeof(uint64_t) + sizeof(row_index_t);
+// Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
+// key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
+// begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
+// dirty keys and rows (12). These phases run one after another, so the largest one counts: the
+// write-back's listing is kept from pass to pass and lent to the look-up, eviction and
+// compact_pool (pass_boundary.hpp), which add only the ranks (4). Not counted: that the kept
+// listing stays beside a rehash's pairs (12 more) and the inserts' staged page, with the kept
+// staging and keep pages (PassBoundary::WriteBackBuffers).
+constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
 // position of a miss 8 + 8), rounded up; scratch grows by half again when it grows, hence 3/2.
@@ -52,17 +49,17 @@ std::string CardTierPlan::to_string() const {
   if (rows == 0) {
     out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
         << " bytes (row " << row_bytes << ", table " << table_bytes << ", index " << index_bytes
-        << ", pass buffers kept " << kept_bytes << ", pass working set " << working_bytes
-        << "), rows in pages of " << page_rows << class_bytes();
+        << ", pass working set " << working_bytes << "), rows in pages of " << page_rows
+        << class_bytes();
     return out.str();
   }
   out.setf(std::ios::fixed);
   out.precision(1);
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
-      << ", pass buffers kept " << kept_bytes * mib << ", pass working set " << working_bytes * mib
-      << "), " << bytes_per_key() << " bytes per key (row " << row_bytes << "), pages of "
-      << page_rows << " rows" << class_bytes();
+      << ", pass working set " << working_bytes * mib << "), " << bytes_per_key()
+      << " bytes per key (row " << row_bytes << "), pages of " << page_rows << " rows"
+      << class_bytes();
   return out.str();
 }
 
@@ -101,11 +98,6 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
   const std::size_t staged = plan.page_rows;  // write-back gathers, inserts stage, at most a page
-  // Kept: the listing; with a budget, a page of keep keys and rows and the write-back's staging
-  // page (records of record_stride floats).
-  const std::size_t record_bytes = static_cast<std::size_t>(store.record_stride()) * sizeof(float);
-  plan.kept_bytes =
-      keys * kKeptBytesPerKey + (rows == 0 ? 0 : staged * (kKeepBytesPerRow + record_bytes));
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0
                                   : staged * plan.row_bytes + 3 * staged * kStagingBytesPerRow / 2 +

@@ -121,14 +121,14 @@ class PassBoundary {
     // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
     // pushes run.
     std::vector<device::pinned_buffer<float>> batches;
-    // On the card, kept from pass to pass and held also while the steps run (CardTierPlan::
-    // kept_bytes counts them): the listing, keys and row indices, 12 bytes a row (the
-    // write-back lists the dirty rows into it; begin_pass's look-up the pass's keys, eviction
-    // and compact_pool every key on the card: each borrows it in turn, never two at once);
-    // reserved for the row budget's rows once (no budget: it grows with the table, by half
-    // again); a page of keep keys and of their rows (drop_kept); a page of rows staged for
-    // their copy off the card, two halves gathered and copied in turn (push_rows; the cpu
-    // backend stages only under GPUBOX_DEVICE_CHECK=defer, but makes the page as cuda does).
+    // On the card, kept from pass to pass and held also while the steps run: the listing, keys
+    // and row indices, 12 bytes a row (the write-back lists the dirty rows into it; begin_pass's
+    // look-up the pass's keys, eviction and compact_pool every key on the card: each borrows it
+    // in turn, never two at once), reserved for the row budget's rows once (no budget: it grows
+    // with the table, by half again); a page of keep keys and of their rows (drop_kept); a page
+    // of rows staged for their copy off the card, two halves gathered and copied in turn
+    // (push_rows; the cpu backend stages only under GPUBOX_DEVICE_CHECK=defer, but makes the
+    // page as cuda does). CardTierPlan counts them only within its transient working set.
     device::device_buffer<uint64_t> listed_keys;
     device::device_buffer<card_table::row_index_t> listed_rows;
     device::device_buffer<uint64_t> keep_keys;

@@ -43,9 +43,7 @@
 // bytes a row, made for the budget's rows once, lent to begin_pass's look-up and eviction; a page
 // of keep keys and rows; on cuda the write-back's staging page): after the first end_pass a pass
 // boundary allocates card memory only where a pass needs more than every one before (no budget:
-// the listing grows by half again with the table). They stay held while the steps, the next
-// pass's card work and begin_pass's inserts run, so plan() counts them resident (kept_bytes)
-// beside the largest phase's transient working set (working_bytes).
+// the listing grows by half again with the table). They stay held while the steps run.
 //
 // Pinned host memory: the write-back keeps its pinned buffers from one end_pass or sync() to the
 // next, for the manager's life (cudaMallocHost and cudaFreeHost wait for the whole device), and
@@ -89,7 +87,8 @@
 //                     work is expected) beside the steps' own
 //                     buffers, which plan() never counted, and the pass boundary's kept buffers
 //                     (its listing, 12 bytes a row, a page of keep keys and rows and the
-//                     write-back's staging page: plan().kept_bytes, resident); on the host, per
+//                     write-back's staging page: resident, though plan() counts them only
+//                     within its transient working set); on the host, per
 //                     next-pass key on the card its row index (4 bytes) and per staged key its
 //                     offset (4), per current-pass row the next lacks its row and key offset (8), a
 //                     byte per pool row, and (score, key, row) of the rows outside both passes (24

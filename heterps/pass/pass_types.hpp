@@ -64,20 +64,13 @@ struct CardTierPlan {
   std::size_t row_page_bytes = 0;  // pages holding `rows` rows
   std::size_t table_bytes = 0;     // hash slots (16 bytes each) for `rows` keys at the load bound
   std::size_t index_bytes = 0;     // free list, dirty flags, page table
-  // The pass boundary's card buffers kept from pass to pass (PassBoundary's WriteBackBuffers),
-  // resident also while the steps, the next pass's card work and begin_pass's inserts run: its
-  // listing (12 bytes a row), a page of keep keys and rows (12 bytes a row) and the write-back's
-  // staging page (a record a row).
-  std::size_t kept_bytes = 0;
-  // The largest pass-boundary phase's working set beside the kept buffers, staging page of the
-  // inserts included.
-  std::size_t working_bytes = 0;
+  std::size_t working_bytes = 0;   // pass-boundary working set, staging page included
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
   // mix of widths fits), plus a partly used page of every pool. Empty with one class.
   std::vector<std::pair<int32_t, std::size_t>> class_row_bytes;
   std::size_t total_bytes() const {
-    return row_page_bytes + table_bytes + index_bytes + kept_bytes + working_bytes;
+    return row_page_bytes + table_bytes + index_bytes + working_bytes;
   }
   double bytes_per_key() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W), B bytes

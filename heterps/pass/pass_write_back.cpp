@@ -323,8 +323,7 @@ PassBoundary::WriteBackBuffers& PassBoundary::buffers(int c) {
   buffers.staged = device::device_buffer<float>(
       staging_halves(page) * staging_rows(page) * cards_.stride(), card.memory(), stream);
   // Under a row budget the listing is sized once, for the budget's rows (the table holds no
-  // more): the plan counts it with the staging and keep pages (CardTierPlan::kept_bytes).
-  // Without one it grows with the table.
+  // more): the plan counts it in its working set. Without one it grows with the table.
   if (cards_.row_budget() > 0) {
     buffers.listed_keys.reserve(cards_.row_budget());
     buffers.listed_rows.reserve(cards_.row_budget());
