@@ -84,6 +84,8 @@ class InMemoryDataset {
   // then gives each key the slot of its first occurrence in this order. Each block of 65,536
   // instances copied checks the stop flag (set_stop_flag) first: once it is set, the copy ends
   // within a block a thread, the storage and order stay as they were and this returns false.
+  // The trainer does not call it: the copy costs more than the scattered reads save its steps
+  // (BENCHMARKS.md, "a shuffled pass not copied"; `gpubox_bench dataset` measures both).
   bool store_in_order();
   // Drops every instance and returns the memory, but for the blocks others hold too: the pass
   // cache's (shared_bytes()), registered memory sources'.

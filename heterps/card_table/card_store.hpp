@@ -177,8 +177,13 @@ class CardSparseStore {
   // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
   // both. Every row must be clean (a pass boundary): the moved rows come back clean, at handles
   // that follow the listing's slot order (unspecified: hash_table.hpp). Returns the pages freed.
-  // Synchronizes.
+  // Synchronizes. The listing of every entry (12 bytes each) lands in `listed_keys` /
+  // `listed_rows` (a caller's, resized, contents lost: the pass boundary lends its kept listing,
+  // so a compaction holds no second one); the first form makes its own.
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
+  std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
+                           device::device_buffer<row_index_t>& listed_rows,
+                           const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch.
   void reserve(std::size_t new_keys, const device::Stream& stream);
   // CardHashTable::purge_erased_for: the erased slots reclaimed, at the same size (doubled, with

@@ -100,14 +100,21 @@ std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
+  device::device_buffer<uint64_t> keys(0, card().memory(), stream);
+  device::device_buffer<row_index_t> handles(0, card().memory(), stream);
+  return compact_pool(pool, keys, handles, stream);
+}
+
+std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<uint64_t>& keys,
+                                          device::device_buffer<row_index_t>& handles,
+                                          const device::Stream& stream) {
   RowPool& rows = table_.pool(pool);
   const std::size_t page_rows = rows.page_rows();
   const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
-  // The entries to move (12 bytes each), then a page of their records at a time.
-  device::device_buffer<uint64_t> keys(0, card().memory(), stream);
-  device::device_buffer<row_index_t> handles(0, card().memory(), stream);
+  // The entries to move (12 bytes each, in the caller's listing), then a page of their records at
+  // a time.
   const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
   auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
   auto moved_end = device::host_result(stream, [&] {

@@ -16,7 +16,11 @@ using card_table::row_index_t;
 // Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
 // key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
 // begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
-// dirty keys and rows (12). These phases run one after another, so the largest one counts.
+// dirty keys and rows (12). These phases run one after another, so the largest one counts: the
+// write-back's listing is kept from pass to pass and lent to the look-up, eviction and
+// compact_pool (pass_boundary.hpp), which add only the ranks (4). Not counted: that the kept
+// listing stays beside a rehash's pairs (12 more) and the inserts' staged page, with the kept
+// staging and keep pages (PassBoundary::WriteBackBuffers).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and

@@ -31,7 +31,9 @@ uint64_t evict_first(const PassCards& cards, int c, std::vector<EvictionCandidat
 }  // namespace
 
 uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_index_t>& pass_rows,
-                       uint64_t kept_dirty, std::size_t excess) {
+                       uint64_t kept_dirty, std::size_t excess,
+                       device::device_buffer<uint64_t>& listed_keys,
+                       device::device_buffer<row_index_t>& listed_rows) {
   card_table::CardSparseStore& store = cards.store(c);
   device::Card& card = cards.card(c);
   const device::Stream& stream = card.stream();
@@ -40,13 +42,12 @@ uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_inde
   std::vector<row_index_t> rows;
   std::vector<float> ranks;
   {
-    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-    const std::size_t count = store.list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
+    const std::size_t count =
+        store.list_entries(/*dirty_only=*/false, listed_keys, listed_rows, stream);
     device::device_buffer<float> d_ranks(count, card.memory(), stream);
-    store.eviction_ranks(d_rows.data(), count, d_ranks.data(), stream);
-    keys = device::to_host(d_keys.data(), count, stream);
-    rows = device::to_host(d_rows.data(), count, stream);
+    store.eviction_ranks(listed_rows.data(), count, d_ranks.data(), stream);
+    keys = device::to_host(listed_keys.data(), count, stream);
+    rows = device::to_host(listed_rows.data(), count, stream);
     ranks = device::to_host(d_ranks.data(), count, stream);
   }
   // The pass's rows, marked by row index: one look-up per resident key instead of a binary
@@ -58,11 +59,9 @@ uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_inde
   if (kept_dirty > 0) {
     // Rows the last end_pass kept dirty (its `keep`) stay too, whatever this pass holds: their
     // newest value is only here.
-    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-    const std::size_t count = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
-    d_keys.release();
-    for (row_index_t row : device::to_host(d_rows.data(), count, stream)) in_pass.mark(row);
+    const std::size_t count =
+        store.list_entries(/*dirty_only=*/true, listed_keys, listed_rows, stream);
+    for (row_index_t row : device::to_host(listed_rows.data(), count, stream)) in_pass.mark(row);
   }
   in_pass.seal();
   std::vector<EvictionCandidate> candidates;
@@ -105,7 +104,9 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
   return evict_first(cards, c, candidates, kept_dirty, excess);
 }
 
-std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
+                      device::device_buffer<uint64_t>& listed_keys,
+                      device::device_buffer<row_index_t>& listed_rows) {
   card_table::CardSparseStore& store = cards.store(c);
   const auto page_bytes_after_insert = [&] {
     std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
@@ -127,7 +128,7 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
   // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
   std::size_t freed = 0;
   for (int32_t p = 0; p < store.pool_count(); ++p) {
-    freed += store.compact_pool(p, cards.card(c).stream());
+    freed += store.compact_pool(p, listed_keys, listed_rows, cards.card(c).stream());
   }
   const std::size_t bytes = page_bytes_after_insert();
   GPUBOX_EXPECTS(bytes <= cards.plan().row_page_bytes, "card ", cards.card(c).rank(),

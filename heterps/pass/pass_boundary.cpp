@@ -154,7 +154,8 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   phase.reset();
   done.evicted = make_room(c, misses, early);
   if (cards_.row_budget() > 0 && cards_.store(c).pool_count() > 1) {
-    fit_pools(cards_, c, misses.missing);
+    WriteBackBuffers& lent = buffers(c);
+    fit_pools(cards_, c, misses.missing, lent.listed_keys, lent.listed_rows);
   }
   misses.hit_rows = {};
   done.evict_s = phase.seconds();
@@ -185,9 +186,11 @@ void PassBoundary::check_fits(int c, std::size_t n) const {
 }
 
 PassBoundary::CardMisses PassBoundary::find_missing(int c, const OwnedKeys& mine,
-                                                    const StagedRows* staged) const {
+                                                    const StagedRows* staged) {
   CardMisses misses;
-  misses.missing = cards_.missing_on_card(c, mine, &misses.hit_rows);
+  WriteBackBuffers& lent = buffers(c);
+  misses.missing =
+      cards_.missing_on_card(c, mine, &misses.hit_rows, lent.listed_keys, lent.listed_rows);
   misses.missing_total = misses.missing_count = misses.missing.keys.size();
   // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
   // walk); only the others are pulled.
@@ -219,7 +222,7 @@ PassBoundary::CardMisses PassBoundary::take_early(NextPassCard& early) {
   return misses;
 }
 
-uint64_t PassBoundary::make_room(int c, const CardMisses& misses, const NextPassCard* early) const {
+uint64_t PassBoundary::make_room(int c, const CardMisses& misses, const NextPassCard* early) {
   const std::size_t budget = cards_.row_budget();
   const std::size_t resident = cards_.store(c).size();
   if (budget == 0 || resident + misses.missing_count <= budget) return 0;
@@ -232,7 +235,9 @@ uint64_t PassBoundary::make_room(int c, const CardMisses& misses, const NextPass
     return evict_among(cards_, c, *early->current_keys, early->spare_at, early->spare_rows,
                        kept_dirty_, excess);
   }
-  return evict_outside(cards_, c, misses.hit_rows, kept_dirty_, excess);
+  WriteBackBuffers& lent = buffers(c);
+  return evict_outside(cards_, c, misses.hit_rows, kept_dirty_, excess, lent.listed_keys,
+                       lent.listed_rows);
 }
 
 void PassBoundary::insert_staged(int c, const StagedRows* staged,

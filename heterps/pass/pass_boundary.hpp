@@ -25,7 +25,8 @@ namespace gpubox::pass {
 class PassBoundary {
  public:
   // Both borrowed: they must outlive it.
-  PassBoundary(PassCards& cards, NextPassWork& next_work) : cards_(cards), next_work_(next_work) {}
+  PassBoundary(PassCards& cards, NextPassWork& next_work)
+      : cards_(cards), next_work_(next_work), write_back_buffers_(cards.num_cards()) {}
 
   // PassManager::begin_pass / end_pass / sync.
   PassStats begin_pass(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots,
@@ -60,10 +61,10 @@ class PassBoundary {
   void check_fits(int c, std::size_t n) const;
   // The card's keys split into hits, missing staged, missing to pull: looked up now, or taken
   // from `early`.
-  CardMisses find_missing(int c, const OwnedKeys& mine, const StagedRows* staged) const;
+  CardMisses find_missing(int c, const OwnedKeys& mine, const StagedRows* staged);
   static CardMisses take_early(NextPassCard& early);
   // Evicts what `misses` need room for; returns the rows removed.
-  uint64_t make_room(int c, const CardMisses& misses, const NextPassCard* early) const;
+  uint64_t make_room(int c, const CardMisses& misses, const NextPassCard* early);
   // Inserts the staged rows of the missing keys (`used`: offsets in card c's staged range).
   void insert_staged(int c, const StagedRows* staged, const std::vector<uint32_t>& used) const;
   // Pulls (or takes card 0's replica of) the rows staging left out. Returns the rows the host
@@ -89,18 +90,27 @@ class PassBoundary {
   std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys, std::size_t count,
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
-  // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs).
-  // Returns the first push error.
+  // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs),
+  // each batch half a page at a time (gather_part), with one host wait a batch (the copy
+  // stream's, after its last copy). Returns the first push error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds);
+  // One part of a batch in push_rows: gathers card `c`'s rows d_rows[0, m) into staging half
+  // `half` (0 or 1; 0 only with a page of one row) and copies them into `rows` (pinned) on the
+  // card's copy stream, ordered by events only: the gather waits for the half's last copy, the
+  // copy for the gather. cpu, but under GPUBOX_DEVICE_CHECK=defer: the gather writes `rows`
+  // itself, with the same events and waits. Returns with both queued.
+  void gather_part(int c, const card_table::row_index_t* d_rows, std::size_t m, float* rows,
+                   std::size_t half);
   // write_back on every card; sets kept_dirty_ and gather_seconds_. Returns the rows written.
   uint64_t write_back_all(const std::vector<uint64_t>& keep);
 
-  // One card's pinned host memory for its write-back, kept from one write-back to the next (a
-  // pass's end allocates pinned memory only when it needs more than every earlier one did:
-  // cudaMallocHost and cudaFreeHost wait for the whole device). Touched only by the card's thread
-  // inside write_back_all; freed with the PassBoundary.
+  // One card's memory for its write-back, pinned and on the card, kept from one write-back to
+  // the next (a pass's end allocates only when it needs more than every earlier one did:
+  // cudaMallocHost and cudaFreeHost wait for the whole device, and after the first end_pass a
+  // pass boundary makes no card allocation on the write-back's path). Touched only by the card's
+  // thread; freed with the PassBoundary.
   struct WriteBackBuffers {
     device::pinned_buffer<uint64_t> keys;  // the dirty rows' keys, read back from the card
     // drop_kept's: the dirty rows' indices on the card, and a page of the keep keys and of the
@@ -111,11 +121,32 @@ class PassBoundary {
     // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
     // pushes run.
     std::vector<device::pinned_buffer<float>> batches;
+    // On the card, kept from pass to pass and held also while the steps run: the listing, keys
+    // and row indices, 12 bytes a row (the write-back lists the dirty rows into it; begin_pass's
+    // look-up the pass's keys, eviction and compact_pool every key on the card: each borrows it
+    // in turn, never two at once), reserved for the row budget's rows once (no budget: it grows
+    // with the table, by half again); a page of keep keys and of their rows (drop_kept); a page
+    // of rows staged for their copy off the card, two halves gathered and copied in turn
+    // (push_rows; the cpu backend stages only under GPUBOX_DEVICE_CHECK=defer, but makes the
+    // page as cuda does). CardTierPlan counts them only within its transient working set.
+    device::device_buffer<uint64_t> listed_keys;
+    device::device_buffer<card_table::row_index_t> listed_rows;
+    device::device_buffer<uint64_t> keep_keys;
+    device::device_buffer<card_table::row_index_t> keep_rows;
+    device::device_buffer<float> staged;
+    // Per staged half: its gather's end (card stream) and its copy's end (copy stream).
+    std::vector<device::Event> gathered, copied;
+    bool made = false;  // the card buffers were given the card's memory (buffers())
+
+    // Pinned host bytes held (PassStats::write_back_pinned_bytes).
+    std::size_t pinned_bytes() const;
   };
+  // Card c's write-back buffers, their card side bound to card c on first use (card c's thread).
+  WriteBackBuffers& buffers(int c);
 
   PassCards& cards_;
   NextPassWork& next_work_;
-  std::vector<WriteBackBuffers> write_back_buffers_;  // per card
+  std::vector<WriteBackBuffers> write_back_buffers_;  // per card (buffers())
   PassStats current_;
   double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
   uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)

@@ -1,7 +1,6 @@
 #include "heterps/pass/pass_cards.hpp"
 
 #include <algorithm>
-#include <future>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -13,33 +12,6 @@ namespace gpubox::pass {
 namespace {
 
 using card_table::row_index_t;
-
-// Runs `work(begin, end)` over [0, n) in chunks of `chunk`, up to `in_flight` chunks at once,
-// and `finish(begin, end)` for each chunk in order on the calling thread as it completes.
-// Returns the first error; chunks after a failed one are not finished.
-template <class Work, class Finish>
-Status pipelined_chunks(std::size_t n, std::size_t chunk, int in_flight, Work work, Finish finish) {
-  chunk = std::max<std::size_t>(chunk, 1);
-  std::vector<std::future<Status>> window;
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  for (std::size_t begin = 0; begin < n; begin += chunk)
-    ranges.emplace_back(begin, std::min(n, begin + chunk));
-  std::size_t next_launch = 0;
-  Status first_error;
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
-    while (next_launch < ranges.size() &&
-           next_launch < i + static_cast<std::size_t>(std::max(1, in_flight))) {
-      auto [b, e] = ranges[next_launch];
-      window.push_back(
-          std::async(std::launch::async, [&work, b = b, e = e] { return work(b, e); }));
-      ++next_launch;
-    }
-    Status st = window[i].get();
-    if (!st.ok() && first_error.ok()) first_error = st;
-    if (first_error.ok()) finish(ranges[i].first, ranges[i].second);
-  }
-  return first_error;
-}
 
 }  // namespace
 
@@ -58,7 +30,12 @@ void PassCards::wait_between_steps(int c, const char* what) const {
 
 PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseStore*> stores,
                      table::HostTier& host, const PassManagerOptions& options)
-    : cards_(cards), stores_(std::move(stores)), host_(host), options_(options) {
+    : cards_(cards),
+      stores_(std::move(stores)),
+      host_(host),
+      options_(options),
+      host_calls_((stores_.size() + 1) *
+                  static_cast<std::size_t>(std::max(1, options.pulls_in_flight))) {
   GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
                  "pass manager: ", stores_.size(), " stores for ", cards_.num_local_cards(),
                  " cards");
@@ -149,17 +126,19 @@ std::vector<OwnedKeys> PassCards::partition_by_owner(const std::vector<uint64_t>
 }
 
 OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
-                                     std::vector<row_index_t>* hit_rows) const {
+                                     std::vector<row_index_t>* hit_rows,
+                                     device::device_buffer<uint64_t>& d_keys,
+                                     device::device_buffer<row_index_t>& d_rows) const {
   card_table::CardSparseStore& store = *stores_[c];
-  device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
+  const device::Stream& stream = cards_.card(c).stream();
   const std::size_t n = mine.keys.size();
-  // 12 bytes per pass key on the card, freed before eviction.
-  auto d_keys = device::to_device(mine.keys, card.memory(), stream);
-  auto d_rows = card.make_buffer<row_index_t>(n);
+  // 12 bytes per pass key on the card, in the pass boundary's buffers (eviction reuses them).
+  d_keys.resize_discard(n);
+  d_rows.resize_discard(n);
+  if (n > 0) device::copy_async(d_keys.data(), mine.keys.data(), n, stream);
   store.lookup_or_create(d_keys.data(), nullptr, n, d_rows.data(), /*create_missing=*/false,
                          nullptr, stream);
-  const std::vector<row_index_t> found = device::to_host(d_rows);
+  const std::vector<row_index_t> found = device::to_host(d_rows.data(), n, stream);
   OwnedKeys missing;
   hit_rows->clear();
   for (std::size_t i = 0; i < n; ++i) {
@@ -181,7 +160,7 @@ std::size_t PassCards::pull_rows(PassAccess access, const uint64_t* keys, const 
   const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
   std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
   const Status st = pipelined_chunks(
-      n, batch, options_.pulls_in_flight,
+      host_calls_, n, batch, options_.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
         float* out = rows + b * stride;
         return access == PassAccess::kEvaluate

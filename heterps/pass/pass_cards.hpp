@@ -19,6 +19,7 @@
 #include "common/status.hpp"
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/pass/host_call_workers.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "table/host_tier.hpp"
 
@@ -56,6 +57,10 @@ class PassCards {
   std::size_t stride() const { return static_cast<std::size_t>(host_.layout().stride()); }
   const PassManagerOptions& options() const { return options_; }
   bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
+  // The threads of this process's host-tier calls (pull_rows, the write-back's pushes): one
+  // window of pulls_in_flight calls for each card's thread and one for a staging thread, made
+  // once (a caller beyond those waits for a free thread).
+  HostCallWorkers& host_calls() const { return host_calls_; }
   // Rows per card the budget allows (0 = unlimited), and the footprint at it.
   std::size_t row_budget() const { return row_budget_; }
   const CardTierPlan& plan() const { return plan_; }
@@ -78,9 +83,12 @@ class PassCards {
   // Every key on this process's cards (Replicated: card 0's), in no particular order.
   std::vector<uint64_t> resident_keys() const;
   // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
-  // the others. 12 bytes per key on the card, freed before it returns.
+  // the others. 12 bytes per key on the card, in `d_keys` / `d_rows` (card c's, lent by the
+  // pass boundary: resized, reused, their contents lost).
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
-                            std::vector<card_table::row_index_t>* hit_rows) const;
+                            std::vector<card_table::row_index_t>* hit_rows,
+                            device::device_buffer<uint64_t>& d_keys,
+                            device::device_buffer<card_table::row_index_t>& d_rows) const;
   // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
   // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
   // with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in
@@ -112,6 +120,7 @@ class PassCards {
   std::size_t row_budget_ = 0;
   CardTierPlan plan_;
   CardWait card_wait_;
+  mutable HostCallWorkers host_calls_;  // last: joined first
 };
 
 }  // namespace pass

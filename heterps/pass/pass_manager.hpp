@@ -38,7 +38,12 @@
 // Card memory: with a budget, every store is sized once for the budget's rows (hash slots, free
 // list, dirty flags), rows arrive page by page, eviction reads only keys and scores (victims'
 // rows go to the free list and the next pull reuses them), and write-back streams dirty rows a
-// page at a time, so CardMemory's peak stays under plan().total_bytes() (tested).
+// page at a time, so CardMemory's peak stays under plan().total_bytes() (tested). The pass
+// boundary keeps its card buffers from pass to pass (its listing of keys and row indices, 12
+// bytes a row, made for the budget's rows once, lent to begin_pass's look-up and eviction; a page
+// of keep keys and rows; on cuda the write-back's staging page): after the first end_pass a pass
+// boundary allocates card memory only where a pass needs more than every one before (no budget:
+// the listing grows by half again with the table). They stay held while the steps run.
 //
 // Pinned host memory: the write-back keeps its pinned buffers from one end_pass or sync() to the
 // next, for the manager's life (cudaMallocHost and cudaFreeHost wait for the whole device), and
@@ -50,7 +55,8 @@
 // buffers grow by half again, so they can hold up to 1.5x the most dirty rows. With the defaults
 // (4 in flight, 65536 keys) and rows of 72 bytes, 23.6 MB of batches a card, plus 0.08 GB for
 // 10 M dirty rows (0.12 GB with a keep), up to 1.5x those when the dirty rows grew pass by pass.
-// Not counted in plan() (card memory) nor in the host tier's memory figures.
+// Not in plan() (card memory) nor in the host tier's budget: each end_pass reports it
+// (PassStats::write_back_pinned_bytes; the pass line's write_back_pinned_mb) and logs it.
 //
 //   prepare_next_pass(c)  (card thread c, between the steps of the current training pass)
 //                     once the next pass's keys are planned for its staging (expect_next_pass:
@@ -79,13 +85,15 @@
 //                     much pinned; while inserting, two regions of staged rows, a chunk's or a
 //                     page's whichever is smaller, on the card and as much pinned, made when the
 //                     work is expected) beside the steps' own
-//                     buffers, which plan() never counted (the boundary's working set it counts
-//                     is larger and not live then); on the host, per next-pass key on the card
-//                     its row index (4 bytes) and per staged key its offset (4), per
-//                     current-pass row the next lacks its row
-//                     and key offset (8), a byte per pool row, and (score, key, row) of the rows
-//                     outside both passes (24 bytes), at most as many as must leave, until they are
-//                     erased. The current pass's keys are shared with its data set, not copied.
+//                     buffers, which plan() never counted, and the pass boundary's kept buffers
+//                     (its listing, 12 bytes a row, a page of keep keys and rows and the
+//                     write-back's staging page: resident, though plan() counts them only
+//                     within its transient working set); on the host, per
+//                     next-pass key on the card its row index (4 bytes) and per staged key its
+//                     offset (4), per current-pass row the next lacks its row and key offset (8), a
+//                     byte per pool row, and (score, key, row) of the rows outside both passes (24
+//                     bytes), at most as many as must leave, until they are erased. The current
+//                     pass's keys are shared with its data set, not copied.
 //
 // The three jobs live in their own objects (PassManager is their facade): the pass boundary
 // (pass_boundary.hpp: begin_pass, end_pass and write-back), staging ahead (pass_staging.hpp) and

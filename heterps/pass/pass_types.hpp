@@ -131,6 +131,10 @@ struct PassStats {
   uint64_t written_back = 0;   // dirty rows pushed to the host tier by end_pass / sync
   uint64_t kept_dirty = 0;     // dirty rows end_pass left on the cards for the next pass (keep)
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
+  // Pinned host memory the write-back holds after end_pass, this trainer's cards together: kept
+  // from pass to pass for the pass manager's life (pass_manager.hpp: about (pulls_in_flight + 1)
+  // batches of rows a card, 8-12 bytes a dirty row), outside the host tier's budget.
+  uint64_t write_back_pinned_bytes = 0;
   // Of the card work for this pass done during the previous pass's steps
   // (PassManager::prepare_next_pass; counted in `prefetched` and `evicted` too): staged rows
   // inserted and rows evicted then, and what its chunks asked of the device layer, summed over

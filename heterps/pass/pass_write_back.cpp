@@ -2,16 +2,13 @@
 // the host tier, streamed a batch at a time.
 #include <algorithm>
 #include <deque>
-#include <future>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "common/thread_annotations.hpp"
 #include "common/timer.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/device/memory.hpp"
@@ -24,6 +21,27 @@ namespace {
 using card_table::row_index_t;
 
 const std::vector<uint64_t> kNoKeys;
+
+// The write-back's staging page (push_rows, gather_part): two halves gathered and copied in
+// turn, of staging_rows rows each; a page of one row is one half (gathered and copied in turn
+// with itself). The staging stays within one page, as the plan counts it.
+std::size_t staging_halves(std::size_t page_rows) { return page_rows >= 2 ? 2 : 1; }
+std::size_t staging_rows(std::size_t page_rows) {
+  return std::max<std::size_t>(1, page_rows / staging_halves(page_rows));
+}
+
+// Whether the write-back gathers its rows into the staging page and copies them off the card on
+// the copy stream: always on cuda. On cpu the card's memory is the host's, so the gather writes
+// the pinned batch itself (staging and copying was a second pass over every row written back:
+// 68 MB of memcpy a wide_deep pass of 444k rows), but under GPUBOX_DEVICE_CHECK=defer it stages
+// as cuda does, so that the deferred streams check the events that order the halves.
+bool stages_rows([[maybe_unused]] const device::Stream& stream) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  return true;
+#else
+  return stream.deferred() != nullptr;
+#endif
+}
 
 // `buffer`'s memory, of at least `count` elements: reallocated only when it holds fewer (by half
 // as much again when `grow`, so a table whose dirty rows grow pass by pass reallocates rarely).
@@ -40,66 +58,6 @@ T* reserve_pinned(device::pinned_buffer<T>& buffer, std::size_t count, bool grow
   }
   return buffer.data();
 }
-
-// The host pushes of one write-back, run in submission order on `threads` threads made once: a
-// thread per batch made a thread, and the OpenMP team its push builds (table/parallel.cpp), per
-// host_batch_keys rows. The destructor runs every job submitted before it returns, so no push
-// outlives the write-back that owns its rows. Thread-safe: submit from any thread (the write-back
-// submits from the card's thread); the workers take jobs under mu_.
-class PushWorkers {
- public:
-  explicit PushWorkers(std::size_t threads) {
-    try {
-      for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
-    } catch (...) {
-      close_and_join();  // the threads made so far (a thread that could not start: an error)
-      throw;
-    }
-  }
-  ~PushWorkers() { close_and_join(); }
-  PushWorkers(const PushWorkers&) = delete;
-  PushWorkers& operator=(const PushWorkers&) = delete;
-
-  // Queues `push`; its future holds its Status (or what it threw).
-  std::future<Status> submit(std::packaged_task<Status()> push) GPUBOX_EXCLUDES(mu_) {
-    std::future<Status> done = push.get_future();
-    {
-      MutexLock lock(mu_);
-      jobs_.push_back(std::move(push));
-    }
-    ready_.notify_one();
-    return done;
-  }
-
- private:
-  void work() GPUBOX_EXCLUDES(mu_) {
-    for (;;) {
-      std::packaged_task<Status()> push;
-      {
-        MutexLock lock(mu_);
-        while (jobs_.empty() && !closed_) ready_.wait(lock);
-        if (jobs_.empty()) return;  // closed, and nothing left to run
-        push = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      push();
-    }
-  }
-  void close_and_join() GPUBOX_EXCLUDES(mu_) {
-    {
-      MutexLock lock(mu_);
-      closed_ = true;
-    }
-    ready_.notify_all();
-    for (std::thread& thread : threads_) thread.join();
-  }
-
-  Mutex mu_;
-  CondVar ready_;
-  std::deque<std::packaged_task<Status()>> jobs_ GPUBOX_GUARDED_BY(mu_);
-  bool closed_ GPUBOX_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
 
 }  // namespace
 
@@ -127,12 +85,18 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
     rows += cards_.store(static_cast<int>(c)).size();
   }
   current_.rows_on_cards = rows;
+  current_.write_back_pinned_bytes = 0;
+  for (const WriteBackBuffers& buffers : write_back_buffers_) {
+    current_.write_back_pinned_bytes += buffers.pinned_bytes();
+  }
   current_.end_seconds = timer.seconds();
   GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
                    << " rows written back, " << current_.kept_dirty
                    << " kept dirty on the cards for the next pass, in " << current_.end_seconds
                    << " s; the slowest card gathered its rows off the card in " << gather_seconds_
-                   << " s, the rest waited for the host tier";
+                   << " s, the rest waited for the host tier; the write-back holds "
+                   << static_cast<double>(current_.write_back_pinned_bytes) / (1 << 20)
+                   << " MiB of pinned host memory (kept for the next pass's end)";
   in_pass_ = false;
   return current_;
 }
@@ -141,7 +105,6 @@ uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
   std::vector<double> gathering(written.size(), 0);
-  if (write_back_buffers_.size() < written.size()) write_back_buffers_.resize(written.size());
   cards_.cards().run_on_cards([&](device::Card& card) {
     const int c = card.local_index();
     written[c] = write_back(c, &gathering[c], keep, &kept[c]);
@@ -165,29 +128,28 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
     stream.synchronize();
     return 0;
   }
-  // The dirty rows' keys and indices (12 bytes each), the keys read back into pinned memory,
-  // then the rows a batch at a time (push_rows).
-  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
-  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-  const std::size_t listed = store.list_entries(/*dirty_only=*/true, d_keys, d_rows, stream);
+  // The dirty rows' keys and indices (12 bytes each) listed into the card's kept buffers, the
+  // keys read back into pinned memory, then the rows a batch at a time (push_rows).
+  WriteBackBuffers& buffers = this->buffers(c);
+  const std::size_t listed =
+      store.list_entries(/*dirty_only=*/true, buffers.listed_keys, buffers.listed_rows, stream);
   if (listed == 0) return 0;
-  uint64_t* keys = reserve_pinned(write_back_buffers_[c].keys, listed, /*grow=*/true);
-  device::copy_async(keys, d_keys.data(), listed, stream);
+  uint64_t* keys = reserve_pinned(buffers.keys, listed, /*grow=*/true);
+  device::copy_async(keys, buffers.listed_keys.data(), listed, stream);
   stream.synchronize();
-  d_keys.release();
   std::size_t count = listed;
   if (!keep.empty()) {
-    *kept = drop_kept(c, keep, keys, count, d_rows);
+    *kept = drop_kept(c, keep, keys, count, buffers.listed_rows);
     count -= *kept;
   }
-  const Status st = push_rows(c, keys, count, d_rows, gather_seconds);
+  const Status st = push_rows(c, keys, count, buffers.listed_rows, gather_seconds);
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
   if (keep.empty()) {
     store.clear_dirty(stream);
   } else {
-    store.clear_dirty(d_rows.data(), count, stream);
+    store.clear_dirty(buffers.listed_rows.data(), count, stream);
   }
   stream.synchronize();
   return count;
@@ -204,29 +166,29 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   // buffers (kept from pass to pass, grown rarely), none through pageable memory.
   row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
   device::copy_async(rows, d_rows.data(), count, stream);
-  // The keep keys looked up a page at a time (card memory stays within the plan: d_rows, 4 bytes a
-  // dirty row, is what is left of the listing's 12). Their pinned buffers are made a whole page
-  // once, so a keep that grows from pass to pass does not free and make them again.
-  const std::size_t chunk = std::min(keep.size(), store.page_rows());
-  uint64_t* keep_staged = reserve_pinned(buffers.keep, store.page_rows(), /*grow=*/false);
-  row_index_t* found = reserve_pinned(buffers.found, store.page_rows(), /*grow=*/false);
+  // The keep keys looked up a page at a time (card memory stays within the plan: a page of keys
+  // and of rows beside the listing). Their pinned buffers are made a whole page once, so a keep
+  // that grows from pass to pass does not free and make them again; so are their card buffers
+  // (buffers.keep_keys / keep_rows).
+  const std::size_t page = store.page_rows();
+  const std::size_t chunk = std::min(keep.size(), page);
+  uint64_t* keep_staged = reserve_pinned(buffers.keep, page, /*grow=*/false);
+  row_index_t* found = reserve_pinned(buffers.found, page, /*grow=*/false);
+  buffers.keep_keys.resize_discard(page);
+  buffers.keep_rows.resize_discard(page);
   stream.synchronize();  // the row indices are in `rows`
   const row_index_t row_end = *std::max_element(rows, rows + count) + 1;
   RowMarks kept_row(row_end, count);
-  {
-    device::device_buffer<uint64_t> d_keep(chunk, card.memory(), stream);
-    device::device_buffer<row_index_t> d_found(chunk, card.memory(), stream);
-    for (std::size_t b = 0; b < keep.size(); b += chunk) {
-      const std::size_t n = std::min(keep.size(), b + chunk) - b;
-      // The previous chunk's wait covers its upload from keep_staged.
-      std::copy_n(keep.data() + b, n, keep_staged);
-      device::copy_async(d_keep.data(), keep_staged, n, stream);
-      store.lookup_or_create(d_keep.data(), nullptr, n, d_found.data(),
-                             /*create_missing=*/false, nullptr, stream);
-      device::copy_async(found, d_found.data(), n, stream);
-      stream.synchronize();
-      for (std::size_t i = 0; i < n; ++i) kept_row.mark(found[i]);
-    }
+  for (std::size_t b = 0; b < keep.size(); b += chunk) {
+    const std::size_t n = std::min(keep.size(), b + chunk) - b;
+    // The previous chunk's wait covers its upload from keep_staged.
+    std::copy_n(keep.data() + b, n, keep_staged);
+    device::copy_async(buffers.keep_keys.data(), keep_staged, n, stream);
+    store.lookup_or_create(buffers.keep_keys.data(), nullptr, n, buffers.keep_rows.data(),
+                           /*create_missing=*/false, nullptr, stream);
+    device::copy_async(found, buffers.keep_rows.data(), n, stream);
+    stream.synchronize();
+    for (std::size_t i = 0; i < n; ++i) kept_row.mark(found[i]);
   }
   kept_row.seal();
   std::size_t pushed = 0;
@@ -238,7 +200,7 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   }
   // Back into d_rows' own memory (it only shrinks), left queued on the card's stream when this
   // returns: ordered before the gathers that read d_rows (same stream), and `rows` is not written
-  // again before the write-back's last wait (push_rows synchronizes the stream).
+  // again before the write-back's last wait (write_back synchronizes the stream).
   d_rows.resize(pushed);
   if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
@@ -247,14 +209,13 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
 Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
                                const device::device_buffer<row_index_t>& d_rows,
                                double* gather_seconds) {
-  card_table::CardSparseStore& store = cards_.store(c);
+  const card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
-  const device::Stream& stream = card.stream();
   const std::size_t stride = cards_.stride();
-  // A batch is gathered off the card (on cuda a page at a time: the card never holds a second
-  // copy of the rows) while the batches before it are pushed, at most pulls_in_flight at once, so
-  // the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785 MB for a
-  // pass of 10.9 M rows).
+  // A batch is gathered off the card (on cuda half a page at a time: the card never holds a
+  // second copy of the rows) while the batches before it are pushed, at most pulls_in_flight at
+  // once, so the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785
+  // MB for a pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
   // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left
@@ -264,63 +225,122 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   // free and make each again (cudaFreeHost waits for the whole device).
   const std::size_t batches = (count + batch - 1) / batch;
   const std::size_t batch_floats = batch * stride;
-  std::vector<device::pinned_buffer<float>>& buffers = write_back_buffers_[c].batches;
+  std::vector<device::pinned_buffer<float>>& batch_buffers = write_back_buffers_[c].batches;
   const std::size_t slots = std::min(in_flight + 1, batches);
-  if (buffers.size() < slots) buffers.resize(slots);
+  if (batch_buffers.size() < slots) batch_buffers.resize(slots);
   std::vector<float*> spare;
   for (std::size_t i = 0; i < slots; ++i) {
-    spare.push_back(reserve_pinned(buffers[i], batch_floats, /*grow=*/false));
+    spare.push_back(reserve_pinned(batch_buffers[i], batch_floats, /*grow=*/false));
   }
-  // At most in_flight pushes at once (the window), on as many threads. `workers` runs every queued
-  // push before it goes, so an error that unwinds this function leaves no push reading a buffer
-  // that a later write-back refills.
-  PushWorkers workers(std::min(in_flight, batches));
-  struct Push {
-    float* rows;
-    std::future<Status> done;
-  };
-  std::deque<Push> window;
+  // At most in_flight pushes at once (the window) on the pass cards' host-call threads. The
+  // window waits for every push in it before it goes, so an error that unwinds this function
+  // leaves no push reading a buffer that a later write-back refills.
+  CallWindow window(cards_.host_calls(), in_flight);
+  std::deque<float*> pushing;  // the rows of the pushes in the window, oldest first
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
-    const Status pushed = window.front().done.get();
+    const Status pushed = window.retire();  // rethrows what the push threw
     if (!pushed.ok() && st.ok()) st = pushed;
-    spare.push_back(window.front().rows);
-    window.pop_front();
+    spare.push_back(pushing.front());
+    pushing.pop_front();
   };
-#if defined(GPUBOX_BACKEND_CUDA)
-  // One staging page on the card; the gathers and the copies into pinned memory are ordered on
-  // the card's stream, and the host waits once per batch, before its push reads it.
-  const std::size_t page = store.page_rows();
-  device::device_buffer<float> staged(std::min(count, page) * stride, card.memory(), stream);
-#endif
+  // A batch is gathered and copied half a page at a time (gather_part), the halves in turn: the
+  // card gathers one while the other is copied off it.
+  const std::size_t part = staging_rows(store.page_rows());
+  const std::size_t halves = staging_halves(store.page_rows());
+  std::size_t parts = 0;  // of the write-back so far: part p uses half p % halves
   table::HostTier& host = cards_.host();
-  for (std::size_t b = 0; b < count && st.ok(); b += batch) {
-    const std::size_t n = std::min(count, b + batch) - b;
-    if (window.size() == in_flight) retire();
-    Timer gather;
-    float* rows = spare.back();
-    spare.pop_back();
-#if defined(GPUBOX_BACKEND_CUDA)
-    for (std::size_t p = 0; p < n; p += page) {
-      const std::size_t m = std::min(n, p + page) - p;
-      store.gather_rows(d_rows.data() + b + p, m, staged.data(), stream);
-      device::copy_async(rows + p * stride, staged.data(), m * stride, stream);
+  try {
+    for (std::size_t b = 0; b < count && st.ok(); b += batch) {
+      const std::size_t n = std::min(count, b + batch) - b;
+      if (window.full()) retire();
+      Timer gather;
+      float* rows = spare.back();
+      spare.pop_back();
+      for (std::size_t p = 0; p < n; p += part, ++parts) {
+        gather_part(c, d_rows.data() + b + p, std::min(n, p + part) - p, rows + p * stride,
+                    parts % halves);
+      }
+      // The batch's last copy waited for its gather, and follows the copies before it on the
+      // copy stream: every row is in `rows` before its push reads them.
+      card.copy_stream().synchronize();
+      *gather_seconds += gather.seconds();
+      window.submit([&host, keys, b, n, rows] { return host.push(keys + b, n, rows); });
+      pushing.push_back(rows);
     }
-#else
-    // cpu: the card's memory is the host's, so the gather writes the batch itself; staging it
-    // a page at a time and copying was a second pass over every row written back (68 MB of
-    // memcpy a wide_deep pass of 444k rows).
-    store.gather_rows(d_rows.data() + b, n, rows, stream);
-#endif
-    stream.synchronize();  // the batch's rows are in `rows` before its push reads them
-    *gather_seconds += gather.seconds();
-    window.push_back(
-        Push{rows, workers.submit(std::packaged_task<Status()>(
-                       [&host, keys, b, n, rows] { return host.push(keys + b, n, rows); }))});
+  } catch (...) {
+    // No copy stays queued reading the staging page (freed on the card's stream, which does not
+    // wait for the copy stream) or writing a batch buffer (the window's pushes are waited for
+    // after this). The error that unwinds is the one to report.
+    try {
+      card.copy_stream().synchronize();
+    } catch (...) {
+      // a failing card: the error already unwinding says more
+    }
+    throw;
   }
   while (!window.empty()) retire();
   return st;
+}
+
+void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, float* rows,
+                               std::size_t half) {
+  const card_table::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  const device::Stream& copy_stream = card.copy_stream();
+  WriteBackBuffers& buffers = write_back_buffers_[c];
+  // The half is written again only once its last copy off the card has completed (the card
+  // orders it; a half never copied yet, or last copied by an earlier write-back, passes).
+  stream.wait(buffers.copied[half]);
+  // Not staged (cpu, stages_rows): the gather writes `rows` itself; the events and waits stay, so
+  // both backends count the same structure.
+  const bool staging = stages_rows(stream);
+  const std::size_t stride = cards_.stride();
+  float* gathered =
+      staging ? buffers.staged.data() + half * staging_rows(store.page_rows()) * stride : rows;
+  store.gather_rows(d_rows, m, gathered, stream);
+  buffers.gathered[half].record(stream);
+  // The copy stream takes the half once gathered, while the card's stream gathers the other.
+  copy_stream.wait(buffers.gathered[half]);
+  if (staging) device::copy_async(rows, gathered, m * stride, copy_stream);
+  buffers.copied[half].record(copy_stream);
+}
+
+PassBoundary::WriteBackBuffers& PassBoundary::buffers(int c) {
+  WriteBackBuffers& buffers = write_back_buffers_[static_cast<std::size_t>(c)];
+  if (buffers.made) return buffers;
+  device::Card& card = cards_.card(c);
+  const device::Stream& stream = card.stream();
+  buffers.listed_keys = device::device_buffer<uint64_t>(0, card.memory(), stream);
+  buffers.listed_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
+  buffers.keep_keys = device::device_buffer<uint64_t>(0, card.memory(), stream);
+  buffers.keep_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
+  // The staging page is made with the listing, on both backends (the cpu backend stages only
+  // under GPUBOX_DEVICE_CHECK=defer; the card's memory counts the same either way).
+  const std::size_t page = cards_.store(c).page_rows();
+  buffers.staged = device::device_buffer<float>(
+      staging_halves(page) * staging_rows(page) * cards_.stride(), card.memory(), stream);
+  // Under a row budget the listing is sized once, for the budget's rows (the table holds no
+  // more): the plan counts it in its working set. Without one it grows with the table.
+  if (cards_.row_budget() > 0) {
+    buffers.listed_keys.reserve(cards_.row_budget());
+    buffers.listed_rows.reserve(cards_.row_budget());
+  }
+  for (int half = 0; half < 2; ++half) {
+    buffers.gathered.emplace_back(card.device(), stream.counters());
+    buffers.copied.emplace_back(card.device(), card.copy_stream().counters());
+  }
+  buffers.made = true;
+  return buffers;
+}
+
+std::size_t PassBoundary::WriteBackBuffers::pinned_bytes() const {
+  std::size_t bytes = keys.size() * sizeof(uint64_t) + rows.size() * sizeof(row_index_t) +
+                      keep.size() * sizeof(uint64_t) + found.size() * sizeof(row_index_t);
+  for (const device::pinned_buffer<float>& batch : batches) bytes += batch.size() * sizeof(float);
+  return bytes;
 }
 
 }  // namespace gpubox::pass

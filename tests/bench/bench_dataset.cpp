@@ -1,6 +1,7 @@
 // gpubox_bench dataset: InMemoryDataset load throughput (MB/s, instances/s) for several reader
 // thread counts on slot-format files, next to `cat files > /dev/null` measured in the same run
-// (the machine's read rate for the same bytes), plus the unique-key pass.
+// (the machine's read rate for the same bytes), plus the unique-key pass and the steps' reads of
+// a shuffled pass through its index against the same pass copied into that order (store_in_order).
 //
 // Make the data first, e.g. `gpubox_data gen --out /tmp/gen --lines 2000000 --files 8 --seed 1`.
 #include <sys/resource.h>
@@ -40,6 +41,49 @@ std::vector<int> parse_list(const std::string& text) {
     start = comma + 1;
   }
   return out;
+}
+
+// The steps' reads of a shuffled pass (fill_batch of every batch of one card, and the key runs
+// the step plan walks), through the shuffle's index over the loaded blocks and after
+// store_in_order copied them into that order, alternating, `repeat` shuffles; with the copy's
+// own time. Medians of CPU seconds (the machine is shared).
+void time_shuffled_batches(dataset::InMemoryDataset& ds, int batch_size, int repeat) {
+  ds.set_batch_size(batch_size);
+  std::vector<double> fill_index, fill_stored, runs_index, runs_stored, store;
+  std::size_t keys = 0;
+  auto read_pass = [&](std::vector<double>* fill, std::vector<double>* runs) {
+    dataset::Batch batch;
+    const std::size_t batches = ds.num_batches_per_card(1);
+    double cpu = cpu_seconds();
+    for (std::size_t b = 0; b < batches; ++b) {
+      ds.fill_batch(0, 1, b, &batch);
+      keys += batch.keys.size();
+    }
+    fill->push_back(cpu_seconds() - cpu);
+    cpu = cpu_seconds();
+    std::uint64_t sum = 0;
+    for (std::size_t b = 0; b < batches; ++b) {
+      const dataset::BatchSpan span = ds.batch_span(0, 1, b);
+      ds.visit_key_runs(span.begin, span.end, [&sum](const std::uint64_t* k, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) sum += k[i];
+      });
+    }
+    runs->push_back(cpu_seconds() - cpu);
+    keys += sum & 1;  // kept
+  };
+  for (int r = 0; r < repeat; ++r) {
+    ds.local_shuffle(static_cast<std::uint64_t>(r) + 1);
+    read_pass(&fill_index, &runs_index);
+    const double cpu = cpu_seconds();
+    GPUBOX_EXPECTS(ds.store_in_order(), "store_in_order stopped");
+    store.push_back(cpu_seconds() - cpu);
+    read_pass(&fill_stored, &runs_stored);
+  }
+  std::printf(
+      "shuffled pass of %zu, batch %d, CPU s (median of %d): fill_batch %.3f through the index, "
+      "%.3f stored in order; key runs %.3f / %.3f; store_in_order %.3f (%zu keys)\n",
+      ds.size(), batch_size, repeat, median(fill_index), median(fill_stored), median(runs_index),
+      median(runs_stored), median(store), keys);
 }
 
 int run_dataset(const BenchArgs& args) {
@@ -87,24 +131,7 @@ int run_dataset(const BenchArgs& args) {
       instances = ds.size();
       GPUBOX_EXPECTS(ds.load_stats().skipped_lines() == 0, "unexpected malformed lines");
       if (r == 0 && threads == thread_counts.front()) {
-        // Batch building as one card's thread does it, after a shuffle.
-        ds.set_batch_size(static_cast<int>(args.get_int("batch", 512)));
-        ds.local_shuffle(1);
-        dataset::Batch batch;
-        std::size_t keys = 0;
-        timer.reset();
-        const double batch_cpu = cpu_seconds();
-        const std::size_t batches = ds.num_batches_per_card(1);
-        for (std::size_t b = 0; b < batches; ++b) {
-          ds.fill_batch(0, 1, b, &batch);
-          keys += batch.keys.size();
-        }
-        const double s = timer.seconds();
-        const double c = cpu_seconds() - batch_cpu;
-        std::printf(
-            "fill_batch (batch %lld, shuffled): %zu batches in %.3f s (CPU %.3f s), "
-            "%.0f instances/s, %.0f keys/s; %.0f instances per CPU-second\n",
-            args.get_int("batch", 512), batches, s, c, ds.size() / s, keys / s, ds.size() / c);
+        time_shuffled_batches(ds, static_cast<int>(args.get_int("batch", 512)), repeat);
       }
       timer.reset();
       cpu = cpu_seconds();

@@ -215,6 +215,10 @@ TEST_P(PassPrefetch, PrefetchOnEqualsOffBitForBitAlsoThroughASaveAndResume) {
   for (const auto& report : off.reports) {
     EXPECT_EQ(extra(report, "prefetched"), 0) << "prefetch off staged rows";
     EXPECT_EQ(extra(report, "kept_dirty"), 0) << "prefetch off kept rows dirty";
+    // The write-back's pinned buffers are in the report once it wrote rows back.
+    if (extra(report, "written_back") > 0) {
+      EXPECT_GT(extra(report, "write_back_pinned_mb"), 0);
+    }
     hits += extra(report, "hits");
   }
   EXPECT_GT(hits, 0) << "the passes share no key: the test would not see stale staging";

@@ -1,6 +1,7 @@
 // The trainer end to end on generated data (dataset -> pass manager -> HeterComm -> dense net),
 // with simulated cards and the in-process host tier:
 //  - a 2-card run equals a 1-card run with the same global batch, up to float rounding;
+//  - a shuffled pass, read through its shuffle's index, trains as its instances stored in order;
 //  - dense weights stay identical on every card;
 //  - save -> load -> continue equals uninterrupted training, also through runner.model_init_path;
 //  - a partial last batch and a batch smaller than the cards are exact (mean over real instances);
@@ -24,7 +25,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "dataset/format_writer.hpp"
 #include "dataset/generator.hpp"
+#include "dataset/in_memory_dataset.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "heterps/device/memory.hpp"
@@ -222,6 +225,45 @@ TEST_F(TrainerIntegration, BatchesSmallerThanTwoCardsAreExact) {
 TEST_F(TrainerIntegration, BatchesSmallerThanFourCardsLeaveOneEmptyAndAreExact) {
   GPUBOX_REQUIRE_CARDS(4);
   EXPECT_LT(max_abs_diff(three_lines(1, 4), three_lines(3, 1)), 1e-6);  // 1, 1, 1 and none
+}
+
+// A shuffled pass's steps read its instances through the shuffle's index, where they were loaded
+// (no copy in the shuffled order): they train exactly as the same instances stored in that order
+// (written so to a file, read unshuffled): the same batches, so the same dense weights bit for
+// bit on both cards and the same metrics.
+TEST_F(TrainerIntegration, AShuffledPassTrainsAsItsInstancesStoredInThatOrder) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const auto shuffled_cfg = config(32, {"runner.shuffle=true", "runner.seed=3"});
+  // The instances in the order the trainer's shuffle of its pass 0 gives them (trainer_data.cpp).
+  dataset::InMemoryDataset shuffled_data(shuffled_cfg.dataset);
+  shuffled_data.set_filelist(train_files());
+  throw_if_error(shuffled_data.load_into_memory());
+  shuffled_data.local_shuffle(3 * 1000003 + 0);
+  const fs::path stored_dir = root_ / "stored_in_shuffled_order";
+  fs::create_directories(stored_dir);
+  {
+    std::string text;
+    dataset::LineWriter writer(shuffled_cfg.dataset, dataset::DataFormat::kSlot);
+    for (std::size_t i = 0; i < shuffled_data.size(); ++i) {
+      writer.append(shuffled_data.instance(i), &text);
+    }
+    std::ofstream(stored_dir / "part-0") << text;
+  }
+  Trainer shuffled(shuffled_cfg, env("0,1"));
+  Trainer stored(config(32, {"runner.shuffle=false", "runner.seed=3",
+                             "runner.train_data_dir=" + stored_dir.string()}),
+                 env("0,1"));
+  const PassReport want = stored.train_pass(data_files(stored_dir.string()));
+  const PassReport got = shuffled.train_pass(train_files());
+  EXPECT_EQ(got.metrics.examples, 3000);
+  EXPECT_EQ(got.metrics.logloss, want.metrics.logloss);
+  EXPECT_EQ(got.metrics.auc, want.metrics.auc);
+  EXPECT_EQ(shuffled.dense_values(0), stored.dense_values(0));
+  EXPECT_EQ(shuffled.dense_values(1), stored.dense_values(1));
+  // The shuffle did reorder: unshuffled, the same files train another model.
+  Trainer unshuffled(config(32, {"runner.shuffle=false", "runner.seed=3"}), env("0,1"));
+  unshuffled.train_pass(train_files());
+  EXPECT_NE(unshuffled.dense_values(0), stored.dense_values(0));
 }
 
 TEST_F(TrainerIntegration, InferOnASavedModelReproducesTheEvaluation) {

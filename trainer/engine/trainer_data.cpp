@@ -7,7 +7,6 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "common/memory_limit.hpp"
 #include "dataset/data_files.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/load_report.hpp"
@@ -82,21 +81,6 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   if (!share.empty() || env_.trainers == 1) {
     report_read(into->stream->load_stats(), share, what);
   }
-}
-
-void Trainer::store_pass_in_order(dataset::InMemoryDataset* data, const std::string& what,
-                                  int64_t pass) const {
-  // The copy holds the pass twice until it ends: skipped (the same batches, read from the
-  // shuffled order) when that would not fit beside what this process holds already.
-  const std::size_t bytes = data->memory_bytes();
-  const uint64_t headroom = memory_headroom_bytes();
-  if (bytes > headroom) {
-    GPUBOX_LOG(INFO) << what << ": its " << (bytes >> 20) << " MiB of instances stay in the load "
-                     << "order (copying them in the shuffled order needs that much again, "
-                     << (headroom >> 20) << " MiB free)";
-    return;
-  }
-  if (!data->store_in_order()) throw PassStopped(pass, "storing " + what + " in its order");
 }
 
 std::shared_ptr<const PassStepSizes> Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,

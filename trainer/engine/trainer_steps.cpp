@@ -250,6 +250,9 @@ PassReport Trainer::run_pass(
                   {"skipped_lines",
                    static_cast<double>(
                        (ds != nullptr ? ds->load_stats() : stream->load_stats()).skipped_lines())}};
+  // Host memory outside runner.host_memory_mb: the write-back's pinned buffers, kept.
+  report.extra.emplace_back("write_back_pinned_mb",
+                            static_cast<double>(end.write_back_pinned_bytes) / (1 << 20));
   append_step_counts(tally, &report);
   return report;
 }

@@ -156,10 +156,10 @@ struct BudgetSide {
 };
 
 // The store's table and pages small, so the store spans many pages.
-card_table::HashTableOptions small_table() {
+card_table::HashTableOptions small_table(std::size_t page_rows = 64) {
   card_table::HashTableOptions table_options;
   table_options.initial_capacity = 16;
-  table_options.page_rows = 64;
+  table_options.page_rows = page_rows;
   return table_options;
 }
 
@@ -182,15 +182,17 @@ std::map<uint64_t, std::vector<float>> rows_of(table::SparseTable& host) {
   return out;
 }
 
-// The same passes on one card under a byte budget of kBudgetRows rows (`manager`) and without a
-// budget (`reference`), each with its own store (small_table) and host tier.
+// The same passes on one card under a byte budget of `budget_rows` rows (kBudgetRows unless
+// told; `manager`) and without a budget (`reference`), each with its own store (small_table of
+// `page_rows`) and host tier.
 struct BudgetedAndUnbudgeted {
   static constexpr std::size_t kBudgetRows = 700;
-  explicit BudgetedAndUnbudgeted(const AccessorConfig& cfg)
-      : budgeted(cfg, small_table()),
-        unbudgeted(cfg, small_table()),
+  explicit BudgetedAndUnbudgeted(const AccessorConfig& cfg, std::size_t budget_rows = kBudgetRows,
+                                 std::size_t page_rows = 64)
+      : budgeted(cfg, small_table(page_rows)),
+        unbudgeted(cfg, small_table(page_rows)),
         manager(budgeted.cards, {&budgeted.store}, *budgeted.host,
-                budget_options(budgeted, kBudgetRows)),
+                budget_options(budgeted, budget_rows)),
         reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {}) {}
 
   // Up to BudgetSide::kTouched keys drawn from `pass`, duplicates dropped (TouchRows), marked
@@ -292,20 +294,27 @@ void expect_rows_in_their_width_pools(BudgetSide& side) {
   }
 }
 
-// Width classes (slot_dims: slot 1 at width 16, slot 2 at 2, the rest 4) under a byte budget: each
-// width's rows in its own pool at its own stride. A pass of width-16 keys fills the budget, then
-// passes that shift the mix to the narrow widths: the pools hold at most the plan's pages (the
-// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool holds
-// exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted run.
-TEST(PassManager, WidthClassesUnderACardBudget) {
-  BudgetedAndUnbudgeted sides(table::with_slot_dims(test_config(), {{1, 16}, {2, 2}}));
+// Width classes (slot_dims: slot 1 at width 16, slot 2 at 2, the rest 4) under a byte budget of
+// `budget_rows` rows in pages of `page_rows`: each width's rows in its own pool at its own
+// stride. A pass of width-16 keys fills the budget, then passes that shift the mix to the narrow
+// widths (the key counts scale with the budget): the pools hold at most the plan's pages (the
+// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool
+// holds exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted
+// run.
+void expect_width_classes_fit(std::size_t budget_rows, std::size_t page_rows) {
+  BudgetedAndUnbudgeted sides(table::with_slot_dims(test_config(), {{1, 16}, {2, 2}}), budget_rows,
+                              page_rows);
   BudgetSide& budgeted = sides.budgeted;
   ASSERT_EQ(budgeted.store.pool_count(), 3);
-  ASSERT_EQ(sides.manager.row_budget(), BudgetedAndUnbudgeted::kBudgetRows);
+  ASSERT_EQ(sides.manager.row_budget(), budget_rows);
   const CardTierPlan& plan = sides.manager.plan();
   ASSERT_EQ(plan.class_row_bytes.size(), 3u);
   EXPECT_NE(plan.to_string().find("row bytes 2: 48 4: 56 16: 104"), std::string::npos)
       << plan.to_string();
+  // Key counts of the kBudgetRows run, scaled to this budget.
+  const auto scaled = [&](std::size_t n) {
+    return n * budget_rows / BudgetedAndUnbudgeted::kBudgetRows;
+  };
 
   // A key's slot (so its width) is fixed: slot = key % 3.
   const auto keys_of_slot = [](int32_t slot, std::size_t n, uint64_t from) {
@@ -315,13 +324,14 @@ TEST(PassManager, WidthClassesUnderACardBudget) {
     }
     return keys;
   };
-  const std::vector<uint64_t> wide = keys_of_slot(1, 650, 0);
+  const std::vector<uint64_t> wide = keys_of_slot(1, scaled(650), 0);
   std::vector<std::vector<uint64_t>> passes = {wide};
-  std::vector<uint64_t> shifted(wide.begin(), wide.begin() + 300);
-  for (const uint64_t k : keys_of_slot(2, 350, 100000)) shifted.push_back(k);
+  std::vector<uint64_t> shifted(wide.begin(),
+                                wide.begin() + static_cast<std::ptrdiff_t>(scaled(300)));
+  for (const uint64_t k : keys_of_slot(2, scaled(350), 100000)) shifted.push_back(k);
   passes.push_back(shifted);
-  passes.push_back(keys_of_slot(0, 500, 200000));
-  for (const auto& pass : make_passes(3, 600, 7)) passes.push_back(pass);
+  passes.push_back(keys_of_slot(0, scaled(500), 200000));
+  for (const auto& pass : make_passes(3, scaled(600), 7)) passes.push_back(pass);
   std::mt19937_64 rng(9);
   std::size_t widest_pages_before = 0;
   bool gave_pages_back = false;
@@ -350,6 +360,15 @@ TEST(PassManager, WidthClassesUnderACardBudget) {
   // Host-tier rows at their own widths.
   sides.expect_same_host_rows();
 }
+
+TEST(PassManager, WidthClassesUnderACardBudget) {
+  expect_width_classes_fit(BudgetedAndUnbudgeted::kBudgetRows, 64);
+}
+
+// A budget of many pages (3500 rows in pages of 8): the plan's per-key terms, not a page's slack,
+// must hold the peak, with begin_pass's compaction listing into the kept listing (a listing of
+// its own beside it was 12 bytes a row over the plan).
+TEST(PassManager, WidthClassesPeakWithABudgetOfManyPages) { expect_width_classes_fit(3500, 8); }
 
 }  // namespace
 }  // namespace gpubox::pass

@@ -1,0 +1,200 @@
+// The pass boundary's write-back (pass_write_back.cpp): the host tier after end_pass against an
+// unordered_map oracle, bit for bit, at 0, 1, n and n + 1 dirty rows around the staging halves,
+// pages and batches; and what it asks of the card: its card buffers (the listing, a page of keep
+// keys and rows) and pinned buffers are made by the first end_pass that needs them and reused
+// after (0 card allocations a pass boundary then), grown only by a pass that needs more; each
+// batch is gathered and copied half a page at a time on two streams ordered by events, with one
+// host wait a batch.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "heterps/device/counters.hpp"
+#include "heterps/pass/pass_manager.hpp"
+#include "tests/heterps/pass/pass_manager_test_util.cuh"
+
+namespace gpubox::pass {
+namespace {
+
+using pass_test::Engine;
+using pass_test::make_passes;
+using pass_test::row_diff;
+using pass_test::rows_equal;
+using Oracle = std::unordered_map<uint64_t, std::vector<float>>;
+
+constexpr std::size_t kPageRows = 8;  // staging halves of 4 rows
+constexpr std::size_t kHalf = kPageRows / 2;
+constexpr std::size_t kBatch = 6;  // a batch ends inside a half
+
+PassManagerOptions small_batches() {
+  PassManagerOptions options;
+  options.host_batch_keys = kBatch;
+  options.pulls_in_flight = 2;
+  return options;
+}
+
+card_table::HashTableOptions small_pages(std::size_t page_rows = kPageRows) {
+  card_table::HashTableOptions table_options;
+  table_options.page_rows = page_rows;
+  return table_options;
+}
+
+// What the host tier must hold after an end_pass keeping `keep` (sorted): every host row as it
+// was, but the card's row for each card key not kept (the clean ones are equal already).
+Oracle expected_after_end(Engine& engine, const std::vector<uint64_t>& keep) {
+  Oracle oracle;
+  for (const auto& [key, row] : engine.host_rows()) oracle[key] = row;
+  for (const auto& [key, row] : engine.card_rows()) {
+    if (!std::binary_search(keep.begin(), keep.end(), key)) oracle[key] = row;
+  }
+  return oracle;
+}
+
+void expect_host_holds(Engine& engine, const Oracle& oracle) {
+  const auto host = engine.host_rows();
+  ASSERT_EQ(host.size(), oracle.size());
+  for (const auto& [key, row] : host) {
+    const auto want = oracle.find(key);
+    ASSERT_NE(want, oracle.end()) << "key " << key << " is not in the oracle";
+    ASSERT_TRUE(rows_equal(row, want->second))
+        << "key " << key << ": " << row_diff(row, want->second);
+  }
+}
+
+// Whether the write-back stages its rows on the card and copies them off on the copy stream (a
+// copy a part): cuda always, the cpu backend under GPUBOX_DEVICE_CHECK=defer (the _defer tests),
+// where the deferred streams then check the events between the halves.
+bool stages_rows([[maybe_unused]] Engine& engine) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  return true;
+#else
+  return engine.card_set.card(0).stream().deferred() != nullptr;
+#endif
+}
+
+// Parts of `half` rows (half a page; a page of one row is one part) a write-back of `rows` rows
+// gathers: each batch's own.
+uint64_t parts_of(uint64_t rows, uint64_t half = kHalf) {
+  uint64_t parts = 0;
+  for (uint64_t b = 0; b < rows; b += kBatch) {
+    const uint64_t n = std::min<uint64_t>(kBatch, rows - b);
+    parts += (n + half - 1) / half;
+  }
+  return parts;
+}
+
+// Passes over the same 64 keys, each training exactly `dirty` of them (every one of 20 steps of
+// 50 draws: each drawn at least once), so the write-back pushes 0, 1, a half page (n) and n + 1,
+// a batch and one more, a page and one more, and many batches; every third pass and the last keep
+// half of the dirty keys for the next pass (or the sync after the last). After each end_pass the
+// host tier equals the oracle bit for bit, and the card orders each part with 2 stream waits.
+// Pages of kPageRows (two staging halves) and of one row (one half, its parts in turn: the
+// staging stays within the page).
+class PassWriteBackPages : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(PassWriteBackPages, HostTierMatchesTheOracleAtEverySize) {
+  const std::size_t page_rows = GetParam();
+  const uint64_t half = std::max<std::size_t>(1, page_rows / 2);
+  Engine engine(1, small_batches(), nullptr, small_pages(page_rows));
+  const std::vector<uint64_t> keys = make_passes(1, 64, 29)[0];
+  std::set<uint64_t> kept_before;  // the pass before kept them dirty
+  const std::vector<std::size_t> sizes = {
+      0, 1, kHalf, kHalf + 1, kBatch, kBatch + 1, kPageRows, kPageRows + 1, 2 * kBatch + 1, 61};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t dirty = sizes[i];
+    SCOPED_TRACE("pass " + std::to_string(i) + ": " + std::to_string(dirty) + " dirty rows");
+    engine.manager->begin_pass(keys);
+    const std::vector<uint64_t> trained(keys.begin(), keys.begin() + dirty);
+    engine.train(trained, 100 + i, dirty == 0 ? 0 : 20);
+    std::vector<uint64_t> keep;
+    if (i % 3 == 2 || i + 1 == sizes.size()) {
+      for (std::size_t k = 0; k < dirty; k += 2) keep.push_back(trained[k]);
+      std::sort(keep.begin(), keep.end());
+    }
+    const Oracle oracle = expected_after_end(engine, keep);
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass(keep);
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    // The rows kept by the pass before are dirty too: written now unless kept again.
+    std::set<uint64_t> dirty_keys(trained.begin(), trained.end());
+    dirty_keys.insert(kept_before.begin(), kept_before.end());
+    const uint64_t written = dirty_keys.size() - keep.size();
+    ASSERT_EQ(end.kept_dirty, keep.size());
+    ASSERT_EQ(end.written_back, written);
+    kept_before = std::set<uint64_t>(keep.begin(), keep.end());
+    ASSERT_NO_FATAL_FAILURE(expect_host_holds(engine, oracle));
+    EXPECT_EQ(spent.stream_waits, 2 * parts_of(written, half));
+    EXPECT_EQ(spent.copy_stream_copies, stages_rows(engine) ? parts_of(written, half) : 0u);
+    EXPECT_EQ(spent.pageable_copies, 0u);
+  }
+  // What the last pass kept is written by a sync.
+  const Oracle oracle = expected_after_end(engine, {});
+  EXPECT_EQ(engine.manager->sync(), kept_before.size());
+  ASSERT_NO_FATAL_FAILURE(expect_host_holds(engine, oracle));
+}
+INSTANTIATE_TEST_SUITE_P(PassWriteBack, PassWriteBackPages, ::testing::Values(kPageRows, 1),
+                         [](const auto& info) { return "Page" + std::to_string(info.param); });
+
+// Card and pinned allocations of end_pass, pass by pass, each training every key of its pass: the
+// first end_pass makes the pinned buffers (its listing and staging page were made by begin_pass's
+// look-up, which borrows them: on both backends), later ones allocate nothing; the first with kept
+// keys makes the keep page (card and pinned), later ones nothing; a pass with more rows on the card
+// than any before grows the listing (and the pinned keys) once, freeing the smaller ones, and the
+// pass after it allocates nothing again.
+TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
+  Engine engine(1, small_batches(), nullptr, small_pages());
+  const std::vector<uint64_t> keys = make_passes(1, 200, 31)[0];
+  const std::vector<uint64_t> more = make_passes(1, 500, 37)[0];
+  std::vector<uint64_t> keep;  // every other key of the first 200, sorted
+  for (std::size_t k = 0; k < keys.size(); k += 2) keep.push_back(keys[k]);
+  std::sort(keep.begin(), keep.end());
+  struct Pass {
+    const std::vector<uint64_t>* keys;
+    bool keep;
+    uint64_t allocations, frees, pinned_allocations, pinned_frees;
+  };
+  const Pass passes[] = {
+      {&keys, false, 0, 0, 4, 0},  // the keys' pinned buffer, 3 batch buffers
+      {&keys, false, 0, 0, 0, 0},
+      {&keys, true, 2, 0, 3, 0},  // a page of keep keys and rows; keep, found, row indices
+      {&keys, true, 0, 0, 0, 0},
+      {&more, false, 2, 2, 1, 1},  // the listing (keys, rows) and the pinned keys grow
+      {&more, false, 0, 0, 0, 0},
+  };
+  for (std::size_t p = 0; p < std::size(passes); ++p) {
+    SCOPED_TRACE("pass " + std::to_string(p));
+    const std::vector<uint64_t>& pass_keys = *passes[p].keys;
+    engine.manager->begin_pass(pass_keys);
+    engine.train(pass_keys, 50 + p, static_cast<int>(pass_keys.size() / 5));  // 10 draws a key
+    const device::DeviceCounts before = engine.card_set.card(0).counts();
+    const PassStats end = engine.manager->end_pass(passes[p].keep ? keep : std::vector<uint64_t>{});
+    const device::DeviceCounts spent = engine.card_set.card(0).counts() - before;
+    ASSERT_EQ(end.kept_dirty, passes[p].keep ? keep.size() : 0);
+    ASSERT_GT(end.written_back, 3 * kBatch);
+    EXPECT_EQ(spent.allocations, passes[p].allocations);
+    EXPECT_EQ(spent.frees, passes[p].frees);
+    EXPECT_EQ(spent.pinned_allocations, passes[p].pinned_allocations);
+    EXPECT_EQ(spent.pinned_frees, passes[p].pinned_frees);
+    EXPECT_EQ(spent.pageable_copies, 0u);
+    EXPECT_EQ(spent.window_allocations, 0u);
+    EXPECT_EQ(spent.stream_waits, 2 * parts_of(end.written_back));
+    EXPECT_EQ(spent.copy_stream_copies, stages_rows(engine) ? parts_of(end.written_back) : 0u);
+    // One wait a batch, the listing's two, the keys', the dirty flags'; kept keys add the row
+    // indices' and two a page of them (the look-up's, the found rows').
+    const uint64_t keep_pages = passes[p].keep ? (keep.size() + kPageRows - 1) / kPageRows : 0;
+    EXPECT_EQ(spent.host_syncs, (end.written_back + kBatch - 1) / kBatch + 4 +
+                                    (passes[p].keep ? 1 + 2 * keep_pages : 0));
+  }
+  // The pinned bytes reported: the keys (1.5 x 200 after growing once, then 1.5 x that), row
+  // indices and keep page, 3 batches of rows.
+  EXPECT_GT(engine.manager->current().write_back_pinned_bytes,
+            3 * kBatch * engine.host->layout().stride() * sizeof(float));
+}
+
+}  // namespace
+}  // namespace gpubox::pass
