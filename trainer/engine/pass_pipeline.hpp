@@ -87,8 +87,10 @@ class PassPipeline {
   // `depth` passes ahead at most (0: off, every pass is read by take()). `tier` and `read` are
   // borrowed and must outlive the pipeline. `host_budget_bytes` (runner.host_memory_mb, 0: none)
   // is only printed beside what a pass read ahead holds. `staging_nice` (runner.staging_nice):
-  // added to the nice value of each job's thread (and the threads it starts), so the steps get
-  // the cores first; 0: the same priority as the steps.
+  // added to the nice value of each job's thread (and the threads it starts; the host-tier pulls
+  // of its staging run on the pass cards' staging threads, lowered as much through
+  // PassManagerOptions::staging_nice), so the steps get the cores first; 0: the same priority as
+  // the steps.
   PassPipeline(tier_owner::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0,
                int staging_nice = 0);
   // Waits for the jobs in flight.
