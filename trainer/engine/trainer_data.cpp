@@ -48,12 +48,14 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   const std::string what = "pass " + std::to_string(pass);
   if (config_.runner.reader_type != ReaderType::kQueueDataset) {
     into->data = load_dataset(share, what, pass);
-    // The keys' slots are those of their first occurrences in the load order.
+    // The keys' slots are those of their first occurrences in the load order: taken before the
+    // instances are stored in the pass's shuffled order, so that the steps (and the plan below)
+    // read each batch's instances in sequence.
     into->keys = into->data->unique_keys_and_slots();
-    // The steps (and the plan below) read a shuffled pass through the shuffle's index from the
-    // blocks as loaded (shared with the pass data cache): a copy in the shuffled order cost more
-    // than the scattered reads it saved the steps (BENCHMARKS.md, "a shuffled pass not copied").
-    if (config_.runner.shuffle) into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+    if (config_.runner.shuffle) {
+      into->data->local_shuffle(config_.runner.seed * 1000003 + pass);
+      store_pass_in_order(into->data.get(), what, pass);
+    }
     into->step_sizes =
         plan_pass_steps(*into->data, static_cast<std::size_t>(config_.dataset.batch_size));
     return;
@@ -77,6 +79,21 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   if (!share.empty() || env_.trainers == 1) {
     report_read(into->stream->load_stats(), share, what);
   }
+}
+
+void Trainer::store_pass_in_order(dataset::InMemoryDataset* data, const std::string& what,
+                                  int64_t pass) const {
+  // The copy holds the pass twice until it ends: skipped (the same batches, read from the
+  // shuffled order) when that would not fit beside what this process holds already.
+  const std::size_t bytes = data->memory_bytes();
+  const uint64_t headroom = env_.memory_headroom();
+  if (bytes > headroom) {
+    GPUBOX_LOG(INFO) << what << ": its " << (bytes >> 20) << " MiB of instances stay in the load "
+                     << "order (copying them in the shuffled order needs that much again, "
+                     << (headroom >> 20) << " MiB free)";
+    return;
+  }
+  if (!data->store_in_order()) throw PassStopped(pass, "storing " + what + " in its order");
 }
 
 std::shared_ptr<const PassStepSizes> Trainer::plan_pass_steps(const dataset::InMemoryDataset& data,
