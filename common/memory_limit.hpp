@@ -1,8 +1,8 @@
 // How much memory this process may use: the machine's physical memory, or its cgroup's limit when
 // lower (a container's memory.max is what the kernel enforces; the machine's total is not). The
 // one reading of it for every component that sizes a default by memory (gpubox_server's
-// --memory_mb default, the trainer's runner.pass_cache_mb: -1), and of what is left
-// (memory_headroom_bytes).
+// --memory_mb default, the trainer's runner.pass_cache_mb: -1) or skips a copy that would not
+// fit (the trainer's store_in_order of a pass).
 //
 // Host-only, no state.
 #pragma once

@@ -150,11 +150,6 @@ BatchSpan InMemoryDataset::batch_span(int card, int cards, std::size_t index) co
 }
 
 namespace {
-// Rows a few positions ahead, then the keys their key_begin points to (the row's line must be in
-// by then).
-constexpr std::size_t kRowAhead = 16;
-constexpr std::size_t kKeysAhead = 8;
-
 void prefetch_bytes(const std::uint64_t* first, std::uint64_t count) {
   // By offset: a pointer stepped past the end of the keys would be undefined.
   const char* bytes = reinterpret_cast<const char*>(first);
@@ -172,14 +167,22 @@ void InMemoryDataset::prefetch_row(std::size_t position) const {
   __builtin_prefetch(b.labels.data() + at.index);
 }
 
+void InMemoryDataset::prefetch_key_begin(std::size_t position) const {
+  const Location at = locate(position);
+  __builtin_prefetch(blocks_[at.block]->key_begin.data() + at.index);
+}
+
+void InMemoryDataset::prefetch_keys(std::size_t position) const {
+  const Location at = locate(position);
+  const InstanceBlock& b = *blocks_[at.block];
+  prefetch_bytes(b.keys.data() + b.key_begin[at.index],
+                 b.key_begin[at.index + 1] - b.key_begin[at.index]);
+}
+
+// Rows a few positions ahead, then the keys their key_begin points to (the row's line is in by
+// then).
 template <class Visit>
 void InMemoryDataset::visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const {
-  auto prefetch_keys = [&](std::size_t position) {
-    const Location at = locate(position);
-    const InstanceBlock& b = *blocks_[at.block];
-    prefetch_bytes(b.keys.data() + b.key_begin[at.index],
-                   b.key_begin[at.index + 1] - b.key_begin[at.index]);
-  };
   for (std::size_t p = begin; p < end; ++p) {
     if (p + kRowAhead < end) prefetch_row(p + kRowAhead);
     if (p + kKeysAhead < end) prefetch_keys(p + kKeysAhead);

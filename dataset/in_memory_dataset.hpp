@@ -84,8 +84,6 @@ class InMemoryDataset {
   // then gives each key the slot of its first occurrence in this order. Each block of 65,536
   // instances copied checks the stop flag (set_stop_flag) first: once it is set, the copy ends
   // within a block a thread, the storage and order stay as they were and this returns false.
-  // The trainer does not call it: the copy costs more than the scattered reads save its steps
-  // (BENCHMARKS.md, "a shuffled pass not copied"; `gpubox_bench dataset` measures both).
   bool store_in_order();
   // Drops every instance and returns the memory, but for the blocks others hold too: the pass
   // cache's (shared_bytes()), registered memory sources'.
@@ -151,6 +149,15 @@ class InMemoryDataset {
   void visit_in_order(std::size_t begin, std::size_t end, Visit&& visit) const;
   // Asks for the cache lines of the row of the instance at `position` (not its keys).
   void prefetch_row(std::size_t position) const;
+  // Asks for the line of its key_begin alone (what visit_key_runs reads of a row).
+  void prefetch_key_begin(std::size_t position) const;
+  // Asks for the lines of its keys; it reads its key_begin, asked for kRowAhead - kKeysAhead
+  // positions earlier (prefetch_row or prefetch_key_begin).
+  void prefetch_keys(std::size_t position) const;
+  // How far ahead, in positions, the rows then the keys of a walk in the current order are asked
+  // for.
+  static constexpr std::size_t kRowAhead = 16;
+  static constexpr std::size_t kKeysAhead = 8;
   // Positions [begin, end) of the current order stored in `out` (empty, of this data set's
   // slots and dense width) in that order: store_in_order's copy of one block.
   void copy_in_order(std::size_t begin, std::size_t end, InstanceBlock* out) const;
@@ -202,6 +209,12 @@ void InMemoryDataset::visit_key_runs(std::size_t begin, std::size_t end, Visit&&
     // The next position continues the run when it is the next index of the same block.
     std::size_t q = p + 1;
     while (q < end && order_[q] == order_[q - 1] + 1) ++q;
+    if (q == p + 1) {
+      // A run of one (a shuffled order read through its index): the keys of the positions a
+      // few ahead asked for, as visit_in_order does, so that their misses overlap.
+      if (p + kRowAhead < end) prefetch_key_begin(p + kRowAhead);
+      if (p + kKeysAhead < end) prefetch_keys(p + kKeysAhead);
+    }
     const Location at = locate(p);
     const InstanceBlock& block = *blocks_[at.block];
     const std::uint64_t first = block.key_begin[at.index];

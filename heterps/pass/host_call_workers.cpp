@@ -3,15 +3,20 @@
 #include <atomic>
 #include <utility>
 
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "common/thread_priority.hpp"
+
 namespace gpubox::pass {
 namespace {
 std::atomic<std::uint64_t> g_threads_started{0};
 }  // namespace
 
-HostCallWorkers::HostCallWorkers(std::size_t threads) {
+HostCallWorkers::HostCallWorkers(std::size_t threads, int nice) {
+  GPUBOX_EXPECTS(threads >= 1, "host call workers: no thread to run the calls");
   try {
     for (std::size_t i = 0; i < threads; ++i) {
-      threads_.emplace_back([this] { work(); });
+      threads_.emplace_back([this, nice] { work(nice); });
       g_threads_started.fetch_add(1, std::memory_order_relaxed);
     }
   } catch (...) {
@@ -31,13 +36,16 @@ std::future<Status> HostCallWorkers::submit(std::function<Status()> call) {
   std::future<Status> done = task.get_future();
   {
     MutexLock lock(mu_);
+    GPUBOX_EXPECTS(!closed_, "host call workers: a call submitted while they are joined");
     calls_.push_back(std::move(task));
   }
   ready_.notify_one();
   return done;
 }
 
-void HostCallWorkers::work() {
+void HostCallWorkers::work(int nice) {
+  const Status lowered = lower_thread_priority(nice);
+  if (!lowered.ok()) GPUBOX_LOG(WARNING) << "host call workers: " << lowered.to_string();
   for (;;) {
     std::packaged_task<Status()> call;
     {

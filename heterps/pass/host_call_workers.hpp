@@ -14,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <future>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,12 +24,16 @@
 
 namespace gpubox::pass {
 
-// Runs the calls submitted to it, in submission order, on `threads` threads made by the
-// constructor. The destructor runs every call submitted before it and joins the threads.
-// Thread-safety: submit from any thread.
+// Runs the calls submitted to it, in submission order, on `threads` (>= 1) threads made by the
+// constructor, each of which first adds `nice` to the nice value it inherited from the
+// constructing thread (common/thread_priority.hpp: the threads of a caller that lowered itself
+// later do not inherit that; a refusal is logged). The destructor runs every call submitted before
+// it and joins the threads. Each thread keeps the OpenMP team its calls build (the host table's,
+// table/parallel.cpp) until it is joined. Thread-safety: submit from any thread, never after the
+// destructor started.
 class HostCallWorkers {
  public:
-  explicit HostCallWorkers(std::size_t threads);
+  explicit HostCallWorkers(std::size_t threads, int nice = 0);
   ~HostCallWorkers();
   HostCallWorkers(const HostCallWorkers&) = delete;
   HostCallWorkers& operator=(const HostCallWorkers&) = delete;
@@ -41,7 +46,7 @@ class HostCallWorkers {
   static std::uint64_t threads_started();
 
  private:
-  void work() GPUBOX_EXCLUDES(mu_);
+  void work(int nice) GPUBOX_EXCLUDES(mu_);
   void close_and_join() GPUBOX_EXCLUDES(mu_);
 
   Mutex mu_;
@@ -75,9 +80,10 @@ class CallWindow {
 
 // Runs `work(begin, end)` over [0, n) in chunks of `chunk` on `workers`, up to `in_flight` chunks
 // at once, and `finish(begin, end)` for each chunk in order on the calling thread as it
-// completes. Stops at the first chunk that fails (no later chunk is started, none finished) and
-// returns its Status, or what it threw as an Internal one, naming the chunk: "keys [b, e) of n:
-// ...". Returns once no chunk runs, also when `finish` throws.
+// completes. Stops at the first chunk that fails (none submitted after it; the chunks already in
+// the window run to their end, none of them finished) and returns its Status, or what it threw
+// (std::bad_alloc as ResourceExhausted, as table/parallel.cpp; anything else as Internal), naming
+// the chunk: "keys [b, e) of n: ...". Returns once no chunk runs, also when `finish` throws.
 template <class Work, class Finish>
 Status pipelined_chunks(HostCallWorkers& workers, std::size_t n, std::size_t chunk, int in_flight,
                         Work work, Finish finish) {
@@ -96,6 +102,8 @@ Status pipelined_chunks(HostCallWorkers& workers, std::size_t n, std::size_t chu
     Status st;
     try {
       st = window.retire();
+    } catch (const std::bad_alloc&) {
+      st = Status::ResourceExhausted("out of memory");
     } catch (const std::exception& error) {
       st = Status::Internal(error.what());
     }

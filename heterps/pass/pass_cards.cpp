@@ -35,7 +35,9 @@ PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseS
       host_(host),
       options_(options),
       host_calls_((stores_.size() + 1) *
-                  static_cast<std::size_t>(std::max(1, options.pulls_in_flight))) {
+                  static_cast<std::size_t>(std::max(1, options.pulls_in_flight))),
+      staging_calls_(static_cast<std::size_t>(std::max(1, options.pulls_in_flight)),
+                     options.staging_nice) {
   GPUBOX_EXPECTS(static_cast<int>(stores_.size()) == cards_.num_local_cards(),
                  "pass manager: ", stores_.size(), " stores for ", cards_.num_local_cards(),
                  " cards");
@@ -152,15 +154,15 @@ OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
   return missing;
 }
 
-std::size_t PassCards::pull_rows(PassAccess access, const uint64_t* keys, const int32_t* slots,
-                                 std::size_t n, float* rows,
+std::size_t PassCards::pull_rows(HostCallWorkers& workers, PassAccess access, const uint64_t* keys,
+                                 const int32_t* slots, std::size_t n, float* rows,
                                  const std::function<void(std::size_t, std::size_t)>& finish,
                                  const std::string& what) const {
   const std::size_t stride = this->stride();
   const std::size_t batch = std::max<std::size_t>(options_.host_batch_keys, 1);
   std::vector<std::size_t> created(n == 0 ? 0 : (n + batch - 1) / batch, 0);
   const Status st = pipelined_chunks(
-      host_calls_, n, batch, options_.pulls_in_flight,
+      workers, n, batch, options_.pulls_in_flight,
       [&](std::size_t b, std::size_t e) {
         float* out = rows + b * stride;
         return access == PassAccess::kEvaluate
@@ -179,7 +181,7 @@ std::size_t PassCards::pull_to_card(int c, const OwnedKeys& missing, PassAccess 
   // Inserted batch by batch as the requests complete.
   std::vector<float> rows(n * stride);
   const std::size_t created = pull_rows(
-      access, missing.keys.data(), missing.slots.data(), n, rows.data(),
+      host_calls_, access, missing.keys.data(), missing.slots.data(), n, rows.data(),
       [&](std::size_t b, std::size_t e) {
         insert_to_card(c, missing.keys.data() + b, rows.data() + b * stride, e - b);
       },

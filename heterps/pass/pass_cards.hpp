@@ -57,10 +57,13 @@ class PassCards {
   std::size_t stride() const { return static_cast<std::size_t>(host_.layout().stride()); }
   const PassManagerOptions& options() const { return options_; }
   bool replicated() const { return options_.placement == heter_comm::Placement::kReplicated; }
-  // The threads of this process's host-tier calls (pull_rows, the write-back's pushes): one
-  // window of pulls_in_flight calls for each card's thread and one for a staging thread, made
-  // once (a caller beyond those waits for a free thread).
+  // The threads of this process's host-tier calls (begin_pass's pulls, the write-back's pushes):
+  // one window of pulls_in_flight calls for each card's thread and one more, made once (a caller
+  // beyond those waits for a free thread).
   HostCallWorkers& host_calls() const { return host_calls_; }
+  // A staging's pulls (fetch_staged): pulls_in_flight threads of their own, lowered by
+  // options().staging_nice, so the staging runs below the steps as its thread does.
+  HostCallWorkers& staging_calls() const { return staging_calls_; }
   // Rows per card the budget allows (0 = unlimited), and the footprint at it.
   std::size_t row_budget() const { return row_budget_; }
   const CardTierPlan& plan() const { return plan_; }
@@ -91,11 +94,12 @@ class PassCards {
                             device::device_buffer<card_table::row_index_t>& d_rows) const;
   // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
   // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
-  // with up to pulls_in_flight requests at once, and runs `finish(begin, end)` for each batch in
-  // order as it arrives. Returns the rows the host tier created (kEvaluate: the keys it does not
-  // hold); throws naming `what` when it fails. Any thread: touches only the host tier.
-  std::size_t pull_rows(PassAccess access, const uint64_t* keys, const int32_t* slots,
-                        std::size_t n, float* rows,
+  // with up to pulls_in_flight requests at once on `workers` (host_calls or staging_calls), and
+  // runs `finish(begin, end)` for each batch in order as it arrives. Returns the rows the host tier
+  // created (kEvaluate: the keys it does not hold); throws naming `what` when it fails. Any thread:
+  // touches only the host tier.
+  std::size_t pull_rows(HostCallWorkers& workers, PassAccess access, const uint64_t* keys,
+                        const int32_t* slots, std::size_t n, float* rows,
                         const std::function<void(std::size_t, std::size_t)>& finish,
                         const std::string& what) const;
   // Pulls `missing` from the host tier (as pull_rows) into card `c`'s store, inserting batch by
@@ -121,6 +125,7 @@ class PassCards {
   CardTierPlan plan_;
   CardWait card_wait_;
   mutable HostCallWorkers host_calls_;  // last: joined first
+  mutable HostCallWorkers staging_calls_;
 };
 
 }  // namespace pass

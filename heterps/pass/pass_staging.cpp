@@ -52,8 +52,9 @@ void fetch_staged(const PassCards& cards, StagedRows* staged) {
   const std::size_t n = staged->keys.size();
   std::vector<float> rows(n * cards.stride());
   staged->created = cards.pull_rows(
-      PassAccess::kTrain, staged->keys.data(), staged_slots.data(), n, rows.data(),
-      [](std::size_t, std::size_t) {}, "staging " + std::to_string(n) + " rows of a coming pass");
+      cards.staging_calls(), PassAccess::kTrain, staged->keys.data(), staged_slots.data(), n,
+      rows.data(), [](std::size_t, std::size_t) {},
+      "staging " + std::to_string(n) + " rows of a coming pass");
   staged->rows = std::move(rows);
   staged->seconds += timer.seconds();
   staged->fetched = true;

@@ -21,6 +21,10 @@ struct PassManagerOptions {
   // Keys per host-tier request; up to `pulls_in_flight` requests run at once.
   std::size_t host_batch_keys = 1 << 16;
   int pulls_in_flight = 4;
+  // Added to the nice value of the threads that run a staging's host-tier pulls
+  // (PassManager::fetch_staged; runner.staging_nice, as the pipeline's staging thread itself):
+  // made once with the pass manager, they do not inherit the staging thread's nice value.
+  int staging_nice = 0;
   // The next pass's card work done between the current pass's steps
   // (PassManager::prepare_next_pass, runner.next_pass_chunk_keys): at most this many keys (or
   // table slots / 8 when listing) per chunk; 0 = off (begin_pass does all of it).

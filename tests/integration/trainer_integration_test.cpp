@@ -1,7 +1,8 @@
 // The trainer end to end on generated data (dataset -> pass manager -> HeterComm -> dense net),
 // with simulated cards and the in-process host tier:
 //  - a 2-card run equals a 1-card run with the same global batch, up to float rounding;
-//  - a shuffled pass, read through its shuffle's index, trains as its instances stored in order;
+//  - a shuffled pass, copied into its order or (no memory for the copy) read through its
+//    shuffle's index, trains as its instances stored in that order;
 //  - dense weights stay identical on every card;
 //  - save -> load -> continue equals uninterrupted training, also through runner.model_init_path;
 //  - a partial last batch and a batch smaller than the cards are exact (mean over real instances);
@@ -14,12 +15,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -227,10 +230,10 @@ TEST_F(TrainerIntegration, BatchesSmallerThanFourCardsLeaveOneEmptyAndAreExact) 
   EXPECT_LT(max_abs_diff(three_lines(1, 4), three_lines(3, 1)), 1e-6);  // 1, 1, 1 and none
 }
 
-// A shuffled pass's steps read its instances through the shuffle's index, where they were loaded
-// (no copy in the shuffled order): they train exactly as the same instances stored in that order
-// (written so to a file, read unshuffled): the same batches, so the same dense weights bit for
-// bit on both cards and the same metrics.
+// A shuffled pass is copied into its shuffled order when the memory left holds it twice, else its
+// steps read it through the shuffle's index where it was loaded (logged): either way it trains
+// exactly as the same instances stored in that order (written so to a file, read unshuffled):
+// the same batches, so the same dense weights bit for bit on both cards and the same metrics.
 TEST_F(TrainerIntegration, AShuffledPassTrainsAsItsInstancesStoredInThatOrder) {
   GPUBOX_REQUIRE_CARDS(2);
   const auto shuffled_cfg = config(32, {"runner.shuffle=true", "runner.seed=3"});
@@ -249,17 +252,27 @@ TEST_F(TrainerIntegration, AShuffledPassTrainsAsItsInstancesStoredInThatOrder) {
     }
     std::ofstream(stored_dir / "part-0") << text;
   }
-  Trainer shuffled(shuffled_cfg, env("0,1"));
   Trainer stored(config(32, {"runner.shuffle=false", "runner.seed=3",
                              "runner.train_data_dir=" + stored_dir.string()}),
                  env("0,1"));
   const PassReport want = stored.train_pass(data_files(stored_dir.string()));
-  const PassReport got = shuffled.train_pass(train_files());
-  EXPECT_EQ(got.metrics.examples, 3000);
-  EXPECT_EQ(got.metrics.logloss, want.metrics.logloss);
-  EXPECT_EQ(got.metrics.auc, want.metrics.auc);
-  EXPECT_EQ(shuffled.dense_values(0), stored.dense_values(0));
-  EXPECT_EQ(shuffled.dense_values(1), stored.dense_values(1));
+  for (const bool copied : {true, false}) {
+    SCOPED_TRACE(copied ? "copied into its order" : "read through the index (no headroom)");
+    TrainerEnv shuffled_env = env("0,1");
+    auto asked = std::make_shared<std::atomic<int>>(0);
+    shuffled_env.memory_headroom = [asked, copied]() -> uint64_t {
+      ++*asked;
+      return copied ? UINT64_MAX : 0;
+    };
+    Trainer shuffled(shuffled_cfg, shuffled_env);
+    const PassReport got = shuffled.train_pass(train_files());
+    EXPECT_EQ(asked->load(), 1) << "the copy's headroom asked once for the pass";
+    EXPECT_EQ(got.metrics.examples, 3000);
+    EXPECT_EQ(got.metrics.logloss, want.metrics.logloss);
+    EXPECT_EQ(got.metrics.auc, want.metrics.auc);
+    EXPECT_EQ(shuffled.dense_values(0), stored.dense_values(0));
+    EXPECT_EQ(shuffled.dense_values(1), stored.dense_values(1));
+  }
   // The shuffle did reorder: unshuffled, the same files train another model.
   Trainer unshuffled(config(32, {"runner.shuffle=false", "runner.seed=3"}), env("0,1"));
   unshuffled.train_pass(train_files());

@@ -1,13 +1,7 @@
 #include "trainer/engine/pass_pipeline.hpp"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <iterator>
 #include <mutex>
 #include <string>
@@ -16,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "common/thread_priority.hpp"
 #include "common/timer.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/queue_dataset.hpp"
@@ -32,17 +27,16 @@ std::vector<uint64_t> merged(const std::vector<uint64_t>& a, const std::vector<u
   return out;
 }
 
-// Adds `nice` to the calling thread's nice value (at most 19). On Linux a thread's nice value is
-// its own and the threads it starts (the reader's, the host-tier pulls' and their OpenMP teams)
-// inherit it, so a pass's whole staging runs below the steps. A refusal is only logged.
-void lower_thread_priority(int nice, int64_t pass) {
-  if (nice <= 0) return;
-  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
-  errno = 0;
-  const int now = ::getpriority(PRIO_PROCESS, tid);
-  if (errno == 0 && ::setpriority(PRIO_PROCESS, tid, std::min(19, now + nice)) == 0) return;
-  GPUBOX_LOG(WARNING) << "pass " << pass << ": could not lower the staging thread's priority "
-                      << "(runner.staging_nice " << nice << "): " << std::strerror(errno);
+// Adds `nice` to the calling thread's nice value (common/thread_priority.hpp). The threads it
+// starts (the reader's) inherit it; the host-tier pulls of its staging run on the pass cards'
+// staging workers, lowered by as much (PassManagerOptions::staging_nice), so a pass's whole
+// staging runs below the steps. A refusal is only logged.
+void lower_staging_priority(int nice, int64_t pass) {
+  const Status st = lower_thread_priority(nice);
+  if (!st.ok()) {
+    GPUBOX_LOG(WARNING) << "pass " << pass << ": the staging thread (runner.staging_nice " << nice
+                        << "): " << st.to_string();
+  }
 }
 
 }  // namespace
@@ -162,7 +156,7 @@ void PassPipeline::start_after(const PreparedPass& current, int64_t end) {
     auto job = [&tier = tier_, &read = read_, nice = staging_nice_, pass,
                 current_keys = current.sorted_keys, resident, resident_sorted, keys_read,
                 staging_planned, before = std::move(before)]() -> std::shared_ptr<PreparedPass> {
-      lower_thread_priority(nice, pass);  // a thread of its own (std::async), ends with the job
+      lower_staging_priority(nice, pass);  // a thread of its own (std::async), ends with the job
       std::shared_ptr<PreparedPass> prepared;
       try {
         prepared = prepare_pass(read, pass);

@@ -17,9 +17,10 @@
 // sizes are logged when the pass is taken, beside runner.host_memory_mb). They are not part of
 // the host table's budget (nor is the list of keys on the cards, 8 bytes a key, while a staging
 // runs): a trainer's host memory is about host_memory_mb (the table) plus
-// (1 + depth) data sets plus depth × (the staged keys × staged_bytes_per_key(stride)) (a shuffle
-// reorders a data set's index, it copies no instance); size host_memory_mb with that room left
-// (docs/user-guide.md, "The pass pipeline"). A
+// (1 + depth) data sets plus depth × (the staged keys × staged_bytes_per_key(stride)), and, with
+// runner.shuffle, one data set more while a pass read ahead is copied into its shuffled order
+// (InMemoryDataset::store_in_order; skipped, logged, when that copy would not fit in the memory
+// left); size host_memory_mb with that room left (docs/user-guide.md, "The pass pipeline"). A
 // failure to stage (the host tier) is logged and the pass's begin_pass pulls its rows as without
 // the pipeline; a failure to read the pass is thrown by take() for that pass, as reading it then
 // would.
@@ -52,9 +53,8 @@ namespace trainer {
 // One pass ready for its begin_pass.
 struct PreparedPass {
   int64_t pass = 0;
-  // runner.reader_type InmemoryDataset: the pass read, its `keys` taken, then shuffled (its
-  // index: the steps read the instances where they were loaded). QueueDataset: `stream`, read once
-  // for `keys` (scan), streamed again by the steps.
+  // runner.reader_type InmemoryDataset: the pass read, its `keys` taken, shuffled and stored in
+  // that order. QueueDataset: `stream`, read once for `keys` (scan), streamed again by the steps.
   std::unique_ptr<dataset::InMemoryDataset> data;
   std::unique_ptr<dataset::QueueDataset> stream;
   // Its unique keys and their slots, aligned: as the data set gave them (shared with it and the
@@ -88,8 +88,10 @@ class PassPipeline {
   // `depth` passes ahead at most (0: off, every pass is read by take()). `tier` and `read` are
   // borrowed and must outlive the pipeline. `host_budget_bytes` (runner.host_memory_mb, 0: none)
   // is only printed beside what a pass read ahead holds. `staging_nice` (runner.staging_nice):
-  // added to the nice value of each job's thread (and the threads it starts), so the steps get
-  // the cores first; 0: the same priority as the steps.
+  // added to the nice value of each job's thread (and the threads it starts; the host-tier pulls
+  // of its staging run on the pass cards' staging threads, lowered as much through
+  // PassManagerOptions::staging_nice), so the steps get the cores first; 0: the same priority as
+  // the steps.
   PassPipeline(tier_owner::CardTier& tier, int depth, ReadPass read, uint64_t host_budget_bytes = 0,
                int staging_nice = 0);
   // Waits for the jobs in flight.

@@ -138,6 +138,9 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
   tier_options.pass.next_pass_chunk_keys =
       static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys));
+  // The staging's host-tier pulls run on threads made here, below the steps as the staging
+  // thread (PassPipeline) is.
+  tier_options.pass.staging_nice = config_.runner.staging_nice;
   if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
   s.card_tier = std::make_unique<tier_owner::CardTier>(s.cards, *s.group, *s.host, config_.sparse,
                                                        tier_options);

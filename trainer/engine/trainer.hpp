@@ -135,6 +135,10 @@ class Trainer final : public Schedule {
   // Pass `pass` over `files`: read and shuffled with that pass's seed (thread-safe: the pass
   // pipeline calls it from its threads).
   void read_pass(const std::vector<std::string>& files, int64_t pass, PreparedPass* into) const;
+  // A shuffled pass's InMemoryDataset::store_in_order, skipped (logged) when a second copy of
+  // its instances exceeds env_.memory_headroom(); a stop while copying throws PassStopped.
+  void store_pass_in_order(dataset::InMemoryDataset* data, const std::string& what,
+                           int64_t pass) const;
   // begin_pass (with the rows staged ahead, if any) -> steps -> end_pass of a read pass;
   // `begun` (optional) runs after begin_pass, before the steps; `next_keys` (optional) gives the
   // sorted keys of the pass that trains right after this one, or null: end_pass keeps their

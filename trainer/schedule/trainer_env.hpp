@@ -3,8 +3,12 @@
 // Host-only, no state.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "common/memory_limit.hpp"
 
 namespace gpubox::trainer {
 
@@ -25,6 +29,9 @@ struct TrainerEnv {
   int threads_per_card = 0;  // cpu backend; 0 = cores / cards
   std::string rendezvous;    // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
   std::string host = "127.0.0.1";  // POD_IP: where this trainer's peers reach it
+  // What this process may still take, asked before a copy that holds a pass twice (a shuffled
+  // pass stored in its order; skipped when it would not fit). Tests give their own.
+  std::function<uint64_t()> memory_headroom = memory_headroom_bytes;
 
   // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
   // PADDLE_TRAINERS_NUM (or their GPUBOX_* names), GPUBOX_RENDEZVOUS and POD_IP (or

@@ -12,12 +12,17 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "common/error.hpp"
+#include "common/thread_priority.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -179,6 +184,44 @@ TEST(HostCallWorkers, RunEveryCallBeforeTheyGo) {
     EXPECT_GE(ran.load(), 1);
   }
   EXPECT_EQ(ran.load(), 8);
+}
+
+// A chunk out of memory is ResourceExhausted (as the host table's own parallel calls report it),
+// not Internal, and names its chunk.
+TEST(PipelinedChunks, AChunkOutOfMemoryIsResourceExhausted) {
+  HostCallWorkers workers(2);
+  const Status st = pipelined_chunks(
+      workers, 10, 4, 2,
+      [](std::size_t b, std::size_t) -> Status {
+        if (b == 4) throw std::bad_alloc();
+        return Status::OK();
+      },
+      [](std::size_t, std::size_t) {});
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(st.message(), "keys [4, 8) of 10: out of memory");
+}
+
+// No thread is an error, not a pool whose calls never run; each thread adds its nice (at most
+// 19) to what it inherited, the caller's stays.
+TEST(HostCallWorkers, NoThreadIsAnErrorAndEachThreadLowersItself) {
+  EXPECT_THROW(HostCallWorkers(0), Error);
+  const int caller = thread_nice();
+  for (const int nice : {0, 3}) {
+    HostCallWorkers workers(2, nice);
+    std::vector<std::future<Status>> calls;
+    std::mutex mu;
+    std::vector<int> seen;
+    for (int i = 0; i < 6; ++i) {
+      calls.push_back(workers.submit([&] {
+        std::lock_guard<std::mutex> lock(mu);
+        seen.push_back(thread_nice());
+        return Status::OK();
+      }));
+    }
+    for (auto& call : calls) EXPECT_TRUE(call.get().ok());
+    for (const int n : seen) EXPECT_EQ(n, std::min(19, caller + nice));
+  }
+  EXPECT_EQ(thread_nice(), caller);
 }
 
 }  // namespace

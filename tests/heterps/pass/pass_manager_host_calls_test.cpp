@@ -1,16 +1,23 @@
-// The pass boundary's host-tier calls on threads made once (PassCards::host_calls,
-// heterps/pass/host_call_workers.hpp): a pass manager starts its (cards + 1) x pulls_in_flight
-// threads when it is made and none in a pass (begin_pass's pulls, a staging's fetch, end_pass's
-// pushes, each in many host_batch_keys chunks), and what crosses the tiers is what one chunk at a
-// time gives. Part of the pass_manager_error_test binary (its Tiers).
+// The pass boundary's host-tier calls on threads made once (PassCards::host_calls and
+// staging_calls, heterps/pass/host_call_workers.hpp): a pass manager starts its (cards + 2) x
+// pulls_in_flight threads when it is made and none in a pass (begin_pass's pulls, a staging's
+// fetch, end_pass's pushes, each in many host_batch_keys chunks), every call runs on one of them
+// (never the caller's thread), a staging's pulls run staging_nice below the others, and what
+// crosses the tiers is what one chunk at a time gives. Part of the pass_manager_error_test binary
+// (its Tiers).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/hash.hpp"
+#include "common/thread_priority.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/pass/host_call_workers.hpp"
@@ -23,6 +30,66 @@ namespace {
 
 using error_test::pass_keys;
 using error_test::Tiers;
+
+// The host tier of `tiers`, recording the thread (and its nice value) of every pull, peek and
+// push that reaches it.
+class RecordingHost : public table::HostTier {
+ public:
+  struct Call {
+    std::thread::id thread;
+    int nice = 0;
+  };
+  explicit RecordingHost(table::HostTier& inner) : inner_(inner) {}
+  const table::RowLayout& layout() const override { return inner_.layout(); }
+  const table::AccessorConfig& config() const override { return inner_.config(); }
+  Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* c) override {
+    record();
+    return inner_.pull(k, s, n, r, c);
+  }
+  Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
+              std::size_t* u) override {
+    record();
+    return inner_.peek(k, s, n, r, u);
+  }
+  Status push(const uint64_t* k, std::size_t n, const float* r) override {
+    record();
+    return inner_.push(k, n, r);
+  }
+  Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
+  StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
+  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
+  using HostTier::load;
+  using HostTier::save;
+  Status save(const std::string& p, table::SaveKind m, table::io::FileEnv* env) override {
+    return inner_.save(p, m, env);
+  }
+  Status load(const std::string& p, table::io::FileEnv* env) override {
+    return inner_.load(p, env);
+  }
+  // The calls since the last take, and none kept.
+  std::vector<Call> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(calls_);
+  }
+
+ private:
+  void record() {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back({std::this_thread::get_id(), thread_nice()});
+  }
+  table::HostTier& inner_;
+  std::mutex mu_;
+  std::vector<Call> calls_;
+};
+
+// `tiers` with its pass manager made again over `host` (which wraps tiers.host).
+void call_through(Tiers& tiers, table::HostTier& host, const PassManagerOptions& options) {
+  tiers.manager.reset();
+  std::vector<card_table::CardSparseStore*> stores;
+  for (const auto& store : tiers.stores) stores.push_back(store.get());
+  tiers.manager = std::make_unique<PassManager>(tiers.card_set, stores, host, options);
+}
 
 // Rows the cards create in a pass (as steps do for keys the pass did not hold): `n` new keys of
 // each card, owned by it, created dirty, so end_pass pushes them (in chunks too).
@@ -51,12 +118,16 @@ TEST(PassHostCalls, ThreadsMadeOnceNoneInAPassSameRowsAsOneChunk) {
     chunked.pulls_in_flight = 3;
     PassManagerOptions whole;  // the reference: every pull and push in one chunk
     whole.pulls_in_flight = 1;
+    const auto pool_threads = static_cast<std::size_t>((cards + 2) * 3);
     const std::uint64_t before = HostCallWorkers::threads_started();
     Tiers tiers(cards, chunked);
-    EXPECT_EQ(HostCallWorkers::threads_started() - before,
-              static_cast<std::uint64_t>((cards + 1) * 3));
+    EXPECT_EQ(HostCallWorkers::threads_started() - before, pool_threads);
+    RecordingHost recording(*tiers.host);
+    call_through(tiers, recording, chunked);
     Tiers reference(cards, whole);
     const std::uint64_t made = HostCallWorkers::threads_started();
+    std::set<std::thread::id> threads;
+    std::size_t calls = 0;
     for (int pass = 0; pass < 3; ++pass) {
       SCOPED_TRACE("pass " + std::to_string(pass));
       const auto keys = pass_keys(300, static_cast<uint64_t>(pass) * 200, 40 + pass);
@@ -76,9 +147,53 @@ TEST(PassHostCalls, ThreadsMadeOnceNoneInAPassSameRowsAsOneChunk) {
       EXPECT_EQ(stats.written_back, reference.manager->end_pass().written_back);
       EXPECT_GE(stats.written_back, 100u * static_cast<uint64_t>(cards));
       EXPECT_EQ(tiers.host_rows(), reference.host_rows());
+      for (const RecordingHost::Call& call : recording.take()) {
+        threads.insert(call.thread);
+        ++calls;
+      }
     }
     EXPECT_EQ(HostCallWorkers::threads_started(), made) << "threads started in the passes";
+    EXPECT_GT(calls, pool_threads) << "more chunks than threads: the threads are reused";
+    EXPECT_LE(threads.size(), pool_threads);
+    EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u) << "a call on the caller's thread";
   }
+}
+
+// runner.staging_nice: a staging's pulls run that much below the steps' priority (their threads
+// made with the pass manager, not by the lowered staging thread), begin_pass's pulls and
+// end_pass's pushes at it.
+TEST(PassHostCalls, AStagingsPullsRunAtTheStagingNice) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.host_batch_keys = 16;
+  options.pulls_in_flight = 2;
+  options.staging_nice = 4;
+  const int steps_nice = thread_nice();
+  Tiers tiers(1, options);
+  RecordingHost recording(*tiers.host);
+  call_through(tiers, recording, options);
+  const auto first = pass_keys(200, 0, 5);
+  tiers.manager->begin_pass(first);
+  create_rows_on_cards(tiers, 50, 3);
+  tiers.manager->end_pass();
+  const std::vector<RecordingHost::Call> boundary = recording.take();
+  ASSERT_FALSE(boundary.empty());
+  for (const RecordingHost::Call& call : boundary) EXPECT_EQ(call.nice, steps_nice);
+
+  const auto second = pass_keys(200, 1000, 6);
+  std::vector<uint64_t> resident = tiers.manager->resident_keys();
+  std::sort(resident.begin(), resident.end());
+  const StagedRows staged = tiers.manager->stage_rows(second, {}, resident);
+  const std::vector<RecordingHost::Call> staging = recording.take();
+  ASSERT_GT(staging.size(), 2u);  // several chunks, on more than one thread
+  for (const RecordingHost::Call& call : staging) {
+    EXPECT_EQ(call.nice, std::min(19, steps_nice + 4));
+    EXPECT_NE(call.thread, std::this_thread::get_id());
+  }
+  tiers.manager->begin_pass(second, {}, &staged);
+  tiers.manager->end_pass();
+  for (const RecordingHost::Call& call : recording.take()) EXPECT_EQ(call.nice, steps_nice);
+  EXPECT_EQ(thread_nice(), steps_nice);
 }
 
 }  // namespace
