@@ -50,13 +50,15 @@ class MergedPushes {
   uint64_t growths() const;
 
  private:
-  // One thread's state: its filed push and its keys' indices by owner thread; and its share of
-  // a step's keys: their slots and summed records, and an open-addressing index (linear
-  // probing, at most half full) of the keys.
+  // One thread's state: its filed push and its keys' indices by owner thread (owner o's in
+  // by_owner[owner_start[o], owner_start[o + 1]), in index order); and its share of a step's
+  // keys: their slots and summed records, and an open-addressing index (linear probing, at most
+  // half full) of the keys.
   struct Share {
     BufferGrowth growth;
     PsWorker::ComputedPush filed;
-    std::vector<std::vector<uint32_t>> by_owner;
+    std::vector<uint32_t> owner_start;  // threads + 1 offsets into by_owner
+    std::vector<uint32_t> by_owner;     // the push's n indices
     std::vector<uint64_t> keys;
     std::vector<int32_t> slots;
     std::vector<float> values;  // keys x push_dim
