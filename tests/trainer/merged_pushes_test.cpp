@@ -22,9 +22,7 @@ struct ThreadPush {
   std::vector<uint64_t> keys;
   std::vector<int32_t> slots;
   std::vector<float> values;
-  PsWorker::ComputedPush view() const {
-    return {keys.data(), slots.data(), values.data(), keys.size()};
-  }
+  ComputedPush view() const { return {keys.data(), slots.data(), values.data(), keys.size()}; }
 };
 
 ThreadPush make_push(std::size_t n, uint64_t key_range, std::mt19937_64& rng) {
@@ -65,7 +63,7 @@ void check_step(const std::vector<ThreadPush>& pushes, MergedPushes& merged) {
   for (int t = 0; t < threads; ++t) merged.file(t, pushes[static_cast<std::size_t>(t)].view());
   std::size_t seen = 0;
   for (int t = 0; t < threads; ++t) {
-    const PsWorker::ComputedPush share = merged.merge(t);
+    const ComputedPush share = merged.merge(t);
     for (std::size_t i = 0; i < share.n; ++i) {
       const uint64_t key = share.keys[i];
       ASSERT_EQ(mix64(key) % static_cast<uint64_t>(threads), static_cast<uint64_t>(t))

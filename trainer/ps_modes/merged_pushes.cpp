@@ -52,7 +52,7 @@ float* MergedPushes::record(Share& share, uint64_t key, int32_t slot) const {
   return share.values.data() + std::size_t{share.index[at]} * push_dim_;
 }
 
-void MergedPushes::file(int t, const PsWorker::ComputedPush& computed) {
+void MergedPushes::file(int t, const ComputedPush& computed) {
   Share& share = shares_.at(static_cast<std::size_t>(t));
   share.filed = computed;
   // Counted per owner first, then placed: one array of the push's n indices, owner by owner.
@@ -69,7 +69,7 @@ void MergedPushes::file(int t, const PsWorker::ComputedPush& computed) {
   share.owner_start[0] = 0;
 }
 
-PsWorker::ComputedPush MergedPushes::merge(int t) {
+ComputedPush MergedPushes::merge(int t) {
   const auto owner = static_cast<std::size_t>(t);
   Share& share = shares_.at(owner);
   std::size_t most = 0;  // this thread's share of every thread's keys
@@ -85,12 +85,12 @@ PsWorker::ComputedPush MergedPushes::merge(int t) {
       for (std::size_t f = 0; f < push_dim_; ++f) into[f] += add[f];
     }
   }
-  return PsWorker::ComputedPush{share.keys.data(), share.slots.data(), share.values.data(),
-                                share.keys.size()};
+  return ComputedPush{share.keys.data(), share.slots.data(), share.values.data(),
+                      share.keys.size()};
 }
 
 void MergedPushes::push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step) {
-  const PsWorker::ComputedPush merged = merge(t);
+  const ComputedPush merged = merge(t);
   if (merged.n == 0) return;
   const Status pushed = servers.push_updates(table::server::PsUpdateKind::kGradient, merged.keys,
                                              merged.slots, merged.n, merged.values);

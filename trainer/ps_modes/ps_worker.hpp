@@ -60,6 +60,7 @@
 #include "trainer/ps_modes/batch_keys.hpp"
 #include "trainer/ps_modes/call_queue.hpp"
 #include "trainer/ps_modes/dense_exchanger.hpp"
+#include "trainer/ps_modes/ps_push_types.hpp"
 #include "trainer/ps_modes/step_buffers.hpp"
 
 namespace gpubox::table::server {
@@ -134,12 +135,6 @@ class PsWorker {
   // key), until the next compute_step, an apply_step or discard_step included (not async's: its
   // push slots); n = 0 after an empty batch. Read-only, from any thread meanwhile (MergedPushes:
   // one thread may have applied its step while another still reads its push).
-  struct ComputedPush {
-    const uint64_t* keys = nullptr;
-    const int32_t* slots = nullptr;
-    const float* values = nullptr;
-    std::size_t n = 0;
-  };
   ComputedPush computed_push() const;
   void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
