@@ -181,9 +181,6 @@ class PsWorker {
   // The servers' dense table = this thread's dense parameters (a write: the sync mode's
   // averages_gradients pass end, from one thread of the job).
   void publish_dense();
-  // The gradient tables zeroed for `dense_values` parameters (a job's start, one trainer).
-  static Status reset_gradient_tables(table::server::RemoteHostTier& servers,
-                                      std::size_t dense_values);
   // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
   // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
   // other modes.
