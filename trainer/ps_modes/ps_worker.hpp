@@ -41,11 +41,11 @@
 //          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
 //          merged over its threads (MergedPushes; apply_step(false)).
 //
-// Thread-safety: one thread, except computed_push(), which other threads may call (read-only)
-// from the return of compute_step until this thread's next compute_step or discard_step; the
-// caller orders them (the sync mode: every thread of a trainer reads its share of the others'
-// pushes between the step's pull barrier and its step barrier, before any thread computes the
-// next step). The card and the servers' client must outlive the worker.
+// Thread-safety: one thread, except that other threads may read computed_push()'s arrays while
+// they are valid (see computed_push); the caller orders them (the sync mode: every thread of a
+// trainer reads its share of the others' pushes between the step's pull barrier and its step
+// barrier, before any thread computes the next step). The card and the servers' client must
+// outlive the worker.
 #pragma once
 
 #include <cstdint>
@@ -132,9 +132,11 @@ class PsWorker {
   // threads' (the sync mode: MergedPushes), so apply_step does not push them.
   void apply_step(bool push = true);
   // The last compute_step's distinct keys, their slots and merged gradients (push_dim floats a
-  // key), until the next compute_step, an apply_step or discard_step included (not async's: its
-  // push slots); n = 0 after an empty batch. Read-only, from any thread meanwhile (MergedPushes:
-  // one thread may have applied its step while another still reads its push).
+  // key); n = 0 after an empty batch, and always in the async mode (its push slots hold them).
+  // Valid from the return of compute_step until this thread's next compute_step: its
+  // apply_step and discard_step leave them, so other threads may read them (read-only)
+  // meanwhile (MergedPushes: one thread may have applied its step while another still reads
+  // its push).
   ComputedPush computed_push() const;
   void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
