@@ -1,5 +1,6 @@
-// MergedPushes against an unordered_map: every thread's share of a step's keys, each key summed
-// over every thread's computed push, lies with the thread mix64(key) % threads names, once.
+// MergedPushes against an unordered_map oracle: every thread's share of a step's keys, each key
+// summed over every thread's computed push, lies with the thread mix64(key) % threads names, once,
+// in the order the threads' pushes name the keys, its sums taken in thread order (bit for bit).
 #include "trainer/ps_modes/merged_pushes.hpp"
 
 #include <gtest/gtest.h>
@@ -22,9 +23,7 @@ struct ThreadPush {
   std::vector<uint64_t> keys;
   std::vector<int32_t> slots;
   std::vector<float> values;
-  PsWorker::ComputedPush view() const {
-    return {keys.data(), slots.data(), values.data(), keys.size()};
-  }
+  ComputedPush view() const { return {keys.data(), slots.data(), values.data(), keys.size()}; }
 };
 
 ThreadPush make_push(std::size_t n, uint64_t key_range, std::mt19937_64& rng) {
@@ -50,37 +49,52 @@ std::vector<ThreadPush> make_pushes(int threads, std::size_t keys_each, std::mt1
   return pushes;
 }
 
+// One owner thread's expected share: its keys in the order merge() meets them (thread by thread,
+// each thread's keys in its push's order), each with its slot and its records summed in float in
+// thread order.
+struct ExpectedShare {
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> slots;
+  std::vector<float> values;  // keys x kPushDim
+};
+
+std::vector<ExpectedShare> expected_shares(const std::vector<ThreadPush>& pushes) {
+  const std::size_t threads = pushes.size();
+  std::vector<ExpectedShare> shares(threads);
+  std::unordered_map<uint64_t, std::size_t> at;  // a key's place in its owner's share
+  for (const ThreadPush& p : pushes) {
+    for (std::size_t i = 0; i < p.keys.size(); ++i) {
+      ExpectedShare& share = shares[mix64(p.keys[i]) % threads];
+      const auto [it, added] = at.emplace(p.keys[i], share.keys.size());
+      if (added) {
+        share.keys.push_back(p.keys[i]);
+        share.slots.push_back(p.slots[i]);
+        share.values.resize(share.values.size() + kPushDim, 0.0f);
+      }
+      for (int f = 0; f < kPushDim; ++f) {
+        share.values[it->second * kPushDim + f] += p.values[i * kPushDim + f];
+      }
+    }
+  }
+  return shares;
+}
+
 void check_step(const std::vector<ThreadPush>& pushes, MergedPushes& merged) {
   const auto threads = static_cast<int>(pushes.size());
   const std::size_t keys_each = pushes.front().keys.size();
   SCOPED_TRACE("threads " + std::to_string(threads) + ", keys " + std::to_string(keys_each));
-  std::unordered_map<uint64_t, std::vector<double>> oracle;
-  for (const ThreadPush& p : pushes) {
-    for (std::size_t i = 0; i < p.keys.size(); ++i) {
-      std::vector<double>& sum = oracle[p.keys[i]];
-      sum.resize(kPushDim, 0.0);
-      for (int f = 0; f < kPushDim; ++f) sum[f] += p.values[i * kPushDim + f];
-    }
-  }
+  const std::vector<ExpectedShare> expected = expected_shares(pushes);
   for (int t = 0; t < threads; ++t) merged.file(t, pushes[static_cast<std::size_t>(t)].view());
   std::size_t seen = 0;
   for (int t = 0; t < threads; ++t) {
-    const PsWorker::ComputedPush share = merged.merge(t);
-    for (std::size_t i = 0; i < share.n; ++i) {
-      const uint64_t key = share.keys[i];
-      ASSERT_EQ(mix64(key) % static_cast<uint64_t>(threads), static_cast<uint64_t>(t))
-          << "key " << key << " in another thread's share";
-      const auto it = oracle.find(key);
-      ASSERT_NE(it, oracle.end()) << "key " << key << " was pushed by no thread (or twice)";
-      EXPECT_EQ(share.slots[i], static_cast<int32_t>(key % 7)) << "key " << key;
-      for (int f = 0; f < kPushDim; ++f) {
-        EXPECT_NEAR(share.values[i * kPushDim + f], it->second[f], 1e-5) << "key " << key;
-      }
-      oracle.erase(it);
-      ++seen;
-    }
+    const ComputedPush share = merged.merge(t);
+    const ExpectedShare& want = expected[static_cast<std::size_t>(t)];
+    // Exactly: the same keys in the same order, the same float sums taken in thread order.
+    ASSERT_EQ(std::vector<uint64_t>(share.keys, share.keys + share.n), want.keys) << "thread " << t;
+    EXPECT_EQ(std::vector<int32_t>(share.slots, share.slots + share.n), want.slots);
+    EXPECT_EQ(std::vector<float>(share.values, share.values + share.n * kPushDim), want.values);
+    seen += share.n;
   }
-  EXPECT_TRUE(oracle.empty()) << oracle.size() << " keys in no thread's share";
   EXPECT_GE(seen, keys_each);
 }
 

@@ -1,11 +1,11 @@
 // The parameter-server modes (runner.sync_mode async | sync | geo) against gpubox_server shards
 // on loopback (in-process servers over in-process tables): each mode learns the planted model,
 // 1 trainer in sync mode matches the gpubox mode's single card, geo with geo_step 1 matches
-// sync, 2 trainers x 2 servers train in every mode; a pass's last partial dense window, geo's
-// count of a part two trainers created, QueueDataset in every mode. The networks in every mode:
-// ps_modes_networks_test.cpp; saves and resumes: ps_modes_saves_test.cpp; dead servers and
-// trainers, bad data, divergence: ps_modes_failures_test.cpp (the same binary and fixture,
-// ps_modes_fixture.hpp).
+// sync, 2 trainers x 2 servers train in every mode, the sync mode's steps on uneven batches and
+// with empty threads; a pass's last partial dense window, geo's count of a part two trainers
+// created, QueueDataset in every mode. The networks in every mode: ps_modes_networks_test.cpp;
+// saves and resumes: ps_modes_saves_test.cpp; dead servers and trainers, bad data, divergence:
+// ps_modes_failures_test.cpp (the same binary and fixture, ps_modes_fixture.hpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,11 +14,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -230,6 +232,21 @@ void write_lines(const std::string& from, int first, int count, const std::files
   }
 }
 
+// The lines of `from`, range after range ({first line, count}), into the file `to` (its folder
+// made).
+void write_ranges(const std::string& from, std::initializer_list<std::pair<int, int>> ranges,
+                  const std::filesystem::path& to) {
+  std::ifstream in(from);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::filesystem::create_directories(to.parent_path());
+  std::ofstream out(to);
+  for (const auto& [first, count] : ranges) {
+    const auto end = std::min(lines.size(), static_cast<std::size_t>(first + count));
+    for (auto i = static_cast<std::size_t>(first); i < end; ++i) out << lines[i] << "\n";
+  }
+}
+
 // Every distinct key of `files`, sorted.
 std::vector<uint64_t> every_key(const TrainerConfig& cfg, const std::vector<std::string>& files) {
   dataset::InMemoryDataset data(cfg.dataset);
@@ -384,17 +401,10 @@ TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
   const std::filesystem::path pieces = root_ / "uneven_pieces";
   std::filesystem::create_directories(pieces / "gpubox");
   write_lines(train.at(0), 0, 5 * kBatch + 37, pieces / "gpubox" / "part-00000");
-  const auto concat = [&](const std::filesystem::path& out,
-                          std::initializer_list<std::pair<int, int>> ranges) {
-    std::ofstream to(out);
-    for (const auto& [start, count] : ranges) {
-      write_lines(train.at(0), start, count, pieces / "piece");
-      std::ifstream from(pieces / "piece");
-      to << from.rdbuf();
-    }
-  };
-  concat(dir / "part-00000", {{0, kBatch}, {2 * kBatch, kBatch}, {4 * kBatch, 37}});
-  concat(dir / "part-00001", {{kBatch, kBatch}, {3 * kBatch, kBatch}, {4 * kBatch + 37, kBatch}});
+  write_ranges(train.at(0), {{0, kBatch}, {2 * kBatch, kBatch}, {4 * kBatch, 37}},
+               dir / "part-00000");
+  write_ranges(train.at(0), {{kBatch, kBatch}, {3 * kBatch, kBatch}, {4 * kBatch + 37, kBatch}},
+               dir / "part-00001");
   const auto files = data_files(dir.string());
   const auto gpubox_files = data_files((pieces / "gpubox").string());
   std::vector<std::string> base = {"hyper_parameters.optimizer.class=Adam",
@@ -420,6 +430,60 @@ TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
       "cards: dense weights differ by at most %.3g\n",
       dense_diff);
   EXPECT_LT(dense_diff, 1e-7);
+}
+
+// Steps on which a thread of the job has no batch, in the sync mode's averaged dense step: trainer
+// 0 (whose thread 0 overwrites the step's gradient table) with fewer batches than trainer 1, then
+// the same job with the two trainers' files swapped. Each step averages the same batches either
+// way, so the dense weights after two passes agree up to the rounding of the sums' order (the rows
+// held still: sparse learning rates 1e-12). An overwriting thread that wrote nothing on its empty
+// step left the sums of two steps ago in the table (the two runs' dense weights then differ by
+// 3e-3 to 4e-3).
+TEST_F(PsModes, SyncEmptyStepsOfEitherTrainerStepTheSame) {
+  constexpr int kBatch = 64;
+  const auto train = data_files((root_ / "train").string());
+  struct Job {
+    const char* name;
+    int threads;
+    int fewer;  // trainer 0's batches in the first run, trainer 1's in the second
+    int more;
+  };
+  // 2 x 1: trainer 0's thread is empty on the third step. 2 x 2: the batches are dealt to the
+  // threads, trainer 0's one each, trainer 1's three each: both of trainer 0's threads are empty
+  // on the second and third steps.
+  for (const Job& job : {Job{"2x1", 1, 2, 3}, Job{"2x2", 2, 2, 6}}) {
+    SCOPED_TRACE(job.name);
+    const TrainerConfig cfg =
+        config({"hyper_parameters.optimizer.class=Adam",
+                "runner.train_batch_size=" + std::to_string(kBatch), "runner.sync_mode=sync",
+                "runner.thread_num=" + std::to_string(job.threads),
+                "hyper_parameters.sparse_optimizer.learning_rate=1e-12",
+                "hyper_parameters.sparse_optimizer.mf_learning_rate=1e-12"});
+    const std::pair<int, int> fewer{0, job.fewer * kBatch};
+    const std::pair<int, int> more{job.fewer * kBatch, job.more * kBatch};
+    std::vector<std::vector<float>> dense;
+    for (const bool swapped : {false, true}) {
+      const std::filesystem::path dir =
+          root_ / (std::string("empty_steps_") + job.name + (swapped ? "_swapped" : ""));
+      write_ranges(train.at(0), {swapped ? more : fewer}, dir / "part-00000");
+      write_ranges(train.at(0), {swapped ? fewer : more}, dir / "part-00001");
+      const auto files = data_files(dir.string());
+      Servers shards(cfg, 1);
+      dense.push_back(run_job(
+          cfg, shards.endpoints(), 2,
+          [&](PsTrainer& trainer, int) {
+            trainer.train_pass(files);
+            trainer.train_pass(files);
+          },
+          [](PsTrainer& trainer) { return trainer.dense_values(); }));
+    }
+    const double dense_diff = max_abs_diff(dense[0], dense[1]);
+    std::printf(
+        "sync %s, trainer 0 with %d batches and trainer 1 with %d, then swapped: dense weights "
+        "differ by at most %.3g\n",
+        job.name, job.fewer, job.more, dense_diff);
+    EXPECT_LT(dense_diff, 1e-6);
+  }
 }
 
 // Geo with two trainers that both create the embedx part of the same rows (each on its own

@@ -133,7 +133,6 @@ struct LoopbackThread {
     servers = std::move(connected).value();
     card.activate();
     worker = std::make_unique<PsWorker>(card, *servers, cfg);
-    throw_if_error(PsWorker::reset_gradient_tables(*servers, worker->model().parameters().size()));
     worker->sync_dense(0.0f);
   }
   Servers shards;

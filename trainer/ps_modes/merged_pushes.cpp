@@ -15,7 +15,10 @@ constexpr uint32_t kEmpty = UINT32_MAX;
 MergedPushes::MergedPushes(int threads, int push_dim)
     : threads_(static_cast<std::size_t>(threads)),
       push_dim_(static_cast<std::size_t>(push_dim)),
-      shares_(static_cast<std::size_t>(threads)) {}
+      shares_(static_cast<std::size_t>(threads)) {
+  // Before its first file(), a thread's push is empty: every owner's part of it.
+  for (Share& share : shares_) share.owner_start.assign(threads_ + 1, 0u);
+}
 
 uint64_t MergedPushes::growths() const {
   uint64_t total = 0;
@@ -49,39 +52,45 @@ float* MergedPushes::record(Share& share, uint64_t key, int32_t slot) const {
   return share.values.data() + std::size_t{share.index[at]} * push_dim_;
 }
 
-void MergedPushes::file(int t, const PsWorker::ComputedPush& computed) {
+void MergedPushes::file(int t, const ComputedPush& computed) {
   Share& share = shares_.at(static_cast<std::size_t>(t));
   share.filed = computed;
-  share.by_owner.resize(threads_);
-  for (std::vector<uint32_t>& owned : share.by_owner) {
-    share.growth.reserve(&owned, computed.n);  // kept from step to step
-    owned.clear();
+  // Counted per owner first, then placed: one array of the push's n indices, owner by owner.
+  const auto owner_of = [this](uint64_t key) { return mix64(key) % threads_; };
+  share.growth.resize(&share.by_owner, computed.n);  // kept from step to step
+  std::fill(share.owner_start.begin(), share.owner_start.end(), 0u);
+  for (std::size_t i = 0; i < computed.n; ++i) ++share.owner_start[owner_of(computed.keys[i]) + 1];
+  for (std::size_t o = 0; o < threads_; ++o) share.owner_start[o + 1] += share.owner_start[o];
+  for (std::size_t i = 0; i < computed.n; ++i) {  // in index order within each owner's part
+    share.by_owner[share.owner_start[owner_of(computed.keys[i])]++] = static_cast<uint32_t>(i);
   }
-  for (std::size_t i = 0; i < computed.n; ++i) {
-    share.by_owner[mix64(computed.keys[i]) % threads_].push_back(static_cast<uint32_t>(i));
-  }
+  // Placing moved each owner's start to the next owner's: back by one owner.
+  for (std::size_t o = threads_; o > 0; --o) share.owner_start[o] = share.owner_start[o - 1];
+  share.owner_start[0] = 0;
 }
 
-PsWorker::ComputedPush MergedPushes::merge(int t) {
+ComputedPush MergedPushes::merge(int t) {
   const auto owner = static_cast<std::size_t>(t);
   Share& share = shares_.at(owner);
   std::size_t most = 0;  // this thread's share of every thread's keys
-  for (const Share& from : shares_) most += from.by_owner.empty() ? 0 : from.by_owner[owner].size();
+  for (const Share& from : shares_) {
+    most += from.owner_start[owner + 1] - from.owner_start[owner];
+  }
   clear(share, most);
   for (const Share& from : shares_) {
-    if (from.by_owner.empty()) continue;
-    for (const uint32_t i : from.by_owner[owner]) {
+    for (uint32_t at = from.owner_start[owner]; at < from.owner_start[owner + 1]; ++at) {
+      const std::size_t i = from.by_owner[at];
       float* into = record(share, from.filed.keys[i], from.filed.slots[i]);
-      const float* add = from.filed.values + std::size_t{i} * push_dim_;
+      const float* add = from.filed.values + i * push_dim_;
       for (std::size_t f = 0; f < push_dim_; ++f) into[f] += add[f];
     }
   }
-  return PsWorker::ComputedPush{share.keys.data(), share.slots.data(), share.values.data(),
-                                share.keys.size()};
+  return ComputedPush{share.keys.data(), share.slots.data(), share.values.data(),
+                      share.keys.size()};
 }
 
 void MergedPushes::push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step) {
-  const PsWorker::ComputedPush merged = merge(t);
+  const ComputedPush merged = merge(t);
   if (merged.n == 0) return;
   const Status pushed = servers.push_updates(table::server::PsUpdateKind::kGradient, merged.keys,
                                              merged.slots, merged.n, merged.values);

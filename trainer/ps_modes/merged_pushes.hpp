@@ -23,7 +23,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/ps_push_types.hpp"
 #include "trainer/ps_modes/step_buffers.hpp"
 
 namespace gpubox::table::server {
@@ -39,10 +39,10 @@ class MergedPushes {
 
   // Thread t's computed push of the step (its arrays read until the others' merge() returns),
   // filed by owner thread: mix64(key) % threads.
-  void file(int t, const PsWorker::ComputedPush& computed);
+  void file(int t, const ComputedPush& computed);
   // Thread t's share of the step's keys, each summed over every thread's filed push (in thread
   // order, so the sums do not depend on the threads' timing); valid until t's next merge().
-  PsWorker::ComputedPush merge(int t);
+  ComputedPush merge(int t);
   // merge(t), pushed through `servers` (one record per key). Throws a failed push naming `pass`
   // and `step`.
   void push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step);
@@ -50,13 +50,15 @@ class MergedPushes {
   uint64_t growths() const;
 
  private:
-  // One thread's state: its filed push and its keys' indices by owner thread; and its share of
-  // a step's keys: their slots and summed records, and an open-addressing index (linear
-  // probing, at most half full) of the keys.
+  // One thread's state: its filed push and its keys' indices by owner thread (owner o's in
+  // by_owner[owner_start[o], owner_start[o + 1]), in index order); and its share of a step's
+  // keys: their slots and summed records, and an open-addressing index (linear probing, at most
+  // half full) of the keys.
   struct Share {
     BufferGrowth growth;
-    PsWorker::ComputedPush filed;
-    std::vector<std::vector<uint32_t>> by_owner;
+    ComputedPush filed;
+    std::vector<uint32_t> owner_start;  // threads + 1 offsets into by_owner
+    std::vector<uint32_t> by_owner;     // the push's n indices
     std::vector<uint64_t> keys;
     std::vector<int32_t> slots;
     std::vector<float> values;  // keys x push_dim

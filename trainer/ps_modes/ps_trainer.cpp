@@ -123,6 +123,8 @@ void PsTrainer::start_job() {
   State& s = *state_;
   // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
   // these servers (another model, another trainer count) left there; nobody reads them before.
+  // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
+  // its table whole, before anyone adds to it or reads it: PsWorker::add_gradients.)
   on_trainer_zero(
       [&] {
         PsWorker& first = *s.workers[0];
@@ -139,10 +141,6 @@ void PsTrainer::start_job() {
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
-        if (averages_gradients(config_.runner)) {
-          throw_if_error(
-              PsWorker::reset_gradient_tables(*s.servers, first.model().parameters().size()));
-        }
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
       },

@@ -347,7 +347,7 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   return loss;
 }
 
-PsWorker::ComputedPush PsWorker::computed_push() const {
+ComputedPush PsWorker::computed_push() const {
   if (!computed_.push_kept) return {};
   GPUBOX_EXPECTS(row_calls_ == nullptr, "the async mode's pushes are its push slots'");
   const BatchKeys& keys = rows_[current_].keys;

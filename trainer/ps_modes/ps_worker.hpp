@@ -41,11 +41,11 @@
 //          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
 //          merged over its threads (MergedPushes; apply_step(false)).
 //
-// Thread-safety: one thread, except computed_push(), which other threads may call (read-only)
-// from the return of compute_step until this thread's next compute_step or discard_step; the
-// caller orders them (the sync mode: every thread of a trainer reads its share of the others'
-// pushes between the step's pull barrier and its step barrier, before any thread computes the
-// next step). The card and the servers' client must outlive the worker.
+// Thread-safety: one thread, except that other threads may read computed_push()'s arrays while
+// they are valid (see computed_push); the caller orders them (the sync mode: every thread of a
+// trainer reads its share of the others' pushes between the step's pull barrier and its step
+// barrier, before any thread computes the next step). The card and the servers' client must
+// outlive the worker.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +60,7 @@
 #include "trainer/ps_modes/batch_keys.hpp"
 #include "trainer/ps_modes/call_queue.hpp"
 #include "trainer/ps_modes/dense_exchanger.hpp"
+#include "trainer/ps_modes/ps_push_types.hpp"
 #include "trainer/ps_modes/step_buffers.hpp"
 
 namespace gpubox::table::server {
@@ -131,15 +132,11 @@ class PsWorker {
   // threads' (the sync mode: MergedPushes), so apply_step does not push them.
   void apply_step(bool push = true);
   // The last compute_step's distinct keys, their slots and merged gradients (push_dim floats a
-  // key), until the next compute_step, an apply_step or discard_step included (not async's: its
-  // push slots); n = 0 after an empty batch. Read-only, from any thread meanwhile (MergedPushes:
-  // one thread may have applied its step while another still reads its push).
-  struct ComputedPush {
-    const uint64_t* keys = nullptr;
-    const int32_t* slots = nullptr;
-    const float* values = nullptr;
-    std::size_t n = 0;
-  };
+  // key); n = 0 after an empty batch, and always in the async mode (its push slots hold them).
+  // Valid from the return of compute_step until this thread's next compute_step: its
+  // apply_step and discard_step leave them, so other threads may read them (read-only)
+  // meanwhile (MergedPushes: one thread may have applied its step while another still reads
+  // its push).
   ComputedPush computed_push() const;
   void discard_step();
   // Waits for this thread's pulls and pushes still under way (async; see the file comment), a
@@ -186,9 +183,6 @@ class PsWorker {
   // The servers' dense table = this thread's dense parameters (a write: the sync mode's
   // averages_gradients pass end, from one thread of the job).
   void publish_dense();
-  // The gradient tables zeroed for `dense_values` parameters (a job's start, one trainer).
-  static Status reset_gradient_tables(table::server::RemoteHostTier& servers,
-                                      std::size_t dense_values);
   // Geo: pushes the deltas of the rows changed since the last sync, their weights scaled by
   // `scale` (GeoRows::sync), adopts the merged rows. Returns how many rows it synced; 0 in the
   // other modes.

@@ -81,16 +81,6 @@ void PsWorker::publish_dense() {
                      .with_context("writing the dense parameters to the servers"));
 }
 
-Status PsWorker::reset_gradient_tables(table::server::RemoteHostTier& servers,
-                                       std::size_t dense_values) {
-  for (const char* name : kGradientTableNames) {
-    std::vector<float> zeros(dense_values + 1, 0.0f);
-    const Status st = servers.dense(table::server::DenseAction::kWrite, name, &zeros);
-    if (!st.ok()) return st.with_context(std::string("resetting the servers' table ") + name);
-  }
-  return Status::OK();
-}
-
 bool averages_gradients(const RunnerConfig& runner) {
   return runner.sync_mode == SyncMode::kSync && runner.dense_sync_steps == 1;
 }
