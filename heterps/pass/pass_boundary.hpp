@@ -95,8 +95,9 @@ class PassBoundary {
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
   // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs),
-  // each batch a staging half at a time (gather_part), with one host wait a batch (the copy
-  // stream's, after its last copy). Returns the first push error.
+  // each batch a staging half at a time (gather_part; unstaged on cpu, half a page at a time),
+  // with one host wait a batch (the copy stream's, after its last copy). Returns the first push
+  // error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds);
