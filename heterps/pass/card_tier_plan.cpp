@@ -18,9 +18,11 @@ using card_table::row_index_t;
 // begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
 // dirty keys and rows (12). These phases run one after another, so the largest one counts: the
 // write-back's listing is kept from pass to pass and lent to the look-up, eviction and
-// compact_pool (pass_boundary.hpp), which add only the ranks (4). Not counted: that the kept
-// listing stays beside a rehash's pairs (12 more) and the inserts' staged page, with the kept
-// staging and keep pages (PassBoundary::WriteBackBuffers).
+// compact_pool (pass_boundary.hpp), which add only the ranks (4). The listing is held while the
+// steps run too, but inside this room: the steps take no pass-boundary memory, and the phases
+// that run beside them (the next pass's look-up, eviction and inserts) or after them (begin_pass,
+// end_pass) borrow it, so counting its 12 bytes a row again would count it twice. Not counted:
+// that the kept listing stays beside a rehash's pairs (12 more).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
@@ -28,6 +30,11 @@ constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_
 constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
+
+// The write-back's staging page and keep buffers (PassCards::kKeptRows) are not phases: they are
+// held from the first end_pass on, beside whatever phase runs (the steps' own card memory is the
+// trainer's, outside the plan), so the plan counts them once as kept_bytes, resident, beside the
+// working set's staged page (the inserts stage their own, at most a page of rows).
 
 }  // namespace
 
@@ -57,9 +64,9 @@ std::string CardTierPlan::to_string() const {
   out.precision(1);
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
-      << ", pass working set " << working_bytes * mib << "), " << bytes_per_key()
-      << " bytes per key (row " << row_bytes << "), pages of " << page_rows << " rows"
-      << class_bytes();
+      << ", pass working set " << working_bytes * mib << ", kept write-back buffers "
+      << kept_bytes * mib << "), " << bytes_per_key() << " bytes per key (row " << row_bytes
+      << "), pages of " << page_rows << " rows" << class_bytes();
   return out.str();
 }
 
@@ -97,12 +104,19 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
     plan.index_bytes +=
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
-  const std::size_t staged = plan.page_rows;  // write-back gathers, inserts stage, at most a page
+  const std::size_t staged = plan.page_rows;  // inserts stage at most a page
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0
                                   : staged * plan.row_bytes + 3 * staged * kStagingBytesPerRow / 2 +
                                         kStoreFixedBytes);
+  plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
   return plan;
+}
+
+std::size_t PassCards::kept_bytes() const {
+  const std::size_t page = stores_.front()->page_rows();
+  return staging_halves(page) * staging_rows(page) * stride() * sizeof(float) +
+         keep_rows(page) * (sizeof(uint64_t) + sizeof(row_index_t));
 }
 
 std::size_t PassCards::rows_fitting_memory() const {

@@ -36,6 +36,10 @@ class PassBoundary {
 
   const PassStats& current() const { return current_; }
   bool in_pass() const { return in_pass_; }
+  // Card bytes the write-back keeps from pass to pass beside its listing (the keep and staging
+  // buffers of WriteBackBuffers), on the card that holds most: CardTierPlan::kept_bytes counts
+  // them. Between passes or while the steps run.
+  std::size_t kept_card_bytes() const;
   PassAccess access() const { return access_; }
 
  private:
@@ -91,8 +95,9 @@ class PassBoundary {
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
   // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs),
-  // each batch half a page at a time (gather_part), with one host wait a batch (the copy
-  // stream's, after its last copy). Returns the first push error.
+  // each batch a staging half at a time (gather_part; unstaged on cpu, half a page at a time),
+  // with one host wait a batch (the copy stream's, after its last copy). Returns the first push
+  // error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds);
@@ -113,8 +118,8 @@ class PassBoundary {
   // thread; freed with the PassBoundary.
   struct WriteBackBuffers {
     device::pinned_buffer<uint64_t> keys;  // the dirty rows' keys, read back from the card
-    // drop_kept's: the dirty rows' indices on the card, and a page of the keep keys and of the
-    // rows found for them.
+    // drop_kept's: the dirty rows' indices on the card, and PassCards::keep_rows of the keep keys
+    // and of the rows found for them.
     device::pinned_buffer<card_table::row_index_t> rows;
     device::pinned_buffer<uint64_t> keep;
     device::pinned_buffer<card_table::row_index_t> found;
@@ -125,10 +130,13 @@ class PassBoundary {
     // and row indices, 12 bytes a row (the write-back lists the dirty rows into it; begin_pass's
     // look-up the pass's keys, eviction and compact_pool every key on the card: each borrows it
     // in turn, never two at once), reserved for the row budget's rows once (no budget: it grows
-    // with the table, by half again); a page of keep keys and of their rows (drop_kept); a page
-    // of rows staged for their copy off the card, two halves gathered and copied in turn
-    // (push_rows; the cpu backend stages only under GPUBOX_DEVICE_CHECK=defer, but makes the
-    // page as cuda does). CardTierPlan counts them only within its transient working set.
+    // with the table, by half again); PassCards::keep_rows keep keys and their rows (drop_kept);
+    // a staging page of rows for their copy off the card, two halves of PassCards::staging_rows
+    // gathered and copied in turn (push_rows; the cpu backend stages only under
+    // GPUBOX_DEVICE_CHECK=defer, but makes the page as cuda does). Both bounded by
+    // PassCards::kKeptRows whatever the page. CardTierPlan counts the listing within its working
+    // set (each phase borrows it) and the keep and staging buffers as kept_bytes, resident
+    // (PassCards::kept_bytes, card_tier_plan.cpp).
     device::device_buffer<uint64_t> listed_keys;
     device::device_buffer<card_table::row_index_t> listed_rows;
     device::device_buffer<uint64_t> keep_keys;

@@ -9,6 +9,7 @@
 // outlive it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -69,6 +70,21 @@ class PassCards {
   const CardTierPlan& plan() const { return plan_; }
   // The footprint of `rows` rows per card with these stores (monotone in rows).
   CardTierPlan plan_for(std::size_t rows) const;
+  // The write-back's card buffers kept from pass to pass beside its listing
+  // (PassBoundary::WriteBackBuffers), for pages of `page_rows` rows: a page, but at most
+  // kKeptRows rows whatever the page (a default page of 4 MiB holds 65536 rows of 14 floats,
+  // 4.3 MiB a card kept; 4096 rows are 272 KiB, and a half of 2048 such rows is a 112 KiB copy;
+  // collective_test's 7 MiB budget with rows of 72 bytes holds rows with 4096, none with 8192):
+  // a staging page of staging_halves() halves of staging_rows() rows each, gathered and copied in
+  // turn (two halves; a page of one row is one half), and keep_rows() keep keys and their rows.
+  // kept_bytes(): their card bytes (CardTierPlan::kept_bytes).
+  static constexpr std::size_t kKeptRows = 4096;
+  static std::size_t keep_rows(std::size_t page_rows) { return std::min(kKeptRows, page_rows); }
+  static std::size_t staging_halves(std::size_t page_rows) { return page_rows >= 2 ? 2 : 1; }
+  static std::size_t staging_rows(std::size_t page_rows) {
+    return std::max<std::size_t>(1, keep_rows(page_rows) / staging_halves(page_rows));
+  }
+  std::size_t kept_bytes() const;
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
   // The bounded wait for a card's stream between steps (CardWait); without one (cards with no

@@ -69,15 +69,19 @@ struct CardTierPlan {
   std::size_t table_bytes = 0;     // hash slots (16 bytes each) for `rows` keys at the load bound
   std::size_t index_bytes = 0;     // free list, dirty flags, page table
   std::size_t working_bytes = 0;   // pass-boundary working set, staging page included
+  // The write-back's staging and keep buffers, held on the card from pass to pass (while the
+  // steps, the next pass's card work and begin_pass run too): beside the working set, not in it.
+  std::size_t kept_bytes = 0;
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
   // mix of widths fits), plus a partly used page of every pool. Empty with one class.
   std::vector<std::pair<int32_t, std::size_t>> class_row_bytes;
   std::size_t total_bytes() const {
-    return row_page_bytes + table_bytes + index_bytes + working_bytes;
+    return row_page_bytes + table_bytes + index_bytes + working_bytes + kept_bytes;
   }
   double bytes_per_key() const;
-  // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W), B bytes
+  // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
+  // write-back buffers K), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
   // width classes, the row bytes of each.
   std::string to_string() const;

@@ -23,12 +23,11 @@ using card_table::row_index_t;
 const std::vector<uint64_t> kNoKeys;
 
 // The write-back's staging page (push_rows, gather_part): two halves gathered and copied in
-// turn, of staging_rows rows each; a page of one row is one half (gathered and copied in turn
-// with itself). The staging stays within one page, as the plan counts it.
-std::size_t staging_halves(std::size_t page_rows) { return page_rows >= 2 ? 2 : 1; }
-std::size_t staging_rows(std::size_t page_rows) {
-  return std::max<std::size_t>(1, page_rows / staging_halves(page_rows));
-}
+// turn, of staging_rows rows each (at most PassCards::kKeptRows); a page of one row is one half
+// (gathered and copied in turn with itself). Kept from pass to pass: the plan counts it as
+// kept_bytes.
+std::size_t staging_halves(std::size_t page_rows) { return PassCards::staging_halves(page_rows); }
+std::size_t staging_rows(std::size_t page_rows) { return PassCards::staging_rows(page_rows); }
 
 // Whether the write-back gathers its rows into the staging page and copies them off the card on
 // the copy stream: always on cuda. On cpu the card's memory is the host's, so the gather writes
@@ -166,11 +165,11 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   // buffers (kept from pass to pass, grown rarely), none through pageable memory.
   row_index_t* rows = reserve_pinned(buffers.rows, count, /*grow=*/true);
   device::copy_async(rows, d_rows.data(), count, stream);
-  // The keep keys looked up a page at a time (card memory stays within the plan: a page of keys
-  // and of rows beside the listing). Their pinned buffers are made a whole page once, so a keep
-  // that grows from pass to pass does not free and make them again; so are their card buffers
-  // (buffers.keep_keys / keep_rows).
-  const std::size_t page = store.page_rows();
+  // The keep keys looked up PassCards::keep_rows at a time (a page, at most kKeptRows: card
+  // memory stays within the plan's kept_bytes beside the listing). Their pinned buffers are made
+  // that size once, so a keep that grows from pass to pass does not free and make them again; so
+  // are their card buffers (buffers.keep_keys / keep_rows).
+  const std::size_t page = PassCards::keep_rows(store.page_rows());
   const std::size_t chunk = std::min(keep.size(), page);
   uint64_t* keep_staged = reserve_pinned(buffers.keep, page, /*grow=*/false);
   row_index_t* found = reserve_pinned(buffers.found, page, /*grow=*/false);
@@ -212,7 +211,7 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   const card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   const std::size_t stride = cards_.stride();
-  // A batch is gathered off the card (on cuda half a page at a time: the card never holds a
+  // A batch is gathered off the card (on cuda a staging half at a time: the card never holds a
   // second copy of the rows) while the batches before it are pushed, at most pulls_in_flight at
   // once, so the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785
   // MB for a pass of 10.9 M rows).
@@ -245,10 +244,16 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
     spare.push_back(pushing.front());
     pushing.pop_front();
   };
-  // A batch is gathered and copied half a page at a time (gather_part), the halves in turn: the
-  // card gathers one while the other is copied off it.
-  const std::size_t part = staging_rows(store.page_rows());
+  // A batch is gathered and copied a staging half at a time (half a page, at most kKeptRows
+  // rows: gather_part), the halves in turn: the card gathers one while the other is copied off it.
+  // Not staged (cpu, stages_rows), a part is half a page as before the staging was bounded: the
+  // gather writes the pinned batch itself, and in parts of 2048 rows the gathers of a cpu
+  // write-back of 400k rows of 14 floats took about 45 ms instead of 22-33 (medians of 12 on a
+  // loaded 2-core machine; the whole end_pass 81-90 ms instead of 76-83).
   const std::size_t halves = staging_halves(store.page_rows());
+  const std::size_t part = stages_rows(card.stream())
+                               ? staging_rows(store.page_rows())
+                               : std::max<std::size_t>(1, store.page_rows() / halves);
   std::size_t parts = 0;  // of the write-back so far: part p uses half p % halves
   table::HostTier& host = cards_.host();
   try {
@@ -295,7 +300,7 @@ void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, 
   // orders it; a half never copied yet, or last copied by an earlier write-back, passes).
   stream.wait(buffers.copied[half]);
   // Not staged (cpu, stages_rows): the gather writes `rows` itself; the events and waits stay, so
-  // both backends count the same structure.
+  // both backends count the same structure (a part each; cpu's parts are half a page, push_rows).
   const bool staging = stages_rows(stream);
   const std::size_t stride = cards_.stride();
   float* gathered =
@@ -334,6 +339,16 @@ PassBoundary::WriteBackBuffers& PassBoundary::buffers(int c) {
   }
   buffers.made = true;
   return buffers;
+}
+
+std::size_t PassBoundary::kept_card_bytes() const {
+  std::size_t most = 0;
+  for (const WriteBackBuffers& buffers : write_back_buffers_) {
+    most = std::max(most, buffers.keep_keys.capacity() * sizeof(uint64_t) +
+                              buffers.keep_rows.capacity() * sizeof(row_index_t) +
+                              buffers.staged.capacity() * sizeof(float));
+  }
+  return most;
 }
 
 std::size_t PassBoundary::WriteBackBuffers::pinned_bytes() const {

@@ -334,8 +334,8 @@ TEST_F(Collective, MixedWidthsEqualGpuboxModeAndRoundTripASave) {
 
 TEST_F(Collective, TableOverTheCardBudgetFailsWithItsSize) {
   GPUBOX_REQUIRE_CARDS(2);
-  // 7 MiB per card (a 4 MiB pass working set, then about 120 bytes per row) holds a few
-  // thousand rows; the data has tens of thousands of keys.
+  // 7 MiB per card (a 4 MiB pass working set, 0.3 MiB of kept write-back buffers, then about
+  // 120 bytes per row) holds about 2500 rows; the data has tens of thousands of keys.
   auto collective = make_trainer(true, "0,1", {"runner.card_memory_mb=7"});
   try {
     collective->train_pass(data_files((root_ / "wide").string()));
