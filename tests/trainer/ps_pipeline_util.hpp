@@ -113,8 +113,9 @@ class SlowPulls final : public table::HostTier {
   // The keys of `batch` no finished pull had.
   std::size_t never_pulled(const dataset::Batch& batch) const {
     MutexLock lock(mu_);
-    return static_cast<std::size_t>(std::count_if(batch.keys.begin(), batch.keys.end(),
-                                                  [&](uint64_t k) { return !pulled_.count(k); }));
+    std::size_t never = 0;  // a loop, not count_if: the analysis cannot see the lock in a lambda
+    for (const uint64_t k : batch.keys) never += pulled_.count(k) == 0 ? 1 : 0;
+    return never;
   }
 
  private:
