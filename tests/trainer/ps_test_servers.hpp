@@ -46,7 +46,13 @@ class Servers {
     }
   }
   const std::string& endpoints() const { return endpoints_; }
-  void stop(int i) { servers_.at(static_cast<std::size_t>(i))->stop(); }
+  // Stops server i and returns once it serves nothing more (Server::stop only asks its threads to
+  // end: a test that went on at once could still have calls answered by it on a loaded machine).
+  void stop(int i) {
+    table::server::Server& server = *servers_.at(static_cast<std::size_t>(i));
+    server.stop();
+    server.wait();
+  }
   table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
 
  private:
