@@ -241,6 +241,45 @@ struct PsTrainer::PassThreads {
     local.wait();
   }
 
+  // Sync, once every thread computed step b: this thread's share of the trainer's keys, each
+  // key's gradients summed over the threads, goes to the servers (MergedPushes), after every
+  // pull of the step (meet_pulled); the step's first writer of the averaged gradient writes
+  // before that barrier, as gradient_share says.
+  void push_merged(int t, std::size_t b, PsWorker& worker) {
+    PsTrainer::State& s = *trainer.state_;
+    try {
+      s.pushes->file(t, worker.computed_push());
+      if (average_gradients && gradient_share(t) == PsWorker::GradientShare::kOverwrite) {
+        worker.add_gradients(PsWorker::GradientShare::kOverwrite);
+      }
+      meet_pulled(t, b);
+      s.pushes->push(t, *s.servers, pass, static_cast<int64_t>(b));
+    } catch (...) {
+      worker.discard_step();  // the worker stays usable for a later pass
+      throw;
+    }
+  }
+  // The end of thread t's pass of `steps` steps: what is left goes to the servers. In the sync
+  // mode every thread of every trainer took the same steps, so all agree on whether a partial
+  // dense window is left; it is added and adopted behind one more barrier, as a step's.
+  void end_pass(int t, std::size_t steps, PsWorker& worker) {
+    if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
+    if (mode != SyncMode::kSync) worker.sync_dense(dense_scale, statistic_scale);
+    if (mode == SyncMode::kSync && steps % dense_every != 0) {
+      worker.sync_dense(dense_scale);
+      meet_all(t, "dense", "the pass's last dense window");
+      worker.sync_dense(0.0f);
+    }
+    // Averaged steps leave every thread's dense parameters the same: one thread writes them to
+    // the servers' table (a save, an evaluation and the next job read it), which every thread
+    // adopts.
+    if (average_gradients) {
+      if (gradient_share(t) != PsWorker::GradientShare::kAdd) worker.publish_dense();
+      meet_all(t, "dense", "the pass's dense table");
+      worker.sync_dense(0.0f);
+    }
+  }
+
   PsTrainer& trainer;
   PassData& data;
   const int64_t pass;
@@ -306,21 +345,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
     stop_next = asked && run.stop.stop_before_step(t, b + 1);
     have_next = asked && !stop_next && run.next_batch(t, b + 1, &next);
     worker.compute_step(batch, run.pass, static_cast<int64_t>(b), have_next ? &next : nullptr);
-    if (mode == SyncMode::kSync) {
-      // Every thread's step computed: this thread's share of the trainer's keys, each key's
-      // gradients summed over the threads, goes to the servers (MergedPushes).
-      try {
-        s.pushes->file(t, worker.computed_push());
-        if (run.average_gradients && share == PsWorker::GradientShare::kOverwrite) {
-          worker.add_gradients(share);
-        }
-        run.meet_pulled(t, b);
-        s.pushes->push(t, *s.servers, run.pass, static_cast<int64_t>(b));
-      } catch (...) {
-        worker.discard_step();  // the worker stays usable for a later pass
-        throw;
-      }
-    }
+    if (mode == SyncMode::kSync) run.push_merged(t, b, worker);
     worker.apply_step(mode != SyncMode::kSync);
     if (t == 0) run.progress.after_step(b, batch.size(), worker);
     const bool dense_step = (b + 1) % run.dense_every == 0;
@@ -342,23 +367,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
       }
     }
   }
-  // The end of a pass: what is left goes to the servers. In the sync mode every thread of every
-  // trainer took the same `steps`, so all agree on whether a partial dense window is left; it is
-  // added and adopted behind one more barrier, as a step's.
-  if (mode == SyncMode::kGeo) worker.sync_rows(run.dense_scale);
-  if (mode != SyncMode::kSync) worker.sync_dense(run.dense_scale, run.statistic_scale);
-  if (mode == SyncMode::kSync && b % run.dense_every != 0) {
-    worker.sync_dense(run.dense_scale);
-    run.meet_all(t, "dense", "the pass's last dense window");
-    worker.sync_dense(0.0f);
-  }
-  // Averaged steps leave every thread's dense parameters the same: one thread writes them to the
-  // servers' table (a save, an evaluation and the next job read it), which every thread adopts.
-  if (run.average_gradients) {
-    if (share != PsWorker::GradientShare::kAdd) worker.publish_dense();  // trainer 0, thread 0
-    run.meet_all(t, "dense", "the pass's dense table");
-    worker.sync_dense(0.0f);
-  }
+  run.end_pass(t, b, worker);
   return b;
 }
 
