@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -57,6 +58,17 @@ double dlrm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int6
     r = p.linear("fc_" + std::to_string(l), r, l < cfg.fc_sizes.size());
   }
   return r.at(0);
+}
+
+// (slots, d) pairs for the cpu backward's bit-for-bit test: every width with 3 slots, and every
+// slot count (so every group size) at a width of one block and one of a block and a tail.
+std::vector<std::pair<int, int>> slots_and_widths() {
+  std::vector<std::pair<int, int>> cases;
+  for (const int d : {15, 16, 17, 33}) cases.emplace_back(3, d);
+  for (const int slots : {4, 5, 6}) {
+    for (const int d : {16, 17}) cases.emplace_back(slots, d);
+  }
+  return cases;
 }
 
 class DenseModelFlops : public ::testing::Test, protected testing::OneCard {};
@@ -155,7 +167,8 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
 // the same order: each column's sum from 0.0f over b = 0, 1, ... (f skipped), then times
 // `unscale`. The pooled gradient bit for bit for d = 15, 16, 17 and 33 (a tail alone, one block,
 // one and a tail of one, two and a tail of one); the cvm columns 0. The bottom output's gradient
-// goes through the same sums. cpu only: nvcc contracts the GPU form's multiply-adds.
+// goes through the same sums. 3 to 6 slots: 4 to 7 features, an instance's features summed in
+// groups of 4 and then of 1, 2 or 3. cpu only: nvcc contracts the GPU form's multiply-adds.
 TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
 #if defined(GPUBOX_BACKEND_CUDA)
   GTEST_SKIP() << "the cpu backward's test";
@@ -167,9 +180,10 @@ TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
     for (float& x : v) x = value(rng);
     return v;
   };
-  for (const int d : {15, 16, 17, 33}) {
-    SCOPED_TRACE("d = " + std::to_string(d));
+  for (const auto& [slots, d] : slots_and_widths()) {
+    SCOPED_TRACE("slots " + std::to_string(slots) + ", d = " + std::to_string(d));
     DenseModelConfig cfg = config();
+    cfg.slots = slots;
     cfg.mf_dim = d - 1;
     cfg.bot_layer_sizes = {5, d};
     const SlotSumPool pool(cfg.slots, cfg.mf_dim, cfg.use_cvm);

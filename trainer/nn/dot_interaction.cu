@@ -1,6 +1,7 @@
 // dlrm's pairwise dot interaction and the bottom MLP's input rows (DlrmPart, dlrm_part.hpp).
 // Portable: parallel_for over (instance, feature) items; every item owns the values it writes,
 // so no atomics. Dot products accumulate in fp32 whatever the rows' type.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -105,35 +106,47 @@ struct InteractionBackward {
   float unscale;
   bool relu;  // b is the ReLU's output (no batch norm): dz masked where b = 0
 #if !defined(GPUBOX_BACKEND_CUDA)
-  // g[k0, k0 + kBlockColumns) = sum_{b != f} dR[i, d + pair(f, b)] T_b[k0, k0 + kBlockColumns),
-  // b in order from 0.0f: each lane the device form's additions for its column.
-  GPUBOX_FORCEINLINE void sum_block(int64_t i, int f, const float* d_pairs, int k0,
-                                    float* g) const {
-    BlockColumns sum = {};
-    for (int b = 0; b < shape.features(); ++b) {
-      if (b == f) continue;
-      const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
-      BlockColumns vb;
-      load_block(shape.vector(i, b) + k0, &vb);
-      sum += dpair * vb;
+  // Items [begin, end) on the cpu: an instance's features in groups of up to kGroupFeatures,
+  // summed together (sum_blocks) so that each vector is loaded once for the group and the
+  // group's additions are independent (one feature's sum is one chain of dependent adds); each
+  // feature's sums are operator()'s, in its order.
+  void run_range(std::size_t begin, std::size_t end) const {
+    const auto features = static_cast<std::size_t>(shape.features());
+    for (std::size_t item = begin; item < end;) {
+      const auto i = static_cast<int64_t>(item / features);
+      const int f = static_cast<int>(item % features);
+      const std::size_t group =
+          std::min({static_cast<std::size_t>(kGroupFeatures), features - f, end - item});
+      switch (group) {
+        case 4:
+          sum_blocks<4>(i, f);
+          break;
+        case 3:
+          sum_blocks<3>(i, f);
+          break;
+        case 2:
+          sum_blocks<2>(i, f);
+          break;
+        default:
+          sum_blocks<1>(i, f);
+          break;
+      }
+      for (std::size_t g = 0; g < group; ++g) finish(i, f + static_cast<int>(g));
+      item += group;
     }
-    std::memcpy(g + k0, &sum, sizeof sum);
   }
 #endif
   GPUBOX_HD void operator()(std::size_t item) const {
     const int features = shape.features();
     const auto i = static_cast<int64_t>(item / static_cast<std::size_t>(features));
     const int f = static_cast<int>(item % static_cast<std::size_t>(features));
-    const int width = shape.width;
-    const float* d_pairs = d_top + i * shape.top_ld + width;
-    const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
-    float* d_block = d_pooled + i * pooled_ld + f * shape.slot_width;
-    float* g = f < shape.slots ? d_block + shape.vector_column : d_bottom + i * width;
 #if GPUBOX_ON_DEVICE || defined(GPUBOX_BACKEND_CUDA)
     // A GPU thread sums each column in a register (b inner) and stores it once: the additions
     // and their order of the cpu's form below, which vectorizes over the columns (blocks of
     // kBlockColumns in register vectors, b inner; the tail columns in g, k inner).
-    for (int k = 0; k < width; ++k) {
+    const float* d_pairs = d_top + i * shape.top_ld + shape.width;
+    float* g = grad(i, f);
+    for (int k = 0; k < shape.width; ++k) {
       float sum = 0.0f;
       for (int b = 0; b < features; ++b) {
         if (b == f) continue;
@@ -142,21 +155,32 @@ struct InteractionBackward {
       }
       g[k] = sum;
     }
+    scale_or_route(i, f, g);
 #else
-    // Whole blocks of kBlockColumns summed in a register vector (g may alias the vectors, so
-    // sums kept in g would be stored and reloaded for every b), the columns past them in g.
-    int k0 = 0;
-    for (; k0 + kBlockColumns <= width; k0 += kBlockColumns) sum_block(i, f, d_pairs, k0, g);
-    for (int k = k0; k < width; ++k) g[k] = 0.0f;
-    for (int b = 0; b < features; ++b) {
-      if (b == f) continue;
-      const float dpair = d_pairs[b < f ? shape.pair(b, f) : shape.pair(f, b)];
-      const T* vb = shape.vector(i, b);
-      for (int k = k0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
-    }
+    sum_blocks<1>(i, f);
+    finish(i, f);
 #endif
+  }
+
+ private:
+  // Where feature f's gradient g goes: a slot's in its block of the pooled gradient, the bottom
+  // output's in its row of d_bottom.
+  GPUBOX_HD float* grad(int64_t i, int f) const {
+    if (f == shape.slots) return d_bottom + i * shape.width;
+    const int64_t pooled_ld = static_cast<int64_t>(shape.slots) * shape.slot_width;
+    return d_pooled + i * pooled_ld + f * shape.slot_width + shape.vector_column;
+  }
+  // dR[i, d + pair(f, b)], the pair's gradient (a < b: either order of f and b).
+  GPUBOX_HD float d_pair(int64_t i, int f, int b) const {
+    return d_top[i * shape.top_ld + shape.width + (b < f ? shape.pair(b, f) : shape.pair(f, b))];
+  }
+  // g summed: a slot's times `unscale` (its cvm columns 0); the bottom output's plus dR's own
+  // first d columns, through its ReLU into dz.
+  GPUBOX_HD void scale_or_route(int64_t i, int f, float* g) const {
+    const int width = shape.width;
     if (f < shape.slots) {
       for (int k = 0; k < width; ++k) g[k] *= unscale;
+      float* d_block = g - shape.vector_column;
       for (int c = 0; c < shape.vector_column; ++c) d_block[c] = 0.0f;
       return;
     }
@@ -167,6 +191,45 @@ struct InteractionBackward {
       store_as(dz_row + k, !relu || to_float(b_out[k]) > 0.0f ? g[k] + d_b[k] : 0.0f);
     }
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  static constexpr int kGroupFeatures = 4;
+  // For features f0 .. f0 + N - 1 of instance i, every whole block of kBlockColumns columns:
+  // g[k0, k0 + kBlockColumns) = sum_{b != f} dR[i, d + pair(f, b)] T_b[k0, k0 + kBlockColumns),
+  // b in order from 0.0f, summed in register vectors (g may alias the vectors for all the
+  // compiler knows, so sums kept in g would be stored and reloaded for every b): each lane the
+  // device form's additions for its column.
+  template <int N>
+  GPUBOX_FORCEINLINE void sum_blocks(int64_t i, int f0) const {
+    const int features = shape.features();
+    for (int k0 = 0; k0 + kBlockColumns <= shape.width; k0 += kBlockColumns) {
+      BlockColumns sum[N] = {};
+      for (int b = 0; b < features; ++b) {
+        BlockColumns vb;
+        load_block(shape.vector(i, b) + k0, &vb);
+        for (int j = 0; j < N; ++j) {
+          if (b != f0 + j) sum[j] += d_pair(i, f0 + j, b) * vb;
+        }
+      }
+      for (int j = 0; j < N; ++j) std::memcpy(grad(i, f0 + j) + k0, &sum[j], sizeof sum[j]);
+    }
+  }
+  // Feature f's columns past the whole blocks (k inner, in g), then scale_or_route.
+  void finish(int64_t i, int f) const {
+    const int width = shape.width;
+    const int k0 = width - width % kBlockColumns;
+    float* g = grad(i, f);
+    if (k0 < width) {  // (a width of whole blocks makes no pass over b)
+      for (int k = k0; k < width; ++k) g[k] = 0.0f;
+      for (int b = 0; b < shape.features(); ++b) {
+        if (b == f) continue;
+        const float dpair = d_pair(i, f, b);
+        const T* vb = shape.vector(i, b);
+        for (int k = k0; k < width; ++k) g[k] += dpair * to_float(vb[k]);
+      }
+    }
+    scale_or_route(i, f, g);
+  }
+#endif
 };
 
 // The dense features as the bottom MLP's input rows (float, or Bf16 rounded).
