@@ -64,10 +64,11 @@ double dlrm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int6
 // slot count (so every group size) at a width of one block and one of a block and a tail.
 std::vector<std::pair<int, int>> slots_and_widths() {
   std::vector<std::pair<int, int>> cases;
-  for (const int d : {15, 16, 17, 33}) cases.emplace_back(3, d);
-  for (const int slots : {4, 5, 6}) {
+  for (const int d : {15, 16, 17, 32, 33}) cases.emplace_back(3, d);
+  for (const int slots : {4, 5, 6, 9}) {
     for (const int d : {16, 17}) cases.emplace_back(slots, d);
   }
+  cases.emplace_back(9, 32);  // groups of 4 over two blocks
   return cases;
 }
 
@@ -165,10 +166,11 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
 // The cpu interaction backward (dot_interaction.cu: columns in register vectors of 16, then a
 // tail summed in memory, compiled per instruction set) against the scalar loop it replaces, in
 // the same order: each column's sum from 0.0f over b = 0, 1, ... (f skipped), then times
-// `unscale`. The pooled gradient bit for bit for d = 15, 16, 17 and 33 (a tail alone, one block,
-// one and a tail of one, two and a tail of one); the cvm columns 0. The bottom output's gradient
-// goes through the same sums. 3 to 6 slots: 4 to 7 features, an instance's features summed in
-// groups of 4 and then of 1, 2 or 3. cpu only: nvcc contracts the GPU form's multiply-adds.
+// `unscale`. The pooled gradient bit for bit for d = 15, 16, 17, 32 and 33 (a tail alone, one
+// block, one and a tail of one, two blocks, two and a tail of one); the cvm columns 0. The bottom
+// output's gradient goes through the same sums. 3 to 6 and 9 slots (4 to 7 and 10 features): an
+// instance's features summed in groups of 4 and then of 1, 2 or 3. cpu only: nvcc contracts the
+// GPU form's multiply-adds.
 TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
 #if defined(GPUBOX_BACKEND_CUDA)
   GTEST_SKIP() << "the cpu backward's test";
