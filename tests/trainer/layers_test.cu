@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "tests/trainer/layers_test_fixture.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/layers.hpp"
@@ -400,6 +401,37 @@ TEST_F(LayersTest, FindNonFiniteReturnsFirstBadIndex) {
   v[4999] = std::nanf("");
   auto bad = up(v);
   EXPECT_EQ(find_non_finite(card_.stream(), bad.data(), v.size()), 4097u);
+}
+
+// The enqueued form (the step's check of the dense gradients; its cpu pass tests the bits,
+// compiled per instruction set): the first non-finite index, or kNoVeto, whatever the ranges the
+// pass is cut into: a value alone, the last of 17, and the first of several in 4099 (a vector
+// width's tail and a lone inf, -inf or NaN, finite extremes and denormals around them).
+TEST_F(LayersTest, FindNonFiniteAsyncMarksTheFirstBadIndex) {
+  auto first_bad = card_.make_buffer<uint32_t>(1);
+  const auto run = [&](const std::vector<float>& v) {
+    auto values = up(v);
+    find_non_finite_async(card_.stream(), values.data(), v.size(), first_bad.data());
+    return to_host(first_bad).at(0);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::nanf("");
+  for (const std::size_t n : {std::size_t{1}, std::size_t{17}, std::size_t{4099}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    std::vector<float> v(n, std::numeric_limits<float>::max());
+    for (std::size_t i = 0; i < n; i += 3) v[i] = std::numeric_limits<float>::denorm_min();
+    if (n > 1) v[1] = -std::numeric_limits<float>::max();
+    EXPECT_EQ(run(v), heter_comm::kNoVeto);
+    for (const float bad : {inf, -inf, nan}) {
+      std::vector<float> w = v;
+      w[n - 1] = bad;
+      EXPECT_EQ(run(w), n - 1);
+      if (n < 4099) continue;
+      w[2050] = bad;
+      w[4000] = nan;
+      EXPECT_EQ(run(w), 2050u);
+    }
+  }
 }
 
 }  // namespace

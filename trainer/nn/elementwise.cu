@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "heterps/device/exec_policy.cuh"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "heterps/device/reduce.cuh"
 #include "heterps/heter_comm/heter_comm_types.hpp"
@@ -234,7 +235,7 @@ void find_non_finite_async(const device::Stream& stream, const float* values, st
                            uint32_t* first_bad) {
   GPUBOX_EXPECTS(n < heter_comm::kNoVeto, "finite check over ", n, " values");
   device::memset_bytes_async(first_bad, 0xff, sizeof(uint32_t), stream);  // kNoVeto
-  device::parallel_for(stream, n, MarkNonFinite{values, first_bad});
+  device::parallel_for(stream, n, device::isa_clones(MarkNonFinite{values, first_bad}));
 }
 
 void read_stop_votes_async(const device::Stream& stream, const float* stop_slot, uint32_t* votes) {
