@@ -60,6 +60,7 @@ double dlrm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int6
   return r.at(0);
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
 // (slots, d) pairs for the cpu backward's bit-for-bit test: every width with 3 slots, and every
 // slot count (so every group size) at a width of one block and one of a block and a tail.
 std::vector<std::pair<int, int>> slots_and_widths() {
@@ -71,6 +72,7 @@ std::vector<std::pair<int, int>> slots_and_widths() {
   cases.emplace_back(9, 32);  // groups of 4 over two blocks
   return cases;
 }
+#endif
 
 class DenseModelFlops : public ::testing::Test, protected testing::OneCard {};
 
