@@ -187,7 +187,7 @@ if [ "$role" != TRAINER ]; then
       port="$listened"
       servers[$i]="$ip:$port"
     fi
-    echo "launch: gpubox_server $i on $ip:$port (log: $logf)"
+    echo "launch: gpubox_server $i on $ip:$port (pid ${pids[-1]}, log: $logf)"
   done
 fi
 server_csv="$(IFS=,; echo "${servers[*]}")"
