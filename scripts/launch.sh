@@ -167,6 +167,9 @@ if [ "$role" != TRAINER ]; then
     ip="${servers[$i]%:*}" port="${servers[$i]##*:}"
     here "$ip" || continue
     logf="log/serverlog.$i"
+    # Emptied before the start (the server truncates it only once it runs): the 'listening on'
+    # line an earlier job's server left there would otherwise be read as this one's port.
+    : >"$logf"
     "$bin/gpubox_server" --port "$port" --bind "$ip" --shard_id "$i" --shard_num "${#servers[@]}" \
       --auth_token_file "$token_file" "${config_args[@]}" "${server_args[@]}" >"$logf" 2>&1 &
     pids+=($!) names+=("gpubox_server $i ($ip:$port)") logs+=("$logf") kinds+=(server)
@@ -187,7 +190,7 @@ if [ "$role" != TRAINER ]; then
       port="$listened"
       servers[$i]="$ip:$port"
     fi
-    echo "launch: gpubox_server $i on $ip:$port (log: $logf)"
+    echo "launch: gpubox_server $i on $ip:$port (pid ${pids[-1]}, log: $logf)"
   done
 fi
 server_csv="$(IFS=,; echo "${servers[*]}")"

@@ -17,7 +17,9 @@
 #                                 after $procs_port_wait_s seconds of the clock (a hung start: under
 #                                 load a start has taken over 10 s). A line read half-written (a
 #                                 read of a file being appended to is not atomic with the write)
-#                                 is waited for like a line not there yet
+#                                 is waited for like a line not there yet. LOG must have been
+#                                 emptied before PID started (procs_start does): a line of an
+#                                 earlier run there would be taken for PID's
 # Callers stop everything on exit: trap procs_stop_all EXIT (and INT/TERM that exit).
 
 declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
@@ -26,6 +28,9 @@ declare -gA procs_pid_of=() procs_log_of=() procs_name_of=()
 procs_start() {
   local name=$1 log=$2
   shift 2
+  # Emptied here, before the start: the child opens (and truncates) LOG only once it runs, and a
+  # line an earlier run left there would meanwhile be read as this one's (procs_wait_for_port).
+  : >"$log"
   "$@" >"$log" 2>&1 &
   procs_pid_of[$name]=$!
   procs_log_of[$name]=$log

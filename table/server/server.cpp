@@ -348,6 +348,9 @@ void Server::Impl::stop() {
 void Server::Impl::wait() {
   std::call_once(joined_, [this] {
     for (auto& t : threads_) t.join();
+    // No server thread is left to touch a session: the connections still open are closed now,
+    // not when the Server is destroyed, so that a client waiting on a call learns at once.
+    for (const auto& session : live_sessions()) session->close_after_stop();
   });
 }
 

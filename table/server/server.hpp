@@ -165,8 +165,9 @@ class Server {
   // Stops accepting and serving; returns at once (wait() for the threads). Thread-safe,
   // idempotent. A SHUTDOWN frame calls it after its reply was sent.
   void stop();
-  // Blocks until the server stopped and its threads ended. Call from one thread, not from a
-  // server thread.
+  // Blocks until the server stopped and its threads ended, then closes the connections still
+  // open (each told "server stopped", but one with a reply half-written): their clients' calls fail at once rather than at their
+  // deadlines. Call from one thread, not from a server thread.
   void wait();
   bool stopped() const;
   ServerCounters counters() const;

@@ -71,6 +71,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // Closes a session claimed by claim_for_eviction(), claim_waiting() or claim_idle(), with a
   // notice saying `why`, logged naming the peer and `what` was evicted.
   void evict(const Status& why, const std::string& what);
+  // The server stopped and its threads ended (Server::Impl::wait; never while one runs): closes
+  // the connection with a notice "server stopped" (unless a reply was being written), so that
+  // its client's call fails at once, naming the server, and may reconnect to a restarted one.
+  void close_after_stop();
 
  private:
   enum class State { kHeader, kPayload, kDraining, kBarrier, kWriting, kLingering, kClosed };

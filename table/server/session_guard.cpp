@@ -392,6 +392,11 @@ void Session::notice_and_close(const Status& why) {
   close();
 }
 
+void Session::close_after_stop() {
+  if (closed_) return;
+  notice_and_close(Status::Unavailable("server stopped"));
+}
+
 void Session::linger_then_close(std::size_t dropped) {
   if (state_ != State::kLingering) {
     state_ = State::kLingering;

@@ -10,7 +10,21 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/gpubox_launch_test.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 fail() { echo "launch_test: $*" >&2; exit 1; }
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Fails unless the `want` servers launch.sh started for the job of out.txt (its "gpubox_server N
+# on IP:PORT (pid P, ...)" lines) are gone: launch.sh waits for its servers, so a pid that is
+# still a gpubox_server after the job is a leak (listening or not). Not the port: tests running
+# beside this one may have been given the freed port since (their servers bind port 0 too).
+servers_gone() {  # WHAT WANT
+  local found=0 port pid command
+  while read -r port pid; do
+    found=$((found + 1))
+    command="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" || true)"
+    if [[ "$command" == *gpubox_server* ]]; then
+      fail "$1: gpubox_server pid $pid (port $port) still runs after the job"
+    fi
+  done < <(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\) (pid \([0-9]*\),.*/\1 \2/p' out.txt)
+  [ "$found" = "$2" ] || { cat out.txt; fail "$1: $found server lines in the launch output, not $2"; }
+}
 
 for mode in async sync geo; do
   rm -rf log
@@ -26,8 +40,7 @@ for mode in async sync geo; do
   grep -q "^pass: 0" log/workerlog.1 || fail "$mode: worker 1 trained no pass"
   grep -q "runner.sync_mode $mode: trainer 1 of 2" log/workerlog.1 || fail "$mode: worker 1's mode"
 done
-ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p' out.txt)"
-for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after the job"; done
+servers_gone "$mode job" 2
 
 # Saves (issue 16): 2 workers x 2 servers save each pass in the gpubox mode's format; run again
 # with more epochs, the job (same reader: another is another job) resumes after the last save; --mode infer evaluates a save on its
@@ -88,8 +101,7 @@ timeout 120 "$repo/scripts/launch.sh" --server_num 1 --worker_num 2 -o runner.sy
 grep -q "exited with status" out.txt || fail "the failure is not named"
 grep -q "does not exist" out.txt || fail "the worker's error is not shown"
 [ $((SECONDS - start)) -lt 60 ] || fail "took $((SECONDS - start)) s"
-ports="$(sed -n 's/^launch: gpubox_server [0-9]* on 127.0.0.1:\([0-9]*\).*/\1/p' out.txt)"
-for p in $ports; do ! port_in_use "$p" || fail "server port $p still served after a failure"; done
+servers_gone "a failing worker's job" 1
 
 # A PS trainer killed (SIGKILL) with no launcher beside it to notice (trainers on other
 # machines): the other trainer ends within runner.peer_timeout_s and the exit grace (5 s),

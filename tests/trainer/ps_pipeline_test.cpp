@@ -394,8 +394,8 @@ TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
 // calls queued behind it are not sent, and finish_rows() and the destructor report it too.
 TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   const TrainerConfig cfg = pipeline_config();
-  // A stopped server refuses connections at once; the deadline bounds the live shard's calls
-  // too, which a loaded machine (ctest -j2 on 2 cores) can slow to seconds.
+  // The failed call retries the stopped server's refusals until this deadline, which bounds the
+  // live shard's calls too: a loaded machine (ctest -j2 on 2 cores) can slow those to seconds.
   OneCardOnServers on(cfg, 2, /*deadline_s=*/8.0);
   std::unique_ptr<PsWorker> worker = on.worker();
   const int slots = static_cast<int>(cfg.dataset.slots.size());
@@ -421,6 +421,13 @@ TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   ASSERT_FALSE(error.empty()) << "every step against a dead server succeeded";
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
   EXPECT_NE(error.find(dead), std::string::npos) << error;
+  // The stopped server closed the call's connection (Server::wait): the client learned it at once
+  // and retried, refused, until the deadline (a server restarted meanwhile would have taken the
+  // call), rather than waiting on a connection nobody answers.
+  EXPECT_EQ(error.find("no reply before the deadline"), std::string::npos) << error;
+  const bool learned = error.find("Connection refused") != std::string::npos ||
+                       error.find("server stopped") != std::string::npos;
+  EXPECT_TRUE(learned) << error;
   const bool names_call = error.find("pulling the rows of pass 3, step ") != std::string::npos ||
                           error.find("pushing the gradients of pass 3, step ") != std::string::npos;
   EXPECT_TRUE(names_call) << error;

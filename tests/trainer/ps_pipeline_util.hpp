@@ -21,6 +21,7 @@
 #include "dataset/batch.hpp"
 #include "table/host_tier.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "tests/table/forwarding_host_tier.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -73,37 +74,19 @@ inline std::map<uint64_t, std::vector<float>> peek_rows(
 // A HostTier that forwards to `table` and notes the keys of every pull that finished (a pull
 // still under way shows as keys not noted yet); hold(from, ms) makes each pull of a key >= `from`
 // wait `ms` first.
-class SlowPulls final : public table::HostTier {
+class SlowPulls final : public table::testing::ForwardingHostTier {
  public:
-  explicit SlowPulls(table::HostTier& table) : table_(table) {}
-  const table::RowLayout& layout() const override { return table_.layout(); }
-  const table::AccessorConfig& config() const override { return table_.config(); }
+  explicit SlowPulls(table::HostTier& table) : ForwardingHostTier(table) {}
   Status pull(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* created) override {
     const uint64_t from = held_from_.load();
     if (from > 0 && std::any_of(keys, keys + n, [&](uint64_t k) { return k >= from; })) {
       std::this_thread::sleep_for(std::chrono::milliseconds(held_ms_.load()));
     }
-    const Status pulled = table_.pull(keys, slots, n, rows, created);
+    const Status pulled = ForwardingHostTier::pull(keys, slots, n, rows, created);
     MutexLock lock(mu_);
     pulled_.insert(keys, keys + n);
     return pulled;
-  }
-  Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
-              std::size_t* unknown) override {
-    return table_.peek(keys, slots, n, rows, unknown);
-  }
-  Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
-    return table_.push(keys, n, rows);
-  }
-  Status erase(const uint64_t* keys, std::size_t n) override { return table_.erase(keys, n); }
-  StatusOr<table::HostTierStats> stats() override { return table_.stats(); }
-  StatusOr<uint64_t> shrink() override { return table_.shrink(); }
-  Status save(const std::string& path, table::SaveKind mode, table::io::FileEnv* env) override {
-    return table_.save(path, mode, env);
-  }
-  Status load(const std::string& path, table::io::FileEnv* env) override {
-    return table_.load(path, env);
   }
   // From now on, pulls of a key >= `from` (0: none) wait `ms` before they are served.
   void hold(uint64_t from, int ms) {
@@ -119,7 +102,6 @@ class SlowPulls final : public table::HostTier {
   }
 
  private:
-  table::HostTier& table_;
   std::atomic<uint64_t> held_from_{0};
   std::atomic<int> held_ms_{0};
   mutable Mutex mu_;

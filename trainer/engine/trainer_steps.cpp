@@ -4,9 +4,11 @@
 // step times, the pass boundary's figures).
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -304,6 +306,76 @@ void Trainer::append_step_counts(const StepTally& tally, PassReport* report) con
                              static_cast<double>(sent) / static_cast<double>(steady));
 }
 
+namespace {
+
+// What an evaluation's steps asked of each card: every step, and the steady ones (after
+// kWarmupSteps) with the most pipeline waits one of them counted.
+struct EvalTally {
+  explicit EvalTally(int cards)
+      : counts(static_cast<std::size_t>(cards)),
+        steady(static_cast<std::size_t>(cards)),
+        steady_max_pipeline_waits(static_cast<std::size_t>(cards), 0) {}
+  std::vector<device::DeviceCounts> counts;
+  std::vector<device::DeviceCounts> steady;
+  std::vector<uint64_t> steady_max_pipeline_waits;
+  std::size_t steps = 0;  // of every card (agreed)
+};
+
+// Card `card`'s evaluation steps of `plan` over `ds`: its batches' predictions (and labels) go
+// into `result` when kept; what each step asked of the card into `tally`.
+void run_eval_steps(CardWorker& worker, device::Card& card, const dataset::InMemoryDataset& ds,
+                    const StepPlan& plan, int cards, const dataset::DatasetConfig& config,
+                    bool keep_predictions, EvalResult* result, EvalTally* tally) {
+  const auto c = static_cast<std::size_t>(card.local_index());
+  dataset::Batch batch;
+  for (std::size_t b = 0; b < plan.steps(); ++b) {
+    // What the whole step asks of the card, the predictions' way back included.
+    const device::DeviceCounts before = card.counts();
+    fill_step_batch(&ds, nullptr, plan, card.local_index(), cards, b, config, &batch);
+    float* predictions_out = nullptr;
+    if (keep_predictions && b < plan.local_batches) {
+      // Written when the step's slot is read (a few steps later, or at the drain): no wait.
+      const dataset::BatchSpan span = ds.batch_span(card.local_index(), cards, b);
+      GPUBOX_EXPECTS(span.size() == batch.size(), "evaluation step ", b, " on card ",
+                     card.local_index(), ": a batch of ", batch.size(), " instances for a span of ",
+                     span.size());
+      predictions_out = result->predictions.data() + span.begin;
+      std::copy_n(batch.labels.begin(), span.size(), result->labels.begin() + span.begin);
+    }
+    worker.eval_step(batch, plan.counts_of(b), predictions_out);
+    const device::DeviceCounts step = card.counts() - before;
+    tally->counts[c] += step;
+    if (b >= kWarmupSteps) {
+      tally->steady[c] += step;
+      uint64_t& most = tally->steady_max_pipeline_waits[c];
+      most = std::max(most, step.pipeline_waits);
+    }
+  }
+}
+
+// The evaluation's report figures: every card's every step (sized before the first one: all 0),
+// and per card per steady step (eval_graph_launches_per_step, ...), as a pass reports.
+std::vector<std::pair<std::string, double>> eval_step_extra(const EvalTally& tally) {
+  device::DeviceCounts steps;
+  for (const device::DeviceCounts& counts : tally.counts) steps += counts;
+  std::vector<std::pair<std::string, double>> extra = {
+      {"eval_step_allocations", static_cast<double>(steps.allocations)},
+      {"eval_step_frees", static_cast<double>(steps.frees)},
+      {"eval_step_pinned_allocations",
+       static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
+      {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)},
+      // The host's waits for a card behind it by a full ring (at most one a step).
+      {"eval_step_pipeline_waits", static_cast<double>(steps.pipeline_waits)},
+      // Step graphs captured over the evaluation (every card, every step): one per batch size
+      // and upload buffer, the predictions kept or not.
+      {"eval_step_graph_captures", static_cast<double>(steps.graph_captures)}};
+  append_eval_step_counts(tally.steady, tally.steps > kWarmupSteps ? tally.steps - kWarmupSteps : 0,
+                          most_of(tally.steady_max_pipeline_waits), &extra);
+  return extra;
+}
+
+}  // namespace
+
 EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_predictions) {
   State& s = *state_;
   auto ds = load_dataset(trainer_file_share(files, env_.trainer_id, env_.trainers),
@@ -320,11 +392,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
     result.predictions.assign(ds->size(), 0.0f);
     result.labels.assign(ds->size(), 0.0f);
   }
-  std::vector<device::DeviceCounts> eval_counts(static_cast<std::size_t>(cards));
-  std::vector<device::DeviceCounts> steady_counts(static_cast<std::size_t>(cards));
-  // Per card: the most pipeline waits one of its steps past the warm-up counted.
-  std::vector<uint64_t> steady_max_pipeline_waits(static_cast<std::size_t>(cards), 0);
-  std::size_t eval_steps = 0;  // of every card (agreed)
+  EvalTally tally(cards);
   s.cards.run_on_cards(
       [&](device::Card& card) {
         CardWorker& worker = *s.workers[card.local_index()];
@@ -332,36 +400,10 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
         const StepPlan plan = agree_step_plan(ds->size(), infer_batch, cards, card,
                                               s.group->at(card.local_index()), sizes.get());
         reserve_steps(worker, plan, infer_batch, config_.dataset);
-        if (card.local_index() == 0) eval_steps = plan.steps();
-        dataset::Batch batch;
-        device::DeviceCounts& counts = eval_counts[static_cast<std::size_t>(card.local_index())];
-        device::DeviceCounts& steady = steady_counts[static_cast<std::size_t>(card.local_index())];
+        if (card.local_index() == 0) tally.steps = plan.steps();
         AbandonUnlessDone abandon{worker};  // the slots' predictions point into `result`
-        for (std::size_t b = 0; b < plan.steps(); ++b) {
-          // What the whole step asks of the card, the predictions' way back included.
-          const device::DeviceCounts before = card.counts();
-          fill_step_batch(ds.get(), nullptr, plan, card.local_index(), cards, b, config_.dataset,
-                          &batch);
-          float* predictions_out = nullptr;
-          if (keep_predictions && b < plan.local_batches) {
-            // Written when the step's slot is read (a few steps later, or at the drain): no wait.
-            const dataset::BatchSpan span = ds->batch_span(card.local_index(), cards, b);
-            GPUBOX_EXPECTS(span.size() == batch.size(), "evaluation step ", b, " on card ",
-                           card.local_index(), ": a batch of ", batch.size(),
-                           " instances for a span of ", span.size());
-            predictions_out = result.predictions.data() + span.begin;
-            std::copy_n(batch.labels.begin(), span.size(), result.labels.begin() + span.begin);
-          }
-          worker.eval_step(batch, plan.counts_of(b), predictions_out);
-          const device::DeviceCounts step = card.counts() - before;
-          counts += step;
-          if (b >= kWarmupSteps) {
-            steady += step;
-            uint64_t& most =
-                steady_max_pipeline_waits[static_cast<std::size_t>(card.local_index())];
-            most = std::max(most, step.pipeline_waits);
-          }
-        }
+        run_eval_steps(worker, card, *ds, plan, cards, config_.dataset, keep_predictions, &result,
+                       &tally);
         worker.drain();  // the steps' sparse checks, before the evaluation's metrics
         abandon.done = true;
         worker.all_reduce_metrics();
@@ -370,22 +412,7 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   s.card_tier->end_pass();
   trim_pools();
   result.metrics = s.workers[0]->metrics().compute();
-  // Every card's every evaluation step (sized before the first one: all 0).
-  device::DeviceCounts steps;
-  for (const device::DeviceCounts& counts : eval_counts) steps += counts;
-  result.extra = {{"eval_step_allocations", static_cast<double>(steps.allocations)},
-                  {"eval_step_frees", static_cast<double>(steps.frees)},
-                  {"eval_step_pinned_allocations",
-                   static_cast<double>(steps.pinned_allocations + steps.pinned_frees)},
-                  {"eval_step_host_syncs", static_cast<double>(steps.host_syncs)},
-                  // The host's waits for a card behind it by a full ring (at most one a step).
-                  {"eval_step_pipeline_waits", static_cast<double>(steps.pipeline_waits)},
-                  // Step graphs captured over the evaluation (every card, every step): one per
-                  // batch size and upload buffer, the predictions kept or not.
-                  {"eval_step_graph_captures", static_cast<double>(steps.graph_captures)}};
-  // Per card per step past the warm-up (eval_graph_launches_per_step, ...), as a pass reports.
-  append_eval_step_counts(steady_counts, eval_steps > kWarmupSteps ? eval_steps - kWarmupSteps : 0,
-                          most_of(steady_max_pipeline_waits), &result.extra);
+  result.extra = eval_step_extra(tally);
   return result;
 }
 

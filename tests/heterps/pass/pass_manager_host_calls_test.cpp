@@ -24,6 +24,7 @@
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_error_test_util.hpp"
+#include "tests/table/forwarding_host_tier.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -33,39 +34,26 @@ using error_test::Tiers;
 
 // The host tier of `tiers`, recording the thread (and its nice value) of every pull, peek and
 // push that reaches it.
-class RecordingHost : public table::HostTier {
+class RecordingHost : public table::testing::ForwardingHostTier {
  public:
   struct Call {
     std::thread::id thread;
     int nice = 0;
   };
-  explicit RecordingHost(table::HostTier& inner) : inner_(inner) {}
-  const table::RowLayout& layout() const override { return inner_.layout(); }
-  const table::AccessorConfig& config() const override { return inner_.config(); }
+  using ForwardingHostTier::ForwardingHostTier;
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
     record();
-    return inner_.pull(k, s, n, r, c);
+    return ForwardingHostTier::pull(k, s, n, r, c);
   }
   Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* u) override {
     record();
-    return inner_.peek(k, s, n, r, u);
+    return ForwardingHostTier::peek(k, s, n, r, u);
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     record();
-    return inner_.push(k, n, r);
-  }
-  Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
-  StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
-  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
-  using HostTier::load;
-  using HostTier::save;
-  Status save(const std::string& p, table::SaveKind m, table::io::FileEnv* env) override {
-    return inner_.save(p, m, env);
-  }
-  Status load(const std::string& p, table::io::FileEnv* env) override {
-    return inner_.load(p, env);
+    return ForwardingHostTier::push(k, n, r);
   }
   // The calls since the last take, and none kept.
   std::vector<Call> take() {
@@ -78,7 +66,6 @@ class RecordingHost : public table::HostTier {
     std::lock_guard<std::mutex> lock(mu_);
     calls_.push_back({std::this_thread::get_id(), thread_nice()});
   }
-  table::HostTier& inner_;
   std::mutex mu_;
   std::vector<Call> calls_;
 };

@@ -27,6 +27,7 @@
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/forwarding_host_tier.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -107,19 +108,13 @@ TEST(PassManager, EvaluationPassReadsWithoutCreatingAndGivesTheRowsBack) {
 
 // A host tier that fails pushes after a number of rows: end_pass fails with a clear error, the
 // rows stay dirty on the cards, and a retried end_pass completes the write-back.
-class FlakyHost : public table::HostTier {
+class FlakyHost : public table::testing::ForwardingHostTier {
  public:
-  explicit FlakyHost(table::HostTier& inner) : inner_(inner) {}
-  const table::RowLayout& layout() const override { return inner_.layout(); }
-  const AccessorConfig& config() const override { return inner_.config(); }
+  using ForwardingHostTier::ForwardingHostTier;
   Status pull(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
               std::size_t* c) override {
     pulled_keys += n;
-    return inner_.pull(k, s, n, r, c);
-  }
-  Status peek(const uint64_t* k, const int32_t* s, std::size_t n, float* r,
-              std::size_t* u) override {
-    return inner_.peek(k, s, n, r, u);
+    return ForwardingHostTier::pull(k, s, n, r, c);
   }
   Status push(const uint64_t* k, std::size_t n, const float* r) override {
     if (fail_pushes) return Status::Unavailable("server 127.0.0.1:1 gone (injected)");
@@ -132,22 +127,11 @@ class FlakyHost : public table::HostTier {
     // batch buffer before its push was done (a missing retire) shows here as a changed checksum.
     const std::size_t floats = n * layout().stride();
     const uint64_t before = checksum(r, floats);
-    const Status st = inner_.push(k, n, r);
+    const Status st = ForwardingHostTier::push(k, n, r);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (checksum(r, floats) != before) return Status::Internal("rows changed during their push");
     pushed_keys += n;
     return st;
-  }
-  Status erase(const uint64_t* k, std::size_t n) override { return inner_.erase(k, n); }
-  StatusOr<table::HostTierStats> stats() override { return inner_.stats(); }
-  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
-  using HostTier::load;
-  using HostTier::save;
-  Status save(const std::string& p, table::SaveKind m, table::io::FileEnv* env) override {
-    return inner_.save(p, m, env);
-  }
-  Status load(const std::string& p, table::io::FileEnv* env) override {
-    return inner_.load(p, env);
   }
   bool fail_pushes = false;
   // The push of this number (counted from 0 over the tier's life) fails with a Status, or throws.
@@ -167,7 +151,6 @@ class FlakyHost : public table::HostTier {
     }
     return sum;
   }
-  table::HostTier& inner_;
 };
 
 // Replicated placement over 3 cards: each row crosses the host-tier boundary once per pass, not

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "table/server/remote_host_tier.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
@@ -254,6 +256,55 @@ TEST(Server, ShutdownStopsGracefully) {
   ASSERT_TRUE(client->shutdown_servers().ok());
   server->wait();  // returns: the SHUTDOWN stopped the threads
   EXPECT_TRUE(server->stopped());
+}
+
+// A stopped server closes the connections still open once its threads ended (Server::wait), each
+// told "server stopped": a call waiting on one fails at once naming the server, not at its
+// deadline, and a client's idle pooled connection is dropped so that its next call reaches a
+// server restarted on the same port at once. (Before, they stayed open until the Server was
+// destroyed: the barrier waited its 8 s, the pull its 3 s deadline.)
+TEST(Server, AStoppedServerClosesItsConnectionsAndClientsLearnAtOnce) {
+  using Clock = std::chrono::steady_clock;
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  const uint16_t port = server->port();
+  auto waiting = connect_client(client_options(server->endpoint()));
+  auto idle = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(waiting && idle);
+  std::vector<uint64_t> keys{1, 2, 3};
+  std::vector<float> rows(keys.size() * static_cast<std::size_t>(idle->layout().stride()));
+  ASSERT_TRUE(idle->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+  constexpr double kBarrierDeadlineS = 8.0;
+  Status waited;
+  Clock::time_point answered;
+  std::thread waiter([&] {
+    waited = waiting->barrier("never", 2, kBarrierDeadlineS);
+    answered = Clock::now();
+  });
+  const bool queued = eventually([&] { return server->counters().barrier_waiters == 1; });
+  const auto stopped_at = Clock::now();
+  server->stop();
+  server->wait();
+  waiter.join();
+  ASSERT_TRUE(queued) << "the barrier call never waited";
+  EXPECT_EQ(server->counters().open_connections, 0u);
+  EXPECT_EQ(waited.code(), Status::Code::kUnavailable) << waited.to_string();
+  EXPECT_NE(waited.message().find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << waited.to_string();
+  EXPECT_NE(waited.message().find("server stopped"), std::string::npos) << waited.to_string();
+  EXPECT_LT(answered - stopped_at, std::chrono::seconds(2))
+      << "the waiting call learned of the stop only near its deadline: " << waited.to_string();
+
+  ServerOptions again;
+  again.port = port;
+  auto restarted = start_server(&table, again);
+  ASSERT_TRUE(restarted);
+  const auto asked = Clock::now();
+  const Status pulled = idle->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
+  EXPECT_TRUE(pulled.ok()) << pulled.to_string();
+  EXPECT_LT(Clock::now() - asked, std::chrono::seconds(1))
+      << "the pooled connection to the stopped server was used until the deadline";
 }
 
 // A TRAINING_ROLE=PSERVER server (exit_when_job_ends) stops once every trainer of its job ended
