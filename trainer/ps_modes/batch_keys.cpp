@@ -23,6 +23,8 @@ void BatchKeys::reserve(std::size_t occurrences, BufferGrowth& growth) {
   growth.reserve(&keys_, occurrences);
   growth.reserve(&slots_, occurrences);
   growth.reserve(&occurrence_index_, occurrences);
+  growth.reserve(&key_start_, occurrences + 1);
+  growth.reserve(&by_key_, occurrences);
 }
 
 void BatchKeys::gather(const dataset::Batch& batch, const std::vector<int32_t>& slot_ids,
@@ -52,6 +54,22 @@ void BatchKeys::gather(const dataset::Batch& batch, const std::vector<int32_t>& 
       occurrence_index_[j] = index_[slot];
     }
   }
+  group_by_key(growth);
+}
+
+void BatchKeys::group_by_key(BufferGrowth& growth) {
+  const std::size_t occurrences = occurrence_index_.size();
+  growth.resize(&key_start_, keys_.size() + 1);
+  growth.resize(&by_key_, occurrences);
+  std::fill(key_start_.begin(), key_start_.end(), 0u);
+  for (const uint32_t u : occurrence_index_) ++key_start_[u + 1];
+  for (std::size_t u = 0; u < keys_.size(); ++u) key_start_[u + 1] += key_start_[u];
+  for (std::size_t j = 0; j < occurrences; ++j) {  // in batch order within each key
+    by_key_[key_start_[occurrence_index_[j]]++] = static_cast<uint32_t>(j);
+  }
+  // Placing moved each key's start to the next key's: back by one key.
+  for (std::size_t u = keys_.size(); u > 0; --u) key_start_[u] = key_start_[u - 1];
+  key_start_[0] = 0;
 }
 
 }  // namespace gpubox::trainer::ps_modes
