@@ -8,6 +8,7 @@
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/heter_comm/segment_order.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "trainer/metrics/metrics.hpp"
@@ -390,13 +391,13 @@ void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,
   device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
   card_.stream().synchronize();
   growth_.resize(merged, keys.size() * push_dim);
-  std::fill(merged->begin(), merged->end(), 0.0f);
-  const std::vector<uint32_t>& index = keys.occurrence_index();
-  for (std::size_t j = 0; j < occurrences; ++j) {
-    float* into = merged->data() + std::size_t{index[j]} * push_dim;
-    const float* from = push_.data() + j * push_dim;
-    for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
-  }
+  // Each key's occurrences in a card's order (HeterComm's local merge): summed left to right,
+  // a hot key's (over 32 occurrences) in chunks, so that a thread's merged gradients are a
+  // card's bit for bit (one thread in the sync mode is then the gpubox mode on one card).
+  const auto dim = static_cast<int32_t>(push_dim);
+  heter_comm::sum_segments(
+      heter_comm::OrderedRecords<float>{push_.data(), keys.by_key().data(), dim},
+      keys.key_start().data(), keys.size(), dim, merged->data());
 }
 
 double PsWorker::running_auc() {

@@ -268,7 +268,7 @@ class PsWorker {
   double compute_gradients(const dataset::Batch& batch, const RowSlot& slot, int64_t pass,
                            int64_t step);
   // The gradients of the step's occurrences (read back from the card) summed per distinct key
-  // of `keys` into *merged (merge_target()).
+  // of `keys` into *merged (merge_target()), in the order of a card's merge (segment_order.hpp).
   void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
   // gradient_sums_ = the first n dense gradients (through read_back_; waits for the card) and,
   // after them, the batch of the last compute_step.
