@@ -217,9 +217,11 @@ std::string first_row_difference(const std::vector<float>& a, const std::vector<
 // a key's occurrences in the card's order (segment_order.hpp: left to right, a key of more than
 // 32 occurrences in chunks of 32). Before, it summed them all left to right, so the hottest keys'
 // merged gradients differed in their last bits from the first step (SGD: rows 7e-10 apart after
-// it, 1.8e-7 after 313 steps) until one step (414) magnified the rows' difference 200-fold; after
-// the pass the rows' weights were 6.2e-3 apart and the dense 2e-5 with SGD, 0.033 and 0.13 with
-// Adam (the dense net's default here, whose sign-driven steps magnify most; the rows adagrad's).
+// it, 1.8e-7 after 313 steps) until one step (414) magnified the rows' difference 200-fold (one
+// instance's gradients moved 2.5% while the other 63's agreed to 4e-8: a discrete change of its
+// backward, most likely a ReLU's pre-activation within the rounding of 0); after the pass the
+// rows' weights were 6.2e-3 apart and the dense 2e-5 with SGD, 0.033 and 0.13 with Adam (the
+// dense net's default here, whose sign-driven steps magnify most; the rows adagrad's).
 // On the cuda backend the card's sparse rule may round apart from the servers' (nvcc fuses its
 // multiply-adds, the host build does not), so there only the rows' counters (show, click,
 // delta_score, unseen days) must agree bit for bit; the weights' differences are printed.
