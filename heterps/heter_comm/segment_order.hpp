@@ -20,6 +20,11 @@ using position_t = uint32_t;
 // Shortest chunk; segments up to this length are summed left to right by one thread.
 inline constexpr position_t kReduceChunk = 32;
 
+// Fields one thread sums together when it walks a segment's records once for all of them (the
+// cpu backend's SegmentReducer work item, sum_segments). Each field's additions are its own, so
+// the grouping never changes a bit.
+inline constexpr int32_t kFieldGroup = 16;
+
 // ceil(sqrt(x)) in integers (the same on host and card).
 GPUBOX_HD inline position_t ceil_sqrt(position_t x) {
   if (x <= 1) return x;
@@ -116,19 +121,26 @@ struct OrderedRecords {
   }
 };
 
+// Every field f < fields of the segment [begin, end): row[f] = the sum of source.value(p, f), in
+// the fixed order, on the calling thread (kFieldGroup fields at a time).
+template <class Source>
+void sum_segment_row(const Source& source, position_t begin, position_t end, int32_t fields,
+                     typename Source::value_type* row) {
+  for (int32_t f = 0; f < fields; f += kFieldGroup) {
+    sum_segment<kFieldGroup>(source, begin, end, f,
+                             fields - f < kFieldGroup ? fields - f : kFieldGroup, row + f);
+  }
+}
+
 // Every segment u < segments and field f < fields: out[u * fields + f] = the sum of
 // source.value(p, f) over p in [start[u], start[u + 1]), in the fixed order, on the calling
 // thread: the bits SegmentReducer::run gives. `start` holds segments + 1 non-decreasing entries.
 template <class Source>
 void sum_segments(const Source& source, const position_t* start, std::size_t segments,
                   int32_t fields, typename Source::value_type* out) {
-  constexpr int32_t kGroup = 16;  // fields summed together; the additions are each field's own
   for (std::size_t u = 0; u < segments; ++u) {
-    auto* row = out + u * static_cast<std::size_t>(fields);
-    for (int32_t f = 0; f < fields; f += kGroup) {
-      sum_segment<kGroup>(source, start[u], start[u + 1], f,
-                          fields - f < kGroup ? fields - f : kGroup, row + f);
-    }
+    sum_segment_row(source, start[u], start[u + 1], fields,
+                    out + u * static_cast<std::size_t>(fields));
   }
 }
 

@@ -58,10 +58,9 @@ inline std::size_t reduce_slot_count(std::size_t positions) {
 }
 
 // Fields one work item of SegmentReducer sums. CUDA: one, so that neighbouring threads read
-// neighbouring floats of a record (coalesced). cpu: a group, so that a core walks a segment's
-// records once for all of them instead of once per field. Each field's additions are the same
-// either way, so the choice never changes a bit of the result.
-inline constexpr int32_t kFieldGroup = 16;
+// neighbouring floats of a record (coalesced). cpu: a group (kFieldGroup, segment_order.hpp), so
+// that a core walks a segment's records once for all of them instead of once per field. Each
+// field's additions are the same either way, so the choice never changes a bit of the result.
 #if defined(GPUBOX_BACKEND_CUDA)
 inline constexpr int32_t kDefaultFieldsPerItem = 1;
 #else
