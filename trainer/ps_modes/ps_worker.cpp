@@ -8,7 +8,6 @@
 #include "common/hash.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/memory.hpp"
-#include "heterps/heter_comm/segment_order.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "trainer/metrics/metrics.hpp"
@@ -344,7 +343,7 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   metrics_->add(model_->predictions(), buffers_->labels.data(), size,
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
-  merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
+  merge_push(slot.keys, merge_target(slot.keys.size()));
   return loss;
 }
 
@@ -383,21 +382,14 @@ void PsWorker::abandon_prefetch() {
   (void)row_calls_->wait(slot.ticket);
 }
 
-void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,
-                          std::vector<float>* merged) {
+void PsWorker::merge_push(const BatchKeys& keys, std::vector<float>* merged) {
   const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
-  const std::size_t push_floats = occurrences * push_dim;
+  const std::size_t push_floats = keys.occurrence_index().size() * push_dim;
   growth_.fit(&push_, push_floats);
   device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
   card_.stream().synchronize();
   growth_.resize(merged, keys.size() * push_dim);
-  // Each key's occurrences in a card's order (HeterComm's local merge): summed left to right,
-  // a hot key's (over 32 occurrences) in chunks, so that a thread's merged gradients are a
-  // card's bit for bit (one thread in the sync mode is then the gpubox mode on one card).
-  const auto dim = static_cast<int32_t>(push_dim);
-  heter_comm::sum_segments(
-      heter_comm::OrderedRecords<float>{push_.data(), keys.by_key().data(), dim},
-      keys.key_start().data(), keys.size(), dim, merged->data());
+  merge_by_key(keys, push_.data(), static_cast<int32_t>(push_dim), merged->data());
 }
 
 double PsWorker::running_auc() {
