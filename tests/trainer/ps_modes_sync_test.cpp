@@ -121,16 +121,17 @@ std::vector<uint64_t> every_key(const TrainerConfig& cfg, const std::vector<std:
 // the same moments on every thread (PsWorker::add_gradients), not each thread's own step with its
 // own moments, averaged. Rows: each key's gradients summed over the trainer's threads and its rule
 // applied once (MergedPushes), not once per thread. 1 trainer x 2 threads against 2 cards,
-// batches of 64 (the CPU backend, measured): after one step (a file of two batches) the dense
-// weights equal and the rows' weights agree to 1.9e-9, with SGD and Adam; after a pass (313
-// steps) dense 1.5e-8 (SGD) and 1.4e-6 (Adam), rows 4.8e-7 and 3.0e-7 (before: after one step
-// the rows 0.055 apart, the threads' pushes of a hot key applied one after the other; after a
-// pass the dense 8.9e-4 with SGD and 0.18 with Adam). On four: a pass 1.5e-8 and 1.0e-3 (Adam).
-// Those rounding differences were the per-key merge's: a thread summed a hot key's occurrences
-// left to right, a card in chunks; merged in the card's order the pass agrees bit for bit, on
-// two cards as on one (SyncOnOneThreadIsTheGpuboxModeOnOneCardBitForBit). A 1-GPU machine runs
-// one card and one thread here; on the cuda backend the card's sparse rule may round apart from
-// the servers' (nvcc fuses multiply-adds), so there the pass is bounded only on two threads.
+// batches of 64, SGD and Adam: on the cpu backend the dense weights and the rows' weights are
+// equal after one step and after a pass (313 steps), since each thread merges a key's
+// occurrences in a card's order (merge_by_key; SyncOnOneThreadIsTheGpuboxModeOnOneCardBitForBit).
+// Before the merge-order fix (a thread summed a hot key's occurrences left to right, a card in
+// chunks), measured: after one step the rows' weights 1.9e-9 apart; after a pass dense 1.5e-8
+// (SGD) and 1.4e-6 (Adam), rows 4.8e-7 and 3.0e-7; on four cards a pass 1.5e-8 and 1.0e-3
+// (Adam). Before the averaged step: after one step the rows 0.055 apart (the threads' pushes of a
+// hot key applied one after the other), after a pass the dense 8.9e-4 with SGD and 0.18 with
+// Adam. A 1-GPU machine runs one card and one thread here; on the cuda backend the card's sparse
+// rule may round apart from the servers' (nvcc fuses multiply-adds), so there the weights are
+// bounded (1e-6 after a step, 1e-5 after a pass) and the pass only on two threads.
 TEST_F(PsModes, SyncOnTwoThreadsStepsAsTheGpuboxModeOnTwoCards) {
   const int cards = device::testing::cards_here(2);
   constexpr int kBatch = 64;
@@ -219,8 +220,8 @@ std::string first_row_difference(const std::vector<float>& a, const std::vector<
 
 // Issue 32: one trainer of one thread in the sync mode is the gpubox mode on one card, bit for
 // bit, over a whole pass (625 steps of 64). The thread's per-key merge of a batch's pushes sums
-// a key's occurrences in the card's order (segment_order.hpp: left to right, a key of more than
-// 32 occurrences in chunks of 32). Before, it summed them all left to right, so the hottest keys'
+// a key's occurrences in the card's order (left to right, a key of more than 32 occurrences in
+// chunks: segment_order.hpp). Before, it summed them all left to right, so the hottest keys'
 // merged gradients differed in their last bits from the first step (SGD: rows 7e-10 apart after
 // it, 1.8e-7 after 313 steps) until one step (414) magnified the rows' difference 200-fold (one
 // instance's gradients moved 2.5% while the other 63's agreed to 4e-8: a discrete change of its
