@@ -41,38 +41,9 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "heterps/heter_comm/segment_order.hpp"
 
 namespace gpubox::heter_comm {
-
-using position_t = uint32_t;
-
-// Shortest chunk; segments up to this length are summed left to right by one thread.
-inline constexpr position_t kReduceChunk = 32;
-
-// ceil(sqrt(x)) in integers (the same on host and card).
-GPUBOX_HD inline position_t ceil_sqrt(position_t x) {
-  if (x <= 1) return x;
-  // Newton from above on the floor root, then round up.
-  uint64_t r = x;
-  uint64_t next = (r + 1) / 2;
-  while (next < r) {
-    r = next;
-    next = (r + x / r) / 2;
-  }
-  return static_cast<position_t>(r * r < x ? r + 1 : r);
-}
-
-// Lu above: the chunk length of a segment of `len` values.
-GPUBOX_HD inline position_t reduce_chunk_length(position_t len) {
-  if (len <= kReduceChunk * kReduceChunk) return kReduceChunk;
-  return ceil_sqrt(len);
-}
-
-// Chunks of a segment of `len` values (0 for an empty one).
-GPUBOX_HD inline position_t reduce_chunk_count(position_t len) {
-  const position_t chunk = reduce_chunk_length(len);
-  return (len + chunk - 1) / chunk;
-}
 
 // The first partial slot of a long segment (len > kReduceChunk) starting at `start`. Slots of
 // distinct long segments never overlap: a segment has at most ceil(len / kReduceChunk) <=
@@ -87,65 +58,14 @@ inline std::size_t reduce_slot_count(std::size_t positions) {
 }
 
 // Fields one work item of SegmentReducer sums. CUDA: one, so that neighbouring threads read
-// neighbouring floats of a record (coalesced). cpu: a group, so that a core walks a segment's
-// records once for all of them instead of once per field. Each field's additions are the same
-// either way, so the choice never changes a bit of the result.
-inline constexpr int32_t kFieldGroup = 16;
+// neighbouring floats of a record (coalesced). cpu: a group (kFieldGroup, segment_order.hpp), so
+// that a core walks a segment's records once for all of them instead of once per field. Each
+// field's additions are the same either way, so the choice never changes a bit of the result.
 #if defined(GPUBOX_BACKEND_CUDA)
 inline constexpr int32_t kDefaultFieldsPerItem = 1;
 #else
 inline constexpr int32_t kDefaultFieldsPerItem = kFieldGroup;
 #endif
-
-// C_k above for fields [field, field + count), count <= kGroup: sums[j] = values [begin, end) of
-// field + j, left to right. Requires begin < end.
-template <int32_t kGroup, class Source>
-GPUBOX_HD GPUBOX_FORCEINLINE void sum_chunk(const Source& source, position_t begin, position_t end,
-                                            int32_t field, int32_t count,
-                                            typename Source::value_type* sums) {
-  using T = typename Source::value_type;
-  // Local accumulators, written out once. They start at -0, the additive identity that keeps
-  // every bit (-0 + x == x, also for x = +0 or -0): the first value is added, not copied (a copy
-  // loop becomes a memcpy call per record on the cpu backend). All kGroup of them are set, as
-  // whole registers, so vectorized additions read them back without a store-forwarding stall.
-  T acc[kGroup];
-  const int32_t n = count < kGroup ? count : kGroup;
-  for (int32_t j = 0; j < kGroup; ++j) acc[j] = static_cast<T>(-0.0);
-  for (position_t p = begin; p < end; ++p) {
-    for (int32_t j = 0; j < n; ++j) acc[j] += source.value(p, field + j);
-  }
-  for (int32_t j = 0; j < n; ++j) sums[j] = acc[j];
-}
-
-// Fields [field, field + count) of the segment [begin, end) in the fixed order, by one thread
-// (zeros when empty); count <= kGroup.
-template <int32_t kGroup, class Source>
-GPUBOX_HD GPUBOX_FORCEINLINE void sum_segment(const Source& source, position_t begin,
-                                              position_t end, int32_t field, int32_t count,
-                                              typename Source::value_type* sums) {
-  using T = typename Source::value_type;
-  if (begin >= end) {
-    for (int32_t j = 0; j < kGroup && j < count; ++j) sums[j] = T{};
-    return;
-  }
-  const position_t chunk = reduce_chunk_length(end - begin);
-  const position_t first_end = end - begin > chunk ? begin + chunk : end;
-  sum_chunk<kGroup>(source, begin, first_end, field, count, sums);
-  for (position_t b = first_end; b < end; b += chunk) {
-    T partial[kGroup];
-    sum_chunk<kGroup>(source, b, end - b > chunk ? b + chunk : end, field, count, partial);
-    for (int32_t j = 0; j < kGroup && j < count; ++j) sums[j] += partial[j];
-  }
-}
-
-// One field of the segment [begin, end) in the fixed order, by one thread (zero when empty).
-template <class Source>
-GPUBOX_HD typename Source::value_type sum_segment(const Source& source, position_t begin,
-                                                  position_t end, int32_t field) {
-  typename Source::value_type sum[1];
-  sum_segment<1>(source, begin, end, field, 1, sum);
-  return sum[0];
-}
 
 // Optional cpu-backend hooks (detected, never required):
 //   Source: void prefetch(position_t p) const   value(p, .) will be read soon
@@ -166,27 +86,6 @@ struct HasOutputRow<Sink, std::void_t<decltype(std::declval<const Sink&>().row(s
     : std::true_type {};
 inline constexpr std::size_t kPrefetchSegments = 8;
 inline constexpr position_t kPrefetchPositions = 4;  // of the segment ahead
-
-// The usual Source: field f of record order[p] of `records` (rows of `dim` values), e.g. the
-// records of a key's occurrences taken in key order. Takes prefetch hints.
-template <class T>
-struct OrderedRecords {
-  using value_type = T;
-  const T* records;
-  const position_t* order;
-  int32_t dim;
-  GPUBOX_HD T value(position_t p, int32_t f) const {
-    return records[static_cast<std::size_t>(order[p]) * static_cast<std::size_t>(dim) + f];
-  }
-  GPUBOX_HD void prefetch(position_t p) const {
-#if !GPUBOX_ON_DEVICE
-    __builtin_prefetch(records +
-                       static_cast<std::size_t>(order[p]) * static_cast<std::size_t>(dim));
-#else
-    (void)p;
-#endif
-  }
-};
 
 // The usual Sink: segment u's sums become record destination[u] (u when null) of `out`.
 template <class T>

@@ -62,11 +62,13 @@ TEST_F(PsModes, AsyncLearnsThePlantedModel) {
 // steps pull the next batch's rows ahead, so they no longer end where the sync mode ends).
 
 TEST_F(PsModes, SyncWithOneTrainerMatchesTheGpuboxModeOnOneCard) {
-  // The gpubox mode on one card takes the same batches, the same sparse rule per key per batch
-  // and the same dense step; what differs is the order of float sums (the per-key merge) and
-  // one rounding per dense sync (the servers' table adds the step's change). With Adam those
-  // differences grow: a near-zero gradient's sign decides a step of about the learning rate.
-  // So: Adam's held-out AUC agrees closely, and with SGD the dense weights agree to rounding.
+  // The gpubox mode on one card takes the same batches, the same gradients merged per key in the
+  // same order, the same sparse rule and the same dense step: on the cpu backend the three
+  // passes end at the same dense weights and test AUC, bit for bit (asserted there; one pass's
+  // rows too in SyncOnOneThreadIsTheGpuboxModeOnOneCardBitForBit). On cuda the card's sparse
+  // rule may round apart from the servers' (nvcc fuses multiply-adds), and Adam magnifies that:
+  // a near-zero gradient's sign decides a step of about the learning rate. So there: Adam's
+  // held-out AUC agrees closely, and with SGD the dense weights agree to rounding.
   for (const char* optimizer : {"Adam", "SGD"}) {
     SCOPED_TRACE(optimizer);
     const std::string dense_optimizer =
@@ -83,10 +85,15 @@ TEST_F(PsModes, SyncWithOneTrainerMatchesTheGpuboxModeOnOneCard) {
     const double dense_diff = max_abs_diff(sync.dense, gpubox.dense_values(0));
     std::printf("%s: sync test auc %.6f, gpubox %.6f; dense weights differ by at most %.3g\n",
                 optimizer, sync.test_auc, gpubox_auc, dense_diff);
+#if defined(GPUBOX_BACKEND_CUDA)
     EXPECT_NEAR(sync.test_auc, gpubox_auc, 1e-3);
     if (std::string(optimizer) == "SGD") {
       EXPECT_LT(dense_diff, 1e-4);
     }
+#else
+    EXPECT_EQ(sync.test_auc, gpubox_auc);
+    EXPECT_EQ(dense_diff, 0.0);
+#endif
   }
 }
 

@@ -25,6 +25,7 @@
 #include "dataset/batch.hpp"
 #include "dataset/generator.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/segment_order.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
@@ -82,36 +83,69 @@ dataset::Batch make_batch(int slots, int dense_dim, std::size_t instances, int m
 }
 
 // BatchKeys against an unordered_map: distinct keys in order of first occurrence, each with the
-// slot it was first seen in, each occurrence's index; batches of 0, 1 and many keys, few and many
-// duplicates, one object reused throughout.
+// slot it was first seen in, each occurrence's index, and the hot keys (more than kReduceChunk
+// occurrences) with their occurrences grouped in batch order (the segments a PS thread merges in
+// a card's order, merge_by_key); batches of 0, 1 and many keys, few and many duplicates, all one
+// key, one object reused throughout (nothing of a larger batch may leak into a smaller one).
+void expect_gathered(const BatchKeys& keys, const dataset::Batch& batch,
+                     const std::vector<int32_t>& slot_ids) {
+  std::unordered_map<uint64_t, uint32_t> oracle;
+  std::vector<uint64_t> want_keys;
+  std::vector<int32_t> want_slots;
+  std::vector<std::vector<uint32_t>> occurrences;  // per key, in batch order
+  const std::size_t instances = batch.size();
+  for (int s = 0; s < batch.num_slots; ++s) {
+    for (uint32_t j = batch.offsets[s * instances]; j < batch.offsets[(s + 1) * instances]; ++j) {
+      const auto [it, fresh] =
+          oracle.emplace(batch.keys[j], static_cast<uint32_t>(want_keys.size()));
+      if (fresh) {
+        want_keys.push_back(batch.keys[j]);
+        want_slots.push_back(slot_ids[static_cast<std::size_t>(s)]);
+        occurrences.emplace_back();
+      }
+      occurrences[it->second].push_back(j);
+      ASSERT_EQ(keys.occurrence_index()[j], it->second) << "at " << j;
+    }
+  }
+  ASSERT_EQ(keys.keys(), want_keys);
+  ASSERT_EQ(keys.slots(), want_slots);
+  ASSERT_EQ(keys.occurrence_index().size(), batch.keys.size());
+  std::vector<uint32_t> want_hot;
+  std::vector<uint32_t> want_hot_occurrences;
+  for (std::size_t u = 0; u < occurrences.size(); ++u) {
+    if (occurrences[u].size() <= heter_comm::kReduceChunk) continue;
+    want_hot.push_back(static_cast<uint32_t>(u));
+    want_hot_occurrences.insert(want_hot_occurrences.end(), occurrences[u].begin(),
+                                occurrences[u].end());
+  }
+  ASSERT_EQ(keys.hot_keys(), want_hot);
+  ASSERT_EQ(keys.hot_occurrences(), want_hot_occurrences);
+  ASSERT_EQ(keys.hot_start().size(), want_hot.size() + 1);
+  for (std::size_t h = 0; h < want_hot.size(); ++h) {
+    EXPECT_EQ(keys.hot_start()[h + 1] - keys.hot_start()[h], occurrences[want_hot[h]].size());
+  }
+}
+
 TEST(BatchKeys, MatchesAnUnorderedMapOracleBatchAfterBatch) {
   const std::vector<int32_t> slot_ids = {101, 102, 103, 104};
   std::mt19937_64 rng(11);
   BatchKeys keys;
   BufferGrowth growth;
-  for (int round = 0; round < 60; ++round) {
-    const std::size_t instances = round % 10 == 0 ? 0 : 1 + rng() % 300;
-    const uint64_t vocab = round % 3 == 0 ? 5 : 1 + rng() % 100000;
+  std::size_t hot = 0;
+  for (int round = 0; round < 62; ++round) {
+    SCOPED_TRACE(round);
+    // All one key (vocab 1) on the last two rounds: a hot key, then (2 instances) a cold one.
+    const std::size_t instances = round == 60       ? 100
+                                  : round == 61     ? 2
+                                  : round % 10 == 0 ? 0
+                                                    : 1 + rng() % 300;
+    const uint64_t vocab = round >= 60 ? 1 : round % 3 == 0 ? 5 : 1 + rng() % 100000;
     const dataset::Batch batch = make_batch(4, 0, instances, 1 + round % 4, vocab, rng);
     keys.gather(batch, slot_ids, growth);
-    std::unordered_map<uint64_t, uint32_t> oracle;
-    std::vector<uint64_t> want_keys;
-    std::vector<int32_t> want_slots;
-    for (int s = 0; s < batch.num_slots; ++s) {
-      for (uint32_t j = batch.offsets[s * instances]; j < batch.offsets[(s + 1) * instances]; ++j) {
-        const auto [it, fresh] =
-            oracle.emplace(batch.keys[j], static_cast<uint32_t>(want_keys.size()));
-        if (fresh) {
-          want_keys.push_back(batch.keys[j]);
-          want_slots.push_back(slot_ids[static_cast<std::size_t>(s)]);
-        }
-        ASSERT_EQ(keys.occurrence_index()[j], it->second) << "round " << round << " at " << j;
-      }
-    }
-    ASSERT_EQ(keys.keys(), want_keys) << "round " << round;
-    ASSERT_EQ(keys.slots(), want_slots) << "round " << round;
-    ASSERT_EQ(keys.occurrence_index().size(), batch.keys.size());
+    expect_gathered(keys, batch, slot_ids);
+    hot += keys.hot_keys().size();
   }
+  EXPECT_GT(hot, 10u);
   EXPECT_GT(growth.growths(), 0u);
   // Batches no larger than one before grow nothing.
   const uint64_t grown = growth.growths();

@@ -343,7 +343,7 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   metrics_->add(model_->predictions(), buffers_->labels.data(), size,
                 step >= config_.runner.print_interval);
   model_->check_finite(loss, pass, step);  // before any parameter changes
-  merge_push(slot.keys, batch.keys.size(), merge_target(slot.keys.size()));
+  merge_push(slot.keys, merge_target(slot.keys.size()));
   return loss;
 }
 
@@ -382,21 +382,14 @@ void PsWorker::abandon_prefetch() {
   (void)row_calls_->wait(slot.ticket);
 }
 
-void PsWorker::merge_push(const BatchKeys& keys, std::size_t occurrences,
-                          std::vector<float>* merged) {
+void PsWorker::merge_push(const BatchKeys& keys, std::vector<float>* merged) {
   const auto push_dim = static_cast<std::size_t>(servers_.layout().push_dim());
-  const std::size_t push_floats = occurrences * push_dim;
+  const std::size_t push_floats = keys.occurrence_index().size() * push_dim;
   growth_.fit(&push_, push_floats);
   device::copy_async(push_.data(), buffers_->push.data(), push_floats, card_.stream());
   card_.stream().synchronize();
   growth_.resize(merged, keys.size() * push_dim);
-  std::fill(merged->begin(), merged->end(), 0.0f);
-  const std::vector<uint32_t>& index = keys.occurrence_index();
-  for (std::size_t j = 0; j < occurrences; ++j) {
-    float* into = merged->data() + std::size_t{index[j]} * push_dim;
-    const float* from = push_.data() + j * push_dim;
-    for (std::size_t f = 0; f < push_dim; ++f) into[f] += from[f];
-  }
+  merge_by_key(keys, push_.data(), static_cast<int32_t>(push_dim), merged->data());
 }
 
 double PsWorker::running_auc() {

@@ -267,9 +267,10 @@ class PsWorker {
   // finite check and the merged gradients. Returns the batch's summed log loss.
   double compute_gradients(const dataset::Batch& batch, const RowSlot& slot, int64_t pass,
                            int64_t step);
-  // The gradients of the step's occurrences (read back from the card) summed per distinct key
-  // of `keys` into *merged (merge_target()).
-  void merge_push(const BatchKeys& keys, std::size_t occurrences, std::vector<float>* merged);
+  // The gradients of the step's occurrences (keys.occurrence_index().size() of them, read back
+  // from the card) summed per distinct key of `keys` into *merged (merge_target()), in the order
+  // of a card's merge (merge_by_key).
+  void merge_push(const BatchKeys& keys, std::vector<float>* merged);
   // gradient_sums_ = the first n dense gradients (through read_back_; waits for the card) and,
   // after them, the batch of the last compute_step.
   void read_back_grads_into_sums(std::size_t n);

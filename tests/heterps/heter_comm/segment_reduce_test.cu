@@ -2,8 +2,8 @@
 // segments: against a float64 oracle (tolerance), against the one-thread left-to-right loop they
 // replace (bit for bit where the order is that loop's: segments of at most kReduceChunk values),
 // and against an independent host model of the chunked order (bit for bit, every segment), with
-// 1 and 2 threads per card, one field or a group of fields per work item, and through both the
-// two-pass engine and the one-thread path.
+// 1 and 2 threads per card, one field or a group of fields per work item, through both the
+// two-pass engine and the one-thread path, and the host's sum_segments (segment_order.hpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -231,6 +231,10 @@ TEST_P(SegmentReduceTest, ZipfSegmentsMatchOracleAndFixedOrderOnEveryPath) {
   const auto hooked_2 = reduce_on_card(p, 2, /*two_pass=*/true, 1, /*hooks=*/true);
   const auto one_thread_1 = reduce_on_card(p, 1, /*two_pass=*/false);
   const auto one_thread_2 = reduce_on_card(p, 2, /*two_pass=*/false);
+  // The host's sum_segments (segment_order.hpp: a PS thread's per-key merge of its pushes).
+  std::vector<float> host(p.segments() * fields);
+  sum_segments(OrderedRecords<float>{p.values.data(), p.order.data(), fields}, p.start.data(),
+               p.segments(), fields, host.data());
   std::size_t checked_left_to_right = 0;
   for (std::size_t u = 0; u < p.segments(); ++u) {
     const position_t len = p.start[u + 1] - p.start[u];
@@ -247,6 +251,7 @@ TEST_P(SegmentReduceTest, ZipfSegmentsMatchOracleAndFixedOrderOnEveryPath) {
       ASSERT_EQ(bits(got), bits(hooked_2[at]));
       ASSERT_EQ(bits(got), bits(one_thread_1[at]));
       ASSERT_EQ(bits(got), bits(one_thread_2[at]));
+      ASSERT_EQ(bits(got), bits(host[u * fields + f]));
       ASSERT_EQ(bits(got), bits(documented_order(p, u, f)));
       // Short segments: exactly the old left-to-right loop.
       if (len <= kReduceChunk) {
