@@ -144,6 +144,8 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       // From `options` itself: ps_store_ is made before options_.
       ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s),
                             options.min_transfer_bytes_per_s}),
+      ps_step_sums_(
+          StepSumsLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s)}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),

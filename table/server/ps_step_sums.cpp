@@ -1,0 +1,164 @@
+#include "table/server/ps_step_sums.hpp"
+
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+
+#include "common/logging.hpp"
+#include "table/server/protocol.hpp"
+
+namespace gpubox::table::server {
+
+namespace {
+
+std::size_t chunk_bytes(const PsPushRequest& request) {
+  return request.keys.size() * (sizeof(uint64_t) + sizeof(int32_t)) +
+         request.values.size() * sizeof(float);
+}
+
+std::string job_name(uint64_t job) { return "job " + std::to_string(job); }
+
+}  // namespace
+
+std::string step_name(uint64_t step) {
+  return "pass " + std::to_string(step >> 32) + ", step " + std::to_string(step & 0xffffffffu);
+}
+
+Status PsStepSums::check_fits(const Step& held, const PsPushRequest& request,
+                              uint64_t client_id) const {
+  const PsStepPart& at = request.step;
+  const std::string where = "PS_PUSH of client " + std::to_string(client_id) + ", " +
+                            job_name(at.job) + ", " + step_name(at.step) + ", part " +
+                            std::to_string(at.part) + " chunk " + std::to_string(at.chunk);
+  if (at.parts != held.parts.size()) {
+    return Status::InvalidArgument(where + ": the step has " + std::to_string(at.parts) +
+                                   " parts, but its parts before said " +
+                                   std::to_string(held.parts.size()) +
+                                   " (every trainer of the job must run as many threads)");
+  }
+  if (request.dim != held.dim) {
+    return Status::InvalidArgument(where + ": records of width " + std::to_string(request.dim) +
+                                   ", the step's before " + std::to_string(held.dim));
+  }
+  const Part& part = held.parts[at.part];
+  if (part.chunks != 0 && part.chunks != at.chunks) {
+    return Status::InvalidArgument(where + " of " + std::to_string(at.chunks) +
+                                   ": its chunks before said " + std::to_string(part.chunks));
+  }
+  if (part.by_chunk.count(at.chunk) != 0) {
+    return Status::InvalidArgument(
+        where +
+        " arrived twice (under another request id: a second job pushing the same step "
+        "to these servers?)");
+  }
+  return Status::OK();
+}
+
+void PsStepSums::drop(const std::string& why) {
+  std::string missing;
+  std::size_t listed = 0;
+  for (std::size_t p = 0; p < held_->parts.size(); ++p) {
+    const Part& part = held_->parts[p];
+    if (part.chunks != 0 && part.by_chunk.size() == part.chunks) continue;
+    if (++listed > 8) {
+      missing += ", ...";
+      break;
+    }
+    missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+  }
+  GPUBOX_LOG(WARNING) << "gpubox_server: the sync step of " << job_name(held_->job) << ", "
+                      << step_name(held_->step) << " was dropped unapplied (" << why
+                      << "): " << held_->whole_parts << " of its " << held_->parts.size()
+                      << " parts arrived whole, missing part(s) " << missing
+                      << " (part = trainer x threads + thread: a trainer died mid-step, and the "
+                         "job failed at the step's barrier naming it)";
+  held_.reset();
+  ++dropped_;
+}
+
+Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& apply,
+                       Clock::time_point now) {
+  const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
+  if (bad != request.values.size()) {
+    return non_finite_row_error(request.keys.data(), request.keys.size(), request.values.data(),
+                                request.dim, bad);
+  }
+  std::optional<Step> whole;
+  {
+    MutexLock lock(mu_);
+    const PsStepPart at = request.step;
+    if (held_ && (held_->job != at.job || held_->step != at.step)) {
+      drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
+    }
+    if (!held_) {
+      held_.emplace();
+      held_->job = at.job;
+      held_->step = at.step;
+      held_->dim = request.dim;
+      held_->parts.resize(at.parts);
+    }
+    GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, client_id));
+    const std::size_t bytes = chunk_bytes(request);
+    if (held_->bytes + bytes > limits_.max_bytes) {
+      return Status::ResourceExhausted(
+          "PS_PUSH of client " + std::to_string(client_id) + ": the sync step of " +
+          job_name(at.job) + ", " + step_name(at.step) + " would hold " +
+          std::to_string(held_->bytes + bytes) + " bytes, over the limit of " +
+          std::to_string(limits_.max_bytes) + " (gpubox_server --max_dense_mb)");
+    }
+    Part& part = held_->parts[at.part];
+    part.chunks = at.chunks;
+    part.by_chunk.emplace(at.chunk, std::move(request));
+    held_->bytes += bytes;
+    held_->last_chunk = now;
+    if (part.by_chunk.size() == part.chunks) ++held_->whole_parts;
+    if (held_->whole_parts < held_->parts.size()) return Status::OK();
+    whole = std::move(held_);
+    held_.reset();
+  }
+  return apply(sum(*whole));
+}
+
+PsPushRequest PsStepSums::sum(const Step& step) {
+  PsPushRequest summed;
+  summed.kind = PsUpdateKind::kGradient;
+  summed.dim = step.dim;
+  const std::size_t dim = step.dim;
+  std::unordered_map<uint64_t, std::size_t> index;
+  for (const Part& part : step.parts) {
+    for (const auto& [chunk, request] : part.by_chunk) {
+      for (std::size_t i = 0; i < request.keys.size(); ++i) {
+        const float* add = request.values.data() + i * dim;
+        const auto [it, fresh] = index.emplace(request.keys[i], summed.keys.size());
+        if (fresh) {
+          summed.keys.push_back(request.keys[i]);
+          summed.slots.push_back(request.slots[i]);
+          summed.values.insert(summed.values.end(), add, add + dim);
+          continue;
+        }
+        float* into = summed.values.data() + it->second * dim;
+        for (std::size_t f = 0; f < dim; ++f) into[f] += add[f];
+      }
+    }
+  }
+  return summed;
+}
+
+std::size_t PsStepSums::expire(Clock::time_point now) {
+  MutexLock lock(mu_);
+  if (!held_ || now - held_->last_chunk < limits_.max_idle) return 0;
+  drop("no part of it came for gpubox_server --dense_write_max_idle_s");
+  return 1;
+}
+
+std::size_t PsStepSums::held_bytes() const {
+  MutexLock lock(mu_);
+  return held_ ? held_->bytes : 0;
+}
+
+uint64_t PsStepSums::dropped_steps() const {
+  MutexLock lock(mu_);
+  return dropped_;
+}
+
+}  // namespace gpubox::table::server

@@ -1,0 +1,95 @@
+// PsStepSums: the sync mode's sparse step of a job of several trainers on one gpubox_server
+// (PS_PUSH kStepGradient, ps_protocol.hpp). Each trainer sends its step's gradients merged over
+// its threads, one part a thread (that thread's hash share of the trainer's keys); the server
+// holds them until every part of the job's step arrived, then sums each key's gradients in part
+// order (so the sum does not depend on the order the parts arrive in) and applies the rule once
+// to the sum, as the gpubox mode's cards sum a key's gradients before its rule. Applied one
+// after another, two trainers' pushes of a key made two updates (two Adam or Adagrad steps on
+// half the gradient each; rows 0.04 apart from two cards after one step, issue 32).
+//
+// A step is applied whole or not at all. Held parts of a step that never completes (a trainer died
+// mid-step: the others then fail at the step's barrier, naming it) are dropped, unapplied and
+// logged, when another step's part arrives (the next job's first step) or when no part came for
+// StepSumsLimits::max_idle (the server's sweep: expire). One step is held at a time (the sync
+// mode's barriers never let a trainer push step s + 1 before every trainer's push of step s
+// returned, which is after the part completing it was applied).
+//
+// Thread-safety: every method may be called from any server thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/thread_annotations.hpp"
+#include "table/server/ps_protocol.hpp"
+
+namespace gpubox::table::server {
+
+// What bounds the held step (ServerOptions: max_dense_bytes, dense_write_max_idle_s).
+struct StepSumsLimits {
+  std::size_t max_bytes = std::size_t{4} << 30;  // the held chunks' keys, slots and values
+  std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
+};
+
+class PsStepSums {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Applies a step's summed gradients (kind kGradient, distinct keys) to the table.
+  using Apply = std::function<Status(const PsPushRequest& summed)>;
+
+  explicit PsStepSums(StepSumsLimits limits = {}) : limits_(limits) {}
+
+  // Holds `request` (a kStepGradient PS_PUSH of client `client_id`); when it completes its step,
+  // sums the step (part order, then chunk order) and calls `apply` on the sum, outside the lock,
+  // returning its status. Refuses (InvalidArgument, nothing held) a chunk received before, a
+  // part whose chunk count, a step whose part count or a chunk whose record width disagrees
+  // with what arrived before, and non-finite values; ResourceExhausted past
+  // StepSumsLimits::max_bytes. A part of another step than the one held drops that one first
+  // (logged, naming the parts missing).
+  Status add(PsPushRequest request, uint64_t client_id, const Apply& apply,
+             Clock::time_point now = Clock::now());
+  // Drops the held step when no part came for StepSumsLimits::max_idle before `now` (logged);
+  // returns how many steps it dropped (0 or 1).
+  std::size_t expire(Clock::time_point now);
+  std::size_t held_bytes() const;
+  uint64_t dropped_steps() const;
+
+ private:
+  struct Part {
+    uint32_t chunks = 0;  // 0: none of it arrived yet
+    std::map<uint32_t, PsPushRequest> by_chunk;
+  };
+  struct Step {
+    uint64_t job = 0;
+    uint64_t step = 0;
+    uint32_t dim = 0;
+    std::vector<Part> parts;
+    uint32_t whole_parts = 0;  // parts every chunk of which arrived
+    std::size_t bytes = 0;
+    Clock::time_point last_chunk;
+  };
+  // Checks `request` against the held step (the same job and step); InvalidArgument naming why.
+  Status check_fits(const Step& held, const PsPushRequest& request, uint64_t client_id) const
+      GPUBOX_REQUIRES(mu_);
+  // Drops the held step, logging `why` and the parts missing.
+  void drop(const std::string& why) GPUBOX_REQUIRES(mu_);
+  // The held step's gradients summed per key, in part order and chunk order.
+  static PsPushRequest sum(const Step& step);
+
+  const StepSumsLimits limits_;
+  mutable Mutex mu_;
+  std::optional<Step> held_ GPUBOX_GUARDED_BY(mu_);
+  uint64_t dropped_ GPUBOX_GUARDED_BY(mu_) = 0;
+};
+
+// "pass P, step S" of a PsStepPart::step.
+std::string step_name(uint64_t step);
+
+}  // namespace gpubox::table::server
