@@ -90,13 +90,7 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     if (held_ && (held_->job != at.job || held_->step != at.step)) {
       drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
     }
-    if (!held_) {
-      held_.emplace();
-      held_->job = at.job;
-      held_->step = at.step;
-      held_->dim = request.dim;
-      held_->parts.resize(at.parts);
-    }
+    if (!held_) held_.emplace(at.job, at.step, request.dim, at.parts);
     GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, client_id));
     const std::size_t bytes = chunk_bytes(request);
     if (held_->bytes + bytes > limits_.max_bytes) {

@@ -67,6 +67,10 @@ class PsStepSums {
     std::map<uint32_t, PsPushRequest> by_chunk;
   };
   struct Step {
+    // Not a default constructor: std::optional<Step> below is declared before Step's member
+    // initializers are parsed, where clang takes Step for not default-constructible.
+    Step(uint64_t job_id, uint64_t step_id, uint32_t record_dim, uint32_t part_count)
+        : job(job_id), step(step_id), dim(record_dim), parts(part_count) {}
     uint64_t job = 0;
     uint64_t step = 0;
     uint32_t dim = 0;

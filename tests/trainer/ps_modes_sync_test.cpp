@@ -115,6 +115,31 @@ std::vector<uint64_t> every_key(const TrainerConfig& cfg, const std::vector<std:
   return keys;
 }
 
+// The rows a sync job trained over `sync_files` left on `endpoints` against the gpubox mode's
+// on two cards (`gpubox` trains over `gpubox_files`, which hold the same lines): their weights'
+// largest difference. `gpubox` is left trained, for its dense weights.
+double rows_apart_from_two_cards(const TrainerConfig& sync_cfg, const std::string& endpoints,
+                                 const std::vector<std::string>& sync_files, Trainer& gpubox,
+                                 const std::vector<std::string>& gpubox_files) {
+  table::server::RemoteHostTierOptions client_options;
+  client_options.endpoints = endpoints;
+  client_options.config = sync_cfg.sparse;
+  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
+  throw_if_error(client.status());
+  const std::vector<uint64_t> keys = every_key(sync_cfg, sync_files);
+  gpubox.train_pass(gpubox_files);
+  return max_weight_diff(peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys),
+                         (*client)->layout());
+}
+
+// Two cards of one thread each, as the gpubox mode's reference.
+TrainerEnv two_cards() {
+  TrainerEnv env;
+  env.selected_cards = device::testing::card_list(2);
+  env.threads_per_card = 1;
+  return env;
+}
+
 // Issue 32: a sync step is the gpubox mode's on as many cards as the job has threads. Dense: the
 // threads' gradients averaged (through the servers' gradient tables) and one optimizer step with
 // the same moments on every thread (PsWorker::add_gradients), not each thread's own step with its
@@ -213,21 +238,9 @@ TEST_F(PsModes, SyncOnTwoTrainersStepsAsTheGpuboxModeOnTwoCards) {
   const std::vector<float> synced = run_job(
       cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
       [](PsTrainer& trainer) { return trainer.dense_values(); });
-  table::server::RemoteHostTierOptions client_options;
-  client_options.endpoints = shards.endpoints();
-  client_options.config = cfg.sparse;
-  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-  throw_if_error(client.status());
-  const std::vector<uint64_t> keys = every_key(cfg, files);
-
-  TrainerEnv env;
-  env.selected_cards = device::testing::card_list(2);
-  env.threads_per_card = 1;
-  Trainer gpubox(config(base), env);
-  gpubox.train_pass(files);
+  Trainer gpubox(config(base), two_cards());
+  const double rows_diff = rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, files);
   const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
-  const double rows_diff = max_weight_diff(
-      peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys), (*client)->layout());
   std::printf(
       "one step, sync on 2 trainers x 1 thread against the gpubox mode on 2 cards: dense weights "
       "differ by at most %.3g, the rows' weights by %.3g\n",
@@ -276,20 +289,10 @@ TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
     const std::vector<float> synced = run_job(
         cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
         [](PsTrainer& trainer) { return trainer.dense_values(); });
-    table::server::RemoteHostTierOptions client_options;
-    client_options.endpoints = shards.endpoints();
-    client_options.config = cfg.sparse;
-    auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-    throw_if_error(client.status());
-    const std::vector<uint64_t> keys = every_key(cfg, files);
-    TrainerEnv env;
-    env.selected_cards = device::testing::card_list(2);
-    env.threads_per_card = 1;
-    Trainer gpubox(config(base), env);
-    gpubox.train_pass(gpubox_files);
+    Trainer gpubox(config(base), two_cards());
+    const double rows_diff =
+        rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, gpubox_files);
     const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
-    const double rows_diff = max_weight_diff(
-        peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys), (*client)->layout());
     std::printf(
         "three steps of uneven batches (%s), sync on 2 trainers x 1 thread x 2 servers against the "
         "gpubox mode on 2 cards: dense weights differ by at most %.3g, the rows' by %.3g\n",
