@@ -72,8 +72,20 @@ void PsStepSums::drop(const std::string& why) {
                       << " parts arrived whole, missing part(s) " << missing
                       << " (part = trainer x threads + thread: a trainer died mid-step, and the "
                          "job failed at the step's barrier naming it)";
+  if (dropped_ids_.size() == kMaxDroppedSteps) dropped_ids_.pop_front();
+  dropped_ids_.push_back(DroppedStep{held_->job, held_->step, why});
   held_.reset();
   ++dropped_;
+}
+
+Status PsStepSums::check_not_dropped(uint64_t job, uint64_t step) const {
+  for (const DroppedStep& dropped : dropped_ids_) {
+    if (dropped.job != job || dropped.step != step) continue;
+    return Status::NotFound("the sync step of " + job_name(job) + ", " + step_name(step) +
+                            " was dropped unapplied before this part arrived (" + dropped.why +
+                            "): the job cannot go on; resume it from its last save");
+  }
+  return Status::OK();
 }
 
 Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& apply,
@@ -87,6 +99,7 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
   {
     MutexLock lock(mu_);
     const PsStepPart at = request.step;
+    GPUBOX_RETURN_IF_ERROR(check_not_dropped(at.job, at.step));
     if (held_ && (held_->job != at.job || held_->step != at.step)) {
       drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
     }

@@ -10,8 +10,10 @@
 // A step is applied whole or not at all. Held parts of a step that never completes (a trainer died
 // mid-step: the others then fail at the step's barrier, naming it) are dropped, unapplied and
 // logged, when another step's part arrives (the next job's first step) or when no part came for
-// StepSumsLimits::max_idle (the server's sweep: expire). One step is held at a time (the sync
-// mode's barriers never let a trainer push step s + 1 before every trainer's push of step s
+// StepSumsLimits::max_idle (the server's sweep: expire). A part of a dropped step that arrives
+// after all (a straggler slower than max_idle) is refused, naming the step and why it was dropped,
+// so that its trainer fails instead of going on without the step. One step is held at a time (the
+// sync mode's barriers never let a trainer push step s + 1 before every trainer's push of step s
 // returned, which is after the part completing it was applied).
 //
 // Thread-safety: every method may be called from any server thread.
@@ -20,6 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -51,7 +54,8 @@ class PsStepSums {
   // returning its status. Refuses (InvalidArgument, nothing held) a chunk received before, a
   // part whose chunk count, a step whose part count or a chunk whose record width disagrees
   // with what arrived before, and non-finite values; ResourceExhausted past
-  // StepSumsLimits::max_bytes. A part of another step than the one held drops that one first
+  // StepSumsLimits::max_bytes; NotFound for a part of one of the kMaxDroppedSteps steps dropped
+  // last. A part of another step than the one held drops that one first
   // (logged, naming the parts missing).
   Status add(PsPushRequest request, uint64_t client_id, const Apply& apply,
              Clock::time_point now = Clock::now());
@@ -82,8 +86,10 @@ class PsStepSums {
   // Checks `request` against the held step (the same job and step); InvalidArgument naming why.
   Status check_fits(const Step& held, const PsPushRequest& request, uint64_t client_id) const
       GPUBOX_REQUIRES(mu_);
-  // Drops the held step, logging `why` and the parts missing.
+  // Drops the held step, logging `why` and the parts missing, and remembers it (dropped_ids_).
   void drop(const std::string& why) GPUBOX_REQUIRES(mu_);
+  // NotFound when (job, step) is a step dropped_ids_ remembers, else OK.
+  Status check_not_dropped(uint64_t job, uint64_t step) const GPUBOX_REQUIRES(mu_);
   // The held step's gradients summed per key, in part order and chunk order.
   static PsPushRequest sum(const Step& step);
 
@@ -91,6 +97,13 @@ class PsStepSums {
   mutable Mutex mu_;
   std::optional<Step> held_ GPUBOX_GUARDED_BY(mu_);
   uint64_t dropped_ GPUBOX_GUARDED_BY(mu_) = 0;
+  struct DroppedStep {
+    uint64_t job = 0;
+    uint64_t step = 0;
+    std::string why;
+  };
+  static constexpr std::size_t kMaxDroppedSteps = 64;
+  std::deque<DroppedStep> dropped_ids_ GPUBOX_GUARDED_BY(mu_);  // the last dropped, oldest first
 };
 
 // "pass P, step S" of a PsStepPart::step.

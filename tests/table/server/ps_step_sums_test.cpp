@@ -229,6 +229,9 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   EXPECT_EQ(unknown, keys.size());
   ASSERT_TRUE(push_part(job, pushes[0], 3, 2, 0, /*job_id=*/2).ok());
   expect_rows(job.peek(keys), oracle_rows(cfg, job.layout, pushes, keys));
+  // The dead job's missing part, late: refused, nothing applied.
+  EXPECT_EQ(push_part(job, pushes[1], 3, 2, 1, /*job_id=*/1).code(), Status::Code::kNotFound);
+  expect_rows(job.peek(keys), oracle_rows(cfg, job.layout, pushes, keys));
 
   std::vector<uint64_t> own;  // a key of server 0's, which the raw requests go to
   for (uint64_t k = 1; own.empty(); ++k) {
@@ -277,8 +280,8 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   }
 }
 
-// The sweep's part: a held step that no part reached for max_idle is dropped, unapplied; the limit
-// on held bytes refuses a chunk that would go over it.
+// The sweep's part: a held step that no part reached for max_idle is dropped, unapplied, and a late
+// part of it is refused; the limit on held bytes refuses a chunk that would go over it.
 TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
   StepSumsLimits limits;
   limits.max_idle = std::chrono::seconds(10);
@@ -308,9 +311,19 @@ TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(10)), 1u);
   EXPECT_EQ(sums.held_bytes(), 0u);
   EXPECT_EQ(sums.dropped_steps(), 1u);
-  ASSERT_TRUE(sums.add(chunk(1, 1), 1, apply, t0).ok());  // a new step: part 1 alone
+  // Its straggler part comes after all: refused, naming the step (its trainer fails, rather than
+  // go on without the step's update).
+  const Status late = sums.add(chunk(1, 1), 1, apply, t0);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound);
+  EXPECT_NE(late.message().find("pass 0, step 1 was dropped"), std::string::npos) << late.message();
+  const auto next_step = [&](int part) {
+    PsPushRequest request = chunk(part, 1);
+    request.step.step = 2;
+    return request;
+  };
+  ASSERT_TRUE(sums.add(next_step(1), 1, apply, t0).ok());  // the next step: part 1 alone
   EXPECT_EQ(applied, 0);
-  ASSERT_TRUE(sums.add(chunk(0, 1), 1, apply, t0).ok());
+  ASSERT_TRUE(sums.add(next_step(0), 1, apply, t0).ok());
   EXPECT_EQ(applied, 1);
   EXPECT_EQ(sums.held_bytes(), 0u);
 }
