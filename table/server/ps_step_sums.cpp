@@ -18,6 +18,13 @@ std::size_t chunk_bytes(const PsPushRequest& request) {
 
 std::string job_name(uint64_t job) { return "job " + std::to_string(job); }
 
+// "PS_PUSH of client C, job J, pass P, step S, part p chunk c".
+std::string part_name(const PsStepPart& at, uint64_t client_id) {
+  return "PS_PUSH of client " + std::to_string(client_id) + ", " + job_name(at.job) + ", " +
+         step_name(at.step) + ", part " + std::to_string(at.part) + " chunk " +
+         std::to_string(at.chunk);
+}
+
 }  // namespace
 
 std::string step_name(uint64_t step) {
@@ -27,9 +34,7 @@ std::string step_name(uint64_t step) {
 Status PsStepSums::check_fits(const Step& held, const PsPushRequest& request,
                               uint64_t client_id) const {
   const PsStepPart& at = request.step;
-  const std::string where = "PS_PUSH of client " + std::to_string(client_id) + ", " +
-                            job_name(at.job) + ", " + step_name(at.step) + ", part " +
-                            std::to_string(at.part) + " chunk " + std::to_string(at.chunk);
+  const std::string where = part_name(at, client_id);
   if (at.parts != held.parts.size()) {
     return Status::InvalidArgument(where + ": the step has " + std::to_string(at.parts) +
                                    " parts, but its parts before said " +
@@ -88,6 +93,38 @@ Status PsStepSums::check_not_dropped(uint64_t job, uint64_t step) const {
   return Status::OK();
 }
 
+std::optional<uint64_t> PsStepSums::last_applied(uint64_t job) const {
+  for (const AppliedStep& applied : applied_) {
+    if (applied.job == job) return applied.step;
+  }
+  return std::nullopt;
+}
+
+void PsStepSums::remember_applied(uint64_t job, uint64_t step) {
+  for (auto it = applied_.begin(); it != applied_.end(); ++it) {
+    if (it->job != job) continue;
+    applied_.erase(it);
+    break;
+  }
+  if (applied_.size() == kMaxAppliedJobs) applied_.pop_front();
+  applied_.push_back(AppliedStep{job, step});
+}
+
+Status PsStepSums::check_not_older(const PsStepPart& at, std::optional<uint64_t> last,
+                                   uint64_t client_id) const {
+  std::string after;
+  if (last && at.step < *last) {
+    after = "its " + step_name(*last) + " was applied already";
+  } else if (held_ && held_->job == at.job && at.step < held_->step) {
+    after = "its " + step_name(held_->step) + " is held already";
+  }
+  if (after.empty()) return Status::OK();
+  return Status::InvalidArgument(part_name(at, client_id) +
+                                 ": a part of an older step of the job (" + after +
+                                 "; a job's steps go forward), refused: a stale copy of a part "
+                                 "summed before, or a second job under the same id");
+}
+
 Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& apply,
                        Clock::time_point now) {
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
@@ -100,6 +137,9 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     MutexLock lock(mu_);
     const PsStepPart at = request.step;
     GPUBOX_RETURN_IF_ERROR(check_not_dropped(at.job, at.step));
+    const std::optional<uint64_t> last = last_applied(at.job);
+    if (last && at.step == *last) return Status::OK();  // a late copy: that step summed it
+    GPUBOX_RETURN_IF_ERROR(check_not_older(at, last, client_id));
     if (held_ && (held_->job != at.job || held_->step != at.step)) {
       drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
     }
@@ -120,6 +160,7 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     held_->last_chunk = now;
     if (part.by_chunk.size() == part.chunks) ++held_->whole_parts;
     if (held_->whole_parts < held_->parts.size()) return Status::OK();
+    remember_applied(held_->job, held_->step);
     whole = std::move(held_);
     held_.reset();
   }

@@ -10,7 +10,9 @@
 // A step is applied whole or not at all. Held parts of a step that never completes (a trainer died
 // mid-step: the others then fail at the step's barrier, naming it) are dropped, unapplied and
 // logged, when another step's part arrives (the next job's first step) or when no part came for
-// StepSumsLimits::max_idle (the server's sweep: expire). A part of a dropped step that arrives
+// StepSumsLimits::max_idle (the server's sweep: expire); a part of an older step of the held
+// step's job never drops it (a job's steps go forward: such a part is a stale copy, answered OK
+// when its step was the job's last applied, else refused). A part of a dropped step that arrives
 // after all (a straggler slower than max_idle) is refused, naming the step and why it was dropped,
 // so that its trainer fails instead of going on without the step. One step is held at a time (the
 // sync mode's barriers never let a trainer push step s + 1 before every trainer's push of step s
@@ -55,8 +57,9 @@ class PsStepSums {
   // part whose chunk count, a step whose part count or a chunk whose record width disagrees
   // with what arrived before, and non-finite values; ResourceExhausted past
   // StepSumsLimits::max_bytes; NotFound for a part of one of the kMaxDroppedSteps steps dropped
-  // last. A part of another step than the one held drops that one first
-  // (logged, naming the parts missing).
+  // last; a part of the step its job applied last is answered OK (it was summed in it), one of an
+  // older step refused (InvalidArgument). A part of a newer step of the held step's job, or of
+  // another job, drops the held step first (logged, naming the parts missing).
   Status add(PsPushRequest request, uint64_t client_id, const Apply& apply,
              Clock::time_point now = Clock::now());
   // Drops the held step when no part came for StepSumsLimits::max_idle before `now` (logged);
@@ -90,6 +93,14 @@ class PsStepSums {
   void drop(const std::string& why) GPUBOX_REQUIRES(mu_);
   // NotFound when (job, step) is a step dropped_ids_ remembers, else OK.
   Status check_not_dropped(uint64_t job, uint64_t step) const GPUBOX_REQUIRES(mu_);
+  // The step of `job` applied last, when applied_ remembers the job.
+  std::optional<uint64_t> last_applied(uint64_t job) const GPUBOX_REQUIRES(mu_);
+  void remember_applied(uint64_t job, uint64_t step) GPUBOX_REQUIRES(mu_);
+  // InvalidArgument for a part of a step of its job older than the one applied last (`last`) or
+  // than the one held: a job's steps go forward, so it is a stale copy (or a second job under
+  // the id), and must neither be held nor drop the held step.
+  Status check_not_older(const PsStepPart& at, std::optional<uint64_t> last,
+                         uint64_t client_id) const GPUBOX_REQUIRES(mu_);
   // The held step's gradients summed per key, in part order and chunk order.
   static PsPushRequest sum(const Step& step);
 
@@ -104,6 +115,16 @@ class PsStepSums {
   };
   static constexpr std::size_t kMaxDroppedSteps = 64;
   std::deque<DroppedStep> dropped_ids_ GPUBOX_GUARDED_BY(mu_);  // the last dropped, oldest first
+  // The step each of the kMaxAppliedJobs jobs that applied one last applied last, the job that
+  // applied longest ago first: a part of that step arriving again (a retry the retry cache
+  // forgot, or a stale copy from a closed connection) was summed in it and is answered OK, and a
+  // part of an older step is refused; neither touches the held step.
+  struct AppliedStep {
+    uint64_t job = 0;
+    uint64_t step = 0;
+  };
+  static constexpr std::size_t kMaxAppliedJobs = 64;
+  std::deque<AppliedStep> applied_ GPUBOX_GUARDED_BY(mu_);
 };
 
 // "pass P, step S" of a PsStepPart::step.

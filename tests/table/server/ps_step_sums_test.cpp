@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -280,6 +281,60 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   }
 }
 
+// A chunk of part `part` (of `parts`) of job 99's `step`: `keys` records of width 4, all 1.
+PsPushRequest step_chunk(uint64_t step, int parts, int part, std::size_t keys) {
+  PsPushRequest request;
+  request.kind = PsUpdateKind::kStepGradient;
+  request.step = step_part(step, parts, part);
+  request.step.chunks = 1;
+  request.dim = 4;
+  for (std::size_t k = 0; k < keys; ++k) request.keys.push_back(k);
+  request.slots.assign(keys, 0);
+  request.values.assign(keys * 4, 1.0f);
+  return request;
+}
+
+// Counts the steps applied.
+struct CountApplied {
+  Status operator()(const PsPushRequest&) {
+    ++applied;
+    return Status::OK();
+  }
+  int applied = 0;
+};
+
+// A late copy of a part of the step its job applied last (a retry the retry cache forgot, or a
+// request left on a closed connection) arrives while the next step is held: it is answered OK and
+// applies nothing, and the held step stays (it used to be dropped, its remaining parts then
+// refused: a healthy job failed). A part of an older step is refused, the held step kept too.
+TEST(PsStepSums, ALateCopyOfAnAppliedStepKeepsTheNextOne) {
+  PsStepSums sums;
+  CountApplied count;
+  const PsStepSums::Apply apply = std::ref(count);
+  ASSERT_TRUE(sums.add(step_chunk(1, 2, 0, 2), 1, apply).ok());
+  ASSERT_TRUE(sums.add(step_chunk(1, 2, 1, 2), 2, apply).ok());
+  EXPECT_EQ(count.applied, 1);
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 2), 1, apply).ok());
+  const std::size_t held = sums.held_bytes();
+  EXPECT_GT(held, 0u);
+  EXPECT_TRUE(sums.add(step_chunk(1, 2, 0, 2), 1, apply).ok());  // the late copy
+  EXPECT_TRUE(sums.add(step_chunk(1, 2, 1, 2), 2, apply).ok());
+  const Status older = sums.add(step_chunk(0, 2, 1, 2), 2, apply);
+  EXPECT_EQ(older.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(older.message().find("older step"), std::string::npos) << older.message();
+  EXPECT_EQ(sums.held_bytes(), held);
+  EXPECT_EQ(sums.dropped_steps(), 0u);
+  EXPECT_EQ(count.applied, 1);
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 1, 2), 2, apply).ok());  // step 2 completes
+  EXPECT_EQ(count.applied, 2);
+  // A part of a step between the one applied last and the held one: refused too.
+  ASSERT_TRUE(sums.add(step_chunk(7, 2, 0, 2), 1, apply).ok());
+  EXPECT_EQ(sums.add(step_chunk(5, 2, 1, 2), 2, apply).code(), Status::Code::kInvalidArgument);
+  ASSERT_TRUE(sums.add(step_chunk(7, 2, 1, 2), 2, apply).ok());
+  EXPECT_EQ(count.applied, 3);
+  EXPECT_EQ(sums.dropped_steps(), 0u);
+}
+
 // The sweep's part: a held step that no part reached for max_idle is dropped, unapplied, and a late
 // part of it is refused; the limit on held bytes refuses a chunk that would go over it.
 TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
@@ -292,17 +347,7 @@ TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
     ++applied;
     return Status::OK();
   };
-  const auto chunk = [](int part, std::size_t keys) {
-    PsPushRequest request;
-    request.kind = PsUpdateKind::kStepGradient;
-    request.step = step_part(1, 2, part);
-    request.step.chunks = 1;
-    request.dim = 4;
-    for (std::size_t k = 0; k < keys; ++k) request.keys.push_back(k);
-    request.slots.assign(keys, 0);
-    request.values.assign(keys * 4, 1.0f);
-    return request;
-  };
+  const auto chunk = [](int part, std::size_t keys) { return step_chunk(1, 2, part, keys); };
   const auto t0 = PsStepSums::Clock::now();
   ASSERT_TRUE(sums.add(chunk(0, 2), 1, apply, t0).ok());
   EXPECT_EQ(sums.held_bytes(), 2 * (8 + 4 + 16));
