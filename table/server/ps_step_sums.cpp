@@ -11,8 +11,11 @@ namespace gpubox::table::server {
 
 namespace {
 
+// What a held chunk costs: its keys, slots and values, and kChunkOverheadBytes (its map node,
+// request and allocations: an empty chunk is not free).
 std::size_t chunk_bytes(const PsPushRequest& request) {
-  return request.keys.size() * (sizeof(uint64_t) + sizeof(int32_t)) +
+  return PsStepSums::kChunkOverheadBytes +
+         request.keys.size() * (sizeof(uint64_t) + sizeof(int32_t)) +
          request.values.size() * sizeof(float);
 }
 
@@ -26,6 +29,11 @@ std::string part_name(const PsStepPart& at, uint64_t client_id) {
 }
 
 }  // namespace
+
+std::size_t PsStepSums::step_bytes(uint32_t parts) {
+  static_assert(sizeof(Part) <= kPartOverheadBytes);
+  return sizeof(Step) + std::size_t{parts} * kPartOverheadBytes;
+}
 
 std::string step_name(uint64_t step) {
   return "pass " + std::to_string(step >> 32) + ", step " + std::to_string(step & 0xffffffffu);
@@ -140,24 +148,28 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     const std::optional<uint64_t> last = last_applied(at.job);
     if (last && at.step == *last) return Status::OK();  // a late copy: that step summed it
     GPUBOX_RETURN_IF_ERROR(check_not_older(at, last, client_id));
-    if (held_ && (held_->job != at.job || held_->step != at.step)) {
-      drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
+    if (request.keys.empty() && at.chunks > 1) {
+      return Status::InvalidArgument(part_name(at, client_id) + " of " + std::to_string(at.chunks) +
+                                     ": an empty chunk in a part of several (a part sends a "
+                                     "server an empty chunk only alone, having no key there)");
     }
-    if (!held_) held_.emplace(at.job, at.step, request.dim, at.parts);
-    GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, client_id));
+    // Checked before the part may drop the held step: a part too large for the limit drops none.
+    const bool next = held_ && (held_->job != at.job || held_->step != at.step);
     const std::size_t bytes = chunk_bytes(request);
-    if (held_->bytes + bytes > limits_.max_bytes) {
+    const std::size_t before = held_ && !next ? held_->bytes : step_bytes(at.parts);
+    if (before + bytes > limits_.max_bytes) {
       return Status::ResourceExhausted(
-          "PS_PUSH of client " + std::to_string(client_id) + ": the sync step of " +
-          job_name(at.job) + ", " + step_name(at.step) + " would hold " +
-          std::to_string(held_->bytes + bytes) + " bytes, over the limit of " +
+          part_name(at, client_id) + ": the sync step would hold " +
+          std::to_string(before + bytes) + " bytes, over the limit of " +
           std::to_string(limits_.max_bytes) + " (gpubox_server --max_dense_mb)");
     }
+    if (next) drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
+    if (!held_) held_.emplace(at.job, at.step, request.dim, at.parts, now);
+    GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, client_id));
     Part& part = held_->parts[at.part];
     part.chunks = at.chunks;
     part.by_chunk.emplace(at.chunk, std::move(request));
     held_->bytes += bytes;
-    held_->last_chunk = now;
     if (part.by_chunk.size() == part.chunks) ++held_->whole_parts;
     if (held_->whole_parts < held_->parts.size()) return Status::OK();
     remember_applied(held_->job, held_->step);
@@ -194,8 +206,8 @@ PsPushRequest PsStepSums::sum(const Step& step) {
 
 std::size_t PsStepSums::expire(Clock::time_point now) {
   MutexLock lock(mu_);
-  if (!held_ || now - held_->last_chunk < limits_.max_idle) return 0;
-  drop("no part of it came for gpubox_server --dense_write_max_idle_s");
+  if (!held_ || now - held_->started < limits_.max_wait) return 0;
+  drop("its parts did not all come within gpubox_server --dense_write_max_idle_s of its first");
   return 1;
 }
 

@@ -10,13 +10,13 @@
 // A step is applied whole or not at all. Held parts of a step that never completes (a trainer died
 // mid-step: the others then fail at the step's barrier, naming it) are dropped, unapplied and
 // logged, when another step's part arrives (the next job's first step) or when no part came for
-// StepSumsLimits::max_idle (the server's sweep: expire); a part of an older step of the held
-// step's job never drops it (a job's steps go forward: such a part is a stale copy, answered OK
-// when its step was the job's last applied, else refused). A part of a dropped step that arrives
-// after all (a straggler slower than max_idle) is refused, naming the step and why it was dropped,
-// so that its trainer fails instead of going on without the step. One step is held at a time (the
-// sync mode's barriers never let a trainer push step s + 1 before every trainer's push of step s
-// returned, which is after the part completing it was applied).
+// StepSumsLimits::max_wait of its first part (the server's sweep: expire); a part of an older step
+// of the held step's job never drops it (a job's steps go forward: such a part is a stale copy,
+// answered OK when its step was the job's last applied, else refused). A part of a dropped step
+// that arrives after all (a straggler slower than max_wait) is refused, naming the step and why it
+// was dropped, so that its trainer fails instead of going on without the step. One step is held at
+// a time (the sync mode's barriers never let a trainer push step s + 1 before every trainer's push
+// of step s returned, which is after the part completing it was applied).
 //
 // Thread-safety: every method may be called from any server thread.
 #pragma once
@@ -39,8 +39,13 @@ namespace gpubox::table::server {
 
 // What bounds the held step (ServerOptions: max_dense_bytes, dense_write_max_idle_s).
 struct StepSumsLimits {
-  std::size_t max_bytes = std::size_t{4} << 30;  // the held chunks' keys, slots and values
-  std::chrono::steady_clock::duration max_idle = std::chrono::seconds(120);
+  // The held step's parts (kPartOverheadBytes each) and chunks (kChunkOverheadBytes each, and
+  // their keys, slots and values): the chunks a step holds are at most max_bytes /
+  // kChunkOverheadBytes.
+  std::size_t max_bytes = std::size_t{4} << 30;
+  // A step whose parts did not all arrive within max_wait of its first is dropped (counted from
+  // its start, not its last chunk: a client dripping chunks cannot hold the memory longer).
+  std::chrono::steady_clock::duration max_wait = std::chrono::seconds(120);
 };
 
 class PsStepSums {
@@ -49,11 +54,19 @@ class PsStepSums {
   // Applies a step's summed gradients (kind kGradient, distinct keys) to the table.
   using Apply = std::function<Status(const PsPushRequest& summed)>;
 
+  // What a held chunk and a step's part cost besides their keys, slots and values (a chunk: its
+  // map node, request and allocations, about 160 bytes even empty; a part: sizeof(Part)).
+  static constexpr std::size_t kChunkOverheadBytes = 256;
+  static constexpr std::size_t kPartOverheadBytes = 128;
+
   explicit PsStepSums(StepSumsLimits limits = {}) : limits_(limits) {}
+  // What a step of `parts` parts costs held before any chunk: the step and its parts.
+  static std::size_t step_bytes(uint32_t parts);
 
   // Holds `request` (a kStepGradient PS_PUSH of client `client_id`); when it completes its step,
   // sums the step (part order, then chunk order) and calls `apply` on the sum, outside the lock,
-  // returning its status. Refuses (InvalidArgument, nothing held) a chunk received before, a
+  // returning its status. Refuses (InvalidArgument, nothing held) a chunk received before, an
+  // empty chunk of a part of several (the client sends one only alone), a
   // part whose chunk count, a step whose part count or a chunk whose record width disagrees
   // with what arrived before, and non-finite values; ResourceExhausted past
   // StepSumsLimits::max_bytes; NotFound for a part of one of the kMaxDroppedSteps steps dropped
@@ -62,7 +75,8 @@ class PsStepSums {
   // another job, drops the held step first (logged, naming the parts missing).
   Status add(PsPushRequest request, uint64_t client_id, const Apply& apply,
              Clock::time_point now = Clock::now());
-  // Drops the held step when no part came for StepSumsLimits::max_idle before `now` (logged);
+  // Drops the held step when its parts did not all arrive within StepSumsLimits::max_wait of its
+  // first, before `now` (logged);
   // returns how many steps it dropped (0 or 1).
   std::size_t expire(Clock::time_point now);
   std::size_t held_bytes() const;
@@ -76,15 +90,21 @@ class PsStepSums {
   struct Step {
     // Not a default constructor: std::optional<Step> below is declared before Step's member
     // initializers are parsed, where clang takes Step for not default-constructible.
-    Step(uint64_t job_id, uint64_t step_id, uint32_t record_dim, uint32_t part_count)
-        : job(job_id), step(step_id), dim(record_dim), parts(part_count) {}
+    Step(uint64_t job_id, uint64_t step_id, uint32_t record_dim, uint32_t part_count,
+         Clock::time_point first_part)
+        : job(job_id),
+          step(step_id),
+          dim(record_dim),
+          parts(part_count),
+          bytes(step_bytes(part_count)),
+          started(first_part) {}
     uint64_t job = 0;
     uint64_t step = 0;
     uint32_t dim = 0;
     std::vector<Part> parts;
-    uint32_t whole_parts = 0;  // parts every chunk of which arrived
-    std::size_t bytes = 0;
-    Clock::time_point last_chunk;
+    uint32_t whole_parts = 0;   // parts every chunk of which arrived
+    std::size_t bytes = 0;      // step_bytes(parts), and chunk_bytes() a chunk held
+    Clock::time_point started;  // its first part's arrival: max_wait counts from it
   };
   // Checks `request` against the held step (the same job and step); InvalidArgument naming why.
   Status check_fits(const Step& held, const PsPushRequest& request, uint64_t client_id) const

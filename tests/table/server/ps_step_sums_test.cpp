@@ -31,6 +31,7 @@ using namespace testing;  // NOLINT: FakeHostTier and the loopback helpers
 
 constexpr uint64_t kHotKey = 7;
 constexpr int32_t kSlot = 2;
+constexpr std::size_t kRecordBytes = 8 + 4 + 4 * 4;  // a key, its slot and 4 floats
 
 // Two shards (so every part sends each an empty chunk or its keys) over fake tables, and one
 // client per part, with small chunks (a part's keys on a shard travel in several).
@@ -281,12 +282,15 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   }
 }
 
-// A chunk of part `part` (of `parts`) of job 99's `step`: `keys` records of width 4, all 1.
-PsPushRequest step_chunk(uint64_t step, int parts, int part, std::size_t keys) {
+// Chunk `chunk` of `chunks` of part `part` (of `parts`) of job 99's `step`: `keys` records of
+// width 4 (kRecordBytes each), all 1.
+PsPushRequest step_chunk(uint64_t step, int parts, int part, std::size_t keys, uint32_t chunks = 1,
+                         uint32_t chunk = 0) {
   PsPushRequest request;
   request.kind = PsUpdateKind::kStepGradient;
   request.step = step_part(step, parts, part);
-  request.step.chunks = 1;
+  request.step.chunks = chunks;
+  request.step.chunk = chunk;
   request.dim = 4;
   for (std::size_t k = 0; k < keys; ++k) request.keys.push_back(k);
   request.slots.assign(keys, 0);
@@ -335,22 +339,21 @@ TEST(PsStepSums, ALateCopyOfAnAppliedStepKeepsTheNextOne) {
   EXPECT_EQ(sums.dropped_steps(), 0u);
 }
 
-// The sweep's part: a held step that no part reached for max_idle is dropped, unapplied, and a late
-// part of it is refused; the limit on held bytes refuses a chunk that would go over it.
+// The sweep's part: a held step whose parts did not all arrive within max_wait is dropped,
+// unapplied, and a late part of it is refused; the limit on held bytes (the step, its parts and
+// chunks, and their records) refuses a chunk that would go over it by one record.
 TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
   StepSumsLimits limits;
-  limits.max_idle = std::chrono::seconds(10);
-  limits.max_bytes = 200;
+  limits.max_wait = std::chrono::seconds(10);
+  const std::size_t chunk_bytes = PsStepSums::kChunkOverheadBytes;
+  limits.max_bytes = PsStepSums::step_bytes(2) + 2 * chunk_bytes + 9 * kRecordBytes;
   PsStepSums sums(limits);
-  int applied = 0;
-  const auto apply = [&](const PsPushRequest&) {
-    ++applied;
-    return Status::OK();
-  };
+  CountApplied count;
+  const PsStepSums::Apply apply = std::ref(count);
   const auto chunk = [](int part, std::size_t keys) { return step_chunk(1, 2, part, keys); };
   const auto t0 = PsStepSums::Clock::now();
   ASSERT_TRUE(sums.add(chunk(0, 2), 1, apply, t0).ok());
-  EXPECT_EQ(sums.held_bytes(), 2 * (8 + 4 + 16));
+  EXPECT_EQ(sums.held_bytes(), PsStepSums::step_bytes(2) + chunk_bytes + 2 * kRecordBytes);
   EXPECT_EQ(sums.add(chunk(1, 8), 1, apply, t0).code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(9)), 0u);
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(10)), 1u);
@@ -361,16 +364,42 @@ TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
   const Status late = sums.add(chunk(1, 1), 1, apply, t0);
   EXPECT_EQ(late.code(), Status::Code::kNotFound);
   EXPECT_NE(late.message().find("pass 0, step 1 was dropped"), std::string::npos) << late.message();
-  const auto next_step = [&](int part) {
-    PsPushRequest request = chunk(part, 1);
-    request.step.step = 2;
-    return request;
-  };
-  ASSERT_TRUE(sums.add(next_step(1), 1, apply, t0).ok());  // the next step: part 1 alone
-  EXPECT_EQ(applied, 0);
-  ASSERT_TRUE(sums.add(next_step(0), 1, apply, t0).ok());
-  EXPECT_EQ(applied, 1);
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 1, 2), 1, apply, t0).ok());  // the next step: part 1 alone
+  EXPECT_EQ(count.applied, 0);
+  // A first chunk of a newer step too large for the limit is refused before it drops the held one.
+  EXPECT_EQ(sums.add(step_chunk(3, 2, 0, 20), 1, apply, t0).code(),
+            Status::Code::kResourceExhausted);
+  EXPECT_EQ(sums.dropped_steps(), 1u);
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 7), 1, apply, t0).ok());  // exactly the limit
+  EXPECT_EQ(count.applied, 1);
   EXPECT_EQ(sums.held_bytes(), 0u);
+}
+
+// What a client cannot make the server hold: empty chunks cost kChunkOverheadBytes each (they
+// were free: 60,000 of them held 0 bytes) and come only alone (one part with no key there), and
+// a step is held at most max_wait from its first part however often chunks drip in.
+TEST(PsStepSums, EmptyChunksCostAndADripHoldsAStepNoLonger) {
+  StepSumsLimits limits;
+  limits.max_wait = std::chrono::seconds(10);
+  PsStepSums sums(limits);
+  CountApplied count;
+  const PsStepSums::Apply apply = std::ref(count);
+  const auto t0 = PsStepSums::Clock::now();
+  const Status empty = sums.add(step_chunk(1, 3, 0, 0, /*chunks=*/2, /*chunk=*/1), 1, apply, t0);
+  EXPECT_EQ(empty.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(empty.message().find("empty chunk"), std::string::npos) << empty.message();
+  EXPECT_EQ(sums.held_bytes(), 0u);
+  ASSERT_TRUE(sums.add(step_chunk(1, 3, 0, 0), 1, apply, t0).ok());
+  EXPECT_EQ(sums.held_bytes(), PsStepSums::step_bytes(3) + PsStepSums::kChunkOverheadBytes);
+  // Part 1 drips its chunks, each within max_wait of the one before: the step goes at t0 + 10 s.
+  for (uint32_t c = 0; c < 3; ++c) {
+    const auto at = t0 + std::chrono::seconds(4 * c);
+    ASSERT_TRUE(sums.add(step_chunk(1, 3, 1, 1, /*chunks=*/4, c), 1, apply, at).ok());
+    EXPECT_EQ(sums.expire(at), 0u);
+  }
+  EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(10)), 1u);
+  EXPECT_EQ(sums.held_bytes(), 0u);
+  EXPECT_EQ(count.applied, 0);
 }
 
 }  // namespace
