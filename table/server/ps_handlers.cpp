@@ -8,7 +8,8 @@
 
 namespace gpubox::table::server {
 
-Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                            const RequestOrigin& origin) {
   auto request = decode_ps_push_request(payload.data(), payload.size());
   if (!request.ok()) return table_error_reply(header, request.status());
   Status st = check_keys(request->keys.data(), request->keys.size());
@@ -17,7 +18,7 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
   const std::size_t rows = request->keys.size();
   if (st.ok()) {
     st = request->kind == PsUpdateKind::kStepGradient
-             ? ps_step_push(header, std::move(request).value())
+             ? ps_step_push(header, std::move(request).value(), origin)
              : ps_store_.apply(*table_, *request);
   }
   if (!st.ok()) return table_error_reply(header, st);
@@ -25,9 +26,11 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
   return make_reply(header, Status::Code::kOk, {});
 }
 
-Status Server::Impl::ps_step_push(const FrameHeader& header, PsPushRequest request) {
+Status Server::Impl::ps_step_push(const FrameHeader& header, PsPushRequest request,
+                                  const RequestOrigin& origin) {
   return ps_step_sums_.add(
-      std::move(request), header.client_id,
+      std::move(request),
+      "client " + std::to_string(header.client_id) + " at " + std::string(origin.address),
       [this](const PsPushRequest& summed) { return ps_store_.apply(*table_, summed); });
 }
 

@@ -21,11 +21,10 @@ std::size_t chunk_bytes(const PsPushRequest& request) {
 
 std::string job_name(uint64_t job) { return "job " + std::to_string(job); }
 
-// "PS_PUSH of client C, job J, pass P, step S, part p chunk c".
-std::string part_name(const PsStepPart& at, uint64_t client_id) {
-  return "PS_PUSH of client " + std::to_string(client_id) + ", " + job_name(at.job) + ", " +
-         step_name(at.step) + ", part " + std::to_string(at.part) + " chunk " +
-         std::to_string(at.chunk);
+// "PS_PUSH of <peer>, job J, pass P, step S, part p chunk c".
+std::string part_name(const PsStepPart& at, const std::string& peer) {
+  return "PS_PUSH of " + peer + ", " + job_name(at.job) + ", " + step_name(at.step) + ", part " +
+         std::to_string(at.part) + " chunk " + std::to_string(at.chunk);
 }
 
 }  // namespace
@@ -40,9 +39,9 @@ std::string step_name(uint64_t step) {
 }
 
 Status PsStepSums::check_fits(const Step& held, const PsPushRequest& request,
-                              uint64_t client_id) const {
+                              const std::string& peer) const {
   const PsStepPart& at = request.step;
-  const std::string where = part_name(at, client_id);
+  const std::string where = part_name(at, peer);
   if (at.parts != held.parts.size()) {
     return Status::InvalidArgument(where + ": the step has " + std::to_string(at.parts) +
                                    " parts, but its parts before said " +
@@ -85,9 +84,13 @@ void PsStepSums::drop(const std::string& why) {
                       << " parts arrived whole, missing part(s) " << missing
                       << " (part = trainer x threads + thread: a trainer died mid-step, and the "
                          "job failed at the step's barrier naming it)";
-  if (dropped_ids_.size() == kMaxDroppedSteps) dropped_ids_.pop_front();
-  dropped_ids_.push_back(DroppedStep{held_->job, held_->step, why});
+  remember_dropped(held_->job, held_->step, why);
   held_.reset();
+}
+
+void PsStepSums::remember_dropped(uint64_t job, uint64_t step, const std::string& why) {
+  if (dropped_ids_.size() == kMaxDroppedSteps) dropped_ids_.pop_front();
+  dropped_ids_.push_back(DroppedStep{job, step, why});
   ++dropped_;
 }
 
@@ -119,7 +122,7 @@ void PsStepSums::remember_applied(uint64_t job, uint64_t step) {
 }
 
 Status PsStepSums::check_not_older(const PsStepPart& at, std::optional<uint64_t> last,
-                                   uint64_t client_id) const {
+                                   const std::string& peer) const {
   std::string after;
   if (last && at.step < *last) {
     after = "its " + step_name(*last) + " was applied already";
@@ -127,13 +130,13 @@ Status PsStepSums::check_not_older(const PsStepPart& at, std::optional<uint64_t>
     after = "its " + step_name(held_->step) + " is held already";
   }
   if (after.empty()) return Status::OK();
-  return Status::InvalidArgument(part_name(at, client_id) +
-                                 ": a part of an older step of the job (" + after +
+  return Status::InvalidArgument(part_name(at, peer) + ": a part of an older step of the job (" +
+                                 after +
                                  "; a job's steps go forward), refused: a stale copy of a part "
                                  "summed before, or a second job under the same id");
 }
 
-Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& apply,
+Status PsStepSums::add(PsPushRequest request, const std::string& peer, const Apply& apply,
                        Clock::time_point now) {
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
@@ -147,9 +150,9 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     GPUBOX_RETURN_IF_ERROR(check_not_dropped(at.job, at.step));
     const std::optional<uint64_t> last = last_applied(at.job);
     if (last && at.step == *last) return Status::OK();  // a late copy: that step summed it
-    GPUBOX_RETURN_IF_ERROR(check_not_older(at, last, client_id));
+    GPUBOX_RETURN_IF_ERROR(check_not_older(at, last, peer));
     if (request.keys.empty() && at.chunks > 1) {
-      return Status::InvalidArgument(part_name(at, client_id) + " of " + std::to_string(at.chunks) +
+      return Status::InvalidArgument(part_name(at, peer) + " of " + std::to_string(at.chunks) +
                                      ": an empty chunk in a part of several (a part sends a "
                                      "server an empty chunk only alone, having no key there)");
     }
@@ -159,13 +162,13 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     const std::size_t before = held_ && !next ? held_->bytes : step_bytes(at.parts);
     if (before + bytes > limits_.max_bytes) {
       return Status::ResourceExhausted(
-          part_name(at, client_id) + ": the sync step would hold " +
-          std::to_string(before + bytes) + " bytes, over the limit of " +
-          std::to_string(limits_.max_bytes) + " (gpubox_server --max_dense_mb)");
+          part_name(at, peer) + ": the sync step would hold " + std::to_string(before + bytes) +
+          " bytes, over the limit of " + std::to_string(limits_.max_bytes) +
+          " (gpubox_server --max_dense_mb)");
     }
     if (next) drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
     if (!held_) held_.emplace(at.job, at.step, request.dim, at.parts, now);
-    GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, client_id));
+    GPUBOX_RETURN_IF_ERROR(check_fits(*held_, request, peer));
     Part& part = held_->parts[at.part];
     part.chunks = at.chunks;
     part.by_chunk.emplace(at.chunk, std::move(request));
@@ -176,7 +179,18 @@ Status PsStepSums::add(PsPushRequest request, uint64_t client_id, const Apply& a
     whole = std::move(held_);
     held_.reset();
   }
-  return apply(sum(*whole));
+  Status applied = apply(sum(*whole));
+  if (!applied.ok()) {
+    // Its parts are no longer held, and the retry cache keeps only successes: a retry of the
+    // completing chunk would start the step anew and be answered OK, the step silently lost.
+    const std::string why = "applying its sums failed: " + applied.to_string();
+    GPUBOX_LOG(WARNING) << "gpubox_server: the sync step of " << job_name(whole->job) << ", "
+                        << step_name(whole->step) << ", completed by " << peer
+                        << ", was not applied (" << why << ")";
+    MutexLock lock(mu_);
+    remember_dropped(whole->job, whole->step, why);
+  }
+  return applied;
 }
 
 PsPushRequest PsStepSums::sum(const Step& step) {

@@ -63,17 +63,18 @@ class PsStepSums {
   // What a step of `parts` parts costs held before any chunk: the step and its parts.
   static std::size_t step_bytes(uint32_t parts);
 
-  // Holds `request` (a kStepGradient PS_PUSH of client `client_id`); when it completes its step,
-  // sums the step (part order, then chunk order) and calls `apply` on the sum, outside the lock,
-  // returning its status. Refuses (InvalidArgument, nothing held) a chunk received before, an
-  // empty chunk of a part of several (the client sends one only alone), a
-  // part whose chunk count, a step whose part count or a chunk whose record width disagrees
-  // with what arrived before, and non-finite values; ResourceExhausted past
+  // Holds `request` (a kStepGradient PS_PUSH of `peer`, which the messages name: "client C at
+  // ADDRESS"); when it completes its step, sums the step (part order, then chunk order) and calls
+  // `apply` on the sum, outside the lock, returning its status (a step whose apply failed is
+  // remembered as dropped, the failure its reason, and logged). Refuses (InvalidArgument, nothing
+  // held) a chunk received before, an empty chunk of a part of several (the client sends one only
+  // alone), a part whose chunk count, a step whose part count or a chunk whose record width
+  // disagrees with what arrived before, and non-finite values; ResourceExhausted past
   // StepSumsLimits::max_bytes; NotFound for a part of one of the kMaxDroppedSteps steps dropped
   // last; a part of the step its job applied last is answered OK (it was summed in it), one of an
   // older step refused (InvalidArgument). A part of a newer step of the held step's job, or of
   // another job, drops the held step first (logged, naming the parts missing).
-  Status add(PsPushRequest request, uint64_t client_id, const Apply& apply,
+  Status add(PsPushRequest request, const std::string& peer, const Apply& apply,
              Clock::time_point now = Clock::now());
   // Drops the held step when its parts did not all arrive within StepSumsLimits::max_wait of its
   // first, before `now` (logged);
@@ -107,10 +108,12 @@ class PsStepSums {
     Clock::time_point started;  // its first part's arrival: max_wait counts from it
   };
   // Checks `request` against the held step (the same job and step); InvalidArgument naming why.
-  Status check_fits(const Step& held, const PsPushRequest& request, uint64_t client_id) const
+  Status check_fits(const Step& held, const PsPushRequest& request, const std::string& peer) const
       GPUBOX_REQUIRES(mu_);
   // Drops the held step, logging `why` and the parts missing, and remembers it (dropped_ids_).
   void drop(const std::string& why) GPUBOX_REQUIRES(mu_);
+  // Remembers (job, step) as dropped, `why` its reason, in dropped_ids_; counts it.
+  void remember_dropped(uint64_t job, uint64_t step, const std::string& why) GPUBOX_REQUIRES(mu_);
   // NotFound when (job, step) is a step dropped_ids_ remembers, else OK.
   Status check_not_dropped(uint64_t job, uint64_t step) const GPUBOX_REQUIRES(mu_);
   // The step of `job` applied last, when applied_ remembers the job.
@@ -120,7 +123,7 @@ class PsStepSums {
   // than the one held: a job's steps go forward, so it is a stale copy (or a second job under
   // the id), and must neither be held nor drop the held step.
   Status check_not_older(const PsStepPart& at, std::optional<uint64_t> last,
-                         uint64_t client_id) const GPUBOX_REQUIRES(mu_);
+                         const std::string& peer) const GPUBOX_REQUIRES(mu_);
   // The held step's gradients summed per key, in part order and chunk order.
   static PsPushRequest sum(const Step& step);
 

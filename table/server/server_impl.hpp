@@ -231,9 +231,11 @@ class Server::Impl {
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----
-  Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                const RequestOrigin& origin);
   // The sync mode's step part (kStepGradient): held, and the step applied once whole.
-  Status ps_step_push(const FrameHeader& header, PsPushRequest request);
+  Status ps_step_push(const FrameHeader& header, PsPushRequest request,
+                      const RequestOrigin& origin);
   // The sweep's part: drops a held sync step that no part reached for --dense_write_max_idle_s.
   void expire_step_sums(Clock::time_point now);
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.

@@ -315,28 +315,57 @@ TEST(PsStepSums, ALateCopyOfAnAppliedStepKeepsTheNextOne) {
   PsStepSums sums;
   CountApplied count;
   const PsStepSums::Apply apply = std::ref(count);
-  ASSERT_TRUE(sums.add(step_chunk(1, 2, 0, 2), 1, apply).ok());
-  ASSERT_TRUE(sums.add(step_chunk(1, 2, 1, 2), 2, apply).ok());
+  ASSERT_TRUE(sums.add(step_chunk(1, 2, 0, 2), "client 1", apply).ok());
+  ASSERT_TRUE(sums.add(step_chunk(1, 2, 1, 2), "client 2", apply).ok());
   EXPECT_EQ(count.applied, 1);
-  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 2), 1, apply).ok());
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 2), "client 1", apply).ok());
   const std::size_t held = sums.held_bytes();
   EXPECT_GT(held, 0u);
-  EXPECT_TRUE(sums.add(step_chunk(1, 2, 0, 2), 1, apply).ok());  // the late copy
-  EXPECT_TRUE(sums.add(step_chunk(1, 2, 1, 2), 2, apply).ok());
-  const Status older = sums.add(step_chunk(0, 2, 1, 2), 2, apply);
+  EXPECT_TRUE(sums.add(step_chunk(1, 2, 0, 2), "client 1", apply).ok());  // the late copy
+  EXPECT_TRUE(sums.add(step_chunk(1, 2, 1, 2), "client 2", apply).ok());
+  const Status older = sums.add(step_chunk(0, 2, 1, 2), "client 2", apply);
   EXPECT_EQ(older.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(older.message().find("older step"), std::string::npos) << older.message();
   EXPECT_EQ(sums.held_bytes(), held);
   EXPECT_EQ(sums.dropped_steps(), 0u);
   EXPECT_EQ(count.applied, 1);
-  ASSERT_TRUE(sums.add(step_chunk(2, 2, 1, 2), 2, apply).ok());  // step 2 completes
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 1, 2), "client 2", apply).ok());  // step 2 completes
   EXPECT_EQ(count.applied, 2);
   // A part of a step between the one applied last and the held one: refused too.
-  ASSERT_TRUE(sums.add(step_chunk(7, 2, 0, 2), 1, apply).ok());
-  EXPECT_EQ(sums.add(step_chunk(5, 2, 1, 2), 2, apply).code(), Status::Code::kInvalidArgument);
-  ASSERT_TRUE(sums.add(step_chunk(7, 2, 1, 2), 2, apply).ok());
+  ASSERT_TRUE(sums.add(step_chunk(7, 2, 0, 2), "client 1", apply).ok());
+  EXPECT_EQ(sums.add(step_chunk(5, 2, 1, 2), "client 2", apply).code(),
+            Status::Code::kInvalidArgument);
+  ASSERT_TRUE(sums.add(step_chunk(7, 2, 1, 2), "client 2", apply).ok());
   EXPECT_EQ(count.applied, 3);
   EXPECT_EQ(sums.dropped_steps(), 0u);
+}
+
+// A step whose apply fails (here: the table refuses it) is remembered as dropped, the failure its
+// reason: a retry of its completing chunk, which the retry cache does not keep (it keeps only
+// successes), is refused naming it, not held as the start of a new step and answered OK (the step
+// was lost silently), and so is a late part of it.
+TEST(PsStepSums, AStepWhoseApplyFailedIsRefusedNotStartedAgain) {
+  PsStepSums sums;
+  int applies = 0;
+  const PsStepSums::Apply refuse = [&](const PsPushRequest&) {
+    ++applies;
+    return Status::ResourceExhausted("the table is full");
+  };
+  ASSERT_TRUE(sums.add(step_chunk(1, 2, 0, 2), "client 1", refuse).ok());
+  EXPECT_EQ(sums.add(step_chunk(1, 2, 1, 2), "client 2", refuse).code(),
+            Status::Code::kResourceExhausted);
+  EXPECT_EQ(applies, 1);
+  EXPECT_EQ(sums.dropped_steps(), 1u);
+  for (int part : {1, 0}) {
+    const Status again = sums.add(step_chunk(1, 2, part, 2), "client 2", refuse);
+    EXPECT_EQ(again.code(), Status::Code::kNotFound);
+    EXPECT_NE(
+        again.message().find("applying its sums failed: ResourceExhausted: the table is full"),
+        std::string::npos)
+        << again.message();
+  }
+  EXPECT_EQ(sums.held_bytes(), 0u);
+  EXPECT_EQ(applies, 1);
 }
 
 // The sweep's part: a held step whose parts did not all arrive within max_wait is dropped,
@@ -352,25 +381,26 @@ TEST(PsStepSums, AnIdleStepExpiresAndHeldBytesAreBounded) {
   const PsStepSums::Apply apply = std::ref(count);
   const auto chunk = [](int part, std::size_t keys) { return step_chunk(1, 2, part, keys); };
   const auto t0 = PsStepSums::Clock::now();
-  ASSERT_TRUE(sums.add(chunk(0, 2), 1, apply, t0).ok());
+  ASSERT_TRUE(sums.add(chunk(0, 2), "client 1", apply, t0).ok());
   EXPECT_EQ(sums.held_bytes(), PsStepSums::step_bytes(2) + chunk_bytes + 2 * kRecordBytes);
-  EXPECT_EQ(sums.add(chunk(1, 8), 1, apply, t0).code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(sums.add(chunk(1, 8), "client 1", apply, t0).code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(9)), 0u);
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(10)), 1u);
   EXPECT_EQ(sums.held_bytes(), 0u);
   EXPECT_EQ(sums.dropped_steps(), 1u);
   // Its straggler part comes after all: refused, naming the step (its trainer fails, rather than
   // go on without the step's update).
-  const Status late = sums.add(chunk(1, 1), 1, apply, t0);
+  const Status late = sums.add(chunk(1, 1), "client 1", apply, t0);
   EXPECT_EQ(late.code(), Status::Code::kNotFound);
   EXPECT_NE(late.message().find("pass 0, step 1 was dropped"), std::string::npos) << late.message();
-  ASSERT_TRUE(sums.add(step_chunk(2, 2, 1, 2), 1, apply, t0).ok());  // the next step: part 1 alone
+  ASSERT_TRUE(
+      sums.add(step_chunk(2, 2, 1, 2), "client 1", apply, t0).ok());  // the next step: part 1 alone
   EXPECT_EQ(count.applied, 0);
   // A first chunk of a newer step too large for the limit is refused before it drops the held one.
-  EXPECT_EQ(sums.add(step_chunk(3, 2, 0, 20), 1, apply, t0).code(),
+  EXPECT_EQ(sums.add(step_chunk(3, 2, 0, 20), "client 1", apply, t0).code(),
             Status::Code::kResourceExhausted);
   EXPECT_EQ(sums.dropped_steps(), 1u);
-  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 7), 1, apply, t0).ok());  // exactly the limit
+  ASSERT_TRUE(sums.add(step_chunk(2, 2, 0, 7), "client 1", apply, t0).ok());  // exactly the limit
   EXPECT_EQ(count.applied, 1);
   EXPECT_EQ(sums.held_bytes(), 0u);
 }
@@ -385,16 +415,17 @@ TEST(PsStepSums, EmptyChunksCostAndADripHoldsAStepNoLonger) {
   CountApplied count;
   const PsStepSums::Apply apply = std::ref(count);
   const auto t0 = PsStepSums::Clock::now();
-  const Status empty = sums.add(step_chunk(1, 3, 0, 0, /*chunks=*/2, /*chunk=*/1), 1, apply, t0);
+  const Status empty =
+      sums.add(step_chunk(1, 3, 0, 0, /*chunks=*/2, /*chunk=*/1), "client 1", apply, t0);
   EXPECT_EQ(empty.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(empty.message().find("empty chunk"), std::string::npos) << empty.message();
   EXPECT_EQ(sums.held_bytes(), 0u);
-  ASSERT_TRUE(sums.add(step_chunk(1, 3, 0, 0), 1, apply, t0).ok());
+  ASSERT_TRUE(sums.add(step_chunk(1, 3, 0, 0), "client 1", apply, t0).ok());
   EXPECT_EQ(sums.held_bytes(), PsStepSums::step_bytes(3) + PsStepSums::kChunkOverheadBytes);
   // Part 1 drips its chunks, each within max_wait of the one before: the step goes at t0 + 10 s.
   for (uint32_t c = 0; c < 3; ++c) {
     const auto at = t0 + std::chrono::seconds(4 * c);
-    ASSERT_TRUE(sums.add(step_chunk(1, 3, 1, 1, /*chunks=*/4, c), 1, apply, at).ok());
+    ASSERT_TRUE(sums.add(step_chunk(1, 3, 1, 1, /*chunks=*/4, c), "client 1", apply, at).ok());
     EXPECT_EQ(sums.expire(at), 0u);
   }
   EXPECT_EQ(sums.expire(t0 + std::chrono::seconds(10)), 1u);
