@@ -28,6 +28,9 @@ Reply Server::Impl::ps_push(const FrameHeader& header, const std::vector<uint8_t
 
 Status Server::Impl::ps_step_push(const FrameHeader& header, PsPushRequest request,
                                   const RequestOrigin& origin) {
+  // Checked on arrival, not only when the step is applied: a part of the wrong width must not
+  // drop the held step of another job or step.
+  GPUBOX_RETURN_IF_ERROR(check_push_width(*table_, request.dim));
   return ps_step_sums_.add(
       std::move(request),
       "client " + std::to_string(header.client_id) + " at " + std::string(origin.address),

@@ -282,6 +282,37 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   }
 }
 
+// A part whose records are not the table's width is refused on arrival, naming both widths,
+// and does not drop the step the server holds (it was checked only when its step was applied,
+// after it had dropped the held step of another job, whose later parts were then refused).
+TEST(PsStepSums, APartOfTheWrongWidthIsRefusedBeforeItDropsTheHeldStep) {
+  const AccessorConfig cfg = test_config();
+  StepJob job(cfg, 2);
+  const auto dim = static_cast<std::size_t>(job.layout.push_dim());
+  const std::vector<PartPush> pushes = {part_push(0, dim), part_push(1, dim)};
+  const std::vector<uint64_t> keys = keys_of(pushes);
+  ASSERT_TRUE(push_part(job, pushes[0], 4, 2, 0).ok());
+  const std::vector<float> record(dim + 1, 0.5f);
+  const int32_t slot = kSlot;
+  PsStepPart at = step_part(1, 2, 0);
+  at.job = 77;
+  at.chunks = 1;
+  for (const uint32_t shard : {0u, 1u}) {
+    uint64_t key = 1;  // one of the shard's (another shard's key is refused for that)
+    while (host_shard(key, 2) != shard) ++key;
+    std::vector<uint8_t> payload;
+    encode_ps_step_push_request(at, &key, &slot, 1, record.data(), static_cast<uint32_t>(dim + 1),
+                                &payload);
+    Connection raw = raw_connection((shard == 0 ? job.server0 : job.server1)->port());
+    const Status wide = raw_call(raw, Op::kPsPush, payload, /*request_id=*/1);
+    EXPECT_EQ(wide.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(wide.message().find("records of width " + std::to_string(dim + 1)), std::string::npos)
+        << wide.message();
+  }
+  ASSERT_TRUE(push_part(job, pushes[1], 4, 2, 1).ok());
+  expect_rows(job.peek(keys), oracle_rows(cfg, job.layout, pushes, keys));
+}
+
 // Chunk `chunk` of `chunks` of part `part` (of `parts`) of job 99's `step`: `keys` records of
 // width 4 (kRecordBytes each), all 1.
 PsPushRequest step_chunk(uint64_t step, int parts, int part, std::size_t keys, uint32_t chunks = 1,
