@@ -164,7 +164,7 @@ Status PsStepSums::add(PsPushRequest request, const std::string& peer, const App
       return Status::ResourceExhausted(
           part_name(at, peer) + ": the sync step would hold " + std::to_string(before + bytes) +
           " bytes, over the limit of " + std::to_string(limits_.max_bytes) +
-          " (gpubox_server --max_dense_mb)");
+          " (gpubox_server --max_step_mb)");
     }
     if (next) drop("a part of " + job_name(at.job) + ", " + step_name(at.step) + " arrived");
     if (!held_) held_.emplace(at.job, at.step, request.dim, at.parts, now);
@@ -221,7 +221,7 @@ PsPushRequest PsStepSums::sum(const Step& step) {
 std::size_t PsStepSums::expire(Clock::time_point now) {
   MutexLock lock(mu_);
   if (!held_ || now - held_->started < limits_.max_wait) return 0;
-  drop("its parts did not all come within gpubox_server --dense_write_max_idle_s of its first");
+  drop("its parts did not all come within gpubox_server --step_max_wait_s of its first");
   return 1;
 }
 

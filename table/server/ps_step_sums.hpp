@@ -37,7 +37,7 @@
 
 namespace gpubox::table::server {
 
-// What bounds the held step (ServerOptions: max_dense_bytes, dense_write_max_idle_s).
+// What bounds the held step (ServerOptions: max_step_bytes, step_max_wait_s).
 struct StepSumsLimits {
   // The held step's parts (kPartOverheadBytes each) and chunks (kChunkOverheadBytes each, and
   // their keys, slots and values): the chunks a step holds are at most max_bytes /

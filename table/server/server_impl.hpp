@@ -236,7 +236,7 @@ class Server::Impl {
   // The sync mode's step part (kStepGradient): held, and the step applied once whole.
   Status ps_step_push(const FrameHeader& header, PsPushRequest request,
                       const RequestOrigin& origin);
-  // The sweep's part: drops a held sync step that no part reached for --dense_write_max_idle_s.
+  // The sweep's part: drops a held sync step not whole within --step_max_wait_s of its start.
   void expire_step_sums(Clock::time_point now);
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
   Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,

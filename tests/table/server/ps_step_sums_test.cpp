@@ -36,9 +36,9 @@ constexpr std::size_t kRecordBytes = 8 + 4 + 4 * 4;  // a key, its slot and 4 fl
 // Two shards (so every part sends each an empty chunk or its keys) over fake tables, and one
 // client per part, with small chunks (a part's keys on a shard travel in several).
 struct StepJob {
-  StepJob(const AccessorConfig& cfg, int parts)
+  StepJob(const AccessorConfig& cfg, int parts, const ServerOptions& options = {})
       : layout(RowLayout::make(cfg.optimizer.kind, cfg.mf_dim)), table0(cfg), table1(cfg) {
-    ServerOptions s0, s1;
+    ServerOptions s0 = options, s1 = options;
     s0.shard_num = s1.shard_num = 2;
     s1.shard_id = 1;
     server0 = start_server(&table0, s0);
@@ -311,6 +311,37 @@ TEST(PsStepSums, APartOfTheWrongWidthIsRefusedBeforeItDropsTheHeldStep) {
   }
   ASSERT_TRUE(push_part(job, pushes[1], 4, 2, 1).ok());
   expect_rows(job.peek(keys), oracle_rows(cfg, job.layout, pushes, keys));
+}
+
+// The held step's limits are the server's own flags, not the dense tables': a step whose parts
+// did not all come within --step_max_wait_s is dropped by the sweep (--dense_write_max_idle_s
+// stays 120 s), and a part over --max_step_mb is refused naming it.
+TEST(PsStepSums, TheServersStepLimitsAreItsOwn) {
+  const AccessorConfig cfg = test_config();
+  ServerOptions options;
+  options.step_max_wait_s = 0.2;
+  StepJob job(cfg, 2, options);
+  const auto dim = static_cast<std::size_t>(job.layout.push_dim());
+  const std::vector<PartPush> pushes = {part_push(0, dim), part_push(1, dim)};
+  ASSERT_TRUE(push_part(job, pushes[0], 1, 2, 0).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  const Status late = push_part(job, pushes[1], 1, 2, 1);
+  EXPECT_EQ(late.code(), Status::Code::kNotFound);
+  EXPECT_NE(late.message().find("--step_max_wait_s"), std::string::npos) << late.message();
+
+  options = ServerOptions{};
+  options.max_step_bytes = 2048;  // a part of 11 keys, 6 on a server at most, fits; 100 do not
+  StepJob small(cfg, 2, options);
+  ASSERT_TRUE(push_part(small, pushes[0], 1, 2, 0).ok());
+  PartPush big = part_push(1, dim);
+  for (uint64_t k = 0; k < 100; ++k) {
+    big.keys.push_back(50000 + k);
+    big.slots.push_back(kSlot);
+    big.values.insert(big.values.end(), dim, 0.25f);
+  }
+  const Status over = push_part(small, big, 1, 2, 1);
+  EXPECT_EQ(over.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(over.message().find("--max_step_mb"), std::string::npos) << over.message();
 }
 
 // Chunk `chunk` of `chunks` of part `part` (of `parts`) of job 99's `step`: `keys` records of
