@@ -384,6 +384,8 @@ ServerCounters Server::Impl::counters() const {
   c.dedup_entries = window_.entries();
   c.dedup_bytes = window_.bytes();
   c.dense_held_writes = ps_store_.held_writes();
+  c.step_held_bytes = ps_step_sums_.held_bytes();
+  c.steps_dropped = ps_step_sums_.dropped_steps();
   return c;
 }
 

@@ -141,6 +141,8 @@ struct ServerCounters {
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
   uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
+  uint64_t step_held_bytes = 0;    // the sync mode's held sparse step now (ps_step_sums.hpp)
+  uint64_t steps_dropped = 0;      // sync steps dropped unapplied (or whose apply failed)
 };
 
 // Where the server stores SAVE/LOAD `path`: a folder relative to data_dir

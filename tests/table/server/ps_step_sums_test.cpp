@@ -324,7 +324,12 @@ TEST(PsStepSums, TheServersStepLimitsAreItsOwn) {
   const auto dim = static_cast<std::size_t>(job.layout.push_dim());
   const std::vector<PartPush> pushes = {part_push(0, dim), part_push(1, dim)};
   ASSERT_TRUE(push_part(job, pushes[0], 1, 2, 0).ok());
+  EXPECT_GT(job.server0->counters().step_held_bytes, 0u);
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  for (Server* server : {job.server0.get(), job.server1.get()}) {
+    EXPECT_EQ(server->counters().step_held_bytes, 0u);
+    EXPECT_EQ(server->counters().steps_dropped, 1u);
+  }
   const Status late = push_part(job, pushes[1], 1, 2, 1);
   EXPECT_EQ(late.code(), Status::Code::kNotFound);
   EXPECT_NE(late.message().find("--step_max_wait_s"), std::string::npos) << late.message();
