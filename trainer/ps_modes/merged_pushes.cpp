@@ -91,6 +91,11 @@ ComputedPush MergedPushes::merge(int t) {
 
 void MergedPushes::join_job(uint64_t job, int trainer, int trainers) {
   GPUBOX_EXPECTS(trainer >= 0 && trainer < trainers, "trainer ", trainer, " of ", trainers);
+  const std::size_t parts = static_cast<std::size_t>(trainers) * threads_;
+  GPUBOX_EXPECTS(trainers == 1 || parts <= table::server::kMaxStepParts, "the sync mode's job of ",
+                 trainers, " trainers x ", threads_, " training threads has ", parts,
+                 " parts a step, over the servers' limit of ", table::server::kMaxStepParts,
+                 " (PS_PUSH step parts): run fewer trainers or fewer threads (cards) each");
   job_ = job;
   first_part_ = static_cast<uint32_t>(static_cast<std::size_t>(trainer) * threads_);
   parts_ = trainers > 1 ? static_cast<uint32_t>(static_cast<std::size_t>(trainers) * threads_) : 0;

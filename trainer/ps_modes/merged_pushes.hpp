@@ -49,7 +49,8 @@ class MergedPushes {
   ComputedPush merge(int t);
   // A job of several trainers (trainer `trainer` of `trainers`, each of `threads` threads): the
   // step's pushes are parts of job `job`'s step, which the servers sum over every trainer's
-  // parts before one update (RemoteHostTier::push_step; issue 32). Before the first push.
+  // parts before one update (RemoteHostTier::push_step; issue 32). Before the first push. Throws
+  // when trainers x threads is over kMaxStepParts (the servers would refuse every push).
   void join_job(uint64_t job, int trainer, int trainers);
   // merge(t), pushed through `servers` (one record per key): applied on arrival (one trainer),
   // or as thread t's part of the job's step (join_job; sent also when t has no key). Throws a
