@@ -9,14 +9,17 @@
 //
 // A step is applied whole or not at all. Held parts of a step that never completes (a trainer died
 // mid-step: the others then fail at the step's barrier, naming it) are dropped, unapplied and
-// logged, when another step's part arrives (the next job's first step) or when no part came for
-// StepSumsLimits::max_wait of its first part (the server's sweep: expire); a part of an older step
-// of the held step's job never drops it (a job's steps go forward: such a part is a stale copy,
-// answered OK when its step was the job's last applied, else refused). A part of a dropped step
-// that arrives after all (a straggler slower than max_wait) is refused, naming the step and why it
-// was dropped, so that its trainer fails instead of going on without the step. One step is held at
-// a time (the sync mode's barriers never let a trainer push step s + 1 before every trainer's push
-// of step s returned, which is after the part completing it was applied).
+// logged, when a part of a newer step of its job or of another job arrives (the next job's first
+// step) or when its parts did not all come within StepSumsLimits::max_wait of its first (the
+// server's sweep: expire), or when applying it failed (remembered so; its apply's error is the
+// reason); a part refused (too large, empty in a part of several; the server's handler refuses one
+// of the table's wrong width before) drops nothing; a part of an older step of the held step's job
+// never drops it (a job's steps go forward: such a part is a stale copy, answered OK when its step
+// was the job's last applied, else refused). A part of a dropped step that arrives after all (a
+// straggler slower than max_wait) is refused, naming the step and why it was dropped, so that its
+// trainer fails instead of going on without the step. One step is held at a time (the sync mode's
+// barriers never let a trainer push step s + 1 before every trainer's push of step s returned,
+// which is after the part completing it was applied).
 //
 // Thread-safety: every method may be called from any server thread.
 #pragma once
