@@ -129,7 +129,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kShutdown:
       return shutdown(header);
     case Op::kPsPush:
-      return ps_push(header, payload);
+      return ps_push(header, payload, origin);
     case Op::kDense:
       return dense(header, payload, reserve, origin);
     case Op::kAuth:

@@ -56,7 +56,9 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 //    in frames under the limit.
 // 7: INFO carries the server's sparse rule field by field (table/sparse_row/rule_fields.hpp).
 // 8: INFO carries the seed the server's new rows start from (AccessorConfig::seed).
-inline constexpr uint16_t kProtocolVersion = 8;
+// 9: PS_PUSH's kStepGradient: the sync mode's step of several trainers summed per key on the
+//    server, then applied once (ps_protocol.hpp, ps_step_sums.hpp).
+inline constexpr uint16_t kProtocolVersion = 9;
 inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;

@@ -4,16 +4,57 @@
 
 namespace gpubox::table::server {
 
-void encode_ps_push_request(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots,
-                            std::size_t n, const float* values, uint32_t dim,
-                            std::vector<uint8_t>* out) {
-  PayloadWriter w(out);
-  w.put_u8(static_cast<uint8_t>(kind));
+namespace {
+
+void put_ps_push_rows(PayloadWriter& w, const uint64_t* keys, const int32_t* slots, std::size_t n,
+                      const float* values, uint32_t dim) {
   w.put_u32(static_cast<uint32_t>(n));
   w.put_u32(dim);
   w.put_array(keys, n);
   w.put_array(slots, n);
   w.put_array(values, n * dim);
+}
+
+Status get_step_part(PayloadReader& r, PsStepPart* part) {
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&part->job));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&part->step));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&part->parts));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&part->part));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&part->chunks));
+  GPUBOX_RETURN_IF_ERROR(r.get_u32(&part->chunk));
+  if (part->parts == 0 || part->parts > kMaxStepParts || part->part >= part->parts ||
+      part->chunks == 0 || part->chunks > kMaxStepChunks || part->chunk >= part->chunks) {
+    return Status::InvalidArgument(
+        "PS_PUSH request: step part " + std::to_string(part->part) + " of " +
+        std::to_string(part->parts) + ", chunk " + std::to_string(part->chunk) + " of " +
+        std::to_string(part->chunks) + " (parts in [1, " + std::to_string(kMaxStepParts) +
+        "], chunks in [1, " + std::to_string(kMaxStepChunks) + "])");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+void encode_ps_push_request(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots,
+                            std::size_t n, const float* values, uint32_t dim,
+                            std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u8(static_cast<uint8_t>(kind));
+  put_ps_push_rows(w, keys, slots, n, values, dim);
+}
+
+void encode_ps_step_push_request(const PsStepPart& part, const uint64_t* keys, const int32_t* slots,
+                                 std::size_t n, const float* values, uint32_t dim,
+                                 std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u8(static_cast<uint8_t>(PsUpdateKind::kStepGradient));
+  w.put_u64(part.job);
+  w.put_u64(part.step);
+  w.put_u32(part.parts);
+  w.put_u32(part.part);
+  w.put_u32(part.chunks);
+  w.put_u32(part.chunk);
+  put_ps_push_rows(w, keys, slots, n, values, dim);
 }
 
 StatusOr<PsPushRequest> decode_ps_push_request(const uint8_t* data, std::size_t n) {
@@ -22,10 +63,11 @@ StatusOr<PsPushRequest> decode_ps_push_request(const uint8_t* data, std::size_t 
   uint8_t kind = 0;
   uint32_t count = 0;
   GPUBOX_RETURN_IF_ERROR(r.get_u8(&kind));
-  if (kind > static_cast<uint8_t>(PsUpdateKind::kDelta)) {
+  if (kind > static_cast<uint8_t>(PsUpdateKind::kStepGradient)) {
     return Status::InvalidArgument("PS_PUSH request: unknown update kind " + std::to_string(kind));
   }
   req.kind = static_cast<PsUpdateKind>(kind);
+  if (req.kind == PsUpdateKind::kStepGradient) GPUBOX_RETURN_IF_ERROR(get_step_part(r, &req.step));
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&count));
   GPUBOX_RETURN_IF_ERROR(r.get_u32(&req.dim));
   if (req.dim == 0 || req.dim > 4096) {

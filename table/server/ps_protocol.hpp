@@ -2,8 +2,9 @@
 // host-tier ops of protocol.hpp: the framing, limits and decoding rules are those of
 // protocol.hpp. Kept apart so the pass-staged (gpubox) protocol reads as it was.
 //
-//   PS_PUSH: per-key updates that the server applies to its rows on arrival, under a lock per
-//            key stripe: a gradient (the push record of sparse_rule.hpp: show, click, embed_g,
+//   PS_PUSH: per-key updates that the server applies to its rows on arrival (the sync mode's job
+//            of several trainers: once its step is whole, PsUpdateKind), under a lock per key
+//            stripe: a gradient (the push record of sparse_rule.hpp: show, click, embed_g,
 //            embedx_g[mf_dim], merged over the sender's batch; the accessor's optimizer rule
 //            runs on the server) or a geo delta (the same fields, added to show, click, embed_w
 //            and embedx_w; an embedx part that a trainer created arrives as a delta from the key's
@@ -25,15 +26,42 @@
 namespace gpubox::table::server {
 
 // How a PS_PUSH's values change a row. Travels as u8: never renumber.
-enum class PsUpdateKind : uint8_t { kGradient = 0, kDelta = 1 };
+//   kStepGradient (protocol 9): a gradient of one step of the sync mode's job of several
+//   trainers, held by the server until every part of the job's step arrived, then summed per key
+//   in part order and applied once (ps_step_sums.hpp), as the gpubox mode's cards sum a key's
+//   gradients before its rule.
+enum class PsUpdateKind : uint8_t { kGradient = 0, kDelta = 1, kStepGradient = 2 };
 
-// PS_PUSH request: u8 kind, u32 n, u32 dim, u64 keys[n], i32 slots[n], f32 values[n * dim].
-// dim must be the table's push_dim (3 + mf_dim); values must be finite.
+// Which part of which step a kStepGradient PS_PUSH is: the job (a random id its trainer 0 drew),
+// the step (pass << 32 | step), the job's parts (its training threads, trainers x threads) and
+// this one's (trainer x threads + thread), and the request's chunk of what the part sends this
+// server (every part sends every server at least one chunk a step, empty when it has no key
+// there, so the server knows when the step is whole).
+struct PsStepPart {
+  uint64_t job = 0;
+  uint64_t step = 0;
+  uint32_t parts = 0;
+  uint32_t part = 0;
+  uint32_t chunks = 0;
+  uint32_t chunk = 0;
+};
+inline constexpr uint32_t kMaxStepParts = 4096;
+inline constexpr uint32_t kMaxStepChunks = 1u << 16;
+
+// PS_PUSH request: u8 kind, [kStepGradient: u64 job, u64 step, u32 parts, u32 part, u32 chunks,
+// u32 chunk], u32 n, u32 dim, u64 keys[n], i32 slots[n], f32 values[n * dim]. dim must be the
+// table's push_dim (3 + mf_dim); values must be finite. A step part needs parts in
+// [1, kMaxStepParts], part < parts, chunks in [1, kMaxStepChunks], chunk < chunks.
 void encode_ps_push_request(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots,
                             std::size_t n, const float* values, uint32_t dim,
                             std::vector<uint8_t>* out);
+// A kStepGradient PS_PUSH of `part`.
+void encode_ps_step_push_request(const PsStepPart& part, const uint64_t* keys, const int32_t* slots,
+                                 std::size_t n, const float* values, uint32_t dim,
+                                 std::vector<uint8_t>* out);
 struct PsPushRequest {
   PsUpdateKind kind = PsUpdateKind::kGradient;
+  PsStepPart step;  // kStepGradient only
   uint32_t dim = 0;
   std::vector<uint64_t> keys;
   std::vector<int32_t> slots;

@@ -72,17 +72,22 @@ class StripeLocks {
 
 }  // namespace
 
+Status check_push_width(const HostTier& table, uint32_t dim) {
+  const RowLayout& layout = table.layout();
+  const auto width = static_cast<uint32_t>(layout.push_dim());
+  if (dim == width) return Status::OK();
+  return Status::InvalidArgument("PS_PUSH records of width " + std::to_string(dim) +
+                                 " sent to a table whose records are " + std::to_string(width) +
+                                 " wide (mf_dim " + std::to_string(layout.mf_dim) + ")");
+}
+
 Status PsStore::apply(HostTier& table, const PsPushRequest& request) {
   const RowLayout& layout = table.layout();
   const AccessorConfig& config = table.config();
   const std::size_t n = request.keys.size();
   if (n == 0) return Status::OK();
+  GPUBOX_RETURN_IF_ERROR(check_push_width(table, request.dim));
   const auto dim = static_cast<uint32_t>(layout.push_dim());
-  if (request.dim != dim) {
-    return Status::InvalidArgument("PS_PUSH records of width " + std::to_string(request.dim) +
-                                   " sent to a table whose records are " + std::to_string(dim) +
-                                   " wide (mf_dim " + std::to_string(layout.mf_dim) + ")");
-  }
   const std::size_t bad = first_non_finite(request.values.data(), request.values.size());
   if (bad != request.values.size()) {
     return non_finite_row_error(request.keys.data(), n, request.values.data(), dim, bad);

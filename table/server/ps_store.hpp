@@ -49,6 +49,9 @@ struct DenseCaller {
   std::string address;
 };
 
+// InvalidArgument unless a PS_PUSH's record width `dim` is `table`'s push_dim (naming both).
+Status check_push_width(const HostTier& table, uint32_t dim);
+
 class PsStore {
  public:
   using Clock = std::chrono::steady_clock;

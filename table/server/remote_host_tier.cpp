@@ -541,15 +541,7 @@ Status RemoteHostTier::push_updates(PsUpdateKind kind, const uint64_t* keys, con
   std::vector<float> chunk_values;
   std::vector<uint8_t> payload;
   for_each_chunk(groups, chunk_rows_, [&](std::size_t g, const uint32_t* pos, std::size_t m) {
-    chunk_keys.resize(m);
-    chunk_slots.resize(m);
-    chunk_values.resize(m * dim);
-    for (std::size_t j = 0; j < m; ++j) {
-      chunk_keys[j] = keys[pos[j]];
-      chunk_slots[j] = slots[pos[j]];
-      std::memcpy(chunk_values.data() + j * dim, values + std::size_t{pos[j]} * dim,
-                  sizeof(float) * dim);
-    }
+    gather_records(keys, slots, values, dim, pos, m, &chunk_keys, &chunk_slots, &chunk_values);
     payload.clear();
     encode_ps_push_request(kind, chunk_keys.data(), chunk_slots.data(), m, chunk_values.data(), dim,
                            &payload);

@@ -97,6 +97,14 @@ class RemoteHostTier final : public HostTier {
   // keys are created in `slots`. Thread-safe; retried like push (each share applied once).
   Status push_updates(PsUpdateKind kind, const uint64_t* keys, const int32_t* slots, std::size_t n,
                       const float* values);
+  // The sync mode's step of a job of several trainers (remote_step_push.cpp): `part`'s gradients
+  // (one record per distinct key) go to the keys' servers as PS_PUSH kStepGradient chunks
+  // (part.chunks and part.chunk are set here), and every server this part has no key for gets an
+  // empty chunk, so that each server knows when every part of the job's step arrived and applies
+  // the step's sums once (ps_step_sums.hpp). n == 0 sends every server its empty chunk.
+  // Thread-safe; retried like push_updates (each chunk held once).
+  Status push_step(PsStepPart part, const uint64_t* keys, const int32_t* slots, std::size_t n,
+                   const float* values);
   // DENSE on the first server: reads dense table `name` (created from *values when absent and
   // *values fits in one frame) or adds *values to it, or writes it; after a read or an add,
   // *values holds the table's values after the request. Thread-safe.
@@ -151,6 +159,12 @@ class RemoteHostTier final : public HostTier {
   std::size_t rows_per_frame(uint32_t max_payload_bytes) const;
   // Indices of keys[0..n) per (endpoint, lane) group, group = endpoint * lanes + lane, in order.
   std::vector<std::vector<uint32_t>> split_keys(const uint64_t* keys, std::size_t n) const;
+  // The keys, slots and push records (`dim` floats) at positions pos[0..m) into the chunk's
+  // arrays (resized to m).
+  static void gather_records(const uint64_t* keys, const int32_t* slots, const float* values,
+                             uint32_t dim, const uint32_t* pos, std::size_t m,
+                             std::vector<uint64_t>* chunk_keys, std::vector<int32_t>* chunk_slots,
+                             std::vector<float>* chunk_values);
   OutgoingRequest make_group_request(Op op, std::size_t group, const std::vector<uint8_t>& payload);
   // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,

@@ -70,7 +70,8 @@ Status check_deadline_options(const ServerOptions& o) {
       {"auth_timeout_s", o.auth_timeout_s},
       {"barrier_timeout_s", o.barrier_timeout_s},
       {"auth_backoff_max_s", o.auth_backoff_max_s},
-      {"dense_write_max_idle_s", o.dense_write_max_idle_s}};
+      {"dense_write_max_idle_s", o.dense_write_max_idle_s},
+      {"step_max_wait_s", o.step_max_wait_s}};
   for (const auto& [name, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) {
       return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +
@@ -144,6 +145,7 @@ Server::Impl::Impl(HostTier* table, ServerOptions options)
       // From `options` itself: ps_store_ is made before options_.
       ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s),
                             options.min_transfer_bytes_per_s}),
+      ps_step_sums_(StepSumsLimits{options.max_step_bytes, seconds(options.step_max_wait_s)}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),
@@ -385,6 +387,8 @@ ServerCounters Server::Impl::counters() const {
   c.dedup_entries = window_.entries();
   c.dedup_bytes = window_.bytes();
   c.dense_held_writes = ps_store_.held_writes();
+  c.step_held_bytes = ps_step_sums_.held_bytes();
+  c.steps_dropped = ps_step_sums_.dropped_steps();
   return c;
 }
 

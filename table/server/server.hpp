@@ -91,6 +91,12 @@ struct ServerOptions {
   // A ranged DENSE write that received no range for this long is dropped (the sweep checks;
   // gpubox_server --dense_write_max_idle_s).
   double dense_write_max_idle_s = 120.0;
+  // The sync mode's held sparse step of a job of several trainers (ps_step_sums.hpp:
+  // StepSumsLimits): at most this many bytes held (a part over it is refused,
+  // ResourceExhausted; gpubox_server --max_step_mb), and dropped unapplied when its parts did not
+  // all arrive within step_max_wait_s of its first (gpubox_server --step_max_wait_s).
+  std::size_t max_step_bytes = std::size_t{4} << 30;
+  double step_max_wait_s = 120.0;
   // The retry cache (successful mutations only): at most this many bytes, entries this old.
   // A DENSE add is remembered without its values (a retry reads the range again).
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
@@ -135,6 +141,8 @@ struct ServerCounters {
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
   uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
+  uint64_t step_held_bytes = 0;    // the sync mode's held sparse step now (ps_step_sums.hpp)
+  uint64_t steps_dropped = 0;      // sync steps dropped unapplied (or whose apply failed)
 };
 
 // Where the server stores SAVE/LOAD `path`: a folder relative to data_dir

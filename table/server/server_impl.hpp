@@ -21,6 +21,7 @@
 #include "table/server/auth_backoff.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/connection_share.hpp"
+#include "table/server/ps_step_sums.hpp"
 #include "table/server/ps_store.hpp"
 #include "table/server/request_window.hpp"
 #include "table/server/server.hpp"
@@ -230,7 +231,13 @@ class Server::Impl {
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----
-  Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                const RequestOrigin& origin);
+  // The sync mode's step part (kStepGradient): held, and the step applied once whole.
+  Status ps_step_push(const FrameHeader& header, PsPushRequest request,
+                      const RequestOrigin& origin);
+  // The sweep's part: drops a held sync step not whole within --step_max_wait_s of its start.
+  void expire_step_sums(Clock::time_point now);
   // DENSE: a read's or an add's reply is checked against the frame limit and reserved first.
   Reply dense(const FrameHeader& header, const std::vector<uint8_t>& payload,
               const ReserveReply& reserve, const RequestOrigin& origin);
@@ -241,7 +248,8 @@ class Server::Impl {
                       const RequestOrigin& origin);
 
   HostTier* table_;
-  PsStore ps_store_;  // the PS modes' row locks and dense tables
+  PsStore ps_store_;         // the PS modes' row locks and dense tables
+  PsStepSums ps_step_sums_;  // the sync mode's step of several trainers, until it is whole
   const ServerOptions options_;
   // Every SAVE and LOAD goes through it (io/rooted_env.hpp): opened on data_dir at start; null
   // when data_dir could not be opened (data_env_error_ says why, and SAVE/LOAD fail with it).

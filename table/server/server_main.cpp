@@ -153,6 +153,14 @@ DEFINE_double(dense_write_max_idle_s, 120.0,
               "more of them than the new write's, or one more when it is slower than "
               "--min_transfer_kb_s)");
 GPUBOX_FLAG_RANGE(dense_write_max_idle_s, 1e-3, 1e6);
+DEFINE_uint64(max_step_mb, 4096,
+              "MiB the sync mode's held sparse step (a job of several trainers: each step's "
+              "gradient parts, held until all arrived) may take; a part over it is refused");
+GPUBOX_FLAG_RANGE(max_step_mb, 1, kMaxMiB);
+DEFINE_double(step_max_wait_s, 120.0,
+              "a held sync step whose parts did not all arrive within this many seconds of its "
+              "first is dropped unapplied (a trainer died mid-step), its memory freed");
+GPUBOX_FLAG_RANGE(step_max_wait_s, 1e-3, 1e6);
 DEFINE_uint64(dedup_cache_mb, 64, "memory of the retry cache (replies of applied mutations)");
 GPUBOX_FLAG_RANGE(dedup_cache_mb, 1, kMaxMiB);
 DEFINE_uint64(dedup_client_cache_mb, 0,
@@ -246,6 +254,8 @@ Status apply_limit_flags(ServerOptions* options) {
   options->dedup_max_client_bytes = static_cast<std::size_t>(FLAGS_dedup_client_cache_mb) << 20;
   options->max_dense_bytes = static_cast<std::size_t>(FLAGS_max_dense_mb) << 20;
   options->dense_write_max_idle_s = FLAGS_dense_write_max_idle_s;
+  options->max_step_bytes = static_cast<std::size_t>(FLAGS_max_step_mb) << 20;
+  options->step_max_wait_s = FLAGS_step_max_wait_s;
   const std::size_t max_connections =
       options->max_connections > 0 ? options->max_connections : default_max_connections(files.soft);
   GPUBOX_LOG(INFO) << "gpubox_server: open files limit " << files.soft

@@ -74,6 +74,7 @@ void Server::Impl::sweep() {
                           " ranged DENSE write(s) that received no range for " +
                           std::to_string(options_.dense_write_max_idle_s) + " s");
   }
+  expire_step_sums(now);
   sweep_timer_.expires_after(sweep_interval_);
   sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) sweep();

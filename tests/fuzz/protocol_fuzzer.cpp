@@ -107,8 +107,17 @@ void check_requests(const uint8_t* data, std::size_t n) {
                    ps->values.size() == ps->keys.size() * std::size_t{ps->dim},
                "PS_PUSH counts");
     out.clear();
-    encode_ps_push_request(ps->kind, ps->keys.data(), ps->slots.data(), ps->keys.size(),
-                           ps->values.data(), ps->dim, &out);
+    if (ps->kind == PsUpdateKind::kStepGradient) {
+      FUZZ_CHECK(ps->step.parts > 0 && ps->step.part < ps->step.parts &&
+                     ps->step.parts <= kMaxStepParts && ps->step.chunk < ps->step.chunks &&
+                     ps->step.chunks <= kMaxStepChunks,
+                 "PS_PUSH step part");
+      encode_ps_step_push_request(ps->step, ps->keys.data(), ps->slots.data(), ps->keys.size(),
+                                  ps->values.data(), ps->dim, &out);
+    } else {
+      encode_ps_push_request(ps->kind, ps->keys.data(), ps->slots.data(), ps->keys.size(),
+                             ps->values.data(), ps->dim, &out);
+    }
     FUZZ_CHECK(same(out, data, n), "PS_PUSH request does not round-trip");
   }
   if (auto dense = decode_dense_request(data, n); dense.ok()) {

@@ -7,10 +7,13 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/hash.hpp"
+#include "table/server/ps_protocol.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -120,6 +123,22 @@ TEST(MergedPushes, ASteadyStepGrowsNothing) {
   EXPECT_GT(after_first, 0u);
   check_step(pushes, merged);
   EXPECT_EQ(merged.growths(), after_first);
+}
+
+// A job of more parts (trainers x threads) than the servers take is refused when it is joined,
+// naming both counts, not at its first push; kMaxStepParts parts are joined.
+TEST(MergedPushes, AJobOfMorePartsThanTheServersTakeIsRefusedAtItsStart) {
+  MergedPushes pushes(4, kPushDim);
+  const int most = static_cast<int>(table::server::kMaxStepParts / 4);
+  EXPECT_NO_THROW(pushes.join_job(1, most - 1, most));
+  try {
+    pushes.join_job(1, 0, most + 1);
+    FAIL() << "joined a job of " << 4 * (most + 1) << " parts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(most + 1) + " trainers x 4"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The sync mode stepping as the gpubox mode on as many cards (issue 32): one step and one pass
 // of 1 trainer x 2 threads against 2 cards, rows and dense; 2 trainers x 1 thread averaging the
-// job's dense gradients; uneven batches weighed by their size; empty steps of either trainer.
+// job's dense gradients and summing a key's sparse gradients over the trainers; uneven batches
+// weighed by their size; empty steps of either trainer.
 // The rest of the modes: ps_modes_test.cpp (the same binary and fixture, ps_modes_fixture.hpp).
 
 #include <gtest/gtest.h>
@@ -114,6 +115,31 @@ std::vector<uint64_t> every_key(const TrainerConfig& cfg, const std::vector<std:
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   return keys;
+}
+
+// The rows a sync job trained over `sync_files` left on `endpoints` against the gpubox mode's
+// on two cards (`gpubox` trains over `gpubox_files`, which hold the same lines): their weights'
+// largest difference. `gpubox` is left trained, for its dense weights.
+double rows_apart_from_two_cards(const TrainerConfig& sync_cfg, const std::string& endpoints,
+                                 const std::vector<std::string>& sync_files, Trainer& gpubox,
+                                 const std::vector<std::string>& gpubox_files) {
+  table::server::RemoteHostTierOptions client_options;
+  client_options.endpoints = endpoints;
+  client_options.config = sync_cfg.sparse;
+  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
+  throw_if_error(client.status());
+  const std::vector<uint64_t> keys = every_key(sync_cfg, sync_files);
+  gpubox.train_pass(gpubox_files);
+  return max_weight_diff(peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys),
+                         (*client)->layout());
+}
+
+// Two cards of one thread each, as the gpubox mode's reference.
+TrainerEnv two_cards() {
+  TrainerEnv env;
+  env.selected_cards = device::testing::card_list(2);
+  env.threads_per_card = 1;
+  return env;
 }
 
 // Issue 32: a sync step is the gpubox mode's on as many cards as the job has threads. Dense: the
@@ -287,11 +313,11 @@ TEST_F(PsModes, SyncOnOneThreadIsTheGpuboxModeOnOneCardBitForBit) {
 
 // Issue 32: two trainers of one thread each average the job's dense gradients too (the servers'
 // gradient tables are the job's), so after one step (each trainer a file of one batch of 64) the
-// dense weights are the gpubox mode's on two cards, with Adam. The rows are not: the trainers'
-// pushes are merged within each trainer only (MergedPushes), so a key in both batches has its rule
-// applied once per trainer (measured 0.04-0.06 apart in a weight after the step, depending on
-// which trainer's push lands first; see docs/paddlerec.md).
-TEST_F(PsModes, SyncOnTwoTrainersAveragesTheJobsDenseGradients) {
+// dense weights are the gpubox mode's on two cards, with Adam; and the servers sum a key's
+// gradients over both trainers before one update (table/server/ps_step_sums.hpp), so the rows are
+// the cards' too (measured: dense equal, rows 1.9e-9 apart; when each trainer's push was applied
+// on its own, a key in both batches took two Adam steps: rows 0.04-0.06 apart).
+TEST_F(PsModes, SyncOnTwoTrainersStepsAsTheGpuboxModeOnTwoCards) {
   if (device::testing::cards_here(2) < 2) GTEST_SKIP() << "the reference needs two cards";
   constexpr int kBatch = 64;
   const auto train = data_files((root_ / "train").string());
@@ -309,33 +335,23 @@ TEST_F(PsModes, SyncOnTwoTrainersAveragesTheJobsDenseGradients) {
   const std::vector<float> synced = run_job(
       cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
       [](PsTrainer& trainer) { return trainer.dense_values(); });
-  table::server::RemoteHostTierOptions client_options;
-  client_options.endpoints = shards.endpoints();
-  client_options.config = cfg.sparse;
-  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-  throw_if_error(client.status());
-  const std::vector<uint64_t> keys = every_key(cfg, files);
-
-  TrainerEnv env;
-  env.selected_cards = device::testing::card_list(2);
-  env.threads_per_card = 1;
-  Trainer gpubox(config(base), env);
-  gpubox.train_pass(files);
+  Trainer gpubox(config(base), two_cards());
+  const double rows_diff = rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, files);
   const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
-  const double rows_diff = max_weight_diff(
-      peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys), (*client)->layout());
   std::printf(
       "one step, sync on 2 trainers x 1 thread against the gpubox mode on 2 cards: dense weights "
       "differ by at most %.3g, the rows' weights by %.3g\n",
       dense_diff, rows_diff);
   EXPECT_LT(dense_diff, 1e-6);
+  EXPECT_LT(rows_diff, 1e-6);
 }
 
 // The job's dense step weighs each thread's gradients by its batch: two trainers of one thread
 // whose batches differ (64 and 64 twice, then 37 and 64) step as the gpubox mode on two cards over
-// the same batches, with the rows held still (sparse learning rates 1e-12: the rows' rounding
-// apart, the trainers' rows are merged per trainer only). Averaging the threads' means instead, or
-// adding to a gradient table that still holds two steps ago, moves the second step away.
+// the same batches, with the rows held still (sparse learning rates 1e-12) and with the rows
+// learning (the servers sum both trainers' gradients of a key before one update): dense and rows.
+// Averaging the threads' means instead, adding to a gradient table that still holds two steps
+// ago, or applying each trainer's push of a key on its own, moves them away.
 TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
   if (device::testing::cards_here(2) < 2) GTEST_SKIP() << "the reference needs two cards";
   constexpr int kBatch = 64;
@@ -355,29 +371,32 @@ TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
                dir / "part-00001");
   const auto files = data_files(dir.string());
   const auto gpubox_files = data_files((pieces / "gpubox").string());
-  std::vector<std::string> base = {"hyper_parameters.optimizer.class=Adam",
-                                   "runner.train_batch_size=" + std::to_string(kBatch)};
-  for (const char* rate : {"sparse_optimizer.learning_rate", "sparse_optimizer.mf_learning_rate"}) {
-    base.push_back(std::string("hyper_parameters.") + rate + "=1e-12");
+  for (const bool rows_learn : {false, true}) {
+    SCOPED_TRACE(rows_learn ? "rows learning" : "rows held");
+    std::vector<std::string> base = {"hyper_parameters.optimizer.class=Adam",
+                                     "runner.train_batch_size=" + std::to_string(kBatch)};
+    for (const char* rate :
+         {"sparse_optimizer.learning_rate", "sparse_optimizer.mf_learning_rate"}) {
+      if (!rows_learn) base.push_back(std::string("hyper_parameters.") + rate + "=1e-12");
+    }
+    std::vector<std::string> sync_extra = base;
+    sync_extra.push_back("runner.sync_mode=sync");
+    const TrainerConfig cfg = config(sync_extra);
+    Servers shards(cfg, 2);
+    const std::vector<float> synced = run_job(
+        cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
+        [](PsTrainer& trainer) { return trainer.dense_values(); });
+    Trainer gpubox(config(base), two_cards());
+    const double rows_diff =
+        rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, gpubox_files);
+    const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
+    std::printf(
+        "three steps of uneven batches (%s), sync on 2 trainers x 1 thread x 2 servers against the "
+        "gpubox mode on 2 cards: dense weights differ by at most %.3g, the rows' by %.3g\n",
+        rows_learn ? "rows learning" : "rows held", dense_diff, rows_diff);
+    EXPECT_LT(dense_diff, rows_learn ? 1e-6 : 1e-7);
+    EXPECT_LT(rows_diff, 1e-6);
   }
-  std::vector<std::string> sync_extra = base;
-  sync_extra.push_back("runner.sync_mode=sync");
-  const TrainerConfig cfg = config(sync_extra);
-  Servers shards(cfg, 1);
-  const std::vector<float> synced = run_job(
-      cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
-      [](PsTrainer& trainer) { return trainer.dense_values(); });
-  TrainerEnv env;
-  env.selected_cards = device::testing::card_list(2);
-  env.threads_per_card = 1;
-  Trainer gpubox(config(base), env);
-  gpubox.train_pass(gpubox_files);
-  const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
-  std::printf(
-      "three steps of uneven batches, sync on 2 trainers x 1 thread against the gpubox mode on 2 "
-      "cards: dense weights differ by at most %.3g\n",
-      dense_diff);
-  EXPECT_LT(dense_diff, 1e-7);
 }
 
 // Steps on which a thread of the job has no batch, in the sync mode's averaged dense step: trainer
@@ -432,6 +451,64 @@ TEST_F(PsModes, SyncEmptyStepsOfEitherTrainerStepTheSame) {
         job.name, job.fewer, job.more, dense_diff);
     EXPECT_LT(dense_diff, 1e-6);
   }
+}
+
+// Issue 32: a sync job of 2 trainers x 1 thread on 2 servers (each step's rows summed over the
+// trainers by the servers, its dense step the job's), stopped after pass 0 and resumed on fresh
+// servers from its checkpoint, ends pass 1 where the job run without a stop ends it: dense weights
+// and every row's weights, with Adam. (A new job draws a new job id, so no step of the job before
+// is taken for one of its own.)
+TEST_F(PsModes, AResumedSyncJobOfTwoTrainersEndsWhereTheUninterruptedOneEnds) {
+  const auto train = data_files((root_ / "train").string());
+  struct Ended {
+    int64_t last_pass = -1;
+    std::vector<float> dense;
+    std::vector<float> rows;
+  };
+  std::vector<uint64_t> keys;
+  const auto run_passes = [&](const std::string& saves, int epochs, bool resume) {
+    const TrainerConfig cfg =
+        config({"runner.train_data_dir=" + (root_ / "train").string(),
+                "runner.test_data_dir=", "runner.sync_mode=sync", "runner.thread_num=1",
+                "runner.save_mode=checkpoint", "runner.model_save_path=" + saves,
+                "runner.epochs=" + std::to_string(epochs), "hyper_parameters.optimizer.class=Adam",
+                std::string("runner.resume=") + (resume ? "auto" : "off")});
+    if (keys.empty()) keys = every_key(cfg, train);
+    Servers shards(cfg, 2);
+    Ended ended;
+    ended.dense = run_job(
+        cfg, shards.endpoints(), 2,
+        [&](PsTrainer& trainer, int id) {
+          const std::vector<PassReport> reports = trainer.train();
+          if (id == 0 && !reports.empty()) ended.last_pass = reports.back().pass;
+        },
+        [](PsTrainer& trainer) { return trainer.dense_values(); });
+    table::server::RemoteHostTierOptions client_options;
+    client_options.endpoints = shards.endpoints();
+    client_options.config = cfg.sparse;
+    auto client = table::server::RemoteHostTier::connect(std::move(client_options));
+    throw_if_error(client.status());
+    ended.rows = peek_rows(**client, keys);
+    return ended;
+  };
+  const std::string stopped = (root_ / "sync_two_trainers_resume").string();
+  EXPECT_EQ(run_passes(stopped, 1, false).last_pass, 0);
+  const Ended resumed = run_passes(stopped, 2, true);
+  const Ended straight = run_passes((root_ / "sync_two_trainers_straight").string(), 2, false);
+  EXPECT_EQ(resumed.last_pass, 1);
+  EXPECT_EQ(straight.last_pass, 1);
+  const double dense_diff = max_abs_diff(resumed.dense, straight.dense);
+  ASSERT_EQ(resumed.rows.size(), straight.rows.size());
+  const table::AccessorConfig sparse = config({}).sparse;
+  const table::RowLayout layout =
+      table::RowLayout::make(sparse.optimizer.kind, sparse.mf_dim, sparse.storage);
+  const double rows_diff = max_weight_diff(resumed.rows, straight.rows, layout);
+  std::printf(
+      "sync, 2 trainers x 1 thread: resumed against uninterrupted, dense %.3g apart, "
+      "rows %.3g\n",
+      dense_diff, rows_diff);
+  EXPECT_LT(dense_diff, 1e-6);
+  EXPECT_LT(rows_diff, 1e-6);
 }
 
 }  // namespace

@@ -89,11 +89,33 @@ ComputedPush MergedPushes::merge(int t) {
                       share.keys.size()};
 }
 
+void MergedPushes::join_job(uint64_t job, int trainer, int trainers) {
+  GPUBOX_EXPECTS(trainer >= 0 && trainer < trainers, "trainer ", trainer, " of ", trainers);
+  const std::size_t parts = static_cast<std::size_t>(trainers) * threads_;
+  GPUBOX_EXPECTS(trainers == 1 || parts <= table::server::kMaxStepParts, "the sync mode's job of ",
+                 trainers, " trainers x ", threads_, " training threads has ", parts,
+                 " parts a step, over the servers' limit of ", table::server::kMaxStepParts,
+                 " (PS_PUSH step parts): run fewer trainers or fewer threads (cards) each");
+  job_ = job;
+  first_part_ = static_cast<uint32_t>(static_cast<std::size_t>(trainer) * threads_);
+  parts_ = trainers > 1 ? static_cast<uint32_t>(static_cast<std::size_t>(trainers) * threads_) : 0;
+}
+
 void MergedPushes::push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step) {
   const ComputedPush merged = merge(t);
-  if (merged.n == 0) return;
-  const Status pushed = servers.push_updates(table::server::PsUpdateKind::kGradient, merged.keys,
-                                             merged.slots, merged.n, merged.values);
+  if (merged.n == 0 && parts_ == 0) return;
+  Status pushed;
+  if (parts_ == 0) {
+    pushed = servers.push_updates(table::server::PsUpdateKind::kGradient, merged.keys, merged.slots,
+                                  merged.n, merged.values);
+  } else {
+    table::server::PsStepPart part;
+    part.job = job_;
+    part.step = (static_cast<uint64_t>(pass) << 32) | static_cast<uint32_t>(step);
+    part.parts = parts_;
+    part.part = first_part_ + static_cast<uint32_t>(t);
+    pushed = servers.push_step(part, merged.keys, merged.slots, merged.n, merged.values);
+  }
   if (!pushed.ok()) {
     throw_if_error(pushed.with_context("pushing the gradients of pass " + std::to_string(pass) +
                                        ", step " + std::to_string(step) +

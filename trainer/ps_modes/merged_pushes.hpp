@@ -12,10 +12,14 @@
 // by the thread that owns them), so that the owner reads only its share: O(keys) a step over
 // the trainer, not O(threads x keys).
 //
-// Thread-safety: file(t, ...) and then merge(t)/push(t, ...) from thread t, concurrently for
-// every t; every thread's file() before any thread's merge() and every merge() before any
-// thread's next file() (the sync mode's barriers: the step's pull barrier and the step
-// barrier); each thread's buckets and share are its own, others' only read.
+// A job of several trainers sums their pushes too: each thread's share goes to the servers as its
+// part of the job's step, and every server sums a key's parts in part order and applies the rule
+// once the step is whole (join_job; table/server/ps_step_sums.hpp).
+//
+// Thread-safety: join_job before any other call; file(t, ...) and then merge(t)/push(t, ...) from
+// thread t, concurrently for every t; every thread's file() before any thread's merge() and every
+// merge() before any thread's next file() (the sync mode's barriers: the step's pull barrier and
+// the step barrier); each thread's buckets and share are its own, others' only read.
 #pragma once
 
 #include <cstddef>
@@ -42,8 +46,14 @@ class MergedPushes {
   // Thread t's share of the step's keys, each summed over every thread's filed push (in thread
   // order, so the sums do not depend on the threads' timing); valid until t's next merge().
   ComputedPush merge(int t);
-  // merge(t), pushed through `servers` (one record per key). Throws a failed push naming `pass`
-  // and `step`.
+  // A job of several trainers (trainer `trainer` of `trainers`, each of `threads` threads): the
+  // step's pushes are parts of job `job`'s step, which the servers sum over every trainer's
+  // parts before one update (RemoteHostTier::push_step; issue 32). Before the first push. Throws
+  // when trainers x threads is over kMaxStepParts (the servers would refuse every push).
+  void join_job(uint64_t job, int trainer, int trainers);
+  // merge(t), pushed through `servers` (one record per key): applied on arrival (one trainer),
+  // or as thread t's part of the job's step (join_job; sent also when t has no key). Throws a
+  // failed push naming `pass` and `step`.
   void push(int t, table::server::RemoteHostTier& servers, int64_t pass, int64_t step);
   // The growths of every thread's buffers so far (a steady step grows nothing).
   uint64_t growths() const;
@@ -70,6 +80,11 @@ class MergedPushes {
 
   const std::size_t threads_;
   const std::size_t push_dim_;
+  // join_job's: the job's id, this trainer's first part (trainer x threads) and the job's parts;
+  // parts 0: one trainer (pushes applied on arrival).
+  uint64_t job_ = 0;
+  uint32_t first_part_ = 0;
+  uint32_t parts_ = 0;
   std::vector<Share> shares_;
 };
 

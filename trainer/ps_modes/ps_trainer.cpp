@@ -6,6 +6,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <random>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -39,6 +40,30 @@ using table::server::RemoteHostTier;
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
 // succeeded, else 0; the pass it goes on with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
+// The sync mode's job id (MergedPushes::join_job), drawn by trainer 0 at the job's start: 4
+// floats of 16 bits each (exact in a float).
+constexpr const char* kJobIdTable = "ps_sync_job";
+
+std::vector<float> job_id_to_floats(uint64_t job) {
+  std::vector<float> out(4);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<float>((job >> (16 * i)) & 0xffffu);
+  }
+  return out;
+}
+
+uint64_t job_id_from_floats(const std::vector<float>& values) {
+  uint64_t job = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    job |= static_cast<uint64_t>(std::lround(values[i]) & 0xffff) << (16 * i);
+  }
+  return job;
+}
+
+uint64_t draw_job_id() {
+  std::random_device seed;
+  return (uint64_t{seed()} << 32) ^ seed();
+}
 
 std::unique_ptr<RemoteHostTier> connect_servers(const TrainerConfig& config,
                                                 const TrainerEnv& env) {
@@ -125,6 +150,7 @@ void PsTrainer::start_job() {
   // these servers (another model, another trainer count) left there; nobody reads them before.
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
   // its table whole, before anyone adds to it or reads it: PsWorker::add_gradients.)
+  const bool sums_steps = s.pushes != nullptr && env_.trainers > 1;
   on_trainer_zero(
       [&] {
         PsWorker& first = *s.workers[0];
@@ -143,8 +169,21 @@ void PsTrainer::start_job() {
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
+        if (sums_steps) {
+          std::vector<float> job = job_id_to_floats(draw_job_id());
+          throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
+                             .with_context("writing the sync job's id"));
+        }
       },
       "ps/start", "to start the job");
+  // A sync job of several trainers: every trainer's pushes of a step are parts of the job's step,
+  // summed by the servers before one update (MergedPushes::join_job).
+  if (sums_steps) {
+    std::vector<float> job(4, 0.0f);
+    throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+                       .with_context("reading the sync job's id"));
+    s.pushes->join_job(job_id_from_floats(job), env_.trainer_id, env_.trainers);
+  }
   for (auto& worker : s.workers) {
     worker->card().activate();
     worker->sync_dense(0.0f);

@@ -15,10 +15,13 @@
 //          the end of the pass.
 //   sync:  the same, and every step ends at a barrier of all trainers (one per step, thread 0
 //          of each trainer at the servers, the threads of a trainer among themselves), so each
-//          step's updates of every trainer are applied before anyone's next pull. The dense
-//          step (runner.dense_sync_steps 1): every thread adds its gradient sums and batch size
-//          to a servers' gradient table before the barrier, and after it every thread steps its
-//          optimizer on the job's mean gradient, the same step with the same moments on every
+//          step's updates of every trainer are applied before anyone's next pull. The sparse
+//          push is the job's: a key's gradients summed over the trainer's threads
+//          (MergedPushes) and, with several trainers, over the trainers by the servers, which
+//          apply its rule once the step's parts all arrived (table/server/ps_step_sums.hpp). The
+//          dense step (runner.dense_sync_steps 1): every thread adds its gradient sums and batch
+//          size to a servers' gradient table before the barrier, and after it every thread steps
+//          its optimizer on the job's mean gradient, the same step with the same moments on every
 //          thread, as the gpubox mode on as many cards (PsWorker::add_gradients); at the pass's
 //          end trainer 0's thread 0 writes the dense table, which all adopt behind one more
 //          barrier. Over longer windows each thread steps its own copy and the window's changes
@@ -33,8 +36,9 @@
 //          deltas and adopts the merged values.
 //
 // A job's start: trainer 0 writes the servers' dense table (this job's initial dense net) and
-// zeroes the sync tables, whatever an earlier job on the same servers left there, and every
-// trainer adopts the table after the start barrier.
+// zeroes the sync tables, whatever an earlier job on the same servers left there (a sync job of
+// several trainers: and draws the job's id, under which its steps' parts go to the servers), and
+// every trainer adopts the table after the start barrier.
 //
 // Saves are the gpubox mode's (trainer/schedule/checkpoint.hpp, docs/operations.md,
 // "Durability and resume"): after each pass (runner.model_save_path, runner.save_mode), once

@@ -38,8 +38,9 @@
 //          runner.dense_sync_steps steps old (one with sync_dense()). The sync mode's step
 //          (runner.dense_sync_steps 1) exchanges gradients instead: add_gradients() and
 //          step_averaged() around the job's barrier, one optimizer step on the job's mean
-//          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the trainer's,
-//          merged over its threads (MergedPushes; apply_step(false)).
+//          gradient on every thread (ps_worker_averaged.cpp); its sparse push is the job's,
+//          merged over the trainer's threads (MergedPushes; apply_step(false)) and over the
+//          trainers by the servers (table/server/ps_step_sums.hpp).
 //
 // Thread-safety: one thread, except that other threads may read computed_push()'s arrays while
 // they are valid (see computed_push); the caller orders them (the sync mode: every thread of a
