@@ -2,6 +2,7 @@
 // ps_step_sums.hpp).
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "table/server/protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -42,6 +43,13 @@ Status RemoteHostTier::push_step(PsStepPart part, const uint64_t* keys, const in
     std::size_t chunks = 0;  // this server's, over its lanes
     for (std::size_t g = e * lanes; g < (e + 1) * lanes; ++g) {
       chunks += (groups[g].size() + chunk_rows_ - 1) / chunk_rows_;
+    }
+    if (chunks > kMaxStepChunks) {
+      return Status::InvalidArgument("a sync step's part of " + std::to_string(n) + " keys makes " +
+                                     std::to_string(chunks) + " chunks of at most " +
+                                     std::to_string(chunk_rows_) + " rows for " + endpoint_name(e) +
+                                     ", over the servers' " + std::to_string(kMaxStepChunks) +
+                                     " a part: push fewer keys a step");
     }
     part.chunks = static_cast<uint32_t>(std::max<std::size_t>(chunks, 1));
     part.chunk = 0;

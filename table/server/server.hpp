@@ -96,7 +96,7 @@ struct ServerOptions {
   // ResourceExhausted; gpubox_server --max_step_mb), and dropped unapplied when its parts did not
   // all arrive within step_max_wait_s of its first (gpubox_server --step_max_wait_s).
   std::size_t max_step_bytes = std::size_t{4} << 30;
-  double step_max_wait_s = 120.0;
+  double step_max_wait_s = 300.0;  // runner.collective_timeout_s's default
   // The retry cache (successful mutations only): at most this many bytes, entries this old.
   // A DENSE add is remembered without its values (a retry reads the range again).
   std::size_t dedup_max_bytes = std::size_t{64} << 20;
@@ -174,8 +174,8 @@ class Server {
   // idempotent. A SHUTDOWN frame calls it after its reply was sent.
   void stop();
   // Blocks until the server stopped and its threads ended, then closes the connections still
-  // open (each told "server stopped", but one with a reply half-written): their clients' calls fail at once rather than at their
-  // deadlines. Call from one thread, not from a server thread.
+  // open (each told "server stopped", but one with a reply half-written): their clients' calls fail
+  // at once rather than at their deadlines. Call from one thread, not from a server thread.
   void wait();
   bool stopped() const;
   ServerCounters counters() const;

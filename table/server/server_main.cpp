@@ -157,7 +157,7 @@ DEFINE_uint64(max_step_mb, 4096,
               "MiB the sync mode's held sparse step (a job of several trainers: each step's "
               "gradient parts, held until all arrived) may take; a part over it is refused");
 GPUBOX_FLAG_RANGE(max_step_mb, 1, kMaxMiB);
-DEFINE_double(step_max_wait_s, 120.0,
+DEFINE_double(step_max_wait_s, 300.0,
               "a held sync step whose parts did not all arrive within this many seconds of its "
               "first is dropped unapplied (a trainer died mid-step), its memory freed");
 GPUBOX_FLAG_RANGE(step_max_wait_s, 1e-3, 1e6);

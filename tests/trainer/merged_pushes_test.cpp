@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "table/server/ps_protocol.hpp"
+#include "tests/trainer/ps_pipeline_util.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -139,6 +140,39 @@ TEST(MergedPushes, AJobOfMorePartsThanTheServersTakeIsRefusedAtItsStart) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A step pushed twice in one sync job is refused before it is sent, naming the step (the
+// servers would take its parts for copies of the step they applied and apply nothing, so a
+// stopped pass trained again would lose its steps silently); a job joined anew starts over.
+TEST(MergedPushes, AStepPushedTwiceInOneJobIsRefused) {
+  const TrainerConfig cfg = ps_test_config({"runner.sync_mode=sync"});
+  Servers shards(cfg, 1);
+  const auto servers = connect(shards.endpoints(), cfg);
+  const int dim = servers->layout().push_dim();
+  MergedPushes pushes(1, dim);
+  const std::vector<uint64_t> keys = {11, 12};
+  const std::vector<int32_t> slots = {0, 1};
+  const std::vector<float> values(keys.size() * static_cast<std::size_t>(dim), 0.5f);
+  const auto push = [&](int64_t pass, int64_t step) {
+    pushes.file(0, ComputedPush{keys.data(), slots.data(), values.data(), keys.size()});
+    pushes.merge(0);
+    pushes.push(0, *servers, pass, step);
+  };
+  pushes.join_job(7, 0, 2);  // two trainers: the parts are held, waiting for trainer 1's
+  push(0, 0);
+  push(0, 1);
+  try {
+    push(0, 1);
+    FAIL() << "pushed pass 0, step 1 twice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 0, step 1 pushed again in sync job 7"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(push(0, 0), Error);
+  pushes.join_job(8, 0, 2);
+  EXPECT_NO_THROW(push(0, 0));
 }
 
 }  // namespace

@@ -97,6 +97,7 @@ void MergedPushes::join_job(uint64_t job, int trainer, int trainers) {
                  " parts a step, over the servers' limit of ", table::server::kMaxStepParts,
                  " (PS_PUSH step parts): run fewer trainers or fewer threads (cards) each");
   job_ = job;
+  for (Share& share : shares_) share.next_step = 0;
   first_part_ = static_cast<uint32_t>(static_cast<std::size_t>(trainer) * threads_);
   parts_ = trainers > 1 ? static_cast<uint32_t>(static_cast<std::size_t>(trainers) * threads_) : 0;
 }
@@ -112,6 +113,13 @@ void MergedPushes::push(int t, table::server::RemoteHostTier& servers, int64_t p
     table::server::PsStepPart part;
     part.job = job_;
     part.step = (static_cast<uint64_t>(pass) << 32) | static_cast<uint32_t>(step);
+    Share& share = shares_[static_cast<std::size_t>(t)];
+    GPUBOX_EXPECTS(part.step >= share.next_step, "pass ", pass, ", step ", step,
+                   " pushed again in sync job ", job_,
+                   " (a stopped pass trained again?): the servers would take its parts for "
+                   "copies of the step they applied and apply nothing; resume from a save, "
+                   "which starts a new job");
+    share.next_step = part.step + 1;
     part.parts = parts_;
     part.part = first_part_ + static_cast<uint32_t>(t);
     pushed = servers.push_step(part, merged.keys, merged.slots, merged.n, merged.values);

@@ -72,6 +72,9 @@ class MergedPushes {
     std::vector<int32_t> slots;
     std::vector<float> values;  // keys x push_dim
     std::vector<uint32_t> index;
+    // The lowest step id (pass << 32 | step) this thread may push next in the joined job: the
+    // servers take a repeated step's parts for copies of the applied one (applying nothing).
+    uint64_t next_step = 0;
   };
   // Empties `share` with room for `keys` keys.
   void clear(Share& share, std::size_t keys) const;
