@@ -84,9 +84,9 @@ void CardSparseStore::row_dirty(const row_index_t* rows, std::size_t n, uint8_t*
 }
 
 std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
-                                   const device::Stream& stream) {
+                                   const device::Stream& stream, row_index_t* released_rows) {
   // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.
-  return table_.erase(keys, n, stream);
+  return table_.erase(keys, n, stream, released_rows);
 }
 
 std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_t slot_end,

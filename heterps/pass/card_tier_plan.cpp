@@ -16,13 +16,15 @@ using card_table::row_index_t;
 // Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
 // key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
 // begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
-// dirty keys and rows (12). These phases run one after another, so the largest one counts: the
-// write-back's listing is kept from pass to pass and lent to the look-up, eviction and
-// compact_pool (pass_boundary.hpp), which add only the ranks (4). The listing is held while the
-// steps run too, but inside this room: the steps take no pass-boundary memory, and the phases
-// that run beside them (the next pass's look-up, eviction and inserts) or after them (begin_pass,
-// end_pass) borrow it, so counting its 12 bytes a row again would count it twice. Not counted:
-// that the kept listing stays beside a rehash's pairs (12 more).
+// dirty keys and rows (12). These phases run one after another, each in the same kept listing
+// and ranks (CardPassBuffers, pass_cards.hpp: a rehash of the pass boundary's or of the next
+// pass's inserts borrows the listing for its pairs), so the listing and ranks are the whole
+// room, held from pass to pass. They are held while the steps run too, but inside this room: the
+// steps take no pass-boundary memory, and the phases that run beside them (the next pass's
+// look-up, eviction and inserts) or after them (begin_pass, end_pass) borrow it, so counting
+// them again would count them twice. Not counted: a rehash that an insert's probe overflow
+// forces (rare, and it doubles the table past the plan with a warning), and compact_pool's own
+// buffers (width classes, when a shift of widths needs the pools' free pages back).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
@@ -31,10 +33,11 @@ constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
 
-// The write-back's staging page and keep buffers (PassCards::kKeptRows) are not phases: they are
-// held from the first end_pass on, beside whatever phase runs (the steps' own card memory is the
-// trainer's, outside the plan), so the plan counts them once as kept_bytes, resident, beside the
-// working set's staged page (the inserts stage their own, at most a page of rows).
+// The kept pages (CardPassBuffers: the staging page, a page of keys, rows and flags, at most
+// PassCards::kKeptRows rows) are not phases: they are held from the first begin_pass on, beside
+// whatever phase runs (the steps' own card memory is the trainer's, outside the plan), so the
+// plan counts them once as kept_bytes, resident, beside the working set's staged page (the
+// store's per-position scratch of an insert of up to a page of rows).
 
 }  // namespace
 
@@ -115,8 +118,8 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
 
 std::size_t PassCards::kept_bytes() const {
   const std::size_t page = stores_.front()->page_rows();
-  return staging_halves(page) * staging_rows(page) * stride() * sizeof(float) +
-         keep_rows(page) * (sizeof(uint64_t) + sizeof(row_index_t));
+  return page_rows_kept(page) * stride() * sizeof(float) +
+         keep_rows(page) * (sizeof(uint64_t) + sizeof(row_index_t) + sizeof(uint8_t));
 }
 
 std::size_t PassCards::rows_fitting_memory() const {
