@@ -17,12 +17,13 @@ using card_table::row_index_t;
 // key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
 // begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
 // dirty keys and rows (12). These phases run one after another, each in the same kept listing
-// and ranks (CardPassBuffers, pass_cards.hpp: a rehash of the pass boundary's or of the next
-// pass's inserts borrows the listing for its pairs), so the listing and ranks are the whole
-// room, held from pass to pass. They are held while the steps run too, but inside this room: the
+// (CardPassBuffers, pass_cards.hpp: eviction ranks in the listed keys' room once they are read
+// back, and a rehash of the pass boundary's or of the next pass's inserts saves its pairs there),
+// so the listing is all of this room that is held, from pass to pass (12 of the 16 bytes; the
+// rest is slack). It is held while the steps run too, but inside this room: the
 // steps take no pass-boundary memory, and the phases that run beside them (the next pass's
 // look-up, eviction and inserts) or after them (begin_pass, end_pass) borrow it, so counting
-// them again would count them twice. Not counted: a rehash that an insert's probe overflow
+// it again would count it twice. Not counted: a rehash that an insert's probe overflow
 // forces (rare, and it doubles the table past the plan with a warning), and compact_pool's own
 // buffers (width classes, when a shift of widths needs the pools' free pages back).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
