@@ -118,8 +118,8 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
   if (page_bytes_after_insert() <= cards.plan().row_page_bytes) return 0;
   // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
   std::size_t freed = 0;
+  CardPassBuffers& lent = cards.kept(c);
   for (int32_t p = 0; p < store.pool_count(); ++p) {
-    CardPassBuffers& lent = cards.kept(c);
     freed += store.compact_pool(p, lent.listed_keys, lent.listed_rows, cards.card(c).stream());
   }
   const std::size_t bytes = page_bytes_after_insert();
