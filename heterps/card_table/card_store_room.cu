@@ -113,6 +113,12 @@ std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<ui
   const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
+  // Each page below erases its rows before inserting them again, so the erased slots grow by the
+  // rows moved (at most those in use above `keep`) while the listing holds them: the erased slots
+  // are purged first, the pairs saved in the listing (free until it lists), so that no insert's
+  // rehash saves its own pairs (12 bytes a key) beside it.
+  table_.purge_erased_for(std::min(rows.in_use(), rows.capacity() - keep), stream,
+                          {&keys, &handles});
   // The entries to move (12 bytes each, in the caller's listing), then a page of their records at
   // a time.
   const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);

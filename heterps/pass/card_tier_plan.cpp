@@ -24,8 +24,9 @@ using card_table::row_index_t;
 // steps take no pass-boundary memory, and the phases that run beside them (the next pass's
 // look-up, eviction and inserts) or after them (begin_pass, end_pass) borrow it, so counting
 // it again would count it twice. Not counted: a rehash that an insert's probe overflow
-// forces (rare, and it doubles the table past the plan with a warning), and compact_pool's own
-// buffers (width classes, when a shift of widths needs the pools' free pages back).
+// forces (rare, and it doubles the table past the plan with a warning), and compact_pool's page
+// of moved records, their dirty flags and new rows (width classes, when a shift of widths needs
+// the pools' free pages back; it lists and purges erased slots in the kept listing).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
