@@ -335,6 +335,7 @@ void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& strea
   device::device_buffer<row_index_t> own_rows(0, card_->memory(), card_->stream());
   device::device_buffer<uint64_t>& keys = room.keys != nullptr ? *room.keys : own_keys;
   device::device_buffer<row_index_t>& rows = room.rows != nullptr ? *room.rows : own_rows;
+  if (room.keys == nullptr || room.rows == nullptr) ++own_pair_rehashes_;
   keys.resize_discard(live);
   rows.resize_discard(live);
   auto first = thrust::make_zip_iterator(

@@ -160,6 +160,8 @@ class CardHashTable {
   std::size_t capacity() const { return slots_.size(); }
   // Erased slots not yet reclaimed by a rehash (they count against the load bound).
   std::size_t erased_slots() const { return erased_; }
+  // Rehashes that saved their pairs in buffers of their own (no RehashRoom lent), so far.
+  std::size_t own_pair_rehashes() const { return own_pair_rehashes_; }
   double load_factor() const { return static_cast<double>(size_ + erased_) / capacity(); }
   std::size_t memory_bytes() const;
   const HashTableOptions& options() const { return options_; }
@@ -201,6 +203,7 @@ class CardHashTable {
   device::device_buffer<uint32_t> flags_;
   std::size_t size_ = 0;
   std::size_t erased_ = 0;
+  std::size_t own_pair_rehashes_ = 0;
 };
 
 }  // namespace gpubox::card_table
