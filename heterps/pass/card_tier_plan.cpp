@@ -28,7 +28,7 @@ using card_table::row_index_t;
 // of moved records, their dirty flags and new rows (width classes, when a shift of widths needs
 // the pools' free pages back; it lists and purges erased slots in the kept listing).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
-// Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
+// Card bytes per row staged in a chunk (at most keep_rows rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
 // position of a miss 8 + 8), rounded up; scratch grows by half again when it grows, hence 3/2.
 constexpr std::size_t kStagingBytesPerRow = 40;
@@ -38,8 +38,8 @@ constexpr std::size_t kStoreFixedBytes = 4096;
 // The kept pages (CardPassBuffers: the staging page, a page of keys, rows and flags, at most
 // PassCards::kKeptRows rows) are not phases: they are held from the first begin_pass on, beside
 // whatever phase runs (the steps' own card memory is the trainer's, outside the plan), so the
-// plan counts them once as kept_bytes, resident, beside the working set's staged page (the
-// store's per-position scratch of an insert of up to a page of rows).
+// plan counts them once as kept_bytes, resident, beside the working set's per-position scratch of
+// the store for an insert of up to keep_rows rows (the staged rows themselves are in kept_bytes).
 
 }  // namespace
 
@@ -109,11 +109,11 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
     plan.index_bytes +=
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
-  const std::size_t staged = plan.page_rows;  // inserts stage at most a page
+  // Inserts stage their rows in the kept pages (kept_bytes), at most keep_rows at a time: the
+  // store's per-position scratch of such a chunk is all the working set adds for them.
+  const std::size_t staged = keep_rows(plan.page_rows);
   plan.working_bytes = keys * kWorkingBytesPerKey +
-                       (rows == 0 ? 0
-                                  : staged * plan.row_bytes + 3 * staged * kStagingBytesPerRow / 2 +
-                                        kStoreFixedBytes);
+                       (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
   plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
   return plan;
 }

@@ -68,7 +68,7 @@ struct CardTierPlan {
   std::size_t row_page_bytes = 0;  // pages holding `rows` rows
   std::size_t table_bytes = 0;     // hash slots (16 bytes each) for `rows` keys at the load bound
   std::size_t index_bytes = 0;     // free list, dirty flags, page table
-  std::size_t working_bytes = 0;   // pass-boundary working set, staging page included
+  std::size_t working_bytes = 0;   // pass-boundary working set, insert scratch included
   // The write-back's staging and keep buffers, held on the card from pass to pass (while the
   // steps, the next pass's card work and begin_pass run too): beside the working set, not in it.
   std::size_t kept_bytes = 0;
