@@ -69,7 +69,7 @@ std::string CardTierPlan::to_string() const {
   out.precision(1);
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
-      << ", pass working set " << working_bytes * mib << ", kept write-back buffers "
+      << ", pass working set " << working_bytes * mib << ", kept pass-boundary buffers "
       << kept_bytes * mib << "), " << bytes_per_key() << " bytes per key (row " << row_bytes
       << "), pages of " << page_rows << " rows" << class_bytes();
   return out.str();
@@ -120,8 +120,9 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
 
 std::size_t PassCards::kept_bytes() const {
   const std::size_t page = stores_.front()->page_rows();
-  return page_rows_kept(page) * stride() * sizeof(float) +
-         keep_rows(page) * (sizeof(uint64_t) + sizeof(row_index_t) + sizeof(uint8_t));
+  return allocated_bytes(page_rows_kept(page) * stride() * sizeof(float)) +
+         allocated_bytes(keep_rows(page) * sizeof(uint64_t)) +
+         allocated_bytes(keep_rows(page) * sizeof(row_index_t)) + allocated_bytes(keep_rows(page));
 }
 
 std::size_t PassCards::rows_fitting_memory() const {

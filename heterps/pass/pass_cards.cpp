@@ -93,9 +93,10 @@ CardPassBuffers& PassCards::kept(int c) const {
 std::size_t PassCards::kept_page_bytes() const {
   std::size_t most = 0;
   for (const CardPassBuffers& kept : kept_) {
-    most = std::max(most, kept.page_keys.capacity() * sizeof(uint64_t) +
-                              kept.page_rows.capacity() * sizeof(row_index_t) +
-                              kept.page_flags.capacity() + kept.staged.capacity() * sizeof(float));
+    most = std::max(most, allocated_bytes(kept.page_keys.capacity() * sizeof(uint64_t)) +
+                              allocated_bytes(kept.page_rows.capacity() * sizeof(row_index_t)) +
+                              allocated_bytes(kept.page_flags.capacity()) +
+                              allocated_bytes(kept.staged.capacity() * sizeof(float)));
   }
   return most;
 }

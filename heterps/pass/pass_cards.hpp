@@ -117,6 +117,9 @@ class PassCards {
     return staging_halves(page_rows) * staging_rows(page_rows);
   }
   std::size_t kept_bytes() const;
+  // The card bytes an allocation of `bytes` takes: CUDA's stream-ordered pool hands out multiples
+  // of 256 bytes (the cpu backend's exact bytes fit within), as the kept buffers are counted.
+  static std::size_t allocated_bytes(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
   // Card c's kept pass-boundary buffers (CardPassBuffers), given card c's memory and sized on
   // first use. Card c's thread.
   CardPassBuffers& kept(int c) const;

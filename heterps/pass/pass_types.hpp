@@ -81,7 +81,7 @@ struct CardTierPlan {
   }
   double bytes_per_key() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
-  // write-back buffers K), B bytes
+  // pass-boundary buffers K), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
   // width classes, the row bytes of each.
   std::string to_string() const;
