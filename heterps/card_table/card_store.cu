@@ -245,12 +245,12 @@ CardStoreRef CardSparseStore::ref() {
   return CardStoreRef(table_.rows(), dirty_flags(), table_.find_ref(), layout_);
 }
 
-void CardSparseStore::reserve(std::size_t new_keys, const device::Stream& stream) {
+void CardSparseStore::reserve(std::size_t new_keys, const device::Stream& stream, RehashRoom room) {
   // With several pools the keys' classes are not known here: their rows come at insert.
   if (table_.pool_count() == 1) {
-    table_.reserve(new_keys, stream);
+    table_.reserve(new_keys, stream, room);
   } else {
-    table_.reserve_slots(new_keys, stream);
+    table_.reserve_slots(new_keys, stream, room);
   }
   sync_dirty_capacity(stream);
 }

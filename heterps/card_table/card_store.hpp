@@ -137,7 +137,10 @@ class CardSparseStore {
   // Stream-ordered.
   void clear_dirty(const row_index_t* rows, std::size_t n, const device::Stream& stream);
   // Removes the keys (absent ones are ignored); returns how many were removed. Synchronizes.
-  std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream);
+  // `released_rows` (optional, card memory for n row indices, its contents lost) takes the rows
+  // released; without it the table's own scratch does (grown to the largest erase).
+  std::size_t erase(const uint64_t* keys, std::size_t n, const device::Stream& stream,
+                    row_index_t* released_rows = nullptr);
   // erase() of keys known to be on the card and distinct, without a wait: see
   // CardHashTable::erase_present_async (`planned_rows`, `reserved`, *check's contract).
   // Stream-ordered.
@@ -184,13 +187,14 @@ class CardSparseStore {
   std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
                            device::device_buffer<row_index_t>& listed_rows,
                            const device::Stream& stream);
-  // Grows so that `new_keys` more keys fit without growth inside the next batch.
-  void reserve(std::size_t new_keys, const device::Stream& stream);
+  // Grows so that `new_keys` more keys fit without growth inside the next batch. A rehash it
+  // makes (growth, or a purge of erased slots) saves its pairs in `room` (CardHashTable::rehash).
+  void reserve(std::size_t new_keys, const device::Stream& stream, RehashRoom room = {});
   // CardHashTable::purge_erased_for: the erased slots reclaimed, at the same size (doubled, with
   // a warning, only where a probe run would pass kMaxProbe), when they would keep `new_keys` more
-  // keys from new_key_room(). Synchronizes when it purges.
-  void purge_erased_for(std::size_t new_keys, const device::Stream& stream) {
-    table_.purge_erased_for(new_keys, stream);
+  // keys from new_key_room(). Synchronizes when it purges; saves its pairs in `room`.
+  void purge_erased_for(std::size_t new_keys, const device::Stream& stream, RehashRoom room = {}) {
+    table_.purge_erased_for(new_keys, stream, room);
   }
   // Sizes the table and the per-row index memory (free list, dirty flags) for `keys` keys once,
   // so that holding up to that many never reallocates them (rows still come page by page). See

@@ -84,9 +84,9 @@ void CardSparseStore::row_dirty(const row_index_t* rows, std::size_t n, uint8_t*
 }
 
 std::size_t CardSparseStore::erase(const uint64_t* keys, std::size_t n,
-                                   const device::Stream& stream) {
+                                   const device::Stream& stream, row_index_t* released_rows) {
   // A released row's dirty flag is stale but harmless: whoever takes the row next sets it.
-  return table_.erase(keys, n, stream);
+  return table_.erase(keys, n, stream, released_rows);
 }
 
 std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_t slot_end,
@@ -113,6 +113,12 @@ std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<ui
   const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
+  // Each page below erases its rows before inserting them again, so the erased slots grow by the
+  // rows moved (at most those in use above `keep`) while the listing holds them: the erased slots
+  // are purged first, the pairs saved in the listing (free until it lists), so that no insert's
+  // rehash saves its own pairs (12 bytes a key) beside it.
+  table_.purge_erased_for(std::min(rows.in_use(), rows.capacity() - keep), stream,
+                          {&keys, &handles});
   // The entries to move (12 bytes each, in the caller's listing), then a page of their records at
   // a time.
   const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);

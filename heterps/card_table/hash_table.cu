@@ -284,31 +284,33 @@ std::size_t CardHashTable::slot_capacity_for(std::size_t keys, double max_load_f
   return next_pow2(std::max(kMinCapacity, want));
 }
 
-void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream) {
-  reserve_in_pool(0, new_keys, stream);
+void CardHashTable::reserve(std::size_t new_keys, const device::Stream& stream, RehashRoom room) {
+  reserve_in_pool(0, new_keys, stream, room);
 }
 
 void CardHashTable::reserve_in_pool(int32_t pool, std::size_t new_keys,
-                                    const device::Stream& stream) {
-  reserve_slots(new_keys, stream);
+                                    const device::Stream& stream, RehashRoom room) {
+  reserve_slots(new_keys, stream, room);
   this->pool(pool).reserve_free(new_keys, stream);
 }
 
-void CardHashTable::reserve_slots(std::size_t new_keys, const device::Stream& stream) {
+void CardHashTable::reserve_slots(std::size_t new_keys, const device::Stream& stream,
+                                  RehashRoom room) {
   GPUBOX_EXPECTS(new_keys <= kMaxRows, "card ", card_->rank(), ": batch of ", new_keys,
                  " keys exceeds the table's row limit ", kMaxRows);
   const double bound = options_.max_load_factor * static_cast<double>(capacity());
   if (static_cast<double>(size_ + erased_ + new_keys) > bound) {
     // Rehash purges erased slots, so size only the live keys plus the batch.
     rehash(std::max(slot_capacity_for(size_ + new_keys, options_.max_load_factor), capacity()),
-           stream);
+           stream, room);
   }
 }
 
-void CardHashTable::purge_erased_for(std::size_t new_keys, const device::Stream& stream) {
+void CardHashTable::purge_erased_for(std::size_t new_keys, const device::Stream& stream,
+                                     RehashRoom room) {
   const double bound = options_.max_load_factor * static_cast<double>(capacity());
   if (erased_ == 0 || static_cast<double>(size_ + erased_ + new_keys) <= bound) return;
-  rehash(capacity(), stream);
+  rehash(capacity(), stream, room);
 }
 
 void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& stream) {
@@ -319,7 +321,8 @@ void CardHashTable::reserve_capacity(std::size_t keys, const device::Stream& str
   for (RowPool& pool : pools_) pool.reserve_index(keys);
 }
 
-void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& stream) {
+void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& stream,
+                           RehashRoom room) {
   // The live (key, row) pairs leave the slot array first (12 bytes per live key, at most 0.45x the
   // array at the load bound); the old array is freed before the new one is allocated, or reused
   // when the capacity stays (a purge of erased slots). Peak: new array + pairs, where copying
@@ -327,8 +330,14 @@ void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& strea
   const Slot* slots = slots_.data();
   const auto live = static_cast<std::size_t>(
       thrust::count_if(device::exec_policy(stream), slots, slots + slots_.size(), IsLiveSlot{}));
-  device::device_buffer<uint64_t> keys(live, card_->memory(), card_->stream());
-  device::device_buffer<row_index_t> rows(live, card_->memory(), card_->stream());
+  // Made (empty: nothing allocated) even when borrowed, so both cases read the same below.
+  device::device_buffer<uint64_t> own_keys(0, card_->memory(), card_->stream());
+  device::device_buffer<row_index_t> own_rows(0, card_->memory(), card_->stream());
+  device::device_buffer<uint64_t>& keys = room.keys != nullptr ? *room.keys : own_keys;
+  device::device_buffer<row_index_t>& rows = room.rows != nullptr ? *room.rows : own_rows;
+  if (room.keys == nullptr || room.rows == nullptr) ++own_pair_rehashes_;
+  keys.resize_discard(live);
+  rows.resize_discard(live);
   auto first = thrust::make_zip_iterator(
       thrust::make_tuple(thrust::make_transform_iterator(slots, SlotKey{}),
                          thrust::make_transform_iterator(slots, SlotRow{})));

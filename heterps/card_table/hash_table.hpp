@@ -41,6 +41,14 @@ struct InsertEngine;
 class TableFindRef;    // hash_table.cuh
 class TableInsertRef;  // hash_table.cuh
 
+// Card memory a rehash may borrow for the live (key, row) pairs it saves (12 bytes a live key)
+// instead of allocating them: a caller's buffers of this card, resized, their contents lost (the
+// pass boundary lends its kept listing, pass_cards.hpp). Empty: the rehash makes its own.
+struct RehashRoom {
+  device::device_buffer<uint64_t>* keys = nullptr;
+  device::device_buffer<row_index_t>* rows = nullptr;
+};
+
 class CardHashTable {
  public:
   // The card (memory and stream) must outlive the table.
@@ -125,18 +133,20 @@ class CardHashTable {
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or
-  // `pool`) has `new_keys` free rows. Stream-ordered.
-  void reserve(std::size_t new_keys, const device::Stream& stream);
-  void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream);
+  // `pool`) has `new_keys` free rows. Stream-ordered. A rehash it makes saves its pairs in `room`
+  // (when given).
+  void reserve(std::size_t new_keys, const device::Stream& stream, RehashRoom room = {});
+  void reserve_in_pool(int32_t pool, std::size_t new_keys, const device::Stream& stream,
+                       RehashRoom room = {});
   // Slots only: an insert batch of up to `new_keys` keys needs no growth. Stream-ordered.
-  void reserve_slots(std::size_t new_keys, const device::Stream& stream);
+  void reserve_slots(std::size_t new_keys, const device::Stream& stream, RehashRoom room = {});
   // Reclaims the erased slots (a rehash at the same capacity) when, beside them, `new_keys` more
   // keys would pass the load bound: for a table sized once (a card budget), where new_key_room()
   // counts them against the bound until a rehash. As every rehash, it doubles the capacity (and
   // logs a warning naming the card) if a reinserted key's probe run would pass kMaxProbe: rare at
   // the load bound, and a larger table beats failing the job; that growth is an allocation the
-  // card counts. Synchronizes when it rehashes.
-  void purge_erased_for(std::size_t new_keys, const device::Stream& stream);
+  // card counts. Synchronizes when it rehashes; saves its pairs in `room` (when given).
+  void purge_erased_for(std::size_t new_keys, const device::Stream& stream, RehashRoom room = {});
   // Sizes the slot array for `keys` live keys at the load bound and every pool's index for as
   // many rows, once (a card budget): up to that many keys the table grows only where a probe run
   // would pass kMaxProbe (rehash), and a rehash otherwise purges erased slots in place. Rows
@@ -150,6 +160,8 @@ class CardHashTable {
   std::size_t capacity() const { return slots_.size(); }
   // Erased slots not yet reclaimed by a rehash (they count against the load bound).
   std::size_t erased_slots() const { return erased_; }
+  // Rehashes that saved their pairs in buffers of their own (no RehashRoom lent), so far.
+  std::size_t own_pair_rehashes() const { return own_pair_rehashes_; }
   double load_factor() const { return static_cast<double>(size_ + erased_) / capacity(); }
   std::size_t memory_bytes() const;
   const HashTableOptions& options() const { return options_; }
@@ -173,8 +185,9 @@ class CardHashTable {
   detail::InsertEngine insert_engine();
   // Rehashes into a table of at least `min_capacity` slots, purging erased slots; doubles (a
   // warning naming the card, past any budget's sizing) while a reinserted key's probe run would
-  // pass kMaxProbe. Synchronizes.
-  void rehash(std::size_t min_capacity, const device::Stream& stream);
+  // pass kMaxProbe. The live pairs go to `room` (when given; else to buffers of its own).
+  // Synchronizes.
+  void rehash(std::size_t min_capacity, const device::Stream& stream, RehashRoom room = {});
 
   device::Card* card_;
   HashTableOptions options_;
@@ -190,6 +203,7 @@ class CardHashTable {
   device::device_buffer<uint32_t> flags_;
   std::size_t size_ = 0;
   std::size_t erased_ = 0;
+  std::size_t own_pair_rehashes_ = 0;
 };
 
 }  // namespace gpubox::card_table

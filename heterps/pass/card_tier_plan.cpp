@@ -16,25 +16,30 @@ using card_table::row_index_t;
 // Card bytes a pass boundary holds per resident key on top of the store: eviction lists every
 // key (8 bytes), its row index (4) and its score (4); a rehash saves (key, row) pairs (12); the
 // begin_pass lookup holds the pass's keys and their rows (12); the write-back list holds the
-// dirty keys and rows (12). These phases run one after another, so the largest one counts: the
-// write-back's listing is kept from pass to pass and lent to the look-up, eviction and
-// compact_pool (pass_boundary.hpp), which add only the ranks (4). The listing is held while the
-// steps run too, but inside this room: the steps take no pass-boundary memory, and the phases
-// that run beside them (the next pass's look-up, eviction and inserts) or after them (begin_pass,
-// end_pass) borrow it, so counting its 12 bytes a row again would count it twice. Not counted:
-// that the kept listing stays beside a rehash's pairs (12 more).
+// dirty keys and rows (12). These phases run one after another, each in the same kept listing
+// (CardPassBuffers, pass_cards.hpp: eviction ranks in the listed keys' room once they are read
+// back, and a rehash of the pass boundary's or of the next pass's inserts saves its pairs there),
+// so the listing is all of this room that is held, from pass to pass (12 of the 16 bytes; the
+// rest is slack). It is held while the steps run too, but inside this room: the
+// steps take no pass-boundary memory, and the phases that run beside them (the next pass's
+// look-up, eviction and inserts) or after them (begin_pass, end_pass) borrow it, so counting
+// it again would count it twice. Not counted: a rehash that an insert's probe overflow
+// forces (rare, and it doubles the table past the plan with a warning), and compact_pool's page
+// of moved records, their dirty flags and new rows (width classes, when a shift of widths needs
+// the pools' free pages back; it lists and purges erased slots in the kept listing).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
-// Card bytes per row staged in a chunk (at most one page of rows): the staged key (8), the
+// Card bytes per row staged in a chunk (at most keep_rows rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
 // position of a miss 8 + 8), rounded up; scratch grows by half again when it grows, hence 3/2.
 constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
 
-// The write-back's staging page and keep buffers (PassCards::kKeptRows) are not phases: they are
-// held from the first end_pass on, beside whatever phase runs (the steps' own card memory is the
-// trainer's, outside the plan), so the plan counts them once as kept_bytes, resident, beside the
-// working set's staged page (the inserts stage their own, at most a page of rows).
+// The kept pages (CardPassBuffers: the staging page, a page of keys, rows and flags, at most
+// PassCards::kKeptRows rows) are not phases: they are held from the first begin_pass on, beside
+// whatever phase runs (the steps' own card memory is the trainer's, outside the plan), so the
+// plan counts them once as kept_bytes, resident, beside the working set's per-position scratch of
+// the store for an insert of up to keep_rows rows (the staged rows themselves are in kept_bytes).
 
 }  // namespace
 
@@ -64,7 +69,7 @@ std::string CardTierPlan::to_string() const {
   out.precision(1);
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
-      << ", pass working set " << working_bytes * mib << ", kept write-back buffers "
+      << ", pass working set " << working_bytes * mib << ", kept pass-boundary buffers "
       << kept_bytes * mib << "), " << bytes_per_key() << " bytes per key (row " << row_bytes
       << "), pages of " << page_rows << " rows" << class_bytes();
   return out.str();
@@ -104,19 +109,20 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
     plan.index_bytes +=
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
-  const std::size_t staged = plan.page_rows;  // inserts stage at most a page
+  // Inserts stage their rows in the kept pages (kept_bytes), at most keep_rows at a time: the
+  // store's per-position scratch of such a chunk is all the working set adds for them.
+  const std::size_t staged = keep_rows(plan.page_rows);
   plan.working_bytes = keys * kWorkingBytesPerKey +
-                       (rows == 0 ? 0
-                                  : staged * plan.row_bytes + 3 * staged * kStagingBytesPerRow / 2 +
-                                        kStoreFixedBytes);
+                       (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
   plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
   return plan;
 }
 
 std::size_t PassCards::kept_bytes() const {
   const std::size_t page = stores_.front()->page_rows();
-  return staging_halves(page) * staging_rows(page) * stride() * sizeof(float) +
-         keep_rows(page) * (sizeof(uint64_t) + sizeof(row_index_t));
+  return allocated_bytes(page_rows_kept(page) * stride() * sizeof(float)) +
+         allocated_bytes(keep_rows(page) * sizeof(uint64_t)) +
+         allocated_bytes(keep_rows(page) * sizeof(row_index_t)) + allocated_bytes(keep_rows(page));
 }
 
 std::size_t PassCards::rows_fitting_memory() const {

@@ -31,25 +31,23 @@ uint64_t evict_first(const PassCards& cards, int c, std::vector<EvictionCandidat
 }  // namespace
 
 uint64_t evict_outside(const PassCards& cards, int c, const std::vector<row_index_t>& pass_rows,
-                       uint64_t kept_dirty, std::size_t excess,
-                       device::device_buffer<uint64_t>& listed_keys,
-                       device::device_buffer<row_index_t>& listed_rows) {
+                       uint64_t kept_dirty, std::size_t excess) {
   card_table::CardSparseStore& store = cards.store(c);
-  device::Card& card = cards.card(c);
-  const device::Stream& stream = card.stream();
-  // Keys, row indices and ranks only (16 bytes per resident key), on the host for the choice.
-  std::vector<uint64_t> keys;
-  std::vector<row_index_t> rows;
-  std::vector<float> ranks;
-  {
-    const std::size_t count =
-        store.list_entries(/*dirty_only=*/false, listed_keys, listed_rows, stream);
-    device::device_buffer<float> d_ranks(count, card.memory(), stream);
-    store.eviction_ranks(listed_rows.data(), count, d_ranks.data(), stream);
-    keys = device::to_host(listed_keys.data(), count, stream);
-    rows = device::to_host(listed_rows.data(), count, stream);
-    ranks = device::to_host(d_ranks.data(), count, stream);
-  }
+  const device::Stream& stream = cards.card(c).stream();
+  CardPassBuffers& lent = cards.kept(c);
+  device::device_buffer<uint64_t>& listed_keys = lent.listed_keys;
+  device::device_buffer<row_index_t>& listed_rows = lent.listed_rows;
+  // Keys, row indices and ranks only, on the host for the choice. On the card, only the kept
+  // listing (12 bytes per resident key): once the keys are on the host, their 8 bytes a key on
+  // the card take the ranks (4), so eviction holds no card memory beside the listing.
+  const std::size_t count =
+      store.list_entries(/*dirty_only=*/false, listed_keys, listed_rows, stream);
+  std::vector<uint64_t> keys = device::to_host(listed_keys.data(), count, stream);
+  std::vector<row_index_t> rows = device::to_host(listed_rows.data(), count, stream);
+  static_assert(sizeof(float) <= sizeof(uint64_t), "a rank fits in a listed key's room");
+  float* d_ranks = reinterpret_cast<float*>(listed_keys.data());
+  store.eviction_ranks(listed_rows.data(), count, d_ranks, stream);
+  const std::vector<float> ranks = device::to_host(d_ranks, count, stream);
   // The pass's rows, marked by row index: one look-up per resident key instead of a binary
   // search over the pass's keys (n log p: most of the choice at 10^7 rows a card).
   row_index_t row_end = 0;
@@ -77,25 +75,20 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
                      const std::vector<uint32_t>& at, const std::vector<row_index_t>& rows,
                      uint64_t kept_dirty, std::size_t excess) {
   card_table::CardSparseStore& store = cards.store(c);
-  device::Card& card = cards.card(c);
-  const device::Stream& stream = card.stream();
+  const device::Stream& stream = cards.card(c).stream();
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(rows.size());
-  // The ranks a page of rows at a time (card memory stays within the plan).
-  const std::size_t page = store.page_rows();
-  device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
-  device::device_buffer<float> d_ranks(0, card.memory(), stream);
-  device::device_buffer<uint8_t> d_dirty(0, card.memory(), stream);
+  // The ranks and dirty flags a kept page of rows at a time (its row indices in page_rows, ranks
+  // in the staging page, flags in page_flags: nothing allocated, card memory within the plan).
+  const std::size_t page = PassCards::page_rows_kept(store.page_rows());
+  CardPassBuffers& lent = cards.kept(c);
   for (std::size_t b = 0; b < rows.size(); b += page) {
     const std::size_t n = std::min(rows.size(), b + page) - b;
-    d_rows.resize_discard(n);
-    d_ranks.resize_discard(n);
-    d_dirty.resize_discard(n);
-    device::copy_async(d_rows.data(), rows.data() + b, n, stream);
-    store.eviction_ranks(d_rows.data(), n, d_ranks.data(), stream);
-    store.row_dirty(d_rows.data(), n, d_dirty.data(), stream);
-    const std::vector<float> ranks = device::to_host(d_ranks.data(), n, stream);
-    const std::vector<uint8_t> dirty = device::to_host(d_dirty.data(), n, stream);
+    device::copy_async(lent.page_rows.data(), rows.data() + b, n, stream);
+    store.eviction_ranks(lent.page_rows.data(), n, lent.staged.data(), stream);
+    store.row_dirty(lent.page_rows.data(), n, lent.page_flags.data(), stream);
+    const std::vector<float> ranks = device::to_host(lent.staged.data(), n, stream);
+    const std::vector<uint8_t> dirty = device::to_host(lent.page_flags.data(), n, stream);
     for (std::size_t i = 0; i < n; ++i) {
       // A dirty row (kept by a `keep` wider than this pass's keys) stays: only here.
       if (dirty[i] == 0) candidates.push_back({ranks[i], keys[at[b + i]]});
@@ -104,9 +97,7 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
   return evict_first(cards, c, candidates, kept_dirty, excess);
 }
 
-std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
-                      device::device_buffer<uint64_t>& listed_keys,
-                      device::device_buffer<row_index_t>& listed_rows) {
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
   card_table::CardSparseStore& store = cards.store(c);
   const auto page_bytes_after_insert = [&] {
     std::vector<std::size_t> need(static_cast<std::size_t>(store.pool_count()), 0);
@@ -127,8 +118,9 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
   if (page_bytes_after_insert() <= cards.plan().row_page_bytes) return 0;
   // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
   std::size_t freed = 0;
+  CardPassBuffers& lent = cards.kept(c);
   for (int32_t p = 0; p < store.pool_count(); ++p) {
-    freed += store.compact_pool(p, listed_keys, listed_rows, cards.card(c).stream());
+    freed += store.compact_pool(p, lent.listed_keys, lent.listed_rows, cards.card(c).stream());
   }
   const std::size_t bytes = page_bytes_after_insert();
   GPUBOX_EXPECTS(bytes <= cards.plan().row_page_bytes, "card ", cards.card(c).rank(),

@@ -23,28 +23,23 @@ namespace gpubox::pass {
 // Removes `excess` rows of card `c` whose row index is not in `pass_rows` (the rows of the pass's
 // keys on the card), those that leave first under the store's policy, reading only keys, row
 // indices and ranks (never a copy of the rows). `kept_dirty`: dirty rows the last end_pass kept
-// on the cards; when there are any, every dirty row is spared too. The listing lands in
-// `listed_keys` / `listed_rows` (card c's, lent by the pass boundary: resized, reused, their
-// contents lost). Returns the rows removed.
+// on the cards; when there are any, every dirty row is spared too. The listing and ranks land in
+// card c's kept listing (PassCards::kept: reused, its contents lost). Returns the rows removed.
 uint64_t evict_outside(const PassCards& cards, int c,
                        const std::vector<card_table::row_index_t>& pass_rows, uint64_t kept_dirty,
-                       std::size_t excess, device::device_buffer<uint64_t>& listed_keys,
-                       device::device_buffer<card_table::row_index_t>& listed_rows);
+                       std::size_t excess);
 // evict_outside when the only rows of card `c` outside the pass are known: keys[at[i]] with row
 // indices rows[i] (the previous pass's rows this pass lacks, once the next pass's card work
-// removed every row outside both). Reads only their ranks and dirty flags (a dirty one stays).
-// Returns the rows removed.
+// removed every row outside both). Reads only their ranks and dirty flags (a dirty one stays), a
+// kept page at a time (PassCards::kept). Returns the rows removed.
 uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>& keys,
                      const std::vector<uint32_t>& at,
                      const std::vector<card_table::row_index_t>& rows, uint64_t kept_dirty,
                      std::size_t excess);
 // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the plan
 // (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold both),
-// gives every pool's free pages back (CardSparseStore::compact_pool) first, listing into
-// `listed_keys` / `listed_rows` (card c's, lent by the pass boundary as to evict_outside).
-// Returns the pages freed.
-std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing,
-                      device::device_buffer<uint64_t>& listed_keys,
-                      device::device_buffer<card_table::row_index_t>& listed_rows);
+// gives every pool's free pages back (CardSparseStore::compact_pool) first, listing into card
+// c's kept listing (as evict_outside). Returns the pages freed.
+std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing);
 
 }  // namespace gpubox::pass

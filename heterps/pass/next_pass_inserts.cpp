@@ -19,19 +19,22 @@ using card_table::row_index_t;
 void NextPassWork::reserve_inserts(int c, std::size_t keys) {
   card_table::CardSparseStore& store = cards_.store(c);
   const std::size_t budget = cards_.row_budget();
+  // Between begin_pass and the steps: a rehash saves its pairs in the kept listing, free then.
+  CardPassBuffers& lent = cards_.kept(c);
+  const card_table::RehashRoom pairs{&lent.listed_keys, &lent.listed_rows};
   if (budget > 0) {
     // The table was sized once for the budget; the erased slots of every eviction since its
     // last rehash count against its load bound, and no chunk may reclaim them between steps: so
     // now, when they would keep the inserts out. The work evicts before it inserts, so up to
     // `keys` may go in whatever room the budget has now. What the work's own evictions erase
     // stays counted until the next boundary: the inserts still stop at the load bound.
-    store.purge_erased_for(keys, cards_.card(c).stream());
+    store.purge_erased_for(keys, cards_.card(c).stream(), pairs);
   }
   const std::size_t room = budget > 0 ? budget - std::min(budget, store.size()) : keys;
   const std::size_t n = std::min(keys, room);
   if (n == 0 || store.new_key_room() >= n) return;
   // Slots for the keys (a purge of erased slots, or growth without a budget) and free rows.
-  store.reserve(n, cards_.card(c).stream());
+  store.reserve(n, cards_.card(c).stream(), pairs);
 }
 
 std::size_t NextPassWork::inserts_left(int c, const NextPassCard& next) const {

@@ -154,13 +154,15 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   phase.reset();
   done.evicted = make_room(c, misses, early);
   if (cards_.row_budget() > 0 && cards_.store(c).pool_count() > 1) {
-    WriteBackBuffers& lent = buffers(c);
-    fit_pools(cards_, c, misses.missing, lent.listed_keys, lent.listed_rows);
+    fit_pools(cards_, c, misses.missing);
   }
   misses.hit_rows = {};
   done.evict_s = phase.seconds();
   phase.reset();
-  cards_.store(c).reserve(misses.missing_count, cards_.card(c).stream());
+  // A rehash (a purge of the evictions' erased slots) saves its pairs in the kept listing.
+  CardPassBuffers& lent = cards_.kept(c);
+  cards_.store(c).reserve(misses.missing_count, cards_.card(c).stream(),
+                          {&lent.listed_keys, &lent.listed_rows});
   insert_staged(c, staged, misses.used);
   done.insert_s = phase.seconds();
   phase.reset();
@@ -188,9 +190,7 @@ void PassBoundary::check_fits(int c, std::size_t n) const {
 PassBoundary::CardMisses PassBoundary::find_missing(int c, const OwnedKeys& mine,
                                                     const StagedRows* staged) {
   CardMisses misses;
-  WriteBackBuffers& lent = buffers(c);
-  misses.missing =
-      cards_.missing_on_card(c, mine, &misses.hit_rows, lent.listed_keys, lent.listed_rows);
+  misses.missing = cards_.missing_on_card(c, mine, &misses.hit_rows);
   misses.missing_total = misses.missing_count = misses.missing.keys.size();
   // The missing rows staged ahead are inserted from the staging (both lists are sorted: one
   // walk); only the others are pulled.
@@ -235,9 +235,7 @@ uint64_t PassBoundary::make_room(int c, const CardMisses& misses, const NextPass
     return evict_among(cards_, c, *early->current_keys, early->spare_at, early->spare_rows,
                        kept_dirty_, excess);
   }
-  WriteBackBuffers& lent = buffers(c);
-  return evict_outside(cards_, c, misses.hit_rows, kept_dirty_, excess, lent.listed_keys,
-                       lent.listed_rows);
+  return evict_outside(cards_, c, misses.hit_rows, kept_dirty_, excess);
 }
 
 void PassBoundary::insert_staged(int c, const StagedRows* staged,

@@ -36,10 +36,6 @@ class PassBoundary {
 
   const PassStats& current() const { return current_; }
   bool in_pass() const { return in_pass_; }
-  // Card bytes the write-back keeps from pass to pass beside its listing (the keep and staging
-  // buffers of WriteBackBuffers), on the card that holds most: CardTierPlan::kept_bytes counts
-  // them. Between passes or while the steps run.
-  std::size_t kept_card_bytes() const;
   PassAccess access() const { return access_; }
 
  private:
@@ -126,30 +122,16 @@ class PassBoundary {
     // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
     // pushes run.
     std::vector<device::pinned_buffer<float>> batches;
-    // On the card, kept from pass to pass and held also while the steps run: the listing, keys
-    // and row indices, 12 bytes a row (the write-back lists the dirty rows into it; begin_pass's
-    // look-up the pass's keys, eviction and compact_pool every key on the card: each borrows it
-    // in turn, never two at once), reserved for the row budget's rows once (no budget: it grows
-    // with the table, by half again); PassCards::keep_rows keep keys and their rows (drop_kept);
-    // a staging page of rows for their copy off the card, two halves of PassCards::staging_rows
-    // gathered and copied in turn (push_rows; the cpu backend stages only under
-    // GPUBOX_DEVICE_CHECK=defer, but makes the page as cuda does). Both bounded by
-    // PassCards::kKeptRows whatever the page. CardTierPlan counts the listing within its working
-    // set (each phase borrows it) and the keep and staging buffers as kept_bytes, resident
-    // (PassCards::kept_bytes, card_tier_plan.cpp).
-    device::device_buffer<uint64_t> listed_keys;
-    device::device_buffer<card_table::row_index_t> listed_rows;
-    device::device_buffer<uint64_t> keep_keys;
-    device::device_buffer<card_table::row_index_t> keep_rows;
-    device::device_buffer<float> staged;
+    // On the card: the listing, the keep page and the staging page are card c's kept buffers
+    // (PassCards::kept, CardPassBuffers), which begin_pass borrows too.
     // Per staged half: its gather's end (card stream) and its copy's end (copy stream).
     std::vector<device::Event> gathered, copied;
-    bool made = false;  // the card buffers were given the card's memory (buffers())
+    bool made = false;  // the events were made on card c (buffers())
 
     // Pinned host bytes held (PassStats::write_back_pinned_bytes).
     std::size_t pinned_bytes() const;
   };
-  // Card c's write-back buffers, their card side bound to card c on first use (card c's thread).
+  // Card c's write-back buffers, their events made on card c on first use (card c's thread).
   WriteBackBuffers& buffers(int c);
 
   PassCards& cards_;

@@ -34,6 +34,7 @@ PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseS
       stores_(std::move(stores)),
       host_(host),
       options_(options),
+      kept_(stores_.size()),
       host_calls_((stores_.size() + 1) *
                   static_cast<std::size_t>(std::max(1, options.pulls_in_flight))),
       staging_calls_(static_cast<std::size_t>(std::max(1, options.pulls_in_flight)),
@@ -64,6 +65,42 @@ PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseS
   }
 }
 
+CardPassBuffers& PassCards::kept(int c) const {
+  CardPassBuffers& kept = kept_[static_cast<std::size_t>(c)];
+  if (kept.made) return kept;
+  device::Card& card = cards_.card(c);
+  device::CardMemory& memory = card.memory();
+  const device::Stream& stream = card.stream();
+  kept.listed_keys = device::device_buffer<uint64_t>(0, memory, stream);
+  kept.listed_rows = device::device_buffer<row_index_t>(0, memory, stream);
+  // Under a row budget the listing is sized once, for the budget's rows (the table holds no
+  // more). Without one it grows with the table.
+  if (row_budget_ > 0) {
+    kept.listed_keys.reserve(row_budget_);
+    kept.listed_rows.reserve(row_budget_);
+  }
+  // The pages on both backends (the cpu backend's write-back stages only under
+  // GPUBOX_DEVICE_CHECK=defer; the card's memory counts the same either way).
+  const std::size_t page = store(c).page_rows();
+  kept.page_keys = device::device_buffer<uint64_t>(keep_rows(page), memory, stream);
+  kept.page_rows = device::device_buffer<row_index_t>(keep_rows(page), memory, stream);
+  kept.page_flags = device::device_buffer<uint8_t>(keep_rows(page), memory, stream);
+  kept.staged = device::device_buffer<float>(page_rows_kept(page) * stride(), memory, stream);
+  kept.made = true;
+  return kept;
+}
+
+std::size_t PassCards::kept_page_bytes() const {
+  std::size_t most = 0;
+  for (const CardPassBuffers& kept : kept_) {
+    most = std::max(most, allocated_bytes(kept.page_keys.capacity() * sizeof(uint64_t)) +
+                              allocated_bytes(kept.page_rows.capacity() * sizeof(row_index_t)) +
+                              allocated_bytes(kept.page_flags.capacity()) +
+                              allocated_bytes(kept.staged.capacity() * sizeof(float)));
+  }
+  return most;
+}
+
 std::vector<uint64_t> PassCards::resident_keys() const {
   const auto num_cards = static_cast<std::size_t>(cards_.num_local_cards());
   std::vector<std::vector<uint64_t>> per_card(num_cards);
@@ -71,11 +108,11 @@ std::vector<uint64_t> PassCards::resident_keys() const {
     const int c = card.local_index();
     if (replicated() && c > 0) return;
     const device::Stream& stream = card.stream();
-    device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
-    device::device_buffer<row_index_t> d_rows(0, card.memory(), stream);
+    // Between begin_pass and the steps (PassManager::resident_keys): the listing is free.
+    CardPassBuffers& lent = kept(c);
     const std::size_t count =
-        stores_[c]->list_entries(/*dirty_only=*/false, d_keys, d_rows, stream);
-    per_card[c] = device::to_host(d_keys.data(), count, stream);
+        stores_[c]->list_entries(/*dirty_only=*/false, lent.listed_keys, lent.listed_rows, stream);
+    per_card[c] = device::to_host(lent.listed_keys.data(), count, stream);
   });
   std::vector<uint64_t> keys = std::move(per_card.front());
   for (std::size_t c = 1; c < num_cards; ++c)
@@ -128,13 +165,13 @@ std::vector<OwnedKeys> PassCards::partition_by_owner(const std::vector<uint64_t>
 }
 
 OwnedKeys PassCards::missing_on_card(int c, const OwnedKeys& mine,
-                                     std::vector<row_index_t>* hit_rows,
-                                     device::device_buffer<uint64_t>& d_keys,
-                                     device::device_buffer<row_index_t>& d_rows) const {
+                                     std::vector<row_index_t>* hit_rows) const {
   card_table::CardSparseStore& store = *stores_[c];
   const device::Stream& stream = cards_.card(c).stream();
   const std::size_t n = mine.keys.size();
-  // 12 bytes per pass key on the card, in the pass boundary's buffers (eviction reuses them).
+  // 12 bytes per pass key on the card, in the kept listing (eviction reuses it).
+  device::device_buffer<uint64_t>& d_keys = kept(c).listed_keys;
+  device::device_buffer<row_index_t>& d_rows = kept(c).listed_rows;
   d_keys.resize_discard(n);
   d_rows.resize_discard(n);
   if (n > 0) device::copy_async(d_keys.data(), mine.keys.data(), n, stream);
@@ -198,16 +235,16 @@ void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  const std::size_t stage_limit = std::min(store.page_rows(), options_.host_batch_keys);
-  device::device_buffer<uint64_t> staged_keys(0, card.memory(), stream);
-  device::device_buffer<float> staged_rows(0, card.memory(), stream);
+  const std::size_t stage_limit = std::min(page_rows_kept(store.page_rows()),
+                                           std::max<std::size_t>(options_.host_batch_keys, 1));
+  // The kept pages (their capacity is page_rows_kept rows): nothing allocated. The stream
+  // orders each page's upload after the insert before it read the page.
+  CardPassBuffers& lent = kept(c);
   for (std::size_t from = 0; from < n; from += stage_limit) {
     const std::size_t count = std::min(n, from + stage_limit) - from;
-    staged_keys.resize_discard(count);
-    staged_rows.resize_discard(count * stride);
-    device::copy_async(staged_keys.data(), keys + from, count, stream);
-    device::copy_async(staged_rows.data(), rows + from * stride, count * stride, stream);
-    store.insert_rows(staged_keys.data(), staged_rows.data(), count, stream);
+    device::copy_async(lent.page_keys.data(), keys + from, count, stream);
+    device::copy_async(lent.staged.data(), rows + from * stride, count * stride, stream);
+    store.insert_rows(lent.page_keys.data(), lent.staged.data(), count, stream);
   }
 }
 
@@ -215,14 +252,13 @@ uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) co
   card_table::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  const std::size_t chunk = store.page_rows();
-  device::device_buffer<uint64_t> d_keys(0, card.memory(), stream);
+  const std::size_t chunk = keep_rows(store.page_rows());
+  device::device_buffer<uint64_t>& d_keys = kept(c).page_keys;  // keep_rows keys: no allocation
   uint64_t removed = 0;
   for (std::size_t b = 0; b < keys.size(); b += chunk) {
     const std::size_t count = std::min(keys.size(), b + chunk) - b;
-    d_keys.resize_discard(count);
     device::copy_async(d_keys.data(), keys.data() + b, count, stream);
-    removed += store.erase(d_keys.data(), count, stream);
+    removed += store.erase(d_keys.data(), count, stream, kept(c).page_rows.data());
   }
   return removed;
 }

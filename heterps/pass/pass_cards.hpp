@@ -20,6 +20,7 @@
 #include "common/status.hpp"
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/memory.hpp"
 #include "heterps/pass/host_call_workers.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "table/host_tier.hpp"
@@ -41,6 +42,31 @@ void throw_host_error(const Status& st, const std::string& what);
 // collective) or the group was aborted. The card tier's owner gives the communicator's
 // (comm::Communicator::synchronize: the group's timeout, abort-aware); `what` names the wait.
 using CardWait = std::function<void(int card, const device::Stream& stream, const char* what)>;
+
+// One card's pass-boundary memory on the card, made on its first use and kept from pass to pass
+// (held also while the steps run), so that after the first pass a pass boundary allocates no card
+// memory: every job borrows it in turn, never two at once, on the card's thread and stream (their
+// contents are lost between borrowers). CardTierPlan counts all of it (card_tier_plan.cpp).
+// - The listing, keys and row indices (12 bytes a row): the write-back lists the dirty rows into
+//   it; begin_pass's look-up the pass's keys; evict_outside and compact_pool every key on the card
+//   (evict_outside then ranks them in the keys' room); a rehash of the table (a purge of erased
+//   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it. Reserved
+//   for the row budget's rows once (no budget: it grows with the table, by half again). Within
+//   the plan's working set per key.
+// - A page of PassCards::keep_rows keys, row indices and flags, and a staging page of
+//   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
+//   write-back): drop_kept's keep keys, insert_to_card's and erase_from_card's pages,
+//   evict_among's ranks and dirty flags, and the write-back's copy off the card. Bounded by
+//   PassCards::kKeptRows whatever the page: the plan's kept_bytes.
+struct CardPassBuffers {
+  device::device_buffer<uint64_t> listed_keys;
+  device::device_buffer<card_table::row_index_t> listed_rows;
+  device::device_buffer<uint64_t> page_keys;
+  device::device_buffer<card_table::row_index_t> page_rows;
+  device::device_buffer<uint8_t> page_flags;
+  device::device_buffer<float> staged;
+  bool made = false;  // given the card's memory (PassCards::kept)
+};
 
 class PassCards {
  public:
@@ -70,13 +96,14 @@ class PassCards {
   const CardTierPlan& plan() const { return plan_; }
   // The footprint of `rows` rows per card with these stores (monotone in rows).
   CardTierPlan plan_for(std::size_t rows) const;
-  // The write-back's card buffers kept from pass to pass beside its listing
-  // (PassBoundary::WriteBackBuffers), for pages of `page_rows` rows: a page, but at most
+  // The kept page buffers of CardPassBuffers (all but the listing: the write-back's, lent to
+  // begin_pass), for pages of `page_rows` rows: a page, but at most
   // kKeptRows rows whatever the page (a default page of 4 MiB holds 65536 rows of 14 floats,
   // 4.3 MiB a card kept; 4096 rows are 272 KiB, and a half of 2048 such rows is a 112 KiB copy;
   // collective_test's 7 MiB budget with rows of 72 bytes holds rows with 4096, none with 8192):
   // a staging page of staging_halves() halves of staging_rows() rows each, gathered and copied in
-  // turn (two halves; a page of one row is one half), and keep_rows() keep keys and their rows.
+  // turn (two halves; a page of one row is one half), and keep_rows() keys, their rows and a flag
+  // each.
   // kept_bytes(): their card bytes (CardTierPlan::kept_bytes).
   static constexpr std::size_t kKeptRows = 4096;
   static std::size_t keep_rows(std::size_t page_rows) { return std::min(kKeptRows, page_rows); }
@@ -84,7 +111,21 @@ class PassCards {
   static std::size_t staging_rows(std::size_t page_rows) {
     return std::max<std::size_t>(1, keep_rows(page_rows) / staging_halves(page_rows));
   }
+  // Rows of the whole staging page (at most keep_rows): the most that insert_to_card stages and
+  // evict_among ranks at once.
+  static std::size_t page_rows_kept(std::size_t page_rows) {
+    return staging_halves(page_rows) * staging_rows(page_rows);
+  }
   std::size_t kept_bytes() const;
+  // The card bytes an allocation of `bytes` takes: CUDA's stream-ordered pool hands out multiples
+  // of 256 bytes (the cpu backend's exact bytes fit within), as the kept buffers are counted.
+  static std::size_t allocated_bytes(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+  // Card c's kept pass-boundary buffers (CardPassBuffers), given card c's memory and sized on
+  // first use. Card c's thread.
+  CardPassBuffers& kept(int c) const;
+  // The card bytes the kept page buffers of CardPassBuffers hold (all but the listing), on the
+  // card that holds most: at most kept_bytes(). Between passes or while the steps run.
+  std::size_t kept_page_bytes() const;
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
   // The bounded wait for a card's stream between steps (CardWait); without one (cards with no
@@ -102,12 +143,9 @@ class PassCards {
   // Every key on this process's cards (Replicated: card 0's), in no particular order.
   std::vector<uint64_t> resident_keys() const;
   // Those of card `c`'s keys that are not on the card; `hit_rows` receives the row indices of
-  // the others. 12 bytes per key on the card, in `d_keys` / `d_rows` (card c's, lent by the
-  // pass boundary: resized, reused, their contents lost).
+  // the others. 12 bytes per key on the card, in card c's kept listing (kept(c)).
   OwnedKeys missing_on_card(int c, const OwnedKeys& mine,
-                            std::vector<card_table::row_index_t>* hit_rows,
-                            device::device_buffer<uint64_t>& d_keys,
-                            device::device_buffer<card_table::row_index_t>& d_rows) const;
+                            std::vector<card_table::row_index_t>* hit_rows) const;
   // Pulls the rows of `n` keys (created with their slots when new; read with HostTier::peek,
   // creating nothing, when `access` is kEvaluate) into `rows`, in batches of host_batch_keys
   // with up to pulls_in_flight requests at once on `workers` (host_calls or staging_calls), and
@@ -124,9 +162,11 @@ class PassCards {
   std::size_t pull_to_card(int c, const OwnedKeys& missing, PassAccess access,
                            std::vector<float>* keep = nullptr) const;
   // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
-  // on the card at most a page of rows at a time.
+  // on the card in its kept pages (kept(c): at most page_rows_kept rows, and host_batch_keys, at
+  // a time).
   void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) const;
-  // Removes `keys` from card `c`'s store, a page of keys at a time. Returns the rows removed.
+  // Removes `keys` from card `c`'s store, keep_rows keys at a time (kept(c)'s page of keys).
+  // Returns the rows removed.
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys) const;
 
  private:
@@ -140,7 +180,8 @@ class PassCards {
   std::size_t row_budget_ = 0;
   CardTierPlan plan_;
   CardWait card_wait_;
-  mutable HostCallWorkers host_calls_;  // last: joined first
+  mutable std::vector<CardPassBuffers> kept_;  // per card (kept())
+  mutable HostCallWorkers host_calls_;         // last: joined first
   mutable HostCallWorkers staging_calls_;
 };
 

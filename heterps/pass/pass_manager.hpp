@@ -215,9 +215,10 @@ class PassManager {
   const CardTierPlan& plan() const { return cards_.plan(); }
   // The footprint of `rows` rows per card with these stores (monotone in rows).
   CardTierPlan plan_for(std::size_t rows) const { return cards_.plan_for(rows); }
-  // Card bytes the write-back keeps from pass to pass beside its listing (PassBoundary), at most
-  // plan().kept_bytes.
-  std::size_t write_back_kept_card_bytes() const { return boundary_.kept_card_bytes(); }
+  // Card bytes the pass boundary keeps from pass to pass beside its listing (the kept pages of
+  // PassCards::kept, which begin_pass and end_pass borrow; each allocation at
+  // PassCards::allocated_bytes), at most plan().kept_bytes.
+  std::size_t pass_boundary_kept_card_bytes() const { return cards_.kept_page_bytes(); }
   const PassStats& current() const { return boundary_.current(); }
   bool in_pass() const { return boundary_.in_pass(); }
 

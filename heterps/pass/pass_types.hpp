@@ -68,7 +68,7 @@ struct CardTierPlan {
   std::size_t row_page_bytes = 0;  // pages holding `rows` rows
   std::size_t table_bytes = 0;     // hash slots (16 bytes each) for `rows` keys at the load bound
   std::size_t index_bytes = 0;     // free list, dirty flags, page table
-  std::size_t working_bytes = 0;   // pass-boundary working set, staging page included
+  std::size_t working_bytes = 0;   // pass-boundary working set, insert scratch included
   // The write-back's staging and keep buffers, held on the card from pass to pass (while the
   // steps, the next pass's card work and begin_pass run too): beside the working set, not in it.
   std::size_t kept_bytes = 0;
@@ -81,7 +81,7 @@ struct CardTierPlan {
   }
   double bytes_per_key() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
-  // write-back buffers K), B bytes
+  // pass-boundary buffers K), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
   // width classes, the row bytes of each.
   std::string to_string() const;

@@ -127,28 +127,29 @@ uint64_t PassBoundary::write_back(int c, double* gather_seconds, const std::vect
     stream.synchronize();
     return 0;
   }
-  // The dirty rows' keys and indices (12 bytes each) listed into the card's kept buffers, the
+  // The dirty rows' keys and indices (12 bytes each) listed into the card's kept listing, the
   // keys read back into pinned memory, then the rows a batch at a time (push_rows).
   WriteBackBuffers& buffers = this->buffers(c);
+  CardPassBuffers& lent = cards_.kept(c);
   const std::size_t listed =
-      store.list_entries(/*dirty_only=*/true, buffers.listed_keys, buffers.listed_rows, stream);
+      store.list_entries(/*dirty_only=*/true, lent.listed_keys, lent.listed_rows, stream);
   if (listed == 0) return 0;
   uint64_t* keys = reserve_pinned(buffers.keys, listed, /*grow=*/true);
-  device::copy_async(keys, buffers.listed_keys.data(), listed, stream);
+  device::copy_async(keys, lent.listed_keys.data(), listed, stream);
   stream.synchronize();
   std::size_t count = listed;
   if (!keep.empty()) {
-    *kept = drop_kept(c, keep, keys, count, buffers.listed_rows);
+    *kept = drop_kept(c, keep, keys, count, lent.listed_rows);
     count -= *kept;
   }
-  const Status st = push_rows(c, keys, count, buffers.listed_rows, gather_seconds);
+  const Status st = push_rows(c, keys, count, lent.listed_rows, gather_seconds);
   // On failure the rows stay dirty on the card: a retried end_pass/sync writes them again.
   throw_host_error(st, "writing back " + std::to_string(count) + " dirty rows of card " +
                            std::to_string(card.rank()) + " to the host tier");
   if (keep.empty()) {
     store.clear_dirty(stream);
   } else {
-    store.clear_dirty(buffers.listed_rows.data(), count, stream);
+    store.clear_dirty(lent.listed_rows.data(), count, stream);
   }
   stream.synchronize();
   return count;
@@ -167,14 +168,13 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
   device::copy_async(rows, d_rows.data(), count, stream);
   // The keep keys looked up PassCards::keep_rows at a time (a page, at most kKeptRows: card
   // memory stays within the plan's kept_bytes beside the listing). Their pinned buffers are made
-  // that size once, so a keep that grows from pass to pass does not free and make them again; so
-  // are their card buffers (buffers.keep_keys / keep_rows).
+  // that size once, so a keep that grows from pass to pass does not free and make them again;
+  // their card buffers are the card's kept page of keys and rows (PassCards::kept).
   const std::size_t page = PassCards::keep_rows(store.page_rows());
   const std::size_t chunk = std::min(keep.size(), page);
   uint64_t* keep_staged = reserve_pinned(buffers.keep, page, /*grow=*/false);
   row_index_t* found = reserve_pinned(buffers.found, page, /*grow=*/false);
-  buffers.keep_keys.resize_discard(page);
-  buffers.keep_rows.resize_discard(page);
+  CardPassBuffers& lent = cards_.kept(c);
   stream.synchronize();  // the row indices are in `rows`
   const row_index_t row_end = *std::max_element(rows, rows + count) + 1;
   RowMarks kept_row(row_end, count);
@@ -182,10 +182,10 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     const std::size_t n = std::min(keep.size(), b + chunk) - b;
     // The previous chunk's wait covers its upload from keep_staged.
     std::copy_n(keep.data() + b, n, keep_staged);
-    device::copy_async(buffers.keep_keys.data(), keep_staged, n, stream);
-    store.lookup_or_create(buffers.keep_keys.data(), nullptr, n, buffers.keep_rows.data(),
+    device::copy_async(lent.page_keys.data(), keep_staged, n, stream);
+    store.lookup_or_create(lent.page_keys.data(), nullptr, n, lent.page_rows.data(),
                            /*create_missing=*/false, nullptr, stream);
-    device::copy_async(found, buffers.keep_rows.data(), n, stream);
+    device::copy_async(found, lent.page_rows.data(), n, stream);
     stream.synchronize();
     for (std::size_t i = 0; i < n; ++i) kept_row.mark(found[i]);
   }
@@ -304,7 +304,8 @@ void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, 
   const bool staging = stages_rows(stream);
   const std::size_t stride = cards_.stride();
   float* gathered =
-      staging ? buffers.staged.data() + half * staging_rows(store.page_rows()) * stride : rows;
+      staging ? cards_.kept(c).staged.data() + half * staging_rows(store.page_rows()) * stride
+              : rows;
   store.gather_rows(d_rows, m, gathered, stream);
   buffers.gathered[half].record(stream);
   // The copy stream takes the half once gathered, while the card's stream gathers the other.
@@ -318,37 +319,12 @@ PassBoundary::WriteBackBuffers& PassBoundary::buffers(int c) {
   if (buffers.made) return buffers;
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  buffers.listed_keys = device::device_buffer<uint64_t>(0, card.memory(), stream);
-  buffers.listed_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
-  buffers.keep_keys = device::device_buffer<uint64_t>(0, card.memory(), stream);
-  buffers.keep_rows = device::device_buffer<row_index_t>(0, card.memory(), stream);
-  // The staging page is made with the listing, on both backends (the cpu backend stages only
-  // under GPUBOX_DEVICE_CHECK=defer; the card's memory counts the same either way).
-  const std::size_t page = cards_.store(c).page_rows();
-  buffers.staged = device::device_buffer<float>(
-      staging_halves(page) * staging_rows(page) * cards_.stride(), card.memory(), stream);
-  // Under a row budget the listing is sized once, for the budget's rows (the table holds no
-  // more): the plan counts it in its working set. Without one it grows with the table.
-  if (cards_.row_budget() > 0) {
-    buffers.listed_keys.reserve(cards_.row_budget());
-    buffers.listed_rows.reserve(cards_.row_budget());
-  }
   for (int half = 0; half < 2; ++half) {
     buffers.gathered.emplace_back(card.device(), stream.counters());
     buffers.copied.emplace_back(card.device(), card.copy_stream().counters());
   }
   buffers.made = true;
   return buffers;
-}
-
-std::size_t PassBoundary::kept_card_bytes() const {
-  std::size_t most = 0;
-  for (const WriteBackBuffers& buffers : write_back_buffers_) {
-    most = std::max(most, buffers.keep_keys.capacity() * sizeof(uint64_t) +
-                              buffers.keep_rows.capacity() * sizeof(row_index_t) +
-                              buffers.staged.capacity() * sizeof(float));
-  }
-  return most;
 }
 
 std::size_t PassBoundary::WriteBackBuffers::pinned_bytes() const {

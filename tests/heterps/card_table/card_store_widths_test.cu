@@ -258,6 +258,71 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
   }
 }
 
+// compact_pool into a lent listing (the pass boundary's kept one, reserved for the rows) holds no
+// listing of its own beside it: while it moves 1024 rows of 2048 (width 8, pool 1), erasing each
+// page before inserting it again, the card makes three allocations (a page of moved records,
+// their dirty flags and new rows) and holds nothing more, its scratch arena warmed. A rehash that
+// saved its pairs beside the listing (as an insert's did, with the erased slots not purged first:
+// 2 more allocations, 12 bytes a live key) or a second listing fails it. Every row stays intact.
+TEST_P(CardStoreWidths, CompactPoolInALentListingHoldsNoSecondListing) {
+  constexpr std::size_t kPage = 16;
+  constexpr std::size_t kRows = 2048;  // whole pages, halves too
+  HashTableOptions options;
+  options.page_rows = kPage;
+  CardSparseStore store(card(), mixed_config(GetParam()), options);
+  const table::RowLayout record = store.layout();
+  const auto stride = static_cast<std::size_t>(record.stride());
+  store.reserve_capacity(kRows, stream());
+  auto listed_keys = card().make_buffer<uint64_t>(0);
+  auto listed_rows = card().make_buffer<row_index_t>(0);
+  listed_keys.reserve(kRows);
+  listed_rows.reserve(kRows);
+  auto d_keys = card().make_buffer<uint64_t>(kPage);
+  auto d_records = card().make_buffer<float>(kPage * stride);
+  std::mt19937_64 rng(71);
+  std::map<uint64_t, std::vector<float>> oracle;
+  // Width-8 rows a page at a time, so that no test buffer raises the card's peak.
+  std::vector<uint64_t> resident = unique_keys(rng, kRows);  // oldest first
+  for (std::size_t b = 0; b < kRows; b += kPage) {
+    std::vector<float> records;
+    for (std::size_t i = b; i < b + kPage; ++i) {
+      oracle[resident[i]] = random_record(rng, record, 8);
+      records.insert(records.end(), oracle[resident[i]].begin(), oracle[resident[i]].end());
+    }
+    device::copy_async(d_keys.data(), resident.data() + b, kPage, stream());
+    device::copy_async(d_records.data(), records.data(), records.size(), stream());
+    ASSERT_EQ(store.insert_rows(d_keys.data(), d_records.data(), kPage, stream()), kPage);
+  }
+  // The oldest half leaves, a page of keys at a time: the rows left sit in the upper pages.
+  for (std::size_t b = 0; b < kRows / 2; b += kPage) {
+    device::copy_async(d_keys.data(), resident.data() + b, kPage, stream());
+    ASSERT_EQ(store.erase(d_keys.data(), kPage, stream()), kPage);
+    for (std::size_t i = b; i < b + kPage; ++i) oracle.erase(resident[i]);
+  }
+  // The arena warmed for compact_pool's temporaries (a purge's and a partition's, 33 KiB here),
+  // so that what it holds beyond the card's bytes is its own buffers alone.
+  card().scratch().reserve(64 << 10);
+  card().stream().synchronize();
+  const std::size_t in_use = card().memory().bytes_in_use();
+  ASSERT_EQ(card().memory().peak_bytes(), in_use) << "the check below would see nothing";
+  const auto before = card().counts();
+  EXPECT_EQ(store.compact_pool(1, listed_keys, listed_rows, stream()), kRows / 2 / kPage);
+  EXPECT_LE((card().counts() - before).allocations, 3u) << "records, was_dirty, moved_to";
+  EXPECT_EQ(listed_keys.capacity(), kRows);
+  EXPECT_EQ(listed_rows.capacity(), kRows);
+  EXPECT_EQ(card().scratch().bytes(), std::size_t{64} << 10) << "the arena did not grow";
+  // The page buffers, each allocation rounded up to 256 bytes.
+  const auto rounded = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const std::size_t page_buffers = rounded(kPage * stride * sizeof(float)) + rounded(kPage) +
+                                   rounded(kPage * sizeof(row_index_t));
+  EXPECT_LE(card().memory().peak_bytes(), in_use + page_buffers);
+  const auto all = collect(store, false);
+  ASSERT_EQ(all.size(), oracle.size());
+  for (const auto& [key, row] : oracle) {
+    ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride)) << "key " << key;
+  }
+}
+
 // Runs `body(threads)` at each thread count the cpu backend splits a scatter's or a gather's
 // items among mid-record (1, 2, 3 and 7; its run_range form), the thread count put back however
 // the test ends; the card at 1 (one thread per field either way). Stops at the first count whose

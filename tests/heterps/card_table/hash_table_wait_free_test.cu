@@ -5,7 +5,8 @@
 //     past the bound is counted, and the documented repair (find, release_unused, insert again)
 //     leaves the table as insert() leaves it.
 //   - release_unused_async: what release_unused does, without its wait; purge_erased_for: erased
-//     slots reclaimed at the same size when they keep the keys asked for out of the room.
+//     slots reclaimed at the same size when they keep the keys asked for out of the room, and
+//     without an allocation in a lent RehashRoom.
 //   - erase_present_async with the planned rows: a victim at its planned row passes; one at
 //     another row (moved) or not there (missing) is counted and named with both rows.
 #include <gtest/gtest.h>
@@ -262,6 +263,60 @@ TEST(HashTablePurge, ReclaimsErasedSlotsOnlyWhenTheyKeepKeysOut) {
   std::vector<row_index_t> want = to_host(t.d_rows);
   std::fill(want.begin(), want.begin() + 100, kInvalidRow);
   EXPECT_EQ(to_host(found), want);
+}
+
+// A purge of erased slots in a RehashRoom (the pass boundary lends its kept listing) saves the
+// live pairs there: no card allocation (its own pairs are two: checked first, with the scratch
+// arena warmed by it), every live key keeps its row, the erased slots are gone.
+TEST(HashTableMemory, PurgeInALentRoomAllocatesNothing) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  HashTableOptions options;
+  options.initial_capacity = 16;
+  options.row_stride = 4;
+  options.page_rows = 64;
+  CardHashTable table(card, options);
+  const std::size_t budget = 2000;
+  table.reserve_capacity(budget, card.stream());
+  auto room_keys = card.make_buffer<uint64_t>(0);
+  auto room_rows = card.make_buffer<row_index_t>(0);
+  room_keys.reserve(budget);
+  room_rows.reserve(budget);
+  std::mt19937_64 rng(12);
+  std::set<uint64_t> seen;
+  std::vector<uint64_t> live;
+  for (const bool lent : {false, true}) {
+    SCOPED_TRACE(lent ? "lent room" : "own pairs");
+    // Fill to the budget, then erase half: the tombstones keep 1500 more keys out.
+    const auto keys = distinct_keys(rng, budget - live.size(), &seen);
+    auto d_keys = to_device(keys, card.memory(), card.stream());
+    auto d_rows = card.make_buffer<row_index_t>(keys.size());
+    table.insert(d_keys.data(), keys.size(), d_rows.data(), card.stream());
+    live.insert(live.end(), keys.begin(), keys.end());
+    auto d_gone = to_device(std::vector<uint64_t>(live.begin(), live.begin() + budget / 2),
+                            card.memory(), card.stream());
+    table.erase(d_gone.data(), budget / 2, card.stream());
+    live.erase(live.begin(), live.begin() + budget / 2);
+    auto d_live = to_device(live, card.memory(), card.stream());
+    auto d_before = card.make_buffer<row_index_t>(live.size());
+    table.find(d_live.data(), live.size(), d_before.data(), card.stream());
+    ASSERT_GT(table.erased_slots(), 0u);
+    const device::DeviceCounts before = card.counts();
+    table.purge_erased_for(budget - live.size(), card.stream(),
+                           lent ? RehashRoom{&room_keys, &room_rows} : RehashRoom{});
+    const device::DeviceCounts spent = card.counts() - before;
+    EXPECT_EQ(table.erased_slots(), 0u);
+    if (lent) {
+      EXPECT_EQ(spent.allocations, 0u);
+    } else {
+      EXPECT_GE(spent.allocations, 2u);  // its pairs (and the scratch arena, warmed here)
+    }
+    auto d_after = card.make_buffer<row_index_t>(live.size());
+    table.find(d_live.data(), live.size(), d_after.data(), card.stream());
+    EXPECT_EQ(to_host(d_after), to_host(d_before));
+    EXPECT_EQ(table.size(), live.size());
+  }
 }
 
 }  // namespace

@@ -116,7 +116,11 @@ TEST(NextPassInserts, UnderABudgetFindTheErasedSlotsReclaimed) {
     ASSERT_EQ(table.erased_slots(), 100u) << "the setup needs erased slots";
     const auto bound = static_cast<std::size_t>(table.options().max_load_factor * 1024);
     const StagedRows staged = early.manager->stage_rows(b, {}, a);
+    const std::size_t own_pairs = table.own_pair_rehashes();
     early.manager->expect_next_pass(sorted(a), poll_after(&staged, 0));
+    // The purge (the erased slots reclaimed) saves its pairs in the kept listing, lent then.
+    EXPECT_EQ(table.erased_slots(), 0u) << "expect_next_pass did not purge";
+    EXPECT_EQ(table.own_pair_rehashes(), own_pairs) << "a rehash made pairs beside the listing";
     early.prepare(60);
     early.manager->end_pass();
     reference.manager->end_pass();

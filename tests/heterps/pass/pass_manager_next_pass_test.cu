@@ -217,8 +217,12 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   StagedRows staged = early.manager->stage_rows(b, {}, a);
   engines.train_expecting(a, 1, 8, poll_of(&staged));
   engines.end_pass();
-  // The card is full of a's rows: nothing could be evicted or inserted during a.
+  // The card is full of a's rows: nothing could be evicted or inserted during a. begin_pass
+  // evicts among a's rows (evict_among) and inserts b's staged rows in the card's kept pages,
+  // made by the first begin_pass: no card allocation.
+  const device::DeviceCounts before = early.card_set.card(0).counts();
   const auto [got, want] = engines.begin_next(b, &staged);
+  EXPECT_EQ((early.card_set.card(0).counts() - before).allocations, 0u);
   EXPECT_EQ(got.early_inserted, 0u);
   EXPECT_EQ(got.early_evicted, 0u);
   EXPECT_GT(got.early_chunks, 0u);

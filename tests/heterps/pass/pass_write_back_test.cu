@@ -141,9 +141,9 @@ INSTANTIATE_TEST_SUITE_P(PassWriteBack, PassWriteBackPages, ::testing::Values(kP
                          [](const auto& info) { return "Page" + std::to_string(info.param); });
 
 // Card and pinned allocations of end_pass, pass by pass, each training every key of its pass: the
-// first end_pass makes the pinned buffers (its listing and staging page were made by begin_pass's
+// first end_pass makes the pinned buffers (its listing and card pages were made by begin_pass's
 // look-up, which borrows them: on both backends), later ones allocate nothing; the first with kept
-// keys makes the keep page (card and pinned), later ones nothing; a pass with more rows on the card
+// keys makes the pinned keep page, later ones nothing; a pass with more rows on the card
 // than any before grows the listing (and the pinned keys) once, freeing the smaller ones, and the
 // pass after it allocates nothing again.
 TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
@@ -161,7 +161,7 @@ TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
   const Pass passes[] = {
       {&keys, false, 0, 0, 4, 0},  // the keys' pinned buffer, 3 batch buffers
       {&keys, false, 0, 0, 0, 0},
-      {&keys, true, 2, 0, 3, 0},  // a page of keep keys and rows; keep, found, row indices
+      {&keys, true, 0, 0, 3, 0},  // pinned keep, found, row indices (the card's page is kept)
       {&keys, true, 0, 0, 0, 0},
       {&more, false, 2, 2, 1, 1},  // the listing (keys, rows) and the pinned keys grow
       {&more, false, 0, 0, 0, 0},
