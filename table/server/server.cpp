@@ -369,6 +369,7 @@ ServerCounters Server::Impl::counters() const {
   c.waiting_over_cap = over_cap.load();
   c.unauthenticated = unauthenticated.load();
   c.auth_failures = auth_failures.load();
+  c.auth_proofs_waiting = proofs_waiting.load();
   c.foreign_client_refusals = foreign_client_refusals.load();
   c.barrier_timeouts = barrier_timeouts.load();
   {

@@ -124,6 +124,9 @@ struct ServerCounters {
   uint64_t waiting_over_cap = 0;  // connections now waiting beyond the cap to bind and take a slot
   uint64_t unauthenticated = 0;   // connections open now that have not authenticated
   uint64_t auth_failures = 0;     // wrong AUTH proofs
+  // A gauge: AUTH proofs held now for their host's backoff (auth_backoff.hpp), not yet checked;
+  // one closed while it waits leaves it once counted (a wrong one in auth_failures).
+  uint64_t auth_proofs_waiting = 0;
   // Frames refused (and their connections closed) for a client id other than the one their
   // connection is bound to (proved by its AUTH, or its first frame's without a token).
   uint64_t foreign_client_refusals = 0;

@@ -68,11 +68,13 @@ void Session::check_proof() {
   if (!auth_timer_) auth_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
   auth_timer_->expires_at(at);
   proof_waiting_.store(true, std::memory_order_relaxed);
+  server_->proofs_waiting.fetch_add(1, std::memory_order_relaxed);
   auto self = shared_from_this();
   auth_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (self->closed_ || ec) return;
     self->proof_waiting_.store(false, std::memory_order_relaxed);
     self->on_proof_checked();
+    self->server_->proofs_waiting.fetch_sub(1, std::memory_order_relaxed);
   });
 }
 
@@ -435,6 +437,7 @@ void Session::close() {
     } else {
       count_wrong_proof("wrong AUTH proof (closed while it waited for its check)");
     }
+    server_->proofs_waiting.fetch_sub(1, std::memory_order_relaxed);  // counted first
   }
   // The payload freed before its bytes are given back, as free_request() does: giving back the
   // last in-flight bytes after a burst trims the heap (malloc_reuse.hpp), which this buffer

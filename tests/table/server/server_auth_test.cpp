@@ -116,10 +116,11 @@ TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
   EXPECT_EQ(server->counters().auth_failures, 1u);
 }
 
-// Sends `token`'s proof for client 1 on a new connection, which the server holds waiting for its
-// host's slot (the test's backoff); returns the connection.
-Connection send_waiting_proof(uint16_t port, const std::string& token) {
-  Connection conn = raw_connection(port);
+// Sends `token`'s proof for client 1 on a new connection and returns once the server holds it
+// waiting for its host's slot (the test's backoff), the only proof waiting; returns the connection.
+Connection send_waiting_proof(const Server& server, const std::string& token) {
+  EXPECT_EQ(server.counters().auth_proofs_waiting, 0u);
+  Connection conn = raw_connection(server.port());
   std::vector<uint8_t> challenge;
   EXPECT_TRUE(raw_call(conn, Op::kAuth, {}, 1, 1, &challenge).ok());
   auto nonce = decode_auth_challenge(challenge.data(), challenge.size());
@@ -131,7 +132,9 @@ Connection send_waiting_proof(uint16_t port, const std::string& token) {
   h.client_id = 1;
   const auto frame = encode_frame(h, std::vector<uint8_t>(proof.begin(), proof.end()));
   EXPECT_TRUE(conn.send_all(frame.data(), frame.size(), seconds_from_now(2)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // read by the server
+  // Not a sleep: a proof the server has not read yet is evicted as a plain connection.
+  EXPECT_TRUE(eventually([&] { return server.counters().auth_proofs_waiting == 1; }))
+      << "the proof is not waiting for its check";
   return conn;
 }
 
@@ -145,17 +148,19 @@ TEST(Auth, AProofClosedWhileItWaitsForItsCheckCountsOnlyIfWrong) {
   ASSERT_TRUE(server);
   guess_wrong("127.0.0.1", server->port());
   const std::string wrong = std::string(kTestToken).replace(0, 1, "X");
+  // A proof closed while it waits leaves the gauge once counted: no sleep before reading it.
+  const auto proof_closed = [&] { return server->counters().auth_proofs_waiting == 0; };
   {
-    Connection waiting = send_waiting_proof(server->port(), wrong);  // checked 5 s on
-    Connection newer = raw_connection(server->port());               // evicts it
+    Connection waiting = send_waiting_proof(*server, wrong);  // checked 5 s on
+    Connection newer = raw_connection(server->port());        // evicts it
     EXPECT_TRUE(closed_by_peer(waiting.fd(), 5.0));
-    EXPECT_TRUE(eventually([&] { return server->counters().auth_failures == 2; }))
-        << server->counters().auth_failures;
+    EXPECT_TRUE(eventually(proof_closed));
+    EXPECT_EQ(server->counters().auth_failures, 2u) << "a wrong proof closed not counted";
   }
-  Connection waiting = send_waiting_proof(server->port(), kTestToken);  // checked 10 s on
+  Connection waiting = send_waiting_proof(*server, kTestToken);  // checked 10 s on
   Connection newer = raw_connection(server->port());
   EXPECT_TRUE(closed_by_peer(waiting.fd(), 5.0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_TRUE(eventually(proof_closed));
   EXPECT_EQ(server->counters().auth_failures, 2u) << "a right proof closed counted as wrong";
   EXPECT_GE(server->counters().evicted, 2u);
 }
@@ -168,7 +173,7 @@ TEST(Auth, APlainConnectEvictsAPlainConnectionBeforeAWaitingProof) {
   auto server = start_backoff_server(&table, 10.0, 1.0, /*max_unauthenticated=*/2);
   ASSERT_TRUE(server);
   guess_wrong("127.0.0.1", server->port());
-  Connection waiting = send_waiting_proof(server->port(), kTestToken);
+  Connection waiting = send_waiting_proof(*server, kTestToken);
   Connection plain = raw_connection(server->port());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // accepted in this order
   Connection newer = raw_connection(server->port());            // evicts one of the two
