@@ -1,6 +1,7 @@
 #include "table/server/ps_step_sums.hpp"
 
 #include <cstring>
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -25,6 +26,19 @@ std::string job_name(uint64_t job) { return "job " + std::to_string(job); }
 std::string part_name(const PsStepPart& at, const std::string& peer) {
   return "PS_PUSH of " + peer + ", " + job_name(at.job) + ", " + step_name(at.step) + ", part " +
          std::to_string(at.part) + " chunk " + std::to_string(at.chunk);
+}
+
+// Whether `request` is a copy, byte for byte, of the chunk `held` holds at its part and chunk
+// (a retry whose reply the retry cache already forgot).
+bool is_copy(const std::map<uint32_t, PsPushRequest>& held, const PsPushRequest& request) {
+  const auto it = held.find(request.step.chunk);
+  if (it == held.end()) return false;
+  const PsPushRequest& had = it->second;
+  return had.dim == request.dim && had.step.chunks == request.step.chunks &&
+         had.keys == request.keys && had.slots == request.slots &&
+         had.values.size() == request.values.size() &&
+         std::memcmp(had.values.data(), request.values.data(), sizeof(float) * had.values.size()) ==
+             0;
 }
 
 }  // namespace
@@ -158,6 +172,10 @@ Status PsStepSums::add(PsPushRequest request, const std::string& peer, const App
     }
     // Checked before the part may drop the held step: a part too large for the limit drops none.
     const bool next = held_ && (held_->job != at.job || held_->step != at.step);
+    if (held_ && !next && at.part < held_->parts.size() &&
+        is_copy(held_->parts[at.part].by_chunk, request)) {
+      return Status::OK();  // a retry the retry cache forgot: the step holds it once
+    }
     const std::size_t bytes = chunk_bytes(request);
     const std::size_t before = held_ && !next ? held_->bytes : step_bytes(at.parts);
     if (before + bytes > limits_.max_bytes) {

@@ -15,7 +15,9 @@
 // reason); a part refused (too large, empty in a part of several; the server's handler refuses one
 // of the table's wrong width before) drops nothing; a part of an older step of the held step's job
 // never drops it (a job's steps go forward: such a part is a stale copy, answered OK when its step
-// was the job's last applied, else refused). A part of a dropped step that arrives after all (a
+// was the job's last applied, else refused); a copy, byte for byte, of a chunk the held step holds
+// (a retry the retry cache forgot) is answered OK and held once, other bytes for it refused. A
+// part of a dropped step that arrives after all (a
 // straggler slower than max_wait) is refused, naming the step and why it was dropped, so that its
 // trainer fails instead of going on without the step. One step is held at a time (the sync mode's
 // barriers never let a trainer push step s + 1 before every trainer's push of step s returned,

@@ -214,8 +214,9 @@ TEST(PsStepSums, ConcurrentPartsAndEmptyPartsStepAsTheOracle) {
 
 // A step that never completes (part 1 of 2 died before pushing) is never applied, and the next
 // job's step drops it when its first part arrives: the rows are that step's alone. Then what the
-// server refuses: a chunk again under a new request id, a part count other than the step's, and
-// malformed part fields.
+// server refuses: a chunk again under a new request id with other bytes (the same bytes are a
+// retry the retry cache forgot: answered OK, held once), a part count other than the step's,
+// and malformed part fields.
 TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   const AccessorConfig cfg = test_config();
   StepJob job(cfg, 2);
@@ -249,10 +250,19 @@ TEST(PsStepSums, AnIncompleteStepIsNeverAppliedAndConflictsAreRefused) {
   encode_ps_step_push_request(at, own.data(), &slot, 1, record.data(), static_cast<uint32_t>(dim),
                               &payload);
   ASSERT_TRUE(raw_call(raw, Op::kPsPush, payload, /*request_id=*/1).ok());
-  // The same request again is the retry cache's; under a new id it is a second copy: refused.
+  const uint64_t held = job.server0->counters().step_held_bytes;
+  // The same request again is the retry cache's; under a new id (a retry the cache forgot) the
+  // same bytes are answered OK and held once; other bytes for that chunk are refused.
   EXPECT_TRUE(raw_call(raw, Op::kPsPush, payload, /*request_id=*/1).ok());
-  EXPECT_EQ(raw_call(raw, Op::kPsPush, payload, /*request_id=*/2).code(),
+  EXPECT_TRUE(raw_call(raw, Op::kPsPush, payload, /*request_id=*/2).ok());
+  EXPECT_EQ(job.server0->counters().step_held_bytes, held);
+  const std::vector<float> other(dim, 0.25f);
+  payload.clear();
+  encode_ps_step_push_request(at, own.data(), &slot, 1, other.data(), static_cast<uint32_t>(dim),
+                              &payload);
+  EXPECT_EQ(raw_call(raw, Op::kPsPush, payload, /*request_id=*/20).code(),
             Status::Code::kInvalidArgument);
+  EXPECT_EQ(job.server0->counters().step_held_bytes, held);
   at.chunks = 3;  // the part said 2 before
   at.chunk = 1;
   payload.clear();
