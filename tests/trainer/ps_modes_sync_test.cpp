@@ -117,27 +117,59 @@ std::vector<uint64_t> every_key(const TrainerConfig& cfg, const std::vector<std:
   return keys;
 }
 
+// The rows of `keys` the servers at `endpoints` hold for `cfg`'s table, and their layout.
+struct ServerRows {
+  std::vector<float> rows;
+  table::RowLayout layout;
+};
+ServerRows server_rows(const TrainerConfig& cfg, const std::string& endpoints,
+                       const std::vector<uint64_t>& keys) {
+  table::server::RemoteHostTierOptions client_options;
+  client_options.endpoints = endpoints;
+  client_options.config = cfg.sparse;
+  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
+  throw_if_error(client.status());
+  return {peek_rows(**client, keys), (*client)->layout()};
+}
+
+// One sync trainer of `cfg` (its runner.thread_num threads) against one in-process server,
+// trained a pass over `files`: its steps, its dense weights and the server's rows of `keys`.
+struct SyncPass {
+  double steps = 0;
+  std::vector<float> dense;
+  ServerRows rows;
+};
+SyncPass train_sync_pass(const TrainerConfig& cfg, const std::vector<std::string>& files,
+                         const std::vector<uint64_t>& keys) {
+  Servers shards(cfg, 1);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer sync(cfg, env);
+  SyncPass pass;
+  for (const auto& [name, value] : sync.train_pass(files).extra) {
+    if (name == "steps") pass.steps = value;
+  }
+  pass.dense = sync.dense_values();
+  pass.rows = server_rows(cfg, shards.endpoints(), keys);
+  return pass;
+}
+
 // The rows a sync job trained over `sync_files` left on `endpoints` against the gpubox mode's
 // on two cards (`gpubox` trains over `gpubox_files`, which hold the same lines): their weights'
 // largest difference. `gpubox` is left trained, for its dense weights.
 double rows_apart_from_two_cards(const TrainerConfig& sync_cfg, const std::string& endpoints,
                                  const std::vector<std::string>& sync_files, Trainer& gpubox,
                                  const std::vector<std::string>& gpubox_files) {
-  table::server::RemoteHostTierOptions client_options;
-  client_options.endpoints = endpoints;
-  client_options.config = sync_cfg.sparse;
-  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-  throw_if_error(client.status());
   const std::vector<uint64_t> keys = every_key(sync_cfg, sync_files);
+  const ServerRows sync = server_rows(sync_cfg, endpoints, keys);
   gpubox.train_pass(gpubox_files);
-  return max_weight_diff(peek_rows(**client, keys), peek_rows(gpubox.host_tier(), keys),
-                         (*client)->layout());
+  return max_weight_diff(sync.rows, peek_rows(gpubox.host_tier(), keys), sync.layout);
 }
 
-// Two cards of one thread each, as the gpubox mode's reference.
-TrainerEnv two_cards() {
+// `cards` cards of one thread each, as the gpubox mode's reference.
+TrainerEnv cards_of_one_thread(int cards) {
   TrainerEnv env;
-  env.selected_cards = device::testing::card_list(2);
+  env.selected_cards = device::testing::card_list(cards);
   env.threads_per_card = 1;
   return env;
 }
@@ -177,30 +209,13 @@ TEST_F(PsModes, SyncOnTwoThreadsStepsAsTheGpuboxModeOnTwoCards) {
       std::vector<std::string> sync_extra = base;
       sync_extra.push_back("runner.sync_mode=sync");
       sync_extra.push_back("runner.thread_num=" + std::to_string(cards));
-      const TrainerConfig sync_cfg = config(sync_extra);
-      Servers shards(sync_cfg, 1);
-      TrainerEnv sync_env;
-      sync_env.servers = shards.endpoints();
-      PsTrainer sync(sync_cfg, sync_env);
-      double steps = 0;
-      for (const auto& [name, value] : sync.train_pass(files).extra) {
-        if (name == "steps") steps = value;
-      }
-      table::server::RemoteHostTierOptions client_options;
-      client_options.endpoints = shards.endpoints();
-      client_options.config = sync_cfg.sparse;
-      auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-      throw_if_error(client.status());
-      const std::vector<float> sync_rows = peek_rows(**client, keys);
-
-      TrainerEnv env;
-      env.selected_cards = device::testing::card_list(cards);
-      env.threads_per_card = 1;
-      Trainer gpubox(config(base), env);
+      const SyncPass sync = train_sync_pass(config(sync_extra), files, keys);
+      const double steps = sync.steps;
+      Trainer gpubox(config(base), cards_of_one_thread(cards));
       gpubox.train_pass(files);
-      const double dense_diff = max_abs_diff(sync.dense_values(), gpubox.dense_values(0));
+      const double dense_diff = max_abs_diff(sync.dense, gpubox.dense_values(0));
       const double rows_diff =
-          max_weight_diff(sync_rows, peek_rows(gpubox.host_tier(), keys), (*client)->layout());
+          max_weight_diff(sync.rows.rows, peek_rows(gpubox.host_tier(), keys), sync.rows.layout);
       std::printf(
           "%s, %s (%.0f steps): sync on %d threads against the gpubox mode on %d cards: dense "
           "weights differ by at most %.3g, the rows' weights by %.3g\n",
@@ -265,32 +280,18 @@ TEST_F(PsModes, SyncOnOneThreadIsTheGpuboxModeOnOneCardBitForBit) {
   sync_extra.push_back("runner.sync_mode=sync");
   sync_extra.push_back("runner.thread_num=1");
   const TrainerConfig sync_cfg = config(sync_extra);
-  Servers shards(sync_cfg, 1);
-  TrainerEnv sync_env;
-  sync_env.servers = shards.endpoints();
-  PsTrainer sync(sync_cfg, sync_env);
-  double steps = 0;
-  for (const auto& [name, value] : sync.train_pass(train).extra) {
-    if (name == "steps") steps = value;
-  }
-  EXPECT_EQ(steps, 625.0);  // past step 414
-  table::server::RemoteHostTierOptions client_options;
-  client_options.endpoints = shards.endpoints();
-  client_options.config = sync_cfg.sparse;
-  auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-  throw_if_error(client.status());
   const std::vector<uint64_t> keys = every_key(sync_cfg, train);
-  const std::vector<float> sync_rows = peek_rows(**client, keys);
+  const SyncPass sync = train_sync_pass(sync_cfg, train, keys);
+  const double steps = sync.steps;
+  EXPECT_EQ(steps, 625.0);  // past step 414
 
-  TrainerEnv env;
-  env.selected_cards = device::testing::card_list(1);
-  env.threads_per_card = 1;
-  Trainer gpubox(config(base), env);
+  Trainer gpubox(config(base), cards_of_one_thread(1));
   gpubox.train_pass(train);
+  const std::vector<float>& sync_rows = sync.rows.rows;
   const std::vector<float> gpubox_rows = peek_rows(gpubox.host_tier(), keys);
-  const std::vector<float> sync_dense = sync.dense_values();
+  const std::vector<float>& sync_dense = sync.dense;
   const std::vector<float> gpubox_dense = gpubox.dense_values(0);
-  const table::RowLayout& layout = (*client)->layout();
+  const table::RowLayout& layout = sync.rows.layout;
   const double dense_diff = max_abs_diff(sync_dense, gpubox_dense);
   const double rows_diff = max_weight_diff(sync_rows, gpubox_rows, layout);
   std::printf(
@@ -335,7 +336,7 @@ TEST_F(PsModes, SyncOnTwoTrainersStepsAsTheGpuboxModeOnTwoCards) {
   const std::vector<float> synced = run_job(
       cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
       [](PsTrainer& trainer) { return trainer.dense_values(); });
-  Trainer gpubox(config(base), two_cards());
+  Trainer gpubox(config(base), cards_of_one_thread(2));
   const double rows_diff = rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, files);
   const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
   std::printf(
@@ -386,7 +387,7 @@ TEST_F(PsModes, SyncWeighsUnevenBatchesOfTwoTrainersByTheirSize) {
     const std::vector<float> synced = run_job(
         cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) { trainer.train_pass(files); },
         [](PsTrainer& trainer) { return trainer.dense_values(); });
-    Trainer gpubox(config(base), two_cards());
+    Trainer gpubox(config(base), cards_of_one_thread(2));
     const double rows_diff =
         rows_apart_from_two_cards(cfg, shards.endpoints(), files, gpubox, gpubox_files);
     const double dense_diff = max_abs_diff(synced, gpubox.dense_values(0));
