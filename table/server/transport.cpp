@@ -294,11 +294,13 @@ struct Transport::RunState {
         tries(transport.endpoints_.size(), 0),
         backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
         next_try(transport.endpoints_.size(), start),
+        unreachable_since(transport.endpoints_.size()),
         last_error(transport.endpoints_.size()),
         cut_error(transport.endpoints_.size()),
         heard(transport.endpoints_.size(), 0),
         endpoints(transport.endpoints_),
-        max_backoff_s(transport.options_.max_backoff_s) {}
+        max_backoff_s(transport.options_.max_backoff_s),
+        unreachable_s(transport.options_.unreachable_s) {}
 
   // The requests not answered yet, by endpoint; `any` says whether there are some.
   std::vector<std::vector<std::size_t>> pending(const std::vector<OutgoingRequest>& requests,
@@ -317,7 +319,9 @@ struct Transport::RunState {
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
-        << " s); last error: " << last_error[e].to_string();
+        << " s";
+    if (unreachable(e)) msg << "; no attempt reached it for " << unreachable_s << " s";
+    msg << "); last error: " << last_error[e].to_string();
     if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     }
@@ -336,6 +340,21 @@ struct Transport::RunState {
     }
   }
 
+  // An attempt on endpoint `e` begun at `tried_at` reached it (`reached`) or not: whether the
+  // endpoint has now been unreachable for unreachable_s.
+  bool note_reach(uint32_t e, bool reached, Clock::time_point tried_at) {
+    if (reached) {
+      unreachable_since[e] = Clock::time_point{};
+    } else if (unreachable_since[e] == Clock::time_point{}) {
+      unreachable_since[e] = tried_at;
+    }
+    return unreachable(e);
+  }
+  bool unreachable(uint32_t e) const {
+    return unreachable_s >= 0 && unreachable_since[e] != Clock::time_point{} &&
+           seconds_since(unreachable_since[e]) >= unreachable_s;
+  }
+
   void schedule_retry(uint32_t e) {
     next_try[e] = after(backoff[e]);
     backoff[e] = std::min(backoff[e] * 2.0, max_backoff_s);
@@ -350,11 +369,14 @@ struct Transport::RunState {
   std::vector<int> tries;
   std::vector<double> backoff;
   std::vector<Clock::time_point> next_try;
+  // When the attempts that did not reach the endpoint began (none since: the epoch).
+  std::vector<Clock::time_point> unreachable_since;
   std::vector<Status> last_error;
   std::vector<Status> cut_error;  // an attempt the deadline cut after last_error (record)
   std::vector<char> heard;        // a frame from the endpoint came during the call
   const std::vector<Endpoint>& endpoints;
   const double max_backoff_s;
+  const double unreachable_s;
 };
 
 Status Transport::open_attempts(RunState& state, uint32_t e,
@@ -371,8 +393,10 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     bool reused = false;
     // Without retries, a pooled connection the server closed meanwhile would fail the call.
     bool heard = false;
+    const auto tried_at = Clock::now();
     auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &heard);
     if (heard) state.heard[e] = 1;
+    const bool unreachable = state.note_reach(e, conn.ok() || heard, tried_at);
     if (!conn.ok()) {
       state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
       const auto code = conn.status().code();
@@ -381,7 +405,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
         return conn.status().with_context(std::string(op_name(state.op)) + " at " +
                                           endpoints_[e].to_string());
       }
-      if (!state.retry) return state.gave_up(e);
+      if (!state.retry || unreachable) return state.gave_up(e);
       state.schedule_retry(e);
       return Status::OK();  // the lanes not started wait for the retry
     }

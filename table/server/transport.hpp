@@ -30,7 +30,12 @@ struct TransportOptions {
   // When set (at least kMinTokenChars): every new connection proves it knows it first
   // (auth_handshake.hpp); the token itself is never sent.
   std::string auth_token;
-  double deadline_s = 30.0;        // total time a call may spend, retries included
+  double deadline_s = 30.0;  // total time a call may spend, retries included
+  // A call gives up sooner on an endpoint that none of its attempts reached (no connection, no
+  // frame heard) for this long, counted from the first such attempt; < 0: deadline_s bounds it
+  // alone, so a server restarted within the deadline takes the call. Tests shorten it to fail a
+  // call on a stopped server at once while the live servers' calls keep the long deadline.
+  double unreachable_s = -1.0;
   double connect_timeout_s = 2.0;  // one connection attempt
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;
