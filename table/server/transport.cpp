@@ -315,12 +315,13 @@ struct Transport::RunState {
     return by_endpoint;
   }
 
-  Status gave_up(uint32_t e) const {
+  // `unreachable`: it gave up for unreachable_s, before the deadline.
+  Status gave_up(uint32_t e, bool unreachable = false) const {
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
         << " s";
-    if (unreachable(e)) msg << "; no attempt reached it for " << unreachable_s << " s";
+    if (unreachable) msg << "; no attempt reached it for " << unreachable_s << " s";
     msg << "); last error: " << last_error[e].to_string();
     if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
@@ -405,7 +406,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
         return conn.status().with_context(std::string(op_name(state.op)) + " at " +
                                           endpoints_[e].to_string());
       }
-      if (!state.retry || unreachable) return state.gave_up(e);
+      if (!state.retry || unreachable) return state.gave_up(e, unreachable);
       state.schedule_retry(e);
       return Status::OK();  // the lanes not started wait for the retry
     }
