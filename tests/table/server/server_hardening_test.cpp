@@ -77,11 +77,15 @@ TEST(Hardening, IdleConnectionsAreClosedAndClientsReconnect) {
   std::vector<float> rows(keys.size() * client->layout().stride());
   Status st = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
   EXPECT_TRUE(st.ok()) << st.to_string();
-  // A connection that keeps talking is not idle.
+  // A connection that keeps talking is not idle: calls back to back (a pause between them, on a
+  // loaded machine, could pass the 0.2 s) over three idle timeouts and as many sweeps.
   Connection busy = raw_connection(server->port());
-  for (int i = 0; i < 6; ++i) {
+  const auto talked_from = Clock::now();
+  const uint64_t sweeps = server->counters().sweeps;
+  for (int i = 0; Clock::now() - talked_from < std::chrono::milliseconds(600) ||
+                  server->counters().sweeps < sweeps + 3;
+       ++i) {
     ASSERT_TRUE(raw_call(busy, Op::kStats, {}).ok()) << i;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
@@ -227,8 +231,10 @@ TEST(Hardening, OverTheInflightBudgetRequestsAreRetriedLater) {
   Connection hog = raw_connection(server->port());
   send_partial_frame(hog, Op::kPush, 200 * 1024, 150 * 1024);
   ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 150 * 1024; }));
+  // The hog leaves once the big chunk was refused (a condition: a loaded machine may take longer
+  // than any fixed wait to send it).
   std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(eventually([&] { return server->counters().budget_refusals >= 1; }, 10.0));
     hog.close();
   });
   // 1000 rows in one chunk (about 84 KiB): refused "retry later" until the hog leaves.
