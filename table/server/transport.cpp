@@ -190,7 +190,8 @@ OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
 }
 
 StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point deadline,
-                                        bool allow_pooled, bool* reused, bool* heard) {
+                                        bool allow_pooled, bool* reused, bool* opened,
+                                        bool* heard) {
   if (allow_pooled) {
     MutexLock lock(pools_[endpoint]->mu);
     auto& idle = pools_[endpoint]->idle;
@@ -198,6 +199,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
       Connection conn = std::move(idle.back());
       idle.pop_back();
       *reused = true;
+      *opened = true;
       return conn;
     }
   }
@@ -205,6 +207,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   const auto connect_deadline = std::min(deadline, after(options_.connect_timeout_s));
   auto conn = Connection::open(endpoints_[endpoint], connect_deadline, options_.keepalive);
   if (!conn.ok()) return conn;
+  *opened = true;
   if (!options_.auth_token.empty()) {
     GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline, heard));
   }
@@ -315,7 +318,8 @@ struct Transport::RunState {
     return by_endpoint;
   }
 
-  // `unreachable`: it gave up for unreachable_s, before the deadline.
+  // `unreachable`: it gave up for unreachable_s, before the deadline: Unavailable, like a call
+  // without retries, not DeadlineExceeded (the deadline did not end it).
   Status gave_up(uint32_t e, bool unreachable = false) const {
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
@@ -326,7 +330,8 @@ struct Transport::RunState {
     if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     }
-    return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
+    return retry && !unreachable ? Status::DeadlineExceeded(msg.str())
+                                 : Status::Unavailable(msg.str());
   }
 
   // An attempt's error becomes the endpoint's last error, unless the call's deadline cut the
@@ -392,12 +397,14 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
   for (auto& queue : queues) {
     if (queue.empty()) continue;
     bool reused = false;
-    // Without retries, a pooled connection the server closed meanwhile would fail the call.
+    bool opened = false;
     bool heard = false;
     const auto tried_at = Clock::now();
-    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &heard);
+    // Without retries, a pooled connection the server closed meanwhile would fail the call.
+    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &opened, &heard);
     if (heard) state.heard[e] = 1;
-    const bool unreachable = state.note_reach(e, conn.ok() || heard, tried_at);
+    // A connection that opened reached a live server, even if its handshake then timed out.
+    const bool unreachable = state.note_reach(e, opened || heard, tried_at);
     if (!conn.ok()) {
       state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
       const auto code = conn.status().code();

@@ -394,10 +394,10 @@ TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
 // calls queued behind it are not sent, and finish_rows() and the destructor report it too.
 TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   const TrainerConfig cfg = pipeline_config();
-  // The failed call retries the stopped server's refused connects for 0.5 s, not its deadline
-  // (30 s, which a restarted server would meet): the live shard's calls keep that deadline, which
-  // a loaded machine (ctest -j2 on 2 cores) may need.
-  OneCardOnServers on(cfg, 2, /*unreachable_s=*/0.5);
+  // The failed call retries the stopped server's refused connects for 2 s, not its deadline (30 s,
+  // which a restarted server would meet): the live shard's calls keep that deadline, which a
+  // loaded machine (ctest -j2 on 2 cores) may need. 2 s is well above connect_timeout_s (0.5 s).
+  OneCardOnServers on(cfg, 2, /*unreachable_s=*/2.0);
   std::unique_ptr<PsWorker> worker = on.worker();
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   std::mt19937_64 rng(4);
@@ -426,7 +426,7 @@ TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   // and retried, refused, for unreachable_s (a server restarted meanwhile would have taken the
   // call), rather than waiting on a connection nobody answers.
   EXPECT_EQ(error.find("no reply before the deadline"), std::string::npos) << error;
-  EXPECT_NE(error.find("no attempt reached it for 0.5 s"), std::string::npos) << error;
+  EXPECT_NE(error.find("no attempt reached it for 2 s"), std::string::npos) << error;
   const bool learned = error.find("Connection refused") != std::string::npos ||
                        error.find("server stopped") != std::string::npos;
   EXPECT_TRUE(learned) << error;
