@@ -77,16 +77,32 @@ TEST(Hardening, IdleConnectionsAreClosedAndClientsReconnect) {
   std::vector<float> rows(keys.size() * client->layout().stride());
   Status st = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
   EXPECT_TRUE(st.ok()) << st.to_string();
-  // A connection that keeps talking is not idle: calls back to back (a pause between them, on a
-  // loaded machine, could pass the 0.2 s) over three idle timeouts and as many sweeps.
+}
+
+// A connection that keeps talking is not idle: calls back to back over two idle timeouts and
+// three sweeps. The timeout is 1 s, not 0.2 s: a thread descheduled on a loaded machine could
+// pause 0.2 s between two calls, and then the server would rightly close the connection.
+TEST(Hardening, AConnectionThatKeepsTalkingIsNotIdle) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.idle_timeout_s = 1.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
   Connection busy = raw_connection(server->port());
   const auto talked_from = Clock::now();
+  const auto give_up = talked_from + std::chrono::seconds(30);
   const uint64_t sweeps = server->counters().sweeps;
-  for (int i = 0; Clock::now() - talked_from < std::chrono::milliseconds(600) ||
+  for (int i = 0; Clock::now() - talked_from < std::chrono::seconds(2) ||
                   server->counters().sweeps < sweeps + 3;
        ++i) {
-    ASSERT_TRUE(raw_call(busy, Op::kStats, {}).ok()) << i;
+    ASSERT_TRUE(raw_call(busy, Op::kStats, {}).ok()) << "call " << i;
+    if (Clock::now() >= give_up) {
+      ADD_FAILURE() << "the server swept " << server->counters().sweeps - sweeps
+                    << " time(s) in 30 s, not 3";
+      break;
+    }
   }
+  EXPECT_EQ(server->counters().idle_closed, 0u);
 }
 
 // ---- 2. barrier waiters that leave -----------------------------------------------------------
