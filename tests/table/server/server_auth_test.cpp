@@ -126,7 +126,10 @@ TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
   fresh.auth_token = kTestToken;
   fresh.port = port;
   server = start_server(&table, fresh);
-  call.join();
+  call.join();  // no ASSERT before it: the thread must be joined
+  ASSERT_TRUE(server) << "no server restarted on port " << port
+                      << " (port taken by another process meanwhile?); the call: "
+                      << st.to_string();
   EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
