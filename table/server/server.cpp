@@ -391,7 +391,7 @@ ServerCounters Server::Impl::counters() const {
   c.dense_held_writes = ps_store_.held_writes();
   c.step_held_bytes = ps_step_sums_.held_bytes();
   c.steps_dropped = ps_step_sums_.dropped_steps();
-  c.sweeps = sweeps.load();
+  c.sweeps = sweeps.load(std::memory_order_acquire);  // after what the sweep did (sweep())
   return c;
 }
 
