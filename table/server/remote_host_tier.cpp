@@ -177,6 +177,7 @@ StatusOr<std::unique_ptr<RemoteHostTier>> RemoteHostTier::connect(RemoteHostTier
   t.client_id = options.client_id;
   t.auth_token = options.auth_token;
   t.deadline_s = options.deadline_s;
+  t.unreachable_s = options.unreachable_s;
   t.connect_timeout_s = options.connect_timeout_s;
   t.initial_backoff_s = options.initial_backoff_s;
   t.max_backoff_s = options.max_backoff_s;

@@ -36,6 +36,10 @@ struct RemoteHostTierOptions {
   // on one connection, in order.
   int connections_per_endpoint = 2;
   double deadline_s = 30.0;  // per call, retries included
+  // A call gives up sooner (Unavailable) on a server none of its attempts reached (no TCP
+  // connection opened, no frame heard) for this long (< 0: the deadline alone;
+  // TransportOptions::unreachable_s; keep it above connect_timeout_s).
+  double unreachable_s = -1.0;
   double connect_timeout_s = 2.0;
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;

@@ -370,6 +370,7 @@ ServerCounters Server::Impl::counters() const {
   c.unauthenticated = unauthenticated.load();
   c.auth_failures = auth_failures.load();
   c.auth_proofs_waiting = proofs_waiting.load();
+  c.auth_proofs_deferred = proofs_deferred.load();
   c.foreign_client_refusals = foreign_client_refusals.load();
   c.barrier_timeouts = barrier_timeouts.load();
   {
@@ -390,6 +391,7 @@ ServerCounters Server::Impl::counters() const {
   c.dense_held_writes = ps_store_.held_writes();
   c.step_held_bytes = ps_step_sums_.held_bytes();
   c.steps_dropped = ps_step_sums_.dropped_steps();
+  c.sweeps = sweeps.load(std::memory_order_acquire);  // after what the sweep did (sweep())
   return c;
 }
 

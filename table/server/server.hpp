@@ -127,6 +127,9 @@ struct ServerCounters {
   // A gauge: AUTH proofs held now for their host's backoff (auth_backoff.hpp), not yet checked;
   // one closed while it waits leaves it once counted (a wrong one in auth_failures).
   uint64_t auth_proofs_waiting = 0;
+  // AUTH proofs refused unchecked because their host's next slot is past their connection's
+  // --auth_timeout_s (Unavailable, which clients retry); not in auth_failures.
+  uint64_t auth_proofs_deferred = 0;
   // Frames refused (and their connections closed) for a client id other than the one their
   // connection is bound to (proved by its AUTH, or its first frame's without a token).
   uint64_t foreign_client_refusals = 0;
@@ -146,6 +149,10 @@ struct ServerCounters {
   uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
   uint64_t step_held_bytes = 0;    // the sync mode's held sparse step now (ps_step_sums.hpp)
   uint64_t steps_dropped = 0;      // sync steps dropped unapplied (or whose apply failed)
+  // Sweeps finished: every sweep interval the server closes overdue connections and, once the job
+  // ended (exit_when_job_ends), stops when no connection is open. A sweep begun after an event
+  // has seen it once this grew by 2.
+  uint64_t sweeps = 0;
 };
 
 // Where the server stores SAVE/LOAD `path`: a folder relative to data_dir

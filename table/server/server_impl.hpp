@@ -182,8 +182,10 @@ class Server::Impl {
       rows_pushed{0}, protocol_errors{0}, auth_refusals{0}, budget_refusals{0},
       barrier_waiters_dropped{0}, deadline_closed{0}, evicted{0}, auth_failures{0},
       barrier_timeouts{0}, unauthenticated{0}, foreign_client_refusals{0}, fair_share_evicted{0},
-      over_cap{0},        // over_cap: connections waiting beyond the cap (kMaxWaitingOverCap)
-      proofs_waiting{0};  // AUTH proofs waiting now for their host's slot (auth_backoff.hpp)
+      over_cap{0},         // over_cap: connections waiting beyond the cap (kMaxWaitingOverCap)
+      proofs_waiting{0},   // AUTH proofs waiting now for their host's slot (auth_backoff.hpp)
+      proofs_deferred{0},  // AUTH proofs refused unchecked for their host's backoff
+      sweeps{0};           // sweep() runs finished (deadlines, the job's end)
 
  private:
   void accept();

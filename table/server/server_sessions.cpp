@@ -75,6 +75,8 @@ void Server::Impl::sweep() {
                           std::to_string(options_.dense_write_max_idle_s) + " s");
   }
   expire_step_sums(now);
+  // Release: a reader that sees this sweep (counters(), acquire) sees what it did.
+  sweeps.fetch_add(1, std::memory_order_release);
   sweep_timer_.expires_after(sweep_interval_);
   sweep_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec) sweep();

@@ -57,6 +57,7 @@ void Session::check_proof() {
   if (at <= now) return on_proof_checked();
   if (at > latest) {
     // Not a wrong proof: unchecked, and the client may try again (Unavailable is retried).
+    server_->proofs_deferred.fetch_add(1, std::memory_order_relaxed);
     return refuse(Status::Unavailable(
         "too many wrong AUTH proofs from " + AuthBackoff::cause(peer_address_, proof_check_) +
         " (every process of one host, or of one IPv6 /64, shares its backoff): the next "

@@ -190,7 +190,8 @@ OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
 }
 
 StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point deadline,
-                                        bool allow_pooled, bool* reused, bool* heard) {
+                                        bool allow_pooled, bool* reused, bool* opened,
+                                        bool* heard) {
   if (allow_pooled) {
     MutexLock lock(pools_[endpoint]->mu);
     auto& idle = pools_[endpoint]->idle;
@@ -198,6 +199,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
       Connection conn = std::move(idle.back());
       idle.pop_back();
       *reused = true;
+      *opened = true;
       return conn;
     }
   }
@@ -205,6 +207,7 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   const auto connect_deadline = std::min(deadline, after(options_.connect_timeout_s));
   auto conn = Connection::open(endpoints_[endpoint], connect_deadline, options_.keepalive);
   if (!conn.ok()) return conn;
+  *opened = true;
   if (!options_.auth_token.empty()) {
     GPUBOX_RETURN_IF_ERROR(authenticate(*conn, connect_deadline, heard));
   }
@@ -294,11 +297,13 @@ struct Transport::RunState {
         tries(transport.endpoints_.size(), 0),
         backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
         next_try(transport.endpoints_.size(), start),
+        unreachable_since(transport.endpoints_.size()),
         last_error(transport.endpoints_.size()),
         cut_error(transport.endpoints_.size()),
         heard(transport.endpoints_.size(), 0),
         endpoints(transport.endpoints_),
-        max_backoff_s(transport.options_.max_backoff_s) {}
+        max_backoff_s(transport.options_.max_backoff_s),
+        unreachable_s(transport.options_.unreachable_s) {}
 
   // The requests not answered yet, by endpoint; `any` says whether there are some.
   std::vector<std::vector<std::size_t>> pending(const std::vector<OutgoingRequest>& requests,
@@ -313,15 +318,20 @@ struct Transport::RunState {
     return by_endpoint;
   }
 
-  Status gave_up(uint32_t e) const {
+  // `unreachable`: it gave up for unreachable_s, before the deadline: Unavailable, like a call
+  // without retries, not DeadlineExceeded (the deadline did not end it).
+  Status gave_up(uint32_t e, bool unreachable = false) const {
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
-        << " s); last error: " << last_error[e].to_string();
+        << " s";
+    if (unreachable) msg << "; no attempt reached it for " << unreachable_s << " s";
+    msg << "); last error: " << last_error[e].to_string();
     if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     }
-    return retry ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
+    return retry && !unreachable ? Status::DeadlineExceeded(msg.str())
+                                 : Status::Unavailable(msg.str());
   }
 
   // An attempt's error becomes the endpoint's last error, unless the call's deadline cut the
@@ -334,6 +344,21 @@ struct Transport::RunState {
     } else {
       last_error[e] = std::move(error);
     }
+  }
+
+  // An attempt on endpoint `e` begun at `tried_at` reached it (`reached`) or not: whether the
+  // endpoint has now been unreachable for unreachable_s.
+  bool note_reach(uint32_t e, bool reached, Clock::time_point tried_at) {
+    if (reached) {
+      unreachable_since[e] = Clock::time_point{};
+    } else if (unreachable_since[e] == Clock::time_point{}) {
+      unreachable_since[e] = tried_at;
+    }
+    return unreachable(e);
+  }
+  bool unreachable(uint32_t e) const {
+    return unreachable_s >= 0 && unreachable_since[e] != Clock::time_point{} &&
+           seconds_since(unreachable_since[e]) >= unreachable_s;
   }
 
   void schedule_retry(uint32_t e) {
@@ -350,11 +375,14 @@ struct Transport::RunState {
   std::vector<int> tries;
   std::vector<double> backoff;
   std::vector<Clock::time_point> next_try;
+  // When the attempts that did not reach the endpoint began (none since: the epoch).
+  std::vector<Clock::time_point> unreachable_since;
   std::vector<Status> last_error;
   std::vector<Status> cut_error;  // an attempt the deadline cut after last_error (record)
   std::vector<char> heard;        // a frame from the endpoint came during the call
   const std::vector<Endpoint>& endpoints;
   const double max_backoff_s;
+  const double unreachable_s;
 };
 
 Status Transport::open_attempts(RunState& state, uint32_t e,
@@ -369,10 +397,14 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
   for (auto& queue : queues) {
     if (queue.empty()) continue;
     bool reused = false;
-    // Without retries, a pooled connection the server closed meanwhile would fail the call.
+    bool opened = false;
     bool heard = false;
-    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &heard);
+    const auto tried_at = Clock::now();
+    // Without retries, a pooled connection the server closed meanwhile would fail the call.
+    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &opened, &heard);
     if (heard) state.heard[e] = 1;
+    // A connection that opened reached a live server, even if its handshake then timed out.
+    const bool unreachable = state.note_reach(e, opened || heard, tried_at);
     if (!conn.ok()) {
       state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
       const auto code = conn.status().code();
@@ -381,7 +413,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
         return conn.status().with_context(std::string(op_name(state.op)) + " at " +
                                           endpoints_[e].to_string());
       }
-      if (!state.retry) return state.gave_up(e);
+      if (!state.retry || unreachable) return state.gave_up(e, unreachable);
       state.schedule_retry(e);
       return Status::OK();  // the lanes not started wait for the retry
     }

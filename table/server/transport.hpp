@@ -30,7 +30,14 @@ struct TransportOptions {
   // When set (at least kMinTokenChars): every new connection proves it knows it first
   // (auth_handshake.hpp); the token itself is never sent.
   std::string auth_token;
-  double deadline_s = 30.0;        // total time a call may spend, retries included
+  double deadline_s = 30.0;  // total time a call may spend, retries included
+  // A call gives up sooner (Unavailable) on an endpoint that none of its attempts reached for
+  // this long, counted from the first such attempt: an attempt reached it once its TCP connection
+  // opened or a frame came, so a live server slow in the handshake (AUTH, on_connect) is retried
+  // to the deadline; < 0: deadline_s bounds it alone, so a server restarted within the deadline
+  // takes the call. Tests shorten it to fail a call on a stopped server at once while the live
+  // servers' calls keep the long deadline; keep it above connect_timeout_s.
+  double unreachable_s = -1.0;
   double connect_timeout_s = 2.0;  // one connection attempt
   double initial_backoff_s = 0.01;
   double max_backoff_s = 1.0;
@@ -93,9 +100,10 @@ class Transport {
   struct Pool;
   struct Attempt;
   // A pooled connection (reused=true) or a new one (connected and authenticated).
+  // *opened: the TCP connection opened (a pooled one did), even if its handshake then failed;
   // *heard: the server sent a frame (say, refused the AUTH_PROOF).
   StatusOr<Connection> acquire(uint32_t endpoint, Clock::time_point deadline, bool allow_pooled,
-                               bool* reused, bool* heard);
+                               bool* reused, bool* opened, bool* heard);
   void release(uint32_t endpoint, Connection connection);
   // AUTH and AUTH_PROOF on a new connection.
   Status authenticate(Connection& conn, Clock::time_point deadline, bool* heard);

@@ -159,8 +159,8 @@ constexpr double kSameSteps = 1e-6;
 // of these tests trains against. Destroyed after the workers made by worker().
 class OneCardOnServers {
  public:
-  OneCardOnServers(const TrainerConfig& cfg, int shards, double deadline_s = 30.0)
-      : cfg_(cfg), shards_(cfg, shards), servers_(connect(shards_, cfg, deadline_s)) {
+  OneCardOnServers(const TrainerConfig& cfg, int shards, double unreachable_s = -1.0)
+      : cfg_(cfg), shards_(cfg, shards), servers_(connect(shards_, cfg, 30.0, unreachable_s)) {
     card_.activate();
   }
   // A PsWorker on the card, its dense net read from the servers (sync_dense(0)).
@@ -394,9 +394,10 @@ TEST(PsRowPipeline, AStepGivenAnotherBatchThanThePrefetchedOneFailsNamingIt) {
 // calls queued behind it are not sent, and finish_rows() and the destructor report it too.
 TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   const TrainerConfig cfg = pipeline_config();
-  // The failed call retries the stopped server's refusals until this deadline, which bounds the
-  // live shard's calls too: a loaded machine (ctest -j2 on 2 cores) can slow those to seconds.
-  OneCardOnServers on(cfg, 2, /*deadline_s=*/8.0);
+  // The failed call retries the stopped server's refused connects for 2 s, not its deadline (30 s,
+  // which a restarted server would meet): the live shard's calls keep that deadline, which a
+  // loaded machine (ctest -j2 on 2 cores) may need. 2 s is well above connect_timeout_s (0.5 s).
+  OneCardOnServers on(cfg, 2, /*unreachable_s=*/2.0);
   std::unique_ptr<PsWorker> worker = on.worker();
   const int slots = static_cast<int>(cfg.dataset.slots.size());
   std::mt19937_64 rng(4);
@@ -422,9 +423,10 @@ TEST(PsRowPipeline, ADeadServerMidPrefetchFailsTheNextStepNamingItAndTheCall) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
   EXPECT_NE(error.find(dead), std::string::npos) << error;
   // The stopped server closed the call's connection (Server::wait): the client learned it at once
-  // and retried, refused, until the deadline (a server restarted meanwhile would have taken the
+  // and retried, refused, for unreachable_s (a server restarted meanwhile would have taken the
   // call), rather than waiting on a connection nobody answers.
   EXPECT_EQ(error.find("no reply before the deadline"), std::string::npos) << error;
+  EXPECT_NE(error.find("no attempt reached it for 2 s"), std::string::npos) << error;
   const bool learned = error.find("Connection refused") != std::string::npos ||
                        error.find("server stopped") != std::string::npos;
   EXPECT_TRUE(learned) << error;

@@ -28,12 +28,16 @@ namespace gpubox::trainer::ps_modes {
 
 using table::server::RemoteHostTier;
 
+// unreachable_s >= 0: a call gives up on a server none of its attempts reached for that long
+// (RemoteHostTierOptions::unreachable_s), long before deadline_s.
 inline std::unique_ptr<RemoteHostTier> connect(const std::string& endpoints,
-                                               const TrainerConfig& cfg, double deadline_s = 30.0) {
+                                               const TrainerConfig& cfg, double deadline_s = 30.0,
+                                               double unreachable_s = -1.0) {
   table::server::RemoteHostTierOptions options;
   options.endpoints = endpoints;
   options.config = cfg.sparse;
   options.deadline_s = deadline_s;
+  options.unreachable_s = unreachable_s;
   options.connect_timeout_s = 0.5;
   auto servers = RemoteHostTier::connect(std::move(options));
   throw_if_error(servers.status());
@@ -41,8 +45,9 @@ inline std::unique_ptr<RemoteHostTier> connect(const std::string& endpoints,
 }
 
 inline std::unique_ptr<RemoteHostTier> connect(const Servers& shards, const TrainerConfig& cfg,
-                                               double deadline_s = 30.0) {
-  return connect(shards.endpoints(), cfg, deadline_s);
+                                               double deadline_s = 30.0,
+                                               double unreachable_s = -1.0) {
+  return connect(shards.endpoints(), cfg, deadline_s, unreachable_s);
 }
 
 // The servers' full rows (PEEK) of every key of `batches`, each of which must be there.

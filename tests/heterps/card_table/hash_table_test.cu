@@ -25,6 +25,7 @@ using device::Card;
 using device::CardSet;
 using device::to_device;
 using device::to_host;
+using hash_table_test::BudgetedTable;
 using hash_table_test::colliding_keys;
 using hash_table_test::expect_same_finds;
 using hash_table_test::free_list;
@@ -384,18 +385,12 @@ TEST(HashTableMemory, RehashPeakIsNewSlotsPlusLivePairs) {
 // erasing and inserting again, never grows the table; the slot count is the power of two the
 // budget plans with.
 TEST(HashTableMemory, ReserveCapacityMeansNoGrowthUpToTheBudget) {
-  CardSet cards = CardSet::from_list("0");
-  Card& card = cards.card(0);
-  card.activate();
-  HashTableOptions options;
-  options.initial_capacity = 16;
-  options.row_stride = 4;
-  options.page_rows = 64;
-  CardHashTable table(card, options);
   const std::size_t budget = 5000;
-  table.reserve_capacity(budget, card.stream());
+  BudgetedTable t(budget);
+  Card& card = t.card;
+  CardHashTable& table = t.table;
   const std::size_t slots = table.capacity();
-  EXPECT_EQ(slots, CardHashTable::slot_capacity_for(budget, options.max_load_factor));
+  EXPECT_EQ(slots, CardHashTable::slot_capacity_for(budget, t.options.max_load_factor));
   EXPECT_EQ(slots, 16384u);  // 5000 / 0.6 = 8334 -> 2^14
   std::mt19937_64 rng(8);
   auto d_keys = card.make_buffer<uint64_t>(1000);

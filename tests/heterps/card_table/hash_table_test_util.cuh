@@ -1,6 +1,6 @@
 // Shared helpers of CardHashTable's tests (hash_table_test.cu, hash_table_wait_free_test.cu):
-// keys that collide or are distinct, and the comparison of two tables fed the same keys (one by
-// the forms that read counts back, one by the wait-free forms).
+// keys that collide or are distinct, the comparison of two tables fed the same keys (one by the
+// forms that read counts back, one by the wait-free forms), and the memory tests' table.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -74,5 +74,34 @@ inline void expect_same(const CardHashTable& eager, const CardHashTable& late,
     EXPECT_NE(row, kInvalidRow);
   }
 }
+
+// The memory tests' table: on one active card, small (16 slots, 4-float rows in 64-row pages),
+// its slots sized once for `budget` keys (reserve_capacity).
+struct BudgetedTable {
+  explicit BudgetedTable(std::size_t budget)
+      : cards(device::CardSet::from_list("0")),
+        card(activated(cards.card(0))),
+        options(small_options()),
+        table(card, options) {
+    table.reserve_capacity(budget, card.stream());
+  }
+  device::CardSet cards;
+  device::Card& card;
+  const HashTableOptions options;
+  CardHashTable table;
+
+ private:
+  static device::Card& activated(device::Card& card) {
+    card.activate();
+    return card;
+  }
+  static HashTableOptions small_options() {
+    HashTableOptions options;
+    options.initial_capacity = 16;
+    options.row_stride = 4;
+    options.page_rows = 64;
+    return options;
+  }
+};
 
 }  // namespace gpubox::card_table::hash_table_test

@@ -29,6 +29,7 @@ using device::Card;
 using device::CardSet;
 using device::to_device;
 using device::to_host;
+using hash_table_test::BudgetedTable;
 using hash_table_test::colliding_keys;
 using hash_table_test::distinct_keys;
 using hash_table_test::expect_same;
@@ -269,16 +270,10 @@ TEST(HashTablePurge, ReclaimsErasedSlotsOnlyWhenTheyKeepKeysOut) {
 // live pairs there: no card allocation (its own pairs are two: checked first, with the scratch
 // arena warmed by it), every live key keeps its row, the erased slots are gone.
 TEST(HashTableMemory, PurgeInALentRoomAllocatesNothing) {
-  CardSet cards = CardSet::from_list("0");
-  Card& card = cards.card(0);
-  card.activate();
-  HashTableOptions options;
-  options.initial_capacity = 16;
-  options.row_stride = 4;
-  options.page_rows = 64;
-  CardHashTable table(card, options);
   const std::size_t budget = 2000;
-  table.reserve_capacity(budget, card.stream());
+  BudgetedTable t(budget);
+  Card& card = t.card;
+  CardHashTable& table = t.table;
   auto room_keys = card.make_buffer<uint64_t>(0);
   auto room_rows = card.make_buffer<row_index_t>(0);
   room_keys.reserve(budget);

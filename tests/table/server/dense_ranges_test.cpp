@@ -401,7 +401,8 @@ TEST(DenseRanges, AnIdleHeldWriteIsDropped) {
   ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 1), &four, 2, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
   ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kWrite, 8, 0, 4, 2), &four, 3).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  ASSERT_TRUE(eventually([&] { return server->counters().dense_held_writes == 0; }))
+      << "the idle write was never dropped";
   // Its first range was dropped: this one is told so (and starts nothing that could not commit).
   const Status late = raw_dense(conn, dense_range(DenseAction::kWrite, 8, 4, 4, 2), &four, 4);
   EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();

@@ -198,7 +198,9 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
   FakeHostTier table(test_config());
   ServerOptions so;
   so.max_dense_bytes = 1 << 20;
-  so.dense_write_max_idle_s = 8.0;  // a grace of 2 s
+  // A grace of 4 s: the trainer's write below must be refused within it (on a loaded machine
+  // too), and the drips keep coming within it.
+  so.dense_write_max_idle_s = 16.0;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   const std::vector<float> one{1.0f};
@@ -211,6 +213,7 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
   // 480 KB announced, and as much again for its commit copy: 960 KB of the 1 MiB.
   Connection dripping = connect_as(*server, false, 5);
   ASSERT_TRUE(raw_dense(dripping, range("hog", 120000, 0, 1, 1), &one, 2, nullptr, 5).ok());
+  const auto hog_began = Clock::now();  // after the server took its first range
   // A trainer's write of 40000 values (160 KB) does not fit beside it within the grace.
   Connection trainer = connect_as(*server, false, 7);
   const std::vector<float> half(20000, 0.5f);
@@ -218,9 +221,12 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
   EXPECT_EQ(refused.code(), Status::Code::kResourceExhausted) << refused.to_string();
   EXPECT_NE(refused.message().find("no held write is stalled"), std::string::npos)
       << refused.to_string();
-  // The dripping write never idles: a value every 0.4 s, past the grace.
-  for (uint32_t drop = 1; drop <= 6; ++drop) {
+  // The dripping write never idles: a value every 0.4 s, until past the grace (counted from
+  // after its first range was taken, so the server's count is at least as long).
+  uint32_t drop = 0;
+  while (Clock::now() - hog_began < std::chrono::milliseconds(4400)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ++drop;
     ASSERT_TRUE(
         raw_dense(dripping, range("hog", 120000, drop, 1, 1), &one, 2 + drop, nullptr, 5).ok());
   }
@@ -234,7 +240,8 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
   const std::vector<float> table_of_w(40000, 0.25f);  // 160 KB: over the limit beside the drip
   ASSERT_TRUE(raw_dense(trainer, range("w", 40000, 0, 40000, 0), &table_of_w, 3, nullptr, 7).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 0u);  // the dripping write was dropped
-  const Status late = raw_dense(dripping, range("hog", 120000, 7, 1, 1), &one, 9, nullptr, 5);
+  const Status late =
+      raw_dense(dripping, range("hog", 120000, drop + 1, 1, 1), &one, 3 + drop, nullptr, 5);
   EXPECT_EQ(late.code(), Status::Code::kNotFound) << late.to_string();
   EXPECT_NE(late.message().find("was dropped: stalled"), std::string::npos) << late.to_string();
   ASSERT_TRUE(raw_dense(trainer, range("t", 40000, 0, 20000, 2), &half, 4, nullptr, 7).ok());

@@ -138,8 +138,9 @@ TEST(Keepalive, ATrainerWaitingOnAVanishedServerFailsNamingIt) {
     options.max_payload_bytes = 64 << 10;
     auto client = connect_client(options);
     if (!client) return;
-    std::thread vanish([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the BARRIER arrived
+    std::thread vanish([&] {
+      EXPECT_TRUE(eventually([&] { return server->counters().barrier_waiters == 1; }))
+          << "the BARRIER never arrived";
       EXPECT_TRUE(set_loopback(false)) << std::strerror(errno);
     });
     const auto start = Clock::now();

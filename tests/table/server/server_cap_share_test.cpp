@@ -163,18 +163,22 @@ TEST(CapShare, FreshLoopbackAddressesCannotEvictTrainersSingleConnections) {
   so.auth_token = kTestToken;
   so.max_connections = kCap;
   so.frame_deadline_s = kGrace;
-  so.idle_timeout_s = 4;  // the +1 rule's long idle: 1 s
+  // The +1 rule's long idle: 2.5 s. The trainers idle past it (a sleep: a loaded machine only
+  // makes it longer) and are checked well before the idle timeout closes them (7 s later; it
+  // was 2.8 s with a 4 s timeout, which a descheduled test thread could pass).
+  so.idle_timeout_s = 10;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   std::vector<Connection> trainers;
   for (uint64_t id = 1; id <= kCap; ++id) trainers.push_back(connect_as(*server, true, id));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // idle past the long idle
+  std::this_thread::sleep_for(std::chrono::milliseconds(2700));  // idle past the long idle
   for (const char* fresh : {"127.0.0.2", "127.0.0.3", "127.9.8.7"}) {
     Connection hostile = raw_connection_from(fresh, server->port());
     const Status st = raw_authenticate(hostile, kTestToken, 500);
     EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << fresh << ": " << st.to_string();
   }
   EXPECT_EQ(server->counters().fair_share_evicted, 0u);
+  EXPECT_EQ(server->counters().idle_closed, 0u);
   for (std::size_t i = 0; i < trainers.size(); ++i) {
     EXPECT_FALSE(readable_within(trainers[i].fd(), 0.0)) << "trainer " << i + 1;
     const Status st = raw_call(trainers[i], Op::kStats, {}, 9, i + 1);

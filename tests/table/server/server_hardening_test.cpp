@@ -77,12 +77,32 @@ TEST(Hardening, IdleConnectionsAreClosedAndClientsReconnect) {
   std::vector<float> rows(keys.size() * client->layout().stride());
   Status st = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
   EXPECT_TRUE(st.ok()) << st.to_string();
-  // A connection that keeps talking is not idle.
+}
+
+// A connection that keeps talking is not idle: calls back to back over two idle timeouts and
+// three sweeps. The timeout is 1 s, not 0.2 s: a thread descheduled on a loaded machine could
+// pause 0.2 s between two calls, and then the server would rightly close the connection.
+TEST(Hardening, AConnectionThatKeepsTalkingIsNotIdle) {
+  FakeHostTier table(test_config());
+  ServerOptions so;
+  so.idle_timeout_s = 1.0;
+  auto server = start_server(&table, so);
+  ASSERT_TRUE(server);
   Connection busy = raw_connection(server->port());
-  for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(raw_call(busy, Op::kStats, {}).ok()) << i;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto talked_from = Clock::now();
+  const auto give_up = talked_from + std::chrono::seconds(30);
+  const uint64_t sweeps = server->counters().sweeps;
+  for (int i = 0; Clock::now() - talked_from < std::chrono::seconds(2) ||
+                  server->counters().sweeps < sweeps + 3;
+       ++i) {
+    ASSERT_TRUE(raw_call(busy, Op::kStats, {}).ok()) << "call " << i;
+    if (Clock::now() >= give_up) {
+      ADD_FAILURE() << "the server swept " << server->counters().sweeps - sweeps
+                    << " time(s) in 30 s, not 3";
+      break;
+    }
   }
+  EXPECT_EQ(server->counters().idle_closed, 0u);
 }
 
 // ---- 2. barrier waiters that leave -----------------------------------------------------------
@@ -227,8 +247,10 @@ TEST(Hardening, OverTheInflightBudgetRequestsAreRetriedLater) {
   Connection hog = raw_connection(server->port());
   send_partial_frame(hog, Op::kPush, 200 * 1024, 150 * 1024);
   ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 150 * 1024; }));
+  // The hog leaves once the big chunk was refused (a condition: a loaded machine may take longer
+  // than any fixed wait to send it).
   std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(eventually([&] { return server->counters().budget_refusals >= 1; }, 10.0));
     hog.close();
   });
   // 1000 rows in one chunk (about 84 KiB): refused "retry later" until the hog leaves.

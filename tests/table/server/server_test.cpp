@@ -309,7 +309,9 @@ TEST(Server, AStoppedServerClosesItsConnectionsAndClientsLearnAtOnce) {
 
 // A TRAINING_ROLE=PSERVER server (exit_when_job_ends) stops once every trainer of its job ended
 // it and left; before the last trainer ended it, or while they are connected (within the
-// grace), it serves; a server started without the option outlives the job.
+// grace), it serves; a server started without the option outlives the job. The job's end is
+// acted on at the server's sweeps: "serves" after it is read once two more sweeps ran (one begun
+// after the event saw it).
 TEST(Server, JobEndStopsOnlyAServerStartedToExitWithItsJob) {
   FakeHostTier table(test_config());
   for (const bool exits : {false, true}) {
@@ -317,27 +319,36 @@ TEST(Server, JobEndStopsOnlyAServerStartedToExitWithItsJob) {
     so.exit_when_job_ends = exits;
     auto server = start_server(&table, so);
     ASSERT_TRUE(server);
+    const auto swept_twice = [&] {
+      const uint64_t sweeps = server->counters().sweeps;
+      return eventually(
+          [&] { return server->stopped() || server->counters().sweeps >= sweeps + 2; });
+    };
     {
       auto a = connect_client(client_options(server->endpoint()));
       auto b = connect_client(client_options(server->endpoint()));
       ASSERT_TRUE(a && b);
       std::thread first([&] { EXPECT_TRUE(a->end_job(2).ok()); });
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_TRUE(eventually([&] { return server->counters().barrier_waiters == 1; }))
+          << "the first trainer's end never waited";
       EXPECT_FALSE(server->stopped()) << "one trainer of two ended the job";
       const Status second = b->end_job(2);
       EXPECT_TRUE(second.ok()) << second.to_string();
       first.join();
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      EXPECT_TRUE(swept_twice());
       EXPECT_FALSE(server->stopped()) << "its trainers are still connected";
       std::vector<uint64_t> keys{1, 2};
       std::vector<float> rows(keys.size() * static_cast<std::size_t>(a->layout().stride()));
       EXPECT_TRUE(a->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
     }  // the trainers disconnect
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(exits ? 5 : 1);
-    while (!server->stopped() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(eventually([&] { return server->counters().open_connections == 0; }));
+    if (exits) {
+      EXPECT_TRUE(eventually([&] { return server->stopped(); })) << "the job ended, all left";
+    } else {
+      EXPECT_TRUE(swept_twice());
+      EXPECT_FALSE(server->stopped())
+          << "a server started without exit_when_job_ends stopped at its job's end";
     }
-    EXPECT_EQ(server->stopped(), exits) << "exit_when_job_ends=" << exits;
   }
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -222,6 +223,121 @@ TEST(Transport, OnlyAConnectionsOwnDeadlineIsATimeout) {
   EXPECT_FALSE(Connection::timed_out(Status::Unavailable("connect: Connection timed out")));
   EXPECT_FALSE(Connection::timed_out(Status::DeadlineExceeded(kReplyTimedOut)));
   EXPECT_FALSE(Connection::timed_out(Status::OK()));
+}
+
+// A port on 127.0.0.1 that nothing listens on (it was bound, then closed): connects are refused.
+uint16_t refused_port() {
+  uint16_t port = 0;
+  const int fd = listen_loopback(&port);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0 ? port : 0;
+}
+
+// A call with one request to `endpoint` under `options`.
+Status call_once(const Endpoint& endpoint, const TransportOptions& options) {
+  Transport transport({endpoint}, options);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kPush, 0, {})};
+  return transport.run(Op::kPush, requests,
+                       [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); });
+}
+
+// A peer that accepts connections until one sends a request, answers it OK and stops (or until
+// told to stop). Connections closed before sending a request (a failed handshake) are dropped.
+class AnsweringPeer {
+ public:
+  AnsweringPeer() : listener_(listen_loopback(&port_)) {
+    if (listener_ >= 0) thread_ = std::thread([this] { serve(); });
+  }
+  ~AnsweringPeer() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (listener_ >= 0) ::close(listener_);
+  }
+  bool ok() const { return listener_ >= 0; }
+  Endpoint endpoint() const { return Endpoint{"127.0.0.1", port_}; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  void serve() {
+    while (!stop_.load()) {
+      pollfd pfd{listener_, POLLIN, 0};
+      if (::poll(&pfd, 1, 50) <= 0) continue;
+      Connection conn(::accept(listener_, nullptr, nullptr));
+      ++connections_;
+      Frame frame;
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      if (!conn.recv_frame(&frame, kDefaultMaxPayloadBytes, deadline).ok()) continue;
+      FrameHeader h = frame.header;
+      h.response = true;
+      const auto reply = encode_frame(h, {});
+      (void)conn.send_all(reply.data(), reply.size(), deadline);
+      return;
+    }
+  }
+
+  uint16_t port_ = 0;
+  int listener_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+// An on_connect whose first run on a connection waits out the handshake's deadline (a slow
+// identity check) and fails; later ones pass.
+ConnectHook first_handshake_times_out(std::atomic<int>* runs) {
+  return [runs](uint32_t, Connection&, Clock::time_point deadline) {
+    if (runs->fetch_add(1) > 0) return Status::OK();
+    std::this_thread::sleep_until(deadline);
+    return Status::Unavailable("identity check: timed out");
+  };
+}
+
+// unreachable_s: a call on an endpoint that refuses every connect gives up at that bound
+// (Unavailable, naming it) rather than at its deadline.
+TEST(TransportUnreachable, ADeadEndpointGivesUpEarly) {
+  const uint16_t port = refused_port();
+  ASSERT_NE(port, 0);
+  TransportOptions options;
+  options.deadline_s = 10;
+  options.unreachable_s = 0.2;
+  const Status st = call_once(Endpoint{"127.0.0.1", port}, options);
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.to_string();
+  EXPECT_NE(st.message().find("no attempt reached it for 0.2 s"), std::string::npos)
+      << st.to_string();
+  EXPECT_NE(st.message().find("Connection refused"), std::string::npos) << st.to_string();
+}
+
+// Without unreachable_s the same call retries to its deadline, and says so.
+TEST(TransportUnreachable, OffADeadEndpointIsRetriedToTheDeadline) {
+  const uint16_t port = refused_port();
+  ASSERT_NE(port, 0);
+  TransportOptions options;
+  options.deadline_s = 0.5;
+  const Status st = call_once(Endpoint{"127.0.0.1", port}, options);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_EQ(st.message().find("no attempt reached"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("Connection refused"), std::string::npos) << st.to_string();
+}
+
+// An attempt whose TCP connection opened reached the server even if its handshake then timed
+// out: a live server slow in its first handshake takes the call on a retry, though that attempt
+// took longer than unreachable_s (before, it counted as "not reached" and the call gave up).
+TEST(TransportUnreachable, ALiveServerWhoseFirstHandshakeIsSlowTakesTheCall) {
+  for (const double unreachable_s : {0.05, -1.0}) {
+    SCOPED_TRACE("unreachable_s=" + std::to_string(unreachable_s));
+    AnsweringPeer peer;
+    ASSERT_TRUE(peer.ok());
+    std::atomic<int> runs{0};
+    TransportOptions options;
+    options.deadline_s = 30;
+    options.connect_timeout_s = 0.2;  // the first handshake waits this out: > unreachable_s
+    options.unreachable_s = unreachable_s;
+    options.on_connect = first_handshake_times_out(&runs);
+    const Status st = call_once(peer.endpoint(), options);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(runs.load(), 2);
+    EXPECT_EQ(peer.connections(), 2);
+  }
 }
 
 }  // namespace
