@@ -272,7 +272,9 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // stops, and running it again resumes from the last complete save.
   if (env_.trainers > 1) return std::nullopt;
   State& s = *state_;
-  const auto recovery = s.lineage->recover(error, *s.host, s.card_tier->in_pass(), pass);
+  const auto recovery = s.lineage->recover(
+      error, *s.host,
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kFails : SaveLineage::OpenPass::kNone, pass);
   if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
   pass_id_ = recovery.run_pass;
   load(recovery.dir);

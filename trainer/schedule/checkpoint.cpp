@@ -398,14 +398,20 @@ void SaveLineage::restored(const RestorePlan& plan, int64_t run_pass) {
   last_run_pass_ = run_pass;
 }
 
-SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host,
-                                           bool pass_open, int64_t pass) {
+std::string SaveLineage::describe_restarts(table::HostTier& host) {
   auto* remote = as_remote(host);
-  if (remote == nullptr) throw error;
-  const std::vector<table::server::ServerRestart> restarts = remote->pending_restarts();
-  if (restarts.empty()) throw error;
+  if (remote == nullptr) return "";
   std::string what;
-  for (const auto& r : restarts) what += (what.empty() ? "" : "; ") + r.describe();
+  for (const auto& r : remote->pending_restarts()) {
+    what += (what.empty() ? "" : "; ") + r.describe();
+  }
+  return what;
+}
+
+SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host, OpenPass open,
+                                           int64_t pass) {
+  const std::string what = describe_restarts(host);
+  if (what.empty()) throw error;
   // last_run_pass_ counts the passes done: the save of pass p (from 0) stands at p + 1, the save
   // a run started from (--load, model_init_path) at 0.
   const std::string last = !last_ ? ""
@@ -413,7 +419,7 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
                                ? "the last complete save (pass " +
                                      std::to_string(last_run_pass_ - 1) + ", " + last_->dir + ")"
                                : "the save the run started from (" + last_->dir + ")";
-  if (pass_open) {
+  if (open == OpenPass::kFails) {
     GPUBOX_FAIL("pass ", pass, ": ", what,
                 ". Found while the pass was open (its rows trained on the cards, the write-back "
                 "under way): the pass cannot finish. ",
@@ -434,9 +440,12 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
                 " times already in this run: giving up. Running the command again resumes from ",
                 last);
   }
-  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". No pass was open: reloading " << last
-                      << " into the servers and training the passes after it again";
-  remote->accept_restarts();
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what
+                      << (open == OpenPass::kNone
+                              ? ". No pass was open: reloading "
+                              : ". Every update of the pass went to the servers: reloading ")
+                      << last << " into the servers and training the passes after it again";
+  as_remote(host)->accept_restarts();
   return Recovery{last_->dir, last_run_pass_};
 }
 

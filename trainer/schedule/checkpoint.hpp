@@ -18,9 +18,11 @@
 // A server restart during the run (the client's instance-id check, table/server/server_identity
 // .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
 // while its rows are pulled, at an evaluation or a save): the last save is loaded again and the
-// passes after it are trained again. Found while a pass is open (its rows trained on the cards,
-// the write-back under way), it stops the run with an error naming the server and the pass;
-// running the command again resumes from the last save.
+// passes after it are trained again. Found while a gpubox-mode pass is open (its rows trained on
+// the cards, the write-back under way), it stops the run with an error naming the server and the
+// pass; running the command again resumes from the last save. A PS-mode pass holds nothing the
+// servers do not (every update goes to them as it is made): found within one, the pass is
+// retried from the last save too (ps_modes/ps_trainer.hpp).
 //
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
@@ -129,15 +131,27 @@ class SaveLineage {
   // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
 
+  // What a server restart found in pass `pass` means for that pass.
+  enum class OpenPass {
+    kNone,     // no pass was open: the passes from the last save are trained again
+    kFails,    // the pass holds what only its end writes back (the gpubox mode's cards): the run
+               // stops, and running it again resumes
+    kRetried,  // every update of the pass went to the servers, which the reload replaces (the
+               // PS modes): the pass is trained again from the last save, like one not begun
+  };
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a
-  // server restart, no pass was open (`pass_open` false), runner.resume is auto and a save was
-  // made or loaded, the restarts are accepted and that save is returned with the trainer's pass
-  // it stands for. Otherwise throws `error` again, with the restart named when there was one.
+  // server restart, the pass can be retried (`open` not kFails), runner.resume is auto and a
+  // save was made or loaded, the restarts are accepted and that save is returned with the
+  // trainer's pass it stands for. Otherwise throws `error` again, with the restart named when
+  // there was one.
   struct Recovery {
     std::string dir;
     int64_t run_pass = 0;
   };
-  Recovery recover(const Error& error, table::HostTier& host, bool pass_open, int64_t pass);
+  Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass);
+  // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
+  // in-process tier).
+  static std::string describe_restarts(table::HostTier& host);
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.

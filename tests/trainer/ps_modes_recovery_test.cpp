@@ -1,0 +1,197 @@
+// Issue 32: a server of a PS job restarted (same port, empty) between passes or within one is
+// repaired in the run, as the gpubox mode repairs one between passes (resume_binaries_test): the
+// pass that found it is trained again from the last complete save, and the job ends where a job
+// resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
+// are deterministic). A job of several trainers stops instead, naming the server.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "tests/trainer/ps_modes_fixture.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using ps_test::PsModes;
+
+struct Ran {
+  std::vector<int64_t> passes;  // the reports train() returned
+  std::vector<float> dense;     // thread 0's, after training
+  double test_auc = 0;
+  std::string log;  // what the run logged
+};
+
+// Where a test restarts a server of 2 in pass 1 of 2: after pass 0's save, or after the first
+// step of pass 1 whose progress thread 0 reports (step 20: runner.print_interval).
+enum class RestartAt { kNever, kBetweenPasses, kWithinPass };
+
+// The PsModes suite's data and helpers, as a suite of its own.
+class PsRecovery : public PsModes {
+ protected:
+  // One trainer of runner.sync_mode `mode` (and `keys`) against 2 fresh servers, `epochs` passes
+  // over the training files, each saved (checkpoint) under `saves`, resuming the newest save there;
+  // server `server` restarted at `restart`.
+  static Ran run_restarting(const std::string& mode, const std::vector<std::string>& keys,
+                            const std::string& saves, int epochs, RestartAt restart,
+                            int server = 0) {
+    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=",
+                                    "runner.sync_mode=" + mode,
+                                    "runner.save_mode=checkpoint",
+                                    "runner.model_save_path=" + saves,
+                                    "runner.epochs=" + std::to_string(epochs),
+                                    "runner.geo_step=4"};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
+    Servers shards(cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer trainer(cfg, env);
+    bool restarted = false;
+    RunHooks hooks;
+    if (restart == RestartAt::kBetweenPasses) {
+      hooks.on_pass = [&](const PassReport& report) {
+        if (report.pass == 0 && !restarted) shards.restart(server);
+        restarted = true;
+      };
+    } else if (restart == RestartAt::kWithinPass) {
+      hooks.steps.on_progress = [&](const StepProgress& progress) {
+        if (progress.pass != 1 || restarted) return;
+        shards.restart(server);
+        restarted = true;
+      };
+    }
+    Ran ran;
+    ::testing::internal::CaptureStderr();
+    try {
+      for (const PassReport& report : trainer.train("", hooks)) ran.passes.push_back(report.pass);
+    } catch (...) {
+      ran.log = ::testing::internal::GetCapturedStderr();
+      ADD_FAILURE() << ran.log;
+      throw;
+    }
+    ran.log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(restarted, restart != RestartAt::kNever);
+    ran.dense = trainer.dense_values();
+    ran.test_auc = test_auc(trainer);
+    return ran;
+  }
+
+  // The oracle: pass 0 saved, then a new trainer on fresh servers resumes from that save for pass
+  // 1; then the same job with server `server` restarted at `restart` (server 0 holds the job's
+  // small tables: the sync mode's batch counts and barrier arrivals).
+  static void ends_as_resumed_from_the_save(const std::string& mode,
+                                            const std::vector<std::string>& network,
+                                            RestartAt restart, int server) {
+    const std::string tag = mode + (restart == RestartAt::kBetweenPasses ? "_between" : "_within");
+    std::vector<std::string> keys = network;
+    keys.push_back("runner.print_interval=20");
+    const std::string resumed_saves = (root_ / ("recovery_resumed_" + tag)).string();
+    EXPECT_EQ(run_restarting(mode, keys, resumed_saves, 1, RestartAt::kNever).passes,
+              (std::vector<int64_t>{0}));
+    const Ran resumed = run_restarting(mode, keys, resumed_saves, 2, RestartAt::kNever);
+    EXPECT_EQ(resumed.passes, (std::vector<int64_t>{1}));
+    const Ran recovered = run_restarting(
+        mode, keys, (root_ / ("recovery_restarted_" + tag)).string(), 2, restart, server);
+    EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1}));
+    EXPECT_NE(recovered.log.find("pass 1: server 127.0.0.1:"), std::string::npos) << recovered.log;
+    EXPECT_NE(recovered.log.find(" restarted (instance "), std::string::npos) << recovered.log;
+    EXPECT_NE(recovered.log.find("into the servers and training the passes after it again"),
+              std::string::npos)
+        << recovered.log;
+    EXPECT_NE(recovered.log.find("; training again from pass 1"), std::string::npos)
+        << recovered.log;
+    const auto warned = recovered.log.find("pass 1: server");
+    std::printf("%s\n",
+                recovered.log.substr(warned, recovered.log.find('\n', warned) - warned).c_str());
+    std::printf("%s, server restarted %s: test auc %.6f, resumed from the save %.6f\n",
+                mode.c_str(),
+                restart == RestartAt::kBetweenPasses ? "between passes" : "within pass 1",
+                recovered.test_auc, resumed.test_auc);
+    EXPECT_EQ(recovered.dense, resumed.dense) << "the dense parameters differ";
+    EXPECT_EQ(recovered.test_auc, resumed.test_auc);
+  }
+};
+
+TEST_F(PsRecovery, AsyncServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kBetweenPasses, 0);
+}
+
+// 2 threads: the job's merged pushes and averaged dense step are made again after the reload.
+TEST_F(PsRecovery, SyncServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kBetweenPasses, 0);
+}
+
+TEST_F(PsRecovery, GeoServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("geo", {}, RestartAt::kBetweenPasses, 1);
+}
+
+// Found within pass 1 (its updates partly on the servers): the pass is trained again from
+// pass 0's save.
+TEST_F(PsRecovery, AsyncServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kWithinPass, 1);
+}
+
+TEST_F(PsRecovery, SyncServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kWithinPass, 0);
+}
+
+// Several trainers cannot all go back to the same save together: the trainer that finds the
+// restart stops naming the server and how to resume; the job ends.
+TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "recovery_two_trainers").string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  std::vector<std::string> errors(2);
+  std::atomic<bool> restarted{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        PsTrainer trainer(cfg, env);
+        RunHooks hooks;
+        if (w == 0) {
+          hooks.on_pass = [&](const PassReport& report) {
+            if (report.pass == 0 && !restarted.exchange(true)) shards.restart(1);
+          };
+        }
+        trainer.train("", hooks);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
+  ASSERT_TRUE(restarted.load());
+  EXPECT_NE(errors[0], "");
+  EXPECT_NE(errors[1], "");
+  const bool named =
+      errors[0].find("A job of 2 trainers is not repaired in the run") != std::string::npos ||
+      errors[1].find("A job of 2 trainers is not repaired in the run") != std::string::npos;
+  EXPECT_TRUE(named) << errors[0] << "\n" << errors[1];
+  for (const std::string& e : errors) {
+    if (e.find("is not repaired") == std::string::npos) continue;
+    EXPECT_NE(e.find(" restarted (instance "), std::string::npos) << e;
+    EXPECT_NE(e.find("resumes every trainer from the last complete save"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes
