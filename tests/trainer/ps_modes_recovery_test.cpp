@@ -146,6 +146,34 @@ TEST_F(PsRecovery, SyncServerRestartedWithinAPassRetriesItFromTheSave) {
   ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kWithinPass, 0);
 }
 
+// A server that stays down is no restart: the pass fails naming it, as before, with no reload
+// (nor a pass that fails for its data or a NaN: ps_modes_failures_test).
+TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(), "runner.test_data_dir=",
+       "runner.sync_mode=async", "runner.save_mode=checkpoint", "runner.server_timeout_s=1",
+       "runner.model_save_path=" + (root_ / "recovery_down").string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RunHooks hooks;
+  hooks.on_pass = [&](const PassReport& report) {
+    if (report.pass == 0) shards.stop(1);
+  };
+  ::testing::internal::CaptureStderr();
+  try {
+    trainer.train("", hooks);
+    ADD_FAILURE() << "a job whose server died ended well";
+  } catch (const Error& e) {
+    const std::string dead = shards.endpoints().substr(shards.endpoints().find(',') + 1);
+    EXPECT_NE(std::string(e.what()).find(dead), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("restarted"), std::string::npos) << e.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
+}
+
 // Several trainers cannot all go back to the same save together: the trainer that finds the
 // restart stops naming the server and how to resume; the job ends.
 TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
