@@ -28,19 +28,28 @@ struct Ran {
   std::vector<int64_t> passes;  // the reports train() returned
   std::vector<float> dense;     // thread 0's, after training
   double test_auc = 0;
-  std::string log;  // what the run logged
+  std::string log;                   // what the run logged
+  int progress_at_pass1_step20 = 0;  // thread 0's progress reports of pass 1, step 20
+  std::string restarted;             // the endpoints of the servers restarted, "a,b"
 };
 
 // Where a test restarts a server of 2 in pass 1 of 2: after pass 0's save, or after the first
 // step of pass 1 whose progress thread 0 reports (step 20: runner.print_interval).
 enum class RestartAt { kNever, kBetweenPasses, kWithinPass };
+constexpr int kBothServers = -1;  // a fleet restart: both servers at once
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 
 // The PsModes suite's data and helpers, as a suite of its own.
 class PsRecovery : public PsModes {
  protected:
   // One trainer of runner.sync_mode `mode` (and `keys`) against 2 fresh servers, `epochs` passes
   // over the training files, each saved (checkpoint) under `saves`, resuming the newest save there;
-  // server `server` restarted at `restart`.
+  // server `server` (or kBothServers) restarted at `restart`.
   static Ran run_restarting(const std::string& mode, const std::vector<std::string>& keys,
                             const std::string& saves, int epochs, RestartAt restart,
                             int server = 0) {
@@ -57,21 +66,30 @@ class PsRecovery : public PsModes {
     TrainerEnv env;
     env.servers = shards.endpoints();
     PsTrainer trainer(cfg, env);
+    Ran ran;
+    const std::string endpoints = shards.endpoints();
+    const std::vector<std::string> endpoint = {endpoints.substr(0, endpoints.find(',')),
+                                               endpoints.substr(endpoints.find(',') + 1)};
     bool restarted = false;
+    const auto restart_now = [&] {
+      for (int i = 0; i < 2; ++i) {
+        if (server != kBothServers && server != i) continue;
+        shards.restart(i);
+        ran.restarted += (ran.restarted.empty() ? "" : ",") + endpoint.at(std::size_t(i));
+      }
+      restarted = true;
+    };
     RunHooks hooks;
     if (restart == RestartAt::kBetweenPasses) {
       hooks.on_pass = [&](const PassReport& report) {
-        if (report.pass == 0 && !restarted) shards.restart(server);
-        restarted = true;
-      };
-    } else if (restart == RestartAt::kWithinPass) {
-      hooks.steps.on_progress = [&](const StepProgress& progress) {
-        if (progress.pass != 1 || restarted) return;
-        shards.restart(server);
-        restarted = true;
+        if (report.pass == 0 && !restarted) restart_now();
       };
     }
-    Ran ran;
+    hooks.steps.on_progress = [&](const StepProgress& progress) {
+      if (progress.pass == 1 && progress.step == 20) ++ran.progress_at_pass1_step20;
+      if (restart != RestartAt::kWithinPass || progress.pass != 1 || restarted) return;
+      restart_now();
+    };
     ::testing::internal::CaptureStderr();
     try {
       for (const PassReport& report : trainer.train("", hooks)) ran.passes.push_back(report.pass);
@@ -93,7 +111,8 @@ class PsRecovery : public PsModes {
   static void ends_as_resumed_from_the_save(const std::string& mode,
                                             const std::vector<std::string>& network,
                                             RestartAt restart, int server) {
-    const std::string tag = mode + (restart == RestartAt::kBetweenPasses ? "_between" : "_within");
+    const std::string tag = mode + (restart == RestartAt::kBetweenPasses ? "_between" : "_within") +
+                            (server == kBothServers ? "_both" : "");
     std::vector<std::string> keys = network;
     keys.push_back("runner.print_interval=20");
     const std::string resumed_saves = (root_ / ("recovery_resumed_" + tag)).string();
@@ -104,13 +123,28 @@ class PsRecovery : public PsModes {
     const Ran recovered = run_restarting(
         mode, keys, (root_ / ("recovery_restarted_" + tag)).string(), 2, restart, server);
     EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1}));
-    EXPECT_NE(recovered.log.find("pass 1: server 127.0.0.1:"), std::string::npos) << recovered.log;
-    EXPECT_NE(recovered.log.find(" restarted (instance "), std::string::npos) << recovered.log;
+    // Every restarted server named, by its endpoint, in one warning: all are accepted and
+    // reloaded together.
+    const std::string named = recovered.restarted.substr(0, recovered.restarted.find(','));
+    EXPECT_NE(recovered.log.find("pass 1: server " + named + " restarted (instance "),
+              std::string::npos)
+        << recovered.log;
+    if (server == kBothServers) {
+      const std::string second = recovered.restarted.substr(recovered.restarted.find(',') + 1);
+      EXPECT_NE(recovered.log.find("; server " + second + " restarted (instance "),
+                std::string::npos)
+          << recovered.log;
+    }
     EXPECT_NE(recovered.log.find("into the servers and training the passes after it again"),
               std::string::npos)
         << recovered.log;
     EXPECT_NE(recovered.log.find("; training again from pass 1"), std::string::npos)
         << recovered.log;
+    // One reload, and the retried pass trained from its start (thread 0 reports step 20 of
+    // pass 1 again); the old threads' failed calls are dropped quietly.
+    EXPECT_EQ(count(recovered.log, "reloaded "), 1) << recovered.log;
+    EXPECT_EQ(recovered.log.find("training thread of card"), std::string::npos) << recovered.log;
+    EXPECT_EQ(recovered.progress_at_pass1_step20, restart == RestartAt::kWithinPass ? 2 : 1);
     const auto warned = recovered.log.find("pass 1: server");
     std::printf("%s\n",
                 recovered.log.substr(warned, recovered.log.find('\n', warned) - warned).c_str());
@@ -136,6 +170,17 @@ TEST_F(PsRecovery, GeoServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFrom
   ends_as_resumed_from_the_save("geo", {}, RestartAt::kBetweenPasses, 1);
 }
 
+// Both servers restarted together (a fleet restart): the call that finds the first stops
+// there; every restarted server is found before any is accepted, and one reload restores both.
+TEST_F(PsRecovery, AsyncBothServersRestartedBetweenPassesAreReloadedTogether) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kBetweenPasses, kBothServers);
+}
+
+TEST_F(PsRecovery, SyncBothServersRestartedBetweenPassesAreReloadedTogether) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kBetweenPasses,
+                                kBothServers);
+}
+
 // Found within pass 1 (its updates partly on the servers): the pass is trained again from
 // pass 0's save.
 TEST_F(PsRecovery, AsyncServerRestartedWithinAPassRetriesItFromTheSave) {
@@ -144,6 +189,11 @@ TEST_F(PsRecovery, AsyncServerRestartedWithinAPassRetriesItFromTheSave) {
 
 TEST_F(PsRecovery, SyncServerRestartedWithinAPassRetriesItFromTheSave) {
   ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kWithinPass, 0);
+}
+
+// Geo's local rows and their deltas since the last exchange are dropped with the threads.
+TEST_F(PsRecovery, GeoServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("geo", {}, RestartAt::kWithinPass, 0);
 }
 
 // A server that stays down is no restart: the pass fails naming it, as before, with no reload
@@ -214,10 +264,19 @@ TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
       errors[0].find("A job of 2 trainers is not repaired in the run") != std::string::npos ||
       errors[1].find("A job of 2 trainers is not repaired in the run") != std::string::npos;
   EXPECT_TRUE(named) << errors[0] << "\n" << errors[1];
+  const std::string restarted_server = shards.endpoints().substr(shards.endpoints().find(',') + 1);
   for (const std::string& e : errors) {
     if (e.find("is not repaired") == std::string::npos) continue;
-    EXPECT_NE(e.find(" restarted (instance "), std::string::npos) << e;
-    EXPECT_NE(e.find("resumes every trainer from the last complete save"), std::string::npos) << e;
+    EXPECT_NE(e.find("pass 1: server " + restarted_server + " restarted (instance "),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(count(e, " restarted (instance "), 1) << e;  // named once
+    // What running it again does, with the saves it resumes from (trainer 0 names its last
+    // save; trainer 1, which writes none, the folder).
+    EXPECT_NE(e.find("running the command again resumes from the "), std::string::npos) << e;
+    EXPECT_NE(e.find((root_ / "recovery_two_trainers").string()), std::string::npos) << e;
+    EXPECT_EQ(e.find("runner.resume is off"), std::string::npos) << e;
+    EXPECT_EQ(e.find("no save was made"), std::string::npos) << e;
   }
 }
 

@@ -299,29 +299,51 @@ void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; 
 
 std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   State& s = *state_;
-  std::string restarts = SaveLineage::describe_restarts(*s.servers);
-  if (restarts.empty()) {
-    // A call that failed while a server was down (its connection lost: no restart seen yet):
-    // one call more finds a server that is back as another instance.
-    (void)s.servers->stats();
-    restarts = SaveLineage::describe_restarts(*s.servers);
-  }
-  if (restarts.empty()) return std::nullopt;  // not a restart: the pass fails as before
+  // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
+  // a server was down saw none, and the pass fails naming it even if the server is back as
+  // another instance by now: asking the servers again then would race the server's return.
+  if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
   if (env_.trainers > 1) {
+    // Every restarted server named.
+    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
+    // The failed call's error says more only when it is not the restart itself.
+    const std::string failure = error.message();
+    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
     GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A job of ", env_.trainers,
                 " trainers is not repaired in the run: they find a restart at different points "
-                "and cannot all go back to the same save together, so the job stops; running it "
-                "again resumes every trainer from the last complete save (",
-                error.what(), ")");
+                "and cannot all go back to the same save together, so the job stops; ",
+                s.lineage->rerun_outcome(env_.trainer_id == 0),
+                says_more ? " (" + failure + ")" : "");
   }
-  const SaveLineage::Recovery recovery =
-      s.lineage->recover(error, *s.servers, SaveLineage::OpenPass::kRetried, pass);
-  // A thread whose server call failed is unusable (PsWorker), and the restarted server lost the
-  // job's tables: the job starts again as a resume in a new process starts it, from the save.
-  make_workers();
-  start_job();
-  pass_id_ = recovery.run_pass;
-  load(recovery.dir);
+  // The order matters: the old threads are dropped (their calls under way waited for, their
+  // failures expected and not logged) after every server was asked who it is and before the
+  // restarts are accepted, so that none of their queued pushes lands on an accepted server
+  // before the reload (to a restart not yet accepted, a call fails Aborted); only then are the
+  // restarts accepted and new threads made. A thread whose server call failed is unusable
+  // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
+  // resume in a new process starts it, from the save.
+  const auto drop_workers = [&s] {
+    for (auto& worker : s.workers) worker->abandon();
+    s.workers.clear();
+    s.pushes.reset();
+  };
+  SaveLineage::Recovery recovery =
+      s.lineage->recover(error, *s.servers, SaveLineage::OpenPass::kRetried, pass, drop_workers);
+  for (;;) {
+    try {
+      make_workers();
+      start_job();
+      pass_id_ = recovery.run_pass;
+      load(recovery.dir);
+      break;
+    } catch (const Error& again) {
+      // A server that restarted while the save was reloaded: accepted and reloaded again (the
+      // lineage counts it among the run's recoveries); any other error is thrown again.
+      recovery = s.lineage->recover(again, *s.servers, SaveLineage::OpenPass::kRetried, pass,
+                                    drop_workers);
+    }
+  }
   GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
                    << "; training again from pass " << pass_id_;
   return pass_id_;

@@ -59,11 +59,14 @@
 // save: the training threads are made again (a thread whose server call failed is unusable), the
 // job's tables are written again as at its start (the restarted server lost them), and the save
 // is loaded (the servers' rows and dense table, every thread's dense optimizer state), as a
-// resume from that save in a new process does. A job of several trainers is not repaired: they
-// find a restart at different points and would have to go back to the same pass together (the
-// gpubox mode refuses it too); its trainer stops with an error naming the server, and running
-// the job again resumes every trainer from the last complete save. Any other error fails the
-// pass as before.
+// resume from that save in a new process does. Every server is asked who it is first, so that
+// servers restarted together are all reloaded at once; the old threads are dropped before the
+// restarts are accepted (none of their calls lands on a server before its reload). A job of
+// several trainers is not repaired: they find a restart at different points and would have to go
+// back to the same pass together (the gpubox mode refuses it too); its trainer stops with an
+// error naming the server and what running the job again does (SaveLineage::rerun_outcome). A
+// server that was down when a call failed (no restart seen), and any other error, fail the pass
+// as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -143,15 +144,32 @@ class SaveLineage {
   // server restart, the pass can be retried (`open` not kFails), runner.resume is auto and a
   // save was made or loaded, the restarts are accepted and that save is returned with the
   // trainer's pass it stands for. Otherwise throws `error` again, with the restart named when
-  // there was one.
+  // there was one. Before it names or accepts them, every server is asked who it is
+  // (find_restarts): a fleet restarted together is accepted and reloaded at once, not one server
+  // a retry. `before_accept` (when set) runs just before the restarts are accepted: the trainer
+  // drops whatever still talks to the servers as they were (PsTrainer's threads), so that
+  // nothing of theirs lands on an accepted server before the reload.
   struct Recovery {
     std::string dir;
     int64_t run_pass = 0;
   };
-  Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass);
+  Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
+                   const std::function<void()>& before_accept = {});
   // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
   // in-process tier).
   static std::string describe_restarts(table::HostTier& host);
+  // Asks every server who it is (a ping, each bounded by `timeout_s`), so that every restarted
+  // server is found, not only the first one a failed call met (a call stops at the first
+  // endpoint that answers Aborted), and a server that was down and is back as another instance
+  // is found too. A server that does not answer is left as it is. A no-op for the in-process
+  // tier.
+  static void find_restarts(table::HostTier& host, double timeout_s);
+  // What running the command again does, for an error that stops the run: "runner.resume is
+  // off: ...", "no save was made or loaded yet: ...", or "running the command again resumes
+  // from the last complete save (pass p, dir)". `writes_saves` false: another trainer writes the
+  // job's saves (this lineage knows none it did not load), so the newest under
+  // runner.model_save_path is named by its folder.
+  std::string rerun_outcome(bool writes_saves = true) const;
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.
@@ -163,6 +181,9 @@ class SaveLineage {
   // Refuses `candidate` (named `which`) when it is another job's, another run's or was made
   // with other model settings.
   void check_resumable(const SavePoint& candidate, const std::string& which) const;
+  // "the last complete save (pass p, dir)" or "the save the run started from (dir)"; "" when
+  // none was made or loaded.
+  std::string last_save() const;
 
   const TrainerConfig& config_;
   std::map<std::string, std::string> job_;
