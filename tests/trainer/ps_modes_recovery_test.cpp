@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -194,6 +195,62 @@ TEST_F(PsRecovery, SyncServerRestartedWithinAPassRetriesItFromTheSave) {
 // Geo's local rows and their deltas since the last exchange are dropped with the threads.
 TEST_F(PsRecovery, GeoServerRestartedWithinAPassRetriesItFromTheSave) {
   ends_as_resumed_from_the_save("geo", {}, RestartAt::kWithinPass, 0);
+}
+
+// A restart found by an epoch's test evaluation (after the epoch's last pass was saved): the
+// reload lands right after that pass, and the epoch's end runs again after it; every epoch (the
+// job's last one too) is evaluated once, with what a run without the restart measures.
+TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheReload) {
+  for (const int64_t restarted_after : {0, 1}) {
+    SCOPED_TRACE("restarted after pass " + std::to_string(restarted_after));
+    std::vector<std::pair<int64_t, double>> evaluated[2];  // without, with the restart
+    for (const bool restart : {false, true}) {
+      const std::string saves = "recovery_evaluation_" + std::to_string(restarted_after) +
+                                (restart ? "_restarted" : "_plain");
+      const TrainerConfig cfg =
+          ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                          "runner.test_data_dir=" + (root_ / "test").string(),
+                          "runner.sync_mode=async", "runner.save_mode=checkpoint",
+                          "runner.model_save_path=" + (root_ / saves).string(), "runner.epochs=2"});
+      Servers shards(cfg, 2);
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      PsTrainer trainer(cfg, env);
+      RunHooks hooks;
+      bool restarted = false;
+      hooks.on_pass = [&](const PassReport& report) {
+        // on_pass runs after the pass's save, before its epoch's evaluation.
+        if (restart && report.pass == restarted_after && !restarted) {
+          shards.restart(1);
+          restarted = true;
+        }
+      };
+      hooks.on_epoch = [&](int64_t epoch, const MetricValues&, const MetricValues* test) {
+        ASSERT_NE(test, nullptr);
+        evaluated[restart].emplace_back(epoch, test->auc);
+      };
+      ::testing::internal::CaptureStderr();
+      std::vector<PassReport> reports;
+      try {
+        reports = trainer.train("", hooks);
+      } catch (...) {
+        ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
+        throw;
+      }
+      const std::string log = ::testing::internal::GetCapturedStderr();
+      EXPECT_EQ(reports.size(), 2u);
+      EXPECT_EQ(restarted, restart);
+      if (restart) {
+        EXPECT_NE(log.find("reloaded "), std::string::npos) << log;
+        EXPECT_NE(log.find("training again from pass " + std::to_string(restarted_after + 1)),
+                  std::string::npos)
+            << log;
+      }
+    }
+    EXPECT_EQ(evaluated[0], (std::vector<std::pair<int64_t, double>>{
+                                {0, evaluated[0].at(0).second}, {1, evaluated[0].at(1).second}}));
+    EXPECT_EQ(evaluated[1], evaluated[0]);
+  }
 }
 
 // A server that stays down is no restart: the pass fails naming it, as before, with no reload
