@@ -162,7 +162,7 @@ TEST_F(ResumeBinaries, AServerRestartedMidPassStopsNamingItAndTheRerunResumes) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("Found while the pass was open"), std::string::npos) << out;
-  EXPECT_NE(out.find("it resumes from the last complete save (pass 0, " +
+  EXPECT_NE(out.find("running the command again resumes from the last complete save (pass 0, " +
                      (root_ / "mid_pass" / "0").string() + ")"),
             std::string::npos)
       << out;
