@@ -156,6 +156,52 @@ class PsRecovery : public PsModes {
     EXPECT_EQ(recovered.dense, resumed.dense) << "the dense parameters differ";
     EXPECT_EQ(recovered.test_auc, resumed.test_auc);
   }
+
+  // A job of 2 async trainers (`keys` added) against 2 servers, server 1 restarted after pass
+  // 0: each trainer's error, then the restarted server's endpoint. At least one trainer stops
+  // with the several-trainers error.
+  static std::vector<std::string> two_trainers_restarting(const std::vector<std::string>& keys) {
+    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.save_mode=checkpoint", "runner.epochs=2"};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
+    Servers shards(cfg, 2);
+    std::vector<std::string> errors(2);
+    std::atomic<bool> restarted{false};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          TrainerEnv env;
+          env.servers = shards.endpoints();
+          env.trainer_id = w;
+          env.trainers = 2;
+          PsTrainer trainer(cfg, env);
+          RunHooks hooks;
+          if (w == 0) {
+            hooks.on_pass = [&](const PassReport& report) {
+              if (report.pass == 0 && !restarted.exchange(true)) shards.restart(1);
+            };
+          }
+          trainer.train("", hooks);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(w)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
+    EXPECT_TRUE(restarted.load());
+    EXPECT_NE(errors[0], "");
+    EXPECT_NE(errors[1], "");
+    const bool named =
+        errors[0].find("A job of 2 trainers is not repaired in the run") != std::string::npos ||
+        errors[1].find("A job of 2 trainers is not repaired in the run") != std::string::npos;
+    EXPECT_TRUE(named) << errors[0] << "\n" << errors[1];
+    errors.push_back(shards.endpoints().substr(shards.endpoints().find(',') + 1));
+    return errors;
+  }
 };
 
 TEST_F(PsRecovery, AsyncServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
@@ -284,45 +330,12 @@ TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
 // Several trainers cannot all go back to the same save together: the trainer that finds the
 // restart stops naming the server and how to resume; the job ends.
 TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
-  const TrainerConfig cfg = ps_test_config(
-      {"runner.train_data_dir=" + (root_ / "train").string(),
-       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
-       "runner.model_save_path=" + (root_ / "recovery_two_trainers").string(), "runner.epochs=2"});
-  Servers shards(cfg, 2);
-  std::vector<std::string> errors(2);
-  std::atomic<bool> restarted{false};
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = shards.endpoints();
-        env.trainer_id = w;
-        env.trainers = 2;
-        PsTrainer trainer(cfg, env);
-        RunHooks hooks;
-        if (w == 0) {
-          hooks.on_pass = [&](const PassReport& report) {
-            if (report.pass == 0 && !restarted.exchange(true)) shards.restart(1);
-          };
-        }
-        trainer.train("", hooks);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
-  ASSERT_TRUE(restarted.load());
-  EXPECT_NE(errors[0], "");
-  EXPECT_NE(errors[1], "");
-  const bool named =
-      errors[0].find("A job of 2 trainers is not repaired in the run") != std::string::npos ||
-      errors[1].find("A job of 2 trainers is not repaired in the run") != std::string::npos;
-  EXPECT_TRUE(named) << errors[0] << "\n" << errors[1];
-  const std::string restarted_server = shards.endpoints().substr(shards.endpoints().find(',') + 1);
-  for (const std::string& e : errors) {
+  const std::string saves = (root_ / "recovery_two_trainers").string();
+  const std::vector<std::string> errors =
+      two_trainers_restarting({"runner.model_save_path=" + saves});
+  const std::string restarted_server = errors.back();
+  for (std::size_t w = 0; w < 2; ++w) {
+    const std::string& e = errors[w];
     if (e.find("is not repaired") == std::string::npos) continue;
     EXPECT_NE(e.find("pass 1: server " + restarted_server + " restarted (instance "),
               std::string::npos)
@@ -330,10 +343,26 @@ TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
     EXPECT_EQ(count(e, " restarted (instance "), 1) << e;  // named once
     // What running it again does, with the saves it resumes from (trainer 0 names its last
     // save; trainer 1, which writes none, the folder).
-    EXPECT_NE(e.find("running the command again resumes from the "), std::string::npos) << e;
-    EXPECT_NE(e.find((root_ / "recovery_two_trainers").string()), std::string::npos) << e;
-    EXPECT_EQ(e.find("runner.resume is off"), std::string::npos) << e;
-    EXPECT_EQ(e.find("no save was made"), std::string::npos) << e;
+    EXPECT_NE(e.find("running the command again resumes from the " +
+                     std::string(w == 0 ? "last complete save (pass 0, " + saves + "/0)"
+                                        : "newest complete save under " + saves)),
+              std::string::npos)
+        << e;
+  }
+}
+
+// With runner.resume off, running the job again starts afresh, and the error says so.
+TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersWithResumeOffSaysARerunStartsAfresh) {
+  const std::vector<std::string> errors = two_trainers_restarting(
+      {"runner.model_save_path=" + (root_ / "recovery_two_trainers_off").string(),
+       "runner.resume=off"});
+  for (std::size_t w = 0; w < 2; ++w) {
+    const std::string& e = errors[w];
+    if (e.find("is not repaired") == std::string::npos) continue;
+    EXPECT_NE(e.find("runner.resume is off: running the command again starts from scratch"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(e.find("resumes from"), std::string::npos) << e;
   }
 }
 
