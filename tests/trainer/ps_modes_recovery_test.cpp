@@ -2,7 +2,9 @@
 // repaired in the run, as the gpubox mode repairs one between passes (resume_binaries_test): the
 // pass that found it is trained again from the last complete save, and the job ends where a job
 // resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
-// are deterministic). A job of several trainers stops instead, naming the server.
+// are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
+// within one, or found by an epoch's test evaluation (the epoch evaluated after the reload). A
+// job of several trainers stops instead, naming the server and what a rerun does.
 #include <gtest/gtest.h>
 
 #include <atomic>
