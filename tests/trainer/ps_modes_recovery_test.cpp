@@ -277,16 +277,27 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
         ASSERT_NE(test, nullptr);
         evaluated[restart].emplace_back(epoch, test->auc);
       };
+      ::testing::internal::CaptureStdout();
       ::testing::internal::CaptureStderr();
       std::vector<PassReport> reports;
       try {
         reports = trainer.train("", hooks);
       } catch (...) {
+        (void)::testing::internal::GetCapturedStdout();
         ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
         throw;
       }
+      const std::string out = ::testing::internal::GetCapturedStdout();
       const std::string log = ::testing::internal::GetCapturedStderr();
       EXPECT_EQ(reports.size(), 2u);
+      // Each epoch's PaddleRec lines and test line printed once: the evaluation run again after
+      // the reload does not print the epoch's lines again.
+      for (const int64_t epoch : {0, 1}) {
+        const std::string n = std::to_string(epoch);
+        EXPECT_EQ(count(out, "Epoch: " + n + ", using time"), 1u) << out;
+        EXPECT_EQ(count(out, "epoch: " + n + " done"), 1u) << out;
+        EXPECT_EQ(count(out, "epoch: " + n + ", test auc"), 1u) << out;
+      }
       EXPECT_EQ(restarted, restart);
       if (restart) {
         EXPECT_NE(log.find("reloaded "), std::string::npos) << log;

@@ -94,9 +94,9 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
   return schedule.passes_done();
 }
 
-// The epoch's PaddleRec lines and its test evaluation.
-void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const EpochTally& tally,
-                  int cards, MetricsFile* metrics, const RunHooks& hooks) {
+// The epoch's training metrics (its passes merged), and its PaddleRec lines printed.
+MetricValues print_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
+                         const EpochTally& tally, int cards) {
   const int64_t epoch = pass / plan.per_epoch;
   const MetricValues merged = plan.per_epoch > 1
                                   ? compute_metrics(tally.sums.data(), schedule.metric_buckets())
@@ -109,6 +109,14 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
         format_paddlerec_done_line(epoch, merged, tally.seconds).c_str());
     std::fflush(stdout);
   }
+  return merged;
+}
+
+// The epoch's test evaluation (its line, the metrics file) and on_epoch, after its lines were
+// printed (print_epoch: `merged`).
+void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
+                    const MetricValues& merged, MetricsFile* metrics, const RunHooks& hooks) {
+  const int64_t epoch = pass / plan.per_epoch;
   if (plan.test_files.empty()) {
     if (hooks.on_epoch) hooks.on_epoch(epoch, merged, nullptr);
     return;
@@ -283,15 +291,12 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const bool alone = schedule.env().trainers == 1;
   std::vector<PassReport> reports;
   EpochTally tally;
-  // An epoch's end (its evaluation, metrics and on_epoch) under way, its tally kept: a server
-  // restart found there (after the epoch's last pass was saved) reloads that save, and the
-  // passes go on right after it, so the end runs again after the reload (rerun_end), before the
-  // next pass, or the epoch would never be evaluated (nor the job's last one).
-  struct EpochEnd {
-    EpochTally tally;
-    int cards = 0;
-  };
-  std::optional<EpochEnd> ending;
+  // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
+  // a server restart found there (after the epoch's last pass was saved) reloads that save, and
+  // the passes go on right after it, so the evaluation runs again after the reload (rerun_end),
+  // before the next pass, or the epoch would never be evaluated (nor the job's last one). Its
+  // PaddleRec lines were printed before the evaluation and are not printed again.
+  std::optional<MetricValues> ending;
   bool rerun_end = false;  // `ending`, of the pass before k, runs again first
   for (int64_t k = first; k < plan.total || rerun_end;) {
     if (!rerun_end) {
@@ -304,7 +309,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     }
     try {
       if (rerun_end) {
-        finish_epoch(schedule, plan, k - 1, ending->tally, ending->cards, &metrics, hooks);
+        evaluate_epoch(schedule, plan, k - 1, *ending, &metrics, hooks);
         ending.reset();
         rerun_end = false;
         continue;
@@ -314,8 +319,8 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
       if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
       if (plan.ends_epoch(k)) {
-        ending = EpochEnd{tally, cards};
-        finish_epoch(schedule, plan, k, tally, cards, &metrics, hooks);
+        ending = print_epoch(schedule, plan, k, tally, cards);
+        evaluate_epoch(schedule, plan, k, *ending, &metrics, hooks);
         ending.reset();
       }
       ++k;
