@@ -430,12 +430,14 @@ std::string SaveLineage::rerun_outcome(bool writes_saves) const {
   if (r.resume == ResumeMode::kOff) {
     return "runner.resume is off: running the command again starts " + describe_start(origin_);
   }
-  if (last_) return "running the command again resumes from " + last_save();
+  // Before last_: a trainer that writes no save knows only the save it loaded, which trainer
+  // 0's saves since have replaced.
   if (!writes_saves && !r.model_save_path.empty() && r.save_mode != table::SaveKind::kNone) {
     return "running the command again resumes from the newest complete save under " +
            r.model_save_path + " (trainer 0 writes them) if one was made, else starts " +
            describe_start(origin_);
   }
+  if (last_) return "running the command again resumes from " + last_save();
   return "no save was made or loaded yet: running the command again starts " +
          describe_start(origin_);
 }
