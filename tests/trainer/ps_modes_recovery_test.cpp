@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,9 +19,11 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -398,6 +401,60 @@ TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersOfAResumedJobNamesTheNewe
         << e;
     EXPECT_EQ(e.find("(pass 0, "), std::string::npos) << e;  // not the save the run loaded
   }
+}
+
+// A server that restarts while the save is reloaded (a staggered fleet restart: it answered the
+// ping that looked for restarts, then restarted) is accepted and the save reloaded again, by the
+// helper both trainers recover through (SaveLineage::recover_and_reload), not thrown.
+TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain) {
+  const std::string saves = (root_ / "recovery_during_reload").string();
+  const TrainerConfig cfg =
+      ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
+  Servers shards(cfg, 2);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 2.0;
+  options.connect_timeout_s = 1.0;
+  auto host = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(host.status());
+  SaveLineage lineage(cfg);
+  const std::string dir = saves + "/0";
+  std::filesystem::create_directories(dir);
+  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+  // Both servers known and written to since (a restart that loses nothing is adopted quietly).
+  throw_if_error((*host)->shrink().status());
+  shards.restart(0);
+  std::vector<std::string> reloads;
+  ::testing::internal::CaptureStderr();
+  try {
+    throw_if_error((*host)->stats().status());
+    ADD_FAILURE() << "a restarted server answered as before";
+  } catch (const Error& found) {
+    try {
+      const SaveLineage::Recovery recovery = lineage.recover_and_reload(
+          found, **host, SaveLineage::OpenPass::kNone, 1, [&](const SaveLineage::Recovery& r) {
+            reloads.push_back(r.dir);
+            if (reloads.size() == 1) shards.restart(1);  // during the first reload
+            throw_if_error((*host)->stats().status());   // the reload's calls
+          });
+      EXPECT_EQ(recovery.run_pass, 1);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(reloads, (std::vector<std::string>{dir, dir}));
+  // Both restarts named, each in the warning of the reload it led to.
+  EXPECT_EQ(count(log, "reloading the last complete save (pass 0, " + dir + ")"), 2u) << log;
+  const std::string endpoints = shards.endpoints();
+  EXPECT_NE(log.find("server " + endpoints.substr(0, endpoints.find(',')) + " restarted"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("server " + endpoints.substr(endpoints.find(',') + 1) + " restarted"),
+            std::string::npos)
+      << log;
 }
 
 // With runner.resume off, running the job again starts afresh, and the error says so.

@@ -328,22 +328,15 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
     s.workers.clear();
     s.pushes.reset();
   };
-  SaveLineage::Recovery recovery =
-      s.lineage->recover(error, *s.servers, SaveLineage::OpenPass::kRetried, pass, drop_workers);
-  for (;;) {
-    try {
-      make_workers();
-      start_job();
-      pass_id_ = recovery.run_pass;
-      load(recovery.dir);
-      break;
-    } catch (const Error& again) {
-      // A server that restarted while the save was reloaded: accepted and reloaded again (the
-      // lineage counts it among the run's recoveries); any other error is thrown again.
-      recovery = s.lineage->recover(again, *s.servers, SaveLineage::OpenPass::kRetried, pass,
-                                    drop_workers);
-    }
-  }
+  const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
+      error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
+      [this](const SaveLineage::Recovery& r) {
+        make_workers();
+        start_job();
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      },
+      drop_workers);
   GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
                    << "; training again from pass " << pass_id_;
   return pass_id_;

@@ -473,6 +473,23 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
   return Recovery{last_->dir, last_run_pass_};
 }
 
+SaveLineage::Recovery SaveLineage::recover_and_reload(
+    const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
+    const std::function<void(const Recovery&)>& reload,
+    const std::function<void()>& before_accept) {
+  Recovery recovery = recover(error, host, open, pass, before_accept);
+  for (;;) {
+    try {
+      reload(recovery);
+      return recovery;
+    } catch (const Error& again) {
+      // A server that restarted while the save was reloaded: accepted and reloaded again;
+      // recover() throws anything else again, and gives up after kMaxRecoveries.
+      recovery = recover(again, host, open, pass, before_accept);
+    }
+  }
+}
+
 void SaveLineage::check_servers(table::HostTier& host, int64_t pass) {
   if (as_remote(host) == nullptr) return;
   const auto stats = host.stats();

@@ -155,6 +155,15 @@ class SaveLineage {
   };
   Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
                    const std::function<void()>& before_accept = {});
+  // recover(), then `reload` of what it returned (the trainer reloads the save into the
+  // servers); a restart found during the reload (a staggered fleet restart: a server that did
+  // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
+  // (counted among the run's recoveries) and the reload is made again. Any other error of
+  // `reload` is thrown. Returns the recovery the last reload made. Both trainers recover
+  // through it.
+  Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
+                              int64_t pass, const std::function<void(const Recovery&)>& reload,
+                              const std::function<void()>& before_accept = {});
   // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
   // in-process tier).
   static std::string describe_restarts(table::HostTier& host);
