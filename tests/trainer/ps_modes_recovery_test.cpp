@@ -145,11 +145,14 @@ class PsRecovery : public PsModes {
     EXPECT_NE(recovered.log.find("into the servers and training the passes after it again"),
               std::string::npos)
         << recovered.log;
+    // The restart named without a failed call's rerun advice: the run goes on.
+    EXPECT_EQ(recovered.log.find("rerun to resume"), std::string::npos) << recovered.log;
     EXPECT_NE(recovered.log.find("; training again from pass 1"), std::string::npos)
         << recovered.log;
-    // One reload, and the retried pass trained from its start (thread 0 reports step 20 of
-    // pass 1 again); the old threads' failed calls are dropped quietly.
-    EXPECT_EQ(count(recovered.log, "reloaded "), 1) << recovered.log;
+    // One reload (one warning: a restart found during the reload would warn again), and the
+    // retried pass trained from its start (thread 0 reports step 20 of pass 1 again); the old
+    // threads' failed calls are dropped quietly.
+    EXPECT_EQ(count(recovered.log, "reloading the last complete save"), 1) << recovered.log;
     EXPECT_EQ(recovered.log.find("training thread of card"), std::string::npos) << recovered.log;
     EXPECT_EQ(recovered.progress_at_pass1_step20, restart == RestartAt::kWithinPass ? 2 : 1);
     const auto warned = recovered.log.find("pass 1: server");
@@ -371,6 +374,8 @@ TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
               std::string::npos)
         << e;
     EXPECT_EQ(count(e, " restarted (instance "), 1) << e;  // named once
+    // The error says itself what a rerun does: not the failed call's advice too.
+    EXPECT_EQ(e.find("rerun to resume"), std::string::npos) << e;
     // What running it again does, with the saves it resumes from (trainer 0 names its last
     // save; trainer 1, which writes none, the folder).
     EXPECT_NE(e.find("running the command again resumes from the " +

@@ -403,7 +403,7 @@ std::string SaveLineage::describe_restarts(table::HostTier& host) {
   if (remote == nullptr) return "";
   std::string what;
   for (const auto& r : remote->pending_restarts()) {
-    what += (what.empty() ? "" : "; ") + r.describe();
+    what += (what.empty() ? "" : "; ") + r.what_was_lost();
   }
   return what;
 }

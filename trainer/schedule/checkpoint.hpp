@@ -165,7 +165,8 @@ class SaveLineage {
                               int64_t pass, const std::function<void(const Recovery&)>& reload,
                               const std::function<void()>& before_accept = {});
   // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
-  // in-process tier).
+  // in-process tier). Without the rerun advice of a failed call's error
+  // (ServerRestart::what_was_lost): the caller says what follows.
   static std::string describe_restarts(table::HostTier& host);
   // Asks every server who it is (a ping, each bounded by `timeout_s`), so that every restarted
   // server is found, not only the first one a failed call met (a call stops at the first
