@@ -3,8 +3,10 @@
 // pass that found it is trained again from the last complete save, and the job ends where a job
 // resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
 // are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
-// within one, or found by an epoch's test evaluation (the epoch evaluated after the reload). A
-// job of several trainers stops instead, naming the server and what a rerun does.
+// within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
+// lines printed once), or restarted during the reload (SaveLineage::recover_and_reload reloads
+// again). A job of several trainers stops instead, both trainers naming the server and what a
+// rerun does (a resumed job's trainer 1 the save folder, not the save it loaded).
 #include <gtest/gtest.h>
 
 #include <atomic>
