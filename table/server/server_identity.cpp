@@ -16,13 +16,16 @@ std::string hex(uint64_t v) {
 
 }  // namespace
 
-std::string ServerRestart::describe() const {
+std::string ServerRestart::what_was_lost() const {
   const std::string now = after.generation == 0
                               ? "now empty"
                               : "now holding the save of generation " + hex(after.generation);
   return "server " + where + " restarted (instance " + hex(before.instance_id) + " -> " +
-         hex(after.instance_id) + ", " + now +
-         "): the rows pushed since the last save are gone; rerun to resume from the last save";
+         hex(after.instance_id) + ", " + now + "): the rows pushed since the last save are gone";
+}
+
+std::string ServerRestart::describe() const {
+  return what_was_lost() + "; rerun to resume from the last save";
 }
 
 ServerIdentityBook::ServerIdentityBook(std::vector<std::string> endpoints) {

@@ -24,8 +24,12 @@ struct ServerRestart {
   std::size_t endpoint = 0;  // position in the endpoint list
   std::string where;         // "ip:port"
   ServerIdentity before, after;
-  // "server 127.0.0.1:29011 restarted (instance 1a.. -> 2b.., now empty): ..."
+  // "server 127.0.0.1:29011 restarted (instance 1a.. -> 2b.., now empty): ...; rerun to resume
+  // from the last save" (a failed call's error).
   std::string describe() const;
+  // describe() without the advice, for a message that says itself what follows (a recovery, or
+  // what a rerun does).
+  std::string what_was_lost() const;
 };
 
 // Per endpoint: its identity, the generation of the last state this client knows the server

@@ -6,7 +6,8 @@
 //    shuffle seed is derived from runner.seed and the pass, every reduction has a fixed order);
 //  - a server restarted (kill -9, same port) while pass 1 trains stops the trainer with an error
 //    naming the server and the pass; the rerun resumes and ends the same;
-//  - a server restarted between passes (around pass 1's save) is repaired in the run;
+//  - a server restarted between passes (around pass 1's save) is repaired in the run, and so
+//    are both of two restarted together;
 //  - a token-protected server refuses a trainer without its token, and serves one given
 //    GPUBOX_AUTH_TOKEN_FILE;
 //  - gpubox_train --mode infer --load refuses a save whose halves do not match its manifest.
@@ -162,7 +163,7 @@ TEST_F(ResumeBinaries, AServerRestartedMidPassStopsNamingItAndTheRerunResumes) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("Found while the pass was open"), std::string::npos) << out;
-  EXPECT_NE(out.find("it resumes from the last complete save (pass 0, " +
+  EXPECT_NE(out.find("running the command again resumes from the last complete save (pass 0, " +
                      (root_ / "mid_pass" / "0").string() + ")"),
             std::string::npos)
       << out;
@@ -195,6 +196,50 @@ TEST_F(ResumeBinaries, AServerRestartedBetweenPassesIsReloadedInTheRun) {
   EXPECT_NE(out.find("No pass was open: reloading the last complete save (pass "),
             std::string::npos)
       << out;
+  EXPECT_EQ(final_test_auc(out), straight_auc_) << out;
+}
+
+// Both servers of two restarted together (a fleet restart): the call that finds the first stops
+// there, so every server is asked who it is before any restart is accepted; both are named in one
+// warning and one reload restores both. The rows are sharded by key, so the run ends as the
+// straight run on one server does.
+TEST_F(ResumeBinaries, TwoServersRestartedBetweenPassesAreReloadedTogether) {
+  std::vector<std::unique_ptr<ChildProcess>> servers;
+  std::vector<std::string> endpoints;
+  const auto shard = [](int i) {
+    return std::vector<std::string>{"--shard_id", std::to_string(i), "--shard_num", "2"};
+  };
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(start_server(0, shard(i)));
+    endpoints.push_back(server_endpoint(*servers.back()));
+  }
+  auto trainer = start_trainer("between_both", endpoints[0] + "," + endpoints[1]);
+  // Both servers' log lines of pass 1's sparse save come before their replies: the trainer is
+  // stopped there, between passes, while the servers are replaced.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(servers[std::size_t(i)]->wait_for(
+        "saved to " + (root_ / "between_both" / "1" / "sparse").string(), kRunSeconds))
+        << servers[std::size_t(i)]->output();
+  }
+  trainer->signal(SIGSTOP);
+  for (int i = 0; i < 2; ++i) {
+    auto& server = servers[std::size_t(i)];
+    server->signal(SIGKILL);
+    EXPECT_EQ(server->wait(10), 128 + SIGKILL);
+    const std::string& endpoint = endpoints[std::size_t(i)];
+    server = start_server(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)), shard(i));
+  }
+  trainer->signal(SIGCONT);
+  ASSERT_EQ(trainer->wait(kRunSeconds), 0) << trainer->output();
+  const std::string& out = trainer->output();
+  const auto warned = out.find("No pass was open: reloading the last complete save (pass ");
+  ASSERT_NE(warned, std::string::npos) << out;
+  const std::string warning =
+      out.substr(out.rfind('\n', warned) + 1, warned - out.rfind('\n', warned));
+  for (const std::string& endpoint : endpoints) {
+    EXPECT_NE(warning.find("server " + endpoint + " restarted"), std::string::npos) << out;
+  }
+  EXPECT_EQ(out.find("No pass was open", warned + 1), std::string::npos) << out;  // one reload
   EXPECT_EQ(final_test_auc(out), straight_auc_) << out;
 }
 

@@ -43,7 +43,9 @@ class Servers {
       throw_if_error(server.status());
       endpoints_ += (i ? "," : "") + (*server)->endpoint();
       servers_.push_back(std::move(server).value());
+      options_.push_back(options);
     }
+    config_ = config;
   }
   const std::string& endpoints() const { return endpoints_; }
   // Stops server i and returns once it serves nothing more (Server::stop only asks its threads to
@@ -53,11 +55,28 @@ class Servers {
     server.stop();
     server.wait();
   }
+  // Server i killed and started again on its port, as a new instance over an empty table (what a
+  // gpubox_server restarted after a crash holds).
+  void restart(int i) {
+    const auto at = static_cast<std::size_t>(i);
+    table::server::ServerOptions options = options_.at(at);
+    options.port = servers_.at(at)->port();
+    stop(i);
+    servers_[at].reset();
+    auto table = table::SparseTable::open(config_.sparse, config_.host_tier.table);
+    throw_if_error(table.status());
+    tables_[at] = std::move(table).value();
+    auto server = table::server::Server::start(tables_[at].get(), options);
+    throw_if_error(server.status());
+    servers_[at] = std::move(server).value();
+  }
   table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
 
  private:
   std::vector<std::unique_ptr<table::SparseTable>> tables_;
   std::vector<std::unique_ptr<table::server::Server>> servers_;
+  std::vector<table::server::ServerOptions> options_;
+  TrainerConfig config_;
   std::string endpoints_;
 };
 

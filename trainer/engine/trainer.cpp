@@ -272,10 +272,16 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // stops, and running it again resumes from the last complete save.
   if (env_.trainers > 1) return std::nullopt;
   State& s = *state_;
-  const auto recovery = s.lineage->recover(error, *s.host, s.card_tier->in_pass(), pass);
-  if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
-  pass_id_ = recovery.run_pass;
-  load(recovery.dir);
+  // A server restarted while the save was reloaded (a staggered fleet restart) is accepted and
+  // the save reloaded again (recover_and_reload).
+  s.lineage->recover_and_reload(
+      error, *s.host,
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kFails : SaveLineage::OpenPass::kNone, pass,
+      [this, &s](const SaveLineage::Recovery& r) {
+        if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      });
   return pass_id_;
 }
 

@@ -126,13 +126,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
-  for (int t = 0; t < s.cards.num_local_cards(); ++t) {
-    s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
-  }
-  if (config_.runner.sync_mode == SyncMode::kSync) {
-    s.pushes =
-        std::make_unique<MergedPushes>(s.cards.num_local_cards(), s.servers->layout().push_dim());
-  }
+  make_workers();
   s.lineage = std::make_unique<SaveLineage>(config_);
   start_job();
   GPUBOX_LOG(INFO) << "runner.sync_mode "
@@ -142,6 +136,19 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
   const std::string dense_note =
       dense_exchange_note(config_, s.workers.at(0)->model().parameters().size());
   if (!dense_note.empty()) GPUBOX_LOG(INFO) << dense_note;
+}
+
+void PsTrainer::make_workers() {
+  State& s = *state_;
+  s.workers.clear();  // the old threads' cards are free before the new ones allocate
+  for (int t = 0; t < s.cards.num_local_cards(); ++t) {
+    s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
+  }
+  s.pushes.reset();
+  if (config_.runner.sync_mode == SyncMode::kSync) {
+    s.pushes =
+        std::make_unique<MergedPushes>(s.cards.num_local_cards(), s.servers->layout().push_dim());
+  }
 }
 
 void PsTrainer::start_job() {
@@ -289,6 +296,51 @@ void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
 }
 
 void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; }
+
+std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
+  State& s = *state_;
+  // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
+  // a server was down saw none, and the pass fails naming it even if the server is back as
+  // another instance by now: asking the servers again then would race the server's return.
+  if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
+  if (env_.trainers > 1) {
+    // Every restarted server named.
+    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
+    // The failed call's error says more only when it is not the restart itself.
+    const std::string failure = error.message();
+    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
+    GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A job of ", env_.trainers,
+                " trainers is not repaired in the run: they find a restart at different points "
+                "and cannot all go back to the same save together, so the job stops; ",
+                s.lineage->rerun_outcome(env_.trainer_id == 0),
+                says_more ? " (" + failure + ")" : "");
+  }
+  // The order matters: the old threads are dropped (their calls under way waited for, their
+  // failures expected and not logged) after every server was asked who it is and before the
+  // restarts are accepted, so that none of their queued pushes lands on an accepted server
+  // before the reload (to a restart not yet accepted, a call fails Aborted); only then are the
+  // restarts accepted and new threads made. A thread whose server call failed is unusable
+  // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
+  // resume in a new process starts it, from the save.
+  const auto drop_workers = [&s] {
+    for (auto& worker : s.workers) worker->abandon();
+    s.workers.clear();
+    s.pushes.reset();
+  };
+  const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
+      error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
+      [this](const SaveLineage::Recovery& r) {
+        make_workers();
+        start_job();
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      },
+      drop_workers);
+  GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
+                   << "; training again from pass " << pass_id_;
+  return pass_id_;
+}
 
 // A cache made once is kept (a later train() or evaluate may still be served by it).
 void PsTrainer::plan_pass_cache(int64_t loads) {

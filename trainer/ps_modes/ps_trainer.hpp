@@ -50,8 +50,23 @@
 // every thread takes the saved dense optimizer state. So a PS save is loaded by every mode,
 // gpubox_serve's export and --mode infer, and a gpubox-mode save (made with as many servers)
 // starts a PS run. Geo's per-trainer optimizer state of its local rows is not saved (its rows
-// start again from the servers' values); a server restart ends the job (running it again
-// resumes from the last save).
+// start again from the servers' values).
+//
+// A server restarted (same port, found by the client's instance-id check) between passes or
+// within one is repaired in the run, as the gpubox mode repairs one between passes (recover,
+// trainer/schedule/checkpoint.hpp): a PS pass holds nothing the servers do not (every update goes
+// to them as it is made), so the pass that found it is trained again from the last complete
+// save: the training threads are made again (a thread whose server call failed is unusable), the
+// job's tables are written again as at its start (the restarted server lost them), and the save
+// is loaded (the servers' rows and dense table, every thread's dense optimizer state), as a
+// resume from that save in a new process does. Every server is asked who it is first, so that
+// servers restarted together are all reloaded at once; the old threads are dropped before the
+// restarts are accepted (none of their calls lands on a server before its reload). A job of
+// several trainers is not repaired: they find a restart at different points and would have to go
+// back to the same pass together (the gpubox mode refuses it too); its trainer stops with an
+// error naming the server and what running the job again does (SaveLineage::rerun_outcome). A
+// server that was down when a call failed (no restart seen), and any other error, fail the pass
+// as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
@@ -64,6 +79,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,6 +151,10 @@ class PsTrainer final : public Schedule {
   const dataset::PassDataCache* pass_cache() const override;
   // Read by every pass: its stop between steps (ps_step_hooks.hpp) and thread 0's progress.
   void set_step_hooks(const StepHooks& hooks) override;
+  // A server restart (see the file comment): the pass to train again, after the last save was
+  // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
+  // repaired in the run (several trainers, no save, runner.resume off).
+  std::optional<int64_t> recover(const Error& error, int64_t pass) override;
 
  private:
   struct State;
@@ -151,6 +171,9 @@ class PsTrainer final : public Schedule {
   // data.load_into_memory(), stopped when asked (alone): throws PassStopped(pass, what).
   Status load_stoppable(dataset::InMemoryDataset& data, const std::string& what,
                         int64_t pass) const;
+  // One training thread per card, starting from the dense net's initial values (and the sync
+  // mode's merged pushes), replacing any made before.
+  void make_workers();
   // The job's start (see the file comment): trainer 0 writes the servers' tables, every trainer
   // adopts the dense table.
   void start_job();

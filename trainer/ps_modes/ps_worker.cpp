@@ -62,11 +62,11 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
 // logged (the status names the server) rather than lost; the wait itself is needed, as the
 // exchange uses this worker's buffers and servers. The rows' pushes still queued are sent the
 // same way (the steps that made them were taken); a failure of theirs is logged unless a step or
-// finish_rows() threw it already.
+// finish_rows() threw it already, or the trainer abandoned the thread (abandon()).
 PsWorker::~PsWorker() {
   if (row_calls_ != nullptr) {
     const Status st = row_calls_->drain();
-    if (!st.ok() && !rows_failure_thrown_) {
+    if (!st.ok() && !rows_failure_thrown_ && !abandoned_) {
       GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
                         << ": a call of the sparse rows under way when the thread stopped "
                            "failed, so its update (and any queued behind it) did not reach the "
@@ -76,7 +76,7 @@ PsWorker::~PsWorker() {
   }
   if (!exchanger_->pending()) return;
   const Status st = exchanger_->wait();
-  if (!st.ok()) {
+  if (!st.ok() && !abandoned_) {
     GPUBOX_LOG(ERROR) << "training thread of card " << card_.device()
                       << ": the dense exchange under way when the thread stopped failed, so its "
                          "change of the dense parameters did not reach the servers: "

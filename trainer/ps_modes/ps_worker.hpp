@@ -108,6 +108,10 @@ class PsWorker {
   ~PsWorker();
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
+  // The trainer drops this thread because a server restarted and the servers are reloaded
+  // (PsTrainer::recover): the destructor still waits for the calls under way (they use this
+  // worker's buffers), but their failures, expected, are not logged.
+  void abandon() { abandoned_ = true; }
 
   // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
   // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call
@@ -325,6 +329,7 @@ class PsWorker {
   PushSlot pushes_[2];  // async: taken in turn
   int next_push_ = 0;
   bool rows_failure_thrown_ = false;  // a row_calls_ failure reached the caller
+  bool abandoned_ = false;            // abandon(): the destructor logs no failure
   // What compute_step left for apply_step.
   struct ComputedStep {
     bool pending = false;

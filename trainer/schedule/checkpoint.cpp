@@ -398,46 +398,96 @@ void SaveLineage::restored(const RestorePlan& plan, int64_t run_pass) {
   last_run_pass_ = run_pass;
 }
 
-SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host,
-                                           bool pass_open, int64_t pass) {
+std::string SaveLineage::describe_restarts(table::HostTier& host) {
   auto* remote = as_remote(host);
-  if (remote == nullptr) throw error;
-  const std::vector<table::server::ServerRestart> restarts = remote->pending_restarts();
-  if (restarts.empty()) throw error;
+  if (remote == nullptr) return "";
   std::string what;
-  for (const auto& r : restarts) what += (what.empty() ? "" : "; ") + r.describe();
+  for (const auto& r : remote->pending_restarts()) {
+    what += (what.empty() ? "" : "; ") + r.what_was_lost();
+  }
+  return what;
+}
+
+void SaveLineage::find_restarts(table::HostTier& host, double timeout_s) {
+  auto* remote = as_remote(host);
+  if (remote == nullptr) return;
+  // A restarted server's ping fails Aborted and leaves its restart pending; one down fails
+  // Unavailable: either way the answer is in pending_restarts(), not in the status.
+  for (std::size_t e = 0; e < remote->endpoint_count(); ++e) (void)remote->ping(e, timeout_s);
+}
+
+std::string SaveLineage::last_save() const {
   // last_run_pass_ counts the passes done: the save of pass p (from 0) stands at p + 1, the save
   // a run started from (--load, model_init_path) at 0.
-  const std::string last = !last_ ? ""
-                           : last_run_pass_ > 0
-                               ? "the last complete save (pass " +
-                                     std::to_string(last_run_pass_ - 1) + ", " + last_->dir + ")"
-                               : "the save the run started from (" + last_->dir + ")";
-  if (pass_open) {
+  if (!last_) return "";
+  return last_run_pass_ > 0 ? "the last complete save (pass " + std::to_string(last_run_pass_ - 1) +
+                                  ", " + last_->dir + ")"
+                            : "the save the run started from (" + last_->dir + ")";
+}
+
+std::string SaveLineage::rerun_outcome(bool writes_saves) const {
+  const RunnerConfig& r = config_.runner;
+  if (r.resume == ResumeMode::kOff) {
+    return "runner.resume is off: running the command again starts " + describe_start(origin_);
+  }
+  // Before last_: a trainer that writes no save knows only the save it loaded, which trainer
+  // 0's saves since have replaced.
+  if (!writes_saves && !r.model_save_path.empty() && r.save_mode != table::SaveKind::kNone) {
+    return "running the command again resumes from the newest complete save under " +
+           r.model_save_path + " (trainer 0 writes them) if one was made, else starts " +
+           describe_start(origin_);
+  }
+  if (last_) return "running the command again resumes from " + last_save();
+  return "no save was made or loaded yet: running the command again starts " +
+         describe_start(origin_);
+}
+
+SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host, OpenPass open,
+                                           int64_t pass,
+                                           const std::function<void()>& before_accept) {
+  if (describe_restarts(host).empty()) throw error;
+  // The failed call named the first restarted server it met; the others are found now, so that
+  // they are all named and accepted together, before one reload.
+  find_restarts(host, config_.host_tier.remote.connect_timeout_s);
+  const std::string what = describe_restarts(host);
+  if (open == OpenPass::kFails) {
     GPUBOX_FAIL("pass ", pass, ": ", what,
                 ". Found while the pass was open (its rows trained on the cards, the write-back "
-                "under way): the pass cannot finish. ",
-                last.empty() || config_.runner.resume == ResumeMode::kOff
-                    ? "No save to resume from: running the command again starts afresh"
-                    : "Run the same command again: it resumes from " + last);
+                "under way): the pass cannot finish; ",
+                rerun_outcome());
   }
-  if (config_.runner.resume == ResumeMode::kOff) {
-    GPUBOX_FAIL("pass ", pass, ": ", what, " (runner.resume is off: the trainer stops)");
-  }
-  if (!last_) {
-    GPUBOX_FAIL("pass ", pass, ": ", what,
-                "; no save was made or loaded yet to restore the servers from: running the "
-                "command again starts afresh");
+  if (config_.runner.resume == ResumeMode::kOff || !last_) {
+    GPUBOX_FAIL("pass ", pass, ": ", what, "; the trainer stops: ", rerun_outcome());
   }
   if (++recoveries_ > kMaxRecoveries) {
     GPUBOX_FAIL("pass ", pass, ": ", what, "; the servers restarted ", kMaxRecoveries,
-                " times already in this run: giving up. Running the command again resumes from ",
-                last);
+                " times already in this run: giving up; ", rerun_outcome());
   }
-  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". No pass was open: reloading " << last
-                      << " into the servers and training the passes after it again";
-  remote->accept_restarts();
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what
+                      << (open == OpenPass::kNone
+                              ? ". No pass was open: reloading "
+                              : ". Every update of the pass went to the servers: reloading ")
+                      << last_save() << " into the servers and training the passes after it again";
+  if (before_accept) before_accept();
+  as_remote(host)->accept_restarts();
   return Recovery{last_->dir, last_run_pass_};
+}
+
+SaveLineage::Recovery SaveLineage::recover_and_reload(
+    const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
+    const std::function<void(const Recovery&)>& reload,
+    const std::function<void()>& before_accept) {
+  Recovery recovery = recover(error, host, open, pass, before_accept);
+  for (;;) {
+    try {
+      reload(recovery);
+      return recovery;
+    } catch (const Error& again) {
+      // A server that restarted while the save was reloaded: accepted and reloaded again;
+      // recover() throws anything else again, and gives up after kMaxRecoveries.
+      recovery = recover(again, host, open, pass, before_accept);
+    }
+  }
 }
 
 void SaveLineage::check_servers(table::HostTier& host, int64_t pass) {

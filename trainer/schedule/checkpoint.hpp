@@ -18,14 +18,17 @@
 // A server restart during the run (the client's instance-id check, table/server/server_identity
 // .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
 // while its rows are pulled, at an evaluation or a save): the last save is loaded again and the
-// passes after it are trained again. Found while a pass is open (its rows trained on the cards,
-// the write-back under way), it stops the run with an error naming the server and the pass;
-// running the command again resumes from the last save.
+// passes after it are trained again. Found while a gpubox-mode pass is open (its rows trained on
+// the cards, the write-back under way), it stops the run with an error naming the server and the
+// pass; running the command again resumes from the last save. A PS-mode pass holds nothing the
+// servers do not (every update goes to them as it is made): found within one, the pass is
+// retried from the last save too (ps_modes/ps_trainer.hpp).
 //
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -129,15 +132,54 @@ class SaveLineage {
   // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
 
+  // What a server restart found in pass `pass` means for that pass.
+  enum class OpenPass {
+    kNone,     // no pass was open: the passes from the last save are trained again
+    kFails,    // the pass holds what only its end writes back (the gpubox mode's cards): the run
+               // stops, and running it again resumes
+    kRetried,  // every update of the pass went to the servers, which the reload replaces (the
+               // PS modes): the pass is trained again from the last save, like one not begun
+  };
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a
-  // server restart, no pass was open (`pass_open` false), runner.resume is auto and a save was
-  // made or loaded, the restarts are accepted and that save is returned with the trainer's pass
-  // it stands for. Otherwise throws `error` again, with the restart named when there was one.
+  // server restart, the pass can be retried (`open` not kFails), runner.resume is auto and a
+  // save was made or loaded, the restarts are accepted and that save is returned with the
+  // trainer's pass it stands for. Otherwise throws `error` again, with the restart named when
+  // there was one. Before it names or accepts them, every server is asked who it is
+  // (find_restarts): a fleet restarted together is accepted and reloaded at once, not one server
+  // a retry. `before_accept` (when set) runs just before the restarts are accepted: the trainer
+  // drops whatever still talks to the servers as they were (PsTrainer's threads), so that
+  // nothing of theirs lands on an accepted server before the reload.
   struct Recovery {
     std::string dir;
     int64_t run_pass = 0;
   };
-  Recovery recover(const Error& error, table::HostTier& host, bool pass_open, int64_t pass);
+  Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
+                   const std::function<void()>& before_accept = {});
+  // recover(), then `reload` of what it returned (the trainer reloads the save into the
+  // servers); a restart found during the reload (a staggered fleet restart: a server that did
+  // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
+  // (counted among the run's recoveries) and the reload is made again. Any other error of
+  // `reload` is thrown. Returns the recovery the last reload made. Both trainers recover
+  // through it.
+  Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
+                              int64_t pass, const std::function<void(const Recovery&)>& reload,
+                              const std::function<void()>& before_accept = {});
+  // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
+  // in-process tier). Without the rerun advice of a failed call's error
+  // (ServerRestart::what_was_lost): the caller says what follows.
+  static std::string describe_restarts(table::HostTier& host);
+  // Asks every server who it is (a ping, each bounded by `timeout_s`), so that every restarted
+  // server is found, not only the first one a failed call met (a call stops at the first
+  // endpoint that answers Aborted), and a server that was down and is back as another instance
+  // is found too. A server that does not answer is left as it is. A no-op for the in-process
+  // tier.
+  static void find_restarts(table::HostTier& host, double timeout_s);
+  // What running the command again does, for an error that stops the run: "runner.resume is
+  // off: ...", "no save was made or loaded yet: ...", or "running the command again resumes
+  // from the last complete save (pass p, dir)". `writes_saves` false: another trainer writes the
+  // job's saves (this lineage knows none it did not load), so the newest under
+  // runner.model_save_path is named by its folder.
+  std::string rerun_outcome(bool writes_saves = true) const;
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.
@@ -149,6 +191,9 @@ class SaveLineage {
   // Refuses `candidate` (named `which`) when it is another job's, another run's or was made
   // with other model settings.
   void check_resumable(const SavePoint& candidate, const std::string& which) const;
+  // "the last complete save (pass p, dir)" or "the save the run started from (dir)"; "" when
+  // none was made or loaded.
+  std::string last_save() const;
 
   const TrainerConfig& config_;
   std::map<std::string, std::string> job_;

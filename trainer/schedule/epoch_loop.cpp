@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "common/logging.hpp"
 #include "dataset/batch.hpp"
@@ -93,9 +94,9 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
   return schedule.passes_done();
 }
 
-// The epoch's PaddleRec lines and its test evaluation.
-void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const EpochTally& tally,
-                  int cards, MetricsFile* metrics, const RunHooks& hooks) {
+// The epoch's training metrics (its passes merged), and its PaddleRec lines printed.
+MetricValues print_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
+                         const EpochTally& tally, int cards) {
   const int64_t epoch = pass / plan.per_epoch;
   const MetricValues merged = plan.per_epoch > 1
                                   ? compute_metrics(tally.sums.data(), schedule.metric_buckets())
@@ -108,6 +109,14 @@ void finish_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass, const E
         format_paddlerec_done_line(epoch, merged, tally.seconds).c_str());
     std::fflush(stdout);
   }
+  return merged;
+}
+
+// The epoch's test evaluation (its line, the metrics file) and on_epoch, after its lines were
+// printed (print_epoch: `merged`).
+void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
+                    const MetricValues& merged, MetricsFile* metrics, const RunHooks& hooks) {
+  const int64_t epoch = pass / plan.per_epoch;
   if (plan.test_files.empty()) {
     if (hooks.on_epoch) hooks.on_epoch(epoch, merged, nullptr);
     return;
@@ -282,33 +291,57 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   const bool alone = schedule.env().trainers == 1;
   std::vector<PassReport> reports;
   EpochTally tally;
-  for (int64_t k = first; k < plan.total;) {
-    if (k > first && stop_asked() && alone) {
-      GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
-                       << k - 1;
-      return reports;  // not the job's end: the servers keep its state
+  // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
+  // a server restart found there (after the epoch's last pass was saved) reloads that save, and
+  // the passes go on right after it, so the evaluation runs again after the reload (rerun_end),
+  // before the next pass, or the epoch would never be evaluated (nor the job's last one). Its
+  // PaddleRec lines were printed before the evaluation and are not printed again.
+  std::optional<MetricValues> ending;
+  bool rerun_end = false;  // `ending`, of the pass before k, runs again first
+  for (int64_t k = first; k < plan.total || rerun_end;) {
+    if (!rerun_end) {
+      if (k > first && stop_asked() && alone) {
+        GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
+                         << k - 1;
+        return reports;  // not the job's end: the servers keep its state
+      }
+      if (k % plan.per_epoch == 0) tally.reset();
     }
-    if (k % plan.per_epoch == 0) tally.reset();
     try {
+      if (rerun_end) {
+        evaluate_epoch(schedule, plan, k - 1, *ending, &metrics, hooks);
+        ending.reset();
+        rerun_end = false;
+        continue;
+      }
       PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, &metrics);
       const int cards = report.cards;
       if (hooks.on_pass) hooks.on_pass(report);
       reports.push_back(std::move(report));
-      if (plan.ends_epoch(k)) finish_epoch(schedule, plan, k, tally, cards, &metrics, hooks);
+      if (plan.ends_epoch(k)) {
+        ending = print_epoch(schedule, plan, k, tally, cards);
+        evaluate_epoch(schedule, plan, k, *ending, &metrics, hooks);
+        ending.reset();
+      }
       ++k;
     } catch (const PassStopped& stopped) {
-      // An evaluation stopped (pass -1) comes after pass k's save.
-      const int64_t saved = stopped.pass() < 0 ? k : k - 1;
+      // An evaluation stopped (pass -1) comes after pass k's save (pass k - 1's when it was an
+      // epoch's end run again).
+      const int64_t saved = stopped.pass() < 0 && !rerun_end ? k : k - 1;
       GPUBOX_LOG(INFO) << stopped.what()
                        << (saving && saved >= first
                                ? "; the saves end with pass " + std::to_string(saved)
                                : std::string());
       return reports;  // as a stop between passes: not the job's end
     } catch (const Error& e) {
-      const std::optional<int64_t> again = schedule.recover(e, k);
+      const int64_t pass = rerun_end ? k - 1 : k;  // the pass the failure came after or in
+      const std::optional<int64_t> again = schedule.recover(e, pass);
       if (!again) throw;
       k = *again;  // the epoch's passes from k on are trained again
       tally.reset();
+      // The epoch's end was under way and the reload lands right after its last pass.
+      rerun_end = ending.has_value() && k == pass + 1;
+      if (!rerun_end) ending.reset();
     }
   }
   // The job ended well, its last pass saved: the earlier run's saves after it go.

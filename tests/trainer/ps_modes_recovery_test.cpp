@@ -1,0 +1,482 @@
+// Issue 32: a server of a PS job restarted (same port, empty) between passes or within one is
+// repaired in the run, as the gpubox mode repairs one between passes (resume_binaries_test): the
+// pass that found it is trained again from the last complete save, and the job ends where a job
+// resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
+// are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
+// within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
+// lines printed once), or restarted during the reload (SaveLineage::recover_and_reload reloads
+// again). A job of several trainers stops instead, both trainers naming the server and what a
+// rerun does (a resumed job's trainer 1 the save folder, not the save it loaded).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "tests/trainer/ps_modes_fixture.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using ps_test::PsModes;
+
+struct Ran {
+  std::vector<int64_t> passes;  // the reports train() returned
+  std::vector<float> dense;     // thread 0's, after training
+  double test_auc = 0;
+  std::string log;                   // what the run logged
+  int progress_at_pass1_step20 = 0;  // thread 0's progress reports of pass 1, step 20
+  std::string restarted;             // the endpoints of the servers restarted, "a,b"
+};
+
+// Where a test restarts a server of 2 in pass 1 of 2: after pass 0's save, or after the first
+// step of pass 1 whose progress thread 0 reports (step 20: runner.print_interval).
+enum class RestartAt { kNever, kBetweenPasses, kWithinPass };
+constexpr int kBothServers = -1;  // a fleet restart: both servers at once
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The PsModes suite's data and helpers, as a suite of its own.
+class PsRecovery : public PsModes {
+ protected:
+  // One trainer of runner.sync_mode `mode` (and `keys`) against 2 fresh servers, `epochs` passes
+  // over the training files, each saved (checkpoint) under `saves`, resuming the newest save there;
+  // server `server` (or kBothServers) restarted at `restart`.
+  static Ran run_restarting(const std::string& mode, const std::vector<std::string>& keys,
+                            const std::string& saves, int epochs, RestartAt restart,
+                            int server = 0) {
+    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=",
+                                    "runner.sync_mode=" + mode,
+                                    "runner.save_mode=checkpoint",
+                                    "runner.model_save_path=" + saves,
+                                    "runner.epochs=" + std::to_string(epochs),
+                                    "runner.geo_step=4"};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
+    Servers shards(cfg, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer trainer(cfg, env);
+    Ran ran;
+    const std::string endpoints = shards.endpoints();
+    const std::vector<std::string> endpoint = {endpoints.substr(0, endpoints.find(',')),
+                                               endpoints.substr(endpoints.find(',') + 1)};
+    bool restarted = false;
+    const auto restart_now = [&] {
+      for (int i = 0; i < 2; ++i) {
+        if (server != kBothServers && server != i) continue;
+        shards.restart(i);
+        ran.restarted += (ran.restarted.empty() ? "" : ",") + endpoint.at(std::size_t(i));
+      }
+      restarted = true;
+    };
+    RunHooks hooks;
+    if (restart == RestartAt::kBetweenPasses) {
+      hooks.on_pass = [&](const PassReport& report) {
+        if (report.pass == 0 && !restarted) restart_now();
+      };
+    }
+    hooks.steps.on_progress = [&](const StepProgress& progress) {
+      if (progress.pass == 1 && progress.step == 20) ++ran.progress_at_pass1_step20;
+      if (restart != RestartAt::kWithinPass || progress.pass != 1 || restarted) return;
+      restart_now();
+    };
+    ::testing::internal::CaptureStderr();
+    try {
+      for (const PassReport& report : trainer.train("", hooks)) ran.passes.push_back(report.pass);
+    } catch (...) {
+      ran.log = ::testing::internal::GetCapturedStderr();
+      ADD_FAILURE() << ran.log;
+      throw;
+    }
+    ran.log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(restarted, restart != RestartAt::kNever);
+    ran.dense = trainer.dense_values();
+    ran.test_auc = test_auc(trainer);
+    return ran;
+  }
+
+  // The oracle: pass 0 saved, then a new trainer on fresh servers resumes from that save for pass
+  // 1; then the same job with server `server` restarted at `restart` (server 0 holds the job's
+  // small tables: the sync mode's batch counts and barrier arrivals).
+  static void ends_as_resumed_from_the_save(const std::string& mode,
+                                            const std::vector<std::string>& network,
+                                            RestartAt restart, int server) {
+    const std::string tag = mode + (restart == RestartAt::kBetweenPasses ? "_between" : "_within") +
+                            (server == kBothServers ? "_both" : "");
+    std::vector<std::string> keys = network;
+    keys.push_back("runner.print_interval=20");
+    const std::string resumed_saves = (root_ / ("recovery_resumed_" + tag)).string();
+    EXPECT_EQ(run_restarting(mode, keys, resumed_saves, 1, RestartAt::kNever).passes,
+              (std::vector<int64_t>{0}));
+    const Ran resumed = run_restarting(mode, keys, resumed_saves, 2, RestartAt::kNever);
+    EXPECT_EQ(resumed.passes, (std::vector<int64_t>{1}));
+    const Ran recovered = run_restarting(
+        mode, keys, (root_ / ("recovery_restarted_" + tag)).string(), 2, restart, server);
+    EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1}));
+    // Every restarted server named, by its endpoint, in one warning: all are accepted and
+    // reloaded together.
+    const std::string named = recovered.restarted.substr(0, recovered.restarted.find(','));
+    EXPECT_NE(recovered.log.find("pass 1: server " + named + " restarted (instance "),
+              std::string::npos)
+        << recovered.log;
+    if (server == kBothServers) {
+      const std::string second = recovered.restarted.substr(recovered.restarted.find(',') + 1);
+      EXPECT_NE(recovered.log.find("; server " + second + " restarted (instance "),
+                std::string::npos)
+          << recovered.log;
+    }
+    EXPECT_NE(recovered.log.find("into the servers and training the passes after it again"),
+              std::string::npos)
+        << recovered.log;
+    // The restart named without a failed call's rerun advice: the run goes on.
+    EXPECT_EQ(recovered.log.find("rerun to resume"), std::string::npos) << recovered.log;
+    EXPECT_NE(recovered.log.find("; training again from pass 1"), std::string::npos)
+        << recovered.log;
+    // One reload (one warning: a restart found during the reload would warn again), and the
+    // retried pass trained from its start (thread 0 reports step 20 of pass 1 again); the old
+    // threads' failed calls are dropped quietly.
+    EXPECT_EQ(count(recovered.log, "reloading the last complete save"), 1) << recovered.log;
+    EXPECT_EQ(recovered.log.find("training thread of card"), std::string::npos) << recovered.log;
+    EXPECT_EQ(recovered.progress_at_pass1_step20, restart == RestartAt::kWithinPass ? 2 : 1);
+    const auto warned = recovered.log.find("pass 1: server");
+    std::printf("%s\n",
+                recovered.log.substr(warned, recovered.log.find('\n', warned) - warned).c_str());
+    std::printf("%s, server restarted %s: test auc %.6f, resumed from the save %.6f\n",
+                mode.c_str(),
+                restart == RestartAt::kBetweenPasses ? "between passes" : "within pass 1",
+                recovered.test_auc, resumed.test_auc);
+    EXPECT_EQ(recovered.dense, resumed.dense) << "the dense parameters differ";
+    EXPECT_EQ(recovered.test_auc, resumed.test_auc);
+  }
+
+  // A job of 2 async trainers (`keys` added, `epochs` passes) against 2 servers, server 1
+  // restarted after the first pass the run trains (pass 0, or the first after the save a resumed
+  // run starts from): each trainer's error, then the restarted server's endpoint. Both trainers
+  // stop with the several-trainers error.
+  static std::vector<std::string> two_trainers_restarting(const std::vector<std::string>& keys,
+                                                          int epochs = 2) {
+    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.save_mode=checkpoint",
+                                    "runner.epochs=" + std::to_string(epochs)};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
+    Servers shards(cfg, 2);
+    std::vector<std::string> errors(2);
+    std::atomic<bool> restarted{false};
+    // Trainer 1 starts its next pass only once the server restarted (or trainer 0 ended), so that
+    // both trainers find the restart in that pass, each in its own calls: without the wait, trainer
+    // 1 could (on a loaded machine) train the whole pass before the restart and fail at the next
+    // barrier instead, waiting for trainer 0.
+    std::atomic<bool> trainer0_past_restart{false};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          TrainerEnv env;
+          env.servers = shards.endpoints();
+          env.trainer_id = w;
+          env.trainers = 2;
+          PsTrainer trainer(cfg, env);
+          RunHooks hooks;
+          if (w == 0) {
+            hooks.on_pass = [&](const PassReport&) {
+              if (!restarted.exchange(true)) shards.restart(1);
+              trainer0_past_restart = true;
+            };
+          } else {
+            hooks.on_pass = [&](const PassReport&) {
+              while (!trainer0_past_restart.load()) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+              }
+            };
+          }
+          trainer.train("", hooks);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(w)] = e.what();
+        }
+        if (w == 0) trainer0_past_restart = true;
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
+    EXPECT_TRUE(restarted.load());
+    // Both trainers find the restart and stop with the several-trainers error.
+    for (const std::string& e : errors) {
+      EXPECT_NE(e.find("A job of 2 trainers is not repaired in the run"), std::string::npos) << e;
+    }
+    errors.push_back(shards.endpoints().substr(shards.endpoints().find(',') + 1));
+    return errors;
+  }
+};
+
+TEST_F(PsRecovery, AsyncServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kBetweenPasses, 0);
+}
+
+// 2 threads: the job's merged pushes and averaged dense step are made again after the reload.
+TEST_F(PsRecovery, SyncServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kBetweenPasses, 0);
+}
+
+TEST_F(PsRecovery, GeoServerRestartedBetweenPassesIsReloadedAndEndsAsResumedFromTheSave) {
+  ends_as_resumed_from_the_save("geo", {}, RestartAt::kBetweenPasses, 1);
+}
+
+// Both servers restarted together (a fleet restart): the call that finds the first stops
+// there; every restarted server is found before any is accepted, and one reload restores both.
+TEST_F(PsRecovery, AsyncBothServersRestartedBetweenPassesAreReloadedTogether) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kBetweenPasses, kBothServers);
+}
+
+TEST_F(PsRecovery, SyncBothServersRestartedBetweenPassesAreReloadedTogether) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kBetweenPasses,
+                                kBothServers);
+}
+
+// Found within pass 1 (its updates partly on the servers): the pass is trained again from
+// pass 0's save.
+TEST_F(PsRecovery, AsyncServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("async", {}, RestartAt::kWithinPass, 1);
+}
+
+TEST_F(PsRecovery, SyncServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("sync", {"runner.thread_num=2"}, RestartAt::kWithinPass, 0);
+}
+
+// Geo's local rows and their deltas since the last exchange are dropped with the threads.
+TEST_F(PsRecovery, GeoServerRestartedWithinAPassRetriesItFromTheSave) {
+  ends_as_resumed_from_the_save("geo", {}, RestartAt::kWithinPass, 0);
+}
+
+// A restart found by an epoch's test evaluation (after the epoch's last pass was saved): the
+// reload lands right after that pass, and the epoch's end runs again after it; every epoch (the
+// job's last one too) is evaluated once, with what a run without the restart measures.
+TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheReload) {
+  for (const int64_t restarted_after : {0, 1}) {
+    SCOPED_TRACE("restarted after pass " + std::to_string(restarted_after));
+    std::vector<std::pair<int64_t, double>> evaluated[2];  // without, with the restart
+    for (const bool restart : {false, true}) {
+      const std::string saves = "recovery_evaluation_" + std::to_string(restarted_after) +
+                                (restart ? "_restarted" : "_plain");
+      const TrainerConfig cfg =
+          ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                          "runner.test_data_dir=" + (root_ / "test").string(),
+                          "runner.sync_mode=async", "runner.save_mode=checkpoint",
+                          "runner.model_save_path=" + (root_ / saves).string(), "runner.epochs=2"});
+      Servers shards(cfg, 2);
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      PsTrainer trainer(cfg, env);
+      RunHooks hooks;
+      bool restarted = false;
+      hooks.on_pass = [&](const PassReport& report) {
+        // on_pass runs after the pass's save, before its epoch's evaluation.
+        if (restart && report.pass == restarted_after && !restarted) {
+          shards.restart(1);
+          restarted = true;
+        }
+      };
+      hooks.on_epoch = [&](int64_t epoch, const MetricValues&, const MetricValues* test) {
+        ASSERT_NE(test, nullptr);
+        evaluated[restart].emplace_back(epoch, test->auc);
+      };
+      ::testing::internal::CaptureStdout();
+      ::testing::internal::CaptureStderr();
+      std::vector<PassReport> reports;
+      try {
+        reports = trainer.train("", hooks);
+      } catch (...) {
+        (void)::testing::internal::GetCapturedStdout();
+        ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
+        throw;
+      }
+      const std::string out = ::testing::internal::GetCapturedStdout();
+      const std::string log = ::testing::internal::GetCapturedStderr();
+      EXPECT_EQ(reports.size(), 2u);
+      // Each epoch's PaddleRec lines and test line printed once: the evaluation run again after
+      // the reload does not print the epoch's lines again.
+      for (const int64_t epoch : {0, 1}) {
+        const std::string n = std::to_string(epoch);
+        EXPECT_EQ(count(out, "Epoch: " + n + ", using time"), 1u) << out;
+        EXPECT_EQ(count(out, "epoch: " + n + " done"), 1u) << out;
+        EXPECT_EQ(count(out, "epoch: " + n + ", test auc"), 1u) << out;
+      }
+      EXPECT_EQ(restarted, restart);
+      if (restart) {
+        EXPECT_NE(log.find("reloaded "), std::string::npos) << log;
+        EXPECT_NE(log.find("training again from pass " + std::to_string(restarted_after + 1)),
+                  std::string::npos)
+            << log;
+      }
+    }
+    EXPECT_EQ(evaluated[0], (std::vector<std::pair<int64_t, double>>{
+                                {0, evaluated[0].at(0).second}, {1, evaluated[0].at(1).second}}));
+    EXPECT_EQ(evaluated[1], evaluated[0]);
+  }
+}
+
+// A server that stays down is no restart: the pass fails naming it, as before, with no reload
+// (nor a pass that fails for its data or a NaN: ps_modes_failures_test).
+TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(), "runner.test_data_dir=",
+       "runner.sync_mode=async", "runner.save_mode=checkpoint", "runner.server_timeout_s=1",
+       "runner.model_save_path=" + (root_ / "recovery_down").string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RunHooks hooks;
+  hooks.on_pass = [&](const PassReport& report) {
+    if (report.pass == 0) shards.stop(1);
+  };
+  ::testing::internal::CaptureStderr();
+  try {
+    trainer.train("", hooks);
+    ADD_FAILURE() << "a job whose server died ended well";
+  } catch (const Error& e) {
+    const std::string dead = shards.endpoints().substr(shards.endpoints().find(',') + 1);
+    EXPECT_NE(std::string(e.what()).find(dead), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("restarted"), std::string::npos) << e.what();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
+}
+
+// Several trainers cannot all go back to the same save together: the trainer that finds the
+// restart stops naming the server and how to resume; the job ends.
+TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
+  const std::string saves = (root_ / "recovery_two_trainers").string();
+  const std::vector<std::string> errors =
+      two_trainers_restarting({"runner.model_save_path=" + saves});
+  const std::string restarted_server = errors.back();
+  for (std::size_t w = 0; w < 2; ++w) {
+    const std::string& e = errors[w];
+    EXPECT_NE(e.find("pass 1: server " + restarted_server + " restarted (instance "),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(count(e, " restarted (instance "), 1) << e;  // named once
+    // The error says itself what a rerun does: not the failed call's advice too.
+    EXPECT_EQ(e.find("rerun to resume"), std::string::npos) << e;
+    // What running it again does, with the saves it resumes from (trainer 0 names its last
+    // save; trainer 1, which writes none, the folder).
+    EXPECT_NE(e.find("running the command again resumes from the " +
+                     std::string(w == 0 ? "last complete save (pass 0, " + saves + "/0)"
+                                        : "newest complete save under " + saves)),
+              std::string::npos)
+        << e;
+  }
+}
+
+// In a resumed job, trainer 1 loaded the save the run started from and writes none after it:
+// it names the save folder (trainer 0's saves since replaced the one it loaded), not the save it
+// loaded; trainer 0 names its newest save.
+TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersOfAResumedJobNamesTheNewestSaves) {
+  const std::string saves = (root_ / "recovery_two_trainers_resumed").string();
+  // The first run stops in pass 1 with pass 0 saved; the rerun resumes from it, saves pass 1
+  // and stops in pass 2.
+  (void)two_trainers_restarting({"runner.model_save_path=" + saves}, 2);
+  const std::vector<std::string> errors =
+      two_trainers_restarting({"runner.model_save_path=" + saves}, 3);
+  for (std::size_t w = 0; w < 2; ++w) {
+    const std::string& e = errors[w];
+    EXPECT_NE(e.find("pass 2: server "), std::string::npos) << e;
+    EXPECT_NE(e.find("running the command again resumes from the " +
+                     std::string(w == 0 ? "last complete save (pass 1, " + saves + "/1)"
+                                        : "newest complete save under " + saves)),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(e.find("(pass 0, "), std::string::npos) << e;  // not the save the run loaded
+  }
+}
+
+// A server that restarts while the save is reloaded (a staggered fleet restart: it answered the
+// ping that looked for restarts, then restarted) is accepted and the save reloaded again, by the
+// helper both trainers recover through (SaveLineage::recover_and_reload), not thrown.
+TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain) {
+  const std::string saves = (root_ / "recovery_during_reload").string();
+  const TrainerConfig cfg =
+      ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
+  Servers shards(cfg, 2);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 2.0;
+  options.connect_timeout_s = 1.0;
+  auto host = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(host.status());
+  SaveLineage lineage(cfg);
+  const std::string dir = saves + "/0";
+  std::filesystem::create_directories(dir);
+  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+  // Both servers known and written to since (a restart that loses nothing is adopted quietly).
+  throw_if_error((*host)->shrink().status());
+  shards.restart(0);
+  std::vector<std::string> reloads;
+  ::testing::internal::CaptureStderr();
+  try {
+    throw_if_error((*host)->stats().status());
+    ADD_FAILURE() << "a restarted server answered as before";
+  } catch (const Error& found) {
+    try {
+      const SaveLineage::Recovery recovery = lineage.recover_and_reload(
+          found, **host, SaveLineage::OpenPass::kNone, 1, [&](const SaveLineage::Recovery& r) {
+            reloads.push_back(r.dir);
+            if (reloads.size() == 1) shards.restart(1);  // during the first reload
+            throw_if_error((*host)->stats().status());   // the reload's calls
+          });
+      EXPECT_EQ(recovery.run_pass, 1);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(reloads, (std::vector<std::string>{dir, dir}));
+  // Both restarts named, each in the warning of the reload it led to.
+  EXPECT_EQ(count(log, "reloading the last complete save (pass 0, " + dir + ")"), 2u) << log;
+  const std::string endpoints = shards.endpoints();
+  EXPECT_NE(log.find("server " + endpoints.substr(0, endpoints.find(',')) + " restarted"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("server " + endpoints.substr(endpoints.find(',') + 1) + " restarted"),
+            std::string::npos)
+      << log;
+}
+
+// With runner.resume off, running the job again starts afresh, and the error says so.
+TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersWithResumeOffSaysARerunStartsAfresh) {
+  const std::vector<std::string> errors = two_trainers_restarting(
+      {"runner.model_save_path=" + (root_ / "recovery_two_trainers_off").string(),
+       "runner.resume=off"});
+  for (std::size_t w = 0; w < 2; ++w) {
+    const std::string& e = errors[w];
+    EXPECT_NE(e.find("runner.resume is off: running the command again starts from scratch"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(e.find("resumes from"), std::string::npos) << e;
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes
