@@ -163,10 +163,12 @@ card_table::HashTableOptions small_table(std::size_t page_rows = 64) {
   return table_options;
 }
 
-// host_batch_keys 150 and a byte budget of `rows` rows on `side`'s card (its plan_for).
-PassManagerOptions budget_options(BudgetSide& side, std::size_t rows) {
+// host_batch_keys 150, next_pass_chunk_keys `chunk` and a byte budget of `rows` rows on `side`'s
+// card (its plan_for, with that chunk).
+PassManagerOptions budget_options(BudgetSide& side, std::size_t rows, std::size_t chunk = 0) {
   PassManagerOptions options;
   options.host_batch_keys = 150;
+  options.next_pass_chunk_keys = chunk;
   options.card_memory_bytes =
       PassManager(side.cards, {&side.store}, *side.host, options).plan_for(rows).total_bytes();
   return options;
@@ -183,16 +185,17 @@ std::map<uint64_t, std::vector<float>> rows_of(table::SparseTable& host) {
 }
 
 // The same passes on one card under a byte budget of `budget_rows` rows (kBudgetRows unless
-// told; `manager`) and without a budget (`reference`), each with its own store (small_table of
+// told; `manager`, with the next pass's card work in chunks of `next_pass_chunk_keys` when
+// given) and without a budget (`reference`), each with its own store (small_table of
 // `page_rows`) and host tier.
 struct BudgetedAndUnbudgeted {
   static constexpr std::size_t kBudgetRows = 700;
   explicit BudgetedAndUnbudgeted(const AccessorConfig& cfg, std::size_t budget_rows = kBudgetRows,
-                                 std::size_t page_rows = 64)
+                                 std::size_t page_rows = 64, std::size_t next_pass_chunk_keys = 0)
       : budgeted(cfg, small_table(page_rows)),
         unbudgeted(cfg, small_table(page_rows)),
         manager(budgeted.cards, {&budgeted.store}, *budgeted.host,
-                budget_options(budgeted, budget_rows)),
+                budget_options(budgeted, budget_rows, next_pass_chunk_keys)),
         reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {}) {}
 
   // Up to BudgetSide::kTouched keys drawn from `pass`, duplicates dropped (TouchRows), marked
@@ -348,6 +351,69 @@ TEST(PassManager, PassBoundaryAllocatesNoCardMemoryAfterTheFirstPass) {
       EXPECT_EQ(ended.frees, 0u) << "end_pass";
     }
     EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
+    sides.expect_peak_under_the_plan();
+    sides.expect_same_host_rows();
+  }
+}
+
+// The next pass's card work keeps its chunk scratch (card buffers for the chunks in flight, their
+// pinned copies) from pass to pass, as the pass boundary keeps its own: with the work on (chunks
+// of 64 keys, each pass's successor planned and fetched ahead, a chunk after each of 40 steps:
+// look-ups, room made by erases, inserts), a later pass makes no card allocation and no pinned
+// allocation, and frees none, from its begin_pass through its end_pass (the expect, the chunks
+// and begin_pass's use of what they did included), under a budget that evicts every pass, in
+// pages of 1, 64 and 65536 rows. The card's peak stays under the plan (which counts the
+// scratch), and the host tier ends as without a budget.
+TEST(PassManager, NextPassWorkAllocatesNothingAfterTheFirstPass) {
+  for (const std::size_t page_rows : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 16}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_rows) + " rows");
+    BudgetedAndUnbudgeted sides(test_config(), /*budget_rows=*/300, page_rows,
+                                /*next_pass_chunk_keys=*/64);
+    PassManager& manager = sides.manager;
+    device::Card& card = sides.budgeted.cards.card(0);
+    std::mt19937_64 rng(7);
+    // A first pass of the budget's rows (its own keys) fills the card, then passes of half the
+    // budget's rows: rows of the passes before stay on the card, and the next pass's work
+    // erases those outside both passes to make room for its inserts.
+    std::vector<std::vector<uint64_t>> passes(1);
+    for (uint64_t k = 0; k < manager.row_budget(); ++k) passes[0].push_back(mix64(k + 100000) | 1);
+    std::sort(passes[0].begin(), passes[0].end());
+    for (auto& pass : make_passes(6, manager.row_budget() / 2, 23)) passes.push_back(pass);
+    std::unique_ptr<StagedRows> staged;  // the pass begun next, planned and fetched ahead
+    uint64_t early_inserted = 0, early_evicted = 0;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      SCOPED_TRACE("pass " + std::to_string(p));
+      const device::DeviceCounts before = card.counts();
+      const PassStats begin = manager.begin_pass(passes[p], {}, staged.get());
+      sides.reference.begin_pass(passes[p]);
+      std::unique_ptr<StagedRows> next;
+      if (p + 1 < passes.size()) {
+        std::set<uint64_t> exclude(passes[p].begin(), passes[p].end());
+        for (const uint64_t k : manager.resident_keys()) exclude.insert(k);
+        next = std::make_unique<StagedRows>(manager.stage_rows(
+            passes[p + 1], {}, std::vector<uint64_t>(exclude.begin(), exclude.end())));
+        manager.expect_next_pass(pass_test::sorted_keys(passes[p]), pass_test::poll_of(next.get()));
+      }
+      for (int step = 0; step < 40; ++step) {
+        sides.touch(passes[p], rng);
+        sides.budgeted.cards.run_on_cards(
+            [&](device::Card& c) { manager.prepare_next_pass(c.local_index()); });
+      }
+      manager.end_pass();
+      sides.reference.end_pass();
+      const device::DeviceCounts during = card.counts() - before;
+      staged = std::move(next);
+      early_inserted += begin.early_inserted;
+      early_evicted += begin.early_evicted;
+      if (p == 0) continue;
+      EXPECT_GT(begin.prefetched, 0u);
+      EXPECT_EQ(during.allocations, 0u);
+      EXPECT_EQ(during.frees, 0u);
+      EXPECT_EQ(during.pinned_allocations, 0u);
+      EXPECT_EQ(during.pinned_frees, 0u);
+    }
+    EXPECT_GT(early_inserted, 0u) << "the work never inserted between steps";
+    EXPECT_GT(early_evicted, 0u) << "the work never made room between steps";
     sides.expect_peak_under_the_plan();
     sides.expect_same_host_rows();
   }
