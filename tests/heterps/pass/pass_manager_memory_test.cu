@@ -419,6 +419,33 @@ TEST(PassManager, NextPassWorkAllocatesNothingAfterTheFirstPass) {
   }
 }
 
+// The pass boundary's erases wait once per kept listing, not once per kept page: under a budget
+// of 12000 rows in pages of 65536, an evaluation pass's end_pass (its borrowed rows erased, no
+// dirty row to write back) waits for the card as often with 10000 borrowed rows as with 100 (in
+// kept pages of PassCards::kKeptRows keys, 10000 took 2 waits more).
+TEST(PassManager, EvaluationEndPassWaitsAsOftenForManyBorrowedRows) {
+  PassManagerOptions options;
+  options.card_row_budget = 12000;
+  card_table::HashTableOptions table_options;
+  table_options.page_rows = std::size_t{1} << 16;
+  Engine engine(1, options, nullptr, table_options);
+  device::Card& card = engine.card_set.card(0);
+  std::vector<uint64_t> host_syncs;
+  uint64_t from = 1;
+  for (const std::size_t n : {std::size_t{100}, std::size_t{10000}}) {
+    std::vector<uint64_t> keys;
+    for (std::size_t k = 0; k < n; ++k) keys.push_back(mix64(from++) | 1);
+    std::sort(keys.begin(), keys.end());
+    const PassStats begun = engine.manager->begin_pass(keys, {}, nullptr, PassAccess::kEvaluate);
+    ASSERT_EQ(begun.pulled, n);
+    const device::DeviceCounts before = card.counts();
+    engine.manager->end_pass();
+    host_syncs.push_back((card.counts() - before).host_syncs);
+    EXPECT_EQ(engine.stores[0]->size(), 0u) << "the borrowed rows left";
+  }
+  EXPECT_EQ(host_syncs[1], host_syncs[0]) << "10000 borrowed rows, against 100";
+}
+
 // Each pool of `store` holds its width's rows: every resident key's handle names the pool of the
 // width its host-tier row records (listing keys and handles only: the pass boundary's working
 // set).
