@@ -86,7 +86,10 @@ bool next_pass_work_possible(const PassCards& cards) {
 NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows) {
   NextPassScratchSizes sizes;
   sizes.chunk = cards.options().next_pass_chunk_keys;
-  if (rows > 0) sizes.chunk = std::min(sizes.chunk, std::max(PassCards::kKeptRows, rows / 16));
+  if (rows > 0) {
+    sizes.chunk = std::min(
+        sizes.chunk, std::max(std::min(ChunkPacer::kMinKeys, rows), rows / kBudgetRowsPerChunkKey));
+  }
   const std::size_t chunk = sizes.chunk;
   // kLookup, kErase, kInsert: a chunk a slot (kInsert's records: below); under a budget kMark: a
   // window of a chunk per local card, kList: two regions of 8 slots a key (+ 2: the side slots).
@@ -100,8 +103,9 @@ NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t
     sizes.flags = listed;
   }
   // kInsert: two regions of staged records, a chunk's or a page's (the smaller), on the card and
-  // pinned.
-  sizes.insert_room = std::min(chunk, cards.store(0).page_rows());
+  // pinned; under a budget half a chunk's (a record is a row: it would be most of the scratch).
+  const std::size_t insert_chunk = rows > 0 ? std::max<std::size_t>(1, chunk / 2) : chunk;
+  sizes.insert_room = std::min(insert_chunk, cards.store(0).page_rows());
   sizes.floats = std::max(sizes.floats, 2 * sizes.insert_room * cards.stride());
   return sizes;
 }

@@ -62,7 +62,7 @@ namespace gpubox::pass {
 
 // One card's scratch for the next pass's card work: card buffers for the chunks in flight, their
 // pinned copies and the chunks' events. Sized for the largest chunk of every phase
-// (NextPassWork::scratch_sizes) by the first expect() that runs the work, then kept from pass to
+// (next_pass_scratch_sizes) by the first expect() that runs the work, then kept from pass to
 // pass (NextPassWork lends it to each pass's NextPassCard and takes it back once begin_pass used
 // what the work did), so a later pass allocates no card or pinned memory for it, and a chunk
 // allocates nothing (it needs no wait for the step's collectives before it: device rule 1).
@@ -90,12 +90,12 @@ struct NextPassScratch {
   // Each chunk's end event (timed when paced) and, when paced, its begin event: depth + 1 of
   // each.
   std::vector<device::Event> begins, ends;
-  bool made = false;  // given the card's memory (NextPassWork::make_scratch)
+  bool made = false;  // given the card's memory (NextPassWork::lend_scratch)
 };
 
 // The sizes of NextPassScratch's buffers on one card (entries of each), for `chunk` keys a chunk.
 struct NextPassScratchSizes {
-  std::size_t chunk = 0;        // keys a chunk at most (PassCards::next_pass_chunk_keys)
+  std::size_t chunk = 0;        // keys a chunk at most (PassOptions::next_pass_chunk_keys, capped)
   std::size_t keys = 0;         // d_keys, d_rows
   std::size_t floats = 0;       // d_floats
   std::size_t flags = 0;        // d_flags
@@ -109,12 +109,14 @@ struct NextPassScratchSizes {
 // sharded placement, one pool (no width classes: compact_pool moves rows), one trainer (nothing
 // is staged for several).
 bool next_pass_work_possible(const PassCards& cards);
+// Under a budget a chunk is at most a 1/kBudgetRowsPerChunkKey of its rows.
+inline constexpr std::size_t kBudgetRowsPerChunkKey = 64;
 // The sizes of the scratch on each card for a row budget of `rows` (0: none). The chunk is
-// next_pass_chunk_keys, but under a budget at most a sixteenth of its rows (at least
-// PassCards::kKeptRows keys, the bound of the pass boundary's kept pages): the scratch, about 300
-// card bytes a chunk key at rows of 14 floats (its list regions take 8 table slots a key, 17
-// bytes each, two at once), then costs a large budget about 20 bytes a row, not the 40 MiB of a
-// default chunk of 131072 keys.
+// next_pass_chunk_keys, but under a budget at most a sixty-fourth of its rows (at least
+// ChunkPacer::kMinKeys keys, or the rows if fewer), with insert regions of half a chunk: the
+// scratch, about 280 card bytes a chunk key at rows of 18 floats (its list regions take 8 table
+// slots a key, 17 bytes each, two at once), then costs a budget about 4.5 bytes a row (a small
+// budget about 70 KiB at least), not the 40 MiB of a default chunk of 131072 keys.
 NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows);
 
 // What the next pass's card work did and knows on one card, for the next begin_pass.

@@ -127,6 +127,24 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
   EXPECT_THROW(Engine(1, options), Error);
 }
 
+// The next pass's card work's scratch is a small part of a budget's plan, whatever the budget:
+// with the default chunk of 131072 keys capped by the rows, at most a twentieth of the plan and
+// under 6 bytes a row (less than the kept listing's 12). Before the cap was a sixteenth of the
+// rows and at least 4096 keys, with list regions of 8 slots a key and insert regions of a chunk:
+// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows.
+TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 131072;
+  Engine probe(1, options);
+  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u}) {
+    SCOPED_TRACE(rows);
+    const CardTierPlan plan = probe.manager->plan_for(rows);
+    EXPECT_GT(plan.next_pass_bytes, 0u) << "the work runs under a budget";
+    EXPECT_LE(plan.next_pass_bytes, plan.total_bytes() / 20) << plan.to_string();
+    EXPECT_LT(plan.next_pass_bytes, 6 * rows) << plan.to_string();
+  }
+}
+
 // Marks the listed keys' rows changed (click + 1, dirty), as a training step would. The keys
 // must be distinct, as a step's pushes are once merged (on a GPU two threads adding to one row's
 // click race, and lose an update differently from run to run).
