@@ -224,6 +224,9 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   const device::DeviceCounts before = early.card_set.card(0).counts();
   const auto [got, want] = engines.begin_next(b, &staged);
   EXPECT_EQ((early.card_set.card(0).counts() - before).allocations, 0u);
+  // Its copies to or from pageable memory (each a wait on CUDA): evict_among reads its ranks
+  // and dirty flags back in one, not two (before: 8).
+  EXPECT_EQ((early.card_set.card(0).counts() - before).pageable_copies, 7u);
   EXPECT_EQ(got.early_inserted, 0u);
   EXPECT_EQ(got.early_evicted, 0u);
   EXPECT_GT(got.early_chunks, 0u);
