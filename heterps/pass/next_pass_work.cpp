@@ -182,7 +182,13 @@ void NextPassWork::lend_scratch(int c, NextPassCard& next) {
 
 void NextPassWork::keep_scratch(int c, NextPassCard& work) {
   if (!work.scratch.made) return;
-  if (work.chain.in_flight() > 0 || work.readbacks > 0) {
+  // What is in flight is on the card's stream, in order: once the newest chunk's end event has
+  // passed (none left open, so it was recorded) or the stream is idle, every chunk and its
+  // readbacks are done, and a work that expired (begin_pass did not read it) adds no wait.
+  const bool pending = work.chain.in_flight() > 0 || work.readbacks > 0;
+  const bool ended = work.chain.in_flight() > 0 && !work.chunk_open &&
+                     work.scratch.ends[work.chain.newest().event].ready();
+  if (pending && !ended && !cards_.card(c).stream().ready()) {
     wait_for_card(c, "its chunks in flight before its scratch is kept");
   }
   kept_[static_cast<std::size_t>(c)] = std::exchange(work.scratch, NextPassScratch{});

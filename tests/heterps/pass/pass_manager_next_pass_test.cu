@@ -292,6 +292,23 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   EXPECT_EQ(all.early_chunks, 0u);
   EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
   early.manager->end_pass();
+  {
+    // A work that expired with a look-up chunk in flight (one poll, then the pass ended): its
+    // begin_pass does all of the work, and keeping its scratch adds no wait once the chunk has
+    // passed (always, on the cpu backend).
+    SCOPED_TRACE("expired work");
+    early.manager->begin_pass(a);
+    StagedRows expired = early.manager->stage_rows(b, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&expired));
+    early.manager->prepare_next_pass(0);
+    early.manager->end_pass();
+    const device::DeviceCounts before_expired = early.card_set.card(0).counts();
+    const PassStats stats = early.manager->begin_pass(b, {}, &expired);
+    EXPECT_EQ(stats.hits + stats.pulled + stats.prefetched, b.size());
+    // begin_pass's own waits; before, keep_scratch waited for the passed chunk too (9).
+    EXPECT_EQ((early.card_set.card(0).counts() - before_expired).host_syncs, 8u);
+    early.manager->end_pass();
+  }
   // Too late once a step ran (the trainer's prepare_next_pass after it): its sizing would wait
   // beside the step's collectives. Each pass above expected after its begin_pass, past steps.
   early.manager->begin_pass(a);
