@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "heterps/card_table/card_store.hpp"
+#include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_cards.hpp"
 
 namespace gpubox::pass {
@@ -21,9 +22,10 @@ using card_table::row_index_t;
 // back, and a rehash of the pass boundary's or of the next pass's inserts saves its pairs there),
 // so the listing is all of this room that is held, from pass to pass (12 of the 16 bytes; the
 // rest is slack). It is held while the steps run too, but inside this room: the
-// steps take no pass-boundary memory, and the phases that run beside them (the next pass's
-// look-up, eviction and inserts) or after them (begin_pass, end_pass) borrow it, so counting
-// it again would count it twice. Not counted: a rehash that an insert's probe overflow
+// steps take no pass-boundary memory, and what runs before them (expect_next_pass's rehash for
+// the next pass's inserts) or after them (begin_pass, end_pass) borrows it, so counting it again
+// would count it twice. The next pass's chunks between the steps use scratch of their own
+// (CardTierPlan::next_pass_bytes). Not counted: a rehash that an insert's probe overflow
 // forces (rare, and it doubles the table past the plan with a warning), and compact_pool's page
 // of moved records, their dirty flags and new rows (width classes, when a shift of widths needs
 // the pools' free pages back; it lists and purges erased slots in the kept listing).
@@ -70,8 +72,9 @@ std::string CardTierPlan::to_string() const {
   out << "card tier per card: " << rows << " rows in " << total_bytes() * mib << " MiB (rows "
       << row_page_bytes * mib << ", table " << table_bytes * mib << ", index " << index_bytes * mib
       << ", pass working set " << working_bytes * mib << ", kept pass-boundary buffers "
-      << kept_bytes * mib << "), " << bytes_per_key() << " bytes per key (row " << row_bytes
-      << "), pages of " << page_rows << " rows" << class_bytes();
+      << kept_bytes * mib << ", next pass's card work " << next_pass_bytes * mib << "), "
+      << bytes_per_key() << " bytes per key (row " << row_bytes << "), pages of " << page_rows
+      << " rows" << class_bytes();
   return out.str();
 }
 
@@ -115,6 +118,11 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
   plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
+  // The next pass's card work keeps its chunks' scratch beside the steps, from the first pass
+  // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes).
+  plan.next_pass_bytes = rows == 0 || !next_pass_work_possible(*this)
+                             ? 0
+                             : next_pass_scratch_sizes(*this, rows).card_bytes();
   return plan;
 }
 

@@ -1,6 +1,7 @@
 #include "heterps/pass/make_room.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "common/error.hpp"
 #include "heterps/card_table/card_store.hpp"
@@ -78,20 +79,41 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
   const device::Stream& stream = cards.card(c).stream();
   std::vector<EvictionCandidate> candidates;
   candidates.reserve(rows.size());
-  // The ranks and dirty flags a kept page of rows at a time (its row indices in page_rows, ranks
-  // in the staging page, flags in page_flags: nothing allocated, card memory within the plan).
-  const std::size_t page = PassCards::page_rows_kept(store.page_rows());
+  // The ranks and dirty flags of as many rows as the kept listing holds at a time (under a budget
+  // every row of the pass at once: one wait), its row indices in listed_rows, ranks and flags in
+  // the listed keys' room (8 bytes a row: 4 + 1), nothing allocated; the listing is free (the
+  // pass's look-up was read). Without a listing as large, a kept page at a time (its row indices
+  // in page_rows, ranks and flags in the staging page: a row's floats, at least 2, a row). A
+  // chunk's flags follow its ranks, so one copy reads both back: a copy into pageable memory
+  // blocks the host on CUDA (device rule 2), so two would be two waits.
   CardPassBuffers& lent = cards.kept(c);
-  for (std::size_t b = 0; b < rows.size(); b += page) {
-    const std::size_t n = std::min(rows.size(), b + page) - b;
-    device::copy_async(lent.page_rows.data(), rows.data() + b, n, stream);
-    store.eviction_ranks(lent.page_rows.data(), n, lent.staged.data(), stream);
-    store.row_dirty(lent.page_rows.data(), n, lent.page_flags.data(), stream);
-    const std::vector<float> ranks = device::to_host(lent.staged.data(), n, stream);
-    const std::vector<uint8_t> dirty = device::to_host(lent.page_flags.data(), n, stream);
+  const std::size_t listed = std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity());
+  const std::size_t page = PassCards::page_rows_kept(store.page_rows());
+  const bool in_listing = listed > page;
+  const std::size_t chunk = in_listing ? listed : page;
+  row_index_t* d_rows = in_listing ? lent.listed_rows.data() : lent.page_rows.data();
+  float* d_ranks =
+      in_listing ? reinterpret_cast<float*>(lent.listed_keys.data()) : lent.staged.data();
+  static_assert(sizeof(float) + 1 <= sizeof(uint64_t), "a rank and a flag fit a listed key's room");
+  constexpr std::size_t kBytesPerRow = sizeof(float) + 1;
+  GPUBOX_EXPECTS(in_listing || cards.stride() * sizeof(float) >= kBytesPerRow,
+                 "evict_among: a row's ranks and flags fit the staging page");
+  std::vector<uint8_t> back(std::min(rows.size(), chunk) * kBytesPerRow);
+  for (std::size_t b = 0; b < rows.size(); b += chunk) {
+    const std::size_t n = std::min(rows.size(), b + chunk) - b;
+    uint8_t* d_dirty = reinterpret_cast<uint8_t*>(d_ranks + n);
+    device::copy_async(d_rows, rows.data() + b, n, stream);
+    store.eviction_ranks(d_rows, n, d_ranks, stream);
+    store.row_dirty(d_rows, n, d_dirty, stream);
+    device::copy_async(back.data(), reinterpret_cast<const uint8_t*>(d_ranks), n * kBytesPerRow,
+                       stream);
+    stream.synchronize();
     for (std::size_t i = 0; i < n; ++i) {
       // A dirty row (kept by a `keep` wider than this pass's keys) stays: only here.
-      if (dirty[i] == 0) candidates.push_back({ranks[i], keys[at[b + i]]});
+      if (back[n * sizeof(float) + i] != 0) continue;
+      float rank;
+      std::memcpy(&rank, back.data() + i * sizeof(float), sizeof(float));
+      candidates.push_back({rank, keys[at[b + i]]});
     }
   }
   return evict_first(cards, c, candidates, kept_dirty, excess);

@@ -30,8 +30,9 @@ uint64_t evict_outside(const PassCards& cards, int c,
                        std::size_t excess);
 // evict_outside when the only rows of card `c` outside the pass are known: keys[at[i]] with row
 // indices rows[i] (the previous pass's rows this pass lacks, once the next pass's card work
-// removed every row outside both). Reads only their ranks and dirty flags (a dirty one stays), a
-// kept page at a time (PassCards::kept). Returns the rows removed.
+// removed every row outside both). Reads only their ranks and dirty flags (a dirty one stays), as
+// many at a time as card c's kept listing holds (under a budget: all, one wait; PassCards::kept:
+// its contents lost), or a kept page if more. Returns the rows removed.
 uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>& keys,
                      const std::vector<uint32_t>& at,
                      const std::vector<card_table::row_index_t>& rows, uint64_t kept_dirty,

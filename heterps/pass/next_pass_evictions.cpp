@@ -43,7 +43,7 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   const int total_cards = cards_.cards().total_cards();
   const int first_rank = cards_.cards().trainer_id() * cards_.cards().num_local_cards();
   const std::size_t from = chunk->slot * next.slot_keys;
-  uint64_t* mine = next.h_keys.data() + from;
+  uint64_t* mine = next.scratch.h_keys.data() + from;
   uint32_t* offsets = next.slot_offsets.data() + from;
   std::size_t n = 0;
   std::size_t k = next.at;
@@ -57,11 +57,13 @@ void NextPassWork::mark(int c, NextPassCard& next) {
   next.slot_count[chunk->slot] = n;
   begin_work(c, next, *chunk);
   if (n > 0) {  // as lookup(): the table's find, the rows back into the slot of h_rows
-    fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots
-    fit(c, next.d_rows, from + n);
-    device::copy_async(next.d_keys.data() + from, mine, n, stream);
-    store.table().find(next.d_keys.data() + from, n, next.d_rows.data() + from, stream);
-    device::copy_async(next.h_rows.data() + from, next.d_rows.data() + from, n, stream);
+    fit(c, next.scratch.d_keys, from + n);  // no allocation: expect() sized the slots
+    fit(c, next.scratch.d_rows, from + n);
+    device::copy_async(next.scratch.d_keys.data() + from, mine, n, stream);
+    store.table().find(next.scratch.d_keys.data() + from, n, next.scratch.d_rows.data() + from,
+                       stream);
+    device::copy_async(next.scratch.h_rows.data() + from, next.scratch.d_rows.data() + from, n,
+                       stream);
     ++next.readbacks;
   }
   end_chunk(c, next, *chunk, n);
@@ -72,7 +74,7 @@ void NextPassWork::read_marks(int c, NextPassCard& next, const ChunkChain::Chunk
   const std::size_t n = next.slot_count[chunk.slot];
   if (n > 0) --next.readbacks;
   for (std::size_t i = 0; i < n; ++i) {
-    const row_index_t row = next.h_rows[from + i];
+    const row_index_t row = next.scratch.h_rows[from + i];
     // Every key of the training pass is on the card (begin_pass placed it; nothing evicts it).
     GPUBOX_EXPECTS(row != card_table::kInvalidRow && row < next.marks.size(), "card ",
                    cards_.card(c).rank(), ": a key of the training pass is not on the card");
@@ -105,18 +107,22 @@ void NextPassWork::list(int c, NextPassCard& next) {
   const std::size_t end = std::min(slots, next.at + 8 * chunk->keys);
   const std::size_t from = (next.lists_started++ % 2) * next.list_room;
   const std::size_t room = from + (end - next.at) + 2;
-  fit(c, next.d_keys, room);  // no allocation: expect() sized the regions
-  fit(c, next.d_rows, room);
-  fit(c, next.d_floats, room);
-  fit(c, next.d_flags, room);
+  fit(c, next.scratch.d_keys, room);  // no allocation: expect() sized the regions
+  fit(c, next.scratch.d_rows, room);
+  fit(c, next.scratch.d_floats, room);
+  fit(c, next.scratch.d_flags, room);
   begin_work(c, next, *chunk);
-  const std::size_t count =
-      store.list_slots_async(next.at, end, next.d_keys.data() + from, next.d_rows.data() + from,
-                             next.d_floats.data() + from, next.d_flags.data() + from, stream);
-  device::copy_async(next.h_list_keys.data() + from, next.d_keys.data() + from, count, stream);
-  device::copy_async(next.h_list_rows.data() + from, next.d_rows.data() + from, count, stream);
-  device::copy_async(next.h_list_ranks.data() + from, next.d_floats.data() + from, count, stream);
-  device::copy_async(next.h_list_dirty.data() + from, next.d_flags.data() + from, count, stream);
+  const std::size_t count = store.list_slots_async(
+      next.at, end, next.scratch.d_keys.data() + from, next.scratch.d_rows.data() + from,
+      next.scratch.d_floats.data() + from, next.scratch.d_flags.data() + from, stream);
+  device::copy_async(next.scratch.h_list_keys.data() + from, next.scratch.d_keys.data() + from,
+                     count, stream);
+  device::copy_async(next.scratch.h_list_rows.data() + from, next.scratch.d_rows.data() + from,
+                     count, stream);
+  device::copy_async(next.scratch.h_list_ranks.data() + from, next.scratch.d_floats.data() + from,
+                     count, stream);
+  device::copy_async(next.scratch.h_list_dirty.data() + from, next.scratch.d_flags.data() + from,
+                     count, stream);
   ++next.readbacks;
   next.slot_count[chunk->slot] = count;
   const std::size_t listed = (end - next.at + 7) / 8;  // in keys: 8 slots a key
@@ -134,16 +140,16 @@ void NextPassWork::read_list(NextPassCard& next, const ChunkChain::Chunk& chunk)
   // a compacted listing would give them, so the work of a chunk is bounded by its size and the
   // host holds no more candidates than will leave.
   for (std::size_t i = from; i < from + count; ++i) {
-    const row_index_t row = next.h_list_rows[i];
+    const row_index_t row = next.scratch.h_list_rows[i];
     // Unmarked: in neither pass, so unused until begin_pass, and clean when end_pass kept only
     // the training pass's rows dirty (the trainer's `keep`); a dirty one (a wider `keep`) stays:
     // its newest value is only here. Nothing inserts between mark() and here, so every row has
     // a mark; one past them is not a candidate either. kInvalidRow: not a live slot.
     if (row == card_table::kInvalidRow || row >= next.marks.size() || next.marks[row] != 0 ||
-        next.h_list_dirty[i] != 0) {
+        next.scratch.h_list_dirty[i] != 0) {
       continue;
     }
-    next.victims.offer({next.h_list_ranks[i], next.h_list_keys[i], row});
+    next.victims.offer({next.scratch.h_list_ranks[i], next.scratch.h_list_keys[i], row});
   }
 }
 
@@ -171,19 +177,23 @@ void NextPassWork::erase(int c, NextPassCard& next) {
   std::size_t reserved = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const uint64_t key = victims[next.at + i].key;
-    next.h_keys[from + i] = key;
-    next.h_rows[from + i] = victims[next.at + i].row;
+    next.scratch.h_keys[from + i] = key;
+    next.scratch.h_rows[from + i] = victims[next.at + i].row;
     if (key == card_table::kEmptyKey || key == card_table::kErasedKey) ++reserved;
   }
-  fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots
-  fit(c, next.d_rows, from + n);
+  fit(c, next.scratch.d_keys, from + n);  // no allocation: expect() sized the slots
+  fit(c, next.scratch.d_rows, from + n);
   begin_work(c, next, *chunk);
-  device::copy_async(next.d_keys.data() + from, next.h_keys.data() + from, n, stream);
-  device::copy_async(next.d_rows.data() + from, next.h_rows.data() + from, n, stream);
-  cards_.store(c).erase_present_async(next.d_keys.data() + from, next.d_rows.data() + from, n,
-                                      reserved, next.d_erase_check.data(), stream);
+  device::copy_async(next.scratch.d_keys.data() + from, next.scratch.h_keys.data() + from, n,
+                     stream);
+  device::copy_async(next.scratch.d_rows.data() + from, next.scratch.h_rows.data() + from, n,
+                     stream);
+  cards_.store(c).erase_present_async(next.scratch.d_keys.data() + from,
+                                      next.scratch.d_rows.data() + from, n, reserved,
+                                      next.scratch.d_erase_check.data(), stream);
   fault_point(next, ChunkFault::kAfterTableCall);
-  device::copy_async(next.h_erase_check.data() + chunk->slot, next.d_erase_check.data(), 1, stream);
+  device::copy_async(next.scratch.h_erase_check.data() + chunk->slot,
+                     next.scratch.d_erase_check.data(), 1, stream);
   ++next.readbacks;
   next.evicted += n;
   next.at += n;
@@ -192,7 +202,7 @@ void NextPassWork::erase(int c, NextPassCard& next) {
 
 void NextPassWork::read_erase(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
   --next.readbacks;
-  const card_table::ErasePresentCheck check = next.h_erase_check[chunk.slot];
+  const card_table::ErasePresentCheck check = next.scratch.h_erase_check[chunk.slot];
   if (check.missing == 0 && check.moved == 0) return;
   next.damaged = true;
   fail_erase(c, check);
@@ -211,10 +221,10 @@ void NextPassWork::fail_erase(int c, const card_table::ErasePresentCheck& check)
 }
 
 void NextPassWork::check_erases(int c, const NextPassCard& work) const {
-  if (work.d_erase_check.empty() || work.evicted == 0) return;
+  if (work.scratch.d_erase_check.empty() || work.evicted == 0) return;
   const device::Stream& stream = cards_.card(c).stream();
   const card_table::ErasePresentCheck check =
-      device::to_host(work.d_erase_check.data(), 1, stream)[0];
+      device::to_host(work.scratch.d_erase_check.data(), 1, stream)[0];
   if (check.missing == 0 && check.moved == 0) return;
   fail_erase(c, check);
 }

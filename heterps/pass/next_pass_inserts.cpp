@@ -73,26 +73,27 @@ void NextPassWork::insert(int c, NextPassCard& next) {
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t from = chunk->slot * next.slot_keys;
   const std::size_t region = (next.inserts_started++ % 2) * next.insert_room * stride;
-  float* records = next.h_records.data() + region;
+  float* records = next.scratch.h_records.data() + region;
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t at = first + next.used[next.inserted + i];
-    next.h_keys[from + i] = staged.keys[at];
+    next.scratch.h_keys[from + i] = staged.keys[at];
     std::copy_n(staged.rows.data() + at * stride, stride, records + i * stride);
   }
-  fit(c, next.d_keys, from + n);  // no allocation: expect() sized the slots and regions
-  fit(c, next.d_rows, from + n);
-  fit(c, next.d_floats, region + n * stride);
+  fit(c, next.scratch.d_keys, from + n);  // no allocation: expect() sized the slots and regions
+  fit(c, next.scratch.d_rows, from + n);
+  fit(c, next.scratch.d_floats, region + n * stride);
   begin_work(c, next, *chunk);
-  uint64_t* d_keys = next.d_keys.data() + from;
-  row_index_t* d_rows = next.d_rows.data() + from;
-  uint32_t* d_failed = next.d_failed.data() + chunk->slot;
-  device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
-  device::copy_async(next.d_floats.data() + region, records, n * stride, stream);
+  uint64_t* d_keys = next.scratch.d_keys.data() + from;
+  row_index_t* d_rows = next.scratch.d_rows.data() + from;
+  uint32_t* d_failed = next.scratch.d_failed.data() + chunk->slot;
+  device::copy_async(d_keys, next.scratch.h_keys.data() + from, n, stream);
+  device::copy_async(next.scratch.d_floats.data() + region, records, n * stride, stream);
   device::memset_bytes_async(d_failed, 0, sizeof(uint32_t), stream);
-  store.insert_new_rows_async(d_keys, next.d_floats.data() + region, n, d_rows, d_failed, stream);
+  store.insert_new_rows_async(d_keys, next.scratch.d_floats.data() + region, n, d_rows, d_failed,
+                              stream);
   fault_point(next, ChunkFault::kAfterTableCall);
-  device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
-  device::copy_async(next.h_failed.data() + chunk->slot, d_failed, 1, stream);
+  device::copy_async(next.scratch.h_rows.data() + from, d_rows, n, stream);
+  device::copy_async(next.scratch.h_failed.data() + chunk->slot, d_failed, 1, stream);
   ++next.readbacks;
   next.slot_count[chunk->slot] = n;
   next.inserted += n;
@@ -102,7 +103,7 @@ void NextPassWork::insert(int c, NextPassCard& next) {
 void NextPassWork::read_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
   --next.readbacks;
   const std::size_t region = (next.inserts_read++ % 2) * next.insert_room * cards_.stride();
-  if (next.h_failed[chunk.slot] != 0) {
+  if (next.scratch.h_failed[chunk.slot] != 0) {
     try {
       repair_insert(c, next, chunk, region);
     } catch (...) {
@@ -115,8 +116,8 @@ void NextPassWork::read_insert(int c, NextPassCard& next, const ChunkChain::Chun
   const std::size_t from = chunk.slot * next.slot_keys;
   const std::size_t n = next.slot_count[chunk.slot];
   // Their rows are the next pass's too: begin_pass spares them if it still evicts.
-  next.hit_rows.insert(next.hit_rows.end(), next.h_rows.data() + from,
-                       next.h_rows.data() + from + n);
+  next.hit_rows.insert(next.hit_rows.end(), next.scratch.h_rows.data() + from,
+                       next.scratch.h_rows.data() + from + n);
 }
 
 void NextPassWork::repair_insert(int c, NextPassCard& next, const ChunkChain::Chunk& chunk,
@@ -126,9 +127,9 @@ void NextPassWork::repair_insert(int c, NextPassCard& next, const ChunkChain::Ch
   const device::Stream& stream = card.stream();
   const std::size_t stride = cards_.stride();
   const std::size_t n = next.slot_count[chunk.slot];
-  const uint64_t* keys = next.h_keys.data() + chunk.slot * next.slot_keys;
-  row_index_t* rows = next.h_rows.data() + chunk.slot * next.slot_keys;
-  const float* records = next.h_records.data() + region;
+  const uint64_t* keys = next.scratch.h_keys.data() + chunk.slot * next.slot_keys;
+  row_index_t* rows = next.scratch.h_rows.data() + chunk.slot * next.slot_keys;
+  const float* records = next.scratch.h_records.data() + region;
   // Rare (a key present after all, or a probe run past the bound): a wait, bounded as the
   // step's own (a step's collectives may be in flight), so that nothing is in flight while the
   // table may grow (device rule 1). The keys whose row is not the one they were given did not
@@ -237,18 +238,19 @@ void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::
   }
   const std::size_t from = chunk.slot * work.slot_keys;
   const std::size_t spare = (chunk.slot + 1) % work.chain.depth() * work.slot_keys;
-  fit(c, work.d_keys, spare + n);
-  fit(c, work.d_rows, spare + n);
-  row_index_t* given = work.h_rows.data() + from;
-  row_index_t* found = work.h_rows.data() + spare;
-  device::copy_async(given, work.d_rows.data() + from, n, stream);
-  store.table().find(work.d_keys.data() + from, n, work.d_rows.data() + spare, stream);
-  device::copy_async(found, work.d_rows.data() + spare, n, stream);
+  fit(c, work.scratch.d_keys, spare + n);
+  fit(c, work.scratch.d_rows, spare + n);
+  row_index_t* given = work.scratch.h_rows.data() + from;
+  row_index_t* found = work.scratch.h_rows.data() + spare;
+  device::copy_async(given, work.scratch.d_rows.data() + from, n, stream);
+  store.table().find(work.scratch.d_keys.data() + from, n, work.scratch.d_rows.data() + spare,
+                     stream);
+  device::copy_async(found, work.scratch.d_rows.data() + spare, n, stream);
   wait_for_card(c, "the rows of an insert chunk cut short by a fault");
   // Split in place (each index written is at most the one read): the keys that took their row,
   // with it, to the spare slot; the rows nobody took to the front of the chunk's slot.
-  const uint64_t* keys = work.h_keys.data() + from;
-  uint64_t* took_keys = work.h_keys.data() + spare;
+  const uint64_t* keys = work.scratch.h_keys.data() + from;
+  uint64_t* took_keys = work.scratch.h_keys.data() + spare;
   std::size_t took = 0;
   std::size_t unused = 0;
   std::size_t reserved = 0;  // kEmptyKey, kErasedKey: side slots, no tombstone when erased
@@ -262,17 +264,18 @@ void NextPassWork::undo_cut_insert(int c, NextPassCard& work, const ChunkChain::
     found[took++] = row;
     if (keys[i] == card_table::kEmptyKey || keys[i] == card_table::kErasedKey) ++reserved;
   }
-  device::copy_async(work.d_rows.data() + from, given, unused, stream);
-  store.release_unused_rows_async(work.d_rows.data() + from, unused, stream);
+  device::copy_async(work.scratch.d_rows.data() + from, given, unused, stream);
+  store.release_unused_rows_async(work.scratch.d_rows.data() + from, unused, stream);
   // The keys that took their row leave again, each known present at its row: erase() without
   // its readback and scratch, checked on the card.
-  device::copy_async(work.d_keys.data() + spare, took_keys, took, stream);
-  device::copy_async(work.d_rows.data() + spare, found, took, stream);
-  store.erase_present_async(work.d_keys.data() + spare, work.d_rows.data() + spare, took, reserved,
-                            work.d_erase_check.data(), stream);
-  device::copy_async(work.h_erase_check.data() + chunk.slot, work.d_erase_check.data(), 1, stream);
+  device::copy_async(work.scratch.d_keys.data() + spare, took_keys, took, stream);
+  device::copy_async(work.scratch.d_rows.data() + spare, found, took, stream);
+  store.erase_present_async(work.scratch.d_keys.data() + spare, work.scratch.d_rows.data() + spare,
+                            took, reserved, work.scratch.d_erase_check.data(), stream);
+  device::copy_async(work.scratch.h_erase_check.data() + chunk.slot,
+                     work.scratch.d_erase_check.data(), 1, stream);
   wait_for_card(c, "the undo of an insert chunk cut short by a fault");
-  const card_table::ErasePresentCheck check = work.h_erase_check[chunk.slot];
+  const card_table::ErasePresentCheck check = work.scratch.h_erase_check[chunk.slot];
   if (check.missing != 0 || check.moved != 0) {
     work.damaged = true;
     GPUBOX_FAIL("card ", cards_.card(c).rank(), ": the next pass's card work during pass ",

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -35,40 +36,23 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
                  "expect_next_pass: pass ", pass_id,
                  " has run steps already (prepare_next_pass was called since its begin_pass); "
                  "call it after begin_pass, before the first step");
+  keep_idle_scratch();
   cards_work_.clear();
   pass_id_ = pass_id;
-  // With several trainers nothing is staged (a card's keys come from every trainer's data), so
-  // the work would never start: nothing is sized for it either.
-  const bool several_trainers = cards_.cards().total_cards() != cards_.cards().num_local_cards();
-  if (!poll || current_keys == nullptr || cards_.options().next_pass_chunk_keys == 0 ||
-      cards_.replicated() || cards_.store(0).pool_count() > 1 || !training || several_trainers) {
-    return;
-  }
+  if (!poll || current_keys == nullptr || !training || !next_pass_work_possible(cards_)) return;
   // The rows of the current pass the next one lacks are kept as 32-bit offsets in its keys.
   GPUBOX_EXPECTS(current_keys->size() <= UINT32_MAX, "expect_next_pass: ", current_keys->size(),
                  " keys in the training pass, over 2^32");
   cards_work_.resize(cards_.num_cards());
-  for (std::size_t c = 0; c < cards_work_.size(); ++c) {
-    device::Card& card = cards_.card(static_cast<int>(c));
-    // The controlling thread: card c's device current while its buffers are made and cleared.
-    const device::DeviceGuard guard(card.device());
-    NextPassCard& next = cards_work_[c];
+  // Each card's scratch on its own thread (its pinned memory counted on its card).
+  cards_.cards().run_on_cards([&](device::Card& card) {
+    NextPassCard& next = cards_work_[static_cast<std::size_t>(card.local_index())];
     next.phase = NextPassCard::Phase::kWaiting;
     next.poll = poll;  // a copy per card thread
     next.current_keys = current_keys;
     next.generation = generation_;
-    next.d_keys = device::device_buffer<uint64_t>(0, card.memory(), card.stream());
-    next.d_rows = device::device_buffer<row_index_t>(0, card.memory(), card.stream());
-    next.d_floats = device::device_buffer<float>(0, card.memory(), card.stream());
-    next.d_flags = device::device_buffer<uint8_t>(0, card.memory(), card.stream());
-    next.d_erase_check =
-        device::device_buffer<card_table::ErasePresentCheck>(1, card.memory(), card.stream());
-    device::memset_bytes_async(next.d_erase_check.data(), 0, next.d_erase_check.bytes(),
-                               card.stream());
-    next.d_failed =
-        device::device_buffer<uint32_t>(ChunkChain::kDepth, card.memory(), card.stream());
-    reserve_scratch(static_cast<int>(c), next);
-  }
+    lend_scratch(card.local_index(), next);
+  });
   // The tables and pools are sized now for the next pass's inserts (no collective in flight
   // between passes): no insert chunk grows them (they stop at the room there is). For its
   // staged keys on the card when they are planned already: a bound, exact when the staging
@@ -91,63 +75,131 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   });
 }
 
-void NextPassWork::reserve_scratch(int c, NextPassCard& next) {
-  device::Card& card = cards_.card(c);
-  const std::size_t chunk = cards_.options().next_pass_chunk_keys;
-  const std::size_t page = cards_.store(c).page_rows();
+bool next_pass_work_possible(const PassCards& cards) {
+  // With several trainers nothing is staged (a card's keys come from every trainer's data), so
+  // the work would never start: nothing is sized for it either.
+  const bool several_trainers = cards.cards().total_cards() != cards.cards().num_local_cards();
+  return cards.options().next_pass_chunk_keys > 0 && !cards.replicated() &&
+         cards.store(0).pool_count() == 1 && !several_trainers;
+}
+
+NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows) {
+  NextPassScratchSizes sizes;
+  sizes.chunk = cards.options().next_pass_chunk_keys;
+  if (rows > 0) {
+    sizes.chunk = std::min(
+        sizes.chunk, std::max(std::min(ChunkPacer::kMinKeys, rows), rows / kBudgetRowsPerChunkKey));
+  }
+  const std::size_t chunk = sizes.chunk;
   // kLookup, kErase, kInsert: a chunk a slot (kInsert's records: below); under a budget kMark: a
   // window of a chunk per local card, kList: two regions of 8 slots a key (+ 2: the side slots).
-  const std::size_t depth = ChunkChain::kDepth;
-  std::size_t keys = chunk * depth;
-  std::size_t floats = 0;
-  std::size_t flags = 0;
-  next.list_room = 0;
-  if (cards_.row_budget() > 0) {
-    next.list_room = 8 * chunk + 2;
-    const std::size_t listed = 2 * next.list_room;
-    keys = std::max(
-        {keys, chunk * static_cast<std::size_t>(cards_.cards().num_local_cards()), listed});
-    floats = std::max(floats, listed);
-    flags = listed;
-  }
-  next.h_list_keys = device::pinned_buffer<uint64_t>(2 * next.list_room);
-  next.h_list_rows = device::pinned_buffer<row_index_t>(2 * next.list_room);
-  next.h_list_ranks = device::pinned_buffer<float>(2 * next.list_room);
-  next.h_list_dirty = device::pinned_buffer<uint8_t>(2 * next.list_room);
-  next.lists_started = 0;
-  next.lists_read = 0;
-  next.h_erase_check = device::pinned_buffer<card_table::ErasePresentCheck>(depth);
-  next.h_failed = device::pinned_buffer<uint32_t>(depth);
-  for (std::size_t i = 0; i < depth; ++i) {
-    next.h_erase_check[i] = card_table::ErasePresentCheck{};
-    next.h_failed[i] = 0;
+  sizes.keys = chunk * ChunkChain::kDepth;
+  if (rows > 0) {
+    sizes.list_room = 8 * chunk + 2;
+    const std::size_t listed = 2 * sizes.list_room;
+    sizes.keys = std::max(
+        {sizes.keys, chunk * static_cast<std::size_t>(cards.cards().num_local_cards()), listed});
+    sizes.floats = listed;
+    sizes.flags = listed;
   }
   // kInsert: two regions of staged records, a chunk's or a page's (the smaller), on the card and
-  // pinned, made once here.
-  next.insert_room = std::min(chunk, page);
-  floats = std::max(floats, 2 * next.insert_room * cards_.stride());
-  next.h_records = device::pinned_buffer<float>(2 * next.insert_room * cards_.stride());
+  // pinned; under a budget half a chunk's (a record is a row: it would be most of the scratch).
+  const std::size_t insert_chunk = rows > 0 ? std::max<std::size_t>(1, chunk / 2) : chunk;
+  sizes.insert_room = std::min(insert_chunk, cards.store(0).page_rows());
+  sizes.floats = std::max(sizes.floats, 2 * sizes.insert_room * cards.stride());
+  return sizes;
+}
+
+std::size_t NextPassScratchSizes::card_bytes() const {
+  const auto bytes = [](std::size_t count, std::size_t each) {
+    return PassCards::allocated_bytes(count * each);
+  };
+  return bytes(keys, sizeof(uint64_t)) + bytes(keys, sizeof(row_index_t)) +
+         bytes(floats, sizeof(float)) + bytes(flags, 1) +
+         bytes(1, sizeof(card_table::ErasePresentCheck)) +
+         bytes(ChunkChain::kDepth, sizeof(uint32_t));
+}
+
+void NextPassWork::lend_scratch(int c, NextPassCard& next) {
+  device::Card& card = cards_.card(c);
+  const NextPassScratchSizes sizes = next_pass_scratch_sizes(cards_, cards_.row_budget());
+  const std::size_t depth = ChunkChain::kDepth;
+  NextPassScratch& scratch = next.scratch;
+  scratch = std::exchange(kept_[static_cast<std::size_t>(c)], NextPassScratch{});
+  if (!scratch.made) {
+    // The first pass that runs the work: every buffer made once, at its size (the options and
+    // the budget do not change).
+    device::CardMemory& memory = card.memory();
+    const device::Stream& stream = card.stream();
+    scratch.d_keys = device::device_buffer<uint64_t>(sizes.keys, memory, stream);
+    scratch.d_rows = device::device_buffer<row_index_t>(sizes.keys, memory, stream);
+    scratch.d_floats = device::device_buffer<float>(sizes.floats, memory, stream);
+    scratch.d_flags = device::device_buffer<uint8_t>(sizes.flags, memory, stream);
+    scratch.d_erase_check = device::device_buffer<card_table::ErasePresentCheck>(1, memory, stream);
+    scratch.d_failed = device::device_buffer<uint32_t>(depth, memory, stream);
+    // Sized, but empty until a chunk fits them (fit: within their capacity).
+    scratch.d_keys.clear();
+    scratch.d_rows.clear();
+    scratch.d_floats.clear();
+    scratch.d_flags.clear();
+    scratch.h_keys = device::pinned_buffer<uint64_t>(sizes.chunk * depth);
+    scratch.h_rows = device::pinned_buffer<row_index_t>(sizes.chunk * depth);
+    scratch.h_list_keys = device::pinned_buffer<uint64_t>(2 * sizes.list_room);
+    scratch.h_list_rows = device::pinned_buffer<row_index_t>(2 * sizes.list_room);
+    scratch.h_list_ranks = device::pinned_buffer<float>(2 * sizes.list_room);
+    scratch.h_list_dirty = device::pinned_buffer<uint8_t>(2 * sizes.list_room);
+    scratch.h_erase_check = device::pinned_buffer<card_table::ErasePresentCheck>(depth);
+    scratch.h_failed = device::pinned_buffer<uint32_t>(depth);
+    scratch.h_records = device::pinned_buffer<float>(2 * sizes.insert_room * cards_.stride());
+    const bool paced = ChunkPacer(sizes.chunk, cards_.options().next_pass_step_fraction).paced();
+    const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
+    for (std::size_t i = 0; i <= depth; ++i) {
+      scratch.ends.emplace_back(card.device(), card.stream().counters(), timing);
+      if (paced) scratch.begins.emplace_back(card.device(), card.stream().counters(), timing);
+    }
+    scratch.made = true;
+  }
+  // What a pass's work starts from.
+  device::memset_bytes_async(scratch.d_erase_check.data(), 0, sizeof(card_table::ErasePresentCheck),
+                             card.stream());
+  for (std::size_t i = 0; i < depth; ++i) {
+    scratch.h_erase_check[i] = card_table::ErasePresentCheck{};
+    scratch.h_failed[i] = 0;
+  }
+  next.list_room = sizes.list_room;
+  next.lists_started = 0;
+  next.lists_read = 0;
+  next.insert_room = sizes.insert_room;
   next.inserts_started = 0;
   next.inserts_read = 0;
-  next.d_keys.reserve(keys);
-  next.d_rows.reserve(keys);
-  next.d_floats.reserve(floats);
-  next.d_flags.reserve(flags);
-  next.h_keys = device::pinned_buffer<uint64_t>(chunk * depth);
-  next.h_rows = device::pinned_buffer<row_index_t>(chunk * depth);
-  next.slot_keys = chunk;
-  next.slot_offsets.assign(chunk * depth, 0);
+  next.slot_keys = sizes.chunk;
+  next.slot_offsets.assign(sizes.chunk * depth, 0);
   next.slot_count.assign(depth, 0);
   next.enqueued = 0;
   next.readbacks = 0;
-  next.chain = ChunkChain(ChunkPacer(chunk, cards_.options().next_pass_step_fraction), depth);
-  const bool paced = next.chain.pacer().paced();
-  const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
-  next.begins.clear();
-  next.ends.clear();
-  for (std::size_t i = 0; i <= depth; ++i) {
-    next.ends.emplace_back(card.device(), card.stream().counters(), timing);
-    if (paced) next.begins.emplace_back(card.device(), card.stream().counters(), timing);
+  next.chain = ChunkChain(ChunkPacer(sizes.chunk, cards_.options().next_pass_step_fraction), depth);
+}
+
+void NextPassWork::keep_scratch(int c, NextPassCard& work) {
+  if (!work.scratch.made) return;
+  // What is in flight is on the card's stream, in order: once the newest chunk's end event has
+  // passed (none left open, so it was recorded) or the stream is idle, every chunk and its
+  // readbacks are done, and a work that expired (begin_pass did not read it) adds no wait.
+  const bool pending = work.chain.in_flight() > 0 || work.readbacks > 0;
+  const bool ended = work.chain.in_flight() > 0 && !work.chunk_open &&
+                     work.scratch.ends[work.chain.newest().event].ready();
+  if (pending && !ended && !cards_.card(c).stream().ready()) {
+    wait_for_card(c, "its chunks in flight before its scratch is kept");
+  }
+  kept_[static_cast<std::size_t>(c)] = std::exchange(work.scratch, NextPassScratch{});
+}
+
+void NextPassWork::keep_idle_scratch() {
+  for (std::size_t c = 0; c < cards_work_.size(); ++c) {
+    NextPassCard& work = cards_work_[c];
+    if (work.scratch.made && work.chain.in_flight() == 0 && work.readbacks == 0) {
+      kept_[c] = std::exchange(work.scratch, NextPassScratch{});
+    }
   }
 }
 
@@ -155,13 +207,14 @@ void NextPassWork::collect(int c, NextPassCard& next) {
   ChunkChain& chain = next.chain;
   while (chain.in_flight() > 0) {
     const ChunkChain::Chunk chunk = chain.oldest();
-    if (!next.ends[chunk.event].ready()) return;  // nor the ones after it (one stream)
+    if (!next.scratch.ends[chunk.event].ready()) return;  // nor the ones after it (one stream)
     // previous end -> (the steps) -> begin -> (the chunk) -> end, all on the stream: all passed.
     std::optional<ChunkChain::Times> times;
     if (chain.pacer().paced() && chunk.steps_before > 0) {
-      const device::Event& begin = next.begins[chunk.event];
-      times = ChunkChain::Times{next.ends[chunk.event].seconds_since(begin),
-                                begin.seconds_since(next.ends[chain.previous_event(chunk)])};
+      const device::Event& begin = next.scratch.begins[chunk.event];
+      times =
+          ChunkChain::Times{next.scratch.ends[chunk.event].seconds_since(begin),
+                            begin.seconds_since(next.scratch.ends[chain.previous_event(chunk)])};
     }
     // A phase ends only once its chunks are all read: the chunks in flight are the phase's.
     switch (next.phase) {
@@ -215,7 +268,7 @@ void NextPassWork::fault_point(NextPassCard& next, ChunkFault point) const {
 }
 
 void NextPassWork::begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk) {
-  if (next.chain.pacer().paced()) next.begins[chunk.event].record(cards_.card(c).stream());
+  if (next.chain.pacer().paced()) next.scratch.begins[chunk.event].record(cards_.card(c).stream());
 }
 
 void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk,
@@ -223,7 +276,7 @@ void NextPassWork::end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk&
   // A chunk that did no work (no key of this card in a mark window, nothing left to erase or
   // insert) measures nothing: its ~0 s would double the pacer's chunks.
   next.chain.set_newest_keys(keys);
-  next.ends[chunk.event].record(cards_.card(c).stream());
+  next.scratch.ends[chunk.event].record(cards_.card(c).stream());
   next.chunk_open = false;
 }
 
@@ -280,10 +333,10 @@ bool NextPassWork::prepare(int c) {
     next.phase = Phase::kOff;
     drain_after_fault(c, next, stopped_in);  // throws when the fault persists: the job stops
   }
-  // Done or stopped, its pinned and card buffers go with the work at take(), between passes:
-  // freed here, a cudaFreeHost would wait for the device inside the step's collectives
-  // (uncounted), and a card free would change the memory generation the step graphs are
-  // captured for.
+  // Done or stopped, its scratch stays with the work until begin_pass keeps it for the next pass
+  // (keep_scratch): freed here, a cudaFreeHost would wait for the device inside the step's
+  // collectives (uncounted), and a card free would change the memory generation the step graphs
+  // are captured for.
   next.counts += card.counts() - before;
   next.seconds += timer.seconds();
   ++next.chunks;
@@ -343,17 +396,17 @@ void NextPassWork::lookup(int c, NextPassCard& next) {
   }
   const std::size_t n = chunk->keys;
   const std::size_t from = chunk->slot * next.slot_keys;  // its slot of the scratch
-  fit(c, next.d_keys, from + n);                          // no allocation: expect() sized the slots
-  fit(c, next.d_rows, from + n);
-  uint64_t* d_keys = next.d_keys.data() + from;
-  row_index_t* d_rows = next.d_rows.data() + from;
-  std::copy_n(mine.keys.data() + next.enqueued, n, next.h_keys.data() + from);
+  fit(c, next.scratch.d_keys, from + n);                  // no allocation: expect() sized the slots
+  fit(c, next.scratch.d_rows, from + n);
+  uint64_t* d_keys = next.scratch.d_keys.data() + from;
+  row_index_t* d_rows = next.scratch.d_rows.data() + from;
+  std::copy_n(mine.keys.data() + next.enqueued, n, next.scratch.h_keys.data() + from);
   begin_work(c, next, *chunk);
-  device::copy_async(d_keys, next.h_keys.data() + from, n, stream);
+  device::copy_async(d_keys, next.scratch.h_keys.data() + from, n, stream);
   // The table's find alone (lookup_or_create waits for it): kInvalidRow for a missing key.
   store.table().find(d_keys, n, d_rows, stream);
   fault_point(next, ChunkFault::kAfterTableCall);
-  device::copy_async(next.h_rows.data() + from, d_rows, n, stream);
+  device::copy_async(next.scratch.h_rows.data() + from, d_rows, n, stream);
   ++next.readbacks;
   end_chunk(c, next, *chunk, n);
   next.enqueued += n;
@@ -364,7 +417,7 @@ void NextPassWork::read_lookup(int c, NextPassCard& next, const ChunkChain::Chun
   const OwnedKeys& mine = staged.owned[c];
   const std::size_t first = c > 0 ? staged.card_end[c - 1] : 0;
   const std::size_t end = staged.card_end[c];
-  const row_index_t* found = next.h_rows.data() + chunk.slot * next.slot_keys;
+  const row_index_t* found = next.scratch.h_rows.data() + chunk.slot * next.slot_keys;
   --next.readbacks;
   // As begin_pass splits them: hits, missing keys staged (both lists sorted: one walk), the
   // rest.

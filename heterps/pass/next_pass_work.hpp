@@ -60,6 +60,65 @@
 
 namespace gpubox::pass {
 
+// One card's scratch for the next pass's card work: card buffers for the chunks in flight, their
+// pinned copies and the chunks' events. Sized for the largest chunk of every phase
+// (next_pass_scratch_sizes) by the first expect() that runs the work, then kept from pass to
+// pass (NextPassWork lends it to each pass's NextPassCard and takes it back once begin_pass used
+// what the work did), so a later pass allocates no card or pinned memory for it, and a chunk
+// allocates nothing (it needs no wait for the step's collectives before it: device rule 1).
+// Its card bytes are a term of the card tier's plan (CardTierPlan::next_pass_bytes).
+struct NextPassScratch {
+  // Lookup, mark, list, erase and insert scratch on the card (regions by chunk slot or list /
+  // insert region: NextPassCard says which phase uses which).
+  device::device_buffer<uint64_t> d_keys;
+  device::device_buffer<card_table::row_index_t> d_rows;
+  device::device_buffer<float> d_floats;
+  device::device_buffer<uint8_t> d_flags;
+  device::device_buffer<card_table::ErasePresentCheck> d_erase_check;
+  device::device_buffer<uint32_t> d_failed;
+  // Pinned: a look-up's keys and rows by chunk slot, two list regions' keys, rows, ranks and
+  // dirty flags, the erase check and failed inserts by chunk slot, two insert regions' records.
+  device::pinned_buffer<uint64_t> h_keys;
+  device::pinned_buffer<card_table::row_index_t> h_rows;
+  device::pinned_buffer<uint64_t> h_list_keys;
+  device::pinned_buffer<card_table::row_index_t> h_list_rows;
+  device::pinned_buffer<float> h_list_ranks;
+  device::pinned_buffer<uint8_t> h_list_dirty;
+  device::pinned_buffer<card_table::ErasePresentCheck> h_erase_check;
+  device::pinned_buffer<uint32_t> h_failed;
+  device::pinned_buffer<float> h_records;
+  // Each chunk's end event (timed when paced) and, when paced, its begin event: depth + 1 of
+  // each.
+  std::vector<device::Event> begins, ends;
+  bool made = false;  // given the card's memory (NextPassWork::lend_scratch)
+};
+
+// The sizes of NextPassScratch's buffers on one card (entries of each), for `chunk` keys a chunk.
+struct NextPassScratchSizes {
+  std::size_t chunk = 0;        // keys a chunk at most (PassOptions::next_pass_chunk_keys, capped)
+  std::size_t keys = 0;         // d_keys, d_rows
+  std::size_t floats = 0;       // d_floats
+  std::size_t flags = 0;        // d_flags
+  std::size_t list_room = 0;    // entries of a list region (two: h_list_*)
+  std::size_t insert_room = 0;  // records of an insert region (two: h_records)
+  // Card bytes of them all (each allocation at PassCards::allocated_bytes).
+  std::size_t card_bytes() const;
+};
+
+// Whether the next pass's card work can run on these cards at all: next_pass_chunk_keys > 0,
+// sharded placement, one pool (no width classes: compact_pool moves rows), one trainer (nothing
+// is staged for several).
+bool next_pass_work_possible(const PassCards& cards);
+// Under a budget a chunk is at most a 1/kBudgetRowsPerChunkKey of its rows.
+inline constexpr std::size_t kBudgetRowsPerChunkKey = 64;
+// The sizes of the scratch on each card for a row budget of `rows` (0: none). The chunk is
+// next_pass_chunk_keys, but under a budget at most a sixty-fourth of its rows (at least
+// ChunkPacer::kMinKeys keys, or the rows if fewer), with insert regions of half a chunk: the
+// scratch, about 280 card bytes a chunk key at rows of 18 floats (its list regions take 8 table
+// slots a key, 17 bytes each, two at once), then costs a budget about 4.5 bytes a row (a small
+// budget about 70 KiB at least), not the 40 MiB of a default chunk of 131072 keys.
+NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows);
+
 // What the next pass's card work did and knows on one card, for the next begin_pass.
 struct NextPassCard {
   enum class Phase { kOff, kWaiting, kLookup, kMark, kList, kErase, kInsert, kDone };
@@ -96,19 +155,10 @@ struct NextPassCard {
   uint64_t chunks = 0;
   device::DeviceCounts counts;  // of the chunks
   double seconds = 0;
-  // Lookup and insert scratch on the card, kept across chunks, sized when the work is expected
-  // for the largest chunk of every phase (reserve_scratch): a chunk allocates nothing, so it
-  // needs no wait for the step's collectives before it (device rule 1).
-  device::device_buffer<uint64_t> d_keys;
-  device::device_buffer<card_table::row_index_t> d_rows;
-  device::device_buffer<float> d_floats;
-  device::device_buffer<uint8_t> d_flags;
   // kLookup without a host wait: a chunk's keys go up from its slot of h_keys and its rows come
-  // back into the same slot of h_rows (pinned, ChunkChain::depth slots of slot_keys each), its
+  // back into the same slot of h_rows (scratch: ChunkChain::depth slots of slot_keys each), its
   // end event recorded after; a later prepare() reads the chunks in flight oldest first, each
   // once its end event has passed (Event::ready, a poll).
-  device::pinned_buffer<uint64_t> h_keys;
-  device::pinned_buffer<card_table::row_index_t> h_rows;
   std::size_t slot_keys = 0;  // the largest chunk
   std::size_t enqueued = 0;   // kLookup: keys enqueued so far (those from `at` on are in flight)
   std::size_t readbacks = 0;  // chunks in flight whose rows come back into h_rows
@@ -118,36 +168,29 @@ struct NextPassCard {
   std::vector<std::size_t> slot_count;
   // kList: a chunk lists up to 8 table slots a key of its size, every slot (no compaction, so no
   // count to read back), into one of two regions of list_room entries (card scratch at
-  // region * list_room of d_keys, d_rows, d_floats (ranks) and d_flags (dirty), and these pinned
-  // copies): at most two list chunks in flight, read oldest first.
-  device::pinned_buffer<uint64_t> h_list_keys;
-  device::pinned_buffer<card_table::row_index_t> h_list_rows;
-  device::pinned_buffer<float> h_list_ranks;
-  device::pinned_buffer<uint8_t> h_list_dirty;
+  // region * list_room of d_keys, d_rows, d_floats (ranks) and d_flags (dirty), and their pinned
+  // copies h_list_*): at most two list chunks in flight, read oldest first.
   std::size_t list_room = 0;
   std::size_t lists_started = 0;
   std::size_t lists_read = 0;
   // kErase: victims not found on the card, or found at another row than listed (the table
-  // changed under the work), counted on the card across chunks (card_table::ErasePresentCheck),
-  // and its copy per chunk slot, read late: nonzero stops the job (`damaged`: the free list then
-  // holds an invalid row, or rows the work did not plan).
-  device::device_buffer<card_table::ErasePresentCheck> d_erase_check;
-  device::pinned_buffer<card_table::ErasePresentCheck> h_erase_check;
+  // changed under the work), counted on the card across chunks (d_erase_check, zeroed when the
+  // work is expected), and its copy per chunk slot (h_erase_check), read late: nonzero stops the
+  // job (`damaged`: the free list then holds an invalid row, or rows the work did not plan).
   bool damaged = false;
   // kInsert: a chunk's keys in its slot of h_keys / d_keys, its rows back into its slot of
   // d_rows / h_rows, its staged records in one of two regions of insert_room records (h_records,
   // pinned; d_floats at region * insert_room * stride): at most two insert chunks in flight, read
   // oldest first. d_failed / h_failed: per chunk slot, its keys that did not take their row.
-  device::pinned_buffer<float> h_records;
-  device::device_buffer<uint32_t> d_failed;
-  device::pinned_buffer<uint32_t> h_failed;
   std::size_t insert_room = 0;
   std::size_t inserts_started = 0;
   std::size_t inserts_read = 0;
   // The chunks in flight and their sizes (ChunkChain, ChunkPacer); each chunk's end event
-  // (timed when paced) and, when paced, its begin event: depth + 1 of each.
+  // (timed when paced) and, when paced, its begin event (scratch.ends, scratch.begins).
   ChunkChain chain;
-  std::vector<device::Event> begins, ends;
+  // The card and pinned buffers the chunks use, lent by NextPassWork for the pass (kept from
+  // pass to pass: NextPassScratch).
+  NextPassScratch scratch;
   // The newest chunk is being enqueued (begin_chunk .. end_chunk): a fault now cuts it short,
   // its end event not recorded. table_size_at_open: the store's size() when it began (an insert
   // or erase that reached its table call changed it).
@@ -171,7 +214,7 @@ class NextPassWork {
   enum class ChunkFault { kBegin, kAfterTableCall };
 
   explicit NextPassWork(const PassCards& cards)
-      : cards_(cards), pass_missing_(cards.num_cards(), 0) {}
+      : cards_(cards), pass_missing_(cards.num_cards(), 0), kept_(cards.num_cards()) {}
 
   // PassManager::expect_next_pass; `training`: a training pass is on (between its begin_pass
   // and end_pass), the only pass the work may run beside; `pass_id` names it in errors.
@@ -185,6 +228,7 @@ class NextPassWork {
   // Forgets the work (the cards were emptied).
   void forget() {
     keys_changed();
+    keep_idle_scratch();
     cards_work_.clear();
     prepared_in_pass_.store(false, std::memory_order_relaxed);
   }
@@ -198,6 +242,11 @@ class NextPassWork {
   // rows join hit_rows, a key that did not take its row is repaired), and every erase is checked
   // (check_erases). Waits for the card's stream when chunks were in flight or the work erased.
   void finish(int c, NextPassCard& work);
+  // begin_pass, on card c's thread, once it is done with `work` (taken and finished): its
+  // scratch is kept for the next expect(), after a wait for the card when chunks are still in
+  // flight (a look-up, mark or list chunk: finish reads only erases and inserts), so that none
+  // writes into the scratch once it is lent again.
+  void keep_scratch(int c, NextPassCard& work);
   // Card c's thread, before anything lists its table (end_pass's and sync's write-back): the
   // erases and inserts still in flight are read now (after a wait when any), so that a victim
   // changed under the work stops the job naming it, not a listing's count that disagrees.
@@ -237,9 +286,12 @@ class NextPassWork {
   void lookup(int c, NextPassCard& next);
   // kLookup's host half: the rows of `chunk` (the oldest in flight, whose end has passed).
   void read_lookup(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
-  // Sizes card `c`'s chunk scratch for the largest chunk of each phase (expect(), between
-  // passes: no collective in flight).
-  void reserve_scratch(int c, NextPassCard& next);
+  // Lends card `c`'s kept scratch to `next` (made on first use, for the largest chunk of each
+  // phase: expect(), between passes, no collective in flight) and readies it for a pass.
+  void lend_scratch(int c, NextPassCard& next);
+  // The controlling thread, between passes: the scratch of cards_work_ with no chunk in flight
+  // kept (the rest is freed with it: nothing waits here).
+  void keep_idle_scratch();
   // Retires the chunks in flight whose end event has passed, oldest first: a look-up's rows
   // read, and (paced) its card time and the steps' before it to the pacer. A poll, no wait.
   void collect(int c, NextPassCard& next);
@@ -250,7 +302,7 @@ class NextPassWork {
   std::optional<ChunkChain::Chunk> begin_chunk(int c, NextPassCard& next, std::size_t left);
   void begin_work(int c, NextPassCard& next, const ChunkChain::Chunk& chunk);
   void end_chunk(int c, NextPassCard& next, const ChunkChain::Chunk& chunk, std::size_t keys);
-  // A size of at least `count` within the capacity reserve_scratch gave `buffer` (a buffer
+  // A size of at least `count` within the capacity lend_scratch gave `buffer` (a buffer
   // holding several chunks' regions keeps the others' contents). Never an allocation between
   // steps: a count past the capacity (a sizing missed) throws, stopping the work (kOff).
   template <class T>
@@ -316,6 +368,8 @@ class NextPassWork {
   // device rule 1); the pass boundary does.
   std::vector<std::size_t> pass_missing_;
   std::vector<NextPassCard> cards_work_;
+  // Per card, the scratch between passes (lent to cards_work_ while a pass's work runs).
+  std::vector<NextPassScratch> kept_;
   int64_t pass_id_ = -1;  // the training pass the work runs beside (expect), for errors
   // prepare() ran since the last begin_pass (take) or forget(): a step of the pass has run
   // (the trainer calls prepare_next_pass after each), so expect() is too late.

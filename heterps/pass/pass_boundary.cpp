@@ -117,6 +117,8 @@ PassStats PassBoundary::begin_pass(const std::vector<uint64_t>& keys,
             staged != nullptr && work != nullptr && work->usable_for(staged, generation) ? work
                                                                                          : nullptr;
         const CardBegin done = begin_on_card(c, owned[c], staged, early, replica, access);
+        // Its card and pinned scratch, kept for the next pass's work (no allocation then).
+        if (work != nullptr) next_work_.keep_scratch(c, *work);
         MutexLock lock(stats_mu);
         add_card(done, work, early, &stats, &times);
         stats.rows_on_cards += cards_.store(c).size();

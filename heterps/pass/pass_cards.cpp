@@ -252,13 +252,19 @@ uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) co
   card_table::CardSparseStore& store = *stores_[c];
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
-  const std::size_t chunk = keep_rows(store.page_rows());
-  device::device_buffer<uint64_t>& d_keys = kept(c).page_keys;  // keep_rows keys: no allocation
+  // The kept listing's keys and rows when it holds more than a kept page (under a budget it
+  // holds the budget's rows: every erase at once, one wait), else the page: no allocation.
+  CardPassBuffers& lent = kept(c);
+  const std::size_t listed = std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity());
+  const bool in_listing = listed > keep_rows(store.page_rows());
+  const std::size_t chunk = in_listing ? listed : keep_rows(store.page_rows());
+  uint64_t* d_keys = in_listing ? lent.listed_keys.data() : lent.page_keys.data();
+  row_index_t* d_released = in_listing ? lent.listed_rows.data() : lent.page_rows.data();
   uint64_t removed = 0;
   for (std::size_t b = 0; b < keys.size(); b += chunk) {
     const std::size_t count = std::min(keys.size(), b + chunk) - b;
-    device::copy_async(d_keys.data(), keys.data() + b, count, stream);
-    removed += store.erase(d_keys.data(), count, stream, kept(c).page_rows.data());
+    device::copy_async(d_keys, keys.data() + b, count, stream);
+    removed += store.erase(d_keys, count, stream, d_released);
   }
   return removed;
 }

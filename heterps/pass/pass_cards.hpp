@@ -50,13 +50,15 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // - The listing, keys and row indices (12 bytes a row): the write-back lists the dirty rows into
 //   it; begin_pass's look-up the pass's keys; evict_outside and compact_pool every key on the card
 //   (evict_outside then ranks them in the keys' room); a rehash of the table (a purge of erased
-//   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it. Reserved
+//   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
+//   erase_from_card stages its keys there, and evict_among its rows, ranks and dirty flags (in the
+//   keys' room), when it holds more than a page (under a budget: all at once, one wait). Reserved
 //   for the row budget's rows once (no budget: it grows with the table, by half again). Within
 //   the plan's working set per key.
 // - A page of PassCards::keep_rows keys, row indices and flags, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
-//   write-back): drop_kept's keep keys, insert_to_card's and erase_from_card's pages,
-//   evict_among's ranks and dirty flags, and the write-back's copy off the card. Bounded by
+//   write-back): drop_kept's keep keys, insert_to_card's pages (and erase_from_card's and
+//   evict_among's when the listing holds less), and the write-back's copy off the card. Bounded by
 //   PassCards::kKeptRows whatever the page: the plan's kept_bytes.
 struct CardPassBuffers {
   device::device_buffer<uint64_t> listed_keys;
@@ -165,8 +167,9 @@ class PassCards {
   // on the card in its kept pages (kept(c): at most page_rows_kept rows, and host_batch_keys, at
   // a time).
   void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) const;
-  // Removes `keys` from card `c`'s store, keep_rows keys at a time (kept(c)'s page of keys).
-  // Returns the rows removed.
+  // Removes `keys` from card `c`'s store, as many at a time as kept(c)'s listing holds (under a
+  // budget: all of them, one wait), or keep_rows keys (its page of keys) if more: the caller's
+  // phase must not hold the listing. Returns the rows removed.
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys) const;
 
  private:

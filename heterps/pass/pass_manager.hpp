@@ -83,12 +83,15 @@
 //                     and as much pinned host memory; while listing, two chunks of 8 slots a key,
 //                     every slot's key, row, rank and dirty flag, 17 bytes each on the card and as
 //                     much pinned; while inserting, two regions of staged rows, a chunk's or a
-//                     page's whichever is smaller, on the card and as much pinned, made when the
-//                     work is expected) beside the steps' own
+//                     page's whichever is smaller, half a chunk's under a budget, on the card and
+//                     as much pinned), made by the first pass that runs the work and kept from
+//                     pass to pass (a later pass allocates no card or pinned memory for it),
+//                     counted by plan() as next_pass_bytes (under a budget a chunk is at most a
+//                     sixty-fourth of its rows, or 256 keys if more: about 4.5 bytes a row at
+//                     rows of 18 floats, a small part of any budget), beside the steps' own
 //                     buffers, which plan() never counted, and the pass boundary's kept buffers
 //                     (its listing, 12 bytes a row, a page of keep keys and rows and the
-//                     write-back's staging page: resident, though plan() counts them only
-//                     within its transient working set); on the host, per
+//                     write-back's staging page); on the host, per
 //                     next-pass key on the card its row index (4 bytes) and per staged key its
 //                     offset (4), per current-pass row the next lacks its row and key offset (8), a
 //                     byte per pool row, and (score, key, row) of the rows outside both passes (24

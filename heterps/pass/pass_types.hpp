@@ -27,7 +27,9 @@ struct PassManagerOptions {
   int staging_nice = 0;
   // The next pass's card work done between the current pass's steps
   // (PassManager::prepare_next_pass, runner.next_pass_chunk_keys): at most this many keys (or
-  // table slots / 8 when listing) per chunk; 0 = off (begin_pass does all of it).
+  // table slots / 8 when listing) per chunk; 0 = off (begin_pass does all of it). Under a card
+  // budget a chunk is at most a sixteenth of the budget's rows (at least 4096 keys): the work's
+  // scratch is sized for a chunk and counted in the plan (next_pass_scratch_sizes).
   std::size_t next_pass_chunk_keys = 0;
   // > 0: each chunk is sized so that it costs the card about this fraction of a training step's
   // card time (measured with timing events, adapted chunk by chunk: ChunkPacer), at most
@@ -72,16 +74,21 @@ struct CardTierPlan {
   // The write-back's staging and keep buffers, held on the card from pass to pass (while the
   // steps, the next pass's card work and begin_pass run too): beside the working set, not in it.
   std::size_t kept_bytes = 0;
+  // The next pass's card work's scratch (NextPassScratch: its chunks' card buffers), made by the
+  // first pass that runs the work and kept from pass to pass beside the steps: 0 when the work
+  // cannot run (next_pass_work_possible).
+  std::size_t next_pass_bytes = 0;
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
   // mix of widths fits), plus a partly used page of every pool. Empty with one class.
   std::vector<std::pair<int32_t, std::size_t>> class_row_bytes;
   std::size_t total_bytes() const {
-    return row_page_bytes + table_bytes + index_bytes + working_bytes + kept_bytes;
+    return row_page_bytes + table_bytes + index_bytes + working_bytes + kept_bytes +
+           next_pass_bytes;
   }
   double bytes_per_key() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
-  // pass-boundary buffers K), B bytes
+  // pass-boundary buffers K, next pass's card work N), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
   // width classes, the row bytes of each.
   std::string to_string() const;

@@ -21,6 +21,7 @@
 #include "dataset/generator.hpp"
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -433,6 +434,20 @@ TEST_P(PassPrefetch, AFailedStagingGivesTheTablesOfPrefetchOff) {
 
 // A pass read ahead that cannot be read (every line malformed) fails where reading it in place
 // would: when its turn comes, naming it, after the pass before it trained and was saved.
+// The next pass's card work starts from the next pass's staging: without passes staged ahead
+// (runner.prefetch_passes = 0) it never runs, so the card tier's plan has no scratch for it and
+// its footprint is the plan's without the work (oracle: runner.next_pass_chunk_keys = 0).
+TEST_F(PassPrefetch, WithoutPassesStagedAheadThePlanHasNoNextPassWork) {
+  const std::string budget = "runner.card_memory_mb=12";
+  Trainer staged(config(1, 1, {budget}), env(1));
+  EXPECT_GT(staged.card_tier().plan().next_pass_bytes, 0u) << "the work is on by default";
+  Trainer unstaged(config(0, 1, {budget}), env(1));
+  Trainer off(config(1, 1, {budget, "runner.next_pass_chunk_keys=0"}), env(1));
+  EXPECT_EQ(unstaged.card_tier().plan().next_pass_bytes, 0u);
+  EXPECT_EQ(unstaged.card_tier().plan().rows, off.card_tier().plan().rows);
+  EXPECT_EQ(unstaged.card_tier().plan().total_bytes(), off.card_tier().plan().total_bytes());
+}
+
 TEST_F(PassPrefetch, APassThatCannotBeReadFailsAtItsTurnNamingIt) {
   const fs::path bad = root_ / "bad";
   fs::create_directories(bad);

@@ -136,8 +136,13 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   tier_owner::CardTierOptions tier_options;
   tier_options.pass.card_memory_bytes =
       static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
+  // The next pass's card work starts from the next pass's staging (expect_next_pass, a
+  // training pass's): without passes staged ahead it would never run, so it is off and its
+  // scratch not in the plan.
   tier_options.pass.next_pass_chunk_keys =
-      static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys));
+      config_.runner.prefetch_passes > 0
+          ? static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys))
+          : 0;
   // The staging's host-tier pulls run on threads made here, below the steps as the staging
   // thread (PassPipeline) is.
   tier_options.pass.staging_nice = config_.runner.staging_nice;

@@ -62,7 +62,11 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
   const std::vector<std::string> files =
       data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
-  const std::unique_ptr<Schedule> schedule = make_schedule(config, env);
+  // Nothing trains: the next pass's card work (between training steps) never runs, so its
+  // scratch is kept out of the card tier's plan.
+  TrainerConfig evaluating = config;
+  evaluating.runner.next_pass_chunk_keys = 0;
+  const std::unique_ptr<Schedule> schedule = make_schedule(evaluating, env);
   StepHooks hooks;
   hooks.stop_flag = job.stop_flag;
   schedule->set_step_hooks(hooks);

@@ -127,6 +127,24 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
   EXPECT_THROW(Engine(1, options), Error);
 }
 
+// The next pass's card work's scratch is a small part of a budget's plan, whatever the budget:
+// with the default chunk of 131072 keys capped by the rows, at most a twentieth of the plan and
+// under 6 bytes a row (less than the kept listing's 12). Before the cap was a sixteenth of the
+// rows and at least 4096 keys, with list regions of 8 slots a key and insert regions of a chunk:
+// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows.
+TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 131072;
+  Engine probe(1, options);
+  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u}) {
+    SCOPED_TRACE(rows);
+    const CardTierPlan plan = probe.manager->plan_for(rows);
+    EXPECT_GT(plan.next_pass_bytes, 0u) << "the work runs under a budget";
+    EXPECT_LE(plan.next_pass_bytes, plan.total_bytes() / 20) << plan.to_string();
+    EXPECT_LT(plan.next_pass_bytes, 6 * rows) << plan.to_string();
+  }
+}
+
 // Marks the listed keys' rows changed (click + 1, dirty), as a training step would. The keys
 // must be distinct, as a step's pushes are once merged (on a GPU two threads adding to one row's
 // click race, and lose an update differently from run to run).
@@ -163,10 +181,12 @@ card_table::HashTableOptions small_table(std::size_t page_rows = 64) {
   return table_options;
 }
 
-// host_batch_keys 150 and a byte budget of `rows` rows on `side`'s card (its plan_for).
-PassManagerOptions budget_options(BudgetSide& side, std::size_t rows) {
+// host_batch_keys 150, next_pass_chunk_keys `chunk` and a byte budget of `rows` rows on `side`'s
+// card (its plan_for, with that chunk).
+PassManagerOptions budget_options(BudgetSide& side, std::size_t rows, std::size_t chunk = 0) {
   PassManagerOptions options;
   options.host_batch_keys = 150;
+  options.next_pass_chunk_keys = chunk;
   options.card_memory_bytes =
       PassManager(side.cards, {&side.store}, *side.host, options).plan_for(rows).total_bytes();
   return options;
@@ -183,16 +203,17 @@ std::map<uint64_t, std::vector<float>> rows_of(table::SparseTable& host) {
 }
 
 // The same passes on one card under a byte budget of `budget_rows` rows (kBudgetRows unless
-// told; `manager`) and without a budget (`reference`), each with its own store (small_table of
+// told; `manager`, with the next pass's card work in chunks of `next_pass_chunk_keys` when
+// given) and without a budget (`reference`), each with its own store (small_table of
 // `page_rows`) and host tier.
 struct BudgetedAndUnbudgeted {
   static constexpr std::size_t kBudgetRows = 700;
   explicit BudgetedAndUnbudgeted(const AccessorConfig& cfg, std::size_t budget_rows = kBudgetRows,
-                                 std::size_t page_rows = 64)
+                                 std::size_t page_rows = 64, std::size_t next_pass_chunk_keys = 0)
       : budgeted(cfg, small_table(page_rows)),
         unbudgeted(cfg, small_table(page_rows)),
         manager(budgeted.cards, {&budgeted.store}, *budgeted.host,
-                budget_options(budgeted, budget_rows)),
+                budget_options(budgeted, budget_rows, next_pass_chunk_keys)),
         reference(unbudgeted.cards, {&unbudgeted.store}, *unbudgeted.host, {}) {}
 
   // Up to BudgetSide::kTouched keys drawn from `pass`, duplicates dropped (TouchRows), marked
@@ -351,6 +372,96 @@ TEST(PassManager, PassBoundaryAllocatesNoCardMemoryAfterTheFirstPass) {
     sides.expect_peak_under_the_plan();
     sides.expect_same_host_rows();
   }
+}
+
+// The next pass's card work keeps its chunk scratch (card buffers for the chunks in flight, their
+// pinned copies) from pass to pass, as the pass boundary keeps its own: with the work on (chunks
+// of 64 keys, each pass's successor planned and fetched ahead, a chunk after each of 40 steps:
+// look-ups, room made by erases, inserts), a later pass makes no card allocation and no pinned
+// allocation, and frees none, from its begin_pass through its end_pass (the expect, the chunks
+// and begin_pass's use of what they did included), under a budget that evicts every pass, in
+// pages of 1, 64 and 65536 rows. The card's peak stays under the plan (which counts the
+// scratch), and the host tier ends as without a budget.
+TEST(PassManager, NextPassWorkAllocatesNothingAfterTheFirstPass) {
+  for (const std::size_t page_rows : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 16}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_rows) + " rows");
+    BudgetedAndUnbudgeted sides(test_config(), /*budget_rows=*/300, page_rows,
+                                /*next_pass_chunk_keys=*/64);
+    PassManager& manager = sides.manager;
+    device::Card& card = sides.budgeted.cards.card(0);
+    std::mt19937_64 rng(7);
+    // A first pass of the budget's rows (its own keys) fills the card, then passes of half the
+    // budget's rows: rows of the passes before stay on the card, and the next pass's work
+    // erases those outside both passes to make room for its inserts.
+    std::vector<std::vector<uint64_t>> passes(1);
+    for (uint64_t k = 0; k < manager.row_budget(); ++k) passes[0].push_back(mix64(k + 100000) | 1);
+    std::sort(passes[0].begin(), passes[0].end());
+    for (auto& pass : make_passes(6, manager.row_budget() / 2, 23)) passes.push_back(pass);
+    std::unique_ptr<StagedRows> staged;  // the pass begun next, planned and fetched ahead
+    uint64_t early_inserted = 0, early_evicted = 0;
+    for (std::size_t p = 0; p < passes.size(); ++p) {
+      SCOPED_TRACE("pass " + std::to_string(p));
+      const device::DeviceCounts before = card.counts();
+      const PassStats begin = manager.begin_pass(passes[p], {}, staged.get());
+      sides.reference.begin_pass(passes[p]);
+      std::unique_ptr<StagedRows> next;
+      if (p + 1 < passes.size()) {
+        std::set<uint64_t> exclude(passes[p].begin(), passes[p].end());
+        for (const uint64_t k : manager.resident_keys()) exclude.insert(k);
+        next = std::make_unique<StagedRows>(manager.stage_rows(
+            passes[p + 1], {}, std::vector<uint64_t>(exclude.begin(), exclude.end())));
+        manager.expect_next_pass(pass_test::sorted_keys(passes[p]), pass_test::poll_of(next.get()));
+      }
+      for (int step = 0; step < 40; ++step) {
+        sides.touch(passes[p], rng);
+        sides.budgeted.cards.run_on_cards(
+            [&](device::Card& c) { manager.prepare_next_pass(c.local_index()); });
+      }
+      manager.end_pass();
+      sides.reference.end_pass();
+      const device::DeviceCounts during = card.counts() - before;
+      staged = std::move(next);
+      early_inserted += begin.early_inserted;
+      early_evicted += begin.early_evicted;
+      if (p == 0) continue;
+      EXPECT_GT(begin.prefetched, 0u);
+      EXPECT_EQ(during.allocations, 0u);
+      EXPECT_EQ(during.frees, 0u);
+      EXPECT_EQ(during.pinned_allocations, 0u);
+      EXPECT_EQ(during.pinned_frees, 0u);
+    }
+    EXPECT_GT(early_inserted, 0u) << "the work never inserted between steps";
+    EXPECT_GT(early_evicted, 0u) << "the work never made room between steps";
+    sides.expect_peak_under_the_plan();
+    sides.expect_same_host_rows();
+  }
+}
+
+// The pass boundary's erases wait once per kept listing, not once per kept page: under a budget
+// of 12000 rows in pages of 65536, an evaluation pass's end_pass (its borrowed rows erased, no
+// dirty row to write back) waits for the card as often with 10000 borrowed rows as with 100 (in
+// kept pages of PassCards::kKeptRows keys, 10000 took 2 waits more).
+TEST(PassManager, EvaluationEndPassWaitsAsOftenForManyBorrowedRows) {
+  PassManagerOptions options;
+  options.card_row_budget = 12000;
+  card_table::HashTableOptions table_options;
+  table_options.page_rows = std::size_t{1} << 16;
+  Engine engine(1, options, nullptr, table_options);
+  device::Card& card = engine.card_set.card(0);
+  std::vector<uint64_t> host_syncs;
+  uint64_t from = 1;
+  for (const std::size_t n : {std::size_t{100}, std::size_t{10000}}) {
+    std::vector<uint64_t> keys;
+    for (std::size_t k = 0; k < n; ++k) keys.push_back(mix64(from++) | 1);
+    std::sort(keys.begin(), keys.end());
+    const PassStats begun = engine.manager->begin_pass(keys, {}, nullptr, PassAccess::kEvaluate);
+    ASSERT_EQ(begun.pulled, n);
+    const device::DeviceCounts before = card.counts();
+    engine.manager->end_pass();
+    host_syncs.push_back((card.counts() - before).host_syncs);
+    EXPECT_EQ(engine.stores[0]->size(), 0u) << "the borrowed rows left";
+  }
+  EXPECT_EQ(host_syncs[1], host_syncs[0]) << "10000 borrowed rows, against 100";
 }
 
 // Each pool of `store` holds its width's rows: every resident key's handle names the pool of the

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/card_table/card_store.cuh"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
@@ -223,6 +224,9 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   const device::DeviceCounts before = early.card_set.card(0).counts();
   const auto [got, want] = engines.begin_next(b, &staged);
   EXPECT_EQ((early.card_set.card(0).counts() - before).allocations, 0u);
+  // Its copies to or from pageable memory (each a wait on CUDA): evict_among reads its ranks
+  // and dirty flags back in one, not two (before: 8).
+  EXPECT_EQ((early.card_set.card(0).counts() - before).pageable_copies, 7u);
   EXPECT_EQ(got.early_inserted, 0u);
   EXPECT_EQ(got.early_evicted, 0u);
   EXPECT_GT(got.early_chunks, 0u);
@@ -288,6 +292,23 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   EXPECT_EQ(all.early_chunks, 0u);
   EXPECT_EQ(all.hits + all.pulled + all.prefetched, b.size());
   early.manager->end_pass();
+  {
+    // A work that expired with a look-up chunk in flight (one poll, then the pass ended): its
+    // begin_pass does all of the work, and keeping its scratch adds no wait once the chunk has
+    // passed (always, on the cpu backend).
+    SCOPED_TRACE("expired work");
+    early.manager->begin_pass(a);
+    StagedRows expired = early.manager->stage_rows(b, {}, a);
+    early.manager->expect_next_pass(sorted_keys(a), poll_of(&expired));
+    early.manager->prepare_next_pass(0);
+    early.manager->end_pass();
+    const device::DeviceCounts before_expired = early.card_set.card(0).counts();
+    const PassStats stats = early.manager->begin_pass(b, {}, &expired);
+    EXPECT_EQ(stats.hits + stats.pulled + stats.prefetched, b.size());
+    // begin_pass's own waits; before, keep_scratch waited for the passed chunk too (9).
+    EXPECT_EQ((early.card_set.card(0).counts() - before_expired).host_syncs, 8u);
+    early.manager->end_pass();
+  }
   // Too late once a step ran (the trainer's prepare_next_pass after it): its sizing would wait
   // beside the step's collectives. Each pass above expected after its begin_pass, past steps.
   early.manager->begin_pass(a);
@@ -349,6 +370,45 @@ TEST(PassManager, NextPassWorkSparesRowsAWiderKeepLeftDirty) {
   for (const auto& [k, row] : want_host) {
     ASSERT_TRUE(got_host.count(k)) << "key " << k;
     ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " lost its update";
+  }
+}
+
+// expect_next_pass sizes a card for the next pass's inserts (NextPassWork::reserve_inserts): under
+// a budget the table holds the budget's slots from the start, but the pool grows a page at a
+// time, so the free rows the inserts take between steps must be made there (no chunk may
+// allocate). Budget 2000 rows in pages of 64: pass a leaves 16 free rows in its 4 pages; the 600
+// staged rows of the next pass b (disjoint, planned when the work is expected) all go in between
+// the steps, 0 allocations there, and begin_pass places b's rows as an engine without the work.
+TEST(PassManager, NextPassInsertsFindTheirRowsMadeAtTheBoundary) {
+  GPUBOX_REQUIRE_CARDS(1);
+  PassManagerOptions options;
+  options.card_row_budget = 2000;
+  card_table::HashTableOptions table_options;
+  table_options.page_rows = 64;
+  Engine reference(1, options, nullptr, table_options);
+  options.next_pass_chunk_keys = 100;
+  Engine early(1, options, nullptr, table_options);
+  const auto a = make_passes(1, 240, 97).front();
+  const auto b = make_passes(9, 600, 98).back();  // disjoint from a
+  early.manager->begin_pass(a);
+  reference.manager->begin_pass(a);
+  ASSERT_EQ(early.stores[0]->pool(0).pages(), 4u);
+  const StagedRows staged = early.manager->stage_rows(b, {}, a);
+  early.manager->expect_next_pass(sorted_keys(a), poll_of(&staged));
+  early.train(a, 1, 20, [&](int c) { early.manager->prepare_next_pass(c); });
+  reference.train(a, 1, 20);
+  early.manager->end_pass();
+  reference.manager->end_pass();
+  const PassStats got = early.manager->begin_pass(b, {}, &staged);
+  reference.manager->begin_pass(b);
+  EXPECT_EQ(got.early_inserted, b.size()) << "a staged row waited for begin_pass";
+  EXPECT_EQ(got.early_allocations, 0u) << "between the steps";
+  EXPECT_EQ(got.prefetched, b.size());
+  const auto got_cards = early.card_rows();
+  const auto want_cards = reference.card_rows();
+  for (const uint64_t k : b) {
+    ASSERT_TRUE(got_cards.count(k)) << "key " << k;
+    EXPECT_TRUE(rows_equal(got_cards.at(k), want_cards.at(k))) << "key " << k;
   }
 }
 
