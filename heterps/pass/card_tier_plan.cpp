@@ -37,7 +37,7 @@ constexpr std::size_t kStagingBytesPerRow = 40;
 // Fixed card bytes of a store beside its per-row memory (side slots, flags, miss counters).
 constexpr std::size_t kStoreFixedBytes = 4096;
 
-// The kept pages (CardPassBuffers: the staging page, a page of keys, rows and flags, at most
+// The kept pages (CardPassBuffers: the staging page, a page of keys and rows, at most
 // PassCards::kKeptRows rows) are not phases: they are held from the first begin_pass on, beside
 // whatever phase runs (the steps' own card memory is the trainer's, outside the plan), so the
 // plan counts them once as kept_bytes, resident, beside the working set's per-position scratch of
@@ -130,7 +130,7 @@ std::size_t PassCards::kept_bytes() const {
   const std::size_t page = stores_.front()->page_rows();
   return allocated_bytes(page_rows_kept(page) * stride() * sizeof(float)) +
          allocated_bytes(keep_rows(page) * sizeof(uint64_t)) +
-         allocated_bytes(keep_rows(page) * sizeof(row_index_t)) + allocated_bytes(keep_rows(page));
+         allocated_bytes(keep_rows(page) * sizeof(row_index_t));
 }
 
 std::size_t PassCards::rows_fitting_memory() const {

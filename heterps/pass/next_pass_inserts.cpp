@@ -184,7 +184,6 @@ void NextPassWork::drain_after_fault(int c, NextPassCard& work, NextPassCard::Ph
   using Phase = NextPassCard::Phase;
   ChunkChain& chain = work.chain;
   const bool cut_short = work.chunk_open;
-  work.chunk_open = false;
   work.injected_fault = false;
   if (chain.in_flight() > 0 || work.readbacks > 0) {
     // Every chunk enqueued before the fault has passed (their readbacks into pinned memory
@@ -193,6 +192,9 @@ void NextPassWork::drain_after_fault(int c, NextPassCard& work, NextPassCard::Ph
     // card and the pass when a peer never joins them, instead of hanging.
     wait_for_card(c, "the chunks in flight when a fault stopped it");
   }
+  // Only now: should the wait throw, the chunk stays open, so keep_scratch does not take the
+  // newest end event (never recorded for it) for the end of what is in flight.
+  work.chunk_open = false;
   work.readbacks = 0;
   if (cut_short && chain.in_flight() > 0) {
     // First, while the store's count has moved by its table call alone.

@@ -84,7 +84,6 @@ CardPassBuffers& PassCards::kept(int c) const {
   const std::size_t page = store(c).page_rows();
   kept.page_keys = device::device_buffer<uint64_t>(keep_rows(page), memory, stream);
   kept.page_rows = device::device_buffer<row_index_t>(keep_rows(page), memory, stream);
-  kept.page_flags = device::device_buffer<uint8_t>(keep_rows(page), memory, stream);
   kept.staged = device::device_buffer<float>(page_rows_kept(page) * stride(), memory, stream);
   kept.made = true;
   return kept;
@@ -95,7 +94,6 @@ std::size_t PassCards::kept_page_bytes() const {
   for (const CardPassBuffers& kept : kept_) {
     most = std::max(most, allocated_bytes(kept.page_keys.capacity() * sizeof(uint64_t)) +
                               allocated_bytes(kept.page_rows.capacity() * sizeof(row_index_t)) +
-                              allocated_bytes(kept.page_flags.capacity()) +
                               allocated_bytes(kept.staged.capacity() * sizeof(float)));
   }
   return most;

@@ -55,7 +55,7 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 //   keys' room), when it holds more than a page (under a budget: all at once, one wait). Reserved
 //   for the row budget's rows once (no budget: it grows with the table, by half again). Within
 //   the plan's working set per key.
-// - A page of PassCards::keep_rows keys, row indices and flags, and a staging page of
+// - A page of PassCards::keep_rows keys and row indices, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
 //   write-back): drop_kept's keep keys, insert_to_card's pages (and erase_from_card's and
 //   evict_among's when the listing holds less), and the write-back's copy off the card. Bounded by
@@ -65,7 +65,6 @@ struct CardPassBuffers {
   device::device_buffer<card_table::row_index_t> listed_rows;
   device::device_buffer<uint64_t> page_keys;
   device::device_buffer<card_table::row_index_t> page_rows;
-  device::device_buffer<uint8_t> page_flags;
   device::device_buffer<float> staged;
   bool made = false;  // given the card's memory (PassCards::kept)
 };

@@ -432,8 +432,6 @@ TEST_P(PassPrefetch, AFailedStagingGivesTheTablesOfPrefetchOff) {
   }
 }
 
-// A pass read ahead that cannot be read (every line malformed) fails where reading it in place
-// would: when its turn comes, naming it, after the pass before it trained and was saved.
 // The next pass's card work starts from the next pass's staging: without passes staged ahead
 // (runner.prefetch_passes = 0) it never runs, so the card tier's plan has no scratch for it and
 // its footprint is the plan's without the work (oracle: runner.next_pass_chunk_keys = 0).
@@ -448,6 +446,8 @@ TEST_F(PassPrefetch, WithoutPassesStagedAheadThePlanHasNoNextPassWork) {
   EXPECT_EQ(unstaged.card_tier().plan().total_bytes(), off.card_tier().plan().total_bytes());
 }
 
+// A pass read ahead that cannot be read (every line malformed) fails where reading it in place
+// would: when its turn comes, naming it, after the pass before it trained and was saved.
 TEST_F(PassPrefetch, APassThatCannotBeReadFailsAtItsTurnNamingIt) {
   const fs::path bad = root_ / "bad";
   fs::create_directories(bad);
