@@ -87,10 +87,18 @@ struct ToFloat {
   float* out;
   GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_float(in[i]); }
 };
-struct ToBf16 {
+// Item i of rows * cols: the first `cols` entries of each row of stride `ld`, rounded to bf16
+// (an emulated GEMM's fp32 result into its bf16 output; the entries past `cols` in a row are
+// another piece's, left as they are).
+struct ToBf16Rows {
   const float* in;
   Bf16* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = to_bf16(in[i]); }
+  int64_t ld;
+  int64_t cols;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const auto at = static_cast<int64_t>(i) / cols * ld + static_cast<int64_t>(i) % cols;
+    out[at] = to_bf16(in[at]);
+  }
 };
 
 // Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0. TX and TD:
@@ -424,7 +432,8 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias,
           });
   p.last_forward_batch = batch;
   if (out != y) {
-    device::parallel_for(stream, n * spec_.y_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(y)});
+    device::parallel_for(stream, n * spec_.out,
+                         ToBf16Rows{p.out32.data(), static_cast<Bf16*>(y), spec_.y_ld, spec_.out});
   }
 }
 
@@ -539,7 +548,9 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
         });
   }
   if (out != dx) {
-    device::parallel_for(stream, n * spec_.dx_ld, ToBf16{p.out32.data(), static_cast<Bf16*>(dx)});
+    device::parallel_for(
+        stream, n * spec_.dx_cols,
+        ToBf16Rows{p.out32.data(), static_cast<Bf16*>(dx), spec_.dx_ld, spec_.dx_cols});
   }
 }
 
