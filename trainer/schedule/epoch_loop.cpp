@@ -215,6 +215,79 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   return report;
 }
 
+// The run's passes from `first` on, each trained and saved, each epoch's end evaluated; a pass
+// that failed is trained again from where the schedule recovered it. Returns whether the job
+// reached its end (false: stopped as asked, between passes or within one).
+bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
+                  int64_t first, bool saving, const RunHooks& hooks, MetricsFile* metrics,
+                  std::vector<PassReport>* reports) {
+  const auto stop_asked = [&hooks] {
+    const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
+    // Asked either way: stop_requested may be where the caller sees its own request.
+    const bool requested = hooks.stop_requested && hooks.stop_requested();
+    return flagged || requested;
+  };
+  // Several trainers stop together: a stop asked between passes in one of them rides on the
+  // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
+  // same pass; alone, it stops here, before reading the next pass.
+  const bool alone = schedule.env().trainers == 1;
+  EpochTally tally;
+  // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
+  // a server restart found there (after the epoch's last pass was saved) reloads that save, and
+  // the passes go on right after it, so the evaluation runs again after the reload (rerun_end),
+  // before the next pass, or the epoch would never be evaluated (nor the job's last one). Its
+  // PaddleRec lines were printed before the evaluation and are not printed again.
+  std::optional<MetricValues> ending;
+  bool rerun_end = false;  // `ending`, of the pass before k, runs again first
+  for (int64_t k = first; k < plan.total || rerun_end;) {
+    if (!rerun_end) {
+      if (k > first && stop_asked() && alone) {
+        GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
+                         << k - 1;
+        return false;  // not the job's end: the servers keep its state
+      }
+      if (k % plan.per_epoch == 0) tally.reset();
+    }
+    try {
+      if (rerun_end) {
+        evaluate_epoch(schedule, plan, k - 1, *ending, metrics, hooks);
+        ending.reset();
+        rerun_end = false;
+        continue;
+      }
+      PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, metrics);
+      const int cards = report.cards;
+      if (hooks.on_pass) hooks.on_pass(report);
+      reports->push_back(std::move(report));
+      if (plan.ends_epoch(k)) {
+        ending = print_epoch(schedule, plan, k, tally, cards);
+        evaluate_epoch(schedule, plan, k, *ending, metrics, hooks);
+        ending.reset();
+      }
+      ++k;
+    } catch (const PassStopped& stopped) {
+      // An evaluation stopped (pass -1) comes after pass k's save (pass k - 1's when it was an
+      // epoch's end run again).
+      const int64_t saved = stopped.pass() < 0 && !rerun_end ? k : k - 1;
+      GPUBOX_LOG(INFO) << stopped.what()
+                       << (saving && saved >= first
+                               ? "; the saves end with pass " + std::to_string(saved)
+                               : std::string());
+      return false;  // as a stop between passes: not the job's end
+    } catch (const Error& e) {
+      const int64_t pass = rerun_end ? k - 1 : k;  // the pass the failure came after or in
+      const std::optional<int64_t> again = schedule.recover(e, pass);
+      if (!again) throw;
+      k = *again;  // the epoch's passes from k on are trained again
+      tally.reset();
+      // The epoch's end was under way and the reload lands right after its last pass.
+      rerun_end = ending.has_value() && k == pass + 1;
+      if (!rerun_end) ending.reset();
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 RunPlan plan_run(const RunnerConfig& runner) {
@@ -279,70 +352,9 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
     }
   } end_run{schedule};
   schedule.begin_run(plan);
-  const auto stop_asked = [&hooks] {
-    const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
-    // Asked either way: stop_requested may be where the caller sees its own request.
-    const bool requested = hooks.stop_requested && hooks.stop_requested();
-    return flagged || requested;
-  };
-  // Several trainers stop together: a stop asked between passes in one of them rides on the
-  // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
-  // same pass; alone, it stops here, before reading the next pass.
-  const bool alone = schedule.env().trainers == 1;
   std::vector<PassReport> reports;
-  EpochTally tally;
-  // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
-  // a server restart found there (after the epoch's last pass was saved) reloads that save, and
-  // the passes go on right after it, so the evaluation runs again after the reload (rerun_end),
-  // before the next pass, or the epoch would never be evaluated (nor the job's last one). Its
-  // PaddleRec lines were printed before the evaluation and are not printed again.
-  std::optional<MetricValues> ending;
-  bool rerun_end = false;  // `ending`, of the pass before k, runs again first
-  for (int64_t k = first; k < plan.total || rerun_end;) {
-    if (!rerun_end) {
-      if (k > first && stop_asked() && alone) {
-        GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
-                         << k - 1;
-        return reports;  // not the job's end: the servers keep its state
-      }
-      if (k % plan.per_epoch == 0) tally.reset();
-    }
-    try {
-      if (rerun_end) {
-        evaluate_epoch(schedule, plan, k - 1, *ending, &metrics, hooks);
-        ending.reset();
-        rerun_end = false;
-        continue;
-      }
-      PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, &metrics);
-      const int cards = report.cards;
-      if (hooks.on_pass) hooks.on_pass(report);
-      reports.push_back(std::move(report));
-      if (plan.ends_epoch(k)) {
-        ending = print_epoch(schedule, plan, k, tally, cards);
-        evaluate_epoch(schedule, plan, k, *ending, &metrics, hooks);
-        ending.reset();
-      }
-      ++k;
-    } catch (const PassStopped& stopped) {
-      // An evaluation stopped (pass -1) comes after pass k's save (pass k - 1's when it was an
-      // epoch's end run again).
-      const int64_t saved = stopped.pass() < 0 && !rerun_end ? k : k - 1;
-      GPUBOX_LOG(INFO) << stopped.what()
-                       << (saving && saved >= first
-                               ? "; the saves end with pass " + std::to_string(saved)
-                               : std::string());
-      return reports;  // as a stop between passes: not the job's end
-    } catch (const Error& e) {
-      const int64_t pass = rerun_end ? k - 1 : k;  // the pass the failure came after or in
-      const std::optional<int64_t> again = schedule.recover(e, pass);
-      if (!again) throw;
-      k = *again;  // the epoch's passes from k on are trained again
-      tally.reset();
-      // The epoch's end was under way and the reload lands right after its last pass.
-      rerun_end = ending.has_value() && k == pass + 1;
-      if (!rerun_end) ending.reset();
-    }
+  if (!train_passes(schedule, config, plan, first, saving, hooks, &metrics, &reports)) {
+    return reports;
   }
   // The job ended well, its last pass saved: the earlier run's saves after it go.
   if (saver) remove_earlier_saves(runner.model_save_path, origin, plan.total, save_lock.held());
