@@ -101,6 +101,14 @@ struct ToBf16Rows {
   }
 };
 
+// The first `cols` entries of each of `rows` rows (stride `ld`) of an emulated GEMM's fp32
+// result, rounded into its bf16 output.
+void round_rows_to_bf16(const device::Stream& stream, std::size_t rows, int64_t cols, int64_t ld,
+                        const float* in, void* out) {
+  device::parallel_for(stream, rows * static_cast<std::size_t>(cols),
+                       ToBf16Rows{in, static_cast<Bf16*>(out), ld, cols});
+}
+
 // Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0. TX and TD:
 // float or Bf16 (a bf16 zero is +0; to_float(Bf16) is exact, so the test is the same).
 template <class TX, class TD>
@@ -432,8 +440,7 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias,
           });
   p.last_forward_batch = batch;
   if (out != y) {
-    device::parallel_for(stream, n * spec_.out,
-                         ToBf16Rows{p.out32.data(), static_cast<Bf16*>(y), spec_.y_ld, spec_.out});
+    round_rows_to_bf16(stream, n, spec_.out, spec_.y_ld, p.out32.data(), y);
   }
 }
 
@@ -548,9 +555,7 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
         });
   }
   if (out != dx) {
-    device::parallel_for(
-        stream, n * spec_.dx_cols,
-        ToBf16Rows{p.out32.data(), static_cast<Bf16*>(dx), spec_.dx_ld, spec_.dx_cols});
+    round_rows_to_bf16(stream, n, spec_.dx_cols, spec_.dx_ld, p.out32.data(), dx);
   }
 }
 
