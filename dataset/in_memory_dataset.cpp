@@ -291,12 +291,19 @@ void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, 
     }
   }
   batch->keys.resize(total);
+  std::uint64_t* keys = batch->keys.data();
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint64_t* key = instances[i].keys;
     for (int s = 0; s < num_slots; ++s) {
       const std::uint32_t count = instances[i].slot_sizes[s];
-      std::copy(key, key + count,
-                batch->keys.begin() + batch->offsets[static_cast<std::size_t>(s) * n + i]);
+      std::uint64_t* out = keys + batch->offsets[static_cast<std::size_t>(s) * n + i];
+      // Most slots hold one key: a store, not a call to memmove (13k calls a batch of 512 x 26
+      // slots, 0.35% of a wide_deep run's CPU time).
+      if (count == 1) {
+        *out = *key;
+      } else {
+        std::copy(key, key + count, out);
+      }
       key += count;
     }
   }
