@@ -146,8 +146,7 @@ TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
         for (float& v : scaled) v *= scale;
         device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
       }
-      net.backward(blas_, params, dx0.data(), batch, 1.0f / scale, d_pooled, pooled, pooled,
-                   accumulate);
+      net.backward(blas_, params, dx0.data(), batch, 1.0f / scale, d_pooled, pooled, accumulate);
     };
     const std::vector<float> d_init = random_vector(static_cast<std::size_t>(batch) * pooled, rng);
     auto d_pooled = up(d_init);
@@ -184,7 +183,7 @@ TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
       net.add_logits(blas_, params, 0, logits.data());
       net.backward_from_logits(blas_, params, logits.data(), scale, 0);
     }
-    net.backward(blas_, params, nullptr, 0, 1.0f / scale, nullptr, pooled, pooled, false);
+    net.backward(blas_, params, nullptr, 0, 1.0f / scale, nullptr, pooled, false);
     for (float g : params.grads_to_host()) ASSERT_EQ(g, 0.0f);
   }
 }

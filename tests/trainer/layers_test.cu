@@ -307,8 +307,7 @@ TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
     auto d_pooled = up(d_pooled_init);
     auto dd = up(dense);
     auto dz = up(r);
-    wide.backward(blas_, params, dd.data(), dz.data(), batch, scale, d_pooled.data(),
-                  pool.out_dim());
+    wide.backward(blas_, params, dd.data(), dz.data(), batch, scale, d_pooled.data());
     std::vector<float> grads = params.grads_to_host();
     for (int d = 0; d < dense_dim; ++d) {
       expect_gradient_near(grads[w_off + d], scale * central_difference(w, w_off + d, 1e-2f, run),
@@ -402,72 +401,6 @@ TEST_F(LayersTest, FindNonFiniteReturnsFirstBadIndex) {
   v[4999] = std::nanf("");
   auto bad = up(v);
   EXPECT_EQ(find_non_finite(card_.stream(), bad.data(), v.size()), 4097u);
-}
-
-// DenseModel widens the first layer's input gradient past the pooled columns to a multiple of 16
-// where W has the rows (the dense features' after the pooled ones: 234 -> 240 in wide_deep and
-// dcn), as the wider GEMM is faster. The pooled columns keep their bits where oneDNN's kernel
-// keeps its sums' order: dX[:, :234] of the wider GEMM against the GEMM of exactly 234 columns, bit
-// for bit, for the batch sizes of a pass (full and last batches) and the first layers' widths
-// of wide_deep, dcn, deepfm (512) and smaller; each wider product against float64. Not every
-// width keeps its bits: on AVX2 (oneDNN 2.6 gemm:jit) a tail of 1-8 columns (19 -> 32, 200 -> 208)
-// is summed by another kernel and differs in the last bits; docs/bench/h144.md lists what was seen.
-TEST_F(LayersTest, WiderInputGradientKeepsThePooledColumnsBitForBit) {
-  struct Shape {
-    int batch, in, out, cols, wide_cols;
-  };
-  std::vector<Shape> shapes;
-  for (const int out : {512, 256, 100}) {
-    for (const int batch : {1, 7, 100, 336, 511, 512})
-      shapes.push_back({batch, 247, out, 234, 240});
-  }
-  const float alpha = 0.37f;
-  for (const Shape& c : shapes) {
-    SCOPED_TRACE("batch " + std::to_string(c.batch) + ", " + std::to_string(c.in) + "x" +
-                 std::to_string(c.out) + ", " + std::to_string(c.cols) + " -> " +
-                 std::to_string(c.wide_cols) + " columns");
-    std::mt19937_64 rng(static_cast<uint64_t>(c.batch) * 1000 + c.out);
-    const std::vector<float> dz = random_vector(static_cast<std::size_t>(c.batch) * c.out, rng);
-    std::vector<float> w;
-    const auto input_grad = [&](int dx_cols) {
-      DenseParameters params(card_);
-      LinearGemmSpec spec;
-      spec.name = "fc_0";
-      spec.in = c.in;
-      spec.out = c.out;
-      spec.relu = true;
-      spec.dx_cols = dx_cols;
-      spec.x_ld = c.in;
-      spec.y_ld = spec.dz_ld = c.out;
-      spec.dx_ld = dx_cols;
-      Linear layer(params, blas_, spec);
-      params.finalize(3);
-      layer.prepare(c.batch);
-      if (w.empty()) w = random_vector(params.size(), rng);
-      params.set_values(w);
-      auto dz_card = up(dz);
-      auto dx = up(std::vector<float>(static_cast<std::size_t>(c.batch) * dx_cols, 7.0f));
-      layer.backward_data(params, dz_card.data(), nullptr, nullptr, alpha, dx.data(), c.batch);
-      return std::make_pair(to_host(dx), params.blocks()[layer.weight_block()].offset);
-    };
-    const auto [narrow, w_at] = input_grad(c.cols);
-    const auto wide = input_grad(c.wide_cols).first;
-    for (int i = 0; i < c.batch; ++i) {
-      for (int k = 0; k < c.wide_cols; ++k) {
-        const float got = wide[static_cast<std::size_t>(i) * c.wide_cols + k];
-        if (k < c.cols) {
-          const float want = narrow[static_cast<std::size_t>(i) * c.cols + k];
-          ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
-              << "row " << i << ", column " << k << ": " << got << " != " << want;
-        }
-        double sum = 0.0;
-        for (int o = 0; o < c.out; ++o) {
-          sum += double{dz[static_cast<std::size_t>(i) * c.out + o]} * w[w_at + k * c.out + o];
-        }
-        ASSERT_NEAR(got, alpha * sum, 1e-5 * (1.0 + std::abs(sum))) << i << " " << k;
-      }
-    }
-  }
 }
 
 // The enqueued form (the step's check of the dense gradients; its cpu pass tests the bits,

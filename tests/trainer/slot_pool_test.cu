@@ -83,24 +83,22 @@ void expect_forward(device::Card& card, const SlotSumPool& pool, const HostSlotB
 }
 
 // Backward: show 1, click the label, then each column's scaled gradient; fields past a narrow
-// slot's columns (and cvm's counters) carry none. `begin`: the slots' column offsets. The pooled
-// gradient's rows are wider than the pooled columns (DenseModel pads them for its first layer's
-// input-gradient GEMM), their tails random values that must not be read.
+// slot's columns (and cvm's counters) carry none. `begin`: the slots' column offsets.
 void expect_backward(device::Card& card, const SlotSumPool& pool, const HostSlotBatch& h,
                      const std::vector<int>& begin, bool use_cvm, std::mt19937_64& rng) {
   const int batch = h.batch;
   const int slots = h.slots;
   auto up = [&](const auto& host) { return device::to_device(host, card.memory(), card.stream()); };
   const float scale = 0.5f;
-  const int64_t d_ld = pool.out_dim() + 5;
-  const std::vector<float> d_pooled = random_vector(static_cast<std::size_t>(batch) * d_ld, rng);
+  const std::vector<float> d_pooled =
+      random_vector(static_cast<std::size_t>(batch) * pool.out_dim(), rng);
   auto records = up(h.records);
   auto offsets = up(h.offsets);
   auto labels = up(h.labels);
   auto d_pooled_card = up(d_pooled);
   auto push = up(std::vector<float>(h.offsets.back() * pool.push_dim(), 9.0f));
   pool.backward(card.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                d_pooled_card.data(), d_ld, labels.data(), scale, push.data());
+                d_pooled_card.data(), labels.data(), scale, push.data());
   const std::vector<float> pushed = to_host(push);
   const int cvm_columns = use_cvm ? 2 : 0;
   for (int s = 0; s < slots; ++s) {
@@ -112,7 +110,7 @@ void expect_backward(device::Card& card, const SlotSumPool& pool, const HostSlot
         for (int f = 2; f < pool.push_dim(); ++f) {
           const int column = cvm_columns + f - 2;
           const float want = column < begin[s + 1] - begin[s]
-                                 ? scale * d_pooled[i * d_ld + begin[s] + column]
+                                 ? scale * d_pooled[i * pool.out_dim() + begin[s] + column]
                                  : 0.0f;
           ASSERT_EQ(rec[f], want) << "slot " << s << " instance " << i << " occurrence " << j
                                   << " field " << f;

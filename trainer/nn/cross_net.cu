@@ -173,11 +173,9 @@ void CrossNet::backward_from_logits(const Blas& blas, DenseParameters& params, c
 }
 
 void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
-                        float unscale, float* d_pooled, int pooled_cols, int64_t d_pooled_ld,
-                        bool accumulate) {
-  GPUBOX_EXPECTS(pooled_cols >= 0 && pooled_cols <= dim_ && d_pooled_ld >= pooled_cols,
-                 "pooled columns ", pooled_cols, " (row stride ", d_pooled_ld,
-                 ") of a cross network over ", dim_);
+                        float unscale, float* d_pooled, int pooled_cols, bool accumulate) {
+  GPUBOX_EXPECTS(pooled_cols >= 0 && pooled_cols <= dim_, "pooled columns ", pooled_cols,
+                 " of a cross network over ", dim_);
   for (int l = layers_ - 1; l >= 0; --l) {
     switch (kind_) {
       case CrossKind::kMatrix:
@@ -191,9 +189,9 @@ void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* 
         break;
     }
   }
-  device::parallel_for(blas.stream(), entries(batch, pooled_cols),
-                       PooledGrad{g_.data(), dx0_.data(), d_pooled, d_pooled_ld, ld_, pooled_cols,
-                                  unscale, accumulate});
+  device::parallel_for(
+      blas.stream(), entries(batch, pooled_cols),
+      PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_, pooled_cols, unscale, accumulate});
 }
 
 void CrossNet::backward_matrix(const Blas& blas, DenseParameters& params, const float* x0,

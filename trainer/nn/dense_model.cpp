@@ -82,7 +82,6 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
-  d_pooled_ld_ = pool_.out_dim();
   if (field) {
     field_ = field->make(FieldPartArgs{card, params_, blas_, pool_, config, activation_type_});
   }
@@ -187,18 +186,7 @@ void DenseModel::add_mlp(int input_dim) {
     spec.x_ld = l == 0 ? first_ld : activation_ld(in);
     spec.y_ld = activation_ld(spec.out);
     spec.dz_ld = activation_ld(spec.out);
-    spec.dx_ld = l == 0 ? first_ld : activation_ld(in);
-    if (l == 0 && mlp_writes_d_pooled()) {
-      // Into d_pooled_, as many columns as the GEMM is fastest at: a multiple of 16 where W has
-      // the rows (the dense features' gradients after the pooled ones, unread), as the column
-      // tail costs oneDNN's gemm:jit more than the columns (234 -> 240: ~88 -> ~103 GFLOP/s on
-      // AVX2). The pooled columns keep their bits at wide_deep's and dcn's width on AVX2
-      // (layers_test's WiderInputGradientKeepsThePooledColumnsBitForBit; a tail of 1-8 columns
-      // does not: docs/bench/h144.md). d_pooled_'s readers take its stride.
-      const int whole_blocks = (spec.dx_cols + 15) / 16 * 16;
-      if (whole_blocks <= in) spec.dx_cols = whole_blocks;
-      spec.dx_ld = d_pooled_ld_ = spec.dx_cols;
-    }
+    spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : pool_.out_dim()) : activation_ld(in);
     layers_.emplace_back(params_, blas_, spec);
     if (!logit) add_norm(spec);
     in = spec.out;
@@ -217,12 +205,10 @@ void DenseModel::add_norm(const LinearGemmSpec& layer) {
 
 double DenseModel::flops_per_example() const {
   double macs = 0.0;
-  for (std::size_t l = 0; l < layers_.size(); ++l) {
+  for (const Linear& layer : layers_) {
     // forward X W and weight gradient X^T dZ over every input, input gradient dZ W^T over
-    // dx_cols of them (the first layer's: those wanted, not the columns it pads d_pooled_ with).
-    const Linear& layer = layers_[l];
-    const int dx_cols = l == 0 && mlp_writes_d_pooled() ? pool_.out_dim() : layer.spec().dx_cols;
-    macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + dx_cols);
+    // dx_cols of them.
+    macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
   }
   return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
          (field_ ? field_->flops_per_example() : 0.0) + (ffm_ ? ffm_->flops_per_example() : 0.0) +
@@ -257,7 +243,7 @@ void DenseModel::reserve(int64_t batch) {
   }
   preds_.resize_discard(n);
   dlogits_.resize_discard(n);
-  d_pooled_.resize_discard(n * d_pooled_ld_);
+  d_pooled_.resize_discard(n * pool_.out_dim());
   loss_partials_.resize_discard(SigmoidLogLoss::loss_partials(n));
   if (reported_batch_ < 0 && (!layers_.empty() || field_) && batch > 0) {
     reported_batch_ = batch;
@@ -395,7 +381,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, cross_->output_grad(),
                                n);
       cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
-                       d_pooled_ld_, /*accumulate=*/false);
+                       /*accumulate=*/false);
     } else if (field_) {
       // dL/d(the field part's DNN input), still scaled, into the part's backward below.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, field_->dnn_input_grad(),
@@ -414,7 +400,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
   if (cross_ && cross_->parallel()) {
     cross_->backward_from_logits(blas_, params_, dlogits_.data(), scales.dense, n);
     cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
-                     d_pooled_ld_, /*accumulate=*/true);
+                     /*accumulate=*/true);
   }
   if (cross_ && config_.cross_l2 > 0.0f && n > 0) {
     // The penalty l2 * |w|^2 rides on every instance's loss, so that the mean over the global
@@ -430,21 +416,17 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
     if (!field_) device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
   }
   if (wide_) {
-    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense, d_pooled_.data(),
-                    d_pooled_ld_);
+    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
+                    d_pooled_.data());
   }
   if (field_) field_->add_wide_grads(field_step(batch, true));  // deepfefm's DNN reads wide.dense_w
-  if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data(), d_pooled_ld_);
-  if (flen_) {
-    flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data(),
-                    d_pooled_ld_);
-  }
+  if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
+  if (flen_) flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
   if (ffm_) {
     ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
-                   d_pooled_.data(), d_pooled_ld_);
+                   d_pooled_.data());
   }
-  pool_.backward(stream, batch.sparse, d_pooled_.data(), d_pooled_ld_, batch.labels, scales.sparse,
-                 push);
+  pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
 }
 
 void DenseModel::backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch,

@@ -182,9 +182,6 @@ class DenseModel {
     if (field_) return field_->dnn_input();
     return x0_.data();
   }
-  // The first layer's input gradient goes straight into d_pooled_ (no cross network below it, no
-  // field part: dnn, wide_deep, deepfm, dcn, parallel dcn_v2, flen).
-  bool mlp_writes_d_pooled() const { return !field_ && !(cross_ && !cross_->parallel()); }
   // PaddleRec's two-class output layer (DenseModelConfig::dlrm_output) on the MLP.
   bool two_class() const {
     return config_.dlrm_output == DlrmOutput::kSoftmax2 && !layers_.empty();
@@ -215,7 +212,6 @@ class DenseModel {
   std::unique_ptr<FlenPart> flen_;  // kFlen only
   std::size_t wide_bias_ = 0;       // kWide, kFm, kFfm and autoint without fc_sizes
   int64_t x0_ld_ = 0;               // row stride of the first layer's input (elements)
-  int64_t d_pooled_ld_ = 0;         // row stride of d_pooled_ (>= pool_.out_dim(); add_mlp)
   int64_t reported_batch_ = -1;     // the batch whose kernel report was logged (-1: none yet)
 
   // Activations (raw bytes): x0 = the pooled rows and dense features (x0_type_), one output per
@@ -229,10 +225,9 @@ class DenseModel {
   device::device_buffer<char> dz_b_;
   device::device_buffer<float> logits_;  // kWide, kFm and kFfm, and two_class() only
   device::device_buffer<float> preds_;
-  device::device_buffer<float> dlogits_;  // unscaled d loss / d logit (the wide part's input)
-  // [B x pool out_dim], row stride d_pooled_ld_: the sparse side's gradient
-  device::device_buffer<float> d_pooled_;
-  device::device_buffer<float> ones_;                   // kWide, kFm, kFfm only: the bias broadcast
+  device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
+  device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
+  device::device_buffer<float> ones_;      // kWide, kFm, kFfm only: the bias broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

@@ -168,15 +168,14 @@ void FfmPart::forward(const device::Stream& stream, const DenseParameters& param
 
 void FfmPart::backward(const device::Stream& stream, DenseParameters& params,
                        const InputRows& input, const float* dense, const float* dlogits,
-                       int64_t batch, float grad_scale, float* d_pooled,
-                       int64_t d_pooled_ld) const {
+                       int64_t batch, float grad_scale, float* d_pooled) const {
   const FfmShape shape{slots_, fields(), k_, width_, embedx_column_, dense_dim_};
   const float* dense_v = params.values(dense_v_);
   with_row_type(input, [&](const auto* rows) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
     device::parallel_for(stream, static_cast<std::size_t>(batch),
                          FfmPooledBackward<T>{rows, input.ld, dense, dense_v, dlogits, d_pooled,
-                                              d_pooled_ld, shape});
+                                              int64_t{slots_} * width_, shape});
     device::parallel_for(stream, static_cast<std::size_t>(dense_dim_) * fields() * k_,
                          FfmDenseBackward<T>{rows, input.ld, dense, dense_v, dlogits, batch,
                                              grad_scale, params.grads(dense_v_), shape});

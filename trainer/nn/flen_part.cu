@@ -240,7 +240,7 @@ void FlenPart::forward(const Blas& blas, const DenseParameters& params, const In
 }
 
 void FlenPart::backward(const Blas& blas, DenseParameters& params, const float* dlogits,
-                        int64_t batch, float grad_scale, float* d_pooled, int64_t d_pooled_ld) {
+                        int64_t batch, float grad_scale, float* d_pooled) {
   const device::Stream& stream = blas.stream();
   const FlenShape shape = make_shape(groups_, k_, slot_width_, embed_column_, starts_);
   const auto cells = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_);
@@ -251,7 +251,7 @@ void FlenPart::backward(const Blas& blas, DenseParameters& params, const float* 
              params.values(fc_w_), k_, 0.0f, dh_.data(), k_);
   device::parallel_for(stream, cells,
                        FlenRowsBackward{params.values(kernel_mf_), g_.data(), dh_.data(), d_pooled,
-                                        d_pooled_ld, shape});
+                                        int64_t{slots_} * slot_width_, shape});
   device::parallel_for(stream, static_cast<std::size_t>(batch) * static_cast<std::size_t>(pairs()),
                        FlenPairGrad{g_.data(), dh_.data(), q_.data(), pairs(), shape});
   // The parameters' gradients: sums over the batch, scaled.

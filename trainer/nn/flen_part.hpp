@@ -67,12 +67,11 @@ class FlenPart {
   // logits[i] += a_i . w_out, from the pooled rows `input` (the MLP's input rows).
   void forward(const Blas& blas, const DenseParameters& params, const InputRows& input,
                int64_t batch, float* logits);
-  // d_pooled ([B x pool out_dim] floats, row stride d_pooled_ld, unscaled) += dL/d e_s in each
-  // slot's embedding columns;
+  // d_pooled ([B x pool out_dim] floats, unscaled) += dL/d e_s in each slot's embedding columns;
   // the blocks' gradients = grad_scale * their sums over the batch (overwritten).
   // Reads what forward() kept of the same batch.
   void backward(const Blas& blas, DenseParameters& params, const float* dlogits, int64_t batch,
-                float grad_scale, float* d_pooled, int64_t d_pooled_ld);
+                float grad_scale, float* d_pooled);
 
  private:
   device::Card* card_;

@@ -131,12 +131,11 @@ class SlotSumPool {
   // `dense_dim` dense features (`dense`: [B x dense_dim] floats). One launch.
   void forward(const device::Stream& stream, const SlotBatchView& in, const float* dense,
                int dense_dim, const InputRows& out) const;
-  // Scatters d_pooled ([B x out_dim()] floats, row stride d_pooled_ld >= out_dim()) to every
-  // occurrence as its push record: show = 1, click = labels[i], embed_g = scale * d(embed_w),
-  // embedx_g[k] = scale * d(embedx_w[k]). The cvm features carry no gradient (show/click are
-  // counters). push: [occurrences x push_dim()].
+  // Scatters d_pooled ([B x out_dim()] floats) to every occurrence as its push record: show = 1,
+  // click = labels[i], embed_g = scale * d(embed_w), embedx_g[k] = scale * d(embedx_w[k]). The
+  // cvm features carry no gradient (show/click are counters). push: [occurrences x push_dim()].
   void backward(const device::Stream& stream, const SlotBatchView& in, const float* d_pooled,
-                int64_t d_pooled_ld, const float* labels, float scale, float* push) const;
+                const float* labels, float scale, float* push) const;
 
  private:
   int slots_;
@@ -157,10 +156,9 @@ class WidePart {
   // logits[i] += wide_i; the pooled embed_w are read from the first layer's input rows.
   void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
                const float* dense, int64_t batch, float* logits) const;
-  // d_pooled[i, embed_w of every slot] += dlogits[i] (row stride d_pooled_ld); dW = scale *
-  // dense^T dlogits.
+  // d_pooled[i, embed_w of every slot] += dlogits[i]; dW = scale * dense^T dlogits.
   void backward(const Blas& blas, DenseParameters& params, const float* dense, const float* dlogits,
-                int64_t batch, float grad_scale, float* d_pooled, int64_t d_pooled_ld) const;
+                int64_t batch, float grad_scale, float* d_pooled) const;
 
  private:
   SlotBlocks blocks_;
@@ -184,10 +182,9 @@ class FmPart {
   void forward(const device::Stream& stream, const InputRows& input, int64_t batch,
                float* logits) const;
   // d_pooled[i, embedx_w[k] of slot s] += dlogits[i] * (sum_t v_tk - v_sk) (d_pooled:
-  // [B x pool out_dim] floats, row stride d_pooled_ld, unscaled like the rest of the pooled
-  // gradient).
+  // [B x pool out_dim] floats, unscaled like the rest of the pooled gradient).
   void backward(const device::Stream& stream, const InputRows& input, const float* dlogits,
-                int64_t batch, float* d_pooled, int64_t d_pooled_ld) const;
+                int64_t batch, float* d_pooled) const;
 
  private:
   int slots_;
@@ -222,11 +219,10 @@ class FfmPart {
   void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
                const float* dense, int64_t batch, float* logits) const;
   // d_pooled[i, slot a's embedx column b*k + c] += dlogits[i] * V_i(b, a)[c] (unscaled, as the
-  // rest of the pooled gradient; row stride d_pooled_ld) and d dense_v = grad_scale * sum_i
-  // dlogits[i] x_id V_i(b, a).
+  // rest of the pooled gradient) and d dense_v = grad_scale * sum_i dlogits[i] x_id V_i(b, a).
   void backward(const device::Stream& stream, DenseParameters& params, const InputRows& input,
                 const float* dense, const float* dlogits, int64_t batch, float grad_scale,
-                float* d_pooled, int64_t d_pooled_ld) const;
+                float* d_pooled) const;
 
  private:
   int slots_;
@@ -317,11 +313,9 @@ class CrossNet {
                             float scale, int64_t batch);
   // From output_grad(): every cross parameter's gradient, and the pooled gradient
   // d_pooled[i, c] (+)= unscale * dL/dx0[i, c] for c < pooled_cols (d_pooled: [B x pooled_cols]
-  // floats, row stride d_pooled_ld >= pooled_cols; written when !accumulate, added to when
-  // accumulate). Uses output_grad() as scratch.
+  // floats; written when !accumulate, added to when accumulate). Uses output_grad() as scratch.
   void backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
-                float unscale, float* d_pooled, int pooled_cols, int64_t d_pooled_ld,
-                bool accumulate);
+                float unscale, float* d_pooled, int pooled_cols, bool accumulate);
   // After backward: grad += alpha * value for the cross layers' weights (W, V, U, C, w; not the
   // biases, the gate or w_out): the L2 penalty's term, alpha = 2 * l2 * (the penalty's weight).
   void add_l2_gradient(const device::Stream& stream, DenseParameters& params, float alpha) const;
