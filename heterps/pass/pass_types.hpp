@@ -44,6 +44,12 @@ struct PassManagerOptions {
   // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
   // first local card's; the others only drop their dirty flags).
   heter_comm::Placement placement = heter_comm::Placement::kSharded;
+  // cpu backend: end_pass and sync push the dirty rows to the host tier where they lie on the
+  // card, by their addresses (HostTier::push_at), instead of gathering them into pinned batches
+  // first (card memory is the host's there: the gather was a second copy of every row). false:
+  // gathered, as cuda always does (the host cannot read card memory), and as the cpu backend
+  // does under GPUBOX_DEVICE_CHECK=defer (whose deferred streams check the gather's events).
+  bool write_back_in_place = true;
 };
 
 // What a pass does with the rows it places on the cards.
