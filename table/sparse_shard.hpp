@@ -82,6 +82,10 @@ class SparseShard {
   // copy without a read; the others are located (read back or created) and overwritten in memory.
   // The row of keys[pos[j]] is rows.row(pos[j]), read to its own width class's stride.
   Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, PushedRows rows);
+  // push of rows packed a record (layout().stride()) apart.
+  Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows) {
+    return push(keys, pos, m, PushedRows::packed(rows, static_cast<std::size_t>(layout_.stride())));
+  }
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
   // `cold_after_days` (> 0) to disk. Returns the number of rows deleted.
