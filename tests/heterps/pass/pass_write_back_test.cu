@@ -4,7 +4,8 @@
 // keys and rows) and pinned buffers are made by the first end_pass that needs them and reused
 // after (0 card allocations a pass boundary then), grown only by a pass that needs more; each
 // batch is gathered and copied half a page at a time on two streams ordered by events, with one
-// host wait a batch.
+// host wait a batch, or on cpu pushed where its rows lie on the card (by their addresses), with
+// one host wait a batch and no stream wait; the two ways leave the same host tier, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
