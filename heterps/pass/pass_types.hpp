@@ -154,7 +154,8 @@ struct PassStats {
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
   // Pinned host memory the write-back holds after end_pass, this trainer's cards together: kept
   // from pass to pass for the pass manager's life (pass_manager.hpp: about (pulls_in_flight + 1)
-  // batches of rows a card, 8-12 bytes a dirty row), outside the host tier's budget.
+  // batches of rows a card, or on cpu of the rows' addresses (write_back_in_place), 8-12 bytes
+  // a dirty row), outside the host tier's budget.
   uint64_t write_back_pinned_bytes = 0;
   // Of the card work for this pass done during the previous pass's steps
   // (PassManager::prepare_next_pass; counted in `prefetched` and `evicted` too): staged rows
