@@ -5,9 +5,12 @@
 // crosses a socket. Implementations are thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/config/config_enums.hpp"
 #include "common/status.hpp"
@@ -21,6 +24,27 @@ class FileEnv;
 // What a save writes (runner.save_mode): base, delta or checkpoint; kNone is refused by save().
 using SaveKind = config::SaveKind;
 using config::kSaveKindNames;
+
+// Where the rows of a bulk push lie: row i (of the call's keys) at row(i), either packed a
+// record stride apart (HostTier::push) or each where its own pointer says (HostTier::push_at: a
+// caller's rows read where they lie). Non-owning, trivially copyable; the rows must outlive it.
+class PushedRows {
+ public:
+  static PushedRows packed(const float* rows, std::size_t stride) {
+    return PushedRows(rows, stride, nullptr);
+  }
+  static PushedRows at(const float* const* rows) { return PushedRows(nullptr, 0, rows); }
+
+  const float* row(std::size_t i) const { return at_ != nullptr ? at_[i] : packed_ + i * stride_; }
+
+ private:
+  PushedRows(const float* packed, std::size_t stride, const float* const* at)
+      : packed_(packed), stride_(stride), at_(at) {}
+
+  const float* packed_;
+  std::size_t stride_;
+  const float* const* at_;
+};
 
 struct HostTierStats {
   uint64_t rows_in_memory = 0;
@@ -48,6 +72,27 @@ class HostTier {
   // Writes back full rows a card updated (creates keys that are missing). `rows` is not read
   // after the call returns (the pass write-back reuses the buffer at once).
   virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
+  // push with the row of keys[i] read at rows[i]: a row under its own layout
+  // (layout().of_row: a narrower width class's row needs no padding to the record stride), for
+  // a caller whose rows lie apart (the pass write-back on the cpu backend pushes the cards' rows
+  // where they lie, by their row indices). Neither `rows` nor the rows are read after the call
+  // returns. The in-process table reads them where they lie; this default packs them into
+  // records (zeros past a row's own stride, as the cards' gather writes them) and calls push, so
+  // a tier that only forwards or observes push sees these rows too.
+  virtual Status push_at(const uint64_t* keys, std::size_t n, const float* const* rows) {
+    const RowLayout& record = layout();
+    const auto stride = static_cast<std::size_t>(record.stride());
+    std::vector<float> packed(n * stride, 0.0f);
+    for (std::size_t i = 0; i < n; ++i) {
+      // A width no class has is left for push to refuse; the copy stays within a record.
+      const int32_t own = record.mixed_widths ? record.of_row(rows[i]).stride() : record.stride();
+      const std::size_t floats =
+          std::clamp<std::size_t>(static_cast<std::size_t>(std::max(own, 0)),
+                                  static_cast<std::size_t>(record.mf_dim_offset()) + 1, stride);
+      std::memcpy(packed.data() + i * stride, rows[i], sizeof(float) * floats);
+    }
+    return push(keys, n, packed.data());
+  }
   virtual Status erase(const uint64_t* keys, std::size_t n) = 0;
   virtual StatusOr<HostTierStats> stats() = 0;
 

@@ -282,7 +282,7 @@ Status SparseShard::peek(const uint64_t* keys, const int32_t* slots, const uint3
 }
 
 Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m,
-                                  const float* rows, std::vector<uint32_t>* rest) {
+                                  PushedRows rows, std::vector<uint32_t>* rest) {
   rest->resize(m);
   if (write_through_.size() == 0) {
     std::copy(pos, pos + m, rest->begin());
@@ -302,8 +302,7 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
   for (std::size_t j = 0; j < m; ++j) {
     const uint64_t key = keys[pos[j]];
     if (write_through_.find(key) == kAbsent) continue;
-    StatusOr<uint32_t> width_class =
-        row_class(key, rows + static_cast<std::size_t>(pos[j]) * stride);
+    StatusOr<uint32_t> width_class = row_class(key, rows.row(pos[j]));
     if (!width_class.ok()) return width_class.status();
     width_classes[j] = *width_class;
   }
@@ -328,8 +327,7 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
     for (std::size_t i = begin; i < end; ++i) {
       // The row at its own width, as eviction writes it (the record's padding stays off disk).
       const int32_t own = arena_.arena(through[i].width_class).stride();
-      std::memcpy(row.data(), rows + static_cast<std::size_t>(through[i].pos) * stride,
-                  sizeof(float) * own);
+      std::memcpy(row.data(), rows.row(through[i].pos), sizeof(float) * own);
       row[RowLayout::kUnseenDays] = 0.0f;
       batch.put(id_, through[i].key, row.data(), now, own);
     }
@@ -340,7 +338,7 @@ Status SparseShard::write_through(const uint64_t* keys, const uint32_t* pos, std
 }
 
 Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t m,
-                         const float* rows) {
+                         PushedRows rows) {
   MutexLock lock(mu_);
   std::vector<uint32_t> idx, rest;
   const std::size_t stride = layout_.stride();
@@ -350,7 +348,7 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
         write_through(keys, pos + begin, std::min(m - begin, piece), rows, &rest));
     const uint32_t* piece_pos = rest.data();
     const std::size_t n = rest.size();
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, rows)));
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit(incoming(keys, piece_pos, n, &rows)));
     // Rows on disk come back; a new key is created below, at the pushed row's width.
     GPUBOX_RETURN_IF_ERROR(locate(keys, nullptr, piece_pos, n, /*create=*/false, &idx, nullptr));
     const uint32_t now = epochs_->current.load();
@@ -367,15 +365,15 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     const std::size_t pushed_bytes = sizeof(float) * stride;
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) {
       if (idx[j] != kAbsent) arena_.prefetch(idx[j]);
-      detail::prefetch_lines(rows + piece_pos[j] * stride, pushed_bytes);
+      detail::prefetch_lines(rows.row(piece_pos[j]), pushed_bytes);
     }
     for (std::size_t j = 0; j < n; ++j) {
       if (j + kAhead < n) {
         if (idx[j + kAhead] != kAbsent) arena_.prefetch(idx[j + kAhead]);
-        detail::prefetch_lines(rows + piece_pos[j + kAhead] * stride, pushed_bytes);
+        detail::prefetch_lines(rows.row(piece_pos[j + kAhead]), pushed_bytes);
       }
       const uint64_t key = keys[piece_pos[j]];
-      const float* pushed = rows + piece_pos[j] * stride;
+      const float* pushed = rows.row(piece_pos[j]);
       StatusOr<uint32_t> width_class = row_class(key, pushed);
       if (!width_class.ok()) return width_class.status();
       // A repeat of a key finds the row its first occurrence created or moved.

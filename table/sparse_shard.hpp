@@ -80,7 +80,12 @@ class SparseShard {
               float* rows, std::size_t* unknown);
   // A key in the write-through set (its row went to disk while pinned) is written over its disk
   // copy without a read; the others are located (read back or created) and overwritten in memory.
-  Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows);
+  // The row of keys[pos[j]] is rows.row(pos[j]), read to its own width class's stride.
+  Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, PushedRows rows);
+  // push of rows packed a record (layout().stride()) apart.
+  Status push(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows) {
+    return push(keys, pos, m, PushedRows::packed(rows, static_cast<std::size_t>(layout_.stride())));
+  }
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
   // `cold_after_days` (> 0) to disk. Returns the number of rows deleted.
@@ -141,7 +146,7 @@ class SparseShard {
     uint64_t bytes;
   };
   Incoming incoming(const uint64_t* keys, const uint32_t* pos, std::size_t m,
-                    const float* pushed) const GPUBOX_REQUIRES(mu_);
+                    const PushedRows* pushed) const GPUBOX_REQUIRES(mu_);
   // Before rows come in: when they could take memory over a limit (rows, or the row storage's
   // allocated bytes), compacts the row storage (byte limit), then moves rows to disk, unpinned
   // before pinned and lowest score first (then longest unseen), until at most min(7/8 of the
@@ -153,7 +158,7 @@ class SparseShard {
   // Writes the keys of keys[pos[0..m)] that are in the write-through set straight to disk (the
   // row as pushed, unseen days 0, this epoch) and drops them from the set; moves the positions
   // of the other keys to the front of *rest (resized to their count). Requires mu_.
-  Status write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m, const float* rows,
+  Status write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m, PushedRows rows,
                        std::vector<uint32_t>* rest) GPUBOX_REQUIRES(mu_);
   // Applies the shrink rules to one row in place; true when the row must be deleted.
   bool age_row(float* row) const;

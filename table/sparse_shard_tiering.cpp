@@ -91,7 +91,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
 }
 
 SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,
-                                            std::size_t m, const float* pushed) const {
+                                            std::size_t m, const PushedRows* pushed) const {
   const Incoming all{m, static_cast<uint64_t>(m) * widest_row_bytes_};
   if (disk_ == nullptr || memory_limit_ == 0) return all;
   if (index_.size() + m <= memory_limit_ &&
@@ -99,7 +99,6 @@ SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t
     return all;
   }
   Incoming in{0, 0};
-  const std::size_t stride = layout_.stride();
   for (std::size_t j = 0; j < m; ++j) {
     const uint64_t key = keys[pos[j]];
     const uint32_t index = index_.find(key);
@@ -109,7 +108,7 @@ SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t
     } else if (pushed != nullptr && layout_.mixed_widths) {
       // A push that moves the row to another class takes a row of that class (the one it
       // leaves is released, its chunk kept until a compaction); a bad width fails the push later.
-      StatusOr<uint32_t> width_class = row_class(key, pushed + pos[j] * stride);
+      StatusOr<uint32_t> width_class = row_class(key, pushed->row(pos[j]));
       if (width_class.ok() && *width_class != detail::RowArenas::class_of(index)) {
         in.bytes +=
             sizeof(float) * arena_.arena(*width_class).stride() + detail::RowArena::kMetadataBytes;

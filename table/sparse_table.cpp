@@ -136,6 +136,16 @@ Status SparseTable::peek(const uint64_t* keys, const int32_t* slots, std::size_t
 Status SparseTable::push(const uint64_t* keys, std::size_t n, const float* rows) {
   if (n == 0) return Status::OK();
   if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("push: null keys/rows");
+  return push_rows(keys, n, PushedRows::packed(rows, static_cast<std::size_t>(layout_.stride())));
+}
+
+Status SparseTable::push_at(const uint64_t* keys, std::size_t n, const float* const* rows) {
+  if (n == 0) return Status::OK();
+  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("push: null keys/rows");
+  return push_rows(keys, n, PushedRows::at(rows));
+}
+
+Status SparseTable::push_rows(const uint64_t* keys, std::size_t n, PushedRows rows) {
   if (n >= (std::size_t{1} << 32)) return Status::InvalidArgument("push: batch over 2^32 keys");
   std::vector<uint32_t> offsets, pos;
   group(keys, n, &offsets, &pos);

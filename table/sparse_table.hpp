@@ -55,6 +55,9 @@ class SparseTable final : public HostTier {
   Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* unknown) override;
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
+  // Reads each row where it lies (no packing): push and push_at are one algorithm over a
+  // PushedRows view.
+  Status push_at(const uint64_t* keys, std::size_t n, const float* const* rows) override;
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;
   // One day passes: decay, age, delete (HostTier::shrink), then rows unseen for at least
@@ -107,6 +110,9 @@ class SparseTable final : public HostTier {
                             const std::string& where) const;
   SparseTable(const AccessorConfig& optimizer, const HostTableConfig& config,
               const HostMemoryPlan& plan, std::unique_ptr<DiskTier> disk);
+  // push and push_at: the keys grouped by shard, each shard's rows written by its push (the
+  // shards in parallel from kParallelKeys keys).
+  Status push_rows(const uint64_t* keys, std::size_t n, PushedRows rows);
   // Below this many keys (or rows) a call runs its shards inline: starting a thread team costs
   // more than it saves, and much more on an oversubscribed machine.
   static constexpr std::size_t kParallelKeys = 4096;

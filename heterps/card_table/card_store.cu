@@ -32,6 +32,14 @@ struct MarkClean {
   GPUBOX_HD void operator()(std::size_t i) const { dirty[rows[i]] = 0; }
 };
 
+// out[i] = the address of the row with handle rows[i].
+struct RowAddresses {
+  RowPoolsRef pools;
+  const row_index_t* rows;
+  const float** out;
+  GPUBOX_HD void operator()(std::size_t i) const { out[i] = pools.row(rows[i]); }
+};
+
 // pools[i] = the width class of record i, by the width it records (-1: none of the config's).
 struct RecordPools {
   const float* records;
@@ -520,6 +528,12 @@ void CardSparseStore::gather_rows(const row_index_t* rows, std::size_t n, float*
   const int32_t stride = record_stride();
   device::parallel_for(stream, n * static_cast<std::size_t>(stride),
                        GatherRecords{table_.rows(), rows, n, rows_out, stride});
+}
+
+void CardSparseStore::row_addresses(const row_index_t* rows, std::size_t n,
+                                    const float** addresses_out,
+                                    const device::Stream& stream) const {
+  device::parallel_for(stream, n, RowAddresses{table_.rows(), rows, addresses_out});
 }
 
 std::size_t CardSparseStore::collect(bool dirty_only, device::device_buffer<uint64_t>& keys_out,

@@ -112,6 +112,14 @@ class CardSparseStore {
   // bit-exact, zeros past the row's own stride; one thread per (record, field). Stream-ordered.
   void gather_rows(const row_index_t* rows, std::size_t n, float* rows_out,
                    const device::Stream& stream) const;
+  // addresses_out[i] = where the row with handle rows[i] (card memory) lies in card memory, at
+  // its own stride (RowLayout::for_slot of its class: no padding to the record stride); valid
+  // until the row is released or its pool compacted (compact_pool), however the pool grows.
+  // `addresses_out` is memory the card writes (on cuda card memory, or mapped pinned memory).
+  // On the cpu backend, whose card memory is the host's, the host reads rows through them where
+  // they lie (the pass write-back's pushes: HostTier::push_at). Stream-ordered.
+  void row_addresses(const row_index_t* rows, std::size_t n, const float** addresses_out,
+                     const device::Stream& stream) const;
   // ranks_out[i] = the rank under eviction_policy() of the row with handle rows[i] (card
   // memory; lower leaves first: EvictionCandidate), to pick victims without copying rows
   // (kLowestScore: table::row_score); 0 for kInvalidRow. Stream-ordered.

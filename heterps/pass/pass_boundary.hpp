@@ -79,7 +79,7 @@ class PassBoundary {
 
   // Pushes every dirty row of card `c` but those of `keep` (sorted) to the host tier, then clears
   // their dirty flags; *kept = the dirty rows of `keep` left as they are. Adds the time spent
-  // gathering rows off the card to *gather_seconds (pass_write_back.cpp).
+  // making batches ready on the card to *gather_seconds (pass_write_back.cpp).
   uint64_t write_back(int c, double* gather_seconds, const std::vector<uint64_t>& keep,
                       uint64_t* kept);
   // Of card `c`'s `count` dirty rows (keys[0, count), and their row indices on the card), drops
@@ -89,14 +89,29 @@ class PassBoundary {
   // it writes the buffer again, order that copy.
   std::size_t drop_kept(int c, const std::vector<uint64_t>& keep, uint64_t* keys, std::size_t count,
                         device::device_buffer<card_table::row_index_t>& d_rows);
-  // Gathers card `c`'s rows d_rows[0, count) off the card a batch at a time into its pinned
-  // batch buffers while the batches before are pushed to the host tier (keys[0, count) theirs),
-  // each batch a staging half at a time (gather_part; unstaged on cpu, half a page at a time),
-  // with one host wait a batch (the copy stream's, after its last copy). Returns the first push
-  // error.
+  // Pushes card `c`'s rows d_rows[0, count) to the host tier (keys[0, count) theirs) a batch at
+  // a time, each batch made ready on the card while the batches before are pushed, with one host
+  // wait a batch: on cpu (reads_rows_in_place) the rows' addresses listed into a pinned batch
+  // buffer and pushed where they lie (HostTier::push_at); else the rows gathered off the card
+  // into a pinned batch buffer (gather_batch) and pushed. Adds the card's time making batches
+  // ready to *gather_seconds. Returns the first push error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
                    double* gather_seconds);
+  // One batch's pinned buffer in push_rows: its rows (gathered) or its rows' addresses (in
+  // place), the other null.
+  struct BatchSlot {
+    float* rows = nullptr;
+    const float** addresses = nullptr;
+  };
+  // Card c's first `slots` batch buffers of `batch` rows (or addresses when `in_place`), made
+  // on first use and kept (WriteBackBuffers).
+  std::vector<BatchSlot> batch_slots(int c, std::size_t slots, std::size_t batch, bool in_place);
+  // Gathers card `c`'s rows d_rows[0, n) into `rows` (pinned) a staging half at a time
+  // (gather_part; unstaged on cpu, half a page at a time), then waits for the copy stream.
+  // *parts counts the parts of the write-back so far (part p uses staging half p % 2).
+  void gather_batch(int c, const card_table::row_index_t* d_rows, std::size_t n, float* rows,
+                    std::size_t* parts);
   // One part of a batch in push_rows: gathers card `c`'s rows d_rows[0, m) into staging half
   // `half` (0 or 1; 0 only with a page of one row) and copies them into `rows` (pinned) on the
   // card's copy stream, ordered by events only: the gather waits for the half's last copy, the
@@ -119,9 +134,10 @@ class PassBoundary {
     device::pinned_buffer<card_table::row_index_t> rows;
     device::pinned_buffer<uint64_t> keep;
     device::pinned_buffer<card_table::row_index_t> found;
-    // Up to pulls_in_flight + 1 batches of rows: one being copied off the card while the others'
-    // pushes run.
+    // Up to pulls_in_flight + 1 batches of rows (gathered) or of their addresses (in place:
+    // reads_rows_in_place), one being made ready on the card while the others' pushes run.
     std::vector<device::pinned_buffer<float>> batches;
+    std::vector<device::pinned_buffer<const float*>> addresses;
     // On the card: the listing, the keep page and the staging page are card c's kept buffers
     // (PassCards::kept, CardPassBuffers), which begin_pass borrows too.
     // Per staged half: its gather's end (card stream) and its copy's end (copy stream).

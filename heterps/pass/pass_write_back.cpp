@@ -1,5 +1,6 @@
 // The pass boundary's write-back (PassBoundary::end_pass / sync): dirty rows from the cards to
-// the host tier, streamed a batch at a time.
+// the host tier, streamed a batch at a time: gathered off the card into pinned batches (cuda),
+// or on cpu pushed where they lie on the card, by their addresses (reads_rows_in_place).
 #include <algorithm>
 #include <deque>
 #include <numeric>
@@ -28,6 +29,20 @@ const std::vector<uint64_t> kNoKeys;
 // kept_bytes.
 std::size_t staging_halves(std::size_t page_rows) { return PassCards::staging_halves(page_rows); }
 std::size_t staging_rows(std::size_t page_rows) { return PassCards::staging_rows(page_rows); }
+
+// Whether the write-back pushes its rows to the host tier where they lie on the card, by their
+// addresses (HostTier::push_at), instead of gathering them into pinned batches: only on cpu,
+// whose card memory is the host's (the gather was a second copy of every row written back), when
+// options.write_back_in_place, and not under GPUBOX_DEVICE_CHECK=defer, where the rows are
+// gathered and staged as cuda does (stages_rows) so that the deferred streams check its events.
+bool reads_rows_in_place([[maybe_unused]] const device::Stream& stream,
+                         [[maybe_unused]] const PassManagerOptions& options) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  return false;
+#else
+  return options.write_back_in_place && stream.deferred() == nullptr;
+#endif
+}
 
 // Whether the write-back gathers its rows into the staging page and copies them off the card on
 // the copy stream: always on cuda. On cpu the card's memory is the host's, so the gather writes
@@ -92,7 +107,9 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
   GPUBOX_LOG(INFO) << "end_pass " << current_.pass_id << ": " << current_.written_back
                    << " rows written back, " << current_.kept_dirty
                    << " kept dirty on the cards for the next pass, in " << current_.end_seconds
-                   << " s; the slowest card gathered its rows off the card in " << gather_seconds_
+                   << " s; the slowest card made its batches ready (rows gathered off the card, or "
+                      "on cpu their addresses listed) in "
+                   << gather_seconds_
                    << " s, the rest waited for the host tier; the write-back holds "
                    << static_cast<double>(current_.write_back_pinned_bytes) / (1 << 20)
                    << " MiB of pinned host memory (kept for the next pass's end)";
@@ -210,32 +227,25 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
                                double* gather_seconds) {
   const card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
-  const std::size_t stride = cards_.stride();
-  // A batch is gathered off the card (on cuda a staging half at a time: the card never holds a
-  // second copy of the rows) while the batches before it are pushed, at most pulls_in_flight at
-  // once, so the host holds pulls_in_flight + 1 batches of rows, not a copy of every dirty row (785
-  // MB for a pass of 10.9 M rows).
+  // A batch is made ready on the card (its rows gathered off the card, or on cpu their addresses
+  // listed: reads_rows_in_place) while the batches before it are pushed, at most pulls_in_flight
+  // at once, so the host holds pulls_in_flight + 1 batches, not a copy of every dirty row (785 MB
+  // for a pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
-  // A batch's rows land in one of the card's pinned batch buffers (kept from pass to pass, left
-  // uninitialised: the gather writes every float), reused once its push is done. Only as many
-  // as the pass has batches are made, each of a whole batch even when the write-back is smaller
-  // (a sync() before a save, a short first pass): sized to it, a later larger write-back would
-  // free and make each again (cudaFreeHost waits for the whole device).
-  const std::size_t batches = (count + batch - 1) / batch;
-  const std::size_t batch_floats = batch * stride;
-  std::vector<device::pinned_buffer<float>>& batch_buffers = write_back_buffers_[c].batches;
-  const std::size_t slots = std::min(in_flight + 1, batches);
-  if (batch_buffers.size() < slots) batch_buffers.resize(slots);
-  std::vector<float*> spare;
-  for (std::size_t i = 0; i < slots; ++i) {
-    spare.push_back(reserve_pinned(batch_buffers[i], batch_floats, /*grow=*/false));
-  }
+  const bool in_place = reads_rows_in_place(card.stream(), cards_.options());
+  // A batch's rows (or addresses) land in one of the card's pinned batch buffers (kept from pass
+  // to pass, left uninitialised: the gather writes every float), reused once its push is done.
+  // Only as many as the pass has batches are made, each of a whole batch even when the
+  // write-back is smaller (a sync() before a save, a short first pass): sized to it, a later
+  // larger write-back would free and make each again (cudaFreeHost waits for the whole device).
+  const std::size_t slots = std::min(in_flight + 1, (count + batch - 1) / batch);
+  std::vector<BatchSlot> spare = batch_slots(c, slots, batch, in_place);
   // At most in_flight pushes at once (the window) on the pass cards' host-call threads. The
   // window waits for every push in it before it goes, so an error that unwinds this function
   // leaves no push reading a buffer that a later write-back refills.
   CallWindow window(cards_.host_calls(), in_flight);
-  std::deque<float*> pushing;  // the rows of the pushes in the window, oldest first
+  std::deque<BatchSlot> pushing;  // the buffers of the pushes in the window, oldest first
   Status st;
   // Waits for the oldest push; keeps the first error.
   auto retire = [&] {
@@ -244,35 +254,28 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
     spare.push_back(pushing.front());
     pushing.pop_front();
   };
-  // A batch is gathered and copied a staging half at a time (half a page, at most kKeptRows
-  // rows: gather_part), the halves in turn: the card gathers one while the other is copied off it.
-  // Not staged (cpu, stages_rows), a part is half a page as before the staging was bounded: the
-  // gather writes the pinned batch itself, and in parts of 2048 rows the gathers of a cpu
-  // write-back of 400k rows of 14 floats took about 45 ms instead of 22-33 (medians of 12 on a
-  // loaded 2-core machine; the whole end_pass 81-90 ms instead of 76-83).
-  const std::size_t halves = staging_halves(store.page_rows());
-  const std::size_t part = stages_rows(card.stream())
-                               ? staging_rows(store.page_rows())
-                               : std::max<std::size_t>(1, store.page_rows() / halves);
-  std::size_t parts = 0;  // of the write-back so far: part p uses half p % halves
+  std::size_t parts = 0;  // gathered: of the write-back so far (gather_batch)
   table::HostTier& host = cards_.host();
   try {
     for (std::size_t b = 0; b < count && st.ok(); b += batch) {
       const std::size_t n = std::min(count, b + batch) - b;
       if (window.full()) retire();
-      Timer gather;
-      float* rows = spare.back();
+      Timer ready;
+      const BatchSlot slot = spare.back();
       spare.pop_back();
-      for (std::size_t p = 0; p < n; p += part, ++parts) {
-        gather_part(c, d_rows.data() + b + p, std::min(n, p + part) - p, rows + p * stride,
-                    parts % halves);
+      if (in_place) {
+        // The rows stay where they are: nothing writes them before the window's last push
+        // (clear_dirty runs after it), and the pushes read them from the host-call threads.
+        store.row_addresses(d_rows.data() + b, n, slot.addresses, card.stream());
+        card.stream().synchronize();
+        window.submit(
+            [&host, keys, b, n, slot] { return host.push_at(keys + b, n, slot.addresses); });
+      } else {
+        gather_batch(c, d_rows.data() + b, n, slot.rows, &parts);
+        window.submit([&host, keys, b, n, slot] { return host.push(keys + b, n, slot.rows); });
       }
-      // The batch's last copy waited for its gather, and follows the copies before it on the
-      // copy stream: every row is in `rows` before its push reads them.
-      card.copy_stream().synchronize();
-      *gather_seconds += gather.seconds();
-      window.submit([&host, keys, b, n, rows] { return host.push(keys + b, n, rows); });
-      pushing.push_back(rows);
+      *gather_seconds += ready.seconds();
+      pushing.push_back(slot);
     }
   } catch (...) {
     // No copy stays queued reading the staging page (freed on the card's stream, which does not
@@ -287,6 +290,48 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   }
   while (!window.empty()) retire();
   return st;
+}
+
+std::vector<PassBoundary::BatchSlot> PassBoundary::batch_slots(int c, std::size_t slots,
+                                                               std::size_t batch, bool in_place) {
+  WriteBackBuffers& buffers = write_back_buffers_[c];
+  std::vector<BatchSlot> made(slots);
+  if (in_place) {
+    if (buffers.addresses.size() < slots) buffers.addresses.resize(slots);
+    for (std::size_t i = 0; i < slots; ++i) {
+      made[i].addresses = reserve_pinned(buffers.addresses[i], batch, /*grow=*/false);
+    }
+  } else {
+    if (buffers.batches.size() < slots) buffers.batches.resize(slots);
+    for (std::size_t i = 0; i < slots; ++i) {
+      made[i].rows = reserve_pinned(buffers.batches[i], batch * cards_.stride(), /*grow=*/false);
+    }
+  }
+  return made;
+}
+
+void PassBoundary::gather_batch(int c, const row_index_t* d_rows, std::size_t n, float* rows,
+                                std::size_t* parts) {
+  const card_table::CardSparseStore& store = cards_.store(c);
+  device::Card& card = cards_.card(c);
+  const std::size_t stride = cards_.stride();
+  // A batch is gathered and copied a staging half at a time (half a page, at most kKeptRows
+  // rows: gather_part), the halves in turn: the card gathers one while the other is copied off
+  // it. Not staged (cpu with write_back_in_place off, stages_rows), a part is half a page as
+  // before the staging was bounded: the gather writes the pinned batch itself, and in parts of
+  // 2048 rows the gathers of a cpu write-back of 400k rows of 14 floats took about 45 ms instead
+  // of 22-33 (medians of 12 on a loaded 2-core machine; the whole end_pass 81-90 ms instead of
+  // 76-83).
+  const std::size_t halves = staging_halves(store.page_rows());
+  const std::size_t part = stages_rows(card.stream())
+                               ? staging_rows(store.page_rows())
+                               : std::max<std::size_t>(1, store.page_rows() / halves);
+  for (std::size_t p = 0; p < n; p += part, ++*parts) {
+    gather_part(c, d_rows + p, std::min(n, p + part) - p, rows + p * stride, *parts % halves);
+  }
+  // The batch's last copy waited for its gather, and follows the copies before it on the copy
+  // stream: every row is in `rows` before its push reads them.
+  card.copy_stream().synchronize();
 }
 
 void PassBoundary::gather_part(int c, const row_index_t* d_rows, std::size_t m, float* rows,
@@ -331,6 +376,9 @@ std::size_t PassBoundary::WriteBackBuffers::pinned_bytes() const {
   std::size_t bytes = keys.size() * sizeof(uint64_t) + rows.size() * sizeof(row_index_t) +
                       keep.size() * sizeof(uint64_t) + found.size() * sizeof(row_index_t);
   for (const device::pinned_buffer<float>& batch : batches) bytes += batch.size() * sizeof(float);
+  for (const device::pinned_buffer<const float*>& batch : addresses) {
+    bytes += batch.size() * sizeof(const float*);
+  }
   return bytes;
 }
 

@@ -28,6 +28,8 @@ class ForwardingHostTier : public HostTier {
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
     return inner_.push(keys, n, rows);
   }
+  // push_at is not forwarded: HostTier's packs the rows and calls push, so a wrapper that
+  // observes or fails push sees the pass write-back's in-place pushes too.
   Status erase(const uint64_t* keys, std::size_t n) override { return inner_.erase(keys, n); }
   StatusOr<HostTierStats> stats() override { return inner_.stats(); }
   StatusOr<uint64_t> shrink() override { return inner_.shrink(); }

@@ -9,10 +9,13 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "table/host_memory_plan.hpp"
 #include "table/sparse_shard.hpp"
+#include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
 
@@ -369,6 +372,58 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
     ASSERT_EQ(got.size(), oracle.size());
     for (const auto& [key, row] : got) {
       ASSERT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
+    }
+  }
+}
+
+// HostTier::push_at (issue 32: the cpu pass write-back pushes the cards' rows where they lie, each
+// in its own width's pool, by address): the in-process table's push_at (read where they lie) and
+// the interface's default (packed into records, then push: what a remote or wrapping tier does)
+// leave the table as a push of the same rows packed into records does, bit for bit, against an
+// unordered_map oracle. Rows of both widths, each in an allocation of exactly its own stride (a
+// read past it would read the next row's floats, not the record's zeros), at 0, 1, n =
+// kParallelKeys' 4096 (the shards in parallel) and n + 1 rows, each size over new keys and then
+// over the same keys again (existing rows overwritten, some changing width).
+TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
+  const AccessorConfig cfg = two_widths();
+  HostTableConfig config;
+  config.shards = 3;
+  auto packed = testing::open_table(cfg, config);
+  auto in_place = testing::open_table(cfg, config);
+  auto defaulted_table = testing::open_table(cfg, config);
+  testing::ForwardingHostTier defaulted(*defaulted_table);  // push_at: HostTier's, packing
+  const RowLayout record = packed->layout();
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  std::mt19937_64 rng(47);
+  for (const std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{4097}}) {
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(std::to_string(n) + " rows, round " + std::to_string(round));
+      std::vector<uint64_t> keys(n);
+      std::vector<float> records;
+      std::vector<std::vector<float>> own_rows(n);  // each row alone, at its own stride
+      std::vector<const float*> addresses(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        keys[i] = (uint64_t{n} << 32) + i;
+        const int32_t slot = (i + static_cast<std::size_t>(round)) % 3 == 0 ? kNarrowSlot : 2;
+        const std::vector<float> rec = record_of_slot(rng, cfg, record, slot);
+        records.insert(records.end(), rec.begin(), rec.end());
+        oracle[keys[i]] = rec;
+        own_rows[i].assign(rec.begin(), rec.begin() + RowLayout::for_slot(cfg, slot).stride());
+        addresses[i] = own_rows[i].data();
+      }
+      ASSERT_TRUE(packed->push(keys.data(), n, records.data()).ok());
+      ASSERT_TRUE(in_place->push_at(keys.data(), n, addresses.data()).ok());
+      ASSERT_TRUE(defaulted.push_at(keys.data(), n, addresses.data()).ok());
+      for (SparseTable* table : {packed.get(), in_place.get(), defaulted_table.get()}) {
+        const testing::RowMap rows = testing::snapshot(*table);
+        ASSERT_EQ(rows.size(), oracle.size());
+        for (const auto& [key, row] : rows) {
+          ASSERT_TRUE(oracle.count(key)) << key;
+          ASSERT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
+        }
+      }
+      EXPECT_EQ(in_place->stats()->memory_bytes, packed->stats()->memory_bytes);
     }
   }
 }

@@ -37,9 +37,8 @@ table::AccessorConfig test_config() {
 }
 
 Engine::Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host,
-               const card_table::HashTableOptions& table_options)
+               const card_table::HashTableOptions& table_options, const table::AccessorConfig& cfg)
     : card_set(device::CardSet::from_list(card_list(cards))), placement(options.placement) {
-  const table::AccessorConfig cfg = test_config();
   if (external_host == nullptr) {
     auto opened = table::SparseTable::open(cfg, table::HostTableConfig{});
     owned_host = std::move(opened.value());
@@ -129,8 +128,11 @@ std::map<uint64_t, std::vector<float>> Engine::host_rows() {
   std::map<uint64_t, std::vector<float>> out;
   auto* table = inspect != nullptr ? inspect : dynamic_cast<table::SparseTable*>(host);
   EXPECT_NE(table, nullptr);
+  const table::RowLayout& record = host->layout();
   throw_if_error(table->for_each_row([&](uint64_t key, const float* row) {
-    out[key] = std::vector<float>(row, row + host->layout().stride());
+    std::vector<float> padded(row, row + record.of_row(row).stride());
+    padded.resize(static_cast<std::size_t>(record.stride()), 0.0f);
+    out[key] = std::move(padded);
   }));
   return out;
 }

@@ -29,9 +29,11 @@ table::AccessorConfig test_config();
 // One engine: cards, their stores and HeterComms, a host tier, a pass manager.
 struct Engine {
   // `external_host` (optional) replaces the engine's own in-process host tier; `table_options`
-  // sizes every card's store (its hash table and row pages).
+  // sizes every card's store (its hash table and row pages); `cfg` is the stores' and the own
+  // host tier's (test_config() by default).
   Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host = nullptr,
-         const card_table::HashTableOptions& table_options = {});
+         const card_table::HashTableOptions& table_options = {},
+         const table::AccessorConfig& cfg = test_config());
 
   // Per card, per step: a batch of keys from the pass and seeded gradients; pull then push.
   // `between(card)` (optional) runs on the card's thread after each step.
@@ -41,7 +43,8 @@ struct Engine {
   // Every card row as key -> row (host copies); checks each key's card (sharded) or that every
   // replica is the whole table, byte for byte (replicated).
   std::map<uint64_t, std::vector<float>> card_rows();
-  // Every host-tier row (of `inspect` when set).
+  // Every host-tier row (of `inspect` when set), as a record: the row at its own width, zeros
+  // after it (as card_rows gives them).
   std::map<uint64_t, std::vector<float>> host_rows();
   // Empties every card's store (the uncached reference forgets its cards at each end_pass).
   void forget_cards();

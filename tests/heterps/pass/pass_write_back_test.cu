@@ -4,7 +4,8 @@
 // keys and rows) and pinned buffers are made by the first end_pass that needs them and reused
 // after (0 card allocations a pass boundary then), grown only by a pass that needs more; each
 // batch is gathered and copied half a page at a time on two streams ordered by events, with one
-// host wait a batch.
+// host wait a batch, or on cpu pushed where its rows lie on the card (by their addresses), with
+// one host wait a batch and no stream wait; the two ways leave the same host tier, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "heterps/device/counters.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -77,6 +79,17 @@ bool stages_rows([[maybe_unused]] Engine& engine) {
 #endif
 }
 
+// Whether the write-back pushes the rows where they lie on the card (PassManagerOptions::
+// write_back_in_place: the cpu backend, but under GPUBOX_DEVICE_CHECK=defer): no gather, no
+// part, no stream wait.
+bool reads_rows_in_place(Engine& engine, const PassManagerOptions& options = {}) {
+  return options.write_back_in_place && !stages_rows(engine);
+}
+
+// The card's stream waits of a write-back of `rows` rows: 2 a gathered part (the gather waits for
+// its half's copy, the copy for the gather), none in place.
+uint64_t stream_waits_of(Engine& engine, uint64_t rows, uint64_t half = kHalf);
+
 // Parts of `half` rows (half a page; a page of one row is one part) a write-back of `rows` rows
 // gathers: each batch's own.
 uint64_t parts_of(uint64_t rows, uint64_t half = kHalf) {
@@ -86,6 +99,10 @@ uint64_t parts_of(uint64_t rows, uint64_t half = kHalf) {
     parts += (n + half - 1) / half;
   }
   return parts;
+}
+
+uint64_t stream_waits_of(Engine& engine, uint64_t rows, uint64_t half) {
+  return reads_rows_in_place(engine) ? 0 : 2 * parts_of(rows, half);
 }
 
 // Passes over the same 64 keys, each training exactly `dirty` of them (every one of 20 steps of
@@ -128,7 +145,7 @@ TEST_P(PassWriteBackPages, HostTierMatchesTheOracleAtEverySize) {
     ASSERT_EQ(end.written_back, written);
     kept_before = std::set<uint64_t>(keep.begin(), keep.end());
     ASSERT_NO_FATAL_FAILURE(expect_host_holds(engine, oracle));
-    EXPECT_EQ(spent.stream_waits, 2 * parts_of(written, half));
+    EXPECT_EQ(spent.stream_waits, stream_waits_of(engine, written, half));
     EXPECT_EQ(spent.copy_stream_copies, stages_rows(engine) ? parts_of(written, half) : 0u);
     EXPECT_EQ(spent.pageable_copies, 0u);
   }
@@ -182,7 +199,7 @@ TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
     EXPECT_EQ(spent.pinned_frees, passes[p].pinned_frees);
     EXPECT_EQ(spent.pageable_copies, 0u);
     EXPECT_EQ(spent.window_allocations, 0u);
-    EXPECT_EQ(spent.stream_waits, 2 * parts_of(end.written_back));
+    EXPECT_EQ(spent.stream_waits, stream_waits_of(engine, end.written_back));
     EXPECT_EQ(spent.copy_stream_copies, stages_rows(engine) ? parts_of(end.written_back) : 0u);
     // One wait a batch, the listing's two, the keys', the dirty flags'; kept keys add the row
     // indices' and two a page of them (the look-up's, the found rows').
@@ -191,9 +208,78 @@ TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
                                     (passes[p].keep ? 1 + 2 * keep_pages : 0));
   }
   // The pinned bytes reported: the keys (1.5 x 200 after growing once, then 1.5 x that), row
-  // indices and keep page, 3 batches of rows.
+  // indices and keep page, and 3 batches of rows, or in place of their addresses.
+  const std::size_t batches =
+      3 * kBatch *
+      (reads_rows_in_place(engine) ? sizeof(const float*)
+                                   : engine.host->layout().stride() * sizeof(float));
   EXPECT_GT(engine.manager->current().write_back_pinned_bytes,
-            3 * kBatch * engine.host->layout().stride() * sizeof(float));
+            batches + 300 * sizeof(uint64_t) + PassCards::keep_rows(kPageRows) * 12);
+}
+
+// Issue 32: the cpu write-back pushes each dirty row where it lies on the card (HostTier::push_at
+// by the rows' addresses) instead of gathering the rows into pinned batches first. Two engines
+// over the same passes and steps, one gathering (write_back_in_place off: the path cuda takes)
+// and one in place, with width classes (slot 1 at width 16, slot 2 at 2, the rest the record's
+// 4: rows in pools of their own strides, narrower and wider than the default), so that an
+// address read past its row's own width or into another pool shows. Each pass trains exactly
+// `dirty` keys, so the write-back pushes 0, 1, a batch (n) and n + 1 rows, a page and one more,
+// and many batches; every third pass keeps half of them dirty for the next. After each end_pass
+// both host tiers equal the unordered_map oracle (the host rows before, the card rows of the
+// keys written back), and so each other, bit for bit. (Under GPUBOX_DEVICE_CHECK=defer both
+// gather: reads_rows_in_place.)
+TEST(PassWriteBack, InPlaceWritesTheGatheredRowsBitForBit) {
+  const table::AccessorConfig cfg =
+      table::with_slot_dims(pass_test::test_config(), {{1, 16}, {2, 2}});
+  PassManagerOptions gather_options = small_batches();
+  gather_options.write_back_in_place = false;
+  Engine gathered(1, gather_options, nullptr, small_pages(), cfg);
+  Engine in_place(1, small_batches(), nullptr, small_pages(), cfg);
+  ASSERT_EQ(in_place.stores[0]->pool_count(), 3);
+  const std::vector<uint64_t> keys = make_passes(1, 64, 41)[0];
+  std::vector<int32_t> slots(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) slots[i] = static_cast<int32_t>(keys[i] % 3);
+  const std::vector<std::size_t> sizes = {
+      0, 1, kBatch, kBatch + 1, kPageRows, kPageRows + 1, 2 * kBatch + 1, 61, 64};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t dirty = sizes[i];
+    SCOPED_TRACE("pass " + std::to_string(i) + ": " + std::to_string(dirty) + " dirty rows");
+    const std::vector<uint64_t> trained(keys.begin(), keys.begin() + dirty);
+    std::vector<uint64_t> keep;
+    if (i % 3 == 2) {
+      for (std::size_t k = 0; k < dirty; k += 2) keep.push_back(trained[k]);
+      std::sort(keep.begin(), keep.end());
+    }
+    std::vector<PassStats> ends;
+    for (Engine* engine : {&gathered, &in_place}) {
+      engine->manager->begin_pass(keys, slots);
+      engine->train(trained, 300 + i, dirty == 0 ? 0 : 20);
+      const Oracle oracle = expected_after_end(*engine, keep);
+      const device::DeviceCounts before = engine->card_set.card(0).counts();
+      ends.push_back(engine->manager->end_pass(keep));
+      const device::DeviceCounts spent = engine->card_set.card(0).counts() - before;
+      ASSERT_NO_FATAL_FAILURE(expect_host_holds(*engine, oracle));
+      const bool gathers = engine == &gathered || !reads_rows_in_place(*engine);
+      EXPECT_EQ(spent.stream_waits, gathers ? 2 * parts_of(ends.back().written_back) : 0u);
+    }
+    EXPECT_EQ(ends[0].written_back, ends[1].written_back);
+    EXPECT_EQ(ends[0].kept_dirty, ends[1].kept_dirty);
+    EXPECT_EQ(ends[0].kept_dirty, keep.size());
+    const auto want = gathered.host_rows();
+    const auto got = in_place.host_rows();
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [key, row] : got) {
+      ASSERT_TRUE(want.count(key)) << "key " << key;
+      ASSERT_TRUE(rows_equal(row, want.at(key)))
+          << "key " << key << ": " << row_diff(row, want.at(key));
+    }
+  }
+  // Every width was written back: a row of each of the three widths is on the host tier.
+  std::set<int32_t> widths;
+  const int32_t width_field = in_place.host->layout().mf_dim_offset();
+  for (const auto& [key, row] : in_place.host_rows())
+    widths.insert(static_cast<int32_t>(row[width_field]));
+  EXPECT_EQ(widths, (std::set<int32_t>{2, 4, 16}));
 }
 
 }  // namespace
