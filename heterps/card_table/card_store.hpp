@@ -59,9 +59,10 @@ class CardSparseStore {
   // memory), clean. A key already on the card has its row overwritten (at the width it has).
   // Keys should be unique within the batch (for a repeated key one of its rows is kept). A row
   // of a width the config does not create is an error. Returns how many keys were new.
-  // Synchronizes.
+  // Synchronizes. `row_room` (optional, card memory for n row indices, its contents lost) takes
+  // the keys' rows; without it the store's own scratch does (grown to the largest insert).
   std::size_t insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
-                          const device::Stream& stream);
+                          const device::Stream& stream, row_index_t* row_room = nullptr);
   // rows_out[i] = the record of keys[i] (n * record_stride() floats, card memory), bit-exact. A key
   // the card does not hold is an error naming the key and the card. Synchronizes.
   void read_rows(const uint64_t* keys, std::size_t n, float* rows_out,

@@ -113,7 +113,12 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
   // Inserts stage their rows in the kept pages (kept_bytes), at most keep_rows at a time: the
-  // store's per-position scratch of such a chunk is all the working set adds for them.
+  // store's per-position scratch of such a chunk is all the working set adds for them. With one
+  // pool they stage in the listing instead when it holds more (PassCards::insert_to_card: keys,
+  // records and rows there); the table's created flag a staged row (1 byte, grown by half again)
+  // is then the only scratch that follows the chunk, at most half the listing's entries (8 of
+  // 8 + 4 * stride bytes a row): under 1 byte a key, within the 4 of kWorkingBytesPerKey that
+  // the listing leaves.
   const std::size_t staged = keep_rows(plan.page_rows);
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);

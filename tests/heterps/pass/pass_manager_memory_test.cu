@@ -464,6 +464,43 @@ TEST(PassManager, EvaluationEndPassWaitsAsOftenForManyBorrowedRows) {
   EXPECT_EQ(host_syncs[1], host_syncs[0]) << "10000 borrowed rows, against 100";
 }
 
+// A begin_pass that evicts and inserts 12000 rows under a budget of 12000 (its pass all new, its
+// rows pulled in one host batch) waits for the card 8 times for its look-up and evictions, and
+// once per chunk of inserts: as many rows at a time as the kept listing holds each row's key and
+// record (8 + 4 bytes a float, in the listed keys' room: the budget's rows at 8 bytes each), or a
+// kept staging page when that holds more. Pages of 1, 64 and 65536 rows: 8 + 12000, 8 + 188
+// and 8 + 3 waits a kept page at a time; in the listing 8 + 8, 8 + 8 (rows of 14 floats: 1500 at
+// a time), and 8 + 3 still (a kept page of 4096 rows holds more).
+TEST(PassManager, BeginPassInsertsAsManyRowsAtATimeAsTheKeptListingHolds) {
+  constexpr std::size_t kRows = 12000;
+  for (const std::size_t page_rows : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 16}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_rows) + " rows");
+    PassManagerOptions options;
+    options.card_row_budget = kRows;
+    card_table::HashTableOptions table_options;
+    table_options.page_rows = page_rows;
+    Engine engine(1, options, nullptr, table_options);
+    device::Card& card = engine.card_set.card(0);
+    const std::size_t stride = engine.host->layout().stride();
+    std::vector<uint64_t> first, second;
+    for (uint64_t k = 1; k <= kRows; ++k) first.push_back(mix64(k) | 1);
+    for (uint64_t k = kRows + 1; k <= 2 * kRows; ++k) second.push_back(mix64(k) | 1);
+    std::sort(first.begin(), first.end());
+    std::sort(second.begin(), second.end());
+    engine.manager->begin_pass(first);
+    engine.manager->end_pass();
+    const device::DeviceCounts before = card.counts();
+    const PassStats begun = engine.manager->begin_pass(second);
+    const uint64_t waits = (card.counts() - before).host_syncs;
+    ASSERT_EQ(begun.evicted, kRows);
+    ASSERT_EQ(begun.pulled, kRows);
+    const std::size_t in_listing = kRows * sizeof(uint64_t) / (sizeof(uint64_t) + stride * 4);
+    const std::size_t at_once = std::max(PassCards::page_rows_kept(page_rows), in_listing);
+    EXPECT_EQ(waits, 8 + (kRows + at_once - 1) / at_once) << "rows of " << stride << " floats";
+    engine.manager->end_pass();
+  }
+}
+
 // Each pool of `store` holds its width's rows: every resident key's handle names the pool of the
 // width its host-tier row records (listing keys and handles only: the pass boundary's working
 // set).
