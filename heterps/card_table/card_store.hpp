@@ -42,6 +42,17 @@ namespace gpubox::card_table {
 class CardStoreRef;    // card_store.cuh
 struct DirtyFlagsRef;  // card_store.cuh
 
+// Card memory CardSparseStore::compact_pool moves rows through, `rows` rows at a time: their
+// records (rows * record_stride() floats), new handles and dirty flags, a caller's (the pass
+// boundary lends its kept pages, so a later compaction allocates nothing), contents lost. Empty
+// (rows 0): compact_pool makes its own, of a page.
+struct MoveRoom {
+  float* records = nullptr;
+  row_index_t* handles = nullptr;
+  uint8_t* dirty = nullptr;
+  std::size_t rows = 0;
+};
+
 class CardSparseStore {
  public:
   // Rows follow RowLayout::for_slot(config, slot) (one pool per width_classes(config));
@@ -183,10 +194,11 @@ class CardSparseStore {
   // that follow the listing's slot order (unspecified: hash_table.hpp). Returns the pages freed.
   // Synchronizes. The listing of every entry (12 bytes each) lands in `listed_keys` /
   // `listed_rows` (a caller's, resized, contents lost: the pass boundary lends its kept listing,
-  // so a compaction holds no second one); the first form makes its own.
+  // so a compaction holds no second one), and the rows move `room.rows` at a time through `room`
+  // (MoveRoom); the first form makes its own of both.
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
-                           device::device_buffer<row_index_t>& listed_rows,
+                           device::device_buffer<row_index_t>& listed_rows, MoveRoom room,
                            const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch. A rehash it
   // makes (growth, or a purge of erased slots) saves its pairs in `room` (CardHashTable::rehash).

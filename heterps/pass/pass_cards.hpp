@@ -59,8 +59,9 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // - A page of PassCards::keep_rows keys and row indices, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
 //   write-back): drop_kept's keep keys, insert_to_card's, erase_from_card's and evict_among's
-//   pages when the listing holds less, and the write-back's copy off the card. Bounded by
-//   PassCards::kKeptRows whatever the page: the plan's kept_bytes.
+//   pages when the listing holds less, compact_pool's moved rows (fit_pools: their records,
+//   handles, and dirty flags in the page of keys), and the write-back's copy off the card.
+//   Bounded by PassCards::kKeptRows whatever the page: the plan's kept_bytes.
 struct CardPassBuffers {
   device::device_buffer<uint64_t> listed_keys;
   device::device_buffer<card_table::row_index_t> listed_rows;
