@@ -60,11 +60,17 @@ std::string CardTierPlan::to_string() const {
   };
   std::ostringstream out;
   const double mib = 1.0 / (1 << 20);
+  const auto pinned = [&] {
+    if (next_pass_pinned_bytes == 0) return;
+    out << "; next pass's card work pins " << next_pass_pinned_bytes * mib
+        << " MiB of host memory per card (outside runner.host_memory_mb)";
+  };
   if (rows == 0) {
     out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
         << " bytes (row " << row_bytes << ", table " << table_bytes << ", index " << index_bytes
         << ", pass working set " << working_bytes << "), rows in pages of " << page_rows
         << class_bytes();
+    pinned();
     return out.str();
   }
   out.setf(std::ios::fixed);
@@ -75,6 +81,7 @@ std::string CardTierPlan::to_string() const {
       << kept_bytes * mib << ", next pass's card work " << next_pass_bytes * mib << "), "
       << bytes_per_key() << " bytes per key (row " << row_bytes << "), pages of " << page_rows
       << " rows" << class_bytes();
+  pinned();
   return out.str();
 }
 
@@ -128,6 +135,10 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
   plan.next_pass_bytes = rows == 0 || !next_pass_work_possible(*this)
                              ? 0
                              : next_pass_scratch_sizes(*this, rows).card_bytes();
+  // And as much pinned host memory (about), with or without a budget: host memory, not in the
+  // card's total.
+  plan.next_pass_pinned_bytes =
+      next_pass_work_possible(*this) ? next_pass_scratch_sizes(*this, rows).pinned_bytes() : 0;
   return plan;
 }
 

@@ -106,7 +106,8 @@ NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t
   // pinned; under a budget half a chunk's (a record is a row: it would be most of the scratch).
   const std::size_t insert_chunk = rows > 0 ? std::max<std::size_t>(1, chunk / 2) : chunk;
   sizes.insert_room = std::min(insert_chunk, cards.store(0).page_rows());
-  sizes.floats = std::max(sizes.floats, 2 * sizes.insert_room * cards.stride());
+  sizes.records = 2 * sizes.insert_room * cards.stride();
+  sizes.floats = std::max(sizes.floats, sizes.records);
   return sizes;
 }
 
@@ -118,6 +119,26 @@ std::size_t NextPassScratchSizes::card_bytes() const {
          bytes(floats, sizeof(float)) + bytes(flags, 1) +
          bytes(1, sizeof(card_table::ErasePresentCheck)) +
          bytes(ChunkChain::kDepth, sizeof(uint32_t));
+}
+
+std::size_t NextPassScratchSizes::pinned_bytes() const {
+  const std::size_t depth = ChunkChain::kDepth;
+  return chunk * depth * (sizeof(uint64_t) + sizeof(row_index_t)) +
+         2 * list_room * (sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float) + 1) +
+         depth * (sizeof(card_table::ErasePresentCheck) + sizeof(uint32_t)) +
+         records * sizeof(float);
+}
+
+std::size_t NextPassWork::kept_pinned_bytes() const {
+  const auto bytes = [](const auto& buffer) { return buffer.size() * sizeof(*buffer.data()); };
+  std::size_t most = 0;
+  for (const NextPassScratch& kept : kept_) {
+    most = std::max(most, bytes(kept.h_keys) + bytes(kept.h_rows) + bytes(kept.h_list_keys) +
+                              bytes(kept.h_list_rows) + bytes(kept.h_list_ranks) +
+                              bytes(kept.h_list_dirty) + bytes(kept.h_erase_check) +
+                              bytes(kept.h_failed) + bytes(kept.h_records));
+  }
+  return most;
 }
 
 void NextPassWork::lend_scratch(int c, NextPassCard& next) {
@@ -150,7 +171,7 @@ void NextPassWork::lend_scratch(int c, NextPassCard& next) {
     scratch.h_list_dirty = device::pinned_buffer<uint8_t>(2 * sizes.list_room);
     scratch.h_erase_check = device::pinned_buffer<card_table::ErasePresentCheck>(depth);
     scratch.h_failed = device::pinned_buffer<uint32_t>(depth);
-    scratch.h_records = device::pinned_buffer<float>(2 * sizes.insert_room * cards_.stride());
+    scratch.h_records = device::pinned_buffer<float>(sizes.records);
     const bool paced = ChunkPacer(sizes.chunk, cards_.options().next_pass_step_fraction).paced();
     const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
     for (std::size_t i = 0; i <= depth; ++i) {

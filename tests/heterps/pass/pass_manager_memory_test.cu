@@ -142,7 +142,22 @@ TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
     EXPECT_GT(plan.next_pass_bytes, 0u) << "the work runs under a budget";
     EXPECT_LE(plan.next_pass_bytes, plan.total_bytes() / 20) << plan.to_string();
     EXPECT_LT(plan.next_pass_bytes, 6 * rows) << plan.to_string();
+    // Its pinned host memory, about as much, is shown beside the card's total, not in it.
+    EXPECT_GT(plan.next_pass_pinned_bytes, 0u);
+    EXPECT_EQ(plan.total_bytes(), plan.row_page_bytes + plan.table_bytes + plan.index_bytes +
+                                      plan.working_bytes + plan.kept_bytes + plan.next_pass_bytes);
+    EXPECT_NE(plan.to_string().find("next pass's card work pins "), std::string::npos)
+        << plan.to_string();
   }
+  // Without a budget the chunk is next_pass_chunk_keys whole: its readbacks' pinned memory is
+  // about 14.5 MiB a card at rows of 14 floats (look-ups of 5 chunks, 12 bytes a key, and two
+  // insert regions of a page of 65536 rows), in the plan's line too.
+  const CardTierPlan unbudgeted = probe.manager->plan();
+  EXPECT_GT(unbudgeted.next_pass_pinned_bytes, std::size_t{14} << 20);
+  EXPECT_NE(unbudgeted.to_string().find("next pass's card work pins "), std::string::npos)
+      << unbudgeted.to_string();
+  options.next_pass_chunk_keys = 0;
+  EXPECT_EQ(Engine(1, options).manager->plan().next_pass_pinned_bytes, 0u) << "the work is off";
 }
 
 // Marks the listed keys' rows changed (click + 1, dirty), as a training step would. The keys
