@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/main/run_job.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -444,6 +446,33 @@ TEST_F(PassPrefetch, WithoutPassesStagedAheadThePlanHasNoNextPassWork) {
   EXPECT_EQ(unstaged.card_tier().plan().next_pass_bytes, 0u);
   EXPECT_EQ(unstaged.card_tier().plan().rows, off.card_tier().plan().rows);
   EXPECT_EQ(unstaged.card_tier().plan().total_bytes(), off.card_tier().plan().total_bytes());
+}
+
+// --mode infer never trains, so the next pass's card work never runs: the schedule infer_job
+// builds (infer_config) has the work off, its card and pinned terms 0 in the plan, and its plan
+// as a run that never staged (the rows the budget holds included). The same config training has
+// both terms. An evaluation on it keeps no scratch of the work (its pinned buffers: 0 bytes).
+TEST_F(PassPrefetch, InferModeHasNoNextPassWork) {
+  const TrainerConfig training = config(1, 1, {"runner.card_memory_mb=12"});
+  Trainer trainer(training, env(1));
+  EXPECT_GT(trainer.card_tier().plan().next_pass_bytes, 0u) << "the work is on by default";
+  EXPECT_GT(trainer.card_tier().plan().next_pass_pinned_bytes, 0u);
+  const TrainerConfig inferring = infer_config(training);
+  EXPECT_EQ(inferring.runner.next_pass_chunk_keys, 0);
+  Trainer infer(inferring, env(1));
+  const pass::CardTierPlan& plan = infer.card_tier().plan();
+  EXPECT_EQ(plan.next_pass_bytes, 0u);
+  EXPECT_EQ(plan.next_pass_pinned_bytes, 0u);
+  EXPECT_EQ(plan.to_string().find("pins"), std::string::npos) << plan.to_string();
+  Trainer off(config(1, 1, {"runner.card_memory_mb=12", "runner.next_pass_chunk_keys=0"}), env(1));
+  EXPECT_EQ(plan.rows, off.card_tier().plan().rows);
+  EXPECT_EQ(plan.total_bytes(), off.card_tier().plan().total_bytes());
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(root_ / "test")) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  const EvalResult result = infer.evaluate(files, false);
+  EXPECT_GT(result.metrics.examples, 0);
+  EXPECT_EQ(infer.card_tier().next_pass_kept_pinned_bytes(), 0u);
 }
 
 // A pass read ahead that cannot be read (every line malformed) fails where reading it in place
