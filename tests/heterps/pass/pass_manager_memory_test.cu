@@ -545,9 +545,11 @@ void expect_rows_in_their_width_pools(BudgetSide& side) {
 // `budget_rows` rows in pages of `page_rows`: each width's rows in its own pool at its own
 // stride. A pass of width-16 keys fills the budget, then passes that shift the mix to the narrow
 // widths (the key counts scale with the budget): the pools hold at most the plan's pages (the
-// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool
-// holds exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted
-// run.
+// width-16 pool gives its free pages back), every begin_pass after the first allocates and frees
+// the pools' pages alone (its compaction moves rows through the kept pages: with three buffers
+// of its own a call, 3 allocations and 3 frees more), the card's peak stays under the plan, each
+// pool holds exactly its width's resident rows, and the host tier ends bit-identical to an
+// unbudgeted run.
 void expect_width_classes_fit(std::size_t budget_rows, std::size_t page_rows) {
   BudgetedAndUnbudgeted sides(table::with_slot_dims(test_config(), {{1, 16}, {2, 2}}), budget_rows,
                               page_rows);
@@ -588,7 +590,24 @@ void expect_width_classes_fit(std::size_t budget_rows, std::size_t page_rows) {
     std::vector<int32_t> slots(pass.size());
     for (std::size_t i = 0; i < pass.size(); ++i) slots[i] = static_cast<int32_t>(pass[i] % 3);
     widest_pages_before = budgeted.store.pool(2).pages();
+    std::vector<std::size_t> pages_before;
+    for (int32_t p = 0; p < 3; ++p) pages_before.push_back(budgeted.store.pool(p).pages());
+    const device::DeviceCounts counts_before = budgeted.cards.card(0).counts();
     evicted += sides.manager.begin_pass(pass, slots).evicted;
+    const device::DeviceCounts begun = budgeted.cards.card(0).counts() - counts_before;
+    if (&pass != &passes.front()) {
+      // After the first pass, begin_pass (its compaction included: the kept listing and pages
+      // lent) allocates and frees the pools' pages alone. In these passes each pool's page
+      // count moves one way (none gives pages back and takes new ones in one begin_pass).
+      uint64_t grown = 0, dropped = 0;
+      for (int32_t p = 0; p < 3; ++p) {
+        const std::size_t after = budgeted.store.pool(p).pages();
+        const std::size_t before = pages_before[static_cast<std::size_t>(p)];
+        (after > before ? grown : dropped) += after > before ? after - before : before - after;
+      }
+      EXPECT_EQ(begun.allocations, grown) << "begin_pass allocated more than the pools' pages";
+      EXPECT_EQ(begun.frees, dropped) << "begin_pass freed more than the pools' pages";
+    }
     sides.reference.begin_pass(pass, slots);
     gave_pages_back |= budgeted.store.pool(2).pages() < widest_pages_before;
     std::size_t page_bytes = 0;
