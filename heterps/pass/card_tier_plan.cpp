@@ -135,8 +135,10 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
   plan.next_pass_bytes = rows == 0 || !next_pass_work_possible(*this)
                              ? 0
                              : next_pass_scratch_sizes(*this, rows).card_bytes();
-  // And as much pinned host memory (about), with or without a budget: host memory, not in the
-  // card's total.
+  // Its pinned host memory (the chunks' readbacks and uploads), with or without a budget: host
+  // memory, not in the card's total. Under a budget more than its card bytes, as its list
+  // regions pin 272 bytes a chunk key: up to about 49 MiB a card at the default chunk and rows
+  // of 14 floats (a chunk of 131072 keys, from 8.4 million rows up).
   plan.next_pass_pinned_bytes =
       next_pass_work_possible(*this) ? next_pass_scratch_sizes(*this, rows).pinned_bytes() : 0;
   return plan;

@@ -131,12 +131,13 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
 // with the default chunk of 131072 keys capped by the rows, at most a twentieth of the plan and
 // under 6 bytes a row (less than the kept listing's 12). Before the cap was a sixteenth of the
 // rows and at least 4096 keys, with list regions of 8 slots a key and insert regions of a chunk:
-// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows.
+// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows. Its pinned
+// host memory is outside the plan's total, at most about 49 MiB a card (the user guide's figure).
 TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
   PassManagerOptions options;
   options.next_pass_chunk_keys = 131072;
   Engine probe(1, options);
-  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u}) {
+  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u, 10000000u}) {
     SCOPED_TRACE(rows);
     const CardTierPlan plan = probe.manager->plan_for(rows);
     EXPECT_GT(plan.next_pass_bytes, 0u) << "the work runs under a budget";
@@ -148,7 +149,18 @@ TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
                                       plan.working_bytes + plan.kept_bytes + plan.next_pass_bytes);
     EXPECT_NE(plan.to_string().find("next pass's card work pins "), std::string::npos)
         << plan.to_string();
+    // The user guide's bound, at rows of 14 floats: up to about 49 MiB a card.
+    EXPECT_LE(plan.next_pass_pinned_bytes, std::size_t{49} << 20) << plan.to_string();
   }
+  // From 64 x 131072 rows (8.4 million) the chunk is the default one whole and its pinned memory
+  // at that bound, more than its card bytes (its list regions pin 272 bytes a chunk key): 48.5
+  // MiB, the same under any larger budget.
+  const CardTierPlan largest = probe.manager->plan_for(10000000);
+  EXPECT_EQ(largest.row_bytes, 14 * sizeof(float)) << "the bound's rows";
+  EXPECT_GT(largest.next_pass_pinned_bytes, std::size_t{48} << 20) << largest.to_string();
+  EXPECT_GT(largest.next_pass_pinned_bytes, largest.next_pass_bytes);
+  EXPECT_EQ(probe.manager->plan_for(40000000).next_pass_pinned_bytes,
+            largest.next_pass_pinned_bytes);
   // Without a budget the chunk is next_pass_chunk_keys whole: its readbacks' pinned memory is
   // about 14.5 MiB a card at rows of 14 floats (look-ups of 5 chunks, 12 bytes a key, and two
   // insert regions of a page of 65536 rows), in the plan's line too.
