@@ -44,8 +44,8 @@ struct DirtyFlagsRef;  // card_store.cuh
 
 // Card memory CardSparseStore::compact_pool moves rows through, `rows` rows at a time: their
 // records (rows * record_stride() floats), new handles and dirty flags, a caller's (the pass
-// boundary lends its kept pages, so a later compaction allocates nothing), contents lost. Empty
-// (rows 0): compact_pool makes its own, of a page.
+// boundary lends its kept pages, so a later compaction allocates nothing), contents lost. `rows`
+// must be > 0; compact_pool(pool, stream) makes its own, of a page.
 struct MoveRoom {
   float* records = nullptr;
   row_index_t* handles = nullptr;
@@ -188,14 +188,17 @@ class CardSparseStore {
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
-  // erased, inserted again, a page at a time), then the pages above are freed. A pool keeps its
-  // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
-  // both. Every row must be clean (a pass boundary): the moved rows come back clean, at handles
-  // that follow the listing's slot order (unspecified: hash_table.hpp). Returns the pages freed.
-  // Synchronizes. The listing of every entry (12 bytes each) lands in `listed_keys` /
+  // erased, inserted again, room.rows at a time), then the pages above are freed. A pool keeps
+  // its pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages
+  // of both. A moved row keeps its record and its dirty flag (a row end_pass kept dirty is the
+  // only copy of its newest value), at a handle that follows the listing's slot order
+  // (unspecified: hash_table.hpp). Returns the pages freed. Synchronizes: the listing, then
+  // three host waits a batch of room.rows (its erase, the pool's withholding, its insert), so a
+  // room smaller than a page costs more waits (the pass boundary's, to allocate nothing:
+  // pass::fit_pools). The listing of every entry (12 bytes each) lands in `listed_keys` /
   // `listed_rows` (a caller's, resized, contents lost: the pass boundary lends its kept listing,
-  // so a compaction holds no second one), and the rows move `room.rows` at a time through `room`
-  // (MoveRoom); the first form makes its own of both.
+  // so a compaction holds no second one). The first form, for tests, makes its own listing and a
+  // room of a page (only when a page can be freed).
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
                            device::device_buffer<row_index_t>& listed_rows, MoveRoom room,
