@@ -66,6 +66,12 @@ struct IsMovedEntry {
   }
 };
 
+// The rows below a compacted pool's last needed page: its rows in use, in whole pages.
+std::size_t rows_kept_by_compaction(const RowPool& rows) {
+  const std::size_t page_rows = rows.page_rows();
+  return (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+}
+
 }  // namespace
 
 void CardSparseStore::eviction_ranks(const row_index_t* rows, std::size_t n, float* ranks_out,
@@ -100,9 +106,12 @@ std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
+  // For tests: a room of a page, made only when there is a page to free.
+  const RowPool& rows = table_.pool(pool);
+  if (rows_kept_by_compaction(rows) >= rows.capacity()) return 0;
   device::device_buffer<uint64_t> keys(0, card().memory(), stream);
   device::device_buffer<row_index_t> handles(0, card().memory(), stream);
-  const std::size_t page_rows = table_.pool(pool).page_rows();
+  const std::size_t page_rows = rows.page_rows();
   device::device_buffer<float> records(page_rows * static_cast<std::size_t>(record_stride()),
                                        card().memory(), stream);
   device::device_buffer<row_index_t> moved_to(page_rows, card().memory(), stream);
@@ -117,11 +126,10 @@ std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<ui
                                           MoveRoom room, const device::Stream& stream) {
   GPUBOX_EXPECTS(room.rows > 0, "card ", card().rank(), ": compact_pool needs room for a row");
   RowPool& rows = table_.pool(pool);
-  const std::size_t page_rows = rows.page_rows();
-  const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+  const std::size_t keep = rows_kept_by_compaction(rows);
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
-  // Each page below erases its rows before inserting them again, so the erased slots grow by the
+  // Each batch below erases its rows before inserting them again, so the erased slots grow by the
   // rows moved (at most those in use above `keep`) while the listing holds them: the erased slots
   // are purged first, the pairs saved in the listing (free until it lists), so that no insert's
   // rehash saves its own pairs (12 bytes a key) beside it.
