@@ -179,9 +179,6 @@ void CardTier::clear() {
 
 bool CardTier::in_pass() const { return pass_manager_->in_pass(); }
 const pass::CardTierPlan& CardTier::plan() const { return pass_manager_->plan(); }
-std::size_t CardTier::next_pass_kept_pinned_bytes() const {
-  return pass_manager_->next_pass_kept_pinned_bytes();
-}
 const pass::PassStats& CardTier::current() const { return pass_manager_->current(); }
 
 void CardTier::pull(int card, const uint64_t* keys, std::size_t n, float* out_pull,

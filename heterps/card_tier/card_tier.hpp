@@ -127,9 +127,6 @@ class CardTier {
   bool in_pass() const;
   // The card tier's footprint per card (rows, bytes per key): the log line at the start.
   const pass::CardTierPlan& plan() const;
-  // Pinned host bytes the next pass's card work keeps between passes, on the card that holds
-  // most (PassManager::next_pass_kept_pinned_bytes): at most plan().next_pass_pinned_bytes.
-  std::size_t next_pass_kept_pinned_bytes() const;
   // The counters of the current (or last) pass.
   const pass::PassStats& current() const;
 
