@@ -131,16 +131,16 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
                        (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
   plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
   // The next pass's card work keeps its chunks' scratch beside the steps, from the first pass
-  // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes).
-  plan.next_pass_bytes = rows == 0 || !next_pass_work_possible(*this)
-                             ? 0
-                             : next_pass_scratch_sizes(*this, rows).card_bytes();
-  // Its pinned host memory (the chunks' readbacks and uploads), with or without a budget: host
-  // memory, not in the card's total. Under a budget more than its card bytes, as its list
-  // regions pin 272 bytes a chunk key: up to about 49 MiB a card at the default chunk and rows
-  // of 14 floats (a chunk of 131072 keys, from 8.4 million rows up).
-  plan.next_pass_pinned_bytes =
-      next_pass_work_possible(*this) ? next_pass_scratch_sizes(*this, rows).pinned_bytes() : 0;
+  // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes): card bytes,
+  // counted under a budget, and pinned host memory, counted with or without one but outside the
+  // card's total. Under a budget the pinned term is more than the card's, as the list regions
+  // pin 272 bytes a chunk key: up to about 49 MiB a card at the default chunk and rows of 14
+  // floats (a chunk of 131072 keys, from 8.4 million rows up).
+  if (next_pass_work_possible(*this)) {
+    const NextPassScratchSizes sizes = next_pass_scratch_sizes(*this, rows);
+    plan.next_pass_bytes = rows == 0 ? 0 : sizes.card_bytes();
+    plan.next_pass_pinned_bytes = sizes.pinned_bytes();
+  }
   return plan;
 }
 

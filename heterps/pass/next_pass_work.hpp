@@ -78,6 +78,8 @@ struct NextPassScratch {
   device::device_buffer<uint32_t> d_failed;
   // Pinned: a look-up's keys and rows by chunk slot, two list regions' keys, rows, ranks and
   // dirty flags, the erase check and failed inserts by chunk slot, two insert regions' records.
+  // Made, counted by the plan and read back through one list (next_pass_work.cpp's
+  // for_each_pinned): a buffer added here goes there.
   device::pinned_buffer<uint64_t> h_keys;
   device::pinned_buffer<card_table::row_index_t> h_rows;
   device::pinned_buffer<uint64_t> h_list_keys;
@@ -91,6 +93,8 @@ struct NextPassScratch {
   // each.
   std::vector<device::Event> begins, ends;
   bool made = false;  // given the card's memory (NextPassWork::lend_scratch)
+  // The bytes of the pinned buffers (0 until made).
+  std::size_t pinned_bytes() const;
 };
 
 // The sizes of NextPassScratch's buffers on one card (entries of each), for `chunk` keys a chunk.
