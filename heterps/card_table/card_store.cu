@@ -320,23 +320,26 @@ void CardSparseStore::scatter_records(const float* records, const row_index_t* r
 }
 
 std::size_t CardSparseStore::insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
-                                         const device::Stream& stream) {
+                                         const device::Stream& stream, row_index_t* row_room) {
   if (n == 0) return 0;
-  rows_scratch_.resize_discard(n);
+  row_index_t* handles = row_room;
+  if (handles == nullptr) {
+    rows_scratch_.resize_discard(n);
+    handles = rows_scratch_.data();
+  }
   std::size_t inserted = 0;
   if (table_.pool_count() == 1) {
-    inserted = table_.insert(keys, n, rows_scratch_.data(), stream);
+    inserted = table_.insert(keys, n, handles, stream);
   } else {
     pools_scratch_.resize_discard(n);
     device::parallel_for(stream, n,
                          RecordPools{rows, record_stride(), layout_.mf_dim_offset(), classes_,
                                      pools_scratch_.data()});
-    inserted =
-        insert_by_pool(keys, n, pools_scratch_.data(), rows_scratch_.data(), nullptr, stream);
+    inserted = insert_by_pool(keys, n, pools_scratch_.data(), handles, nullptr, stream);
   }
   sync_dirty_capacity(stream);
-  scatter_records(rows, rows_scratch_.data(), n, stream);
-  device::parallel_for(stream, n, MarkClean{rows_scratch_.data(), dirty_flags()});
+  scatter_records(rows, handles, n, stream);
+  device::parallel_for(stream, n, MarkClean{handles, dirty_flags()});
   return inserted;
 }
 

@@ -42,6 +42,17 @@ namespace gpubox::card_table {
 class CardStoreRef;    // card_store.cuh
 struct DirtyFlagsRef;  // card_store.cuh
 
+// Card memory CardSparseStore::compact_pool moves rows through, `rows` rows at a time: their
+// records (rows * record_stride() floats), new handles and dirty flags, a caller's (the pass
+// boundary lends its kept pages, so a later compaction allocates nothing), contents lost. `rows`
+// must be > 0; compact_pool(pool, stream) makes its own, of a page.
+struct MoveRoom {
+  float* records = nullptr;
+  row_index_t* handles = nullptr;
+  uint8_t* dirty = nullptr;
+  std::size_t rows = 0;
+};
+
 class CardSparseStore {
  public:
   // Rows follow RowLayout::for_slot(config, slot) (one pool per width_classes(config));
@@ -59,9 +70,10 @@ class CardSparseStore {
   // memory), clean. A key already on the card has its row overwritten (at the width it has).
   // Keys should be unique within the batch (for a repeated key one of its rows is kept). A row
   // of a width the config does not create is an error. Returns how many keys were new.
-  // Synchronizes.
+  // Synchronizes. `row_room` (optional, card memory for n row indices, its contents lost) takes
+  // the keys' rows; without it the store's own scratch does (grown to the largest insert).
   std::size_t insert_rows(const uint64_t* keys, const float* rows, std::size_t n,
-                          const device::Stream& stream);
+                          const device::Stream& stream, row_index_t* row_room = nullptr);
   // rows_out[i] = the record of keys[i] (n * record_stride() floats, card memory), bit-exact. A key
   // the card does not hold is an error naming the key and the card. Synchronizes.
   void read_rows(const uint64_t* keys, std::size_t n, float* rows_out,
@@ -184,16 +196,20 @@ class CardSparseStore {
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
-  // erased, inserted again, a page at a time), then the pages above are freed. A pool keeps its
-  // pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages of
-  // both. Every row must be clean (a pass boundary): the moved rows come back clean, at handles
-  // that follow the listing's slot order (unspecified: hash_table.hpp). Returns the pages freed.
-  // Synchronizes. The listing of every entry (12 bytes each) lands in `listed_keys` /
+  // erased, inserted again, room.rows at a time), then the pages above are freed. A pool keeps
+  // its pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages
+  // of both. A moved row keeps its record and its dirty flag (a row end_pass kept dirty is the
+  // only copy of its newest value), at a handle that follows the listing's slot order
+  // (unspecified: hash_table.hpp). Returns the pages freed. Synchronizes: the listing, then
+  // three host waits a batch of room.rows (its erase, the pool's withholding, its insert), so a
+  // room smaller than a page costs more waits (the pass boundary's, to allocate nothing:
+  // pass::fit_pools). The listing of every entry (12 bytes each) lands in `listed_keys` /
   // `listed_rows` (a caller's, resized, contents lost: the pass boundary lends its kept listing,
-  // so a compaction holds no second one); the first form makes its own.
+  // so a compaction holds no second one). The first form, for tests, makes its own listing and a
+  // room of a page (only when a page can be freed).
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
-                           device::device_buffer<row_index_t>& listed_rows,
+                           device::device_buffer<row_index_t>& listed_rows, MoveRoom room,
                            const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch. A rehash it
   // makes (growth, or a purge of erased slots) saves its pairs in `room` (CardHashTable::rehash).

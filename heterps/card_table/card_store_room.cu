@@ -66,6 +66,12 @@ struct IsMovedEntry {
   }
 };
 
+// The rows below a compacted pool's last needed page: its rows in use, in whole pages.
+std::size_t rows_kept_by_compaction(const RowPool& rows) {
+  const std::size_t page_rows = rows.page_rows();
+  return (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+}
+
 }  // namespace
 
 void CardSparseStore::eviction_ranks(const row_index_t* rows, std::size_t n, float* ranks_out,
@@ -100,27 +106,37 @@ std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
+  // For tests: a room of a page, made only when there is a page to free.
+  const RowPool& rows = table_.pool(pool);
+  if (rows_kept_by_compaction(rows) >= rows.capacity()) return 0;
   device::device_buffer<uint64_t> keys(0, card().memory(), stream);
   device::device_buffer<row_index_t> handles(0, card().memory(), stream);
-  return compact_pool(pool, keys, handles, stream);
+  const std::size_t page_rows = rows.page_rows();
+  device::device_buffer<float> records(page_rows * static_cast<std::size_t>(record_stride()),
+                                       card().memory(), stream);
+  device::device_buffer<row_index_t> moved_to(page_rows, card().memory(), stream);
+  device::device_buffer<uint8_t> was_dirty(page_rows, card().memory(), stream);
+  return compact_pool(pool, keys, handles,
+                      MoveRoom{records.data(), moved_to.data(), was_dirty.data(), page_rows},
+                      stream);
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<uint64_t>& keys,
                                           device::device_buffer<row_index_t>& handles,
-                                          const device::Stream& stream) {
+                                          MoveRoom room, const device::Stream& stream) {
+  GPUBOX_EXPECTS(room.rows > 0, "card ", card().rank(), ": compact_pool needs room for a row");
   RowPool& rows = table_.pool(pool);
-  const std::size_t page_rows = rows.page_rows();
-  const std::size_t keep = (rows.in_use() + page_rows - 1) / page_rows * page_rows;
+  const std::size_t keep = rows_kept_by_compaction(rows);
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
-  // Each page below erases its rows before inserting them again, so the erased slots grow by the
+  // Each batch below erases its rows before inserting them again, so the erased slots grow by the
   // rows moved (at most those in use above `keep`) while the listing holds them: the erased slots
   // are purged first, the pairs saved in the listing (free until it lists), so that no insert's
   // rehash saves its own pairs (12 bytes a key) beside it.
   table_.purge_erased_for(std::min(rows.in_use(), rows.capacity() - keep), stream,
                           {&keys, &handles});
-  // The entries to move (12 bytes each, in the caller's listing), then a page of their records at
-  // a time.
+  // The entries to move (12 bytes each, in the caller's listing), then room.rows of their
+  // records at a time.
   const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
   auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
   auto moved_end = device::host_result(stream, [&] {
@@ -128,23 +144,18 @@ std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<ui
                                     IsMovedEntry{table_.codec(), pool, keep});
   });
   const auto moved = static_cast<std::size_t>(moved_end - first);
-  device::device_buffer<float> records(0, card().memory(), stream);
-  device::device_buffer<uint8_t> was_dirty(0, card().memory(), stream);
-  device::device_buffer<row_index_t> moved_to(0, card().memory(), stream);
-  for (std::size_t b = 0; b < moved; b += page_rows) {
-    const std::size_t n = std::min(moved, b + page_rows) - b;
-    records.resize_discard(n * static_cast<std::size_t>(record_stride()));
-    was_dirty.resize_discard(n);
-    moved_to.resize_discard(n);
-    gather_rows(handles.data() + b, n, records.data(), stream);
-    device::parallel_for(stream, n, ReadDirty{handles.data() + b, dirty_flags(), was_dirty.data()});
-    table_.erase(keys.data() + b, n, stream);
+  for (std::size_t b = 0; b < moved; b += room.rows) {
+    const std::size_t n = std::min(moved, b + room.rows) - b;
+    gather_rows(handles.data() + b, n, room.records, stream);
+    device::parallel_for(stream, n, ReadDirty{handles.data() + b, dirty_flags(), room.dirty});
+    // The rows it releases land in room.handles (written again by the insert below), not in
+    // the table's scratch.
+    table_.erase(keys.data() + b, n, stream, room.handles);
     // What the erase freed (and what was free above `keep`) is not handed out again.
     rows.withhold_free_from(keep, stream);
-    insert_rows(keys.data() + b, records.data(), n, stream);  // inserted rows come clean
-    lookup_or_create(keys.data() + b, nullptr, n, moved_to.data(), /*create_missing=*/false,
-                     nullptr, stream);
-    device::parallel_for(stream, n, RestoreDirty{moved_to.data(), was_dirty.data(), dirty_flags()});
+    // Inserted rows come clean; the keys' new handles land in room.handles (no look-up after).
+    insert_rows(keys.data() + b, room.records, n, stream, room.handles);
+    device::parallel_for(stream, n, RestoreDirty{room.handles, room.dirty, dirty_flags()});
   }
   rows.withhold_free_from(keep, stream);
   rows.drop_pages_from(keep, stream);

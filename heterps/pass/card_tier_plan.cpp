@@ -26,9 +26,9 @@ using card_table::row_index_t;
 // the next pass's inserts) or after them (begin_pass, end_pass) borrows it, so counting it again
 // would count it twice. The next pass's chunks between the steps use scratch of their own
 // (CardTierPlan::next_pass_bytes). Not counted: a rehash that an insert's probe overflow
-// forces (rare, and it doubles the table past the plan with a warning), and compact_pool's page
-// of moved records, their dirty flags and new rows (width classes, when a shift of widths needs
-// the pools' free pages back; it lists and purges erased slots in the kept listing).
+// forces (rare, and it doubles the table past the plan with a warning). compact_pool (width
+// classes, when a shift of widths needs the pools' free pages back) lists and purges erased
+// slots in the kept listing and moves rows through the kept pages (fit_pools).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most keep_rows rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
@@ -60,11 +60,17 @@ std::string CardTierPlan::to_string() const {
   };
   std::ostringstream out;
   const double mib = 1.0 / (1 << 20);
+  const auto pinned = [&] {
+    if (next_pass_pinned_bytes == 0) return;
+    out << "; next pass's card work pins " << next_pass_pinned_bytes * mib
+        << " MiB of host memory per card (outside runner.host_memory_mb)";
+  };
   if (rows == 0) {
     out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
         << " bytes (row " << row_bytes << ", table " << table_bytes << ", index " << index_bytes
         << ", pass working set " << working_bytes << "), rows in pages of " << page_rows
         << class_bytes();
+    pinned();
     return out.str();
   }
   out.setf(std::ios::fixed);
@@ -75,6 +81,7 @@ std::string CardTierPlan::to_string() const {
       << kept_bytes * mib << ", next pass's card work " << next_pass_bytes * mib << "), "
       << bytes_per_key() << " bytes per key (row " << row_bytes << "), pages of " << page_rows
       << " rows" << class_bytes();
+  pinned();
   return out.str();
 }
 
@@ -113,16 +120,27 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
         pooled * (sizeof(row_index_t) + 1) + (rows == 0 ? 0 : pool_pages * sizeof(float*));
   }
   // Inserts stage their rows in the kept pages (kept_bytes), at most keep_rows at a time: the
-  // store's per-position scratch of such a chunk is all the working set adds for them.
+  // store's per-position scratch of such a chunk is all the working set adds for them. With one
+  // pool they stage in the listing instead when it holds more (PassCards::insert_to_card: keys,
+  // records and rows there); the table's created flag a staged row (1 byte, grown by half again)
+  // is then the only scratch that follows the chunk, at most half the listing's entries (8 of
+  // 8 + 4 * stride bytes a row): under 1 byte a key, within the 4 of kWorkingBytesPerKey that
+  // the listing leaves.
   const std::size_t staged = keep_rows(plan.page_rows);
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
   plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
   // The next pass's card work keeps its chunks' scratch beside the steps, from the first pass
-  // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes).
-  plan.next_pass_bytes = rows == 0 || !next_pass_work_possible(*this)
-                             ? 0
-                             : next_pass_scratch_sizes(*this, rows).card_bytes();
+  // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes): card bytes,
+  // counted under a budget, and pinned host memory, counted with or without one but outside the
+  // card's total. Under a budget the pinned term is more than the card's, as the list regions
+  // pin 272 bytes a chunk key: up to about 49 MiB a card at the default chunk and rows of 14
+  // floats (a chunk of 131072 keys, from 8.4 million rows up).
+  if (next_pass_work_possible(*this)) {
+    const NextPassScratchSizes sizes = next_pass_scratch_sizes(*this, rows);
+    plan.next_pass_bytes = rows == 0 ? 0 : sizes.card_bytes();
+    plan.next_pass_pinned_bytes = sizes.pinned_bytes();
+  }
   return plan;
 }
 

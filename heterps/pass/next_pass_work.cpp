@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "common/error.hpp"
@@ -17,6 +18,33 @@
 namespace gpubox::pass {
 
 using card_table::row_index_t;
+
+namespace {
+
+// NextPassScratch's pinned buffers, each with its entries for `sizes`: the one list that
+// lend_scratch makes them from, NextPassScratchSizes::pinned_bytes (the plan's term) sums and
+// NextPassScratch::pinned_bytes reads back, so no buffer is made and left out of the plan.
+template <class Visit>
+void for_each_pinned(const NextPassScratchSizes& sizes, Visit&& visit) {
+  const std::size_t depth = ChunkChain::kDepth;
+  visit(&NextPassScratch::h_keys, sizes.chunk * depth);
+  visit(&NextPassScratch::h_rows, sizes.chunk * depth);
+  visit(&NextPassScratch::h_list_keys, 2 * sizes.list_room);
+  visit(&NextPassScratch::h_list_rows, 2 * sizes.list_room);
+  visit(&NextPassScratch::h_list_ranks, 2 * sizes.list_room);
+  visit(&NextPassScratch::h_list_dirty, 2 * sizes.list_room);
+  visit(&NextPassScratch::h_erase_check, depth);
+  visit(&NextPassScratch::h_failed, depth);
+  visit(&NextPassScratch::h_records, sizes.records);
+}
+
+// The bytes of an entry of one of NextPassScratch's pinned buffers.
+template <class T>
+constexpr std::size_t entry_bytes(device::pinned_buffer<T> NextPassScratch::*) {
+  return sizeof(T);
+}
+
+}  // namespace
 
 std::vector<NextPassCard> NextPassWork::take() {
   std::vector<NextPassCard> taken = std::move(cards_work_);
@@ -106,7 +134,8 @@ NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t
   // pinned; under a budget half a chunk's (a record is a row: it would be most of the scratch).
   const std::size_t insert_chunk = rows > 0 ? std::max<std::size_t>(1, chunk / 2) : chunk;
   sizes.insert_room = std::min(insert_chunk, cards.store(0).page_rows());
-  sizes.floats = std::max(sizes.floats, 2 * sizes.insert_room * cards.stride());
+  sizes.records = 2 * sizes.insert_room * cards.stride();
+  sizes.floats = std::max(sizes.floats, sizes.records);
   return sizes;
 }
 
@@ -118,6 +147,27 @@ std::size_t NextPassScratchSizes::card_bytes() const {
          bytes(floats, sizeof(float)) + bytes(flags, 1) +
          bytes(1, sizeof(card_table::ErasePresentCheck)) +
          bytes(ChunkChain::kDepth, sizeof(uint32_t));
+}
+
+std::size_t NextPassScratchSizes::pinned_bytes() const {
+  std::size_t bytes = 0;
+  for_each_pinned(
+      *this, [&](auto buffer, std::size_t entries) { bytes += entries * entry_bytes(buffer); });
+  return bytes;
+}
+
+std::size_t NextPassScratch::pinned_bytes() const {
+  std::size_t bytes = 0;
+  for_each_pinned(NextPassScratchSizes{}, [&](auto buffer, std::size_t /*entries*/) {
+    bytes += (this->*buffer).size() * entry_bytes(buffer);
+  });
+  return bytes;
+}
+
+std::size_t NextPassWork::kept_pinned_bytes() const {
+  std::size_t most = 0;
+  for (const NextPassScratch& kept : kept_) most = std::max(most, kept.pinned_bytes());
+  return most;
 }
 
 void NextPassWork::lend_scratch(int c, NextPassCard& next) {
@@ -142,15 +192,9 @@ void NextPassWork::lend_scratch(int c, NextPassCard& next) {
     scratch.d_rows.clear();
     scratch.d_floats.clear();
     scratch.d_flags.clear();
-    scratch.h_keys = device::pinned_buffer<uint64_t>(sizes.chunk * depth);
-    scratch.h_rows = device::pinned_buffer<row_index_t>(sizes.chunk * depth);
-    scratch.h_list_keys = device::pinned_buffer<uint64_t>(2 * sizes.list_room);
-    scratch.h_list_rows = device::pinned_buffer<row_index_t>(2 * sizes.list_room);
-    scratch.h_list_ranks = device::pinned_buffer<float>(2 * sizes.list_room);
-    scratch.h_list_dirty = device::pinned_buffer<uint8_t>(2 * sizes.list_room);
-    scratch.h_erase_check = device::pinned_buffer<card_table::ErasePresentCheck>(depth);
-    scratch.h_failed = device::pinned_buffer<uint32_t>(depth);
-    scratch.h_records = device::pinned_buffer<float>(2 * sizes.insert_room * cards_.stride());
+    for_each_pinned(sizes, [&](auto buffer, std::size_t entries) {
+      scratch.*buffer = std::remove_reference_t<decltype(scratch.*buffer)>(entries);
+    });
     const bool paced = ChunkPacer(sizes.chunk, cards_.options().next_pass_step_fraction).paced();
     const auto timing = paced ? device::EventTiming::kOn : device::EventTiming::kOff;
     for (std::size_t i = 0; i <= depth; ++i) {

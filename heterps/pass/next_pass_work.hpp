@@ -78,6 +78,8 @@ struct NextPassScratch {
   device::device_buffer<uint32_t> d_failed;
   // Pinned: a look-up's keys and rows by chunk slot, two list regions' keys, rows, ranks and
   // dirty flags, the erase check and failed inserts by chunk slot, two insert regions' records.
+  // Made, counted by the plan and read back through one list (next_pass_work.cpp's
+  // for_each_pinned): a buffer added here goes there.
   device::pinned_buffer<uint64_t> h_keys;
   device::pinned_buffer<card_table::row_index_t> h_rows;
   device::pinned_buffer<uint64_t> h_list_keys;
@@ -91,6 +93,8 @@ struct NextPassScratch {
   // each.
   std::vector<device::Event> begins, ends;
   bool made = false;  // given the card's memory (NextPassWork::lend_scratch)
+  // The bytes of the pinned buffers (0 until made).
+  std::size_t pinned_bytes() const;
 };
 
 // The sizes of NextPassScratch's buffers on one card (entries of each), for `chunk` keys a chunk.
@@ -101,8 +105,11 @@ struct NextPassScratchSizes {
   std::size_t flags = 0;        // d_flags
   std::size_t list_room = 0;    // entries of a list region (two: h_list_*)
   std::size_t insert_room = 0;  // records of an insert region (two: h_records)
+  std::size_t records = 0;      // floats of h_records: two insert regions of rows
   // Card bytes of them all (each allocation at PassCards::allocated_bytes).
   std::size_t card_bytes() const;
+  // Pinned host bytes of them all (NextPassScratch's h_*), held as long as the card bytes.
+  std::size_t pinned_bytes() const;
 };
 
 // Whether the next pass's card work can run on these cards at all: next_pass_chunk_keys > 0,
@@ -270,6 +277,9 @@ class NextPassWork {
     fault_point_ = point;
     chunks_before_fault_.store(ok_chunks, std::memory_order_release);
   }
+  // The pinned host bytes of the scratch kept between passes (NextPassScratch's h_*), on the
+  // card that holds most: at most CardTierPlan::next_pass_pinned_bytes. Between passes.
+  std::size_t kept_pinned_bytes() const;
   // Card c's phase (kOff when none is expected): for tests and logs.
   NextPassCard::Phase phase(int c) const {
     return static_cast<std::size_t>(c) < cards_work_.size()

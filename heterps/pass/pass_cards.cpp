@@ -233,17 +233,32 @@ void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  const std::size_t stage_limit = std::min(page_rows_kept(store.page_rows()),
-                                           std::max<std::size_t>(options_.host_batch_keys, 1));
-  // The kept pages (their capacity is page_rows_kept rows): nothing allocated. The stream
-  // orders each page's upload after the insert before it read the page.
+  // The kept listing when it stages more rows at once than the kept pages (page_rows_kept rows),
+  // else the pages: nothing allocated either way, and one wait per insert (its count's readback).
+  // The stream orders each upload after the insert before it read the room.
   CardPassBuffers& lent = kept(c);
+  const std::size_t listed = rows_staged_in_listing(lent, stride);
+  const bool in_listing = store.pool_count() == 1 && listed > page_rows_kept(store.page_rows());
+  const std::size_t stage_limit = std::min(in_listing ? listed : page_rows_kept(store.page_rows()),
+                                           std::max<std::size_t>(options_.host_batch_keys, 1));
+  // In the listing: the keys first, then their records, in the listed keys' room (8 bytes an
+  // entry: the records start 8-byte aligned), and the keys' rows in the listed rows' room (so
+  // the store's scratch does not grow to the chunk).
+  uint64_t* d_keys = in_listing ? lent.listed_keys.data() : lent.page_keys.data();
+  float* d_records = in_listing ? reinterpret_cast<float*>(lent.listed_keys.data() + stage_limit)
+                                : lent.staged.data();
+  row_index_t* d_rows = in_listing ? lent.listed_rows.data() : nullptr;
   for (std::size_t from = 0; from < n; from += stage_limit) {
     const std::size_t count = std::min(n, from + stage_limit) - from;
-    device::copy_async(lent.page_keys.data(), keys + from, count, stream);
-    device::copy_async(lent.staged.data(), rows + from * stride, count * stride, stream);
-    store.insert_rows(lent.page_keys.data(), lent.staged.data(), count, stream);
+    device::copy_async(d_keys, keys + from, count, stream);
+    device::copy_async(d_records, rows + from * stride, count * stride, stream);
+    store.insert_rows(d_keys, d_records, count, stream, d_rows);
   }
+}
+
+std::size_t PassCards::rows_staged_in_listing(const CardPassBuffers& lent, std::size_t stride) {
+  const std::size_t bytes = lent.listed_keys.capacity() * sizeof(uint64_t);
+  return std::min(bytes / (sizeof(uint64_t) + stride * sizeof(float)), lent.listed_rows.capacity());
 }
 
 uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) const {

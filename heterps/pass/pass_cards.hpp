@@ -51,15 +51,17 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 //   it; begin_pass's look-up the pass's keys; evict_outside and compact_pool every key on the card
 //   (evict_outside then ranks them in the keys' room); a rehash of the table (a purge of erased
 //   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
-//   erase_from_card stages its keys there, and evict_among its rows, ranks and dirty flags (in the
-//   keys' room), when it holds more than a page (under a budget: all at once, one wait). Reserved
+//   erase_from_card stages its keys there, evict_among its rows, ranks and dirty flags (in the
+//   keys' room), and insert_to_card its keys, records (in the keys' room) and rows, when it holds
+//   more than a page (under a budget: every erase at once, one wait). Reserved
 //   for the row budget's rows once (no budget: it grows with the table, by half again). Within
 //   the plan's working set per key.
 // - A page of PassCards::keep_rows keys and row indices, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
-//   write-back): drop_kept's keep keys, insert_to_card's pages (and erase_from_card's and
-//   evict_among's when the listing holds less), and the write-back's copy off the card. Bounded by
-//   PassCards::kKeptRows whatever the page: the plan's kept_bytes.
+//   write-back): drop_kept's keep keys, insert_to_card's, erase_from_card's and evict_among's
+//   pages when the listing holds less, compact_pool's moved rows (fit_pools: their records,
+//   handles, and dirty flags in the page of keys), and the write-back's copy off the card.
+//   Bounded by PassCards::kKeptRows whatever the page: the plan's kept_bytes.
 struct CardPassBuffers {
   device::device_buffer<uint64_t> listed_keys;
   device::device_buffer<card_table::row_index_t> listed_rows;
@@ -163,9 +165,15 @@ class PassCards {
   std::size_t pull_to_card(int c, const OwnedKeys& missing, PassAccess access,
                            std::vector<float>* keep = nullptr) const;
   // Inserts `n` rows (host memory, packed in the order of `keys`) into card `c`'s store, staged
-  // on the card in its kept pages (kept(c): at most page_rows_kept rows, and host_batch_keys, at
-  // a time).
+  // on the card in its kept listing, as many at a time as it holds (rows_staged_in_listing: under
+  // a budget 8 bytes for each of the budget's rows), or in its kept pages (page_rows_kept rows)
+  // when they hold more or the store has width classes (their grouping by pool takes the store's
+  // scratch, per row, that the plan counts for a kept page); at most host_batch_keys at a time.
+  // One wait per chunk. The caller's phase must not hold the listing.
   void insert_to_card(int c, const uint64_t* keys, const float* rows, std::size_t n) const;
+  // Rows of `stride` floats that `lent`'s listing stages at once: each row's key and record in
+  // the listed keys' room, its row index in the listed rows' room.
+  static std::size_t rows_staged_in_listing(const CardPassBuffers& lent, std::size_t stride);
   // Removes `keys` from card `c`'s store, as many at a time as kept(c)'s listing holds (under a
   // budget: all of them, one wait), or keep_rows keys (its page of keys) if more: the caller's
   // phase must not hold the listing. Returns the rows removed.

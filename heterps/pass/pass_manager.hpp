@@ -88,7 +88,9 @@
 //                     page's whichever is smaller, half a chunk's under a budget, on the card and
 //                     as much pinned), made by the first pass that runs the work and kept from
 //                     pass to pass (a later pass allocates no card or pinned memory for it),
-//                     counted by plan() as next_pass_bytes (under a budget a chunk is at most a
+//                     counted by plan() as next_pass_bytes (its pinned memory as
+//                     next_pass_pinned_bytes, host memory outside the card's total; under a
+//                     budget a chunk is at most a
 //                     sixty-fourth of its rows and at least 256 keys (the rows if fewer): about 4.5
 //                     bytes a row at rows of 18 floats, a small part of any budget), beside the
 //                     steps' own buffers, which plan() never counted, and the pass boundary's kept
@@ -224,6 +226,10 @@ class PassManager {
   // PassCards::kept, which begin_pass and end_pass borrow; each allocation at
   // PassCards::allocated_bytes), at most plan().kept_bytes.
   std::size_t pass_boundary_kept_card_bytes() const { return cards_.kept_page_bytes(); }
+  // Pinned host bytes the next pass's card work keeps between passes (NextPassWork's kept
+  // scratch), on the card that holds most: at most plan().next_pass_pinned_bytes. Between
+  // begin_pass and the next expect_next_pass.
+  std::size_t next_pass_kept_pinned_bytes() const { return next_.kept_pinned_bytes(); }
   const PassStats& current() const { return boundary_.current(); }
   bool in_pass() const { return boundary_.in_pass(); }
 

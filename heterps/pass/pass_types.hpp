@@ -84,6 +84,11 @@ struct CardTierPlan {
   // first pass that runs the work and kept from pass to pass beside the steps: 0 when the work
   // cannot run (next_pass_work_possible).
   std::size_t next_pass_bytes = 0;
+  // The pinned host memory the same scratch holds per card (its chunks' readbacks and uploads,
+  // NextPassScratch's h_*), kept as long: host memory outside runner.host_memory_mb (the host
+  // table's budget), so not in total_bytes (card bytes). 0 when the work cannot run; with no
+  // budget, at the unbudgeted chunk (next_pass_chunk_keys).
+  std::size_t next_pass_pinned_bytes = 0;
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
   // mix of widths fits), plus a partly used page of every pool. Empty with one class.
@@ -96,7 +101,8 @@ struct CardTierPlan {
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
   // pass-boundary buffers K, next pass's card work N), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
-  // width classes, the row bytes of each.
+  // width classes, the row bytes of each; when the next pass's card work runs, "; next pass's
+  // card work pins H MiB of host memory per card".
   std::string to_string() const;
 };
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,7 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/main/run_job.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -444,6 +446,53 @@ TEST_F(PassPrefetch, WithoutPassesStagedAheadThePlanHasNoNextPassWork) {
   EXPECT_EQ(unstaged.card_tier().plan().next_pass_bytes, 0u);
   EXPECT_EQ(unstaged.card_tier().plan().rows, off.card_tier().plan().rows);
   EXPECT_EQ(unstaged.card_tier().plan().total_bytes(), off.card_tier().plan().total_bytes());
+}
+
+// --mode infer never trains, so the next pass's card work never runs: infer_job builds its
+// schedule from infer_config (the work off), whose plan has neither the work's card term nor its
+// pinned one and is a plan without the work (the rows the budget holds included), and its plan
+// line says nothing is pinned for it; the same config training has both terms and says so.
+TEST_F(PassPrefetch, InferModeHasNoNextPassWork) {
+  const fs::path saves = root_ / "saves_infer";
+  const std::string budget = "runner.card_memory_mb=12";
+  TrainerConfig training =
+      config(1, 1, {budget, "runner.model_save_path=" + saves.string(), "runner.save_mode=base"});
+  training.runner.pass_dirs = {(root_ / "pass0").string()};
+  // The card tier's plan line, from a run's log.
+  const auto plan_line = [](const std::string& log) {
+    const std::size_t at = log.find("card tier per card: ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  ::testing::internal::CaptureStderr();
+  {
+    Trainer trainer(training, env(1));
+    EXPECT_GT(trainer.card_tier().plan().next_pass_bytes, 0u) << "the work is on by default";
+    EXPECT_GT(trainer.card_tier().plan().next_pass_pinned_bytes, 0u);
+    trainer.train();
+  }
+  const std::string trained = plan_line(::testing::internal::GetCapturedStderr());
+  EXPECT_NE(trained.find("next pass's card work pins "), std::string::npos) << trained;
+  ASSERT_TRUE(fs::exists(saves / "0"));
+  // infer_job itself: its schedule's plan line.
+  ::testing::internal::CaptureStderr();
+  InferJob job;
+  job.load = (saves / "0").string();
+  const EvalResult result = infer_job(training, env(1), job);
+  const std::string inferred = plan_line(::testing::internal::GetCapturedStderr());
+  EXPECT_GT(result.metrics.examples, 0);
+  ASSERT_FALSE(inferred.empty()) << "no plan line";
+  EXPECT_EQ(inferred.find("pins"), std::string::npos) << inferred;
+  // The config it builds from, and that config's plan against a run with the work off.
+  const TrainerConfig inferring = infer_config(training);
+  EXPECT_EQ(inferring.runner.next_pass_chunk_keys, 0);
+  Trainer infer(inferring, env(1));
+  const pass::CardTierPlan& plan = infer.card_tier().plan();
+  EXPECT_EQ(plan.next_pass_bytes, 0u);
+  EXPECT_EQ(plan.next_pass_pinned_bytes, 0u);
+  EXPECT_EQ(inferred, plan.to_string()) << "infer_job's plan is infer_config's";
+  Trainer off(config(1, 1, {budget, "runner.next_pass_chunk_keys=0"}), env(1));
+  EXPECT_EQ(plan.rows, off.card_tier().plan().rows);
+  EXPECT_EQ(plan.total_bytes(), off.card_tier().plan().total_bytes());
 }
 
 // A pass read ahead that cannot be read (every line malformed) fails where reading it in place

@@ -50,6 +50,14 @@ std::vector<PassReport> train_job(const TrainerConfig& config, const TrainerEnv&
   return trainer.train(load, hooks);
 }
 
+TrainerConfig infer_config(const TrainerConfig& config) {
+  // Nothing trains: the next pass's card work (between training steps) never runs, so its
+  // scratch is kept out of the card tier's plan.
+  TrainerConfig evaluating = config;
+  evaluating.runner.next_pass_chunk_keys = 0;
+  return evaluating;
+}
+
 EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
                      const InferCallback& on_save) {
   const RunnerConfig& runner = config.runner;
@@ -62,11 +70,7 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
   const std::vector<std::string> files =
       data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
-  // Nothing trains: the next pass's card work (between training steps) never runs, so its
-  // scratch is kept out of the card tier's plan.
-  TrainerConfig evaluating = config;
-  evaluating.runner.next_pass_chunk_keys = 0;
-  const std::unique_ptr<Schedule> schedule = make_schedule(evaluating, env);
+  const std::unique_ptr<Schedule> schedule = make_schedule(infer_config(config), env);
   StepHooks hooks;
   hooks.stop_flag = job.stop_flag;
   schedule->set_step_hooks(hooks);

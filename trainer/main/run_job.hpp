@@ -48,6 +48,11 @@ struct InferJob {
 using InferCallback =
     std::function<void(const SaveToEvaluate& save, const EvalResult& result, double seconds)>;
 
+// The config --mode infer builds its schedule from: `config` with the next pass's card work off
+// (runner.next_pass_chunk_keys 0), as nothing trains, so its scratch is neither made nor in the
+// card tier's plan (card and pinned bytes).
+TrainerConfig infer_config(const TrainerConfig& config);
+
 // --mode infer: each save of `job` loaded on the schedule runner.sync_mode picks (the PS modes
 // load it into their servers) and evaluated on the same data, in order; `on_save` after each.
 // Returns the last save's result. Throws gpubox::Error naming what is missing.

@@ -131,18 +131,45 @@ TEST(PassManager, MemoryBudgetPlansFromRealCapacities) {
 // with the default chunk of 131072 keys capped by the rows, at most a twentieth of the plan and
 // under 6 bytes a row (less than the kept listing's 12). Before the cap was a sixteenth of the
 // rows and at least 4096 keys, with list regions of 8 slots a key and insert regions of a chunk:
-// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows.
+// 1.1 MiB or more (a quarter of a 32768-row plan), 17 bytes a row above 65536 rows. Its pinned
+// host memory is outside the plan's total, at most about 49 MiB a card (the user guide's figure).
 TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
   PassManagerOptions options;
   options.next_pass_chunk_keys = 131072;
   Engine probe(1, options);
-  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u}) {
+  for (const std::size_t rows : {16384u, 32768u, 65536u, 300000u, 2000000u, 10000000u}) {
     SCOPED_TRACE(rows);
     const CardTierPlan plan = probe.manager->plan_for(rows);
     EXPECT_GT(plan.next_pass_bytes, 0u) << "the work runs under a budget";
     EXPECT_LE(plan.next_pass_bytes, plan.total_bytes() / 20) << plan.to_string();
     EXPECT_LT(plan.next_pass_bytes, 6 * rows) << plan.to_string();
+    // Its pinned host memory, about as much, is shown beside the card's total, not in it.
+    EXPECT_GT(plan.next_pass_pinned_bytes, 0u);
+    EXPECT_EQ(plan.total_bytes(), plan.row_page_bytes + plan.table_bytes + plan.index_bytes +
+                                      plan.working_bytes + plan.kept_bytes + plan.next_pass_bytes);
+    EXPECT_NE(plan.to_string().find("next pass's card work pins "), std::string::npos)
+        << plan.to_string();
+    // The user guide's bound, at rows of 14 floats: up to about 49 MiB a card.
+    EXPECT_LE(plan.next_pass_pinned_bytes, std::size_t{49} << 20) << plan.to_string();
   }
+  // From 64 x 131072 rows (8.4 million) the chunk is the default one whole and its pinned memory
+  // at that bound, more than its card bytes (its list regions pin 272 bytes a chunk key): 48.5
+  // MiB, the same under any larger budget.
+  const CardTierPlan largest = probe.manager->plan_for(10000000);
+  EXPECT_EQ(largest.row_bytes, 14 * sizeof(float)) << "the bound's rows";
+  EXPECT_GT(largest.next_pass_pinned_bytes, std::size_t{48} << 20) << largest.to_string();
+  EXPECT_GT(largest.next_pass_pinned_bytes, largest.next_pass_bytes);
+  EXPECT_EQ(probe.manager->plan_for(40000000).next_pass_pinned_bytes,
+            largest.next_pass_pinned_bytes);
+  // Without a budget the chunk is next_pass_chunk_keys whole: its readbacks' pinned memory is
+  // about 14.5 MiB a card at rows of 14 floats (look-ups of 5 chunks, 12 bytes a key, and two
+  // insert regions of a page of 65536 rows), in the plan's line too.
+  const CardTierPlan unbudgeted = probe.manager->plan();
+  EXPECT_GT(unbudgeted.next_pass_pinned_bytes, std::size_t{14} << 20);
+  EXPECT_NE(unbudgeted.to_string().find("next pass's card work pins "), std::string::npos)
+      << unbudgeted.to_string();
+  options.next_pass_chunk_keys = 0;
+  EXPECT_EQ(Engine(1, options).manager->plan().next_pass_pinned_bytes, 0u) << "the work is off";
 }
 
 // Marks the listed keys' rows changed (click + 1, dirty), as a training step would. The keys
@@ -464,6 +491,43 @@ TEST(PassManager, EvaluationEndPassWaitsAsOftenForManyBorrowedRows) {
   EXPECT_EQ(host_syncs[1], host_syncs[0]) << "10000 borrowed rows, against 100";
 }
 
+// A begin_pass that evicts and inserts 12000 rows under a budget of 12000 (its pass all new, its
+// rows pulled in one host batch) waits for the card 8 times for its look-up and evictions, and
+// once per chunk of inserts: as many rows at a time as the kept listing holds each row's key and
+// record (8 + 4 bytes a float, in the listed keys' room: the budget's rows at 8 bytes each), or a
+// kept staging page when that holds more. Pages of 1, 64 and 65536 rows: 8 + 12000, 8 + 188
+// and 8 + 3 waits a kept page at a time; in the listing 8 + 8, 8 + 8 (rows of 14 floats: 1500 at
+// a time), and 8 + 3 still (a kept page of 4096 rows holds more).
+TEST(PassManager, BeginPassInsertsAsManyRowsAtATimeAsTheKeptListingHolds) {
+  constexpr std::size_t kRows = 12000;
+  for (const std::size_t page_rows : {std::size_t{1}, std::size_t{64}, std::size_t{1} << 16}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_rows) + " rows");
+    PassManagerOptions options;
+    options.card_row_budget = kRows;
+    card_table::HashTableOptions table_options;
+    table_options.page_rows = page_rows;
+    Engine engine(1, options, nullptr, table_options);
+    device::Card& card = engine.card_set.card(0);
+    const std::size_t stride = engine.host->layout().stride();
+    std::vector<uint64_t> first, second;
+    for (uint64_t k = 1; k <= kRows; ++k) first.push_back(mix64(k) | 1);
+    for (uint64_t k = kRows + 1; k <= 2 * kRows; ++k) second.push_back(mix64(k) | 1);
+    std::sort(first.begin(), first.end());
+    std::sort(second.begin(), second.end());
+    engine.manager->begin_pass(first);
+    engine.manager->end_pass();
+    const device::DeviceCounts before = card.counts();
+    const PassStats begun = engine.manager->begin_pass(second);
+    const uint64_t waits = (card.counts() - before).host_syncs;
+    ASSERT_EQ(begun.evicted, kRows);
+    ASSERT_EQ(begun.pulled, kRows);
+    const std::size_t in_listing = kRows * sizeof(uint64_t) / (sizeof(uint64_t) + stride * 4);
+    const std::size_t at_once = std::max(PassCards::page_rows_kept(page_rows), in_listing);
+    EXPECT_EQ(waits, 8 + (kRows + at_once - 1) / at_once) << "rows of " << stride << " floats";
+    engine.manager->end_pass();
+  }
+}
+
 // Each pool of `store` holds its width's rows: every resident key's handle names the pool of the
 // width its host-tier row records (listing keys and handles only: the pass boundary's working
 // set).
@@ -493,9 +557,11 @@ void expect_rows_in_their_width_pools(BudgetSide& side) {
 // `budget_rows` rows in pages of `page_rows`: each width's rows in its own pool at its own
 // stride. A pass of width-16 keys fills the budget, then passes that shift the mix to the narrow
 // widths (the key counts scale with the budget): the pools hold at most the plan's pages (the
-// width-16 pool gives its free pages back), the card's peak stays under the plan, each pool
-// holds exactly its width's resident rows, and the host tier ends bit-identical to an unbudgeted
-// run.
+// width-16 pool gives its free pages back), every begin_pass after the first allocates and frees
+// the pools' pages alone (its compaction moves rows through the kept pages: with three buffers
+// of its own a call, 3 allocations and 3 frees more), the card's peak stays under the plan, each
+// pool holds exactly its width's resident rows, and the host tier ends bit-identical to an
+// unbudgeted run.
 void expect_width_classes_fit(std::size_t budget_rows, std::size_t page_rows) {
   BudgetedAndUnbudgeted sides(table::with_slot_dims(test_config(), {{1, 16}, {2, 2}}), budget_rows,
                               page_rows);
@@ -536,7 +602,24 @@ void expect_width_classes_fit(std::size_t budget_rows, std::size_t page_rows) {
     std::vector<int32_t> slots(pass.size());
     for (std::size_t i = 0; i < pass.size(); ++i) slots[i] = static_cast<int32_t>(pass[i] % 3);
     widest_pages_before = budgeted.store.pool(2).pages();
+    std::vector<std::size_t> pages_before;
+    for (int32_t p = 0; p < 3; ++p) pages_before.push_back(budgeted.store.pool(p).pages());
+    const device::DeviceCounts counts_before = budgeted.cards.card(0).counts();
     evicted += sides.manager.begin_pass(pass, slots).evicted;
+    const device::DeviceCounts begun = budgeted.cards.card(0).counts() - counts_before;
+    if (&pass != &passes.front()) {
+      // After the first pass, begin_pass (its compaction included: the kept listing and pages
+      // lent) allocates and frees the pools' pages alone. In these passes each pool's page
+      // count moves one way (none gives pages back and takes new ones in one begin_pass).
+      uint64_t grown = 0, dropped = 0;
+      for (int32_t p = 0; p < 3; ++p) {
+        const std::size_t after = budgeted.store.pool(p).pages();
+        const std::size_t before = pages_before[static_cast<std::size_t>(p)];
+        (after > before ? grown : dropped) += after > before ? after - before : before - after;
+      }
+      EXPECT_EQ(begun.allocations, grown) << "begin_pass allocated more than the pools' pages";
+      EXPECT_EQ(begun.frees, dropped) << "begin_pass freed more than the pools' pages";
+    }
     sides.reference.begin_pass(pass, slots);
     gave_pages_back |= budgeted.store.pool(2).pages() < widest_pages_before;
     std::size_t page_bytes = 0;

@@ -102,6 +102,12 @@ TEST_P(NextPassWorkTest, MatchesBeginPassAloneBitForBit) {
     early_inserted += got.early_inserted;
     early_evicted += got.early_evicted;
     early_chunks += got.early_chunks;
+    if (p > 0) {
+      // The work's pinned scratch, made by the first pass's expect and kept since, is the plan's
+      // pinned term (host memory: not in the card's total).
+      EXPECT_EQ(early.manager->next_pass_kept_pinned_bytes(),
+                early.manager->plan().next_pass_pinned_bytes);
+    }
     const auto check_pass_rows = [&](const char* when) {
       const auto got_cards = early.card_rows();
       const auto want_cards = reference.card_rows();

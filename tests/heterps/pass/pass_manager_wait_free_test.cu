@@ -2,7 +2,8 @@
 // look-ups, marks, listing, erases and inserts, each phase over a pass whose next pass needs it,
 // wait for the card 0 times and allocate nothing, and begin_pass then places what an engine
 // without the work places (NextPassPair); the erases' late check names a victim changed under
-// the work. Whether the work's result is exact over many passes: pass_manager_next_pass_test.cu.
+// the work; the one wait it keeps, begin_pass's for a chunk still in flight before its scratch is
+// kept. Whether the work's result is exact over many passes: pass_manager_next_pass_test.cu.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +19,10 @@
 #include "common/error.hpp"
 #include "heterps/card_table/card_store.cuh"
 #include "heterps/device/card.hpp"
+#include "heterps/device/deferred.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/pass/next_pass_work.hpp"
+#include "heterps/pass/pass_cards.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/lagging_card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
@@ -458,6 +462,48 @@ TEST(PassManager, NextPassWorkKeepsGoingWithTheCardBehindTheHost) {
     ASSERT_NO_FATAL_FAILURE(engines.expect_same_card_rows(passes.next));
     engines.train_and_compare_hosts(passes.next, 2, 3);
   }
+}
+
+// keep_scratch (begin_pass, once it is done with the work) keeps the work's scratch for the next
+// pass only after the chunks still in flight have passed: a chunk that ran later would write its
+// readbacks into scratch lent to the next pass's work. A look-up chunk enqueued after the pass's
+// last wait (the card 6 polls behind the host: LaggingCard), its end event pending, is still on
+// the card's stream when keep_scratch runs: it waits once (counted), and the stream is idle after
+// it. Through NextPassWork itself: through PassManager every begin_pass that could take such a
+// work waits for the card before it keeps the scratch (its look-up or evictions read back), which
+// on the cpu backend runs what is pending. Without keep_scratch's wait: 0 waits, the chunk still
+// queued.
+TEST(PassManager, KeepScratchWaitsForAChunkStillInFlight) {
+#if defined(GPUBOX_BACKEND_CUDA)
+  GTEST_SKIP() << "LaggingCard holds work pending on the cpu backend's deferred streams only; on a "
+                  "GPU the chunk may have passed already";
+#else
+  GPUBOX_REQUIRE_CARDS(1);
+  const device::testing::LaggingCard lagging(kLag);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 100;
+  Engine engine(1, options);
+  const RoomPasses passes{};
+  engine.manager->begin_pass(passes.training);
+  const StagedRows staged = engine.manager->stage_rows(passes.next, {}, passes.training);
+  engine.manager->end_pass();
+  // A work of its own over the engine's cards (the manager's idle), as begin_pass drives it.
+  PassCards cards(engine.card_set, {engine.stores[0].get()}, *engine.host, options);
+  NextPassWork work(cards);
+  work.expect(sorted_keys(passes.training), poll_of(&staged), /*training=*/true, /*pass_id=*/0);
+  ASSERT_TRUE(work.prepare(0));
+  ASSERT_EQ(work.phase(0), NextPassCard::Phase::kLookup);
+  const device::Stream& stream = engine.card_set.card(0).stream();
+  ASSERT_NE(stream.deferred(), nullptr);
+  ASSERT_FALSE(device::detail::deferred_idle(*stream.deferred())) << "no chunk pending";
+  std::vector<NextPassCard> taken = work.take();
+  ASSERT_EQ(taken.size(), 1u);
+  const device::DeviceCounts before = engine.card_set.card(0).counts();
+  work.keep_scratch(0, taken[0]);
+  EXPECT_EQ((engine.card_set.card(0).counts() - before).host_syncs, 1u);
+  EXPECT_TRUE(device::detail::deferred_idle(*stream.deferred()))
+      << "the chunk may still write into the scratch kept for the next pass";
+#endif
 }
 
 }  // namespace
