@@ -4,17 +4,21 @@
 // resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
 // are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
-// lines printed once), or restarted during the reload (SaveLineage::recover_and_reload reloads
-// again). A job of several trainers stops instead, both trainers naming the server and what a
-// rerun does (a resumed job's trainer 1 the save folder, not the save it loaded).
+// lines printed once), or found during a save (the pass trained again, its lines written once),
+// or restarted during the reload (SaveLineage::recover_and_reload reloads again). A job of several
+// trainers stops instead, both trainers naming the server and what a rerun does (a resumed job's
+// trainer 1 the save folder, not the save it loaded).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -332,6 +336,94 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
     EXPECT_EQ(evaluated[0], (std::vector<std::pair<int64_t, double>>{
                                 {0, evaluated[0].at(0).second}, {1, evaluated[0].at(1).second}}));
     EXPECT_EQ(evaluated[1], evaluated[0]);
+  }
+}
+
+// A PsTrainer whose server `server` restarts as the save of pass `pass` begins (the first time):
+// the save's first call finds the restart. The loop and the trainer are the real ones.
+class RestartAtSave final : public Schedule {
+ public:
+  RestartAtSave(PsTrainer& trainer, Servers& shards, int64_t pass, int server)
+      : t_(trainer), shards_(shards), pass_(pass), server_(server) {}
+  const TrainerEnv& env() const override { return t_.env(); }
+  table::HostTier& host_tier() override { return t_.host_tier(); }
+  SaveLineage& lineage() override { return t_.lineage(); }
+  bool prints() const override { return t_.prints(); }
+  int64_t passes_done() const override { return t_.passes_done(); }
+  void set_passes_done(int64_t passes) override { t_.set_passes_done(passes); }
+  void plan_pass_cache(int64_t loads) override { t_.plan_pass_cache(loads); }
+  const dataset::PassDataCache* pass_cache() const override { return t_.pass_cache(); }
+  PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override {
+    return t_.train_scheduled_pass(plan, pass);
+  }
+  void set_step_hooks(const StepHooks& hooks) override { t_.set_step_hooks(hooks); }
+  void accumulate_pass_metrics(std::vector<double>* sums) const override {
+    t_.accumulate_pass_metrics(sums);
+  }
+  std::size_t metric_buckets() const override { return t_.metric_buckets(); }
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep) override {
+    return t_.evaluate(files, keep);
+  }
+  void save(const std::string& dir) override {
+    if (!restarted_ && t_.passes_done() == pass_ + 1) {
+      shards_.restart(server_);
+      restarted_ = true;
+    }
+    t_.save(dir);
+  }
+  void load(const std::string& dir) override { t_.load(dir); }
+  std::optional<int64_t> recover(const Error& error, int64_t pass) override {
+    return t_.recover(error, pass);
+  }
+  bool restarted() const { return restarted_; }
+
+ private:
+  PsTrainer& t_;
+  Servers& shards_;
+  int64_t pass_;
+  int server_;
+  bool restarted_ = false;
+};
+
+// A restart found during pass 1's save: the save fails, pass 0's save is reloaded and pass 1
+// trained and saved again. The pass's line (printed) and JSON line (runner.metrics_path) are
+// written once per completed pass, not once for the attempt whose save failed too.
+TEST_F(PsRecovery, ARestartFoundDuringASaveRecordsEachPassOnce) {
+  const std::filesystem::path metrics_path = root_ / "recovery_during_save_metrics.jsonl";
+  std::filesystem::remove(metrics_path);
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "recovery_during_save").string(),
+       "runner.metrics_path=" + metrics_path.string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RestartAtSave restarting(trainer, shards, 1, 1);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  std::vector<PassReport> reports;
+  try {
+    reports = run_epochs(restarting, cfg, "", false);
+  } catch (...) {
+    (void)::testing::internal::GetCapturedStdout();
+    ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
+    throw;
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(restarting.restarted());
+  EXPECT_NE(log.find("; training again from pass 1"), std::string::npos) << log;
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].pass, 1);
+  std::ifstream file(metrics_path);
+  const std::string recorded((std::istreambuf_iterator<char>(file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(count(recorded, "\n"), 2u) << recorded;
+  for (const std::string pass : {"0", "1"}) {
+    EXPECT_EQ(count(recorded, "{\"pass\": " + pass + ","), 1u) << recorded;
+    EXPECT_EQ(count(out, "pass: " + pass + ", using time"), 1u) << out;
   }
 }
 

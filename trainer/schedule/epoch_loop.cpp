@@ -179,9 +179,28 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
+// The pass's record: its line printed, its metrics in the epoch's tally and its JSON line in the
+// metrics file.
+void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+                 const PassReport& report, const DivergenceVerdict& verdict, EpochTally* tally,
+                 MetricsFile* metrics) {
+  print_pass_line(schedule, runner, report, verdict);
+  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
+  // this holds the line for any path that did not: no save of a pass that trained nothing.
+  GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
+                 ": trained no instance (files: ", plan.files_of(report.pass).size(),
+                 "); nothing is saved");
+  tally->seconds += report.seconds;
+  tally->last = report.metrics;
+  if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
+  metrics->append(format_pass_json(report));
+}
+
 // Pass k of the run: trained, judged for divergence and a dead output (either stops the job
-// before the pass's save), printed, recorded in the epoch's tally and the metrics file, and saved
-// when `saving`.
+// before the pass's save: the pass is recorded, then the job fails), saved when `saving`, then
+// recorded (record_pass). A save that fails (a server restart found during it, which the loop
+// repairs by training the pass again) leaves the pass unrecorded: each completed pass is
+// recorded once, with the metrics of the training its save holds.
 PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                                int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
   const RunnerConfig& runner = config.runner;
@@ -190,27 +209,20 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   const DivergenceVerdict verdict =
       judge_divergence(report.metrics.steady, runner.stop_on_divergence);
   report.extra.emplace_back("ne_after_warmup", verdict.ratio);
-  print_pass_line(schedule, runner, report, verdict);
-  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
-  // this holds the line for any path that did not: no save of a pass that trained nothing.
-  GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
-                 ": trained no instance (files: ", plan.files_of(k).size(), "); nothing is saved");
-  tally->seconds += report.seconds;
-  tally->last = report.metrics;
-  if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
-  metrics->append(format_pass_json(report));  // a pass that stops the job is recorded too
+  const bool dead = dead_output(report.metrics);
+  if (saving && !verdict.stop && !dead && report.metrics.examples > 0) {
+    schedule.settle();  // the save sees no staging under way
+    schedule.save(
+        (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+  }
+  record_pass(schedule, runner, plan, report, verdict, tally, metrics);
   if (verdict.stop) {
     GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
                                  saves_note(runner, saving, k)));
   }
-  if (dead_output(report.metrics)) {
+  if (dead) {
     GPUBOX_FAIL(
         dead_output_error(report.pass, report.metrics, config, saves_note(runner, saving, k)));
-  }
-  if (saving) {
-    schedule.settle();  // the save sees no staging under way
-    schedule.save(
-        (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
   }
   return report;
 }
