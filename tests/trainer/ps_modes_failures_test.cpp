@@ -222,22 +222,9 @@ struct TwoTrainers {
 TwoTrainers train_two_trainers(const TrainerConfig& cfg) {
   Servers shards(cfg, 1);
   TwoTrainers job;
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = shards.endpoints();
-        env.trainer_id = w;
-        env.trainers = 2;
-        PsTrainer trainer(cfg, env);
-        job.reports[static_cast<std::size_t>(w)] = trainer.train();
-      } catch (const std::exception& e) {
-        job.errors[static_cast<std::size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  job.errors = ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
+                 job.reports[static_cast<std::size_t>(w)] = trainer.train();
+               }).errors;
   return job;
 }
 

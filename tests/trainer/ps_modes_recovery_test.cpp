@@ -185,22 +185,14 @@ class PsRecovery : public PsModes {
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = ps_test_config(all);
     Servers shards(cfg, 2);
-    std::vector<std::string> errors(2);
     std::atomic<bool> restarted{false};
     // Trainer 1 starts its next pass only once the server restarted (or trainer 0 ended), so that
     // both trainers find the restart in that pass, each in its own calls: without the wait, trainer
     // 1 could (on a loaded machine) train the whole pass before the restart and fail at the next
     // barrier instead, waiting for trainer 0.
     std::atomic<bool> trainer0_past_restart{false};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
+    std::vector<std::string> errors =
+        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
           RunHooks hooks;
           if (w == 0) {
             hooks.on_pass = [&](const PassReport&) {
@@ -214,14 +206,15 @@ class PsRecovery : public PsModes {
               }
             };
           }
+          // Trainer 0's end, by an error too, lets trainer 1 go on.
+          struct Ended {
+            std::atomic<bool>* flag;
+            ~Ended() {
+              if (flag != nullptr) *flag = true;
+            }
+          } ended{w == 0 ? &trainer0_past_restart : nullptr};
           trainer.train("", hooks);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(w)] = e.what();
-        }
-        if (w == 0) trainer0_past_restart = true;
-      });
-    }
-    for (auto& t : threads) t.join();
+        }).errors;
     std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
     EXPECT_TRUE(restarted.load());
     // Both trainers find the restart and stop with the several-trainers error.
