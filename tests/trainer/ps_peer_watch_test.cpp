@@ -102,19 +102,20 @@ class PsPeerWatchTest : public ::testing::Test {
     values.resize(static_cast<std::size_t>(trainers));
     return values;
   }
-  // Waits (10 s at most: a loaded machine) until trainer `beating` has beaten and then each of
-  // `watchers` beat `times` more (3 trainers); whether they did.
-  bool beaten_after(int beating, const std::vector<int>& watchers, float times) {
+  // Waits (10 s at most: a loaded machine) until trainer `beating` of `trainers` has beaten and
+  // then each of `watchers` beat `times` more (so each saw its count above 0); whether they did.
+  bool beaten_after(int trainers, int beating, const std::vector<int>& watchers, float times) {
+    const auto n = static_cast<std::size_t>(trainers);
     const auto until = Clock::now() + std::chrono::seconds(10);
     std::vector<float> at_first;
     while (Clock::now() < until) {
-      const std::vector<float> now = beats(3);
-      if (now.size() == 3 && at_first.empty() && now[static_cast<std::size_t>(beating)] > 0) {
+      const std::vector<float> now = beats(trainers);
+      if (now.size() == n && at_first.empty() && now[static_cast<std::size_t>(beating)] > 0) {
         at_first = now;
       }
       const auto beat = [&](int w) {
-        return now.size() == 3 &&
-               now[static_cast<std::size_t>(w)] >= at_first[static_cast<std::size_t>(w)] + times;
+        const auto i = static_cast<std::size_t>(w);
+        return now.size() == n && now[i] >= at_first[i] + times;
       };
       if (!at_first.empty() && std::all_of(watchers.begin(), watchers.end(), beat)) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -157,7 +158,7 @@ TEST_F(PsPeerWatchTest, ATrainerWhoseBeatsStopIsNamedOnceWithinTheTimeout) {
     PsPeerWatch dying(*clients_[1], 1, 3, options());
     // Until both others saw trainer 1 beat (a trainer not yet beating is not judged): each beat
     // twice after its count was above 0.
-    ASSERT_TRUE(beaten_after(1, {0, 2}, 2)) << "the trainers did not beat";
+    ASSERT_TRUE(beaten_after(3, 1, {0, 2}, 2)) << "the trainers did not beat";
   }  // trainer 1's process "dies": no finish()
   // Within 10 s (wait_for_report): the time it took is not asserted beyond that, as a loaded
   // machine delays it; that it came no earlier than the timeout is (load only delays it).
@@ -183,7 +184,7 @@ TEST_F(PsPeerWatchTest, ATrainerThatFinishedIsNeverLost) {
   PsPeerWatch survivor(*clients_[0], 0, 2, options(), losses.callback());
   {
     PsPeerWatch done(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
     ASSERT_TRUE(done.finish().ok());
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeout));
@@ -207,7 +208,8 @@ TEST_F(PsPeerWatchTest, AStoppedServerIsNamedByAddress) {
   const std::string endpoint = server_->endpoint();
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
   PsPeerWatch peer(*clients_[1], 1, 2, options());
-  std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+  reader_.reset();  // before the server stops: its client would retry
   server_->stop();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (watch.lost().empty() && Clock::now() < deadline) {
@@ -258,7 +260,7 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   reset(2);
   {
     PsPeerWatch old(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {}, 0)) << "trainer 1 did not beat";
     ASSERT_TRUE(old.finish().ok());
   }
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
@@ -272,7 +274,7 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
   {
     PsPeerWatch again(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
   }
   ASSERT_TRUE(losses.wait_for_report()) << "trainer 1 was never lost";
   ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();
