@@ -26,6 +26,7 @@
 
 #include "common/error.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "tests/trainer/forwarding_schedule.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -55,6 +56,29 @@ std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// What `run` printed (stdout) and logged (stderr); when it throws, its log is reported as a
+// failure and the exception thrown again.
+struct Printed {
+  std::string out;
+  std::string log;
+};
+template <typename Run>
+Printed captured(Run run) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    run();
+  } catch (...) {
+    (void)::testing::internal::GetCapturedStdout();
+    ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
+    throw;
+  }
+  Printed printed;
+  printed.out = ::testing::internal::GetCapturedStdout();
+  printed.log = ::testing::internal::GetCapturedStderr();
+  return printed;
 }
 
 // The PsModes suite's data and helpers, as a suite of its own.
@@ -297,18 +321,8 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
         ASSERT_NE(test, nullptr);
         evaluated[restart].emplace_back(epoch, test->auc);
       };
-      ::testing::internal::CaptureStdout();
-      ::testing::internal::CaptureStderr();
       std::vector<PassReport> reports;
-      try {
-        reports = trainer.train("", hooks);
-      } catch (...) {
-        (void)::testing::internal::GetCapturedStdout();
-        ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
-        throw;
-      }
-      const std::string out = ::testing::internal::GetCapturedStdout();
-      const std::string log = ::testing::internal::GetCapturedStderr();
+      const auto [out, log] = captured([&] { reports = trainer.train("", hooks); });
       EXPECT_EQ(reports.size(), 2u);
       // Each epoch's PaddleRec lines and test line printed once: the evaluation run again after
       // the reload does not print the epoch's lines again.
@@ -334,44 +348,20 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
 
 // A PsTrainer whose server `server` restarts as the save of pass `pass` begins (the first time):
 // the save's first call finds the restart. The loop and the trainer are the real ones.
-class RestartAtSave final : public Schedule {
+class RestartAtSave final : public testing::ForwardingSchedule {
  public:
   RestartAtSave(PsTrainer& trainer, Servers& shards, int64_t pass, int server)
-      : t_(trainer), shards_(shards), pass_(pass), server_(server) {}
-  const TrainerEnv& env() const override { return t_.env(); }
-  table::HostTier& host_tier() override { return t_.host_tier(); }
-  SaveLineage& lineage() override { return t_.lineage(); }
-  bool prints() const override { return t_.prints(); }
-  int64_t passes_done() const override { return t_.passes_done(); }
-  void set_passes_done(int64_t passes) override { t_.set_passes_done(passes); }
-  void plan_pass_cache(int64_t loads) override { t_.plan_pass_cache(loads); }
-  const dataset::PassDataCache* pass_cache() const override { return t_.pass_cache(); }
-  PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override {
-    return t_.train_scheduled_pass(plan, pass);
-  }
-  void set_step_hooks(const StepHooks& hooks) override { t_.set_step_hooks(hooks); }
-  void accumulate_pass_metrics(std::vector<double>* sums) const override {
-    t_.accumulate_pass_metrics(sums);
-  }
-  std::size_t metric_buckets() const override { return t_.metric_buckets(); }
-  EvalResult evaluate(const std::vector<std::string>& files, bool keep) override {
-    return t_.evaluate(files, keep);
-  }
+      : ForwardingSchedule(trainer), shards_(shards), pass_(pass), server_(server) {}
   void save(const std::string& dir) override {
-    if (!restarted_ && t_.passes_done() == pass_ + 1) {
+    if (!restarted_ && passes_done() == pass_ + 1) {
       shards_.restart(server_);
       restarted_ = true;
     }
-    t_.save(dir);
-  }
-  void load(const std::string& dir) override { t_.load(dir); }
-  std::optional<int64_t> recover(const Error& error, int64_t pass) override {
-    return t_.recover(error, pass);
+    ForwardingSchedule::save(dir);
   }
   bool restarted() const { return restarted_; }
 
  private:
-  PsTrainer& t_;
   Servers& shards_;
   int64_t pass_;
   int server_;
@@ -394,18 +384,8 @@ TEST_F(PsRecovery, ARestartFoundDuringASaveRecordsEachPassOnce) {
   env.servers = shards.endpoints();
   PsTrainer trainer(cfg, env);
   RestartAtSave restarting(trainer, shards, 1, 1);
-  ::testing::internal::CaptureStdout();
-  ::testing::internal::CaptureStderr();
   std::vector<PassReport> reports;
-  try {
-    reports = run_epochs(restarting, cfg, "", false);
-  } catch (...) {
-    (void)::testing::internal::GetCapturedStdout();
-    ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
-    throw;
-  }
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  const std::string log = ::testing::internal::GetCapturedStderr();
+  const auto [out, log] = captured([&] { reports = run_epochs(restarting, cfg, "", false); });
   ASSERT_TRUE(restarting.restarted());
   EXPECT_NE(log.find("; training again from pass 1"), std::string::npos) << log;
   ASSERT_EQ(reports.size(), 2u);
