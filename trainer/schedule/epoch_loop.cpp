@@ -179,14 +179,25 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
+// A pass whose save failed, said in the log only (the pass line at WARNING, with its divergence
+// warning): the failure may end the job (not repaired), and the pass would leave no trace; a
+// repaired one trains the pass again, whose record (record_pass) is then its only one.
+void log_unrecorded_pass(const RunnerConfig& runner, const PassReport& report,
+                         const DivergenceVerdict& verdict) {
+  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its save failed: not recorded)";
+  if (verdict.warn) {
+    GPUBOX_LOG(WARNING) << divergence_warning(report.pass, runner.print_interval, verdict);
+  }
+}
+
 // The pass's record: its line printed, its metrics in the epoch's tally and its JSON line in the
 // metrics file.
 void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
                  const PassReport& report, const DivergenceVerdict& verdict, EpochTally* tally,
                  MetricsFile* metrics) {
   print_pass_line(schedule, runner, report, verdict);
-  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
-  // this holds the line for any path that did not: no save of a pass that trained nothing.
+  // A pass that trained nothing was not saved (train_and_save_pass); it ends the job here,
+  // after its line.
   GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
                  ": trained no instance (files: ", plan.files_of(report.pass).size(),
                  "); nothing is saved");
@@ -200,7 +211,8 @@ void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& 
 // before the pass's save: the pass is recorded, then the job fails), saved when `saving`, then
 // recorded (record_pass). A save that fails (a server restart found during it, which the loop
 // repairs by training the pass again) leaves the pass unrecorded: each completed pass is
-// recorded once, with the metrics of the training its save holds.
+// recorded once, with the metrics of the training its save holds. Its line is logged
+// (log_unrecorded_pass) before the failure goes on.
 PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                                int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
   const RunnerConfig& runner = config.runner;
@@ -210,10 +222,18 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
       judge_divergence(report.metrics.steady, runner.stop_on_divergence);
   report.extra.emplace_back("ne_after_warmup", verdict.ratio);
   const bool dead = dead_output(report.metrics);
+  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp); the
+  // examples' count holds the line for any path that did not: no save of a pass that trained
+  // nothing (record_pass then ends the job).
   if (saving && !verdict.stop && !dead && report.metrics.examples > 0) {
     schedule.settle();  // the save sees no staging under way
-    schedule.save(
-        (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+    try {
+      schedule.save(
+          (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+    } catch (...) {
+      log_unrecorded_pass(runner, report, verdict);
+      throw;
+    }
   }
   record_pass(schedule, runner, plan, report, verdict, tally, metrics);
   if (verdict.stop) {
