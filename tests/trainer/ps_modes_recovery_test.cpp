@@ -5,7 +5,8 @@
 // are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
 // lines printed once), or found during a save (the pass trained again, its lines written once),
-// or restarted during the reload (SaveLineage::recover_and_reload reloads again). A job of several
+// or restarted during the reload (SaveLineage::recover_and_reload reloads again); an epoch's lines
+// after a reload count its passes as a resume from the save does. A job of several
 // trainers stops instead, both trainers naming the server and what a rerun does (a resumed job's
 // trainer 1 the save folder, not the save it loaded).
 #include <gtest/gtest.h>
@@ -29,6 +30,7 @@
 #include "tests/trainer/forwarding_schedule.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/metrics/metric_values.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -398,6 +400,56 @@ TEST_F(PsRecovery, ARestartFoundDuringASaveRecordsEachPassOnce) {
     EXPECT_EQ(count(recorded, "{\"pass\": " + pass + ","), 1u) << recorded;
     EXPECT_EQ(count(out, "pass: " + pass + ", using time"), 1u) << out;
   }
+}
+
+// An epoch of 2 passes (pass_dirs) whose pass 1 is trained again after a restart found at its
+// save: the epoch's lines (on_epoch's training metrics, merged over its passes) count the passes
+// from the reloaded save on, as the oracle does: pass 0 trained and saved, the run stopped, and a
+// new trainer on fresh servers resuming from that save for pass 1.
+TEST_F(PsRecovery, AnEpochsLinesAfterAReloadCountItsPassesAsAResumeFromTheSave) {
+  const std::string train = (root_ / "train").string();
+  const auto config_into = [&](const std::string& saves) {
+    return ps_test_config({"runner.pass_dirs=[" + train + "," + train + "]",
+                           "runner.test_data_dir=", "runner.sync_mode=async",
+                           "runner.save_mode=checkpoint",
+                           "runner.model_save_path=" + (root_ / saves).string()});
+  };
+  std::vector<MetricValues> resumed;
+  std::vector<MetricValues> recovered;
+  const auto epochs_into = [](std::vector<MetricValues>* into) {
+    return
+        [into](int64_t, const MetricValues& train, const MetricValues*) { into->push_back(train); };
+  };
+  const TrainerConfig oracle = config_into("epoch_lines_resumed");
+  for (const bool resuming : {false, true}) {
+    Servers shards(oracle, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer trainer(oracle, env);
+    RunHooks hooks;
+    if (!resuming) hooks.stop_requested = [] { return true; };  // before pass 1
+    hooks.on_epoch = epochs_into(&resumed);
+    std::vector<PassReport> reports;
+    (void)captured([&] { reports = trainer.train("", hooks); });
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_EQ(reports[0].pass, resuming ? 1 : 0);
+  }
+  const TrainerConfig cfg = config_into("epoch_lines_recovered");
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RestartAtSave restarting(trainer, shards, 1, 1);
+  RunHooks hooks;
+  hooks.on_epoch = epochs_into(&recovered);
+  const auto printed = captured([&] { run_epochs(restarting, cfg, "", false, hooks); });
+  ASSERT_TRUE(restarting.restarted());
+  EXPECT_NE(printed.log.find("; training again from pass 1"), std::string::npos) << printed.log;
+  ASSERT_EQ(resumed.size(), 1u);
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0].examples, resumed[0].examples);
+  EXPECT_EQ(recovered[0].auc, resumed[0].auc);
+  EXPECT_EQ(recovered[0].logloss, resumed[0].logloss);
 }
 
 // A server that stays down is no restart: the pass fails naming it, as before, with no reload

@@ -47,7 +47,8 @@ class MetricsFile {
 };
 
 // What an epoch's PaddleRec lines report: its passes' time and examples, and their metrics
-// merged (a run resumed within an epoch counts the passes it trained of it).
+// merged (a run resumed within an epoch counts the passes it trained of it, and so does a run
+// that reloaded a save after a server restart).
 struct EpochTally {
   double seconds = 0;
   MetricValues last;         // the last pass's metrics (an epoch of one pass)
@@ -311,6 +312,9 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       const std::optional<int64_t> again = schedule.recover(e, pass);
       if (!again) throw;
       k = *again;  // the epoch's passes from k on are trained again
+      // The epoch's lines then count its passes from k on, as a resume in a new process from
+      // the save reloaded counts those it trained (EpochTally): the epoch's passes saved before
+      // k, in the tally with their right figures, are dropped, as that process never had them.
       tally.reset();
       // The epoch's end was under way and the reload lands right after its last pass.
       rerun_end = ending.has_value() && k == pass + 1;
