@@ -32,6 +32,7 @@
 #include "table/io/model_manifest.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/resume_fixture.hpp"
+#include "tests/trainer/forwarding_schedule.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/schedule/dense_state.hpp"
@@ -281,34 +282,15 @@ TEST_F(Resume, AFatDeepffmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
 
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and
 // the trainer are the real ones.
-class StopAt final : public Schedule {
+class StopAt final : public testing::ForwardingSchedule {
  public:
-  StopAt(Trainer& trainer, int64_t stop) : t_(trainer), stop_(stop) {}
-  const TrainerEnv& env() const override { return t_.env(); }
-  table::HostTier& host_tier() override { return t_.host_tier(); }
-  SaveLineage& lineage() override { return t_.lineage(); }
-  bool prints() const override { return t_.prints(); }
-  int64_t passes_done() const override { return t_.passes_done(); }
-  void set_passes_done(int64_t passes) override { t_.set_passes_done(passes); }
-  void begin_run(const RunPlan& plan) override { t_.begin_run(plan); }
-  void end_run() noexcept override { t_.end_run(); }
+  StopAt(Trainer& trainer, int64_t stop) : ForwardingSchedule(trainer), stop_(stop) {}
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override {
     if (pass == stop_) GPUBOX_FAIL("stopped before pass ", pass);
-    return t_.train_scheduled_pass(plan, pass);
+    return ForwardingSchedule::train_scheduled_pass(plan, pass);
   }
-  void accumulate_pass_metrics(std::vector<double>* sums) const override {
-    t_.accumulate_pass_metrics(sums);
-  }
-  std::size_t metric_buckets() const override { return t_.metric_buckets(); }
-  void settle() override { t_.settle(); }
-  EvalResult evaluate(const std::vector<std::string>& files, bool keep) override {
-    return t_.evaluate(files, keep);
-  }
-  void save(const std::string& dir) override { t_.save(dir); }
-  void load(const std::string& dir) override { t_.load(dir); }
 
  private:
-  Trainer& t_;
   int64_t stop_;
 };
 

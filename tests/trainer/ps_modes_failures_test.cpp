@@ -2,7 +2,7 @@
 // within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
 // left at the end is logged naming the server, data without a valid instance is an error in every
 // mode, a diverged job stops on every trainer before its save, and so does a job whose network's
-// output died.
+// output died; a save that fails and is not repaired ends the job with its pass line logged.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -26,6 +27,7 @@
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/trainer/forwarding_schedule.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -36,6 +38,7 @@
 #include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -222,22 +225,9 @@ struct TwoTrainers {
 TwoTrainers train_two_trainers(const TrainerConfig& cfg) {
   Servers shards(cfg, 1);
   TwoTrainers job;
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = shards.endpoints();
-        env.trainer_id = w;
-        env.trainers = 2;
-        PsTrainer trainer(cfg, env);
-        job.reports[static_cast<std::size_t>(w)] = trainer.train();
-      } catch (const std::exception& e) {
-        job.errors[static_cast<std::size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  job.errors = ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
+                 job.reports[static_cast<std::size_t>(w)] = trainer.train();
+               }).errors;
   return job;
 }
 
@@ -392,6 +382,66 @@ TEST_F(PsModes, EveryTrainerStopsAJobWhoseOutputDiedBeforeItsSave) {
     EXPECT_EQ(fs::exists(saves / "0"), normed);
     EXPECT_EQ(fs::exists(saves / "1"), normed);
   }
+}
+
+// A schedule whose save of pass `pass` fails as on a full disk: no server restarted, so nothing
+// repairs it. The loop and the trainer are the real ones.
+class FailingSave final : public testing::ForwardingSchedule {
+ public:
+  FailingSave(Schedule& inner, int64_t pass) : ForwardingSchedule(inner), pass_(pass) {}
+  void save(const std::string& dir) override {
+    if (passes_done() == pass_ + 1) GPUBOX_FAIL("writing ", dir, ": No space left on device");
+    ForwardingSchedule::save(dir);
+  }
+
+ private:
+  int64_t pass_;
+};
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Pass 1's save fails and ends the job: the pass is not recorded (no line printed, none in
+// runner.metrics_path: a repaired failure would train it again and record it then), but its
+// line is logged, so that the pass the job ended in leaves its figures.
+TEST_F(PsModes, ASaveThatFailsUnrepairedEndsTheJobWithItsPassLineLogged) {
+  const fs::path metrics_path = root_ / "failed_save_metrics.jsonl";
+  fs::remove(metrics_path);
+  const TrainerConfig cfg =
+      config({"runner.train_data_dir=" + (root_ / "train").string(),
+              "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+              "runner.model_save_path=" + (root_ / "failed_save").string(),
+              "runner.metrics_path=" + metrics_path.string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  FailingSave failing(trainer, 1);
+  std::string error;
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    run_epochs(failing, cfg, "", false);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(error.find("No space left on device"), std::string::npos) << error;
+  EXPECT_EQ(count(out, "pass: 0, using time"), 1u) << out;
+  EXPECT_EQ(count(out, "pass: 1, using time"), 0u) << out;
+  const auto logged = log.find("pass: 1, using time");
+  ASSERT_NE(logged, std::string::npos) << log;
+  const std::string line = log.substr(logged, log.find('\n', logged) - logged);
+  EXPECT_NE(line.find("(its save failed: not recorded)"), std::string::npos) << log;
+  std::ifstream file(metrics_path);
+  const std::string recorded((std::istreambuf_iterator<char>(file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(count(recorded, "\n"), 1u) << recorded;
+  EXPECT_EQ(count(recorded, "{\"pass\": 0,"), 1u) << recorded;
 }
 
 }  // namespace

@@ -35,6 +35,40 @@ constexpr int kEpochs = 3;
 // Issue 16: each mode's test AUC within 0.02 of the planted model's.
 constexpr double kPlantedTolerance = 0.02;
 
+// A job of `trainers` PsTrainers (threads of this process) against `servers`: trainer w, made
+// with trainer_id w of `trainers`, runs body(trainer, w) on its own thread. Returns once all
+// ended: each one's error ("" for none) and the trainers whose body returned, kept (null for the
+// others) for what the caller reads of them once the whole job ended.
+struct TrainerJob {
+  std::vector<std::unique_ptr<PsTrainer>> trainers;
+  std::vector<std::string> errors;
+};
+template <typename Body>
+TrainerJob run_trainers(const TrainerConfig& cfg, const std::string& servers, int trainers,
+                        Body body) {
+  TrainerJob job;
+  job.trainers.resize(static_cast<std::size_t>(trainers));
+  job.errors.resize(static_cast<std::size_t>(trainers));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < trainers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        TrainerEnv env;
+        env.servers = servers;
+        env.trainer_id = w;
+        env.trainers = trainers;
+        auto trainer = std::make_unique<PsTrainer>(cfg, env);
+        body(*trainer, w);
+        job.trainers[static_cast<std::size_t>(w)] = std::move(trainer);
+      } catch (const std::exception& e) {
+        job.errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return job;
+}
+
 class PsModes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -62,30 +96,12 @@ class PsModes : public ::testing::Test {
   template <typename Body, typename Finish>
   static auto run_job(const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
                       Finish finish) -> decltype(finish(std::declval<PsTrainer&>())) {
-    std::vector<std::unique_ptr<PsTrainer>> made(static_cast<std::size_t>(trainers));
-    std::vector<std::string> errors(static_cast<std::size_t>(trainers));
-    std::vector<std::thread> threads;
+    const TrainerJob job = run_trainers(cfg, servers, trainers, body);
     for (int w = 0; w < trainers; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = servers;
-          env.trainer_id = w;
-          env.trainers = trainers;
-          auto trainer = std::make_unique<PsTrainer>(cfg, env);
-          body(*trainer, w);
-          made[static_cast<std::size_t>(w)] = std::move(trainer);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(w)] = e.what();
-        }
-      });
+      EXPECT_EQ(job.errors[static_cast<std::size_t>(w)], "") << "trainer " << w;
     }
-    for (auto& t : threads) t.join();
-    for (int w = 0; w < trainers; ++w) {
-      EXPECT_EQ(errors[static_cast<std::size_t>(w)], "") << "trainer " << w;
-    }
-    if (!made[0]) return {};
-    return finish(*made[0]);
+    if (!job.trainers[0]) return {};
+    return finish(*job.trainers[0]);
   }
   static double test_auc(PsTrainer& trainer) {
     return trainer.evaluate(data_files((root_ / "test").string())).metrics.auc;

@@ -4,17 +4,22 @@
 // resumed from that save in a new process ends it, to the bit (1 trainer; the cpu backend's steps
 // are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
-// lines printed once), or restarted during the reload (SaveLineage::recover_and_reload reloads
-// again). A job of several trainers stops instead, both trainers naming the server and what a
-// rerun does (a resumed job's trainer 1 the save folder, not the save it loaded).
+// lines printed once), or found during a save (the pass trained again, its lines written once),
+// or restarted during the reload (SaveLineage::recover_and_reload reloads again); an epoch's lines
+// after a reload count its passes as a resume from the save does. A job of several
+// trainers stops instead, both trainers naming the server and what a rerun does (a resumed job's
+// trainer 1 the save folder, not the save it loaded).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -22,8 +27,10 @@
 
 #include "common/error.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "tests/trainer/forwarding_schedule.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/metrics/metric_values.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -51,6 +58,29 @@ std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// What `run` printed (stdout) and logged (stderr); when it throws, its log is reported as a
+// failure and the exception thrown again.
+struct Printed {
+  std::string out;
+  std::string log;
+};
+template <typename Run>
+Printed captured(Run run) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  try {
+    run();
+  } catch (...) {
+    (void)::testing::internal::GetCapturedStdout();
+    ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
+    throw;
+  }
+  Printed printed;
+  printed.out = ::testing::internal::GetCapturedStdout();
+  printed.log = ::testing::internal::GetCapturedStderr();
+  return printed;
 }
 
 // The PsModes suite's data and helpers, as a suite of its own.
@@ -181,22 +211,14 @@ class PsRecovery : public PsModes {
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = ps_test_config(all);
     Servers shards(cfg, 2);
-    std::vector<std::string> errors(2);
     std::atomic<bool> restarted{false};
     // Trainer 1 starts its next pass only once the server restarted (or trainer 0 ended), so that
     // both trainers find the restart in that pass, each in its own calls: without the wait, trainer
     // 1 could (on a loaded machine) train the whole pass before the restart and fail at the next
     // barrier instead, waiting for trainer 0.
     std::atomic<bool> trainer0_past_restart{false};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
+    std::vector<std::string> errors =
+        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
           RunHooks hooks;
           if (w == 0) {
             hooks.on_pass = [&](const PassReport&) {
@@ -210,14 +232,15 @@ class PsRecovery : public PsModes {
               }
             };
           }
+          // Trainer 0's end, by an error too, lets trainer 1 go on.
+          struct Ended {
+            std::atomic<bool>* flag;
+            ~Ended() {
+              if (flag != nullptr) *flag = true;
+            }
+          } ended{w == 0 ? &trainer0_past_restart : nullptr};
           trainer.train("", hooks);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(w)] = e.what();
-        }
-        if (w == 0) trainer0_past_restart = true;
-      });
-    }
-    for (auto& t : threads) t.join();
+        }).errors;
     std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
     EXPECT_TRUE(restarted.load());
     // Both trainers find the restart and stop with the several-trainers error.
@@ -300,18 +323,8 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
         ASSERT_NE(test, nullptr);
         evaluated[restart].emplace_back(epoch, test->auc);
       };
-      ::testing::internal::CaptureStdout();
-      ::testing::internal::CaptureStderr();
       std::vector<PassReport> reports;
-      try {
-        reports = trainer.train("", hooks);
-      } catch (...) {
-        (void)::testing::internal::GetCapturedStdout();
-        ADD_FAILURE() << ::testing::internal::GetCapturedStderr();
-        throw;
-      }
-      const std::string out = ::testing::internal::GetCapturedStdout();
-      const std::string log = ::testing::internal::GetCapturedStderr();
+      const auto [out, log] = captured([&] { reports = trainer.train("", hooks); });
       EXPECT_EQ(reports.size(), 2u);
       // Each epoch's PaddleRec lines and test line printed once: the evaluation run again after
       // the reload does not print the epoch's lines again.
@@ -333,6 +346,110 @@ TEST_F(PsRecovery, ARestartFoundByAnEpochsEvaluationEvaluatesThatEpochAfterTheRe
                                 {0, evaluated[0].at(0).second}, {1, evaluated[0].at(1).second}}));
     EXPECT_EQ(evaluated[1], evaluated[0]);
   }
+}
+
+// A PsTrainer whose server `server` restarts as the save of pass `pass` begins (the first time):
+// the save's first call finds the restart. The loop and the trainer are the real ones.
+class RestartAtSave final : public testing::ForwardingSchedule {
+ public:
+  RestartAtSave(PsTrainer& trainer, Servers& shards, int64_t pass, int server)
+      : ForwardingSchedule(trainer), shards_(shards), pass_(pass), server_(server) {}
+  void save(const std::string& dir) override {
+    if (!restarted_ && passes_done() == pass_ + 1) {
+      shards_.restart(server_);
+      restarted_ = true;
+    }
+    ForwardingSchedule::save(dir);
+  }
+  bool restarted() const { return restarted_; }
+
+ private:
+  Servers& shards_;
+  int64_t pass_;
+  int server_;
+  bool restarted_ = false;
+};
+
+// A restart found during pass 1's save: the save fails, pass 0's save is reloaded and pass 1
+// trained and saved again. The pass's line (printed) and JSON line (runner.metrics_path) are
+// written once per completed pass, not once for the attempt whose save failed too.
+TEST_F(PsRecovery, ARestartFoundDuringASaveRecordsEachPassOnce) {
+  const std::filesystem::path metrics_path = root_ / "recovery_during_save_metrics.jsonl";
+  std::filesystem::remove(metrics_path);
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "recovery_during_save").string(),
+       "runner.metrics_path=" + metrics_path.string(), "runner.epochs=2"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RestartAtSave restarting(trainer, shards, 1, 1);
+  std::vector<PassReport> reports;
+  const auto [out, log] = captured([&] { reports = run_epochs(restarting, cfg, "", false); });
+  ASSERT_TRUE(restarting.restarted());
+  EXPECT_NE(log.find("; training again from pass 1"), std::string::npos) << log;
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[1].pass, 1);
+  std::ifstream file(metrics_path);
+  const std::string recorded((std::istreambuf_iterator<char>(file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_EQ(count(recorded, "\n"), 2u) << recorded;
+  for (const std::string pass : {"0", "1"}) {
+    EXPECT_EQ(count(recorded, "{\"pass\": " + pass + ","), 1u) << recorded;
+    EXPECT_EQ(count(out, "pass: " + pass + ", using time"), 1u) << out;
+  }
+}
+
+// An epoch of 2 passes (pass_dirs) whose pass 1 is trained again after a restart found at its
+// save: the epoch's lines (on_epoch's training metrics, merged over its passes) count the passes
+// from the reloaded save on, as the oracle does: pass 0 trained and saved, the run stopped, and a
+// new trainer on fresh servers resuming from that save for pass 1.
+TEST_F(PsRecovery, AnEpochsLinesAfterAReloadCountItsPassesAsAResumeFromTheSave) {
+  const std::string train = (root_ / "train").string();
+  const auto config_into = [&](const std::string& saves) {
+    return ps_test_config({"runner.pass_dirs=[" + train + "," + train + "]",
+                           "runner.test_data_dir=", "runner.sync_mode=async",
+                           "runner.save_mode=checkpoint",
+                           "runner.model_save_path=" + (root_ / saves).string()});
+  };
+  std::vector<MetricValues> resumed;
+  std::vector<MetricValues> recovered;
+  const auto epochs_into = [](std::vector<MetricValues>* into) {
+    return
+        [into](int64_t, const MetricValues& train, const MetricValues*) { into->push_back(train); };
+  };
+  const TrainerConfig oracle = config_into("epoch_lines_resumed");
+  for (const bool resuming : {false, true}) {
+    Servers shards(oracle, 2);
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    PsTrainer trainer(oracle, env);
+    RunHooks hooks;
+    if (!resuming) hooks.stop_requested = [] { return true; };  // before pass 1
+    hooks.on_epoch = epochs_into(&resumed);
+    std::vector<PassReport> reports;
+    (void)captured([&] { reports = trainer.train("", hooks); });
+    ASSERT_EQ(reports.size(), 1u);
+    EXPECT_EQ(reports[0].pass, resuming ? 1 : 0);
+  }
+  const TrainerConfig cfg = config_into("epoch_lines_recovered");
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RestartAtSave restarting(trainer, shards, 1, 1);
+  RunHooks hooks;
+  hooks.on_epoch = epochs_into(&recovered);
+  const auto printed = captured([&] { run_epochs(restarting, cfg, "", false, hooks); });
+  ASSERT_TRUE(restarting.restarted());
+  EXPECT_NE(printed.log.find("; training again from pass 1"), std::string::npos) << printed.log;
+  ASSERT_EQ(resumed.size(), 1u);
+  ASSERT_EQ(recovered.size(), 1u);
+  EXPECT_EQ(recovered[0].examples, resumed[0].examples);
+  EXPECT_EQ(recovered[0].auc, resumed[0].auc);
+  EXPECT_EQ(recovered[0].logloss, resumed[0].logloss);
 }
 
 // A server that stays down is no restart: the pass fails naming it, as before, with no reload

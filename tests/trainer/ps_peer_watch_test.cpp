@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -42,16 +43,11 @@ class Losses {
     return [this](const std::string& reason) {
       MutexLock lock(mu_);
       reasons_.push_back(reason);
-      at_ = Clock::now();
     };
   }
   std::vector<std::string> reasons() const {
     MutexLock lock(mu_);
     return reasons_;
-  }
-  Clock::time_point at() const {
-    MutexLock lock(mu_);
-    return at_;
   }
   // Waits (up to 10 s: a loaded machine) until a loss was reported; whether one was. A watch
   // reports once (PsPeerWatch::on_lost): a later loss is only logged.
@@ -72,7 +68,6 @@ class Losses {
  private:
   mutable Mutex mu_;
   std::vector<std::string> reasons_ GPUBOX_GUARDED_BY(mu_);
-  Clock::time_point at_ GPUBOX_GUARDED_BY(mu_);
 };
 
 PsPeerWatchOptions options() {
@@ -94,10 +89,50 @@ class PsPeerWatchTest : public ::testing::Test {
   }
   // The job's start (trainer 0): the table sized for `trainers`.
   void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
+  // The beat counts of the job's trainers (kAliveTable's first half), read by a client of the
+  // test's own (the watches' clients are theirs).
+  std::vector<float> beats(int trainers) {
+    if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
+    std::vector<float> values(2 * static_cast<std::size_t>(trainers), 0.0f);
+    if (!reader_ ||
+        !reader_->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
+             .ok()) {
+      return {};
+    }
+    values.resize(static_cast<std::size_t>(trainers));
+    return values;
+  }
+  // Waits (10 s at most: a loaded machine) until trainer `beating` of `trainers` has beaten and
+  // then each of `watchers` beat `times` more (so each saw its count above 0); whether they did.
+  bool beaten_after(int trainers, int beating, const std::vector<int>& watchers, float times) {
+    const auto n = static_cast<std::size_t>(trainers);
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    std::vector<float> at_first;
+    while (Clock::now() < until) {
+      const std::vector<float> now = beats(trainers);
+      if (now.size() == n && at_first.empty() && now[static_cast<std::size_t>(beating)] > 0) {
+        at_first = now;
+      }
+      const auto beat = [&](int w) {
+        const auto i = static_cast<std::size_t>(w);
+        return now.size() == n && now[i] >= at_first[i] + times;
+      };
+      if (!at_first.empty() && std::all_of(watchers.begin(), watchers.end(), beat)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // The silence a loss's reason reports ("... stopped S s ago ..."); -1 when it names none.
+  static double silence_s(const std::string& reason) {
+    const auto at = reason.find(" stopped ");
+    if (at == std::string::npos) return -1;
+    return std::stod(reason.substr(at + 9));
+  }
 
   FakeHostTier table_{test_config()};
   std::unique_ptr<table::server::Server> server_;
   std::vector<std::unique_ptr<table::server::RemoteHostTier>> clients_;
+  std::unique_ptr<table::server::RemoteHostTier> reader_;
 };
 
 TEST_F(PsPeerWatchTest, TrainersThatBeatAreNeverLost) {
@@ -119,11 +154,11 @@ TEST_F(PsPeerWatchTest, ATrainerWhoseBeatsStopIsNamedOnceWithinTheTimeout) {
   Losses other_losses;
   PsPeerWatch survivor(*clients_[0], 0, 3, options(), survivor_losses.callback());
   PsPeerWatch other(*clients_[2], 2, 3, options(), other_losses.callback());
-  Clock::time_point died;
   {
     PsPeerWatch dying(*clients_[1], 1, 3, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(2 * kTimeout));
-    died = Clock::now();
+    // Until both others saw trainer 1 beat (a trainer not yet beating is not judged): each beat
+    // twice after its count was above 0.
+    ASSERT_TRUE(beaten_after(3, 1, {0, 2}, 2)) << "the trainers did not beat";
   }  // trainer 1's process "dies": no finish()
   // Within 10 s (wait_for_report): the time it took is not asserted beyond that, as a loaded
   // machine delays it; that it came no earlier than the timeout is (load only delays it).
@@ -136,8 +171,9 @@ TEST_F(PsPeerWatchTest, ATrainerWhoseBeatsStopIsNamedOnceWithinTheTimeout) {
     EXPECT_NE(reasons[0].find("lost trainer 1 of 3"), std::string::npos) << reasons[0];
     EXPECT_NE(reasons[0].find("runner.peer_timeout_s"), std::string::npos) << reasons[0];
     EXPECT_NE(reasons[0].find(server_->endpoint()), std::string::npos) << reasons[0];
-    const double after = std::chrono::duration<double>(losses->at() - died).count();
-    EXPECT_GE(after, kTimeout * 0.8);  // not before its silence reached the timeout
+    // Not before its silence reached the timeout, as the watch measured it (from the beat that
+    // last saw trainer 1's count move to the beat that reported it).
+    EXPECT_GE(silence_s(reasons[0]), kTimeout) << reasons[0];
   }
   EXPECT_NE(survivor.lost().find("lost trainer 1"), std::string::npos);
 }
@@ -148,7 +184,7 @@ TEST_F(PsPeerWatchTest, ATrainerThatFinishedIsNeverLost) {
   PsPeerWatch survivor(*clients_[0], 0, 2, options(), losses.callback());
   {
     PsPeerWatch done(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
     ASSERT_TRUE(done.finish().ok());
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(4 * kTimeout));
@@ -172,7 +208,8 @@ TEST_F(PsPeerWatchTest, AStoppedServerIsNamedByAddress) {
   const std::string endpoint = server_->endpoint();
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
   PsPeerWatch peer(*clients_[1], 1, 2, options());
-  std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+  reader_.reset();  // before the server stops: its client would retry
   server_->stop();
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (watch.lost().empty() && Clock::now() < deadline) {
@@ -223,7 +260,7 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   reset(2);
   {
     PsPeerWatch old(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {}, 0)) << "trainer 1 did not beat";
     ASSERT_TRUE(old.finish().ok());
   }
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
@@ -237,7 +274,7 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
   {
     PsPeerWatch again(*clients_[1], 1, 2, options());
-    std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
   }
   ASSERT_TRUE(losses.wait_for_report()) << "trainer 1 was never lost";
   ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();

@@ -72,6 +72,16 @@ Status CallQueue::drain() {
   return submitted_ == 0 ? Status::OK() : result_of(submitted_ - 1);
 }
 
+void CallQueue::cancel() {
+  MutexLock lock(mu_);
+  if (!failed_) {
+    failed_ = true;
+    failed_ticket_ = finished_ + (running_ ? 1 : 0);  // the first call not started
+    failure_ = Status::Aborted("the call was cancelled before it started");
+  }
+  while (running_) changed_.wait(lock);
+}
+
 std::size_t CallQueue::pending() const {
   MutexLock lock(mu_);
   return static_cast<std::size_t>(submitted_ - finished_);
@@ -86,10 +96,13 @@ void CallQueue::run() {
     Call call = std::move(ring_[ticket % capacity_]);
     ring_[ticket % capacity_] = nullptr;
     if (!failed_) {
+      running_ = true;
       lock.unlock();
       Status status = run_call(call);
       lock.lock();
-      if (!status.ok()) {
+      running_ = false;
+      // A call under way when cancel() came fails before the calls it skipped.
+      if (!status.ok() && (!failed_ || failed_ticket_ > ticket)) {
         failed_ = true;
         failed_ticket_ = ticket;
         failure_ = std::move(status);

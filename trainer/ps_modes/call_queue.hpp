@@ -45,6 +45,10 @@ class CallQueue {
   Status wait(uint64_t ticket) GPUBOX_EXCLUDES(mu_);
   // Waits for every call submitted so far; as wait() of the last one (OK when none).
   Status drain() GPUBOX_EXCLUDES(mu_);
+  // Skips every call not yet started (as the calls behind a failure are: waiting for one
+  // returns Aborted, or the failure before it) and waits for the one under way, if any: once it
+  // returns, nothing submitted so far runs any more. A call submitted after it is skipped too.
+  void cancel() GPUBOX_EXCLUDES(mu_);
   // Calls submitted and not yet finished (the owner's view, exact between its own calls).
   std::size_t pending() const GPUBOX_EXCLUDES(mu_);
 
@@ -59,6 +63,7 @@ class CallQueue {
   std::vector<Call> ring_ GPUBOX_GUARDED_BY(mu_);  // call t at t % capacity_
   uint64_t submitted_ GPUBOX_GUARDED_BY(mu_) = 0;
   uint64_t finished_ GPUBOX_GUARDED_BY(mu_) = 0;  // calls run or skipped, in order
+  bool running_ GPUBOX_GUARDED_BY(mu_) = false;   // call finished_ runs (mu_ released)
   bool failed_ GPUBOX_GUARDED_BY(mu_) = false;
   uint64_t failed_ticket_ GPUBOX_GUARDED_BY(mu_) = 0;
   Status failure_ GPUBOX_GUARDED_BY(mu_);

@@ -84,6 +84,12 @@ PsWorker::~PsWorker() {
   }
 }
 
+void PsWorker::abandon() {
+  abandoned_ = true;
+  if (row_calls_ != nullptr) row_calls_->cancel();
+  if (exchanger_->pending()) (void)exchanger_->wait();  // its failure is expected: not logged
+}
+
 void PsWorker::count_card_allocations(const device::DeviceCounts& before) {
   card_allocations_ += (card_.counts() - before).allocations;
 }

@@ -109,9 +109,11 @@ class PsWorker {
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
   // The trainer drops this thread because a server restarted and the servers are reloaded
-  // (PsTrainer::recover): the destructor still waits for the calls under way (they use this
-  // worker's buffers), but their failures, expected, are not logged.
-  void abandon() { abandoned_ = true; }
+  // (PsTrainer::recover): the pulls and pushes still queued (async) are not sent, and the call
+  // and dense exchange under way are waited for (they use this worker's buffers), so that
+  // nothing of this worker reaches the servers once abandon() returns; their failures,
+  // expected, are not logged (nor by the destructor). Only the destructor is left to call.
+  void abandon();
 
   // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
   // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call

@@ -47,7 +47,8 @@ class MetricsFile {
 };
 
 // What an epoch's PaddleRec lines report: its passes' time and examples, and their metrics
-// merged (a run resumed within an epoch counts the passes it trained of it).
+// merged (a run resumed within an epoch counts the passes it trained of it, and so does a run
+// that reloaded a save after a server restart).
 struct EpochTally {
   double seconds = 0;
   MetricValues last;         // the last pass's metrics (an epoch of one pass)
@@ -179,9 +180,40 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
+// A pass whose save failed, said in the log only (the pass line at WARNING, with its divergence
+// warning): the failure may end the job (not repaired), and the pass would leave no trace; a
+// repaired one trains the pass again, whose record (record_pass) is then its only one.
+void log_unrecorded_pass(const RunnerConfig& runner, const PassReport& report,
+                         const DivergenceVerdict& verdict) {
+  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its save failed: not recorded)";
+  if (verdict.warn) {
+    GPUBOX_LOG(WARNING) << divergence_warning(report.pass, runner.print_interval, verdict);
+  }
+}
+
+// The pass's record: its line printed, its metrics in the epoch's tally and its JSON line in the
+// metrics file.
+void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+                 const PassReport& report, const DivergenceVerdict& verdict, EpochTally* tally,
+                 MetricsFile* metrics) {
+  print_pass_line(schedule, runner, report, verdict);
+  // A pass that trained nothing was not saved (train_and_save_pass); it ends the job here,
+  // after its line.
+  GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
+                 ": trained no instance (files: ", plan.files_of(report.pass).size(),
+                 "); nothing is saved");
+  tally->seconds += report.seconds;
+  tally->last = report.metrics;
+  if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
+  metrics->append(format_pass_json(report));
+}
+
 // Pass k of the run: trained, judged for divergence and a dead output (either stops the job
-// before the pass's save), printed, recorded in the epoch's tally and the metrics file, and saved
-// when `saving`.
+// before the pass's save: the pass is recorded, then the job fails), saved when `saving`, then
+// recorded (record_pass). A save that fails (a server restart found during it, which the loop
+// repairs by training the pass again) leaves the pass unrecorded: each completed pass is
+// recorded once, with the metrics of the training its save holds. Its line is logged
+// (log_unrecorded_pass) before the failure goes on.
 PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                                int64_t k, bool saving, EpochTally* tally, MetricsFile* metrics) {
   const RunnerConfig& runner = config.runner;
@@ -190,27 +222,28 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   const DivergenceVerdict verdict =
       judge_divergence(report.metrics.steady, runner.stop_on_divergence);
   report.extra.emplace_back("ne_after_warmup", verdict.ratio);
-  print_pass_line(schedule, runner, report, verdict);
-  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp);
-  // this holds the line for any path that did not: no save of a pass that trained nothing.
-  GPUBOX_EXPECTS(report.metrics.examples > 0, "pass ", report.pass,
-                 ": trained no instance (files: ", plan.files_of(k).size(), "); nothing is saved");
-  tally->seconds += report.seconds;
-  tally->last = report.metrics;
-  if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
-  metrics->append(format_pass_json(report));  // a pass that stops the job is recorded too
+  const bool dead = dead_output(report.metrics);
+  // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp); the
+  // examples' count holds the line for any path that did not: no save of a pass that trained
+  // nothing (record_pass then ends the job).
+  if (saving && !verdict.stop && !dead && report.metrics.examples > 0) {
+    schedule.settle();  // the save sees no staging under way
+    try {
+      schedule.save(
+          (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+    } catch (...) {
+      log_unrecorded_pass(runner, report, verdict);
+      throw;
+    }
+  }
+  record_pass(schedule, runner, plan, report, verdict, tally, metrics);
   if (verdict.stop) {
     GPUBOX_FAIL(divergence_error(report.pass, runner.print_interval, verdict,
                                  saves_note(runner, saving, k)));
   }
-  if (dead_output(report.metrics)) {
+  if (dead) {
     GPUBOX_FAIL(
         dead_output_error(report.pass, report.metrics, config, saves_note(runner, saving, k)));
-  }
-  if (saving) {
-    schedule.settle();  // the save sees no staging under way
-    schedule.save(
-        (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
   }
   return report;
 }
@@ -279,6 +312,9 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       const std::optional<int64_t> again = schedule.recover(e, pass);
       if (!again) throw;
       k = *again;  // the epoch's passes from k on are trained again
+      // The epoch's lines then count its passes from k on, as a resume in a new process from
+      // the save reloaded counts those it trained (EpochTally): the epoch's passes saved before
+      // k, in the tally with their right figures, are dropped, as that process never had them.
       tally.reset();
       // The epoch's end was under way and the reload lands right after its last pass.
       rerun_end = ending.has_value() && k == pass + 1;

@@ -4,13 +4,16 @@
 // A run: the pass list (runner.pass_dirs, one pass per folder, or runner.train_data_dir, one
 // pass per epoch) times runner.epochs; its start (runner.resume: the newest complete save of
 // this run under model_save_path, with the pass after it; else --load; else
-// runner.model_init_path; else from scratch); per pass the schedule's training, its pass line
-// (printed where the schedule prints; a warning after it, or an error that ends the job before
-// the save, when the pass's training logloss ends above the constant predictor's:
-// divergence.hpp) and one JSON line in runner.metrics_path (this trainer's:
-// trainer_metrics_path), then a save under model_save_path/<pass> (runner.save_mode); per
-// epoch PaddleRec's two lines over the epoch's passes (their metrics merged exactly), then the
-// evaluation of runner.test_data_dir with its line and JSON line.
+// runner.model_init_path; else from scratch); per pass the schedule's training, a save under
+// model_save_path/<pass> (runner.save_mode), then its pass line (printed where the schedule
+// prints; a warning after it, or an error that ends the job instead of the save, when the
+// pass's training logloss ends above the constant predictor's: divergence.hpp) and one JSON line
+// in runner.metrics_path (this trainer's: trainer_metrics_path): once per completed pass, so a
+// pass trained again after a failed save (a server restart found during it) is recorded once,
+// and a pass whose save failed has its line logged at WARNING ("(its save failed: not
+// recorded)"): a failure not repaired ends the job, which then still names the pass's figures;
+// per epoch PaddleRec's two lines over the epoch's passes (their metrics merged exactly), then
+// the evaluation of runner.test_data_dir with its line and JSON line.
 #pragma once
 
 #include <atomic>

@@ -103,15 +103,26 @@ TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
   push.op = Op::kPush;
   push.request_id = 5;
   const std::vector<uint8_t> frame = encode_frame(push, payload);
+  // The pauses are the slow client tested; a machine too loaded to send a piece before the frame
+  // fell behind the floor (the server then cuts it, rightly) shows nothing, and says so.
   Connection steady = raw_connection(server->port());
   const std::size_t piece = frame.size() / 10 + 1;
-  for (std::size_t at = 0; at < frame.size(); at += piece) {
+  const auto began = Clock::now();
+  bool kept_up = true;  // every piece sent while the bytes before it were above the floor
+  Status sent;
+  for (std::size_t at = 0; at < frame.size() && sent.ok(); at += piece) {
+    const double late_s = seconds_since(began) - so.frame_deadline_s;
+    kept_up = kept_up && static_cast<double>(at) >= 0.8 * so.min_transfer_bytes_per_s * late_s;
     const std::size_t n = std::min(piece, frame.size() - at);
-    ASSERT_TRUE(steady.send_all(frame.data() + at, n, seconds_from_now(2)).ok());
+    sent = steady.send_all(frame.data() + at, n, seconds_from_now(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   Frame reply;
-  ASSERT_TRUE(steady.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok());
+  if (sent.ok()) sent = steady.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3));
+  if (!sent.ok() && !kept_up) {
+    GTEST_SKIP() << "the client fell behind the floor rate on this machine: " << sent.to_string();
+  }
+  ASSERT_TRUE(sent.ok()) << sent.to_string();
   EXPECT_EQ(reply.header.status, Status::Code::kOk);
   EXPECT_EQ(table.size(), keys.size());
 }
@@ -126,12 +137,12 @@ TEST(Deadlines, AuthenticationMustCompleteSoonAfterConnecting) {
   ASSERT_TRUE(server);
   // Asks for the challenge (a byte of progress) and then never answers it.
   Connection slow = raw_connection(server->port());
-  const auto start = Clock::now();
   ASSERT_TRUE(raw_call(slow, Op::kAuth, {}).ok());
   const Status notice = read_notice(slow);
-  // Told 0.3 s; a bound far above it for a loaded machine, far below the 60 s idle timeout
-  // (and the notice's message names the 0.3 s).
-  EXPECT_LT(seconds_since(start), 10.0) << "not cut at its authentication deadline";
+  // Cut at its authentication deadline (the counter, and the notice naming the 0.3 s), not the
+  // 60 s idle timeout.
+  EXPECT_EQ(server->counters().deadline_closed, 1u);
+  EXPECT_EQ(server->counters().idle_closed, 0u);
   EXPECT_EQ(notice.code(), Status::Code::kDeadlineExceeded) << notice.to_string();
   EXPECT_NE(notice.message().find("not authenticated within 0.3 s"), std::string::npos)
       << notice.to_string();
@@ -289,9 +300,11 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
     std::vector<uint8_t> some(150 * 1024, 0x5a);
     ASSERT_TRUE(slow.back().send_all(some.data(), some.size(), seconds_from_now(2)).ok());
   }
-  ASSERT_TRUE(eventually([&] { return server->counters().inflight_bytes >= 850 * 1024; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const auto stalled_at = Clock::now();
+  ASSERT_TRUE(eventually([&] {
+    const ServerCounters c = server->counters();
+    return c.inflight_bytes >= 850 * 1024 && c.budget_refusals >= 1;  // the sixth refused
+  }));
+  const uint64_t refused_before = server->counters().budget_refusals;
 
   // Small requests still fit (the reserve); a big one (two frames of 4000 rows, ~240 KB each)
   // is refused as "server busy".
@@ -304,13 +317,12 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("server busy: in-flight budget"), std::string::npos)
       << st.to_string();
-  EXPECT_GT(server->counters().budget_refusals, 0u);
+  EXPECT_GT(server->counters().budget_refusals, refused_before);
 
-  // The stalled bytes are released at the senders' frame deadline; then the big one fits.
-  // (Their 1 s frame deadline; the bound, for a loaded machine, is far below the 60 s idle
-  // timeout that would otherwise close them.)
+  // The stalled bytes are released at the senders' frame deadline (1 s), not the 60 s idle
+  // timeout; then the big one fits.
   ASSERT_TRUE(eventually([&] { return server->counters().deadline_closed >= 6; }, 30.0));
-  EXPECT_LT(seconds_since(stalled_at), so.idle_timeout_s / 2);
+  EXPECT_EQ(server->counters().idle_closed, 0u);
   EXPECT_TRUE(eventually([&] { return server->counters().inflight_bytes == 0; }));
   st = big->push(keys.data(), keys.size(), rows.data());
   EXPECT_TRUE(st.ok()) << st.to_string();
