@@ -5,12 +5,9 @@
 // crosses a socket. Implementations are thread-safe.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
-#include <vector>
 
 #include "common/config/config_enums.hpp"
 #include "common/status.hpp"
@@ -72,26 +69,21 @@ class HostTier {
   // Writes back full rows a card updated (creates keys that are missing). `rows` is not read
   // after the call returns (the pass write-back reuses the buffer at once).
   virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
+  // Whether push_at takes rows by their addresses, reading each where it lies (the in-process
+  // table). A tier that does not (a remote one, a wrapper that observes or fails push) refuses
+  // push_at: a caller whose rows lie apart packs them into records and calls push.
+  virtual bool pushes_by_address() const { return false; }
   // push with the row of keys[i] read at rows[i]: a row under its own layout
   // (layout().of_row: a narrower width class's row needs no padding to the record stride), for
   // a caller whose rows lie apart (the pass write-back on the cpu backend pushes the cards' rows
-  // where they lie, by their row indices). Neither `rows` nor the rows are read after the call
-  // returns. The in-process table reads them where they lie; this default packs them into
-  // records (zeros past a row's own stride, as the cards' gather writes them) and calls push, so
-  // a tier that only forwards or observes push sees these rows too.
+  // where they lie, by their addresses). Neither `rows` nor the rows are read after the call
+  // returns. Only where pushes_by_address(); this default refuses (InvalidArgument).
   virtual Status push_at(const uint64_t* keys, std::size_t n, const float* const* rows) {
-    const RowLayout& record = layout();
-    const auto stride = static_cast<std::size_t>(record.stride());
-    std::vector<float> packed(n * stride, 0.0f);
-    for (std::size_t i = 0; i < n; ++i) {
-      // A width no class has is left for push to refuse; the copy stays within a record.
-      const int32_t own = record.mixed_widths ? record.of_row(rows[i]).stride() : record.stride();
-      const std::size_t floats =
-          std::clamp<std::size_t>(static_cast<std::size_t>(std::max(own, 0)),
-                                  static_cast<std::size_t>(record.mf_dim_offset()) + 1, stride);
-      std::memcpy(packed.data() + i * stride, rows[i], sizeof(float) * floats);
-    }
-    return push(keys, n, packed.data());
+    (void)keys;
+    (void)n;
+    (void)rows;
+    return Status::InvalidArgument(
+        "push_at: this host tier takes no rows by address (pushes_by_address): push packed rows");
   }
   virtual Status erase(const uint64_t* keys, std::size_t n) = 0;
   virtual StatusOr<HostTierStats> stats() = 0;

@@ -91,9 +91,10 @@ class PassBoundary {
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Pushes card `c`'s rows d_rows[0, count) to the host tier (keys[0, count) theirs) a batch at
   // a time, each batch made ready on the card while the batches before are pushed, with one host
-  // wait a batch: on cpu (reads_rows_in_place) the rows' addresses listed into a pinned batch
-  // buffer and pushed where they lie (HostTier::push_at); else the rows gathered off the card
-  // into a pinned batch buffer (gather_batch) and pushed. Adds the card's time making batches
+  // wait a batch: on cpu to a host tier that takes rows by address (reads_rows_in_place) the
+  // rows' addresses listed into a pinned batch buffer and pushed where they lie
+  // (HostTier::push_at); else the rows gathered off the card into a pinned batch buffer
+  // (gather_batch) and pushed. Adds the card's time making batches
   // ready to *gather_seconds. Returns the first push error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,

@@ -49,8 +49,8 @@
 // next, for the manager's life (cudaMallocHost and cudaFreeHost wait for the whole device), and
 // never shrinks them. Per card that writes back (card 0 only when Replicated), about
 //   (pulls_in_flight + 1) * host_batch_keys * stride * 4 bytes   rows, a batch per buffer
-//     (on cpu, which pushes the rows where they lie on the card, write_back_in_place: 8 bytes,
-//     a row's address, instead of stride * 4)
+//     (on cpu to the in-process table, which takes the rows where they lie on the card,
+//     write_back_in_place: 8 bytes, a row's address, instead of stride * 4)
 // + 8 bytes * the most dirty rows one write-back listed            their keys
 // + 4 bytes * as many, + 12 bytes * page_rows                       with a non-empty keep
 // (fewer batch buffers while no write-back had as many batches). The keys' and row indices'

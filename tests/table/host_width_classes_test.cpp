@@ -377,21 +377,23 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
 }
 
 // HostTier::push_at (issue 32: the cpu pass write-back pushes the cards' rows where they lie, each
-// in its own width's pool, by address): the in-process table's push_at (read where they lie) and
-// the interface's default (packed into records, then push: what a remote or wrapping tier does)
-// leave the table as a push of the same rows packed into records does, bit for bit, against an
-// unordered_map oracle. Rows of both widths, each in an allocation of exactly its own stride (a
-// read past it would read the next row's floats, not the record's zeros), at 0, 1, n =
-// kParallelKeys' 4096 (the shards in parallel) and n + 1 rows, each size over new keys and then
-// over the same keys again (existing rows overwritten, some changing width).
+// in its own width's pool, by address): the in-process table's push_at leaves the table as a
+// push of the same rows packed into records does, bit for bit, against an unordered_map oracle.
+// Rows of both widths, each in an allocation of exactly its own stride (a read past it would read
+// the next row's floats, not the record's zeros), at 0, 1, n = kParallelKeys' 4096 (the shards in
+// parallel) and n + 1 rows, each size over new keys and then over the same keys again (existing
+// rows overwritten, some changing width). A tier that takes no rows by address (HostTier's
+// default: a remote one, a wrapper) says so and refuses push_at, its table untouched.
 TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
   const AccessorConfig cfg = two_widths();
   HostTableConfig config;
   config.shards = 3;
   auto packed = testing::open_table(cfg, config);
   auto in_place = testing::open_table(cfg, config);
-  auto defaulted_table = testing::open_table(cfg, config);
-  testing::ForwardingHostTier defaulted(*defaulted_table);  // push_at: HostTier's, packing
+  auto wrapped_table = testing::open_table(cfg, config);
+  testing::ForwardingHostTier wrapper(*wrapped_table);  // push_at: HostTier's, refusing
+  EXPECT_TRUE(in_place->pushes_by_address());
+  EXPECT_FALSE(wrapper.pushes_by_address());
   const RowLayout record = packed->layout();
   std::unordered_map<uint64_t, std::vector<float>> oracle;
   std::mt19937_64 rng(47);
@@ -414,8 +416,7 @@ TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
       }
       ASSERT_TRUE(packed->push(keys.data(), n, records.data()).ok());
       ASSERT_TRUE(in_place->push_at(keys.data(), n, addresses.data()).ok());
-      ASSERT_TRUE(defaulted.push_at(keys.data(), n, addresses.data()).ok());
-      for (SparseTable* table : {packed.get(), in_place.get(), defaulted_table.get()}) {
+      for (SparseTable* table : {packed.get(), in_place.get()}) {
         const testing::RowMap rows = testing::snapshot(*table);
         ASSERT_EQ(rows.size(), oracle.size());
         for (const auto& [key, row] : rows) {
@@ -424,6 +425,11 @@ TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
         }
       }
       EXPECT_EQ(in_place->stats()->memory_bytes, packed->stats()->memory_bytes);
+      if (n > 0) {
+        const Status refused = wrapper.push_at(keys.data(), n, addresses.data());
+        EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
+        EXPECT_EQ(wrapped_table->stats()->rows_in_memory, 0u);
+      }
     }
   }
 }
