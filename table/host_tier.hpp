@@ -24,23 +24,32 @@ using config::kSaveKindNames;
 
 // Where the rows of a bulk push lie: row i (of the call's keys) at row(i), either packed a
 // record stride apart (HostTier::push) or each where its own pointer says (HostTier::push_at: a
-// caller's rows read where they lie). Non-owning, trivially copyable; the rows must outlive it.
+// caller's rows read where they lie). prefetch_floats(): how many floats from row(i) a reader may
+// prefetch before it knows the row's width: packed, the record stride (the record is there,
+// zeros past a narrower row); by address, what the caller says every row holds (the narrowest
+// width class's stride: a row lies alone at its own stride, so more would reach past a narrow
+// row into memory the push never reads). Non-owning, trivially copyable; the rows must outlive it.
 class PushedRows {
  public:
   static PushedRows packed(const float* rows, std::size_t stride) {
-    return PushedRows(rows, stride, nullptr);
+    return PushedRows(rows, stride, nullptr, stride);
   }
-  static PushedRows at(const float* const* rows) { return PushedRows(nullptr, 0, rows); }
+  static PushedRows at(const float* const* rows, std::size_t prefetch_floats) {
+    return PushedRows(nullptr, 0, rows, prefetch_floats);
+  }
 
   const float* row(std::size_t i) const { return at_ != nullptr ? at_[i] : packed_ + i * stride_; }
+  std::size_t prefetch_floats() const { return prefetch_floats_; }
 
  private:
-  PushedRows(const float* packed, std::size_t stride, const float* const* at)
-      : packed_(packed), stride_(stride), at_(at) {}
+  PushedRows(const float* packed, std::size_t stride, const float* const* at,
+             std::size_t prefetch_floats)
+      : packed_(packed), stride_(stride), at_(at), prefetch_floats_(prefetch_floats) {}
 
   const float* packed_;
   std::size_t stride_;
   const float* const* at_;
+  std::size_t prefetch_floats_;
 };
 
 struct HostTierStats {
