@@ -41,7 +41,14 @@ std::vector<float> record_of_slot(std::mt19937_64& rng, const AccessorConfig& cf
   return row;
 }
 
-TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
+// Pushed packed (push) or by address (push_at, each row alone at its own stride: the cpu pass
+// write-back's), so that the write-through copy and the memory limit's look at each pushed row's
+// width (SparseShard::incoming) read it where it lies: a read past its own stride or at a wrong
+// address shows in the rows read back or in the disk's put bytes.
+class WriteThroughPushes : public ::testing::TestWithParam<bool> {};
+
+TEST_P(WriteThroughPushes, WriteThroughPutsEachRowAtItsOwnWidth) {
+  const bool by_address = GetParam();
   ScratchDir dir;
   const AccessorConfig cfg = two_widths();
   HostTableConfig config;
@@ -62,14 +69,20 @@ TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
   // The pass writes them back changed.
   std::mt19937_64 rng(41);
   std::vector<float> pushed;
+  std::vector<std::vector<float>> own_rows(n);  // by address: each row alone, at its own stride
+  std::vector<const float*> addresses(n);
   std::unordered_map<uint64_t, std::vector<float>> oracle;
   for (std::size_t i = 0; i < n; ++i) {
     const std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
     pushed.insert(pushed.end(), rec.begin(), rec.end());
     oracle[keys[i]] = rec;
+    own_rows[i].assign(rec.begin(), rec.begin() + narrow_stride);
+    addresses[i] = own_rows[i].data();
   }
   const SparseTable::DiskTraffic before = table->disk_traffic();
-  ASSERT_TRUE(table->push(keys.data(), n, pushed.data()).ok());
+  ASSERT_TRUE((by_address ? table->push_at(keys.data(), n, addresses.data())
+                          : table->push(keys.data(), n, pushed.data()))
+                  .ok());
   const SparseTable::DiskTraffic after = table->disk_traffic();
   const uint64_t through = after.rows_written_through - before.rows_written_through;
   EXPECT_GT(through, 0u);
@@ -87,6 +100,11 @@ TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
   ASSERT_EQ(rows.size(), n);
   for (const auto& [key, row] : rows) EXPECT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
 }
+
+INSTANTIATE_TEST_SUITE_P(HostWidthClasses, WriteThroughPushes, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "PushAt" : "Push");
+                         });
 
 TEST(HostWidthClasses, AKeyFirstSeenInAPushIsCreatedAtItsRowsWidth) {
   const AccessorConfig cfg = two_widths();
