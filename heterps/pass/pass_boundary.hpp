@@ -155,8 +155,10 @@ class PassBoundary {
   NextPassWork& next_work_;
   std::vector<WriteBackBuffers> write_back_buffers_;  // per card (buffers())
   PassStats current_;
-  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
-  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
+  // The last sync()'s slowest card, making its batches ready (gathering rows off the card, or
+  // listing their addresses: push_rows), for the log.
+  double gather_seconds_ = 0;
+  uint64_t kept_dirty_ = 0;  // dirty rows the last write-back kept on the cards (its `keep`)
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
   PassAccess access_ = PassAccess::kTrain;  // of the current pass

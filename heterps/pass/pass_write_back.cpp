@@ -219,8 +219,9 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     ++pushed;
   }
   // Back into d_rows' own memory (it only shrinks), left queued on the card's stream when this
-  // returns: ordered before the gathers that read d_rows (same stream), and `rows` is not written
-  // again before the write-back's last wait (write_back synchronizes the stream).
+  // returns: ordered before the gathers (or, in place, row_addresses) that read d_rows (same
+  // stream), and `rows` is not written again before the write-back's last wait (write_back
+  // synchronizes the stream).
   d_rows.resize(pushed);
   if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
@@ -301,16 +302,18 @@ std::vector<PassBoundary::BatchSlot> PassBoundary::batch_slots(int c, std::size_
                                                                std::size_t batch, bool in_place) {
   WriteBackBuffers& buffers = write_back_buffers_[c];
   std::vector<BatchSlot> made(slots);
+  // The first `slots` of `kept` (made on first use), `count` elements each, into each slot's
+  // `field`: rows or addresses.
+  const auto reserve = [&](auto& kept, std::size_t count, auto field) {
+    if (kept.size() < slots) kept.resize(slots);
+    for (std::size_t i = 0; i < slots; ++i) {
+      made[i].*field = reserve_pinned(kept[i], count, /*grow=*/false);
+    }
+  };
   if (in_place) {
-    if (buffers.addresses.size() < slots) buffers.addresses.resize(slots);
-    for (std::size_t i = 0; i < slots; ++i) {
-      made[i].addresses = reserve_pinned(buffers.addresses[i], batch, /*grow=*/false);
-    }
+    reserve(buffers.addresses, batch, &BatchSlot::addresses);
   } else {
-    if (buffers.batches.size() < slots) buffers.batches.resize(slots);
-    for (std::size_t i = 0; i < slots; ++i) {
-      made[i].rows = reserve_pinned(buffers.batches[i], batch * cards_.stride(), /*grow=*/false);
-    }
+    reserve(buffers.batches, batch * cards_.stride(), &BatchSlot::rows);
   }
   return made;
 }
