@@ -5,12 +5,9 @@
 // crosses a socket. Implementations are thread-safe.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
-#include <vector>
 
 #include "common/config/config_enums.hpp"
 #include "common/status.hpp"
@@ -27,23 +24,32 @@ using config::kSaveKindNames;
 
 // Where the rows of a bulk push lie: row i (of the call's keys) at row(i), either packed a
 // record stride apart (HostTier::push) or each where its own pointer says (HostTier::push_at: a
-// caller's rows read where they lie). Non-owning, trivially copyable; the rows must outlive it.
+// caller's rows read where they lie). prefetch_floats(): how many floats from row(i) a reader may
+// prefetch before it knows the row's width: packed, the record stride (the record is there,
+// zeros past a narrower row); by address, what the caller says every row holds (the narrowest
+// width class's stride: a row lies alone at its own stride, so more would reach past a narrow
+// row into memory the push never reads). Non-owning, trivially copyable; the rows must outlive it.
 class PushedRows {
  public:
   static PushedRows packed(const float* rows, std::size_t stride) {
-    return PushedRows(rows, stride, nullptr);
+    return PushedRows(rows, stride, nullptr, stride);
   }
-  static PushedRows at(const float* const* rows) { return PushedRows(nullptr, 0, rows); }
+  static PushedRows at(const float* const* rows, std::size_t prefetch_floats) {
+    return PushedRows(nullptr, 0, rows, prefetch_floats);
+  }
 
   const float* row(std::size_t i) const { return at_ != nullptr ? at_[i] : packed_ + i * stride_; }
+  std::size_t prefetch_floats() const { return prefetch_floats_; }
 
  private:
-  PushedRows(const float* packed, std::size_t stride, const float* const* at)
-      : packed_(packed), stride_(stride), at_(at) {}
+  PushedRows(const float* packed, std::size_t stride, const float* const* at,
+             std::size_t prefetch_floats)
+      : packed_(packed), stride_(stride), at_(at), prefetch_floats_(prefetch_floats) {}
 
   const float* packed_;
   std::size_t stride_;
   const float* const* at_;
+  std::size_t prefetch_floats_;
 };
 
 struct HostTierStats {
@@ -72,26 +78,21 @@ class HostTier {
   // Writes back full rows a card updated (creates keys that are missing). `rows` is not read
   // after the call returns (the pass write-back reuses the buffer at once).
   virtual Status push(const uint64_t* keys, std::size_t n, const float* rows) = 0;
+  // Whether push_at takes rows by their addresses, reading each where it lies (the in-process
+  // table). A tier that does not (a remote one, a wrapper that observes or fails push) refuses
+  // push_at: a caller whose rows lie apart packs them into records and calls push.
+  virtual bool pushes_by_address() const { return false; }
   // push with the row of keys[i] read at rows[i]: a row under its own layout
   // (layout().of_row: a narrower width class's row needs no padding to the record stride), for
   // a caller whose rows lie apart (the pass write-back on the cpu backend pushes the cards' rows
-  // where they lie, by their row indices). Neither `rows` nor the rows are read after the call
-  // returns. The in-process table reads them where they lie; this default packs them into
-  // records (zeros past a row's own stride, as the cards' gather writes them) and calls push, so
-  // a tier that only forwards or observes push sees these rows too.
+  // where they lie, by their addresses). Neither `rows` nor the rows are read after the call
+  // returns. Only where pushes_by_address(); this default refuses (InvalidArgument).
   virtual Status push_at(const uint64_t* keys, std::size_t n, const float* const* rows) {
-    const RowLayout& record = layout();
-    const auto stride = static_cast<std::size_t>(record.stride());
-    std::vector<float> packed(n * stride, 0.0f);
-    for (std::size_t i = 0; i < n; ++i) {
-      // A width no class has is left for push to refuse; the copy stays within a record.
-      const int32_t own = record.mixed_widths ? record.of_row(rows[i]).stride() : record.stride();
-      const std::size_t floats =
-          std::clamp<std::size_t>(static_cast<std::size_t>(std::max(own, 0)),
-                                  static_cast<std::size_t>(record.mf_dim_offset()) + 1, stride);
-      std::memcpy(packed.data() + i * stride, rows[i], sizeof(float) * floats);
-    }
-    return push(keys, n, packed.data());
+    (void)keys;
+    (void)n;
+    (void)rows;
+    return Status::InvalidArgument(
+        "push_at: this host tier takes no rows by address (pushes_by_address): push packed rows");
   }
   virtual Status erase(const uint64_t* keys, std::size_t n) = 0;
   virtual StatusOr<HostTierStats> stats() = 0;

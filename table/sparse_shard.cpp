@@ -341,7 +341,6 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
                          PushedRows rows) {
   MutexLock lock(mu_);
   std::vector<uint32_t> idx, rest;
-  const std::size_t stride = layout_.stride();
   const std::size_t piece = piece_keys(m);
   for (std::size_t begin = 0; begin < m; begin += piece) {
     GPUBOX_RETURN_IF_ERROR(
@@ -362,7 +361,7 @@ Status SparseShard::push(const uint64_t* keys, const uint32_t* pos, std::size_t 
     // prefetch of a stale handle only wastes a hint, while the store below looks the key up.
     // (Written out, not a lambda: the thread-safety analysis does not see mu_ held inside one.)
     constexpr std::size_t kAhead = 4;
-    const std::size_t pushed_bytes = sizeof(float) * stride;
+    const std::size_t pushed_bytes = sizeof(float) * rows.prefetch_floats();
     for (std::size_t j = 0; j < std::min(n, kAhead); ++j) {
       if (idx[j] != kAbsent) arena_.prefetch(idx[j]);
       detail::prefetch_lines(rows.row(piece_pos[j]), pushed_bytes);

@@ -141,8 +141,11 @@ Status SparseTable::push(const uint64_t* keys, std::size_t n, const float* rows)
 
 Status SparseTable::push_at(const uint64_t* keys, std::size_t n, const float* const* rows) {
   if (n == 0) return Status::OK();
-  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("push: null keys/rows");
-  return push_rows(keys, n, PushedRows::at(rows));
+  if (keys == nullptr || rows == nullptr) return Status::InvalidArgument("push_at: null keys/rows");
+  // Every row holds at least the narrowest width class's stride (PushedRows::prefetch_floats).
+  const int32_t narrowest =
+      RowLayout::make(layout_.kind, width_classes(optimizer_).dims[0], layout_.storage).stride();
+  return push_rows(keys, n, PushedRows::at(rows, static_cast<std::size_t>(narrowest)));
 }
 
 Status SparseTable::push_rows(const uint64_t* keys, std::size_t n, PushedRows rows) {

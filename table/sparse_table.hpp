@@ -55,6 +55,7 @@ class SparseTable final : public HostTier {
   Status peek(const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,
               std::size_t* unknown) override;
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
+  bool pushes_by_address() const override { return true; }
   // Reads each row where it lies (no packing): push and push_at are one algorithm over a
   // PushedRows view.
   Status push_at(const uint64_t* keys, std::size_t n, const float* const* rows) override;

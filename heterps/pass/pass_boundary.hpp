@@ -91,9 +91,10 @@ class PassBoundary {
                         device::device_buffer<card_table::row_index_t>& d_rows);
   // Pushes card `c`'s rows d_rows[0, count) to the host tier (keys[0, count) theirs) a batch at
   // a time, each batch made ready on the card while the batches before are pushed, with one host
-  // wait a batch: on cpu (reads_rows_in_place) the rows' addresses listed into a pinned batch
-  // buffer and pushed where they lie (HostTier::push_at); else the rows gathered off the card
-  // into a pinned batch buffer (gather_batch) and pushed. Adds the card's time making batches
+  // wait a batch: on cpu to a host tier that takes rows by address (reads_rows_in_place) the
+  // rows' addresses listed into a pinned batch buffer and pushed where they lie
+  // (HostTier::push_at); else the rows gathered off the card into a pinned batch buffer
+  // (gather_batch) and pushed. Adds the card's time making batches
   // ready to *gather_seconds. Returns the first push error.
   Status push_rows(int c, const uint64_t* keys, std::size_t count,
                    const device::device_buffer<card_table::row_index_t>& d_rows,
@@ -154,8 +155,10 @@ class PassBoundary {
   NextPassWork& next_work_;
   std::vector<WriteBackBuffers> write_back_buffers_;  // per card (buffers())
   PassStats current_;
-  double gather_seconds_ = 0;  // the last sync()'s slowest card, gathering rows (for the log)
-  uint64_t kept_dirty_ = 0;    // dirty rows the last write-back kept on the cards (its `keep`)
+  // The last sync()'s slowest card, making its batches ready (gathering rows off the card, or
+  // listing their addresses: push_rows), for the log.
+  double gather_seconds_ = 0;
+  uint64_t kept_dirty_ = 0;  // dirty rows the last write-back kept on the cards (its `keep`)
   int64_t next_pass_id_ = 1;
   bool in_pass_ = false;
   PassAccess access_ = PassAccess::kTrain;  // of the current pass

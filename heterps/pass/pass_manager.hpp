@@ -49,14 +49,15 @@
 // next, for the manager's life (cudaMallocHost and cudaFreeHost wait for the whole device), and
 // never shrinks them. Per card that writes back (card 0 only when Replicated), about
 //   (pulls_in_flight + 1) * host_batch_keys * stride * 4 bytes   rows, a batch per buffer
-//     (on cpu, which pushes the rows where they lie on the card, write_back_in_place: 8 bytes,
-//     a row's address, instead of stride * 4)
+//     (on cpu to the in-process table, which takes the rows where they lie on the card,
+//     write_back_in_place: 8 bytes, a row's address, instead of stride * 4)
 // + 8 bytes * the most dirty rows one write-back listed            their keys
 // + 4 bytes * as many, + 12 bytes * page_rows                       with a non-empty keep
 // (fewer batch buffers while no write-back had as many batches). The keys' and row indices'
 // buffers grow by half again, so they can hold up to 1.5x the most dirty rows. With the defaults
-// (4 in flight, 65536 keys) and rows of 72 bytes, 23.6 MB of batches a card, plus 0.08 GB for
-// 10 M dirty rows (0.12 GB with a keep), up to 1.5x those when the dirty rows grew pass by pass.
+// (4 in flight, 65536 keys) and rows of 72 bytes, 23.6 MB of batches a card (2.6 MB of addresses
+// in place), plus 0.08 GB for 10 M dirty rows (0.12 GB with a keep), up to 1.5x those when the
+// dirty rows grew pass by pass.
 // Not in plan() (card memory) nor in the host tier's budget: each end_pass reports it
 // (PassStats::write_back_pinned_bytes; the pass line's write_back_pinned_mb) and logs it.
 //

@@ -46,9 +46,11 @@ struct PassManagerOptions {
   heter_comm::Placement placement = heter_comm::Placement::kSharded;
   // cpu backend: end_pass and sync push the dirty rows to the host tier where they lie on the
   // card, by their addresses (HostTier::push_at), instead of gathering them into pinned batches
-  // first (card memory is the host's there: the gather was a second copy of every row). false:
-  // gathered, as cuda always does (the host cannot read card memory), and as the cpu backend
-  // does under GPUBOX_DEVICE_CHECK=defer (whose deferred streams check the gather's events).
+  // first (card memory is the host's there: the gather was a second copy of every row), when
+  // the host tier reads rows where they lie (HostTier::pushes_by_address: the in-process table,
+  // not a remote one). false: gathered, as cuda always does (the host cannot read card memory),
+  // and as the cpu backend does under GPUBOX_DEVICE_CHECK=defer (whose deferred streams check
+  // the gather's events) or to a remote host tier.
   bool write_back_in_place = true;
 };
 
@@ -160,8 +162,8 @@ struct PassStats {
   uint64_t rows_on_cards = 0;  // after begin_pass / end_pass
   // Pinned host memory the write-back holds after end_pass, this trainer's cards together: kept
   // from pass to pass for the pass manager's life (pass_manager.hpp: about (pulls_in_flight + 1)
-  // batches of rows a card, or on cpu of the rows' addresses (write_back_in_place), 8-12 bytes
-  // a dirty row), outside the host tier's budget.
+  // batches of rows a card, or on cpu to the in-process table of the rows' addresses
+  // (write_back_in_place), 8-12 bytes a dirty row), outside the host tier's budget.
   uint64_t write_back_pinned_bytes = 0;
   // Of the card work for this pass done during the previous pass's steps
   // (PassManager::prepare_next_pass; counted in `prefetched` and `evicted` too): staged rows

@@ -33,14 +33,18 @@ std::size_t staging_rows(std::size_t page_rows) { return PassCards::staging_rows
 // Whether the write-back pushes its rows to the host tier where they lie on the card, by their
 // addresses (HostTier::push_at), instead of gathering them into pinned batches: only on cpu,
 // whose card memory is the host's (the gather was a second copy of every row written back), when
-// options.write_back_in_place, and not under GPUBOX_DEVICE_CHECK=defer, where the rows are
-// gathered and staged as cuda does (stages_rows) so that the deferred streams check its events.
+// options.write_back_in_place, not under GPUBOX_DEVICE_CHECK=defer, where the rows are gathered
+// and staged as cuda does (stages_rows) so that the deferred streams check its events, and only
+// to a host tier that reads rows where they lie (HostTier::pushes_by_address: the in-process
+// table; a remote tier would pack them into a message anyway, from a pinned batch the write-back
+// counts in write_back_pinned_bytes).
 bool reads_rows_in_place([[maybe_unused]] const device::Stream& stream,
-                         [[maybe_unused]] const PassManagerOptions& options) {
+                         [[maybe_unused]] const PassManagerOptions& options,
+                         [[maybe_unused]] const table::HostTier& host) {
 #if defined(GPUBOX_BACKEND_CUDA)
   return false;
 #else
-  return options.write_back_in_place && stream.deferred() == nullptr;
+  return options.write_back_in_place && stream.deferred() == nullptr && host.pushes_by_address();
 #endif
 }
 
@@ -215,8 +219,9 @@ std::size_t PassBoundary::drop_kept(int c, const std::vector<uint64_t>& keep, ui
     ++pushed;
   }
   // Back into d_rows' own memory (it only shrinks), left queued on the card's stream when this
-  // returns: ordered before the gathers that read d_rows (same stream), and `rows` is not written
-  // again before the write-back's last wait (write_back synchronizes the stream).
+  // returns: ordered before the gathers (or, in place, row_addresses) that read d_rows (same
+  // stream), and `rows` is not written again before the write-back's last wait (write_back
+  // synchronizes the stream).
   d_rows.resize(pushed);
   if (pushed > 0) device::copy_async(d_rows.data(), rows, pushed, stream);
   return count - pushed;
@@ -228,17 +233,19 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
   const card_table::CardSparseStore& store = cards_.store(c);
   device::Card& card = cards_.card(c);
   // A batch is made ready on the card (its rows gathered off the card, or on cpu their addresses
-  // listed: reads_rows_in_place) while the batches before it are pushed, at most pulls_in_flight
-  // at once, so the host holds pulls_in_flight + 1 batches, not a copy of every dirty row (785 MB
-  // for a pass of 10.9 M rows).
+  // listed: reads_rows_in_place, CardSparseStore::row_addresses) while the batches before it are
+  // pushed, at most pulls_in_flight at once, so the host holds pulls_in_flight + 1 batches, not a
+  // copy of every dirty row (785 MB for a pass of 10.9 M rows).
   const std::size_t batch = std::max<std::size_t>(cards_.options().host_batch_keys, 1);
   const auto in_flight = static_cast<std::size_t>(std::max(1, cards_.options().pulls_in_flight));
-  const bool in_place = reads_rows_in_place(card.stream(), cards_.options());
+  table::HostTier& host = cards_.host();
+  const bool in_place = reads_rows_in_place(card.stream(), cards_.options(), host);
   // A batch's rows (or addresses) land in one of the card's pinned batch buffers (kept from pass
-  // to pass, left uninitialised: the gather writes every float), reused once its push is done.
-  // Only as many as the pass has batches are made, each of a whole batch even when the
-  // write-back is smaller (a sync() before a save, a short first pass): sized to it, a later
-  // larger write-back would free and make each again (cudaFreeHost waits for the whole device).
+  // to pass, left uninitialised: the gather writes every float, row_addresses every address),
+  // reused once its push is done. Only as many as the pass has batches are made, each of a whole
+  // batch even when the write-back is smaller (a sync() before a save, a short first pass): sized
+  // to it, a later larger write-back would free and make each again (cudaFreeHost waits for the
+  // whole device).
   const std::size_t slots = std::min(in_flight + 1, (count + batch - 1) / batch);
   std::vector<BatchSlot> spare = batch_slots(c, slots, batch, in_place);
   // At most in_flight pushes at once (the window) on the pass cards' host-call threads. The
@@ -255,7 +262,6 @@ Status PassBoundary::push_rows(int c, const uint64_t* keys, std::size_t count,
     pushing.pop_front();
   };
   std::size_t parts = 0;  // gathered: of the write-back so far (gather_batch)
-  table::HostTier& host = cards_.host();
   try {
     for (std::size_t b = 0; b < count && st.ok(); b += batch) {
       const std::size_t n = std::min(count, b + batch) - b;
@@ -296,16 +302,18 @@ std::vector<PassBoundary::BatchSlot> PassBoundary::batch_slots(int c, std::size_
                                                                std::size_t batch, bool in_place) {
   WriteBackBuffers& buffers = write_back_buffers_[c];
   std::vector<BatchSlot> made(slots);
+  // The first `slots` of `kept` (made on first use), `count` elements each, into each slot's
+  // `field`: rows or addresses.
+  const auto reserve = [&](auto& kept, std::size_t count, auto field) {
+    if (kept.size() < slots) kept.resize(slots);
+    for (std::size_t i = 0; i < slots; ++i) {
+      made[i].*field = reserve_pinned(kept[i], count, /*grow=*/false);
+    }
+  };
   if (in_place) {
-    if (buffers.addresses.size() < slots) buffers.addresses.resize(slots);
-    for (std::size_t i = 0; i < slots; ++i) {
-      made[i].addresses = reserve_pinned(buffers.addresses[i], batch, /*grow=*/false);
-    }
+    reserve(buffers.addresses, batch, &BatchSlot::addresses);
   } else {
-    if (buffers.batches.size() < slots) buffers.batches.resize(slots);
-    for (std::size_t i = 0; i < slots; ++i) {
-      made[i].rows = reserve_pinned(buffers.batches[i], batch * cards_.stride(), /*grow=*/false);
-    }
+    reserve(buffers.batches, batch * cards_.stride(), &BatchSlot::rows);
   }
   return made;
 }
@@ -317,8 +325,8 @@ void PassBoundary::gather_batch(int c, const row_index_t* d_rows, std::size_t n,
   const std::size_t stride = cards_.stride();
   // A batch is gathered and copied a staging half at a time (half a page, at most kKeptRows
   // rows: gather_part), the halves in turn: the card gathers one while the other is copied off
-  // it. Not staged (cpu with write_back_in_place off, stages_rows), a part is half a page as
-  // before the staging was bounded: the gather writes the pinned batch itself, and in parts of
+  // it. Not staged (cpu, gathered: reads_rows_in_place false; stages_rows), a part is half a page
+  // as before the staging was bounded: the gather writes the pinned batch itself, and in parts of
   // 2048 rows the gathers of a cpu write-back of 400k rows of 14 floats took about 45 ms instead
   // of 22-33 (medians of 12 on a loaded 2-core machine; the whole end_pass 81-90 ms instead of
   // 76-83).

@@ -28,8 +28,9 @@ class ForwardingHostTier : public HostTier {
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
     return inner_.push(keys, n, rows);
   }
-  // push_at is not forwarded: HostTier's packs the rows and calls push, so a wrapper that
-  // observes or fails push sees the pass write-back's in-place pushes too.
+  // pushes_by_address and push_at are not forwarded: HostTier's says false (and refuses
+  // push_at), so the pass write-back gathers the rows and calls push, which a wrapper observes or
+  // fails.
   Status erase(const uint64_t* keys, std::size_t n) override { return inner_.erase(keys, n); }
   StatusOr<HostTierStats> stats() override { return inner_.stats(); }
   StatusOr<uint64_t> shrink() override { return inner_.shrink(); }

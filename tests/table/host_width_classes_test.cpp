@@ -41,7 +41,14 @@ std::vector<float> record_of_slot(std::mt19937_64& rng, const AccessorConfig& cf
   return row;
 }
 
-TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
+// Pushed packed (push) or by address (push_at, each row alone at its own stride: the cpu pass
+// write-back's), so that the write-through copy and the memory limit's look at each pushed row's
+// width (SparseShard::incoming) read it where it lies: a read past its own stride or at a wrong
+// address shows in the rows read back or in the disk's put bytes.
+class WriteThroughPushes : public ::testing::TestWithParam<bool> {};
+
+TEST_P(WriteThroughPushes, WriteThroughPutsEachRowAtItsOwnWidth) {
+  const bool by_address = GetParam();
   ScratchDir dir;
   const AccessorConfig cfg = two_widths();
   HostTableConfig config;
@@ -62,14 +69,20 @@ TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
   // The pass writes them back changed.
   std::mt19937_64 rng(41);
   std::vector<float> pushed;
+  std::vector<std::vector<float>> own_rows(n);  // by address: each row alone, at its own stride
+  std::vector<const float*> addresses(n);
   std::unordered_map<uint64_t, std::vector<float>> oracle;
   for (std::size_t i = 0; i < n; ++i) {
     const std::vector<float> rec = record_of_slot(rng, cfg, record, kNarrowSlot);
     pushed.insert(pushed.end(), rec.begin(), rec.end());
     oracle[keys[i]] = rec;
+    own_rows[i].assign(rec.begin(), rec.begin() + narrow_stride);
+    addresses[i] = own_rows[i].data();
   }
   const SparseTable::DiskTraffic before = table->disk_traffic();
-  ASSERT_TRUE(table->push(keys.data(), n, pushed.data()).ok());
+  ASSERT_TRUE((by_address ? table->push_at(keys.data(), n, addresses.data())
+                          : table->push(keys.data(), n, pushed.data()))
+                  .ok());
   const SparseTable::DiskTraffic after = table->disk_traffic();
   const uint64_t through = after.rows_written_through - before.rows_written_through;
   EXPECT_GT(through, 0u);
@@ -87,6 +100,11 @@ TEST(HostWidthClasses, WriteThroughPutsEachRowAtItsOwnWidth) {
   ASSERT_EQ(rows.size(), n);
   for (const auto& [key, row] : rows) EXPECT_TRUE(testing::same_bits(row, oracle.at(key))) << key;
 }
+
+INSTANTIATE_TEST_SUITE_P(HostWidthClasses, WriteThroughPushes, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "PushAt" : "Push");
+                         });
 
 TEST(HostWidthClasses, AKeyFirstSeenInAPushIsCreatedAtItsRowsWidth) {
   const AccessorConfig cfg = two_widths();
@@ -377,21 +395,23 @@ TEST(HostWidthClasses, TheByteBudgetHoldsWhateverTheMix) {
 }
 
 // HostTier::push_at (issue 32: the cpu pass write-back pushes the cards' rows where they lie, each
-// in its own width's pool, by address): the in-process table's push_at (read where they lie) and
-// the interface's default (packed into records, then push: what a remote or wrapping tier does)
-// leave the table as a push of the same rows packed into records does, bit for bit, against an
-// unordered_map oracle. Rows of both widths, each in an allocation of exactly its own stride (a
-// read past it would read the next row's floats, not the record's zeros), at 0, 1, n =
-// kParallelKeys' 4096 (the shards in parallel) and n + 1 rows, each size over new keys and then
-// over the same keys again (existing rows overwritten, some changing width).
+// in its own width's pool, by address): the in-process table's push_at leaves the table as a
+// push of the same rows packed into records does, bit for bit, against an unordered_map oracle.
+// Rows of both widths, each in an allocation of exactly its own stride (a read past it would read
+// the next row's floats, not the record's zeros), at 0, 1, n = kParallelKeys' 4096 (the shards in
+// parallel) and n + 1 rows, each size over new keys and then over the same keys again (existing
+// rows overwritten, some changing width). A tier that takes no rows by address (HostTier's
+// default: a remote one, a wrapper) says so and refuses push_at, its table untouched.
 TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
   const AccessorConfig cfg = two_widths();
   HostTableConfig config;
   config.shards = 3;
   auto packed = testing::open_table(cfg, config);
   auto in_place = testing::open_table(cfg, config);
-  auto defaulted_table = testing::open_table(cfg, config);
-  testing::ForwardingHostTier defaulted(*defaulted_table);  // push_at: HostTier's, packing
+  auto wrapped_table = testing::open_table(cfg, config);
+  testing::ForwardingHostTier wrapper(*wrapped_table);  // push_at: HostTier's, refusing
+  EXPECT_TRUE(in_place->pushes_by_address());
+  EXPECT_FALSE(wrapper.pushes_by_address());
   const RowLayout record = packed->layout();
   std::unordered_map<uint64_t, std::vector<float>> oracle;
   std::mt19937_64 rng(47);
@@ -414,8 +434,7 @@ TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
       }
       ASSERT_TRUE(packed->push(keys.data(), n, records.data()).ok());
       ASSERT_TRUE(in_place->push_at(keys.data(), n, addresses.data()).ok());
-      ASSERT_TRUE(defaulted.push_at(keys.data(), n, addresses.data()).ok());
-      for (SparseTable* table : {packed.get(), in_place.get(), defaulted_table.get()}) {
+      for (SparseTable* table : {packed.get(), in_place.get()}) {
         const testing::RowMap rows = testing::snapshot(*table);
         ASSERT_EQ(rows.size(), oracle.size());
         for (const auto& [key, row] : rows) {
@@ -424,6 +443,11 @@ TEST(HostWidthClasses, PushAtLeavesWhatAPackedPushLeaves) {
         }
       }
       EXPECT_EQ(in_place->stats()->memory_bytes, packed->stats()->memory_bytes);
+      if (n > 0) {
+        const Status refused = wrapper.push_at(keys.data(), n, addresses.data());
+        EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
+        EXPECT_EQ(wrapped_table->stats()->rows_in_memory, 0u);
+      }
     }
   }
 }

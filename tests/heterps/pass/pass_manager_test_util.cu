@@ -38,7 +38,9 @@ table::AccessorConfig test_config() {
 
 Engine::Engine(int cards, const PassManagerOptions& options, table::HostTier* external_host,
                const card_table::HashTableOptions& table_options, const table::AccessorConfig& cfg)
-    : card_set(device::CardSet::from_list(card_list(cards))), placement(options.placement) {
+    : card_set(device::CardSet::from_list(card_list(cards))),
+      options(options),
+      placement(options.placement) {
   if (external_host == nullptr) {
     auto opened = table::SparseTable::open(cfg, table::HostTableConfig{});
     owned_host = std::move(opened.value());

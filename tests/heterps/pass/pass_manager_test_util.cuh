@@ -50,6 +50,7 @@ struct Engine {
   void forget_cards();
 
   device::CardSet card_set;
+  PassManagerOptions options;  // the pass manager's
   heter_comm::Placement placement;
   std::unique_ptr<table::SparseTable> owned_host;
   table::HostTier* host = nullptr;

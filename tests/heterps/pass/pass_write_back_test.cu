@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -18,6 +19,7 @@
 #include "heterps/device/counters.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
@@ -79,11 +81,12 @@ bool stages_rows([[maybe_unused]] Engine& engine) {
 #endif
 }
 
-// Whether the write-back pushes the rows where they lie on the card (PassManagerOptions::
-// write_back_in_place: the cpu backend, but under GPUBOX_DEVICE_CHECK=defer): no gather, no
-// part, no stream wait.
-bool reads_rows_in_place(Engine& engine, const PassManagerOptions& options = {}) {
-  return options.write_back_in_place && !stages_rows(engine);
+// Whether `engine`'s write-back pushes the rows where they lie on the card (its options'
+// write_back_in_place, on the cpu backend but under GPUBOX_DEVICE_CHECK=defer, to a host tier
+// that takes rows by address: HostTier::pushes_by_address): no gather, no part, no stream wait.
+bool reads_rows_in_place(Engine& engine) {
+  return engine.options.write_back_in_place && !stages_rows(engine) &&
+         engine.host->pushes_by_address();
 }
 
 // The card's stream waits of a write-back of `rows` rows: 2 a gathered part (the gather waits for
@@ -217,20 +220,32 @@ TEST(PassWriteBack, EndPassAllocatesOnlyWhenItNeedsMoreThanBefore) {
             batches + 300 * sizeof(uint64_t) + PassCards::keep_rows(kPageRows) * 12);
 }
 
+// The sparse optimizer and storage of InPlaceWritesTheGatheredRowsBitForBit's rows.
+struct RowKind {
+  const char* name;
+  table::SparseOptimizerKind optimizer;
+  table::SparseStorage storage;
+};
+
 // Issue 32: the cpu write-back pushes each dirty row where it lies on the card (HostTier::push_at
 // by the rows' addresses) instead of gathering the rows into pinned batches first. Two engines
 // over the same passes and steps, one gathering (write_back_in_place off: the path cuda takes)
 // and one in place, with width classes (slot 1 at width 16, slot 2 at 2, the rest the record's
-// 4: rows in pools of their own strides, narrower and wider than the default), so that an
-// address read past its row's own width or into another pool shows. Each pass trains exactly
-// `dirty` keys, so the write-back pushes 0, 1, a batch (n) and n + 1 rows, a page and one more,
-// and many batches; every third pass keeps half of them dirty for the next. After each end_pass
-// both host tiers equal the unordered_map oracle (the host rows before, the card rows of the
-// keys written back), and so each other, bit for bit. (Under GPUBOX_DEVICE_CHECK=defer both
-// gather: reads_rows_in_place.)
-TEST(PassWriteBack, InPlaceWritesTheGatheredRowsBitForBit) {
-  const table::AccessorConfig cfg =
-      table::with_slot_dims(pass_test::test_config(), {{1, 16}, {2, 2}});
+// 4: rows in pools of their own strides, narrower and wider than the default), so that a row read
+// at a wrong address or in another pool shows (a read past a row's own width does not: the push
+// stores only the width the row itself records). Each pass trains exactly `dirty` keys, so the
+// write-back pushes 0, 1, a batch (n) and n + 1 rows, a page and one more, and many batches;
+// every third pass keeps half of them dirty for the next. After each end_pass both host tiers
+// equal the unordered_map oracle (the host rows before, the card rows of the keys written back),
+// and so each other, bit for bit. Adagrad and Adam (its wider rows), fp32 and the 16-bit storages
+// (two values a float). (Under GPUBOX_DEVICE_CHECK=defer both gather: reads_rows_in_place.)
+class PassWriteBackInPlace : public ::testing::TestWithParam<RowKind> {};
+
+TEST_P(PassWriteBackInPlace, InPlaceWritesTheGatheredRowsBitForBit) {
+  table::AccessorConfig base = pass_test::test_config();
+  base.optimizer.kind = GetParam().optimizer;
+  base.storage = GetParam().storage;
+  const table::AccessorConfig cfg = table::with_slot_dims(base, {{1, 16}, {2, 2}});
   PassManagerOptions gather_options = small_batches();
   gather_options.write_back_in_place = false;
   Engine gathered(1, gather_options, nullptr, small_pages(), cfg);
@@ -259,8 +274,7 @@ TEST(PassWriteBack, InPlaceWritesTheGatheredRowsBitForBit) {
       ends.push_back(engine->manager->end_pass(keep));
       const device::DeviceCounts spent = engine->card_set.card(0).counts() - before;
       ASSERT_NO_FATAL_FAILURE(expect_host_holds(*engine, oracle));
-      const bool gathers = engine == &gathered || !reads_rows_in_place(*engine);
-      EXPECT_EQ(spent.stream_waits, gathers ? 2 * parts_of(ends.back().written_back) : 0u);
+      EXPECT_EQ(spent.stream_waits, stream_waits_of(*engine, ends.back().written_back));
     }
     EXPECT_EQ(ends[0].written_back, ends[1].written_back);
     EXPECT_EQ(ends[0].kept_dirty, ends[1].kept_dirty);
@@ -280,6 +294,72 @@ TEST(PassWriteBack, InPlaceWritesTheGatheredRowsBitForBit) {
   for (const auto& [key, row] : in_place.host_rows())
     widths.insert(static_cast<int32_t>(row[width_field]));
   EXPECT_EQ(widths, (std::set<int32_t>{2, 4, 16}));
+}
+INSTANTIATE_TEST_SUITE_P(
+    PassWriteBack, PassWriteBackInPlace,
+    ::testing::Values(
+        RowKind{"AdagradFp32", table::SparseOptimizerKind::kAdagrad, table::SparseStorage::kFp32},
+        RowKind{"AdagradFp16", table::SparseOptimizerKind::kAdagrad, table::SparseStorage::kFp16},
+        RowKind{"AdagradBf16", table::SparseOptimizerKind::kAdagrad, table::SparseStorage::kBf16},
+        RowKind{"AdamFp32", table::SparseOptimizerKind::kAdam, table::SparseStorage::kFp32}),
+    [](const ::testing::TestParamInfo<RowKind>& info) { return std::string(info.param.name); });
+
+// A host tier that takes no rows by address (HostTier::pushes_by_address false: a remote tier, a
+// test wrapper) gets the rows gathered into pinned batches and pushed packed, even with
+// write_back_in_place on: no per-batch heap copy, and the batches' bytes in
+// write_back_pinned_bytes. Two engines over the same passes, one over the in-process table (in
+// place on cpu), one over a wrapper of another (ForwardingHostTier, counting its pushed rows):
+// the wrapper's push gets every row written back, its card orders each gathered part with 2
+// stream waits, its pinned bytes exceed the other's by 3 batches of rows less 3 of addresses
+// (none when both gather: cuda, GPUBOX_DEVICE_CHECK=defer), and both host tiers equal the oracle.
+class CountingHost final : public table::testing::ForwardingHostTier {
+ public:
+  using ForwardingHostTier::ForwardingHostTier;
+  Status push(const uint64_t* keys, std::size_t n, const float* rows) override {
+    pushed_rows += n;
+    return ForwardingHostTier::push(keys, n, rows);
+  }
+  std::atomic<uint64_t> pushed_rows{0};
+};
+
+TEST(PassWriteBack, ATierThatTakesNoAddressesGetsGatheredRows) {
+  auto inner = table::SparseTable::open(pass_test::test_config(), table::HostTableConfig{});
+  ASSERT_TRUE(inner.ok()) << inner.status().to_string();
+  CountingHost wrapper(**inner);
+  Engine wrapped(1, small_batches(), &wrapper, small_pages());
+  wrapped.inspect = inner->get();
+  Engine own(1, small_batches(), nullptr, small_pages());
+  ASSERT_TRUE(wrapped.options.write_back_in_place);
+  EXPECT_FALSE(reads_rows_in_place(wrapped));
+  const std::vector<uint64_t> keys = make_passes(1, 64, 43)[0];
+  for (const std::size_t dirty : {std::size_t{1}, kBatch + 1, std::size_t{64}}) {
+    SCOPED_TRACE(std::to_string(dirty) + " dirty rows");
+    const std::vector<uint64_t> trained(keys.begin(), keys.begin() + dirty);
+    for (Engine* engine : {&wrapped, &own}) {
+      engine->manager->begin_pass(keys);
+      engine->train(trained, 500 + dirty, 20);
+      const Oracle oracle = expected_after_end(*engine, {});
+      const uint64_t pushed_before = wrapper.pushed_rows;
+      const device::DeviceCounts before = engine->card_set.card(0).counts();
+      const PassStats end = engine->manager->end_pass();
+      const device::DeviceCounts spent = engine->card_set.card(0).counts() - before;
+      ASSERT_NO_FATAL_FAILURE(expect_host_holds(*engine, oracle));
+      EXPECT_EQ(end.written_back, dirty);
+      if (engine == &wrapped) {
+        EXPECT_EQ(wrapper.pushed_rows - pushed_before, dirty);
+        EXPECT_EQ(spent.stream_waits, 2 * parts_of(dirty));
+        EXPECT_EQ(spent.copy_stream_copies, stages_rows(*engine) ? parts_of(dirty) : 0u);
+      }
+    }
+  }
+  // Both hold 3 batch buffers (the last pass had 11 batches): of rows for the wrapper, of
+  // addresses (8 bytes a row) for the in-process table when it takes them in place.
+  const uint64_t row_bytes = wrapped.host->layout().stride() * sizeof(float);
+  const uint64_t expected_extra =
+      reads_rows_in_place(own) ? 3 * kBatch * (row_bytes - sizeof(const float*)) : 0;
+  EXPECT_EQ(wrapped.manager->current().write_back_pinned_bytes -
+                own.manager->current().write_back_pinned_bytes,
+            expected_extra);
 }
 
 }  // namespace
