@@ -84,27 +84,24 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
   // the listed keys' room (8 bytes a row: 4 + 1), nothing allocated; the listing is free (the
   // pass's look-up was read). Without a listing as large, a kept page at a time (its row indices
   // in page_rows, ranks and flags in the staging page: a row's floats, at least 2, a row). A
-  // chunk's flags follow its ranks, so one copy reads both back: a copy into pageable memory
+  // batch's flags follow its ranks, so one copy reads both back: a copy into pageable memory
   // blocks the host on CUDA (device rule 2), so two would be two waits.
   CardPassBuffers& lent = cards.kept(c);
-  const std::size_t listed = std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity());
-  const std::size_t page = PassCards::page_rows_kept(store.page_rows());
-  const bool in_listing = listed > page;
-  const std::size_t chunk = in_listing ? listed : page;
-  row_index_t* d_rows = in_listing ? lent.listed_rows.data() : lent.page_rows.data();
-  float* d_ranks =
-      in_listing ? reinterpret_cast<float*>(lent.listed_keys.data()) : lent.staged.data();
+  const KeptRoom room =
+      PassCards::kept_room(lent, std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity()),
+                           PassCards::page_rows_kept(store.page_rows()));
+  float* d_ranks = room.in_listing ? reinterpret_cast<float*>(room.keys) : lent.staged.data();
   static_assert(sizeof(float) + 1 <= sizeof(uint64_t), "a rank and a flag fit a listed key's room");
   constexpr std::size_t kBytesPerRow = sizeof(float) + 1;
-  GPUBOX_EXPECTS(in_listing || cards.stride() * sizeof(float) >= kBytesPerRow,
+  GPUBOX_EXPECTS(room.in_listing || cards.stride() * sizeof(float) >= kBytesPerRow,
                  "evict_among: a row's ranks and flags fit the staging page");
-  std::vector<uint8_t> back(std::min(rows.size(), chunk) * kBytesPerRow);
-  for (std::size_t b = 0; b < rows.size(); b += chunk) {
-    const std::size_t n = std::min(rows.size(), b + chunk) - b;
+  std::vector<uint8_t> back(std::min(rows.size(), room.entries) * kBytesPerRow);
+  for (std::size_t b = 0; b < rows.size(); b += room.entries) {
+    const std::size_t n = std::min(rows.size(), b + room.entries) - b;
     uint8_t* d_dirty = reinterpret_cast<uint8_t*>(d_ranks + n);
-    device::copy_async(d_rows, rows.data() + b, n, stream);
-    store.eviction_ranks(d_rows, n, d_ranks, stream);
-    store.row_dirty(d_rows, n, d_dirty, stream);
+    device::copy_async(room.rows, rows.data() + b, n, stream);
+    store.eviction_ranks(room.rows, n, d_ranks, stream);
+    store.row_dirty(room.rows, n, d_dirty, stream);
     device::copy_async(back.data(), reinterpret_cast<const uint8_t*>(d_ranks), n * kBytesPerRow,
                        stream);
     stream.synchronize();

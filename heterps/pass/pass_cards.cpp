@@ -233,27 +233,34 @@ void PassCards::insert_to_card(int c, const uint64_t* keys, const float* rows,
   device::Card& card = cards_.card(c);
   const device::Stream& stream = card.stream();
   const std::size_t stride = static_cast<std::size_t>(host_.layout().stride());
-  // The kept listing when it stages more rows at once than the kept pages (page_rows_kept rows),
-  // else the pages: nothing allocated either way, and one wait per insert (its count's readback).
-  // The stream orders each upload after the insert before it read the room.
+  // The kept listing when it stages more rows at once than the kept pages (page_rows_kept rows;
+  // with width classes the pages alone), else the pages: nothing allocated either way, and one
+  // wait per insert (its count's readback). The stream orders each upload after the insert
+  // before it read the room.
   CardPassBuffers& lent = kept(c);
-  const std::size_t listed = rows_staged_in_listing(lent, stride);
-  const bool in_listing = store.pool_count() == 1 && listed > page_rows_kept(store.page_rows());
-  const std::size_t stage_limit = std::min(in_listing ? listed : page_rows_kept(store.page_rows()),
-                                           std::max<std::size_t>(options_.host_batch_keys, 1));
+  const KeptRoom room =
+      kept_room(lent, store.pool_count() == 1 ? rows_staged_in_listing(lent, stride) : 0,
+                page_rows_kept(store.page_rows()));
+  const std::size_t stage_limit =
+      std::min(room.entries, std::max<std::size_t>(options_.host_batch_keys, 1));
   // In the listing: the keys first, then their records, in the listed keys' room (8 bytes an
   // entry: the records start 8-byte aligned), and the keys' rows in the listed rows' room (so
-  // the store's scratch does not grow to the chunk).
-  uint64_t* d_keys = in_listing ? lent.listed_keys.data() : lent.page_keys.data();
-  float* d_records = in_listing ? reinterpret_cast<float*>(lent.listed_keys.data() + stage_limit)
-                                : lent.staged.data();
-  row_index_t* d_rows = in_listing ? lent.listed_rows.data() : nullptr;
+  // the store's scratch does not grow to the chunk). In the pages: the records in the staging
+  // page, the rows in the store's scratch (grouped by pool there with width classes).
+  float* d_records =
+      room.in_listing ? reinterpret_cast<float*>(room.keys + stage_limit) : lent.staged.data();
+  row_index_t* d_rows = room.in_listing ? room.rows : nullptr;
   for (std::size_t from = 0; from < n; from += stage_limit) {
     const std::size_t count = std::min(n, from + stage_limit) - from;
-    device::copy_async(d_keys, keys + from, count, stream);
+    device::copy_async(room.keys, keys + from, count, stream);
     device::copy_async(d_records, rows + from * stride, count * stride, stream);
-    store.insert_rows(d_keys, d_records, count, stream, d_rows);
+    store.insert_rows(room.keys, d_records, count, stream, d_rows);
   }
+}
+
+KeptRoom PassCards::kept_room(CardPassBuffers& lent, std::size_t listed, std::size_t paged) {
+  if (listed > paged) return {lent.listed_keys.data(), lent.listed_rows.data(), listed, true};
+  return {lent.page_keys.data(), lent.page_rows.data(), paged, false};
 }
 
 std::size_t PassCards::rows_staged_in_listing(const CardPassBuffers& lent, std::size_t stride) {
@@ -268,16 +275,14 @@ uint64_t PassCards::erase_from_card(int c, const std::vector<uint64_t>& keys) co
   // The kept listing's keys and rows when it holds more than a kept page (under a budget it
   // holds the budget's rows: every erase at once, one wait), else the page: no allocation.
   CardPassBuffers& lent = kept(c);
-  const std::size_t listed = std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity());
-  const bool in_listing = listed > keep_rows(store.page_rows());
-  const std::size_t chunk = in_listing ? listed : keep_rows(store.page_rows());
-  uint64_t* d_keys = in_listing ? lent.listed_keys.data() : lent.page_keys.data();
-  row_index_t* d_released = in_listing ? lent.listed_rows.data() : lent.page_rows.data();
+  const KeptRoom room =
+      kept_room(lent, std::min(lent.listed_keys.capacity(), lent.listed_rows.capacity()),
+                keep_rows(store.page_rows()));
   uint64_t removed = 0;
-  for (std::size_t b = 0; b < keys.size(); b += chunk) {
-    const std::size_t count = std::min(keys.size(), b + chunk) - b;
-    device::copy_async(d_keys, keys.data() + b, count, stream);
-    removed += store.erase(d_keys, count, stream, d_released);
+  for (std::size_t b = 0; b < keys.size(); b += room.entries) {
+    const std::size_t count = std::min(keys.size(), b + room.entries) - b;
+    device::copy_async(room.keys, keys.data() + b, count, stream);
+    removed += store.erase(room.keys, count, stream, room.rows);
   }
   return removed;
 }

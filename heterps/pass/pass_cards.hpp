@@ -71,6 +71,16 @@ struct CardPassBuffers {
   bool made = false;  // given the card's memory (PassCards::kept)
 };
 
+// Where a pass-boundary job stages its rows on a card, a batch at a time: CardPassBuffers'
+// listing (its keys and rows) when that holds more of them at once than its pages, else the
+// pages (page_keys and page_rows). Nothing allocated either way (kept_room).
+struct KeptRoom {
+  uint64_t* keys = nullptr;
+  card_table::row_index_t* rows = nullptr;
+  std::size_t entries = 0;  // a batch's most
+  bool in_listing = false;
+};
+
 class PassCards {
  public:
   // stores[i] belongs to cards.card(i). Sizes every store for the budget once (card memory:
@@ -174,6 +184,9 @@ class PassCards {
   // Rows of `stride` floats that `lent`'s listing stages at once: each row's key and record in
   // the listed keys' room, its row index in the listed rows' room.
   static std::size_t rows_staged_in_listing(const CardPassBuffers& lent, std::size_t stride);
+  // `lent`'s listing when it holds more entries at once (`listed`, as the job uses it) than its
+  // pages (`paged`), else its pages.
+  static KeptRoom kept_room(CardPassBuffers& lent, std::size_t listed, std::size_t paged);
   // Removes `keys` from card `c`'s store, as many at a time as kept(c)'s listing holds (under a
   // budget: all of them, one wait), or keep_rows keys (its page of keys) if more: the caller's
   // phase must not hold the listing. Returns the rows removed.

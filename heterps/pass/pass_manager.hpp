@@ -90,18 +90,17 @@
 //                     as much pinned), made by the first pass that runs the work and kept from
 //                     pass to pass (a later pass allocates no card or pinned memory for it),
 //                     counted by plan() as next_pass_bytes (its pinned memory as
-//                     next_pass_pinned_bytes, host memory outside the card's total; under a
-//                     budget a chunk is at most a
-//                     sixty-fourth of its rows and at least 256 keys (the rows if fewer): about 4.5
-//                     bytes a row at rows of 18 floats, a small part of any budget), beside the
-//                     steps' own buffers, which plan() never counted, and the pass boundary's kept
-//                     buffers (its listing, 12 bytes a row, a page of keep keys and rows and the
-//                     write-back's staging page); on the host, per
-//                     next-pass key on the card its row index (4 bytes) and per staged key its
-//                     offset (4), per current-pass row the next lacks its row and key offset (8), a
-//                     byte per pool row, and (score, key, row) of the rows outside both passes (24
-//                     bytes), at most as many as must leave, until they are erased. The current
-//                     pass's keys are shared with its data set, not copied.
+//                     next_pass_pinned_bytes, host memory outside the card's total; under a budget
+//                     a chunk is at most a sixty-fourth of its rows and at least 256 keys (the rows
+//                     if fewer): about 4.5 bytes a row at rows of 18 floats, a small part of any
+//                     budget), beside the steps' own buffers, which plan() never counted, and the
+//                     pass boundary's kept buffers (its listing, 12 bytes a row, a page of keep
+//                     keys and rows and the write-back's staging page); on the host, per next-pass
+//                     key on the card its row index (4 bytes) and per staged key its offset (4),
+//                     per current-pass row the next lacks its row and key offset (8), a byte per
+//                     pool row, and (score, key, row) of the rows outside both passes (24 bytes),
+//                     at most as many as must leave, until they are erased. The current pass's
+//                     keys are shared with its data set, not copied.
 //
 // The three jobs live in their own objects (PassManager is their facade): the pass boundary
 // (pass_boundary.hpp: begin_pass, end_pass and write-back), staging ahead (pass_staging.hpp) and

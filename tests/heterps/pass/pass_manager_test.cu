@@ -10,9 +10,9 @@
 //
 // The other topics of the same binary: the next pass's card work between steps
 // (pass_manager_next_pass_test.cu, pass_manager_wait_free_test.cu), its chunks' pacing
-// (chunk_pacer_test.cpp), placement and card memory (pass_manager_memory_test.cu), evaluation
-// passes and host tiers (pass_manager_host_tier_test.cu); shared helpers in
-// pass_manager_test_util.cuh.
+// (chunk_pacer_test.cpp), placement and the card tier's plan (pass_manager_plan_test.cu), card
+// memory under a budget (pass_manager_memory_test.cu), evaluation passes and host tiers
+// (pass_manager_host_tier_test.cu); shared helpers in pass_manager_test_util.cuh.
 #include <gtest/gtest.h>
 
 #include <algorithm>
