@@ -108,11 +108,15 @@ TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
   Connection steady = raw_connection(server->port());
   const std::size_t piece = frame.size() / 10 + 1;
   const auto began = Clock::now();
-  bool kept_up = true;  // every piece sent while the bytes before it were above the floor
+  // Every piece sent while the bytes before it were at or above the floor, by the server's own
+  // rule (session_guard.cpp), its lateness counted from before the first byte left, so at least
+  // the server's: the bytes do not change between two pieces and what they must reach only
+  // grows, so a client that kept up as each piece left kept up all along.
+  bool kept_up = true;
   Status sent;
   for (std::size_t at = 0; at < frame.size() && sent.ok(); at += piece) {
     const double late_s = seconds_since(began) - so.frame_deadline_s;
-    kept_up = kept_up && static_cast<double>(at) >= 0.8 * so.min_transfer_bytes_per_s * late_s;
+    kept_up = kept_up && static_cast<double>(at) >= so.min_transfer_bytes_per_s * late_s;
     const std::size_t n = std::min(piece, frame.size() - at);
     sent = steady.send_all(frame.data() + at, n, seconds_from_now(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -292,7 +296,8 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   ASSERT_TRUE(small && big);
   // Six slow senders announce 170 KiB PUSH frames, send 150 KiB and stall: five hold 850 KiB
   // (big holders may take 896 KiB at most; without that reserve all six would hold 1020 KiB),
-  // the sixth was refused.
+  // the sixth was refused; or, on a machine so loaded that the first was cut at its deadline
+  // before the sixth came, the sixth took its place (no refusal counted).
   std::vector<Connection> slow;
   for (int i = 0; i < 6; ++i) {
     slow.push_back(raw_connection(server->port()));
@@ -302,7 +307,7 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   }
   ASSERT_TRUE(eventually([&] {
     const ServerCounters c = server->counters();
-    return c.inflight_bytes >= 850 * 1024 && c.budget_refusals >= 1;  // the sixth refused
+    return c.inflight_bytes >= 850 * 1024 && (c.budget_refusals >= 1 || c.deadline_closed >= 1);
   }));
   const uint64_t refused_before = server->counters().budget_refusals;
 
