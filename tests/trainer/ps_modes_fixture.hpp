@@ -38,26 +38,37 @@ constexpr double kPlantedTolerance = 0.02;
 // A job of `trainers` PsTrainers (threads of this process) against `servers`: trainer w, made
 // with trainer_id w of `trainers`, runs body(trainer, w) on its own thread. Returns once all
 // ended: each one's error ("" for none) and the trainers whose body returned, kept (null for the
-// others) for what the caller reads of them once the whole job ended.
+// others) for what the caller reads of them once the whole job ended. `on_end(w)` runs on
+// trainer w's thread as it ends, however it ends (its PsTrainer's constructor throwing too), so
+// that a trainer that waits for another's progress is never left waiting for one that never
+// began.
 struct TrainerJob {
   std::vector<std::unique_ptr<PsTrainer>> trainers;
   std::vector<std::string> errors;
 };
-template <typename Body>
-TrainerJob run_trainers(const TrainerConfig& cfg, const std::string& servers, int trainers,
-                        Body body) {
+template <typename Body, typename OnEnd = void (*)(int)>
+TrainerJob run_trainers(
+    const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
+    OnEnd on_end = [](int) {}) {
   TrainerJob job;
   job.trainers.resize(static_cast<std::size_t>(trainers));
   job.errors.resize(static_cast<std::size_t>(trainers));
   std::vector<std::thread> threads;
   for (int w = 0; w < trainers; ++w) {
     threads.emplace_back([&, w] {
+      std::unique_ptr<PsTrainer> trainer;
+      // Destroyed before the trainer: on_end runs before a failed trainer's destructor.
+      struct Ended {
+        OnEnd& on_end;
+        int w;
+        ~Ended() { on_end(w); }
+      } ended{on_end, w};
       try {
         TrainerEnv env;
         env.servers = servers;
         env.trainer_id = w;
         env.trainers = trainers;
-        auto trainer = std::make_unique<PsTrainer>(cfg, env);
+        trainer = std::make_unique<PsTrainer>(cfg, env);
         body(*trainer, w);
         job.trainers[static_cast<std::size_t>(w)] = std::move(trainer);
       } catch (const std::exception& e) {

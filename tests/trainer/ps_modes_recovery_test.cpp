@@ -217,30 +217,33 @@ class PsRecovery : public PsModes {
     // 1 could (on a loaded machine) train the whole pass before the restart and fail at the next
     // barrier instead, waiting for trainer 0.
     std::atomic<bool> trainer0_past_restart{false};
-    std::vector<std::string> errors =
-        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
-          RunHooks hooks;
-          if (w == 0) {
-            hooks.on_pass = [&](const PassReport&) {
-              if (!restarted.exchange(true)) shards.restart(1);
-              trainer0_past_restart = true;
-            };
-          } else {
-            hooks.on_pass = [&](const PassReport&) {
-              while (!trainer0_past_restart.load()) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              }
-            };
-          }
-          // Trainer 0's end, by an error too, lets trainer 1 go on.
-          struct Ended {
-            std::atomic<bool>* flag;
-            ~Ended() {
-              if (flag != nullptr) *flag = true;
+    const auto train = [&](PsTrainer& trainer, int w) {
+      RunHooks hooks;
+      if (w == 0) {
+        hooks.on_pass = [&](const PassReport&) {
+          if (!restarted.exchange(true)) shards.restart(1);
+          trainer0_past_restart = true;
+        };
+      } else {
+        hooks.on_pass = [&](const PassReport&) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (!trainer0_past_restart.load()) {
+            if (std::chrono::steady_clock::now() > deadline) {
+              ADD_FAILURE() << "trainer 0 neither restarted the server nor ended in 60 s";
+              return;
             }
-          } ended{w == 0 ? &trainer0_past_restart : nullptr};
-          trainer.train("", hooks);
-        }).errors;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        };
+      }
+      trainer.train("", hooks);
+    };
+    // Trainer 0's end, by an error too (its constructor's also), lets trainer 1 go on.
+    const auto ended = [&](int w) {
+      if (w == 0) trainer0_past_restart = true;
+    };
+    std::vector<std::string> errors =
+        ps_test::run_trainers(cfg, shards.endpoints(), 2, train, ended).errors;
     std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
     EXPECT_TRUE(restarted.load());
     // Both trainers find the restart and stop with the several-trainers error.

@@ -1,7 +1,8 @@
 // A PS training thread the trainer drops after a server restart (PsWorker::abandon, called by
 // PsTrainer::recover before the restarts are accepted and the save reloaded): the calls it still
 // had queued are not sent, the call under way is waited for, and its failure (expected) is not
-// logged, by abandon() nor by the destructor. And the queue beneath it: CallQueue::cancel.
+// logged, by abandon() nor by the destructor. And the queue beneath it: CallQueue::cancel, with a
+// call under way and on an idle queue.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -76,16 +77,25 @@ std::thread open_after(Gate& gate, const std::atomic<bool>& done) {
   });
 }
 
+// Opens the gate when the scope ends, so that a test that ends early (a failed ASSERT) does not
+// leave a call at the gate for the queue's destructor to wait for forever.
+struct OpenAtExit {
+  Gate& gate;
+  ~OpenAtExit() { gate.open(); }
+};
+
 // The call under way when cancel() comes is waited for; the calls queued behind it are skipped
 // (waiting for them returns Aborted), as are calls submitted later; a failure of the call under
 // way is what it and the skipped calls return.
 TEST(CallQueue, CancelSkipsTheQueuedCallsAndWaitsForTheOneUnderWay) {
   for (const bool under_way_fails : {false, true}) {
     SCOPED_TRACE(under_way_fails ? "the call under way fails" : "the call under way succeeds");
-    CallQueue calls(3);
+    // What the calls use first: the queue, destroyed before them, waits for its calls.
     Gate gate;
     std::atomic<bool> finished{false};
     std::atomic<int> ran{0};
+    CallQueue calls(3);
+    const OpenAtExit open_at_exit{gate};
     const uint64_t under_way = calls.submit([&] {
       gate.pass();
       finished = true;
@@ -107,13 +117,42 @@ TEST(CallQueue, CancelSkipsTheQueuedCallsAndWaitsForTheOneUnderWay) {
       ++ran;
       return Status::OK();
     });
-    EXPECT_TRUE(calls.drain().code() ==
-                (under_way_fails ? Status::Code::kUnavailable : Status::Code::kAborted));
+    const Status drained = calls.drain();
+    EXPECT_EQ(drained.code(), under_way_fails ? Status::Code::kUnavailable : Status::Code::kAborted)
+        << drained.to_string();
     EXPECT_EQ(calls.wait(under_way).ok(), !under_way_fails);
     EXPECT_EQ(calls.wait(queued).code(), calls.wait(later).code());
     EXPECT_FALSE(calls.wait(queued).ok());
     EXPECT_EQ(ran.load(), 0) << "a call queued behind the cancel ran";
   }
+}
+
+// cancel() with no call under way skips every call not yet run, from the next one submitted on:
+// the calls that finished before it keep their status, and a call submitted after it never runs
+// (waiting for it returns Aborted). Also on a queue whose thread never started.
+TEST(CallQueue, CancelOnAnIdleQueueSkipsEveryCallAfterIt) {
+  std::atomic<int> ran{0};
+  const auto counted = [&ran] {
+    ++ran;
+    return Status::OK();
+  };
+  CallQueue calls(2);
+  const uint64_t before = calls.submit(counted);
+  ASSERT_TRUE(calls.drain().ok());
+  calls.cancel();
+  const uint64_t after = calls.submit(counted);
+  EXPECT_EQ(calls.wait(after).code(), Status::Code::kAborted) << calls.wait(after).to_string();
+  EXPECT_EQ(calls.drain().code(), Status::Code::kAborted) << calls.drain().to_string();
+  EXPECT_TRUE(calls.wait(before).ok());
+  EXPECT_EQ(ran.load(), 1) << "a call submitted after cancel() ran";
+
+  CallQueue never_started(2);
+  never_started.cancel();
+  EXPECT_TRUE(never_started.drain().ok());  // nothing submitted
+  const uint64_t first = never_started.submit(counted);
+  EXPECT_EQ(never_started.wait(first).code(), Status::Code::kAborted)
+      << never_started.wait(first).to_string();
+  EXPECT_EQ(ran.load(), 1) << "a call submitted after cancel() ran";
 }
 
 // Pulls of a key >= kHeldKeys wait at the gate, then fail when `fail` is set.

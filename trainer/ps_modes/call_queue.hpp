@@ -10,8 +10,10 @@
 // made at the first submit and kept (a thread per call cost a thread start and its shared state
 // every step).
 //
-// Thread-safety: submit(), wait() and drain() from one thread (the owner); the calls run on
-// the queue's own thread. Whatever a call uses must outlive its wait (or the queue).
+// Thread-safety: submit(), wait() and drain() from one thread (the owner); cancel() from the
+// owner, or from any thread once the owner stopped submitting, never from a queued call (it would
+// wait for itself forever); the calls run on the queue's own thread. Whatever a call uses must
+// outlive its wait (or the queue).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +33,9 @@ class CallQueue {
 
   // At most `capacity` (>= 1) calls submitted and not yet finished.
   explicit CallQueue(std::size_t capacity);
-  // Runs the calls still queued (each, unless an earlier one failed), then ends the thread; the
-  // failure, if any, is dropped: an owner that must report it calls drain() first.
+  // Runs the calls still queued (each, unless an earlier one failed or cancel() came), then ends
+  // the thread; the failure, if any, is dropped: an owner that must report it calls drain()
+  // first.
   ~CallQueue();
   CallQueue(const CallQueue&) = delete;
   CallQueue& operator=(const CallQueue&) = delete;

@@ -23,4 +23,9 @@ Status DenseExchanger::wait() {
   return calls_.wait(ticket_);
 }
 
+void DenseExchanger::cancel() {
+  calls_.cancel();
+  pending_ = false;
+}
+
 }  // namespace gpubox::trainer::ps_modes

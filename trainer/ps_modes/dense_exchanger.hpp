@@ -4,8 +4,9 @@
 // state every dense step). Its own queue, not the sparse rows': a window's table (1.2 MB for
 // config_ps.yaml's net, 71 MB for PaddleRec fat_deepffm's) never holds up a batch's pull.
 //
-// Thread-safety: start(), wait() and pending() from one thread (the training thread); the
-// exchange runs on the exchanger's own thread. The servers' client must outlive the exchanger.
+// Thread-safety: start(), wait(), cancel() and pending() from one thread (the training thread);
+// the exchange runs on the exchanger's own thread. The servers' client must outlive the
+// exchanger.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,10 @@ class DenseExchanger {
   // Internal status naming it; after a failed add, every later one returns that failure). Only
   // when one is pending.
   Status wait();
+  // Drops the add start() began, if any: not sent when it has not begun running, waited for
+  // when under way (it uses *values and the servers' client); its status is dropped. Nothing is
+  // pending once it returns, and the exchanger adds nothing more (a later add returns Aborted).
+  void cancel();
   // Whether an add was started and not waited for.
   bool pending() const { return pending_; }
 

@@ -316,14 +316,14 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
                 s.lineage->rerun_outcome(env_.trainer_id == 0),
                 says_more ? " (" + failure + ")" : "");
   }
-  // The order matters: the old threads are dropped (their queued calls not sent, those under
-  // way waited for, their failures expected and not logged: PsWorker::abandon) after every
-  // server was asked who it is and before the restarts are accepted, so that none of their
-  // pushes lands on an accepted server before the reload (to a restart not yet accepted, a call
-  // under way fails Aborted); only then are the
-  // restarts accepted and new threads made. A thread whose server call failed is unusable
-  // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
-  // resume in a new process starts it, from the save.
+  // The order matters: the old threads are dropped (the row calls and dense add they still had
+  // queued not sent, those under way waited for, their failures expected and not logged:
+  // PsWorker::abandon) after every server was asked who it is and before the restarts are
+  // accepted, so that none of their pushes lands on an accepted server before the reload (to a
+  // restart not yet accepted, a call under way fails Aborted); only then are the restarts
+  // accepted and new threads made. A thread whose server call failed is unusable (PsWorker), and
+  // the restarted servers lost the job's tables: the job starts again as a resume in a new
+  // process starts it, from the save.
   const auto drop_workers = [&s] {
     for (auto& worker : s.workers) worker->abandon();
     s.workers.clear();

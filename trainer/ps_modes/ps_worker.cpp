@@ -61,8 +61,9 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
 // an earlier error, which is the one reported. A destructor cannot return this one, so it is
 // logged (the status names the server) rather than lost; the wait itself is needed, as the
 // exchange uses this worker's buffers and servers. The rows' pushes still queued are sent the
-// same way (the steps that made them were taken); a failure of theirs is logged unless a step or
-// finish_rows() threw it already, or the trainer abandoned the thread (abandon()).
+// same way (the steps that made them were taken), unless the trainer abandoned the thread
+// (abandon() cancelled them); a failure of theirs is logged unless a step or finish_rows() threw
+// it already, or the thread was abandoned.
 PsWorker::~PsWorker() {
   if (row_calls_ != nullptr) {
     const Status st = row_calls_->drain();
@@ -87,7 +88,7 @@ PsWorker::~PsWorker() {
 void PsWorker::abandon() {
   abandoned_ = true;
   if (row_calls_ != nullptr) row_calls_->cancel();
-  if (exchanger_->pending()) (void)exchanger_->wait();  // its failure is expected: not logged
+  exchanger_->cancel();  // a failure of the add under way is expected: not logged
 }
 
 void PsWorker::count_card_allocations(const device::DeviceCounts& before) {

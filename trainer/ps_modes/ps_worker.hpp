@@ -109,8 +109,8 @@ class PsWorker {
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
   // The trainer drops this thread because a server restarted and the servers are reloaded
-  // (PsTrainer::recover): the pulls and pushes still queued (async) are not sent, and the call
-  // and dense exchange under way are waited for (they use this worker's buffers), so that
+  // (PsTrainer::recover): the pulls, pushes and dense add still queued (async) are not sent,
+  // and the call and dense add under way are waited for (they use this worker's buffers), so that
   // nothing of this worker reaches the servers once abandon() returns; their failures,
   // expected, are not logged (nor by the destructor). Only the destructor is left to call.
   void abandon();

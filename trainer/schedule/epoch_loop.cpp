@@ -181,12 +181,15 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
 }
 
 // A pass whose save failed, said in the log only (the pass line at WARNING, with its divergence
-// warning): the failure may end the job (not repaired), and the pass would leave no trace; a
-// repaired one trains the pass again, whose record (record_pass) is then its only one.
+// note and warning, as print_pass_line gives them): the failure may end the job (not repaired),
+// and the pass would leave no trace; a repaired one trains the pass again, whose record
+// (record_pass) is then its only one.
 void log_unrecorded_pass(const RunnerConfig& runner, const PassReport& report,
                          const DivergenceVerdict& verdict) {
+  const std::string note = divergence_note(report.pass, runner.print_interval, verdict);
+  if (!note.empty()) GPUBOX_LOG(INFO) << note;
   GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its save failed: not recorded)";
-  if (verdict.warn) {
+  if (verdict.warn && !verdict.stop) {
     GPUBOX_LOG(WARNING) << divergence_warning(report.pass, runner.print_interval, verdict);
   }
 }

@@ -367,13 +367,14 @@ TEST(PassManager, NextPassWorkEdgeCases) {
   NextPassPair engines(1, options);
   const auto a = make_passes(1, 240, 91).front();
   const auto b = make_passes(4, 240, 92).back();  // disjoint from a (a window further on)
-  no_room_until_begin_pass(engines, a, b);
-  failed_staging(engines, b);
-  next_pass_over_budget(engines.early, a);
+  // Each case starts from the card the one before left: a failure ends the test there.
+  ASSERT_NO_FATAL_FAILURE(no_room_until_begin_pass(engines, a, b));
+  ASSERT_NO_FATAL_FAILURE(failed_staging(engines, b));
+  ASSERT_NO_FATAL_FAILURE(next_pass_over_budget(engines.early, a));
   StagedRows late;
-  staged_without_steps(engines.early, a, b, &late);
-  expired_work(engines.early, a, b);
-  later_expectation_refused(engines.early, a, late);
+  ASSERT_NO_FATAL_FAILURE(staged_without_steps(engines.early, a, b, &late));
+  ASSERT_NO_FATAL_FAILURE(expired_work(engines.early, a, b));
+  ASSERT_NO_FATAL_FAILURE(later_expectation_refused(engines.early, a, late));
 }
 
 // The next pass's card work with a `keep` wider than the next pass's keys (each end_pass keeps

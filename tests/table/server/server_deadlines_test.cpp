@@ -5,10 +5,12 @@
 // server_auth_test.cpp.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -37,19 +39,6 @@ void send_header(Connection& conn, Op op, uint32_t payload_bytes) {
   ASSERT_TRUE(conn.send_all(bytes.data(), bytes.size(), seconds_from_now(2)).ok());
 }
 
-// Sends `bytes` one at a time, one every `every_s`, until the server closes the connection or
-// `limit_s` passed; returns the seconds it took the server to close it (limit_s: never).
-double drip_until_closed(Connection& conn, const std::vector<uint8_t>& bytes, double every_s,
-                         double limit_s) {
-  const auto start = Clock::now();
-  for (std::size_t i = 0; seconds_since(start) < limit_s; ++i) {
-    const uint8_t byte = bytes[i % bytes.size()];
-    if (::send(conn.fd(), &byte, 1, MSG_NOSIGNAL) != 1) return seconds_since(start);
-    if (closed_by_peer(conn.fd(), every_s)) return seconds_since(start);
-  }
-  return limit_s;
-}
-
 // The next frame on `conn` is a notice (request id 0): its status. Waits up to `limit_s` (a
 // limit for a server that never sends it, far above the deadlines the tests set).
 Status read_notice(Connection& conn, double limit_s = 20.0) {
@@ -58,6 +47,39 @@ Status read_notice(Connection& conn, double limit_s = 20.0) {
       conn.recv_frame(&frame, kDefaultMaxPayloadBytes, seconds_from_now(limit_s)));
   if (frame.header.request_id != kNoticeRequestId) return Status::Internal("not a notice");
   return decode_error_reply(frame.header, frame.payload.data(), frame.payload.size());
+}
+
+// Sends `bytes` one at a time, one every `every_s`, until the server answers (its notice before
+// it closes the connection) or `limit_s` passed; returns the notice's status (an error of the
+// read when none came).
+Status drip_until_notice(Connection& conn, const std::vector<uint8_t>& bytes, double every_s,
+                         double limit_s) {
+  const auto start = Clock::now();
+  for (std::size_t i = 0; seconds_since(start) < limit_s; ++i) {
+    const uint8_t byte = bytes[i % bytes.size()];
+    if (::send(conn.fd(), &byte, 1, MSG_NOSIGNAL) != 1) break;  // closed: its notice came first
+    pollfd readable{conn.fd(), POLLIN, 0};
+    if (::poll(&readable, 1, static_cast<int>(every_s * 1000)) == 1) break;
+  }
+  return read_notice(conn, 2.0);
+}
+
+// What a frame-deadline notice says the server measured of the frame it cut: its bytes and its
+// seconds since its first byte (-1: not such a notice).
+struct FrameCut {
+  unsigned long long bytes = 0;
+  double seconds = -1;
+};
+FrameCut frame_cut(const Status& notice) {
+  FrameCut cut;
+  const std::string lead = "a frame fell behind its deadline: ";
+  const auto at = notice.message().find(lead);
+  if (at == std::string::npos ||
+      std::sscanf(notice.message().c_str() + at + lead.size(), "%llu bytes in %lf s", &cut.bytes,
+                  &cut.seconds) != 2) {
+    return FrameCut{};
+  }
+  return cut;
 }
 
 // ---- deadlines ----------------------------------------------------------------------------------
@@ -72,14 +94,18 @@ TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
   ASSERT_TRUE(server);
 
   // One byte per 50 ms into a PUSH payload that announced 1 MiB: cut at the 0.3 s deadline,
-  // as it falls behind the floor rate at once. The upper bound leaves a loaded machine room but
-  // fails a server that gives a frame the time its announced size takes at the floor (16 s), or
-  // only the idle timeout (60 s); the counter says the deadline cut it.
+  // as it falls behind the floor rate at once. The server's notice says what it measured: the
+  // frame was cut after its grace, and long before the time its announced size takes at the
+  // floor (16 s), which a server giving a frame that time would have waited; a server giving it
+  // only the idle timeout (60 s) closes it as idle, without a notice.
   Connection payload_drip = raw_connection(server->port());
   send_header(payload_drip, Op::kPush, 1 << 20);
-  double took = drip_until_closed(payload_drip, {0x5a}, 0.05, 30.0);
-  EXPECT_LT(took, 8.0) << "a payload dripped byte by byte was not cut at its frame deadline";
-  EXPECT_GE(took, 0.25);
+  Status notice = drip_until_notice(payload_drip, {0x5a}, 0.05, 30.0);
+  EXPECT_EQ(notice.code(), Status::Code::kDeadlineExceeded) << notice.to_string();
+  const FrameCut payload_cut = frame_cut(notice);
+  EXPECT_GE(payload_cut.seconds, so.frame_deadline_s) << notice.to_string();
+  EXPECT_LT(payload_cut.seconds, so.frame_deadline_s + (1 << 20) / so.min_transfer_bytes_per_s)
+      << notice.to_string();
   EXPECT_EQ(server->counters().deadline_closed, 1u);
   // One byte per 0.5 s into a header (complete only after 16 s): cut before it completes.
   std::vector<uint8_t> header(kHeaderBytes);
@@ -87,9 +113,13 @@ TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
   h.op = Op::kStats;
   encode_header(h, header.data());
   Connection header_drip = raw_connection(server->port());
-  took = drip_until_closed(header_drip, header, 0.5, 30.0);
-  EXPECT_LT(took, 8.0) << "a header dripped byte by byte was not cut at its frame deadline";
+  notice = drip_until_notice(header_drip, header, 0.5, 30.0);
+  EXPECT_EQ(notice.code(), Status::Code::kDeadlineExceeded) << notice.to_string();
+  const FrameCut header_cut = frame_cut(notice);
+  EXPECT_GE(header_cut.seconds, so.frame_deadline_s) << notice.to_string();
+  EXPECT_LT(header_cut.bytes, kHeaderBytes) << notice.to_string();
   EXPECT_EQ(server->counters().deadline_closed, 2u);
+  EXPECT_EQ(server->counters().idle_closed, 0u);
 
   // A client at the floor rate or faster is served however long its frame takes: a 100 KB PUSH
   // in ten pieces over 0.5 s (200 KB/s).
@@ -108,11 +138,15 @@ TEST(Deadlines, ADrippingClientIsCutAtItsFrameDeadline) {
   Connection steady = raw_connection(server->port());
   const std::size_t piece = frame.size() / 10 + 1;
   const auto began = Clock::now();
-  bool kept_up = true;  // every piece sent while the bytes before it were above the floor
+  // Every piece sent while the bytes before it were at or above the floor, by the server's own
+  // rule (session_guard.cpp), its lateness counted from before the first byte left, so at least
+  // the server's: the bytes do not change between two pieces and what they must reach only
+  // grows, so a client that kept up as each piece left kept up all along.
+  bool kept_up = true;
   Status sent;
   for (std::size_t at = 0; at < frame.size() && sent.ok(); at += piece) {
     const double late_s = seconds_since(began) - so.frame_deadline_s;
-    kept_up = kept_up && static_cast<double>(at) >= 0.8 * so.min_transfer_bytes_per_s * late_s;
+    kept_up = kept_up && static_cast<double>(at) >= so.min_transfer_bytes_per_s * late_s;
     const std::size_t n = std::min(piece, frame.size() - at);
     sent = steady.send_all(frame.data() + at, n, seconds_from_now(2));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -292,7 +326,8 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   ASSERT_TRUE(small && big);
   // Six slow senders announce 170 KiB PUSH frames, send 150 KiB and stall: five hold 850 KiB
   // (big holders may take 896 KiB at most; without that reserve all six would hold 1020 KiB),
-  // the sixth was refused.
+  // the sixth was refused; or, on a machine so loaded that the first was cut at its deadline
+  // before the sixth came, the sixth took its place (no refusal counted).
   std::vector<Connection> slow;
   for (int i = 0; i < 6; ++i) {
     slow.push_back(raw_connection(server->port()));
@@ -302,7 +337,7 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   }
   ASSERT_TRUE(eventually([&] {
     const ServerCounters c = server->counters();
-    return c.inflight_bytes >= 850 * 1024 && c.budget_refusals >= 1;  // the sixth refused
+    return c.inflight_bytes >= 850 * 1024 && (c.budget_refusals >= 1 || c.deadline_closed >= 1);
   }));
   const uint64_t refused_before = server->counters().budget_refusals;
 
