@@ -5,8 +5,9 @@
 // are deterministic): one server or both (a fleet restart, reloaded at once), between passes or
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
 // lines printed once), or restarted during the reload (SaveLineage::recover_and_reload reloads
-// again). A job of several trainers stops instead, both trainers naming the server and what a
-// rerun does (a resumed job's trainer 1 the save folder, not the save it loaded).
+// again). A sync job of several trainers stops instead, both trainers naming the server and what
+// a rerun does (a resumed job's trainer 1 the save folder, not the save it loaded); async and geo
+// jobs of several trainers are repaired (ps_modes_recovery_jobs_test.cpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -168,14 +169,14 @@ class PsRecovery : public PsModes {
     EXPECT_EQ(recovered.test_auc, resumed.test_auc);
   }
 
-  // A job of 2 async trainers (`keys` added, `epochs` passes) against 2 servers, server 1
+  // A job of 2 sync trainers (`keys` added, `epochs` passes) against 2 servers, server 1
   // restarted after the first pass the run trains (pass 0, or the first after the save a resumed
   // run starts from): each trainer's error, then the restarted server's endpoint. Both trainers
   // stop with the several-trainers error.
   static std::vector<std::string> two_trainers_restarting(const std::vector<std::string>& keys,
                                                           int epochs = 2) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.test_data_dir=", "runner.sync_mode=sync",
                                     "runner.save_mode=checkpoint",
                                     "runner.epochs=" + std::to_string(epochs)};
     all.insert(all.end(), keys.begin(), keys.end());
@@ -222,7 +223,8 @@ class PsRecovery : public PsModes {
     EXPECT_TRUE(restarted.load());
     // Both trainers find the restart and stop with the several-trainers error.
     for (const std::string& e : errors) {
-      EXPECT_NE(e.find("A job of 2 trainers is not repaired in the run"), std::string::npos) << e;
+      EXPECT_NE(e.find("A sync job of 2 trainers is not repaired in the run"), std::string::npos)
+          << e;
     }
     errors.push_back(shards.endpoints().substr(shards.endpoints().find(',') + 1));
     return errors;
@@ -363,8 +365,9 @@ TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
   EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
 }
 
-// Several trainers cannot all go back to the same save together: the trainer that finds the
-// restart stops naming the server and how to resume; the job ends.
+// The trainers of a sync job wait for each other at every step: they cannot all go back to the
+// same save together, so the trainer that finds the restart stops naming the server and how to
+// resume; the job ends.
 TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
   const std::string saves = (root_ / "recovery_two_trainers").string();
   const std::vector<std::string> errors =

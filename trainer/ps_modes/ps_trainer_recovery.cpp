@@ -1,0 +1,257 @@
+// PsTrainer's recovery from a restarted server (ps_trainer.hpp, its file comment): one trainer
+// alone, or the trainers of an async or geo job together; a sync job of several refuses.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_trainer_state.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+
+// Per trainer, pass + 1 of the pass in which it found a server restart (found between two
+// passes: the next one); 0 while none since the job's start (start_job zeroes it, and a trainer
+// votes at most once before the job starts again after the restart).
+constexpr const char* kRestartVotesTable = "ps_restart_votes";
+// What trainer 0 tells the others once every trainer met to go back: {1 when it goes back, else
+// 0; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
+constexpr const char* kRecoveryTable = "ps_recovery";
+
+// How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
+// the barriers a trainer may have waited out before it found the restart itself (the pass's vote
+// or start, where a trainer that found nothing yet gets to late), and one for the meeting.
+constexpr double kRecoveryWaits = 3.0;
+
+bool first_server_restarted(const table::server::RemoteHostTier& servers) {
+  for (const auto& restart : servers.pending_restarts()) {
+    if (restart.endpoint == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
+  State& s = *state_;
+  if (repairs_together()) return recover_together(pass);
+  // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
+  // a server was down saw none, and the pass fails naming it even if the server is back as
+  // another instance by now: asking the servers again then would race the server's return.
+  if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
+  if (env_.trainers > 1) {
+    // Every restarted server named.
+    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
+    // The failed call's error says more only when it is not the restart itself.
+    const std::string failure = error.message();
+    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
+    GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A sync job of ", env_.trainers,
+                " trainers is not repaired in the run: its trainers wait for each other at every "
+                "step's server barrier, where those whose step reached the server before it "
+                "restarted wait out runner.collective_timeout_s for the one whose step failed, "
+                "and the restarted server lost the step it held; so the job stops; ",
+                s.lineage->rerun_outcome(env_.trainer_id == 0),
+                says_more ? " (" + failure + ")" : "");
+  }
+  // The order matters: the old threads are dropped (their calls under way waited for, their
+  // failures expected and not logged) after every server was asked who it is and before the
+  // restarts are accepted, so that none of their queued pushes lands on an accepted server
+  // before the reload (to a restart not yet accepted, a call fails Aborted); only then are the
+  // restarts accepted and new threads made. A thread whose server call failed is unusable
+  // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
+  // resume in a new process starts it, from the save.
+  const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
+      error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
+      [this](const SaveLineage::Recovery& r) {
+        make_workers();
+        start_job();
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      },
+      [this] { drop_workers(); });
+  GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
+                   << "; training again from pass " << pass_id_;
+  return pass_id_;
+}
+
+bool PsTrainer::repairs_together() const {
+  return env_.trainers > 1 && config_.runner.sync_mode != SyncMode::kSync;
+}
+
+Status PsTrainer::reset_restart_votes() {
+  std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+  return state_->servers->dense(DenseAction::kWrite, kRestartVotesTable, &zeros)
+      .with_context("resetting the servers' table " + std::string(kRestartVotesTable));
+}
+
+void PsTrainer::drop_workers() {
+  State& s = *state_;
+  for (auto& worker : s.workers) worker->abandon();
+  s.workers.clear();
+  s.pushes.reset();
+}
+
+bool PsTrainer::restart_found() {
+  State& s = *state_;
+  if (restart_agreed_ || !SaveLineage::describe_restarts(*s.servers).empty()) return true;
+  // A call cut off as its server went down and came back (a barrier of the first server is not
+  // retried) found no restart itself: every server is asked who it is now.
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  return !SaveLineage::describe_restarts(*s.servers).empty();
+}
+
+void PsTrainer::vote_restart(int64_t pass) {
+  std::vector<float> vote(static_cast<std::size_t>(env_.trainers), 0.0f);
+  vote[static_cast<std::size_t>(env_.trainer_id)] = static_cast<float>(pass + 1);
+  throw_if_error(
+      state_->servers->dense(DenseAction::kAdd, kRestartVotesTable, &vote)
+          .with_context("voting that a server restarted in pass " + std::to_string(pass)));
+}
+
+bool PsTrainer::restart_voted(int64_t pass) {
+  std::vector<float> votes(static_cast<std::size_t>(env_.trainers), 0.0f);
+  throw_if_error(
+      state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes)
+          .with_context("reading the votes on a server restart in pass " + std::to_string(pass)));
+  const float mark = static_cast<float>(pass + 1);
+  return std::any_of(votes.begin(), votes.end(), [mark](float v) { return v == mark; });
+}
+
+void PsTrainer::begin_pass_together(int64_t pass) {
+  const std::string p = std::to_string(pass);
+  // Every vote for this pass cast between passes is cast before its trainer meets here.
+  meet("ps/begin/" + p, "to begin pass " + p);
+  if (!restart_voted(pass)) return;
+  restart_agreed_ = true;
+  GPUBOX_FAIL("before pass ", pass, ": another trainer of the job found a server restart");
+}
+
+bool PsTrainer::agree_on_restart(int64_t pass, bool found) {
+  State& s = *state_;
+  const std::string p = std::to_string(pass);
+  const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  try {
+    if (found) {
+      // A restart of the first server, which holds the votes and the barriers, is the vote's
+      // answer: every trainer finds it at its next call to it (this vote's, at the latest).
+      SaveLineage::find_restarts(*s.servers, timeout_s);
+      if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
+      vote_restart(pass);
+    }
+    // Every vote is cast before its trainer meets: every trainer reads the same ones.
+    meet("ps/restart/" + p, "to agree at the end of pass " + p + " whether a server restarted");
+    found = restart_voted(pass) || found;
+  } catch (const Error& e) {
+    // The vote's own calls found the first server restarted (or lost it as it restarted), or
+    // this trainer found a restart and another trainer came to the vote late: with a restart
+    // known, this trainer goes back, and so does the late one: it reads this one's vote (when the
+    // server still counts this one's arrival), or waits out its own timeout and asks the servers
+    // who they are (restart_found); the meeting waits for that (kRecoveryWaits).
+    if (!restart_found()) throw;
+    GPUBOX_LOG(WARNING) << "pass " << pass << ": " << e.what()
+                        << "; a server restarted: going back to the last save with the others";
+    found = true;
+  }
+  restart_agreed_ = found;
+  return found;
+}
+
+std::optional<int64_t> PsTrainer::recover_together(int64_t pass) {
+  State& s = *state_;
+  if (!restart_found()) return std::nullopt;  // fails as before
+  if (!restart_agreed_ && !first_server_restarted(*s.servers)) {
+    // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
+    // others hear of it as the next pass begins (begin_pass_together), where this trainer meets
+    // them with its vote for that pass. (A restart of the first server needs no vote: every
+    // trainer finds it at its next call to it. Trainer 0's save tells the others itself.)
+    drop_workers();
+    vote_restart(pass + 1);
+    const std::string next = std::to_string(pass + 1);
+    try {
+      meet("ps/begin/" + next, "to begin pass " + next);
+    } catch (const Error& e) {
+      // A trainer late to the pass's start reads the vote there all the same (agree_on_restart).
+      GPUBOX_LOG(WARNING) << e.what() << "; going back to the last save with the others";
+    }
+    restart_agreed_ = true;
+  }
+  for (;;) {
+    // From here no thread of any trainer sends anything until the save is reloaded: each trainer
+    // drops its threads before it meets the others, and trainer 0 reloads after they met.
+    drop_workers();
+    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+    const std::string pending = SaveLineage::describe_restarts(*s.servers);
+    std::string what =
+        restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
+    if (what.empty()) what = "another trainer of the job found a server restart";
+    restarts_found_.clear();
+    restart_agreed_ = false;
+    const std::string name = "ps/recover/" + std::to_string(++recoveries_);
+    const std::string meeting = "to go back to the last save together after " + what;
+    SaveLineage::Recovery recovery;
+    std::exception_ptr failed;
+    if (env_.trainer_id == 0) {
+      try {
+        recovery = s.lineage->go_back(what, *s.servers, SaveLineage::OpenPass::kRetried, pass);
+      } catch (...) {
+        failed = std::current_exception();
+        s.servers->accept_restarts();  // the others hear of it through the first server
+      }
+      std::vector<float> told = {failed ? 0.0f : 1.0f, static_cast<float>(recovery.run_pass)};
+      const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);
+      if (!failed) throw_if_error(written.with_context("telling the other trainers the save"));
+    } else {
+      s.servers->accept_restarts();
+    }
+    const double wait_s = kRecoveryWaits * config_.runner.collective_timeout_s;
+    if (failed) {
+      try {
+        meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
+      } catch (const Error&) {
+      }
+      std::rethrow_exception(failed);
+    }
+    meet(name, meeting, wait_s);
+    if (env_.trainer_id != 0) {
+      std::vector<float> told(2, 0.0f);
+      throw_if_error(s.servers->dense(DenseAction::kRead, kRecoveryTable, &told)
+                         .with_context("reading the save trainer 0 goes back to"));
+      GPUBOX_EXPECTS(told[0] == 1.0f, "pass ", pass, ": ", what,
+                     "; trainer 0 cannot go back to a save (its log, log/workerlog.0 under "
+                     "scripts/launch.sh, names why), so the job stops; ",
+                     s.lineage->rerun_outcome(false));
+      recovery.run_pass = std::lround(told[1]);
+      recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
+      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". Reloading " << recovery.dir
+                          << " with every trainer of the job and training the passes after it "
+                             "again";
+    }
+    pass_id_ = recovery.run_pass;
+    try {
+      make_workers();
+      start_job();
+      load(recovery.dir);
+    } catch (const Error&) {
+      // A server that restarted during the reload: every trainer goes back again (trainer 0's
+      // lineage gives up after a few); any other failure stops the job.
+      if (!restart_found()) throw;
+      continue;
+    }
+    GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
+                     << " with the job's " << env_.trainers
+                     << " trainers; training again from pass " << pass_id_;
+    return pass_id_;
+  }
+}
+
+}  // namespace gpubox::trainer::ps_modes
