@@ -80,7 +80,10 @@ class PsJobRecovery : public PsModes {
          "runner.test_data_dir=" + (evaluates ? (root_ / "test").string() : std::string()),
          "runner.sync_mode=" + mode, "runner.save_mode=checkpoint",
          "runner.model_save_path=" + saves, "runner.epochs=" + std::to_string(epochs),
-         "runner.geo_step=4", "runner.print_interval=20"});
+         "runner.geo_step=4", "runner.print_interval=20",
+         // Above ps_test_config's 3 s: a trainer slowed down that long on a loaded machine would
+         // go back only after waiting out a barrier, which these tests check never happens.
+         "runner.collective_timeout_s=20"});
     Servers shards(cfg, 2);
     std::atomic<bool> restarted{false};
     const auto restart_once = [&] {
