@@ -212,13 +212,15 @@ std::vector<float> PsTrainer::dense_values() const {
 
 void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
   if (env_.trainers == 1) return;
-  if (timeout_s < 0) timeout_s = config_.runner.collective_timeout_s;
+  const double collective_s = config_.runner.collective_timeout_s;
+  const std::string limit =
+      timeout_s < 0 ? "runner.collective_timeout_s=" + std::to_string(collective_s) + " s"
+                    : std::to_string(timeout_s) + " s";
+  if (timeout_s < 0) timeout_s = collective_s;
   throw_if_error(state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s)
                      .with_context("trainer " + std::to_string(env_.trainer_id) +
                                    ": waiting for all " + std::to_string(env_.trainers) +
-                                   " trainers " + what + " (" + std::to_string(timeout_s) +
-                                   " s, runner.collective_timeout_s=" +
-                                   std::to_string(config_.runner.collective_timeout_s) +
+                                   " trainers " + what + " (" + limit +
                                    "): a trainer died or is stuck"));
 }
 
