@@ -76,14 +76,16 @@
 // others its pass (each loads that save's folder: trainer 0 wrote it), then the job starts again
 // and the save is loaded as at a resume (trainer 0 reloads the servers while the others wait), so
 // no trainer pushes before the reload is complete; every trainer trains from the pass after it. A
-// restart found during that reload goes back again. A trainer that cannot meet the others (one
-// died, or found only a server that is still down) stops at runner.collective_timeout_s, as
-// before. A sync job of several trainers still stops with an error naming the server and what
-// running the job again does (SaveLineage::rerun_outcome): its trainers wait for each other at
-// every step's barrier, where those whose step reached the restarted server before it restarted
-// would wait out runner.collective_timeout_s for the one whose step failed, and the server lost
-// the step parts it held; the gpubox mode refuses several trainers too. A server that was down
-// when a call failed (no restart seen), and any other error, fail the pass as before.
+// restart found during that reload goes back again. A trainer that waited out the vote or a
+// pass's start with a restart known (another one came late) goes to the meeting all the same,
+// which waits 3 x runner.collective_timeout_s; one that cannot meet the others (one died, or it
+// found only a server that is still down) stops there, as before. A sync job of several trainers
+// still stops with an error naming the server and what running the job again does
+// (SaveLineage::rerun_outcome): its trainers wait for each other at every step's barrier, where
+// those whose step reached the restarted server before it restarted would wait out
+// runner.collective_timeout_s for the one whose step failed, and the server lost the step parts it
+// held; the gpubox mode refuses several trainers too. A server that was down when a call failed (no
+// restart seen), and any other error, fail the pass as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
