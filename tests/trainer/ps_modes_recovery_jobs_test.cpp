@@ -47,8 +47,8 @@ enum class RestartAt {
   // At step 20 of pass 1, once trainer 1 ended its pass and waits at the pass's end: only trainer
   // 0 finds the restart, trainer 1 hears of it through the vote.
   kAfterTrainer1EndedThePass,
-  // After pass 0's save, once trainer 1 evaluated epoch 0 and waits to begin pass 1: only trainer
-  // 0's evaluation of epoch 0 finds the restart, and trainer 1 hears of it as pass 1 begins.
+  // After pass 0's save, once trainer 1 evaluated epoch 0 and waits at the meeting after it: only
+  // trainer 0's evaluation of epoch 0 finds the restart, and trainer 1 hears of it there.
   kAtTrainer0sEvaluation,
 };
 
@@ -212,10 +212,28 @@ TEST_F(PsJobRecovery, ATrainerThatFoundNoRestartGoesBackThroughTheVote) {
 }
 
 // Found by trainer 0's evaluation of epoch 0 alone (trainer 1 evaluated it before the restart):
-// trainer 0 votes for pass 1, and both go back as it begins; trainer 0 evaluates epoch 0 again
-// after the reload.
-TEST_F(PsJobRecovery, ARestartFoundByOneTrainersEvaluationIsHeardAsTheNextPassBegins) {
+// trainer 0 votes for pass 1, and both go back from the meeting after the evaluation; both
+// evaluate epoch 0 again after the reload (trainer 1's first evaluation is not published).
+TEST_F(PsJobRecovery, ARestartFoundByOneTrainersEvaluationIsHeardRightAfterIt) {
   job_ends_as_resumed_from_the_save("async", RestartAt::kAtTrainer0sEvaluation, 1);
+}
+
+// The same in the job's last epoch, after which no pass begins: both trainers go back from the
+// meeting after the evaluation, evaluate the epoch again and end well (before the meeting,
+// trainer 0 waited for a pass that never began and failed, trainer 1 ended well).
+TEST_F(PsJobRecovery, ARestartFoundInTheLastEpochsEvaluationIsRepairedByBothTrainers) {
+  const JobRan ran = run_job_restarting("async", (root_ / "job_recovery_last_evaluation").string(),
+                                        1, RestartAt::kAtTrainer0sEvaluation, 1);
+  ASSERT_EQ(ran.errors, "") << ran.log;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(ran.passes[w], (std::vector<int64_t>{0})) << "trainer " << w;
+  }
+  EXPECT_EQ(count(ran.log, "reloading the last complete save (pass 0, "), 1u) << ran.log;
+  EXPECT_EQ(count(ran.log, "with the job's 2 trainers; training again from pass 1"), 2u) << ran.log;
+  EXPECT_EQ(ran.log.find("a trainer died or is stuck"), std::string::npos) << ran.log;
+  // The epoch is published once by each trainer, from the reloaded save of its last pass.
+  ASSERT_EQ(ran.epoch0_test_auc[0].size(), 1u);
+  EXPECT_EQ(ran.epoch0_test_auc[1], ran.epoch0_test_auc[0]);
 }
 
 TEST_F(PsJobRecovery, AsyncServerRestartedBetweenPassesIsRepairedByBothTrainers) {

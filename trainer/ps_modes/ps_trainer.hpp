@@ -68,19 +68,20 @@
 // all go back to trainer 0's last complete save. A trainer whose pass failed on a restart does not
 // leave the job: it meets the others at the pass's end, where every trainer votes (a table of the
 // first server) whether it found one, and goes back when any did; a restart found between passes
-// (an epoch's evaluation) is voted for the next pass, read by every trainer as that pass begins
-// (one more barrier a pass); trainer 0 tells the others when its save found one. A restart of the
+// (an epoch's evaluation, the last epoch's too) is voted for the next pass, read by every trainer
+// at a meeting right after the evaluation (one more barrier an evaluation: Schedule::
+// agree_after_evaluation); trainer 0 tells the others when its save found one. A restart of the
 // first server, which holds the votes and barriers, needs no vote: every trainer finds it at its
 // next call to it. Going back: every trainer drops its threads and accepts the restarts, all
 // meet, trainer 0 chooses the save (its lineage: runner.resume, at most 3 a run) and tells the
 // others its pass (each loads that save's folder: trainer 0 wrote it), then the job starts again
 // and the save is loaded as at a resume (trainer 0 reloads the servers while the others wait), so
 // no trainer pushes before the reload is complete; every trainer trains from the pass after it. A
-// restart found during that reload goes back again. A trainer that waited out the vote or a
-// pass's start with a restart known (another one came late) goes to the meeting all the same,
-// which waits 3 x runner.collective_timeout_s; one that cannot meet the others (one died, or it
-// found only a server that is still down) stops there, as before. A sync job of several trainers
-// still stops with an error naming the server and what running the job again does
+// restart found during that reload goes back again. A trainer that waited out the vote or the
+// meeting after an evaluation with a restart known (another one came late) goes to the meeting all
+// the same, which waits 3 x runner.collective_timeout_s; one that cannot meet the others (one died,
+// or it found only a server that is still down) stops there, as before. A sync job of several
+// trainers still stops with an error naming the server and what running the job again does
 // (SaveLineage::rerun_outcome): its trainers wait for each other at every step's barrier, where
 // those whose step reached the restarted server before it restarted would wait out
 // runner.collective_timeout_s for the one whose step failed, and the server lost the step parts it
@@ -174,6 +175,10 @@ class PsTrainer final : public Schedule {
   // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
   // repaired in the run (a sync job of several trainers, no save, runner.resume off).
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
+  // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
+  // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
+  // found (recover() then goes back with all of them). One barrier an evaluation.
+  void agree_after_evaluation(int64_t pass) override;
 
  private:
   struct State;
@@ -193,9 +198,6 @@ class PsTrainer final : public Schedule {
   // `found` a server restart in the pass; true when any did (or the first server restarted:
   // every trainer finds that at its next call to it), and then recover() goes back.
   bool agree_on_restart(int64_t pass, bool found);
-  // The start of pass `pass`, in a job that repairs together: every trainer meets, and throws
-  // when a trainer voted for a restart it found before the pass (an epoch's evaluation).
-  void begin_pass_together(int64_t pass);
   // This trainer's vote for a restart found in pass `pass` (or before it, after the one before),
   // and whether any trainer voted for one in `pass`.
   void vote_restart(int64_t pass);

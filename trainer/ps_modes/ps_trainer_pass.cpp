@@ -436,7 +436,6 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
                  env_.trainers, " files)");
   PassData data = read_pass(share, pass);
   const double load_seconds = pass_timer.seconds();
-  if (repairs_together()) begin_pass_together(pass);
   if (config_.runner.sync_mode == SyncMode::kSync)
     data.steps = agree_sync_steps(pass, data.batches);
   Timer train_timer;

@@ -19,9 +19,10 @@ namespace {
 
 using table::server::DenseAction;
 
-// Per trainer, pass + 1 of the pass in which it found a server restart (found between two
-// passes: the next one); 0 while none since the job's start (start_job zeroes it, and a trainer
-// votes at most once before the job starts again after the restart).
+// Per trainer, pass + 1 of the pass in which it found a server restart (found in an epoch's
+// evaluation, after the epoch's last pass: the next one); 0 while none since the job's start
+// (start_job zeroes it, and a trainer votes at most once before the job starts again after the
+// restart).
 constexpr const char* kRestartVotesTable = "ps_restart_votes";
 // What trainer 0 tells the others once every trainer met to go back: {1 when it goes back, else
 // 0; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
@@ -29,7 +30,8 @@ constexpr const char* kRecoveryTable = "ps_recovery";
 
 // How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
 // the barriers a trainer may have waited out before it found the restart itself (the pass's vote
-// or start, where a trainer that found nothing yet gets to late), and one for the meeting.
+// or the meeting after an evaluation, where a trainer that found nothing yet gets to late), and
+// one for the meeting.
 constexpr double kRecoveryWaits = 3.0;
 
 bool first_server_restarted(const table::server::RemoteHostTier& servers) {
@@ -127,13 +129,26 @@ bool PsTrainer::restart_voted(int64_t pass) {
   return std::any_of(votes.begin(), votes.end(), [mark](float v) { return v == mark; });
 }
 
-void PsTrainer::begin_pass_together(int64_t pass) {
+void PsTrainer::agree_after_evaluation(int64_t pass) {
+  if (!repairs_together()) return;
   const std::string p = std::to_string(pass);
-  // Every vote for this pass cast between passes is cast before its trainer meets here.
-  meet("ps/begin/" + p, "to begin pass " + p);
-  if (!restart_voted(pass)) return;
+  bool voted = false;
+  try {
+    // Every vote for a restart found in this evaluation is cast before its trainer meets here
+    // (recover_together): every trainer reads the same ones.
+    meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
+    voted = restart_voted(pass + 1);
+  } catch (const Error&) {
+    // As at the pass's vote (agree_on_restart): a trainer that cannot meet the others here goes
+    // back with them when a restart is known, and fails as before when none is.
+    if (!restart_found()) throw;
+    restart_agreed_ = true;
+    throw;
+  }
+  if (!voted) return;
   restart_agreed_ = true;
-  GPUBOX_FAIL("before pass ", pass, ": another trainer of the job found a server restart");
+  GPUBOX_FAIL("after the evaluation of pass ", pass,
+              ": another trainer of the job found a server restart in it");
 }
 
 bool PsTrainer::agree_on_restart(int64_t pass, bool found) {
@@ -171,16 +186,18 @@ std::optional<int64_t> PsTrainer::recover_together(int64_t pass) {
   if (!restart_found()) return std::nullopt;  // fails as before
   if (!restart_agreed_ && !first_server_restarted(*s.servers)) {
     // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
-    // others hear of it as the next pass begins (begin_pass_together), where this trainer meets
-    // them with its vote for that pass. (A restart of the first server needs no vote: every
-    // trainer finds it at its next call to it. Trainer 0's save tells the others itself.)
+    // others hear of it where every trainer meets after the evaluation (agree_after_evaluation),
+    // this one with its vote for the pass after. (A restart of the first server needs no vote:
+    // every trainer finds it at its next call to it. Trainer 0's save tells the others itself.)
     drop_workers();
     vote_restart(pass + 1);
-    const std::string next = std::to_string(pass + 1);
+    const std::string p = std::to_string(pass);
     try {
-      meet("ps/begin/" + next, "to begin pass " + next);
+      meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
     } catch (const Error& e) {
-      // A trainer late to the pass's start reads the vote there all the same (agree_on_restart).
+      // The vote is cast: a trainer late to the meeting after the evaluation does not read it
+      // when this one waited it out, and finds the restart itself (agree_after_evaluation's
+      // restart_found asks every server who it is); the recovery meeting waits for it.
       GPUBOX_LOG(WARNING) << e.what() << "; going back to the last save with the others";
     }
     restart_agreed_ = true;
