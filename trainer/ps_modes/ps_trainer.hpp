@@ -207,7 +207,12 @@ class PsTrainer final : public Schedule {
   bool restart_found();
   // recover() of a job that repairs together: every trainer meets, trainer 0 chooses the save,
   // all reload it (start_job, load) and go on with the pass after it.
-  std::optional<int64_t> recover_together(int64_t pass);
+  std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // recover_together's first step when no restart was agreed yet (this trainer's own calls found
+  // one after pass `pass`'s vote: an epoch's evaluation): its vote for the pass after, cast before
+  // it meets the others after the evaluation, unless the first server restarted (every trainer
+  // finds that itself).
+  void vote_after_evaluation(int64_t pass);
   // Trainer 0 at the job's start: the restart votes zeroed.
   Status reset_restart_votes();
   // The training threads dropped (their calls under way waited for, their failures not logged).

@@ -34,18 +34,11 @@ constexpr const char* kRecoveryTable = "ps_recovery";
 // one for the meeting.
 constexpr double kRecoveryWaits = 3.0;
 
-bool first_server_restarted(const table::server::RemoteHostTier& servers) {
-  for (const auto& restart : servers.pending_restarts()) {
-    if (restart.endpoint == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   State& s = *state_;
-  if (repairs_together()) return recover_together(pass);
+  if (repairs_together()) return recover_together(error, pass);
   // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
   // a server was down saw none, and the pass fails naming it even if the server is back as
   // another instance by now: asking the servers again then would race the server's return.
@@ -181,27 +174,43 @@ bool PsTrainer::agree_on_restart(int64_t pass, bool found) {
   return found;
 }
 
-std::optional<int64_t> PsTrainer::recover_together(int64_t pass) {
+void PsTrainer::vote_after_evaluation(int64_t pass) {
   State& s = *state_;
-  if (!restart_found()) return std::nullopt;  // fails as before
-  if (!restart_agreed_ && !first_server_restarted(*s.servers)) {
-    // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
-    // others hear of it where every trainer meets after the evaluation (agree_after_evaluation),
-    // this one with its vote for the pass after. (A restart of the first server needs no vote:
-    // every trainer finds it at its next call to it. Trainer 0's save tells the others itself.)
-    drop_workers();
-    vote_restart(pass + 1);
+  // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
+  // others hear of it where every trainer meets after the evaluation (agree_after_evaluation),
+  // this one with its vote for the pass after. A restart of the first server, which holds the
+  // votes and the barriers, needs no vote: every trainer finds it at its next call to it
+  // (every server is asked who it is first). Trainer 0's save tells the others itself.
+  drop_workers();
+  const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  SaveLineage::find_restarts(*s.servers, timeout_s);
+  bool voted = false;
+  if (!first_server_restarted(*s.servers)) {
     const std::string p = std::to_string(pass);
     try {
+      vote_restart(pass + 1);
+      voted = true;
       meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
     } catch (const Error& e) {
-      // The vote is cast: a trainer late to the meeting after the evaluation does not read it
+      // The first server restarted since it was asked (every trainer finds that itself), or the
+      // vote is cast and another trainer came late to the meeting: it does not read the vote
       // when this one waited it out, and finds the restart itself (agree_after_evaluation's
-      // restart_found asks every server who it is); the recovery meeting waits for it.
+      // restart_found asks every server who it is); the recovery meeting waits for it. A vote
+      // not cast on a first server still there is heard by nobody: the job stops here.
+      SaveLineage::find_restarts(*s.servers, timeout_s);
+      if (!voted && !first_server_restarted(*s.servers)) throw;
       GPUBOX_LOG(WARNING) << e.what() << "; going back to the last save with the others";
     }
-    restart_agreed_ = true;
   }
+  restart_agreed_ = true;
+}
+
+std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
+  State& s = *state_;
+  if (!restart_found()) return std::nullopt;  // fails as before
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
+                      << "; a server restarted: going back to the last save with the others";
+  if (!restart_agreed_) vote_after_evaluation(pass);
   for (;;) {
     // From here no thread of any trainer sends anything until the save is reloaded: each trainer
     // drops its threads before it meets the others, and trainer 0 reloads after they met.
