@@ -228,6 +228,7 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
                                 const std::string& what) {
   State& s = *state_;
   std::exception_ptr failed;
+  bool first_restarted = false;  // the first server, which holds the barrier below
   if (env_.trainer_id == 0) {
     try {
       part();
@@ -240,9 +241,12 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       const bool restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
       std::vector<float> outcome = {failed ? (restarted ? kRestartOutcome : 0.0f) : 1.0f,
                                     static_cast<float>(pass_id_)};
-      // A restart of the first server is accepted now, so that the others hear of it at once
-      // (this trainer's threads sent nothing since it was found; recover reloads it).
+      // The restarts are accepted now (this trainer's threads send nothing during a save or a
+      // reload; recover reloads the servers), so that the outcome goes to the first server as it
+      // is now. The others hear of a restart of the first server at their own call to it (the
+      // barrier below, cut or refused), not from the outcome, and go to recover's meeting.
       if (restarted && repairs_together()) {
+        first_restarted = first_server_restarted(*s.servers);
         restarts_found_ = SaveLineage::describe_restarts(*s.servers);
         restart_agreed_ = true;
         s.servers->accept_restarts();
@@ -252,9 +256,14 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     }
   }
   if (failed) {
-    try {
-      meet(name, what);  // the others learn of the failure now, not at their timeout
-    } catch (const Error&) {
+    // The others learn of the failure now, not at their timeout; after a restart of the first
+    // server nobody comes to the barrier on its new instance (the others' calls to the old one
+    // failed), and this trainer goes to recover's meeting at once.
+    if (!first_restarted) {
+      try {
+        meet(name, what);
+      } catch (const Error&) {
+      }
     }
     std::rethrow_exception(failed);
   }
