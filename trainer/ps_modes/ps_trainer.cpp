@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -213,15 +214,23 @@ std::vector<float> PsTrainer::dense_values() const {
 void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
   if (env_.trainers == 1) return;
   const double collective_s = config_.runner.collective_timeout_s;
-  const std::string limit =
-      timeout_s < 0 ? "runner.collective_timeout_s=" + std::to_string(collective_s) + " s"
-                    : std::to_string(timeout_s) + " s";
+  std::ostringstream limit;  // seconds as written in a config: 20, 2.5
+  if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
+  if (timeout_s >= 0) limit << timeout_s << " s";
   if (timeout_s < 0) timeout_s = collective_s;
-  throw_if_error(state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s)
-                     .with_context("trainer " + std::to_string(env_.trainer_id) +
-                                   ": waiting for all " + std::to_string(env_.trainers) +
-                                   " trainers " + what + " (" + limit +
-                                   "): a trainer died or is stuck"));
+  const Status met =
+      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
+  if (met.ok()) return;
+  // A barrier is not retried: its wait ran out (the server's answer, or no reply before the
+  // client's deadline), or the first server, which holds it, was lost or restarted meanwhile.
+  const bool waited_out = met.code() == Status::Code::kDeadlineExceeded ||
+                          met.message().find("no reply before the deadline") != std::string::npos;
+  const std::string cause =
+      waited_out ? "a trainer died or is stuck"
+                 : "the first server, which holds the barrier, was lost or restarted";
+  throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
+                                  ": waiting for all " + std::to_string(env_.trainers) +
+                                  " trainers " + what + " (" + limit.str() + "): " + cause));
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
