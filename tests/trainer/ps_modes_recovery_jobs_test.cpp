@@ -69,6 +69,19 @@ std::size_t count(const std::string& text, const std::string& what) {
 
 class PsJobRecovery : public PsModes {
  protected:
+  // When `wait`: until a trainer waits at a barrier of the first server, for 60 s at most (a
+  // trainer that never gets there fails the test, not hangs it).
+  static void wait_for_a_barrier_waiter(Servers& shards, bool wait) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (wait && shards.barrier_waiters(0) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "no trainer waited at a barrier of the first server within 60 s";
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
   // A job of 2 trainers of runner.sync_mode `mode` against 2 fresh servers, `epochs` passes over
   // the training files, each saved (checkpoint) under `saves`, resuming the newest save there;
   // server `server` restarted at `restart`.
@@ -103,9 +116,7 @@ class PsJobRecovery : public PsModes {
             // After the pass's save, before its epoch's evaluation.
             hooks.on_pass = [&](const PassReport& report) {
               if (report.pass != 0 || restarted.load()) return;
-              while (evaluates && shards.barrier_waiters(0) == 0) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              }
+              wait_for_a_barrier_waiter(shards, evaluates);
               restart_once();
             };
           }
@@ -115,10 +126,7 @@ class PsJobRecovery : public PsModes {
               if (progress.pass != 1 || progress.step != 20 || restarted.load()) return;
               // Trainer 1 waits at pass 1's end on the first server, the only barrier it can be
               // at while trainer 0 is within pass 1.
-              while (restart == RestartAt::kAfterTrainer1EndedThePass &&
-                     shards.barrier_waiters(0) == 0) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(1));
-              }
+              wait_for_a_barrier_waiter(shards, restart == RestartAt::kAfterTrainer1EndedThePass);
               restart_once();
             };
           }
