@@ -67,7 +67,9 @@
 // trainers find a restart at different points (or one of them alone), so they agree first, then
 // all go back to trainer 0's last complete save. A trainer whose pass failed on a restart does not
 // leave the job: it meets the others at the pass's end, where every trainer votes (a table of the
-// first server) whether it found one, and goes back when any did; a restart found between passes
+// first server) whether it found one, and goes back when any did (the vote rides on the meeting
+// where the trainers agree on a stop, which every pass of several trainers has: it costs one
+// read of a small table a pass, and the vote's write, no barrier); a restart found between passes
 // (an epoch's evaluation, the last epoch's too) is voted for the next pass, read by every trainer
 // at a meeting right after the evaluation (one more barrier an evaluation: Schedule::
 // agree_after_evaluation); trainer 0 tells the others when its save found one. A restart of the
@@ -97,6 +99,7 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -197,7 +200,9 @@ class PsTrainer final : public Schedule {
   // The end of pass `pass`, in a job that repairs together: every trainer votes whether it
   // `found` a server restart in the pass; true when any did (or the first server restarted:
   // every trainer finds that at its next call to it), and then recover() goes back.
-  bool agree_on_restart(int64_t pass, bool found);
+  // `meet_all` is the pass's meeting at its end (PsPassStop's): every trainer casts its vote
+  // before it, and reads the votes after it.
+  bool agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all);
   // This trainer's vote for a restart found in pass `pass` (or before it, after the one before),
   // and whether any trainer voted for one in `pass`.
   void vote_restart(int64_t pass);
@@ -213,6 +218,12 @@ class PsTrainer final : public Schedule {
   // it meets the others after the evaluation, unless the first server restarted (every trainer
   // finds that itself).
   void vote_after_evaluation(int64_t pass);
+  // recover_together's rendezvous: trainer 0 chooses the save (its lineage) and tells the others
+  // before they meet (`failed`: its refusal, told too); the others read it after they met, and
+  // check that its folder holds that pass's save.
+  SaveLineage::Recovery choose_save(const std::string& what, int64_t pass,
+                                    std::exception_ptr* failed);
+  SaveLineage::Recovery read_chosen_save(const std::string& what, int64_t pass);
   // Trainer 0 at the job's start: the restart votes zeroed.
   Status reset_restart_votes();
   // The training threads dropped (their calls under way waited for, their failures not logged).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,18 @@ using table::server::DenseAction;
 // (start_job zeroes it, and a trainer votes at most once before the job starts again after the
 // restart).
 constexpr const char* kRestartVotesTable = "ps_restart_votes";
-// What trainer 0 tells the others once every trainer met to go back: {1 when it goes back, else
-// 0; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
+// What trainer 0 tells the others once every trainer met to go back: {kGoesBack, or why it
+// refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
 constexpr const char* kRecoveryTable = "ps_recovery";
+constexpr float kGoesBack = 1.0f;
+constexpr float kRefusedResumeOff = 2.0f;  // runner.resume: off
+constexpr float kRefused = 0.0f;           // no save yet, the run's recoveries spent, or else
+
+std::string refusal(float told) {
+  if (told == kRefusedResumeOff) return "runner.resume is off";
+  return "this run has no complete save yet, or its servers restarted too often (trainer 0's "
+         "log, log/workerlog.0 under scripts/launch.sh, names which)";
+}
 
 // How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
 // the barriers a trainer may have waited out before it found the restart itself (the pass's vote
@@ -144,9 +154,8 @@ void PsTrainer::agree_after_evaluation(int64_t pass) {
               ": another trainer of the job found a server restart in it");
 }
 
-bool PsTrainer::agree_on_restart(int64_t pass, bool found) {
+bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all) {
   State& s = *state_;
-  const std::string p = std::to_string(pass);
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
   try {
     if (found) {
@@ -157,7 +166,7 @@ bool PsTrainer::agree_on_restart(int64_t pass, bool found) {
       vote_restart(pass);
     }
     // Every vote is cast before its trainer meets: every trainer reads the same ones.
-    meet("ps/restart/" + p, "to agree at the end of pass " + p + " whether a server restarted");
+    meet_all();
     found = restart_voted(pass) || found;
   } catch (const Error& e) {
     // The vote's own calls found the first server restarted (or lost it as it restarted), or
@@ -205,11 +214,66 @@ void PsTrainer::vote_after_evaluation(int64_t pass) {
   restart_agreed_ = true;
 }
 
+SaveLineage::Recovery PsTrainer::choose_save(const std::string& what, int64_t pass,
+                                             std::exception_ptr* failed) {
+  State& s = *state_;
+  SaveLineage::Recovery recovery;
+  float outcome = kGoesBack;
+  try {
+    recovery = s.lineage->go_back(what, *s.servers, SaveLineage::OpenPass::kRetried, pass);
+  } catch (...) {
+    *failed = std::current_exception();
+    s.servers->accept_restarts();  // the others hear of it through the first server
+    outcome = config_.runner.resume == ResumeMode::kOff ? kRefusedResumeOff : kRefused;
+  }
+  std::vector<float> told = {outcome, static_cast<float>(recovery.run_pass)};
+  const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);
+  if (!*failed) throw_if_error(written.with_context("telling the other trainers the save"));
+  return recovery;
+}
+
+SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64_t pass) {
+  State& s = *state_;
+  std::vector<float> told(2, 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kRecoveryTable, &told)
+                     .with_context("reading the save trainer 0 goes back to"));
+  GPUBOX_EXPECTS(told[0] == kGoesBack, "pass ", pass, ": ", what,
+                 "; trainer 0 cannot go back to a save (", refusal(told[0]),
+                 "), so the job stops; ", s.lineage->rerun_outcome(false));
+  SaveLineage::Recovery recovery;
+  recovery.run_pass = std::lround(told[1]);
+  recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
+  // The folder is named by its pass (save_dir_of): what it holds must be that pass's save.
+  const int64_t saved = plan_restore(recovery.dir, false).save().manifest.pass;
+  GPUBOX_EXPECTS(saved == recovery.run_pass, "pass ", pass,
+                 ": trainer 0 goes back to the save of pass ", recovery.run_pass - 1, " and ",
+                 recovery.dir, " holds the save of pass ", saved - 1,
+                 ": every trainer must see the saves trainer 0 writes (a folder they share)");
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". Reloading " << recovery.dir
+                      << " with every trainer of the job and training the passes after it again";
+  return recovery;
+}
+
 std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
   State& s = *state_;
   if (!restart_found()) return std::nullopt;  // fails as before
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
                       << "; a server restarted: going back to the last save with the others";
+  // A recovery that fails or is refused leaves the trainer with training threads, as it found
+  // it (their servers' restarts accepted): the object stays usable (an evaluation, train()).
+  struct RemakeOnThrow {
+    PsTrainer& trainer;
+    const int uncaught = std::uncaught_exceptions();
+    ~RemakeOnThrow() {
+      if (std::uncaught_exceptions() == uncaught) return;
+      try {
+        trainer.make_workers();
+      } catch (const std::exception& e) {
+        GPUBOX_LOG(WARNING) << "making the training threads again after a failed recovery: "
+                            << e.what();
+      }
+    }
+  } remake{*this};
   if (!restart_agreed_) vote_after_evaluation(pass);
   for (;;) {
     // From here no thread of any trainer sends anything until the save is reloaded: each trainer
@@ -227,15 +291,7 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
     SaveLineage::Recovery recovery;
     std::exception_ptr failed;
     if (env_.trainer_id == 0) {
-      try {
-        recovery = s.lineage->go_back(what, *s.servers, SaveLineage::OpenPass::kRetried, pass);
-      } catch (...) {
-        failed = std::current_exception();
-        s.servers->accept_restarts();  // the others hear of it through the first server
-      }
-      std::vector<float> told = {failed ? 0.0f : 1.0f, static_cast<float>(recovery.run_pass)};
-      const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);
-      if (!failed) throw_if_error(written.with_context("telling the other trainers the save"));
+      recovery = choose_save(what, pass, &failed);
     } else {
       s.servers->accept_restarts();
     }
@@ -248,20 +304,7 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
       std::rethrow_exception(failed);
     }
     meet(name, meeting, wait_s);
-    if (env_.trainer_id != 0) {
-      std::vector<float> told(2, 0.0f);
-      throw_if_error(s.servers->dense(DenseAction::kRead, kRecoveryTable, &told)
-                         .with_context("reading the save trainer 0 goes back to"));
-      GPUBOX_EXPECTS(told[0] == 1.0f, "pass ", pass, ": ", what,
-                     "; trainer 0 cannot go back to a save (its log, log/workerlog.0 under "
-                     "scripts/launch.sh, names why), so the job stops; ",
-                     s.lineage->rerun_outcome(false));
-      recovery.run_pass = std::lround(told[1]);
-      recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
-      GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". Reloading " << recovery.dir
-                          << " with every trainer of the job and training the passes after it "
-                             "again";
-    }
+    if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
