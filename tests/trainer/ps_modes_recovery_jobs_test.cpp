@@ -30,6 +30,7 @@
 namespace gpubox::trainer::ps_modes {
 namespace {
 
+using ps_test::count;
 using ps_test::PsModes;
 
 // Two trainers' runs of the same job from the same save differ by the order in which their
@@ -60,12 +61,6 @@ struct JobRan {
   std::map<uint64_t, std::pair<float, float>> counts;  // every row's show and click, at the end
   std::vector<double> epoch0_test_auc[2];  // each trainer's evaluations of epoch 0 (on_epoch)
 };
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 class PsJobRecovery : public PsModes {
  protected:
@@ -252,6 +247,58 @@ TEST_F(PsJobRecovery, AsyncServerRestartedBetweenPassesIsRepairedByBothTrainers)
 // threads.
 TEST_F(PsJobRecovery, GeoServerRestartedWithinAPassIsRepairedByBothTrainers) {
   job_ends_as_resumed_from_the_save("geo", RestartAt::kWithinPass, 1);
+}
+
+// runner.resume off: trainer 0 refuses to go back to a save, the other trainer's error names
+// that reason, and each trainer keeps its training threads (the object stays usable).
+TEST_F(PsJobRecovery, ARefusedRecoveryIsNamedByEveryTrainerAndKeepsItsThreads) {
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "job_recovery_refused").string(), "runner.resume=off",
+       "runner.epochs=2", "runner.print_interval=20", "runner.collective_timeout_s=20"});
+  Servers shards(cfg, 2);
+  std::atomic<bool> restarted{false};
+  std::string errors[2];
+  bool has_threads[2] = {false, false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        PsTrainer trainer(cfg, env);
+        RunHooks hooks;
+        if (w == 0) {
+          hooks.steps.on_progress = [&](const StepProgress& progress) {
+            if (progress.pass == 1 && progress.step == 20 && !restarted.exchange(true)) {
+              shards.restart(1);
+            }
+          };
+        }
+        try {
+          trainer.train("", hooks);
+        } catch (const std::exception& e) {
+          errors[w] = e.what();
+        }
+        (void)trainer.dense_values();  // thread 0's: throws when no thread is left
+        has_threads[w] = true;
+      } catch (const std::exception& e) {
+        errors[w] += std::string(" | after train(): ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(restarted.load());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_NE(errors[w].find("runner.resume is off"), std::string::npos) << errors[w];
+    EXPECT_TRUE(has_threads[w]) << "trainer " << w << ": " << errors[w];
+  }
+  EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (runner.resume is off)"),
+            std::string::npos)
+      << errors[1];
 }
 
 }  // namespace

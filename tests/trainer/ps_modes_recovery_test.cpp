@@ -32,6 +32,7 @@
 namespace gpubox::trainer::ps_modes {
 namespace {
 
+using ps_test::count;
 using ps_test::PsModes;
 
 struct Ran {
@@ -47,12 +48,6 @@ struct Ran {
 // step of pass 1 whose progress thread 0 reports (step 20: runner.print_interval).
 enum class RestartAt { kNever, kBetweenPasses, kWithinPass };
 constexpr int kBothServers = -1;  // a fleet restart: both servers at once
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // The PsModes suite's data and helpers, as a suite of its own.
 class PsRecovery : public PsModes {

@@ -170,10 +170,10 @@ bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<v
     found = restart_voted(pass) || found;
   } catch (const Error& e) {
     // The vote's own calls found the first server restarted (or lost it as it restarted), or
-    // this trainer found a restart and another trainer came to the vote late: with a restart
-    // known, this trainer goes back, and so does the late one: it reads this one's vote (when the
-    // server still counts this one's arrival), or waits out its own timeout and asks the servers
-    // who they are (restart_found); the meeting waits for that (kRecoveryWaits).
+    // this trainer found a restart and waited out another trainer late to the meeting: with a
+    // restart known, this trainer goes back. The late one meets nobody (this one left), waits
+    // out its own timeout, and goes back too when it finds a restart by asking every server who
+    // it is (restart_found); the recovery meeting waits for that (kRecoveryWaits).
     if (!restart_found()) throw;
     GPUBOX_LOG(WARNING) << "pass " << pass << ": " << e.what()
                         << "; a server restarted: going back to the last save with the others";
