@@ -224,6 +224,9 @@ class PsTrainer final : public Schedule {
   SaveLineage::Recovery choose_save(const std::string& what, int64_t pass,
                                     std::exception_ptr* failed);
   SaveLineage::Recovery read_chosen_save(const std::string& what, int64_t pass);
+  // One round of recover_together: every trainer drops its threads and accepts the restarts,
+  // all meet, and the save trainer 0 chose is returned (throws when it refused).
+  SaveLineage::Recovery meet_to_go_back(int64_t pass);
   // Trainer 0 at the job's start: the restart votes zeroed.
   Status reset_restart_votes();
   // The training threads dropped (their calls under way waited for, their failures not logged).

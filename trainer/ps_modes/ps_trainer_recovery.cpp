@@ -254,8 +254,41 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   return recovery;
 }
 
-std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
+SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   State& s = *state_;
+  // From here no thread of any trainer sends anything until the save is reloaded: each trainer
+  // drops its threads before it meets the others, and trainer 0 reloads after they met.
+  drop_workers();
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  const std::string pending = SaveLineage::describe_restarts(*s.servers);
+  std::string what =
+      restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
+  if (what.empty()) what = "another trainer of the job found a server restart";
+  restarts_found_.clear();
+  restart_agreed_ = false;
+  const std::string name = "ps/recover/" + std::to_string(++recoveries_);
+  const std::string meeting = "to go back to the last save together after " + what;
+  SaveLineage::Recovery recovery;
+  std::exception_ptr failed;
+  if (env_.trainer_id == 0) {
+    recovery = choose_save(what, pass, &failed);
+  } else {
+    s.servers->accept_restarts();
+  }
+  const double wait_s = kRecoveryWaits * config_.runner.collective_timeout_s;
+  if (failed) {
+    try {
+      meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
+    } catch (const Error&) {
+    }
+    std::rethrow_exception(failed);
+  }
+  meet(name, meeting, wait_s);
+  if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
+  return recovery;
+}
+
+std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
   if (!restart_found()) return std::nullopt;  // fails as before
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
                       << "; a server restarted: going back to the last save with the others";
@@ -276,35 +309,7 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
   } remake{*this};
   if (!restart_agreed_) vote_after_evaluation(pass);
   for (;;) {
-    // From here no thread of any trainer sends anything until the save is reloaded: each trainer
-    // drops its threads before it meets the others, and trainer 0 reloads after they met.
-    drop_workers();
-    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
-    const std::string pending = SaveLineage::describe_restarts(*s.servers);
-    std::string what =
-        restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
-    if (what.empty()) what = "another trainer of the job found a server restart";
-    restarts_found_.clear();
-    restart_agreed_ = false;
-    const std::string name = "ps/recover/" + std::to_string(++recoveries_);
-    const std::string meeting = "to go back to the last save together after " + what;
-    SaveLineage::Recovery recovery;
-    std::exception_ptr failed;
-    if (env_.trainer_id == 0) {
-      recovery = choose_save(what, pass, &failed);
-    } else {
-      s.servers->accept_restarts();
-    }
-    const double wait_s = kRecoveryWaits * config_.runner.collective_timeout_s;
-    if (failed) {
-      try {
-        meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
-      } catch (const Error&) {
-      }
-      std::rethrow_exception(failed);
-    }
-    meet(name, meeting, wait_s);
-    if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
+    const SaveLineage::Recovery recovery = meet_to_go_back(pass);
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
