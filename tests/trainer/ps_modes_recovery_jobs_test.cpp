@@ -196,6 +196,63 @@ class PsJobRecovery : public PsModes {
       EXPECT_EQ(recovered.epoch0_test_auc[1], recovered.epoch0_test_auc[0]);
     }
   }
+
+  // An async job of 2 trainers whose server 1 restarts in pass 1, with `keys`: trainer 0 refuses
+  // to go back to a save, the other trainer's error names `reason`, and each trainer keeps its
+  // training threads (the object stays usable).
+  static void refused_recovery_is_named_by_every_trainer(const std::vector<std::string>& keys,
+                                                         const std::string& reason) {
+    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=",
+                                    "runner.sync_mode=async",
+                                    "runner.epochs=2",
+                                    "runner.print_interval=20",
+                                    "runner.collective_timeout_s=20"};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
+    Servers shards(cfg, 2);
+    std::atomic<bool> restarted{false};
+    std::string errors[2];
+    bool has_threads[2] = {false, false};
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          TrainerEnv env;
+          env.servers = shards.endpoints();
+          env.trainer_id = w;
+          env.trainers = 2;
+          PsTrainer trainer(cfg, env);
+          RunHooks hooks;
+          if (w == 0) {
+            hooks.steps.on_progress = [&](const StepProgress& progress) {
+              if (progress.pass == 1 && progress.step == 20 && !restarted.exchange(true)) {
+                shards.restart(1);
+              }
+            };
+          }
+          try {
+            trainer.train("", hooks);
+          } catch (const std::exception& e) {
+            errors[w] = e.what();
+          }
+          (void)trainer.dense_values();  // thread 0's: throws when no thread is left
+          has_threads[w] = true;
+        } catch (const std::exception& e) {
+          errors[w] += std::string(" | after train(): ") + e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_TRUE(restarted.load());
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_NE(errors[w], "") << "trainer " << w;
+      EXPECT_TRUE(has_threads[w]) << "trainer " << w << ": " << errors[w];
+    }
+    EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (" + reason + ")"),
+              std::string::npos)
+        << errors[1];
+  }
 };
 
 TEST_F(PsJobRecovery, AsyncServerRestartedWithinAPassIsRepairedByBothTrainers) {
@@ -249,56 +306,16 @@ TEST_F(PsJobRecovery, GeoServerRestartedWithinAPassIsRepairedByBothTrainers) {
   job_ends_as_resumed_from_the_save("geo", RestartAt::kWithinPass, 1);
 }
 
-// runner.resume off: trainer 0 refuses to go back to a save, the other trainer's error names
-// that reason, and each trainer keeps its training threads (the object stays usable).
-TEST_F(PsJobRecovery, ARefusedRecoveryIsNamedByEveryTrainerAndKeepsItsThreads) {
-  const TrainerConfig cfg = ps_test_config(
-      {"runner.train_data_dir=" + (root_ / "train").string(),
-       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
-       "runner.model_save_path=" + (root_ / "job_recovery_refused").string(), "runner.resume=off",
-       "runner.epochs=2", "runner.print_interval=20", "runner.collective_timeout_s=20"});
-  Servers shards(cfg, 2);
-  std::atomic<bool> restarted{false};
-  std::string errors[2];
-  bool has_threads[2] = {false, false};
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = shards.endpoints();
-        env.trainer_id = w;
-        env.trainers = 2;
-        PsTrainer trainer(cfg, env);
-        RunHooks hooks;
-        if (w == 0) {
-          hooks.steps.on_progress = [&](const StepProgress& progress) {
-            if (progress.pass == 1 && progress.step == 20 && !restarted.exchange(true)) {
-              shards.restart(1);
-            }
-          };
-        }
-        try {
-          trainer.train("", hooks);
-        } catch (const std::exception& e) {
-          errors[w] = e.what();
-        }
-        (void)trainer.dense_values();  // thread 0's: throws when no thread is left
-        has_threads[w] = true;
-      } catch (const std::exception& e) {
-        errors[w] += std::string(" | after train(): ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_TRUE(restarted.load());
-  for (int w = 0; w < 2; ++w) {
-    EXPECT_NE(errors[w].find("runner.resume is off"), std::string::npos) << errors[w];
-    EXPECT_TRUE(has_threads[w]) << "trainer " << w << ": " << errors[w];
-  }
-  EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (runner.resume is off)"),
-            std::string::npos)
-      << errors[1];
+TEST_F(PsJobRecovery, ARecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {
+  refused_recovery_is_named_by_every_trainer(
+      {"runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "job_recovery_refused").string(), "runner.resume=off"},
+      "runner.resume is off");
+}
+
+TEST_F(PsJobRecovery, ARecoveryRefusedWithoutASaveIsNamedByEveryTrainer) {
+  refused_recovery_is_named_by_every_trainer({"runner.model_save_path="},
+                                             "this run made or loaded no save yet");
 }
 
 }  // namespace

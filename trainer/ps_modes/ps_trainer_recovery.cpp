@@ -30,12 +30,15 @@ constexpr const char* kRestartVotesTable = "ps_restart_votes";
 constexpr const char* kRecoveryTable = "ps_recovery";
 constexpr float kGoesBack = 1.0f;
 constexpr float kRefusedResumeOff = 2.0f;  // runner.resume: off
-constexpr float kRefused = 0.0f;           // no save yet, the run's recoveries spent, or else
+constexpr float kRefusedNoSave = 3.0f;     // no save made or loaded yet
+constexpr float kRefusedSpent = 4.0f;      // the run's recoveries spent
+constexpr float kRefused = 0.0f;           // another failure
 
 std::string refusal(float told) {
   if (told == kRefusedResumeOff) return "runner.resume is off";
-  return "this run has no complete save yet, or its servers restarted too often (trainer 0's "
-         "log, log/workerlog.0 under scripts/launch.sh, names which)";
+  if (told == kRefusedNoSave) return "this run made or loaded no save yet";
+  if (told == kRefusedSpent) return "the servers restarted too often in this run";
+  return "trainer 0's log, log/workerlog.0 under scripts/launch.sh, names why";
 }
 
 // How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
@@ -224,7 +227,10 @@ SaveLineage::Recovery PsTrainer::choose_save(const std::string& what, int64_t pa
   } catch (...) {
     *failed = std::current_exception();
     s.servers->accept_restarts();  // the others hear of it through the first server
-    outcome = config_.runner.resume == ResumeMode::kOff ? kRefusedResumeOff : kRefused;
+    outcome = config_.runner.resume == ResumeMode::kOff ? kRefusedResumeOff
+              : !s.lineage->has_save()                  ? kRefusedNoSave
+              : s.lineage->recoveries_spent()           ? kRefusedSpent
+                                                        : kRefused;
   }
   std::vector<float> told = {outcome, static_cast<float>(recovery.run_pass)};
   const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);

@@ -478,6 +478,8 @@ SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostT
   return Recovery{last_->dir, last_run_pass_};
 }
 
+bool SaveLineage::recoveries_spent() const { return recoveries_ > kMaxRecoveries; }
+
 std::string SaveLineage::save_dir_of(int64_t run_pass) const {
   if (last_ && last_run_pass_ == run_pass) return last_->dir;
   GPUBOX_EXPECTS(run_pass > 0 && !config_.runner.model_save_path.empty(),

@@ -193,6 +193,9 @@ class SaveLineage {
   // job's saves (this lineage knows none it did not load), so the newest under
   // runner.model_save_path is named by its folder.
   std::string rerun_outcome(bool writes_saves = true) const;
+  // Why go_back() refuses: no save made or loaded yet, the run's recoveries spent.
+  bool has_save() const { return last_.has_value(); }
+  bool recoveries_spent() const;
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.
