@@ -31,6 +31,13 @@ namespace gpubox::trainer::ps_modes::ps_test {
 
 namespace fs = std::filesystem;
 
+// How many times `what` occurs in `text` (a log, an error).
+inline std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 constexpr int kEpochs = 3;
 // Issue 16: each mode's test AUC within 0.02 of the planted model's.
 constexpr double kPlantedTolerance = 0.02;

@@ -6,9 +6,10 @@
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
 // lines printed once), or found during a save (the pass trained again, its lines written once),
 // or restarted during the reload (SaveLineage::recover_and_reload reloads again); an epoch's lines
-// after a reload count its passes as a resume from the save does. A job of several
-// trainers stops instead, both trainers naming the server and what a rerun does (a resumed job's
-// trainer 1 the save folder, not the save it loaded).
+// after a reload count its passes as a resume from the save does. A sync job of several trainers
+// stops instead, both trainers naming the server and what a rerun does (a resumed job's trainer 1
+// the save folder, not the save it loaded); async and geo jobs of several trainers are repaired
+// (ps_modes_recovery_jobs_test.cpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -38,6 +39,7 @@
 namespace gpubox::trainer::ps_modes {
 namespace {
 
+using ps_test::count;
 using ps_test::PsModes;
 
 struct Ran {
@@ -53,12 +55,6 @@ struct Ran {
 // step of pass 1 whose progress thread 0 reports (step 20: runner.print_interval).
 enum class RestartAt { kNever, kBetweenPasses, kWithinPass };
 constexpr int kBothServers = -1;  // a fleet restart: both servers at once
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 // What `run` printed (stdout) and logged (stderr); when it throws, its log is reported as a
 // failure and the exception thrown again.
@@ -198,14 +194,14 @@ class PsRecovery : public PsModes {
     EXPECT_EQ(recovered.test_auc, resumed.test_auc);
   }
 
-  // A job of 2 async trainers (`keys` added, `epochs` passes) against 2 servers, server 1
+  // A job of 2 sync trainers (`keys` added, `epochs` passes) against 2 servers, server 1
   // restarted after the first pass the run trains (pass 0, or the first after the save a resumed
   // run starts from): each trainer's error, then the restarted server's endpoint. Both trainers
   // stop with the several-trainers error.
   static std::vector<std::string> two_trainers_restarting(const std::vector<std::string>& keys,
                                                           int epochs = 2) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.test_data_dir=", "runner.sync_mode=sync",
                                     "runner.save_mode=checkpoint",
                                     "runner.epochs=" + std::to_string(epochs)};
     all.insert(all.end(), keys.begin(), keys.end());
@@ -248,7 +244,8 @@ class PsRecovery : public PsModes {
     EXPECT_TRUE(restarted.load());
     // Both trainers find the restart and stop with the several-trainers error.
     for (const std::string& e : errors) {
-      EXPECT_NE(e.find("A job of 2 trainers is not repaired in the run"), std::string::npos) << e;
+      EXPECT_NE(e.find("A sync job of 2 trainers is not repaired in the run"), std::string::npos)
+          << e;
     }
     errors.push_back(shards.endpoints().substr(shards.endpoints().find(',') + 1));
     return errors;
@@ -483,8 +480,9 @@ TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
   EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
 }
 
-// Several trainers cannot all go back to the same save together: the trainer that finds the
-// restart stops naming the server and how to resume; the job ends.
+// The trainers of a sync job wait for each other at every step: they cannot all go back to the
+// same save together, so the trainer that finds the restart stops naming the server and how to
+// resume; the job ends.
 TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
   const std::string saves = (root_ / "recovery_two_trainers").string();
   const std::vector<std::string> errors =

@@ -71,6 +71,10 @@ class Servers {
     servers_[at] = std::move(server).value();
   }
   table::SparseTable& table(int i) { return *tables_.at(static_cast<std::size_t>(i)); }
+  // BARRIER waits open on server i now (its counters' gauge).
+  uint64_t barrier_waiters(int i) const {
+    return servers_.at(static_cast<std::size_t>(i))->counters().barrier_waiters;
+  }
 
  private:
   std::vector<std::unique_ptr<table::SparseTable>> tables_;

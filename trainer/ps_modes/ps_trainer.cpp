@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <random>
+#include <sstream>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -38,8 +39,10 @@ using table::server::DenseAction;
 using table::server::RemoteHostTier;
 
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
-// succeeded, else 0; the pass it goes on with}.
+// succeeded, 2 when it failed on a server restart (kRestartOutcome), else 0; the pass it goes on
+// with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
+constexpr float kRestartOutcome = 2.0f;
 // The sync mode's job id (MergedPushes::join_job), drawn by trainer 0 at the job's start: 4
 // floats of 16 bits each (exact in a float).
 constexpr const char* kJobIdTable = "ps_sync_job";
@@ -176,6 +179,7 @@ void PsTrainer::start_job() {
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
+        throw_if_error(reset_restart_votes());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
           throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
@@ -207,22 +211,33 @@ std::vector<float> PsTrainer::dense_values() const {
   return state_->workers.at(0)->model().parameters().values_to_host();
 }
 
-void PsTrainer::meet(const std::string& name, const std::string& what) {
+void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
   if (env_.trainers == 1) return;
-  throw_if_error(
-      state_->servers
-          ->barrier(name, static_cast<uint32_t>(env_.trainers), config_.runner.collective_timeout_s)
-          .with_context("trainer " + std::to_string(env_.trainer_id) + ": waiting for all " +
-                        std::to_string(env_.trainers) + " trainers " + what +
-                        " (runner.collective_timeout_s=" +
-                        std::to_string(config_.runner.collective_timeout_s) +
-                        " s): a trainer died or is stuck"));
+  const double collective_s = config_.runner.collective_timeout_s;
+  std::ostringstream limit;  // seconds as written in a config: 20, 2.5
+  if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
+  if (timeout_s >= 0) limit << timeout_s << " s";
+  if (timeout_s < 0) timeout_s = collective_s;
+  const Status met =
+      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
+  if (met.ok()) return;
+  // A barrier is not retried: its wait ran out (the server's answer, or no reply before the
+  // client's deadline), or the first server, which holds it, was lost or restarted meanwhile.
+  const bool waited_out = met.code() == Status::Code::kDeadlineExceeded ||
+                          met.message().find("no reply before the deadline") != std::string::npos;
+  const std::string cause =
+      waited_out ? "a trainer died or is stuck"
+                 : "the first server, which holds the barrier, was lost or restarted";
+  throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
+                                  ": waiting for all " + std::to_string(env_.trainers) +
+                                  " trainers " + what + " (" + limit.str() + "): " + cause));
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
   State& s = *state_;
   std::exception_ptr failed;
+  bool first_restarted = false;  // the first server, which holds the barrier below
   if (env_.trainer_id == 0) {
     try {
       part();
@@ -230,15 +245,34 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       failed = std::current_exception();
     }
     if (env_.trainers > 1) {
-      std::vector<float> outcome = {failed ? 0.0f : 1.0f, static_cast<float>(pass_id_)};
+      // A part that failed on a server restart tells the others so: the job goes back to the
+      // last save together (recover).
+      const bool restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
+      std::vector<float> outcome = {failed ? (restarted ? kRestartOutcome : 0.0f) : 1.0f,
+                                    static_cast<float>(pass_id_)};
+      // The restarts are accepted now (this trainer's threads send nothing during a save or a
+      // reload; recover reloads the servers), so that the outcome goes to the first server as it
+      // is now. The others hear of a restart of the first server at their own call to it (the
+      // barrier below, cut or refused), not from the outcome, and go to recover's meeting.
+      if (restarted && repairs_together()) {
+        first_restarted = first_server_restarted(*s.servers);
+        restarts_found_ = SaveLineage::describe_restarts(*s.servers);
+        restart_agreed_ = true;
+        s.servers->accept_restarts();
+      }
       const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
       if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
     }
   }
   if (failed) {
-    try {
-      meet(name, what);  // the others learn of the failure now, not at their timeout
-    } catch (const Error&) {
+    // The others learn of the failure now, not at their timeout; after a restart of the first
+    // server nobody comes to the barrier on its new instance (the others' calls to the old one
+    // failed), and this trainer goes to recover's meeting at once.
+    if (!first_restarted) {
+      try {
+        meet(name, what);
+      } catch (const Error&) {
+      }
     }
     std::rethrow_exception(failed);
   }
@@ -247,6 +281,10 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
   std::vector<float> outcome(2, 0.0f);
   throw_if_error(s.servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
                      .with_context("reading trainer 0's outcome " + what));
+  if (outcome[0] == kRestartOutcome && repairs_together()) {
+    restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
+    GPUBOX_FAIL("trainer 0 found a server restart ", what);
+  }
   GPUBOX_EXPECTS(outcome[0] == 1.0f, "trainer 0 failed ", what,
                  " (its log, log/workerlog.0 under scripts/launch.sh, names why)");
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
@@ -296,52 +334,6 @@ void PsTrainer::accumulate_pass_metrics(std::vector<double>* sums) const {
 }
 
 void PsTrainer::set_step_hooks(const StepHooks& hooks) { state_->hooks = hooks; }
-
-std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
-  State& s = *state_;
-  // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
-  // a server was down saw none, and the pass fails naming it even if the server is back as
-  // another instance by now: asking the servers again then would race the server's return.
-  if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
-  if (env_.trainers > 1) {
-    // Every restarted server named.
-    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
-    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
-    // The failed call's error says more only when it is not the restart itself.
-    const std::string failure = error.message();
-    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
-    GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A job of ", env_.trainers,
-                " trainers is not repaired in the run: they find a restart at different points "
-                "and cannot all go back to the same save together, so the job stops; ",
-                s.lineage->rerun_outcome(env_.trainer_id == 0),
-                says_more ? " (" + failure + ")" : "");
-  }
-  // The order matters: the old threads are dropped (the row calls and dense add they still had
-  // queued not sent, those under way waited for, their failures expected and not logged:
-  // PsWorker::abandon) after every server was asked who it is and before the restarts are
-  // accepted, so that none of their pushes lands on an accepted server before the reload (to a
-  // restart not yet accepted, a call under way fails Aborted); only then are the restarts
-  // accepted and new threads made. A thread whose server call failed is unusable (PsWorker), and
-  // the restarted servers lost the job's tables: the job starts again as a resume in a new
-  // process starts it, from the save.
-  const auto drop_workers = [&s] {
-    for (auto& worker : s.workers) worker->abandon();
-    s.workers.clear();
-    s.pushes.reset();
-  };
-  const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
-      error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
-      [this](const SaveLineage::Recovery& r) {
-        make_workers();
-        start_job();
-        pass_id_ = r.run_pass;
-        load(r.dir);
-      },
-      drop_workers);
-  GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
-                   << "; training again from pass " << pass_id_;
-  return pass_id_;
-}
 
 // A cache made once is kept (a later train() or evaluate may still be served by it).
 void PsTrainer::plan_pass_cache(int64_t loads) {

@@ -61,12 +61,34 @@
 // is loaded (the servers' rows and dense table, every thread's dense optimizer state), as a
 // resume from that save in a new process does. Every server is asked who it is first, so that
 // servers restarted together are all reloaded at once; the old threads are dropped before the
-// restarts are accepted (none of their calls lands on a server before its reload). A job of
-// several trainers is not repaired: they find a restart at different points and would have to go
-// back to the same pass together (the gpubox mode refuses it too); its trainer stops with an
-// error naming the server and what running the job again does (SaveLineage::rerun_outcome). A
-// server that was down when a call failed (no restart seen), and any other error, fail the pass
-// as before.
+// restarts are accepted (none of their calls lands on a server before its reload).
+//
+// An async or geo job of several trainers goes back together (ps_trainer_recovery.cpp): its
+// trainers find a restart at different points (or one of them alone), so they agree first, then
+// all go back to trainer 0's last complete save. A trainer whose pass failed on a restart does not
+// leave the job: it meets the others at the pass's end, where every trainer votes (a table of the
+// first server) whether it found one, and goes back when any did (the vote rides on the meeting
+// where the trainers agree on a stop, which every pass of several trainers has: it costs one
+// read of a small table a pass, and the vote's write, no barrier); a restart found between passes
+// (an epoch's evaluation, the last epoch's too) is voted for the next pass, read by every trainer
+// at a meeting right after the evaluation (one more barrier an evaluation: Schedule::
+// agree_after_evaluation); trainer 0 tells the others when its save found one. A restart of the
+// first server, which holds the votes and barriers, needs no vote: every trainer finds it at its
+// next call to it. Going back: every trainer drops its threads and accepts the restarts, all
+// meet, trainer 0 chooses the save (its lineage: runner.resume, at most 3 a run) and tells the
+// others its pass (each loads that save's folder: trainer 0 wrote it), then the job starts again
+// and the save is loaded as at a resume (trainer 0 reloads the servers while the others wait), so
+// no trainer pushes before the reload is complete; every trainer trains from the pass after it. A
+// restart found during that reload goes back again. A trainer that waited out the vote or the
+// meeting after an evaluation with a restart known (another one came late) goes to the meeting all
+// the same, which waits 3 x runner.collective_timeout_s; one that cannot meet the others (one died,
+// or it found only a server that is still down) stops there, as before. A sync job of several
+// trainers still stops with an error naming the server and what running the job again does
+// (SaveLineage::rerun_outcome): its trainers wait for each other at every step's barrier, where
+// those whose step reached the restarted server before it restarted would wait out
+// runner.collective_timeout_s for the one whose step failed, and the server lost the step parts it
+// held; the gpubox mode refuses several trainers too. A server that was down when a call failed (no
+// restart seen), and any other error, fail the pass as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
@@ -77,6 +99,7 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -153,19 +176,61 @@ class PsTrainer final : public Schedule {
   void set_step_hooks(const StepHooks& hooks) override;
   // A server restart (see the file comment): the pass to train again, after the last save was
   // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
-  // repaired in the run (several trainers, no save, runner.resume off).
+  // repaired in the run (a sync job of several trainers, no save, runner.resume off).
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
+  // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
+  // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
+  // found (recover() then goes back with all of them). One barrier an evaluation.
+  void agree_after_evaluation(int64_t pass) override;
 
  private:
   struct State;
-  // Every trainer waits at server barrier `name` (`what` names it in the timeout's error).
-  void meet(const std::string& name, const std::string& what);
+  // Every trainer waits at server barrier `name` (`what` names it in the timeout's error) for at
+  // most `timeout_s` (< 0: runner.collective_timeout_s).
+  void meet(const std::string& name, const std::string& what, double timeout_s = -1.0);
   // `part` runs on trainer 0 while the others wait at barrier `name`; every trainer then
   // throws when it failed (trainer 0 its error, the others one naming `what`), or when trainer
   // 0 goes on with another pass than this trainer.
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // Recovery from a server restart (ps_trainer_recovery.cpp). Whether the trainers of this job
+  // go back to the last save together (several trainers, async or geo; see the file comment).
+  bool repairs_together() const;
+  // The end of pass `pass`, in a job that repairs together: every trainer votes whether it
+  // `found` a server restart in the pass; true when any did (or the first server restarted:
+  // every trainer finds that at its next call to it), and then recover() goes back.
+  // `meet_all` is the pass's meeting at its end (PsPassStop's): every trainer casts its vote
+  // before it, and reads the votes after it.
+  bool agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all);
+  // This trainer's vote for a restart found in pass `pass` (or before it, after the one before),
+  // and whether any trainer voted for one in `pass`.
+  void vote_restart(int64_t pass);
+  bool restart_voted(int64_t pass);
+  // Whether a server restart is known here: agreed (the vote, trainer 0's outcome), pending in
+  // this trainer's client, or found by asking every server who it is.
+  bool restart_found();
+  // recover() of a job that repairs together: every trainer meets, trainer 0 chooses the save,
+  // all reload it (start_job, load) and go on with the pass after it.
+  std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // recover_together's first step when no restart was agreed yet (this trainer's own calls found
+  // one after pass `pass`'s vote: an epoch's evaluation): its vote for the pass after, cast before
+  // it meets the others after the evaluation, unless the first server restarted (every trainer
+  // finds that itself).
+  void vote_after_evaluation(int64_t pass);
+  // recover_together's rendezvous: trainer 0 chooses the save (its lineage) and tells the others
+  // before they meet (`failed`: its refusal, told too); the others read it after they met, and
+  // check that its folder holds that pass's save.
+  SaveLineage::Recovery choose_save(const std::string& what, int64_t pass,
+                                    std::exception_ptr* failed);
+  SaveLineage::Recovery read_chosen_save(const std::string& what, int64_t pass);
+  // One round of recover_together: every trainer drops its threads and accepts the restarts,
+  // all meet, and the save trainer 0 chose is returned (throws when it refused).
+  SaveLineage::Recovery meet_to_go_back(int64_t pass);
+  // Trainer 0 at the job's start: the restart votes zeroed.
+  Status reset_restart_votes();
+  // The training threads dropped (their calls under way waited for, their failures not logged).
+  void drop_workers();
   // The stop flag when this trainer is alone (several stop together, in a pass: PsPassStop).
   const std::atomic<bool>* alone_stop_flag() const;
   // data.load_into_memory(), stopped when asked (alone): throws PassStopped(pass, what).
@@ -199,6 +264,12 @@ class PsTrainer final : public Schedule {
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
+  // A job that repairs together: the job agreed that a server restarted (the pass's vote,
+  // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
+  // (named in its warning).
+  bool restart_agreed_ = false;
+  std::string restarts_found_;
+  int recoveries_ = 0;  // recover_together's rendezvous so far (the same on every trainer)
 };
 
 }  // namespace gpubox::trainer::ps_modes

@@ -2,6 +2,7 @@
 // count, every training thread's steps, and the pass's report.
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -442,16 +443,32 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   std::size_t steps_taken = 0;
   PsPassStop stop(*s.servers, env_.trainer_id, env_.trainers, s.hooks.stop_flag, pass);
   // The steps taken before a stream's failure stay taken: a streamed pass is never whole in
-  // memory to be checked first.
+  // memory to be checked first. A server restart found in the pass, in a job whose trainers go
+  // back to the last save together, is voted on at the pass's end, at the meeting where every
+  // trainer agrees on a stop (agree_on_restart), and recover() goes back with all of them.
+  std::exception_ptr restarted;
   try {
     steps_taken = train_threads(data, pass, stop);
   } catch (const Error&) {
     if (data.stream != nullptr) data.check_stream(pass);
-    throw;
+    if (!repairs_together() || !restart_found()) throw;
+    restarted = std::current_exception();
   }
-  if (stop.pass_stopped([&] {
-        meet("ps/stop/" + std::to_string(pass), "at the end of pass " + std::to_string(pass));
-      })) {
+  const std::string p = std::to_string(pass);
+  bool stopped = false;
+  const auto meet_at_end = [&] {
+    stopped = stop.pass_stopped([&] { meet("ps/stop/" + p, "at the end of pass " + p); });
+  };
+  if (!repairs_together()) {
+    meet_at_end();
+  } else if (agree_on_restart(pass, restarted != nullptr, meet_at_end)) {
+    if (data.stream != nullptr) data.stream->abort("a server restarted");
+    if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read
+    pass_id_ = pass;
+    if (restarted) std::rethrow_exception(restarted);
+    GPUBOX_FAIL("pass ", pass, ": another trainer of the job found a server restart in it");
+  }
+  if (stopped) {
     if (data.stream != nullptr) data.stream->abort("the run was asked to stop");
     if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read
     pass_id_ = pass;

@@ -23,6 +23,15 @@ namespace gpubox::trainer::ps_modes {
 inline constexpr const char* kProgressTable = "ps_sync_progress";
 inline constexpr const char* kBatchesTable = "ps_sync_batches";
 
+// Whether the first server, which holds the job's barriers and small tables, is among the
+// restarts `servers` found and has not accepted yet.
+inline bool first_server_restarted(const table::server::RemoteHostTier& servers) {
+  for (const auto& restart : servers.pending_restarts()) {
+    if (restart.endpoint == 0) return true;
+  }
+  return false;
+}
+
 struct PsTrainer::State {
   device::CardSet cards;
   std::unique_ptr<table::server::RemoteHostTier> servers;

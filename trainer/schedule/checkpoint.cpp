@@ -449,7 +449,12 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
   // The failed call named the first restarted server it met; the others are found now, so that
   // they are all named and accepted together, before one reload.
   find_restarts(host, config_.host_tier.remote.connect_timeout_s);
-  const std::string what = describe_restarts(host);
+  return go_back(describe_restarts(host), host, open, pass, before_accept);
+}
+
+SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostTier& host,
+                                           OpenPass open, int64_t pass,
+                                           const std::function<void()>& before_accept) {
   if (open == OpenPass::kFails) {
     GPUBOX_FAIL("pass ", pass, ": ", what,
                 ". Found while the pass was open (its rows trained on the cards, the write-back "
@@ -471,6 +476,16 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
   if (before_accept) before_accept();
   as_remote(host)->accept_restarts();
   return Recovery{last_->dir, last_run_pass_};
+}
+
+bool SaveLineage::recoveries_spent() const { return recoveries_ > kMaxRecoveries; }
+
+std::string SaveLineage::save_dir_of(int64_t run_pass) const {
+  if (last_ && last_run_pass_ == run_pass) return last_->dir;
+  GPUBOX_EXPECTS(run_pass > 0 && !config_.runner.model_save_path.empty(),
+                 "no save of this run stands for pass ", run_pass, " (trainer 0 goes back to it)");
+  return normalized(
+      (fs::path(config_.runner.model_save_path) / std::to_string(run_pass - 1)).string());
 }
 
 SaveLineage::Recovery SaveLineage::recover_and_reload(

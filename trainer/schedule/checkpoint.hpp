@@ -22,7 +22,8 @@
 // the cards, the write-back under way), it stops the run with an error naming the server and the
 // pass; running the command again resumes from the last save. A PS-mode pass holds nothing the
 // servers do not (every update goes to them as it is made): found within one, the pass is
-// retried from the last save too (ps_modes/ps_trainer.hpp).
+// retried from the last save too, by every trainer of an async or geo job together
+// (ps_modes/ps_trainer.hpp).
 //
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
@@ -155,6 +156,18 @@ class SaveLineage {
   };
   Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
                    const std::function<void()>& before_accept = {});
+  // recover() once the restarts are known and named by `what` (the restarts this trainer's
+  // servers report, or, in a job of several trainers, what another trainer found): the checks
+  // (runner.resume, a save to go back to, the run's recoveries), the warning, `before_accept`,
+  // the restarts accepted; returns the save to reload. Throws naming `what` and what running the
+  // command again does when the run cannot go back.
+  Recovery go_back(const std::string& what, table::HostTier& host, OpenPass open, int64_t pass,
+                   const std::function<void()>& before_accept = {});
+  // The folder of the save a job of several trainers goes back to, which trainer 0 chose and
+  // names by its trainer's pass `run_pass` (Recovery::run_pass): the save this trainer restored
+  // when it stands for that pass (the one the run started from), else the save of pass
+  // run_pass - 1 under runner.model_save_path, which trainer 0 wrote.
+  std::string save_dir_of(int64_t run_pass) const;
   // recover(), then `reload` of what it returned (the trainer reloads the save into the
   // servers); a restart found during the reload (a staggered fleet restart: a server that did
   // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
@@ -180,6 +193,9 @@ class SaveLineage {
   // job's saves (this lineage knows none it did not load), so the newest under
   // runner.model_save_path is named by its folder.
   std::string rerun_outcome(bool writes_saves = true) const;
+  // Why go_back() refuses: no save made or loaded yet, the run's recoveries spent.
+  bool has_save() const { return last_.has_value(); }
+  bool recoveries_spent() const;
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.

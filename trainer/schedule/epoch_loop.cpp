@@ -123,6 +123,9 @@ void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
     return;
   }
   const EvalResult test = schedule.evaluate(plan.test_files, false);
+  // Every trainer of a job hears here of a restart another one's evaluation found (the last
+  // epoch's too: no pass comes after it), before this one's results are published.
+  schedule.agree_after_evaluation(pass);
   if (schedule.prints()) {
     std::printf("epoch: %lld, test auc: %.6f, test logloss: %.6f, test examples: %.0f\n",
                 static_cast<long long>(epoch), test.metrics.auc, test.metrics.logloss,

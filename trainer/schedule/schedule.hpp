@@ -150,6 +150,11 @@ class Schedule {
   virtual void settle() {}
 
   virtual EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions) = 0;
+  // Right after the evaluation of the epoch that ended with pass `pass`, before its results are
+  // printed (the epoch loop's, in its try): a schedule whose trainers go back to a save together
+  // agrees whether any of them found a server restart in it, and throws when one did (recover()
+  // then goes back with all of them). Default: nothing to agree.
+  virtual void agree_after_evaluation(int64_t pass) { (void)pass; }
   virtual void save(const std::string& dir) = 0;
   virtual void load(const std::string& dir) = 0;
 

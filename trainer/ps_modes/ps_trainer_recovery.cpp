@@ -1,0 +1,338 @@
+// PsTrainer's recovery from a restarted server (ps_trainer.hpp, its file comment): one trainer
+// alone, or the trainers of an async or geo job together; a sync job of several refuses.
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/ps_modes/ps_trainer_state.hpp"
+#include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+
+// Per trainer, pass + 1 of the pass in which it found a server restart (found in an epoch's
+// evaluation, after the epoch's last pass: the next one); 0 while none since the job's start
+// (start_job zeroes it, and a trainer votes at most once before the job starts again after the
+// restart).
+constexpr const char* kRestartVotesTable = "ps_restart_votes";
+// What trainer 0 tells the others once every trainer met to go back: {kGoesBack, or why it
+// refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
+constexpr const char* kRecoveryTable = "ps_recovery";
+constexpr float kGoesBack = 1.0f;
+constexpr float kRefusedResumeOff = 2.0f;  // runner.resume: off
+constexpr float kRefusedNoSave = 3.0f;     // no save made or loaded yet
+constexpr float kRefusedSpent = 4.0f;      // the run's recoveries spent
+constexpr float kRefused = 0.0f;           // another failure
+
+std::string refusal(float told) {
+  if (told == kRefusedResumeOff) return "runner.resume is off";
+  if (told == kRefusedNoSave) return "this run made or loaded no save yet";
+  if (told == kRefusedSpent) return "the servers restarted too often in this run";
+  return "trainer 0's log, log/workerlog.0 under scripts/launch.sh, names why";
+}
+
+// How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
+// the barriers a trainer may have waited out before it found the restart itself (the pass's vote
+// or the meeting after an evaluation, where a trainer that found nothing yet gets to late), and
+// one for the meeting.
+constexpr double kRecoveryWaits = 3.0;
+
+}  // namespace
+
+std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
+  State& s = *state_;
+  if (repairs_together()) return recover_together(error, pass);
+  // Only a restart a call saw (Aborted, naming the server) is repaired. A call that failed while
+  // a server was down saw none, and the pass fails naming it even if the server is back as
+  // another instance by now: asking the servers again then would race the server's return.
+  if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
+  if (env_.trainers > 1) {
+    // Every restarted server named.
+    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
+    // The failed call's error says more only when it is not the restart itself.
+    const std::string failure = error.message();
+    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
+    GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A sync job of ", env_.trainers,
+                " trainers is not repaired in the run: its trainers wait for each other at every "
+                "step's server barrier, where those whose step reached the server before it "
+                "restarted wait out runner.collective_timeout_s for the one whose step failed, "
+                "and the restarted server lost the step it held; so the job stops; ",
+                s.lineage->rerun_outcome(env_.trainer_id == 0),
+                says_more ? " (" + failure + ")" : "");
+  }
+  // The order matters: the old threads are dropped (the row calls and dense add they still had
+  // queued not sent, those under way waited for, their failures expected and not logged:
+  // PsWorker::abandon) after every server was asked who it is and before the restarts are
+  // accepted, so that none of their pushes lands on an accepted server before the reload (to a
+  // restart not yet accepted, a call under way fails Aborted); only then are the restarts
+  // accepted and new threads made. A thread whose server call failed is unusable
+  // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
+  // resume in a new process starts it, from the save.
+  const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
+      error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
+      [this](const SaveLineage::Recovery& r) {
+        make_workers();
+        start_job();
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      },
+      [this] { drop_workers(); });
+  GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
+                   << "; training again from pass " << pass_id_;
+  return pass_id_;
+}
+
+bool PsTrainer::repairs_together() const {
+  return env_.trainers > 1 && config_.runner.sync_mode != SyncMode::kSync;
+}
+
+Status PsTrainer::reset_restart_votes() {
+  std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+  return state_->servers->dense(DenseAction::kWrite, kRestartVotesTable, &zeros)
+      .with_context("resetting the servers' table " + std::string(kRestartVotesTable));
+}
+
+void PsTrainer::drop_workers() {
+  State& s = *state_;
+  for (auto& worker : s.workers) worker->abandon();
+  s.workers.clear();
+  s.pushes.reset();
+}
+
+bool PsTrainer::restart_found() {
+  State& s = *state_;
+  if (restart_agreed_ || !SaveLineage::describe_restarts(*s.servers).empty()) return true;
+  // A call cut off as its server went down and came back (a barrier of the first server is not
+  // retried) found no restart itself: every server is asked who it is now.
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  return !SaveLineage::describe_restarts(*s.servers).empty();
+}
+
+void PsTrainer::vote_restart(int64_t pass) {
+  std::vector<float> vote(static_cast<std::size_t>(env_.trainers), 0.0f);
+  vote[static_cast<std::size_t>(env_.trainer_id)] = static_cast<float>(pass + 1);
+  throw_if_error(
+      state_->servers->dense(DenseAction::kAdd, kRestartVotesTable, &vote)
+          .with_context("voting that a server restarted in pass " + std::to_string(pass)));
+}
+
+bool PsTrainer::restart_voted(int64_t pass) {
+  std::vector<float> votes(static_cast<std::size_t>(env_.trainers), 0.0f);
+  throw_if_error(
+      state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes)
+          .with_context("reading the votes on a server restart in pass " + std::to_string(pass)));
+  const float mark = static_cast<float>(pass + 1);
+  return std::any_of(votes.begin(), votes.end(), [mark](float v) { return v == mark; });
+}
+
+void PsTrainer::agree_after_evaluation(int64_t pass) {
+  if (!repairs_together()) return;
+  const std::string p = std::to_string(pass);
+  bool voted = false;
+  try {
+    // Every vote for a restart found in this evaluation is cast before its trainer meets here
+    // (recover_together): every trainer reads the same ones.
+    meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
+    voted = restart_voted(pass + 1);
+  } catch (const Error&) {
+    // As at the pass's vote (agree_on_restart): a trainer that cannot meet the others here goes
+    // back with them when a restart is known, and fails as before when none is.
+    if (!restart_found()) throw;
+    restart_agreed_ = true;
+    throw;
+  }
+  if (!voted) return;
+  restart_agreed_ = true;
+  GPUBOX_FAIL("after the evaluation of pass ", pass,
+              ": another trainer of the job found a server restart in it");
+}
+
+bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all) {
+  State& s = *state_;
+  const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  try {
+    if (found) {
+      // A restart of the first server, which holds the votes and the barriers, is the vote's
+      // answer: every trainer finds it at its next call to it (this vote's, at the latest).
+      SaveLineage::find_restarts(*s.servers, timeout_s);
+      if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
+      vote_restart(pass);
+    }
+    // Every vote is cast before its trainer meets: every trainer reads the same ones.
+    meet_all();
+    found = restart_voted(pass) || found;
+  } catch (const Error& e) {
+    // The vote's own calls found the first server restarted (or lost it as it restarted), or
+    // this trainer found a restart and waited out another trainer late to the meeting: with a
+    // restart known, this trainer goes back. The late one meets nobody (this one left), waits
+    // out its own timeout, and goes back too when it finds a restart by asking every server who
+    // it is (restart_found); the recovery meeting waits for that (kRecoveryWaits).
+    if (!restart_found()) throw;
+    GPUBOX_LOG(WARNING) << "pass " << pass << ": " << e.what()
+                        << "; a server restarted: going back to the last save with the others";
+    found = true;
+  }
+  restart_agreed_ = found;
+  return found;
+}
+
+void PsTrainer::vote_after_evaluation(int64_t pass) {
+  State& s = *state_;
+  // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
+  // others hear of it where every trainer meets after the evaluation (agree_after_evaluation),
+  // this one with its vote for the pass after. A restart of the first server, which holds the
+  // votes and the barriers, needs no vote: every trainer finds it at its next call to it
+  // (every server is asked who it is first). Trainer 0's save tells the others itself.
+  drop_workers();
+  const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  SaveLineage::find_restarts(*s.servers, timeout_s);
+  bool voted = false;
+  if (!first_server_restarted(*s.servers)) {
+    const std::string p = std::to_string(pass);
+    try {
+      vote_restart(pass + 1);
+      voted = true;
+      meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
+    } catch (const Error& e) {
+      // The first server restarted since it was asked (every trainer finds that itself), or the
+      // vote is cast and another trainer came late to the meeting: it does not read the vote
+      // when this one waited it out, and finds the restart itself (agree_after_evaluation's
+      // restart_found asks every server who it is); the recovery meeting waits for it. A vote
+      // not cast on a first server still there is heard by nobody: the job stops here.
+      SaveLineage::find_restarts(*s.servers, timeout_s);
+      if (!voted && !first_server_restarted(*s.servers)) throw;
+      GPUBOX_LOG(WARNING) << e.what() << "; going back to the last save with the others";
+    }
+  }
+  restart_agreed_ = true;
+}
+
+SaveLineage::Recovery PsTrainer::choose_save(const std::string& what, int64_t pass,
+                                             std::exception_ptr* failed) {
+  State& s = *state_;
+  SaveLineage::Recovery recovery;
+  float outcome = kGoesBack;
+  try {
+    recovery = s.lineage->go_back(what, *s.servers, SaveLineage::OpenPass::kRetried, pass);
+  } catch (...) {
+    *failed = std::current_exception();
+    s.servers->accept_restarts();  // the others hear of it through the first server
+    outcome = config_.runner.resume == ResumeMode::kOff ? kRefusedResumeOff
+              : !s.lineage->has_save()                  ? kRefusedNoSave
+              : s.lineage->recoveries_spent()           ? kRefusedSpent
+                                                        : kRefused;
+  }
+  std::vector<float> told = {outcome, static_cast<float>(recovery.run_pass)};
+  const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);
+  if (!*failed) throw_if_error(written.with_context("telling the other trainers the save"));
+  return recovery;
+}
+
+SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64_t pass) {
+  State& s = *state_;
+  std::vector<float> told(2, 0.0f);
+  throw_if_error(s.servers->dense(DenseAction::kRead, kRecoveryTable, &told)
+                     .with_context("reading the save trainer 0 goes back to"));
+  GPUBOX_EXPECTS(told[0] == kGoesBack, "pass ", pass, ": ", what,
+                 "; trainer 0 cannot go back to a save (", refusal(told[0]),
+                 "), so the job stops; ", s.lineage->rerun_outcome(false));
+  SaveLineage::Recovery recovery;
+  recovery.run_pass = std::lround(told[1]);
+  recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
+  // The folder is named by its pass (save_dir_of): what it holds must be that pass's save.
+  const int64_t saved = plan_restore(recovery.dir, false).save().manifest.pass;
+  GPUBOX_EXPECTS(saved == recovery.run_pass, "pass ", pass,
+                 ": trainer 0 goes back to the save of pass ", recovery.run_pass - 1, " and ",
+                 recovery.dir, " holds the save of pass ", saved - 1,
+                 ": every trainer must see the saves trainer 0 writes (a folder they share)");
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". Reloading " << recovery.dir
+                      << " with every trainer of the job and training the passes after it again";
+  return recovery;
+}
+
+SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
+  State& s = *state_;
+  // From here no thread of any trainer sends anything until the save is reloaded: each trainer
+  // drops its threads before it meets the others, and trainer 0 reloads after they met.
+  drop_workers();
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  const std::string pending = SaveLineage::describe_restarts(*s.servers);
+  std::string what =
+      restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
+  if (what.empty()) what = "another trainer of the job found a server restart";
+  restarts_found_.clear();
+  restart_agreed_ = false;
+  const std::string name = "ps/recover/" + std::to_string(++recoveries_);
+  const std::string meeting = "to go back to the last save together after " + what;
+  SaveLineage::Recovery recovery;
+  std::exception_ptr failed;
+  if (env_.trainer_id == 0) {
+    recovery = choose_save(what, pass, &failed);
+  } else {
+    s.servers->accept_restarts();
+  }
+  const double wait_s = kRecoveryWaits * config_.runner.collective_timeout_s;
+  if (failed) {
+    try {
+      meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
+    } catch (const Error&) {
+    }
+    std::rethrow_exception(failed);
+  }
+  meet(name, meeting, wait_s);
+  if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
+  return recovery;
+}
+
+std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
+  if (!restart_found()) return std::nullopt;  // fails as before
+  GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
+                      << "; a server restarted: going back to the last save with the others";
+  // A recovery that fails or is refused leaves the trainer with training threads, as it found
+  // it (their servers' restarts accepted): the object stays usable (an evaluation, train()).
+  struct RemakeOnThrow {
+    PsTrainer& trainer;
+    const int uncaught = std::uncaught_exceptions();
+    ~RemakeOnThrow() {
+      if (std::uncaught_exceptions() == uncaught) return;
+      try {
+        trainer.make_workers();
+      } catch (const std::exception& e) {
+        GPUBOX_LOG(WARNING) << "making the training threads again after a failed recovery: "
+                            << e.what();
+      }
+    }
+  } remake{*this};
+  if (!restart_agreed_) vote_after_evaluation(pass);
+  for (;;) {
+    const SaveLineage::Recovery recovery = meet_to_go_back(pass);
+    pass_id_ = recovery.run_pass;
+    try {
+      make_workers();
+      start_job();
+      load(recovery.dir);
+    } catch (const Error&) {
+      // A server that restarted during the reload: every trainer goes back again (trainer 0's
+      // lineage gives up after a few); any other failure stops the job.
+      if (!restart_found()) throw;
+      continue;
+    }
+    GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
+                     << " with the job's " << env_.trainers
+                     << " trainers; training again from pass " << pass_id_;
+    return pass_id_;
+  }
+}
+
+}  // namespace gpubox::trainer::ps_modes
