@@ -43,8 +43,9 @@ constexpr double kAucBound = 0.01;
 // Where server `server` of 2 restarts in pass 1 of 2.
 enum class RestartAt {
   kNever,
-  kBetweenPasses,  // after pass 0's save (trainer 0's on_pass)
-  kWithinPass,     // at step 20 of pass 1 (trainer 0's progress)
+  kWithinFirstPass,  // at step 20 of pass 0, before the run's first save
+  kBetweenPasses,    // after pass 0's save (trainer 0's on_pass)
+  kWithinPass,       // at step 20 of pass 1 (trainer 0's progress)
   // At step 20 of pass 1, once trainer 1 ended its pass and waits at the pass's end: only trainer
   // 0 finds the restart, trainer 1 hears of it through the vote.
   kAfterTrainer1EndedThePass,
@@ -79,19 +80,22 @@ class PsJobRecovery : public PsModes {
 
   // A job of 2 trainers of runner.sync_mode `mode` against 2 fresh servers, `epochs` passes over
   // the training files, each saved (checkpoint) under `saves`, resuming the newest save there;
-  // server `server` restarted at `restart`.
+  // server `server` restarted at `restart`; `keys` added to the config.
   static JobRan run_job_restarting(const std::string& mode, const std::string& saves, int epochs,
-                                   RestartAt restart, int server) {
+                                   RestartAt restart, int server,
+                                   const std::vector<std::string>& keys = {}) {
     const bool evaluates = restart == RestartAt::kAtTrainer0sEvaluation;
-    const TrainerConfig cfg = ps_test_config(
-        {"runner.train_data_dir=" + (root_ / "train").string(),
-         "runner.test_data_dir=" + (evaluates ? (root_ / "test").string() : std::string()),
-         "runner.sync_mode=" + mode, "runner.save_mode=checkpoint",
-         "runner.model_save_path=" + saves, "runner.epochs=" + std::to_string(epochs),
-         "runner.geo_step=4", "runner.print_interval=20",
-         // Above ps_test_config's 3 s: a trainer slowed down that long on a loaded machine would
-         // go back only after waiting out a barrier, which these tests check never happens.
-         "runner.collective_timeout_s=20"});
+    std::vector<std::string> all = {
+        "runner.train_data_dir=" + (root_ / "train").string(),
+        "runner.test_data_dir=" + (evaluates ? (root_ / "test").string() : std::string()),
+        "runner.sync_mode=" + mode, "runner.save_mode=checkpoint",
+        "runner.model_save_path=" + saves, "runner.epochs=" + std::to_string(epochs),
+        "runner.geo_step=4", "runner.print_interval=20",
+        // Above ps_test_config's 3 s: a trainer slowed down that long on a loaded machine would
+        // go back only after waiting out a barrier, which these tests check never happens.
+        "runner.collective_timeout_s=20"};
+    all.insert(all.end(), keys.begin(), keys.end());
+    const TrainerConfig cfg = ps_test_config(all);
     Servers shards(cfg, 2);
     std::atomic<bool> restarted{false};
     const auto restart_once = [&] {
@@ -116,9 +120,11 @@ class PsJobRecovery : public PsModes {
             };
           }
           if (w == 0 && (restart == RestartAt::kWithinPass ||
-                         restart == RestartAt::kAfterTrainer1EndedThePass)) {
-            hooks.steps.on_progress = [&](const StepProgress& progress) {
-              if (progress.pass != 1 || progress.step != 20 || restarted.load()) return;
+                         restart == RestartAt::kAfterTrainer1EndedThePass ||
+                         restart == RestartAt::kWithinFirstPass)) {
+            const int64_t in_pass = restart == RestartAt::kWithinFirstPass ? 0 : 1;
+            hooks.steps.on_progress = [&, in_pass](const StepProgress& progress) {
+              if (progress.pass != in_pass || progress.step != 20 || restarted.load()) return;
               // Trainer 1 waits at pass 1's end on the first server, the only barrier it can be
               // at while trainer 0 is within pass 1.
               wait_for_a_barrier_waiter(shards, restart == RestartAt::kAfterTrainer1EndedThePass);
@@ -304,6 +310,40 @@ TEST_F(PsJobRecovery, AsyncServerRestartedBetweenPassesIsRepairedByBothTrainers)
 // threads.
 TEST_F(PsJobRecovery, GeoServerRestartedWithinAPassIsRepairedByBothTrainers) {
   job_ends_as_resumed_from_the_save("geo", RestartAt::kWithinPass, 1);
+}
+
+// A job started from a save (runner.model_init_path, as --load and Python's load()) goes back
+// to that save before its first save: trainer 0 chooses run pass 0, the save the run started
+// from, whose folder holds the save of pass 0 of the job that made it (before, trainer 1 took
+// that for a save it could not see and stopped, and trainer 0 waited out the meeting after).
+// The oracle: the same job from the same save without the restart.
+TEST_F(PsJobRecovery, AJobStartedFromASaveGoesBackToItBeforeItsFirstSave) {
+  const std::string origin_saves = (root_ / "job_recovery_warm_origin").string();
+  const JobRan origin = run_job_restarting("async", origin_saves, 1, RestartAt::kNever, 1);
+  ASSERT_EQ(origin.errors, "") << origin.log;
+  const std::vector<std::string> warm = {"runner.model_init_path=" + origin_saves + "/0"};
+  const JobRan started = run_job_restarting("async", (root_ / "job_recovery_warm_plain").string(),
+                                            1, RestartAt::kNever, 1, warm);
+  ASSERT_EQ(started.errors, "") << started.log;
+  const JobRan recovered =
+      run_job_restarting("async", (root_ / "job_recovery_warm_restarted").string(), 1,
+                         RestartAt::kWithinFirstPass, 1, warm);
+  ASSERT_EQ(recovered.errors, "") << recovered.log;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(recovered.passes[w], (std::vector<int64_t>{0})) << "trainer " << w;
+  }
+  EXPECT_EQ(count(recovered.log, "reloading the save the run started from ("), 1u) << recovered.log;
+  EXPECT_EQ(count(recovered.log, "with the job's 2 trainers; training again from pass 0"), 2u)
+      << recovered.log;
+  EXPECT_NE(recovered.log.find("/job_recovery_warm_origin/0 with every trainer of the job"),
+            std::string::npos)
+      << recovered.log;
+  EXPECT_EQ(recovered.log.find("a trainer died or is stuck"), std::string::npos) << recovered.log;
+  // The origin's rows plus pass 0's, every instance counted once.
+  EXPECT_FALSE(started.counts.empty());
+  EXPECT_EQ(recovered.counts.size(), started.counts.size());
+  EXPECT_TRUE(recovered.counts == started.counts) << "the rows' show and click counts differ";
+  EXPECT_LT(std::fabs(recovered.test_auc - started.test_auc), kAucBound);
 }
 
 TEST_F(PsJobRecovery, ARecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {

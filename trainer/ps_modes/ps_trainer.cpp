@@ -156,6 +156,9 @@ void PsTrainer::make_workers() {
 
 void PsTrainer::start_job() {
   State& s = *state_;
+  // A restart found or agreed on in an earlier job of this object is not this job's.
+  restart_agreed_ = false;
+  restarts_found_.clear();
   // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
   // these servers (another model, another trainer count) left there; nobody reads them before.
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -43,7 +44,7 @@ std::string refusal(float told) {
 
 // How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
 // the barriers a trainer may have waited out before it found the restart itself (the pass's vote
-// or the meeting after an evaluation, where a trainer that found nothing yet gets to late), and
+// or the meeting after an evaluation, where a trainer that found nothing yet gets too late), and
 // one for the meeting.
 constexpr double kRecoveryWaits = 3.0;
 
@@ -250,12 +251,26 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   SaveLineage::Recovery recovery;
   recovery.run_pass = std::lround(told[1]);
   recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
-  // The folder is named by its pass (save_dir_of): what it holds must be that pass's save.
-  const int64_t saved = plan_restore(recovery.dir, false).save().manifest.pass;
-  GPUBOX_EXPECTS(saved == recovery.run_pass, "pass ", pass,
-                 ": trainer 0 goes back to the save of pass ", recovery.run_pass - 1, " and ",
-                 recovery.dir, " holds the save of pass ", saved - 1,
-                 ": every trainer must see the saves trainer 0 writes (a folder they share)");
+  // Run pass 0 is the model the job started from (runner.model_init_path, --load, Python's
+  // load()) before its first save, which every trainer loaded itself from the same config: its
+  // folder holds the save of the pass it was made in, not 0. A later run pass's folder is named
+  // by it (save_dir_of): what it holds must be that pass's save.
+  if (recovery.run_pass > 0) {
+    int64_t saved = 0;
+    try {
+      saved = plan_restore(recovery.dir, false).save().manifest.pass;
+    } catch (const Error& e) {
+      throw with_context("pass " + std::to_string(pass) + ": reading the save trainer 0 goes " +
+                             "back to, " + recovery.dir + " (trainer 0 writes it under " +
+                             "runner.model_save_path: every trainer must see it, a shared mount " +
+                             "at the same path): ",
+                         e);
+    }
+    GPUBOX_EXPECTS(saved == recovery.run_pass, "pass ", pass,
+                   ": trainer 0 goes back to the save of pass ", recovery.run_pass - 1, " and ",
+                   recovery.dir, " holds the save of pass ", saved - 1,
+                   ": every trainer must see the saves trainer 0 writes (a folder they share)");
+  }
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what << ". Reloading " << recovery.dir
                       << " with every trainer of the job and training the passes after it again";
   return recovery;
