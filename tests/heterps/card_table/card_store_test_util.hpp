@@ -63,6 +63,18 @@ class CardStoreTest : public ::testing::TestWithParam<table::SparseOptimizerKind
   Card& card() { return cards_.card(0); }
   const device::Stream& stream() { return card().stream(); }
 
+  // Every row of the store, and no other, holds the oracle's floats to the bit.
+  void expect_every_row(CardSparseStore& store,
+                        const std::map<uint64_t, std::vector<float>>& oracle) {
+    const auto all = collect(store, false);
+    ASSERT_EQ(all.size(), oracle.size());
+    for (const auto& [key, row] : oracle) {
+      ASSERT_EQ(all.count(key), 1u) << key;
+      ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), store.layout().stride()))
+          << "key " << key;
+    }
+  }
+
   // key -> row read back from the store, via collect_all or collect_dirty.
   std::map<uint64_t, std::vector<float>> collect(CardSparseStore& store, bool dirty_only) {
     auto keys = card().make_buffer<uint64_t>(0);

@@ -155,12 +155,7 @@ TEST_P(CardStoreWidths, EachWidthInItsOwnPoolAgainstAnOracle) {
     for (const auto& [key, row] : oracle) known.push_back(key);
 
     ASSERT_EQ(store.size(), oracle.size());
-    const auto all = collect(store, false);
-    ASSERT_EQ(all.size(), oracle.size());
-    for (const auto& [key, row] : oracle) {
-      ASSERT_EQ(all.count(key), 1u) << key;
-      ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride)) << "key " << key;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_row(store, oracle));
     auto d_known = to_device(known, card().memory(), stream());
     auto d_out = card().make_buffer<float>(known.size() * stride);
     store.read_rows(d_known.data(), known.size(), d_out.data(), stream());
@@ -185,7 +180,6 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     options.page_rows = kPage;
     CardSparseStore store(card(), config, options);
     const table::RowLayout record = store.layout();
-    const auto stride = static_cast<std::size_t>(record.stride());
     std::mt19937_64 rng(n + 3);
     // n rows of width 8 (pool 1) and 3 of width 4 (pool 0).
     const std::vector<uint64_t> keys = unique_keys(rng, n + 3);
@@ -234,12 +228,7 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     const auto before_nothing = card().counts();
     EXPECT_EQ(store.compact_pool(0, stream()), 0u);
     EXPECT_EQ((card().counts() - before_nothing).allocations, 0u);
-    const auto all = collect(store, false);
-    ASSERT_EQ(all.size(), oracle.size());
-    for (const auto& [key, row] : oracle) {
-      ASSERT_EQ(all.count(key), 1u) << key;
-      ASSERT_TRUE(same_bits(all.at(key).data(), row.data(), stride)) << "key " << key;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_every_row(store, oracle));
     expect_pools(store, oracle);
     // The compacted pool takes new rows again, from its kept pages first.
     const std::vector<uint64_t> more = unique_keys(rng, kPage);
@@ -253,11 +242,7 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     auto d_more_records = to_device(more_records, card().memory(), stream());
     store.insert_rows(d_more.data(), d_more_records.data(), more.size(), stream());
     EXPECT_EQ(store.pool(1).pages(), (left + kPage + kPage - 1) / kPage);
-    const auto again = collect(store, false);
-    ASSERT_EQ(again.size(), oracle.size());
-    for (const auto& [key, row] : oracle) {
-      ASSERT_TRUE(same_bits(again.at(key).data(), row.data(), stride)) << "key " << key;
-    }
+    expect_every_row(store, oracle);
   }
 }
 
