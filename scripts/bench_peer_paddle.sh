@@ -3,7 +3,7 @@
 # same machine, same model, same generated files, same number of threads. Not part of tests or CI.
 #
 # usage: scripts/bench_peer_paddle.sh [--lines N] [--test-lines N] [--files K] [--seed S]
-#            [--threads T] [--epochs E] [--batch B] [--bin DIR] [--venv DIR]
+#            [--vocab V] [--threads T] [--epochs E] [--batch B] [--bin DIR] [--venv DIR]
 #            [--paddle-version V] [--data DIR] [--keep-data] [--out DIR]
 #            [--precision LIST] [--mode single|ps] [--workers W] [--geo-step K] [--ps-modes LIST]
 #            [--model NAME --paddlerec DIR]
@@ -11,6 +11,11 @@
 #   --test-lines N      held-out lines of the same planted model (default N/10; 0 = none)
 #   --files K           files the training lines are split into (default 4)
 #   --seed S            gpubox_data gen seed (default 1)
+#   --vocab V           distinct keys per slot of the generated data (gpubox_data gen --vocab,
+#                       default 100000): Paddle's static embedding is sized to the largest key, so
+#                       a network whose PaddleRec code takes dense embedding gradients (no
+#                       is_sparse: dcn_v2, ffm, ...) steps or holds every row each step; a smaller
+#                       vocabulary keeps such a table within memory and its time per step down
 #   --threads T         worker threads of BOTH systems (default 2): Paddle train_from_dataset
 #                       thread=T (Hogwild workers, one op thread each: OMP/MKL/OPENBLAS=1);
 #                       GPUBox FLAGS_selected_gpus=0..T-1 with --threads_per_card 1
@@ -80,7 +85,7 @@ source "$repo/scripts/lib/procs.sh"  # (procs_listened_port)
 die() { echo "bench_peer_paddle: $*" >&2; exit 2; }
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
-lines=200000 test_lines="" files=4 seed=1 threads=2 epochs=2 batch=512 gpubox_batch=""
+lines=200000 test_lines="" files=4 seed=1 vocab=100000 threads=2 epochs=2 batch=512 gpubox_batch=""
 bin="$repo/build/bin" venv="$repo/output/peer-venv" paddle_version=2.6.2
 data="" keep_data=0 out="$repo/output/peer" precisions=fp32 mode=single workers=2 geo_step=100 ps_modes=async,sync,geo
 model=dnn paddlerec="" gpubox_overrides=()  # (KEY=VALUE each)
@@ -97,6 +102,7 @@ while [ $# -gt 0 ]; do
     --test-lines) need "$@"; posint "$1" "$2" allow0; test_lines="$2"; shift 2 ;;
     --files) need "$@"; posint "$1" "$2"; files="$2"; shift 2 ;;
     --seed) need "$@"; posint "$1" "$2" allow0; seed="$2"; shift 2 ;;
+    --vocab) need "$@"; posint "$1" "$2"; vocab="$2"; shift 2 ;;
     --threads) need "$@"; posint "$1" "$2"; threads="$2"; shift 2 ;;
     --epochs) need "$@"; posint "$1" "$2"; epochs="$2"; shift 2 ;;
     --batch) need "$@"; posint "$1" "$2"; batch="$2"; shift 2 ;;
@@ -205,11 +211,12 @@ echo "bench_peer_paddle: paddle $("$py" -c 'import paddle; print(paddle.__versio
 # --- 2. data ------------------------------------------------------------------------------------
 mkdir -p "$data"
 data="$(cd "$data" && pwd)"
-"$bin/gpubox_data" gen --out "$data/train" --lines "$lines" --files "$files" --seed "$seed"
+"$bin/gpubox_data" gen --out "$data/train" --lines "$lines" --files "$files" --seed "$seed" \
+  --vocab "$vocab"
 test_dir=""
 if [ "$test_lines" -gt 0 ]; then
   "$bin/gpubox_data" gen --out "$data/test" --lines "$test_lines" --files 1 --seed "$seed" \
-    --first_line "$lines"
+    --vocab "$vocab" --first_line "$lines"
   test_dir="$data/test"
 fi
 # Paddle's static embedding is a fixed-size table: size it to the largest key (no folding, no
@@ -297,7 +304,7 @@ if [ "$mode" = ps ]; then
   "$py" "$repo/scripts/peer/report_ps.py" --runs "$out/ps_runs.tsv" --epochs "$epochs" \
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
     --out "$out/report_ps.md" --json "$out/report_ps.json" \
-    --meta "command: scripts/bench_peer_paddle.sh --mode ps --lines $lines --test-lines $test_lines --files $files --seed $seed --workers $workers --threads $threads --epochs $epochs --batch $batch --geo-step $geo_step --ps-modes $ps_modes" \
+    --meta "command: scripts/bench_peer_paddle.sh --mode ps --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --workers $workers --threads $threads --epochs $epochs --batch $batch --geo-step $geo_step --ps-modes $ps_modes" \
     --meta "machine: $machine; CPU build of GPUBox (commit $commit); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel" \
     --meta "jobs: 1 server + $workers workers x $threads training thread(s), each worker its block of the $files files (GPUBox runner.split_file_list, Paddle fleet.util.get_file_shard), batch $batch per thread, geo every $geo_step steps; Paddle table keys folded: $folded"
   cat "$out/report_ps.md"
@@ -374,7 +381,7 @@ for prec in "${prec_list[@]}"; do
     --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
     --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
     --gpubox_batch "$gpubox_batch" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \
