@@ -19,7 +19,8 @@
 namespace gpubox::trainer::ps_modes {
 
 // Sync mode's small tables on the servers: per trainer, the barriers it reached (a timeout names
-// the trainers behind) and the batches of each pass (so every trainer takes the same steps).
+// the trainers behind) and the barrier it holds for the others after a server restart
+// (SyncBarriers), and the batches of each pass (so every trainer takes the same steps).
 inline constexpr const char* kProgressTable = "ps_sync_progress";
 inline constexpr const char* kBatchesTable = "ps_sync_batches";
 
