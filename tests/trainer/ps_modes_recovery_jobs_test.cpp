@@ -217,19 +217,23 @@ class PsJobRecovery : public PsModes {
 
   // The oracle (pass 0 saved by a 2-trainer job, then a new 2-trainer job on fresh servers
   // resumes from that save for pass 1) against the same job with server `server` restarted at
-  // `restart`.
+  // `restart`; `keys` added to every job's config; the recovered job's log into *log.
   static void job_ends_as_resumed_from_the_save(const std::string& mode, RestartAt restart,
-                                                int server, std::string* log = nullptr) {
-    const std::string tag =
+                                                int server, std::string* log = nullptr,
+                                                const std::vector<std::string>& keys = {}) {
+    std::string tag =
         mode + "_" + std::to_string(static_cast<int>(restart)) + "_" + std::to_string(server);
+    for (const std::string& key : keys) tag += "_" + key;  // each test's own saves
     const std::string resumed_saves = (root_ / ("job_recovery_resumed_" + tag)).string();
-    const JobRan first = run_job_restarting(mode, resumed_saves, 1, RestartAt::kNever, server);
+    const JobRan first =
+        run_job_restarting(mode, resumed_saves, 1, RestartAt::kNever, server, keys);
     ASSERT_EQ(first.errors, "") << first.log;
-    const JobRan resumed = run_job_restarting(mode, resumed_saves, 2, RestartAt::kNever, server);
+    const JobRan resumed =
+        run_job_restarting(mode, resumed_saves, 2, RestartAt::kNever, server, keys);
     ASSERT_EQ(resumed.errors, "") << resumed.log;
     EXPECT_EQ(resumed.passes[0], (std::vector<int64_t>{1}));
     const JobRan recovered = run_job_restarting(
-        mode, (root_ / ("job_recovery_restarted_" + tag)).string(), 2, restart, server);
+        mode, (root_ / ("job_recovery_restarted_" + tag)).string(), 2, restart, server, keys);
     ASSERT_EQ(recovered.errors, "") << recovered.log;
     if (log != nullptr) *log = recovered.log;
     for (int w = 0; w < 2; ++w) {
@@ -396,6 +400,15 @@ TEST_F(PsJobRecovery, SyncServerRestartedWithinAPassIsRepairedByBothTrainers) {
 TEST_F(PsJobRecovery, SyncPushCutWhileTheOtherTrainerWaitsAtTheStepsBarrierIsRepaired) {
   std::string log;
   job_ends_as_resumed_from_the_save("sync", RestartAt::kCuttingAPush, 1, &log);
+  EXPECT_EQ(count(log, kHeld), 1u) << log;
+}
+
+// The same with 2 training threads a trainer: the failed push is one thread's, and the trainer's
+// other thread, whose push went through, leaves with it for the barrier the trainer holds.
+TEST_F(PsJobRecovery, SyncPushCutOfOneOfTwoThreadsIsRepaired) {
+  std::string log;
+  job_ends_as_resumed_from_the_save("sync", RestartAt::kCuttingAPush, 1, &log,
+                                    {"runner.thread_num=2"});
   EXPECT_EQ(count(log, kHeld), 1u) << log;
 }
 
