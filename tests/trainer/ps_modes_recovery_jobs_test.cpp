@@ -83,7 +83,9 @@ void wait_for_a_barrier_waiter(Servers& shards) {
 class Restarter {
  public:
   Restarter(RestartAt at, int server) : at_(at), server_(server) {}
-  ~Restarter() {
+  ~Restarter() { join(); }
+  // The restart made on a thread of its own (kCuttingAPush) is over: before the servers go.
+  void join() {
     if (restarting_.joinable()) restarting_.join();
   }
   Servers::Shape shape() {
@@ -111,7 +113,7 @@ class Restarter {
         if (progress.pass != in_pass || progress.step != 20 || restarted_.load()) return;
         if (at_ == RestartAt::kOnceTrainer1Waits) wait_for_a_barrier_waiter(*shards_);
         if (at_ != RestartAt::kCuttingAPush) return restart_once();
-        // Trainer 1 pushed step 20 (it waits at its barrier): the next push is a later step's.
+        // Trainer 1 pushed this step (it waits at its barrier): the next push is a later step's.
         wait_for_a_barrier_waiter(*shards_);
         armed_ = true;
       };
@@ -200,6 +202,7 @@ class PsJobRecovery : public PsModes {
           }
         },
         [](PsTrainer& trainer) { return test_auc(trainer); });
+    restarter.join();
     ran.log = ::testing::internal::GetCapturedStderr();
     for (int i = 0; i < 2; ++i) {
       throw_if_error(shards.table(i).for_each_row([&](uint64_t key, const float* row) {
