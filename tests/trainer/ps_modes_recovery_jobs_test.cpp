@@ -174,8 +174,9 @@ class PsJobRecovery : public PsModes {
         "runner.model_save_path=" + saves, "runner.epochs=" + std::to_string(epochs),
         "runner.geo_step=4", "runner.print_interval=20",
         // Above ps_test_config's 3 s: a trainer slowed down that long on a loaded machine would
-        // go back only after waiting out a barrier, which these tests check never happens.
-        "runner.collective_timeout_s=20"};
+        // go back only after waiting out a barrier, which these tests check never happens; and a
+        // save's LOAD took over 3 s once there (load average 9 on 2 cores).
+        "runner.collective_timeout_s=20", "runner.server_timeout_s=20"};
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = ps_test_config(all);
     Restarter restarter(restart, server);
