@@ -88,9 +88,9 @@
 // the step parts it held): that one comes to the barrier they wait at and tells them there, or at
 // their next barrier, for free (SyncBarriers::hold: a mark in the table every arrival adds to),
 // so every trainer comes to the pass's vote without waiting out runner.collective_timeout_s; the
-// job's next start draws a new sync job id, under which no part of the failed step counts. The
-// gpubox mode refuses several trainers. A server that was down when a call failed (no restart
-// seen), and any other error, fail the pass as before.
+// job's next start draws a new sync job id, under which no part of the failed step counts (the
+// gpubox mode's own recovery is in trainer/engine). A server that was down when a call failed (no
+// restart seen), and any other error, fail the pass as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update

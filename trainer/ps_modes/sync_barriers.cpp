@@ -14,6 +14,9 @@ namespace {
 
 using table::server::DenseAction;
 
+// The servers' table of every trainer's arrivals and marks (the file comment of the header).
+constexpr const char* kProgressTable = "ps_sync_progress";
+
 // A mark: the pass + 1, then the barrier + 1 in two halves of kHalfBits (barriers below 2^48).
 constexpr std::size_t kMarkSlots = 3;
 constexpr int kHalfBits = 24;
@@ -74,14 +77,14 @@ void SyncBarriers::arrive(const std::string& what) {
                                    ": counting this trainer's arrival"));
   const std::optional<int64_t> mark = lowest_mark(table);
   heard_ = mark.has_value();
-  const auto stop = [&] {
+  const auto throw_heard = [&] {
     GPUBOX_FAIL("sync mode, pass ", pass_, ", ", what,
                 ": another trainer's step failed on a server restart");
   };
-  if (mark && *mark < n) stop();
+  if (mark && *mark < n) throw_heard();
   const Status met = servers_.barrier(name(n), static_cast<uint32_t>(trainers_), timeout_s_);
   if (!met.ok()) fail_wait(what, met);
-  if (mark) stop();
+  if (mark) throw_heard();
   next_ = n + 1;
 }
 

@@ -9,7 +9,7 @@
 // left the barrier before (the failed one came to it), and none can leave the next one, n,
 // without it (the one whose push reached the restarted server first waits there; the server lost
 // the step). So the failed trainer holds its place at n (hold): it marks n in its slots of the
-// servers' table kProgressTable (on the first server), and comes to n. Every trainer adds its
+// servers' table ps_sync_progress (on the first server), and comes to n. Every trainer adds its
 // arrival to that table before it waits at a barrier, and the add's reply is the table, marks
 // included: hearing of a restart costs no request. A trainer that reads
 //   - no mark of this pass: waits at the barrier, as always;
@@ -68,7 +68,7 @@ class SyncBarriers {
 
  private:
   std::string name(int64_t barrier) const;
-  // The lowest barrier marked in this pass in `table` (kProgressTable as read back).
+  // The lowest barrier marked in this pass in `table` (ps_sync_progress as read back).
   std::optional<int64_t> lowest_mark(const std::vector<float>& table) const;
   [[noreturn]] void fail_wait(const std::string& what, const Status& waited);
 
