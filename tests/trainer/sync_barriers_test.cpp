@@ -3,8 +3,9 @@
 // restart comes to the barrier the others wait at and lets them out (hold), and each other trainer
 // hears of it at that barrier or its next, never waiting at a barrier nobody comes to; a second
 // trainer failing in the same gap comes too, one failing after it was let out does not; the job's
-// start forgets the marks; a wait that fails is named by its cause. "Nobody waited out a barrier"
-// is the server's count of waiters whose client gave up (barrier_waiters_dropped), never a time.
+// start forgets the marks; a hold counts the trainer's arrival; a wait that fails is named by its
+// cause. "Nobody waited out a barrier" is the server's count of waiters whose client gave up
+// (barrier_waiters_dropped), never a time.
 #include "trainer/ps_modes/sync_barriers.hpp"
 
 #include <gtest/gtest.h>
@@ -39,15 +40,16 @@ class SyncBarriersTest : public ::testing::Test {
     server_ = start_server(&table_);
     ASSERT_TRUE(server_);
   }
-  // Trainer `id` of `trainers` in pass `pass`, on its own connection; the table zeroed first when
-  // `reset` and it is trainer 0 (the job's start).
-  SyncBarriers& trainer(int id, int trainers, int64_t pass = kPass, bool reset = true) {
+  // Trainer `id` of `trainers` in pass `pass`, on its own connection, waiting `timeout_s` at a
+  // barrier; the table zeroed first when `reset` and it is trainer 0 (the job's start).
+  SyncBarriers& trainer(int id, int trainers, int64_t pass = kPass, bool reset = true,
+                        double timeout_s = kWait) {
     clients_.push_back(connect_client(client_options(server_->endpoint())));
     if (reset && id == 0) {
       EXPECT_TRUE(SyncBarriers::reset(*clients_.back(), trainers).ok());
     }
     trainers_.push_back(
-        std::make_unique<SyncBarriers>(*clients_.back(), id, trainers, pass, kWait));
+        std::make_unique<SyncBarriers>(*clients_.back(), id, trainers, pass, timeout_s));
     return *trainers_.back();
   }
   // `step` on a thread of its own; what it threw ("" when nothing) once joined.
@@ -186,6 +188,19 @@ TEST_F(SyncBarriersTest, MarksAreForgottenAtTheJobsStartAndBelongToTheirPass) {
   all_arrive({&again_0, &again_1}, "counting batches");
   EXPECT_FALSE(again_1.heard_restart());
   expect_nobody_waited_out();
+}
+
+// A hold counts its trainer's arrival at the barrier, as arrive does: a wait there that runs out
+// names the trainer that did not come, not the holding one (before, "missing: trainer 0, 2").
+TEST_F(SyncBarriersTest, AWaitRunningOutAtAHeldBarrierDoesNotNameTheHoldingTrainer) {
+  SyncBarriers& holding = trainer(0, 3, kPass, /*reset=*/true, /*timeout_s=*/0.5);
+  SyncBarriers& waiting = trainer(1, 3, kPass, /*reset=*/true, /*timeout_s=*/0.5);
+  holding.hold();  // trainer 2 never comes: its wait runs out (logged)
+  const std::string error = arrive_error(waiting, "counting batches");
+  EXPECT_NE(error.find("counting batches: not every one of the 3 trainers arrived within "
+                       "runner.collective_timeout_s=0.5 s (missing: trainer 2): "),
+            std::string::npos)
+      << error;
 }
 
 // A wait that fails says why: the others did not come (the trainers behind named), or the first

@@ -114,7 +114,9 @@ void SyncBarriers::hold() {
   if (!next_ || trainers_ == 1 || first_server_restarted(servers_)) return;
   const int64_t n = *next_;
   next_.reset();
+  // The arrival is counted too, so that a wait at n that runs out does not name this trainer.
   std::vector<float> table(table_size(trainers_), 0.0f);
+  table[static_cast<std::size_t>(trainer_id_)] = 1.0f;
   float* mine = table.data() + trainers_ + kMarkSlots * static_cast<std::size_t>(trainer_id_);
   mine[0] = static_cast<float>(pass_ + 1);
   mine[1] = static_cast<float>((n + 1) / kHalf);

@@ -60,10 +60,10 @@ class SyncBarriers {
   bool heard_restart() const { return heard_; }
 
   // This trainer's pass failed on a server restart (not of the first server: every trainer finds
-  // that at its next call to it) between two barriers: it marks the next one and comes to it,
-  // unless another trainer marked an earlier one. Nothing once it left the barriers (a call of
-  // arrive failed, or it heard of a restart). Never throws: a failure is logged (the restart is
-  // known, and the pass's end follows).
+  // that at its next call to it) between two barriers: it marks the next one, counting its
+  // arrival there as arrive does, and comes to it, unless another trainer marked an earlier one.
+  // Nothing once it left the barriers (a call of arrive failed, or it heard of a restart).
+  // Never throws: a failure is logged (the restart is known, and the pass's end follows).
   void hold();
 
  private:
