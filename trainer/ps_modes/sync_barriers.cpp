@@ -124,7 +124,10 @@ void SyncBarriers::hold() {
   const Status marked = servers_.dense(DenseAction::kAdd, kProgressTable, &table);
   const std::string at = "pass " + std::to_string(pass_) + ", the job's barrier " + name(n);
   if (!marked.ok()) {
-    // The first server was lost or restarted: every trainer finds that at its next call to it.
+    // Mostly the first server was lost or restarted: every trainer finds that at its next call
+    // to it. A known limit: the add can also run past the client's deadline on a loaded server
+    // that lives on (it may even have applied it); this trainer does not come to n then, and the
+    // others wait n out (runner.collective_timeout_s).
     GPUBOX_LOG(WARNING) << at << ": marking a server restart failed: " << marked.to_string();
     return;
   }
