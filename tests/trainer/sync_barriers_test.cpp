@@ -3,9 +3,9 @@
 // restart comes to the barrier the others wait at and lets them out (hold), and each other trainer
 // hears of it at that barrier or its next, never waiting at a barrier nobody comes to; a second
 // trainer failing in the same gap comes too, one failing after it was let out does not; the job's
-// start forgets the marks; a hold counts the trainer's arrival; a wait that fails is named by its
-// cause. "Nobody waited out a barrier" is the server's count of waiters whose client gave up
-// (barrier_waiters_dropped), never a time.
+// start forgets the marks; a hold counts the trainer's arrival; none after the pass's last
+// barrier (leave); a wait that fails is named by its cause. "Nobody waited out a barrier" is the
+// server's count of waiters whose client gave up (barrier_waiters_dropped), never a time.
 #include "trainer/ps_modes/sync_barriers.hpp"
 
 #include <gtest/gtest.h>
@@ -201,6 +201,24 @@ TEST_F(SyncBarriersTest, AWaitRunningOutAtAHeldBarrierDoesNotNameTheHoldingTrain
                        "runner.collective_timeout_s=0.5 s (missing: trainer 2): "),
             std::string::npos)
       << error;
+}
+
+// After the pass's last barrier (leave), a trainer whose pass fails later holds nothing: it
+// neither waits at a barrier nobody comes to (before, it waited out runner.collective_timeout_s)
+// nor leaves a mark that the pass's barriers, met again, would read.
+TEST_F(SyncBarriersTest, AfterThePassesLastBarrierAHoldWaitsForNobodyAndMarksNothing) {
+  SyncBarriers& failed = trainer(0, 2);
+  SyncBarriers& other = trainer(1, 2);
+  all_arrive({&failed, &other}, "the pass's dense table");
+  failed.leave();
+  other.leave();
+  failed.hold();
+  expect_nobody_waited_out();
+  SyncBarriers& again_0 = trainer(0, 2, kPass, /*reset=*/false);
+  SyncBarriers& again_1 = trainer(1, 2, kPass, /*reset=*/false);
+  all_arrive({&again_0, &again_1}, "counting batches");
+  EXPECT_FALSE(again_0.heard_restart());
+  expect_nobody_waited_out();
 }
 
 // A wait that fails says why: the others did not come (the trainers behind named), or the first

@@ -209,14 +209,22 @@ struct PsTrainer::PassThreads {
     if (t == 0) stop.before_sync_barrier(b);
     if (t == 0) barriers.arrive("step " + std::to_string(b));
     if (t == 0) stop.after_sync_barrier(b, b + 1 == data.steps);
+    if (t == 0 && (b + 1 == data.steps || stop.stopping()) && !end_pass_meets(b + 1)) {
+      barriers.leave();
+    }
     local.wait();  // ... and every trainer's
   }
   // A barrier of every thread of every trainer with no stop vote: the step's pulls
-  // (meet_pulled), the pass's last dense window.
-  void meet_all(int t, const std::string& what) {
+  // (meet_pulled), the pass's last dense window, its dense table. `last`: the pass's last one.
+  void meet_all(int t, const std::string& what, bool last = false) {
     local.wait();
     if (t == 0) barriers.arrive(what);
+    if (t == 0 && last) barriers.leave();
     local.wait();
+  }
+  // Whether end_pass meets every trainer after a pass of `steps` steps (sync).
+  bool end_pass_meets(std::size_t steps) const {
+    return (mode == SyncMode::kSync && steps % dense_every != 0) || average_gradients;
   }
 
   // Sync, once every thread computed step b: this thread's share of the trainer's keys, each
@@ -241,11 +249,13 @@ struct PsTrainer::PassThreads {
   // mode every thread of every trainer took the same steps, so all agree on whether a partial
   // dense window is left; it is added and adopted behind one more barrier, as a step's.
   void end_pass(int t, std::size_t steps, PsWorker& worker) {
+    // No barrier of every trainer follows (meet_step left already, unless the pass took no step).
+    if (t == 0 && !end_pass_meets(steps)) barriers.leave();
     if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
     if (mode != SyncMode::kSync) worker.sync_dense(dense_scale, statistic_scale);
     if (mode == SyncMode::kSync && steps % dense_every != 0) {
       worker.sync_dense(dense_scale);
-      meet_all(t, "the pass's last dense window");
+      meet_all(t, "the pass's last dense window", /*last=*/!average_gradients);
       worker.sync_dense(0.0f);
     }
     // Averaged steps leave every thread's dense parameters the same: one thread writes them to
@@ -253,7 +263,7 @@ struct PsTrainer::PassThreads {
     // adopts.
     if (average_gradients) {
       if (gradient_share(t) != PsWorker::GradientShare::kAdd) worker.publish_dense();
-      meet_all(t, "the pass's dense table");
+      meet_all(t, "the pass's dense table", /*last=*/true);
       worker.sync_dense(0.0f);
     }
   }

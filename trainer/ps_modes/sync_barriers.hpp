@@ -59,11 +59,16 @@ class SyncBarriers {
   void arrive(const std::string& what);
   bool heard_restart() const { return heard_; }
 
+  // After the pass's last barrier (thread 0, right after its last arrive): this trainer left the
+  // barriers, so a later hold() does nothing (no barrier follows, and nobody would come to one).
+  void leave() { next_.reset(); }
+
   // This trainer's pass failed on a server restart (not of the first server: every trainer finds
   // that at its next call to it) between two barriers: it marks the next one, counting its
   // arrival there as arrive does, and comes to it, unless another trainer marked an earlier one.
-  // Nothing once it left the barriers (a call of arrive failed, or it heard of a restart).
-  // Never throws: a failure is logged (the restart is known, and the pass's end follows).
+  // Nothing once it left the barriers (leave, a call of arrive failed, or it heard of a
+  // restart). Never throws: a failure is logged (the restart is known, and the pass's end
+  // follows).
   void hold();
 
  private:
