@@ -3,9 +3,10 @@
 // restart comes to the barrier the others wait at and lets them out (hold), and each other trainer
 // hears of it at that barrier or its next, never waiting at a barrier nobody comes to; a second
 // trainer failing in the same gap comes too, one failing after it was let out does not; the job's
-// start forgets the marks; a hold counts the trainer's arrival; none after the pass's last
-// barrier (leave); a wait that fails is named by its cause. "Nobody waited out a barrier" is the
-// server's count of waiters whose client gave up (barrier_waiters_dropped), never a time.
+// start forgets the marks, as does the pass's end (forget_mark); a hold counts the trainer's
+// arrival; none after the pass's last barrier (leave); a wait that fails is named by its cause.
+// "Nobody waited out a barrier" is the server's count of waiters whose client gave up
+// (barrier_waiters_dropped), never a time.
 #include "trainer/ps_modes/sync_barriers.hpp"
 
 #include <gtest/gtest.h>
@@ -218,6 +219,29 @@ TEST_F(SyncBarriersTest, AfterThePassesLastBarrierAHoldWaitsForNobodyAndMarksNot
   SyncBarriers& again_1 = trainer(1, 2, kPass, /*reset=*/false);
   all_arrive({&again_0, &again_1}, "counting batches");
   EXPECT_FALSE(again_0.heard_restart());
+  expect_nobody_waited_out();
+}
+
+// A mark taken back at the pass's end (forget_mark) is not read by the same pass met again
+// without the job's start (a trainer object whose train() is called again after a refused
+// recovery), and a later hold's mark there is read as made, not summed onto the old one.
+TEST_F(SyncBarriersTest, AMarkTakenBackAtThePassesEndIsNotReadAgain) {
+  SyncBarriers& failed = trainer(0, 2);
+  SyncBarriers& other = trainer(1, 2);
+  all_arrive({&failed, &other}, "counting batches");
+  auto holding = start([&] { failed.hold(); });
+  wait_for_waiters(1);
+  EXPECT_NE(arrive_error(other, "step 0").find(kHeard), std::string::npos);
+  EXPECT_EQ(join(*holding), "");
+  failed.forget_mark();
+  SyncBarriers& again_0 = trainer(0, 2, kPass, /*reset=*/false);
+  SyncBarriers& again_1 = trainer(1, 2, kPass, /*reset=*/false);
+  all_arrive({&again_0, &again_1}, "counting batches");
+  EXPECT_FALSE(again_1.heard_restart());
+  holding = start([&] { again_0.hold(); });
+  wait_for_waiters(1);
+  EXPECT_NE(arrive_error(again_1, "step 0").find(kHeard), std::string::npos);
+  EXPECT_EQ(join(*holding), "");
   expect_nobody_waited_out();
 }
 

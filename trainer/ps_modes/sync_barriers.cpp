@@ -121,6 +121,7 @@ void SyncBarriers::hold() {
   mine[0] = static_cast<float>(pass_ + 1);
   mine[1] = static_cast<float>((n + 1) / kHalf);
   mine[2] = static_cast<float>((n + 1) % kHalf);
+  const std::vector<float> adding = table;
   const Status marked = servers_.dense(DenseAction::kAdd, kProgressTable, &table);
   const std::string at = "pass " + std::to_string(pass_) + ", the job's barrier " + name(n);
   if (!marked.ok()) {
@@ -131,6 +132,7 @@ void SyncBarriers::hold() {
     GPUBOX_LOG(WARNING) << at << ": marking a server restart failed: " << marked.to_string();
     return;
   }
+  held_ = adding;
   if (lowest_mark(table).value_or(n) < n) return;  // let out of an earlier one: nobody comes here
   GPUBOX_LOG(INFO) << at << ": trainer " << trainer_id_
                    << " found a server restart before it, and comes to it so that the others "
@@ -142,6 +144,23 @@ void SyncBarriers::hold() {
                                             : "the first server, which holds the barrier, was "
                                               "lost or restarted")
                         << "): " << met.to_string();
+  }
+}
+
+void SyncBarriers::forget_mark() {
+  if (held_.empty()) return;
+  // Only this trainer adds to its mark's slots: adding the negation zeroes them. The arrival it
+  // counted stays (arrivals are only compared among the trainers of one wait).
+  std::vector<float> undo(held_.size(), 0.0f);
+  for (std::size_t i = static_cast<std::size_t>(trainers_); i < held_.size(); ++i) {
+    undo[i] = -held_[i];
+  }
+  held_.clear();
+  const Status taken_back = servers_.dense(DenseAction::kAdd, kProgressTable, &undo);
+  if (!taken_back.ok()) {
+    GPUBOX_LOG(WARNING) << "pass " << pass_ << ": taking back this trainer's mark of a server "
+                        << "restart failed (the job's next start zeroes it): "
+                        << taken_back.to_string();
   }
 }
 

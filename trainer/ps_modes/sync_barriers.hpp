@@ -24,10 +24,12 @@
 //
 // The table holds, per trainer, its arrivals (a timeout names the trainers behind the furthest
 // one) and its mark: the pass + 1 and the barrier's number + 1 in two 24-bit halves, exact in a
-// float. Trainer 0 zeroes it at the job's start (reset), which a recovery starts again.
+// float. Trainer 0 zeroes it at the job's start (reset), which a recovery starts again; a trainer
+// that marked takes its mark back at the pass's end (forget_mark), for a job that does not start
+// again.
 //
-// Thread-safety: arrive from the trainer's thread 0 between two waits of its threads' barrier;
-// hold and heard_restart on the controlling thread after the threads ended.
+// Thread-safety: arrive and leave from the trainer's thread 0 between two waits of its threads'
+// barrier; hold, forget_mark and heard_restart on the controlling thread after the threads ended.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +72,11 @@ class SyncBarriers {
   // restart). Never throws: a failure is logged (the restart is known, and the pass's end
   // follows).
   void hold();
+  // At the pass's end, once every trainer left its barriers (after the meeting of the pass's
+  // vote): hold's mark is taken back, so that this object's next job, when it does not start
+  // again (train() called again after a refused recovery), neither reads it nor adds a mark onto
+  // it. Never throws: a failure is logged.
+  void forget_mark();
 
  private:
   std::string name(int64_t barrier) const;
@@ -85,6 +92,8 @@ class SyncBarriers {
   // The number of the next barrier this trainer comes to; none once it left the barriers.
   std::optional<int64_t> next_ = 0;
   bool heard_ = false;
+  // What hold() added to the table, arrival and mark (empty when it added nothing).
+  std::vector<float> held_;
 };
 
 }  // namespace gpubox::trainer::ps_modes
