@@ -84,10 +84,15 @@ class Restarter {
  public:
   Restarter(RestartAt at, int server) : at_(at), server_(server) {}
   ~Restarter() { join(); }
-  // The restart made on a thread of its own (kCuttingAPush) is over: before the servers go.
+  // The restart made on a thread of its own (kCuttingAPush) is over: before the servers go (a
+  // JoinRestart declared after them joins it when the job threw).
   void join() {
     if (restarting_.joinable()) restarting_.join();
   }
+  struct JoinRestart {
+    Restarter& restarter;
+    ~JoinRestart() { restarter.join(); }
+  };
   Servers::Shape shape() {
     if (at_ != RestartAt::kCuttingAPush) return nullptr;
     return [this](int i, table::server::ServerOptions* options) {
@@ -130,13 +135,18 @@ class Restarter {
     if (header.op != table::server::Op::kPsPush || !armed_.exchange(false)) return false;
     restarted_ = true;
     wait_for_a_barrier_waiter(*shards_);  // the other trainer's push of the step went through
-    std::atomic<bool> stopping{false};
     // The server cannot wait for its own thread: another one restarts it, and this reply is
     // dropped once the server stopped taking connections (the push's retry then finds the new
-    // instance).
-    restarting_ =
-        std::thread([this, &stopping] { shards_->restart(server_, [&] { stopping = true; }); });
-    while (!stopping.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // instance). A restart that throws before that lets this thread go too.
+    restarting_ = std::thread([this] {
+      try {
+        shards_->restart(server_, [this] { stopping_ = true; });
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "restarting server " << server_ << ": " << e.what();
+      }
+      stopping_ = true;
+    });
+    while (!stopping_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
   }
 
@@ -145,6 +155,7 @@ class Restarter {
   Servers* shards_ = nullptr;
   std::atomic<bool> restarted_{false};
   std::atomic<bool> armed_{false};
+  std::atomic<bool> stopping_{false};  // cut(): the old instance stopped taking connections
   std::thread restarting_;
 };
 
@@ -181,6 +192,7 @@ class PsJobRecovery : public PsModes {
     const TrainerConfig cfg = ps_test_config(all);
     Restarter restarter(restart, server);
     Servers shards(cfg, 2, std::filesystem::temp_directory_path().string(), {}, restarter.shape());
+    const Restarter::JoinRestart join_restart{restarter};
     restarter.attach(shards);
     JobRan ran;
     ::testing::internal::CaptureStderr();
