@@ -170,7 +170,11 @@ struct JobRan {
   std::map<uint64_t, std::pair<float, float>> counts;  // every row's show and click, at the end
   std::map<uint64_t, std::vector<float>> rows;         // every row whole, at the end
   std::vector<double> epoch0_test_auc[2];  // each trainer's evaluations of epoch 0 (on_epoch)
-  uint64_t waits_given_up = 0;  // barrier waiters of the first server whose trainer left first
+  // Barrier waiters of the first server's last instance whose trainer left first. An instance
+  // stopped by a restart is not counted: its stop closes the waiting trainers' sessions, which the
+  // server counts as dropped waiters as it counts a trainer that gave up, and telling the two
+  // apart would take a counter of its own.
+  uint64_t waits_given_up = 0;
 };
 
 // The first row of `a` that `b` does not hold to the bit, named with both values ("" when none).
@@ -480,7 +484,9 @@ TEST_F(PsJobRecovery, SyncServerRestartedWhileATrainerWaitsAtTheStepsBarrierIsRe
 
 // The first server, which holds the barriers, restarts while trainer 1 waits at step 20's
 // barrier: that wait is cut, trainer 0 finds the restart at its next call there, and neither
-// holds a barrier (the restarted server has none).
+// holds a barrier (the restarted server has none). The old instance's given-up waits are not
+// counted (JobRan::waits_given_up): a wait given up there would have run out its 20 s before the
+// restart, which trainer 0 makes as soon as trainer 1 waits; after it, only the new instance's.
 TEST_F(PsJobRecovery, SyncFirstServerRestartedWithATrainerAtItsBarrierIsRepaired) {
   std::string log;
   job_ends_as_resumed_from_the_save("sync", RestartAt::kOnceTrainer1Waits, 0, &log);
