@@ -333,14 +333,15 @@ class PsJobRecovery : public PsModes {
     }
   }
 
-  // A job of 2 trainers of runner.sync_mode `mode` whose server 1 restarts in pass 1, with
-  // `keys`: trainer 0 refuses to go back to a save, the other trainer's error names `reason` and
-  // what running the job again does (`rerun`), and each trainer keeps its training threads (the
-  // object stays usable).
+  // A job of 2 trainers of runner.sync_mode `mode` whose server 1 restarts at step 20 of pass
+  // `restart_pass`, with `keys`: trainer 0 refuses to go back to a save, the other trainer's
+  // error names `reason` and what running the job again does (`rerun`), and each trainer keeps
+  // its training threads (the object stays usable).
   static void refused_recovery_is_named_by_every_trainer(const std::string& mode,
                                                          const std::vector<std::string>& keys,
                                                          const std::string& reason,
-                                                         const std::string& rerun = "") {
+                                                         const std::string& rerun = "",
+                                                         int64_t restart_pass = 1) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=",
                                     "runner.sync_mode=" + mode,
@@ -365,7 +366,8 @@ class PsJobRecovery : public PsModes {
           RunHooks hooks;
           if (w == 0) {
             hooks.steps.on_progress = [&](const StepProgress& progress) {
-              if (progress.pass == 1 && progress.step == 20 && !restarted.exchange(true)) {
+              if (progress.pass == restart_pass && progress.step == 20 &&
+                  !restarted.exchange(true)) {
                 shards.restart(1);
               }
             };
@@ -558,6 +560,19 @@ TEST_F(PsJobRecovery, ASyncRecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {
        "runner.resume=off"},
       "runner.resume is off",
       "runner.resume is off: running the command again starts from scratch");
+}
+
+// Refused in the first pass, before trainer 0's first save, with runner.resume on: trainer 1,
+// which writes no save and loaded none, names the folder of the job's saves (trainer 0 writes
+// them), not "no save was made or loaded yet" (SaveLineage::rerun_outcome(false)).
+TEST_F(PsJobRecovery, ASyncRecoveryRefusedBeforeTheFirstSaveNamesTheSavesFolderForARerun) {
+  const std::string saves = (root_ / "job_recovery_refused_first_pass").string();
+  refused_recovery_is_named_by_every_trainer(
+      "sync", {"runner.save_mode=checkpoint", "runner.model_save_path=" + saves},
+      "this run made or loaded no save yet",
+      "running the command again resumes from the newest complete save under " + saves +
+          " (trainer 0 writes them) if one was made, else starts from scratch",
+      /*restart_pass=*/0);
 }
 
 }  // namespace
