@@ -6,10 +6,8 @@
 // within one, or found by an epoch's test evaluation (the epoch evaluated after the reload, its
 // lines printed once), or found during a save (the pass trained again, its lines written once),
 // or restarted during the reload (SaveLineage::recover_and_reload reloads again); an epoch's lines
-// after a reload count its passes as a resume from the save does. A sync job of several trainers
-// stops instead, both trainers naming the server and what a rerun does (a resumed job's trainer 1
-// the save folder, not the save it loaded); async and geo jobs of several trainers are repaired
-// (ps_modes_recovery_jobs_test.cpp).
+// after a reload count its passes as a resume from the save does. Jobs of several trainers are
+// repaired together (ps_modes_recovery_jobs_test.cpp).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -192,63 +190,6 @@ class PsRecovery : public PsModes {
                 recovered.test_auc, resumed.test_auc);
     EXPECT_EQ(recovered.dense, resumed.dense) << "the dense parameters differ";
     EXPECT_EQ(recovered.test_auc, resumed.test_auc);
-  }
-
-  // A job of 2 sync trainers (`keys` added, `epochs` passes) against 2 servers, server 1
-  // restarted after the first pass the run trains (pass 0, or the first after the save a resumed
-  // run starts from): each trainer's error, then the restarted server's endpoint. Both trainers
-  // stop with the several-trainers error.
-  static std::vector<std::string> two_trainers_restarting(const std::vector<std::string>& keys,
-                                                          int epochs = 2) {
-    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                    "runner.test_data_dir=", "runner.sync_mode=sync",
-                                    "runner.save_mode=checkpoint",
-                                    "runner.epochs=" + std::to_string(epochs)};
-    all.insert(all.end(), keys.begin(), keys.end());
-    const TrainerConfig cfg = ps_test_config(all);
-    Servers shards(cfg, 2);
-    std::atomic<bool> restarted{false};
-    // Trainer 1 starts its next pass only once the server restarted (or trainer 0 ended), so that
-    // both trainers find the restart in that pass, each in its own calls: without the wait, trainer
-    // 1 could (on a loaded machine) train the whole pass before the restart and fail at the next
-    // barrier instead, waiting for trainer 0.
-    std::atomic<bool> trainer0_past_restart{false};
-    const auto train = [&](PsTrainer& trainer, int w) {
-      RunHooks hooks;
-      if (w == 0) {
-        hooks.on_pass = [&](const PassReport&) {
-          if (!restarted.exchange(true)) shards.restart(1);
-          trainer0_past_restart = true;
-        };
-      } else {
-        hooks.on_pass = [&](const PassReport&) {
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-          while (!trainer0_past_restart.load()) {
-            if (std::chrono::steady_clock::now() > deadline) {
-              ADD_FAILURE() << "trainer 0 neither restarted the server nor ended in 60 s";
-              return;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-        };
-      }
-      trainer.train("", hooks);
-    };
-    // Trainer 0's end, by an error too (its constructor's also), lets trainer 1 go on.
-    const auto ended = [&](int w) {
-      if (w == 0) trainer0_past_restart = true;
-    };
-    std::vector<std::string> errors =
-        ps_test::run_trainers(cfg, shards.endpoints(), 2, train, ended).errors;
-    std::printf("trainer 0: %s\ntrainer 1: %s\n", errors[0].c_str(), errors[1].c_str());
-    EXPECT_TRUE(restarted.load());
-    // Both trainers find the restart and stop with the several-trainers error.
-    for (const std::string& e : errors) {
-      EXPECT_NE(e.find("A sync job of 2 trainers is not repaired in the run"), std::string::npos)
-          << e;
-    }
-    errors.push_back(shards.endpoints().substr(shards.endpoints().find(',') + 1));
-    return errors;
   }
 };
 
@@ -480,54 +421,6 @@ TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
   EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
 }
 
-// The trainers of a sync job wait for each other at every step: they cannot all go back to the
-// same save together, so the trainer that finds the restart stops naming the server and how to
-// resume; the job ends.
-TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersStopsTheJobNamingIt) {
-  const std::string saves = (root_ / "recovery_two_trainers").string();
-  const std::vector<std::string> errors =
-      two_trainers_restarting({"runner.model_save_path=" + saves});
-  const std::string restarted_server = errors.back();
-  for (std::size_t w = 0; w < 2; ++w) {
-    const std::string& e = errors[w];
-    EXPECT_NE(e.find("pass 1: server " + restarted_server + " restarted (instance "),
-              std::string::npos)
-        << e;
-    EXPECT_EQ(count(e, " restarted (instance "), 1) << e;  // named once
-    // The error says itself what a rerun does: not the failed call's advice too.
-    EXPECT_EQ(e.find("rerun to resume"), std::string::npos) << e;
-    // What running it again does, with the saves it resumes from (trainer 0 names its last
-    // save; trainer 1, which writes none, the folder).
-    EXPECT_NE(e.find("running the command again resumes from the " +
-                     std::string(w == 0 ? "last complete save (pass 0, " + saves + "/0)"
-                                        : "newest complete save under " + saves)),
-              std::string::npos)
-        << e;
-  }
-}
-
-// In a resumed job, trainer 1 loaded the save the run started from and writes none after it:
-// it names the save folder (trainer 0's saves since replaced the one it loaded), not the save it
-// loaded; trainer 0 names its newest save.
-TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersOfAResumedJobNamesTheNewestSaves) {
-  const std::string saves = (root_ / "recovery_two_trainers_resumed").string();
-  // The first run stops in pass 1 with pass 0 saved; the rerun resumes from it, saves pass 1
-  // and stops in pass 2.
-  (void)two_trainers_restarting({"runner.model_save_path=" + saves}, 2);
-  const std::vector<std::string> errors =
-      two_trainers_restarting({"runner.model_save_path=" + saves}, 3);
-  for (std::size_t w = 0; w < 2; ++w) {
-    const std::string& e = errors[w];
-    EXPECT_NE(e.find("pass 2: server "), std::string::npos) << e;
-    EXPECT_NE(e.find("running the command again resumes from the " +
-                     std::string(w == 0 ? "last complete save (pass 1, " + saves + "/1)"
-                                        : "newest complete save under " + saves)),
-              std::string::npos)
-        << e;
-    EXPECT_EQ(e.find("(pass 0, "), std::string::npos) << e;  // not the save the run loaded
-  }
-}
-
 // A server that restarts while the save is reloaded (a staggered fleet restart: it answered the
 // ping that looked for restarts, then restarted) is accepted and the save reloaded again, by the
 // helper both trainers recover through (SaveLineage::recover_and_reload), not thrown.
@@ -580,20 +473,6 @@ TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain
   EXPECT_NE(log.find("server " + endpoints.substr(endpoints.find(',') + 1) + " restarted"),
             std::string::npos)
       << log;
-}
-
-// With runner.resume off, running the job again starts afresh, and the error says so.
-TEST_F(PsRecovery, AServerRestartedUnderSeveralTrainersWithResumeOffSaysARerunStartsAfresh) {
-  const std::vector<std::string> errors = two_trainers_restarting(
-      {"runner.model_save_path=" + (root_ / "recovery_two_trainers_off").string(),
-       "runner.resume=off"});
-  for (std::size_t w = 0; w < 2; ++w) {
-    const std::string& e = errors[w];
-    EXPECT_NE(e.find("runner.resume is off: running the command again starts from scratch"),
-              std::string::npos)
-        << e;
-    EXPECT_EQ(e.find("resumes from"), std::string::npos) << e;
-  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,17 +26,20 @@ inline TrainerConfig ps_test_config(const std::vector<std::string>& extra) {
 }
 
 // In-process gpubox_server shards, each over its own in-process table; their saves stay inside
-// `data_dir`; `base` holds their other options (a test-lowered frame limit).
+// `data_dir`; `base` holds their other options (a test-lowered frame limit), which `shape`
+// (when set) changes for server i (a fault injected into one of them).
 class Servers {
  public:
+  using Shape = std::function<void(int, table::server::ServerOptions*)>;
   Servers(const TrainerConfig& config, int count,
           const std::string& data_dir = std::filesystem::temp_directory_path().string(),
-          table::server::ServerOptions base = {}) {
+          table::server::ServerOptions base = {}, const Shape& shape = nullptr) {
     for (int i = 0; i < count; ++i) {
       auto table = table::SparseTable::open(config.sparse, config.host_tier.table);
       throw_if_error(table.status());
       tables_.push_back(std::move(table).value());
       table::server::ServerOptions options = base;
+      if (shape) shape(i, &options);
       options.shard_id = static_cast<uint32_t>(i);
       options.shard_num = static_cast<uint32_t>(count);
       options.data_dir = data_dir;
@@ -56,12 +60,16 @@ class Servers {
     server.wait();
   }
   // Server i killed and started again on its port, as a new instance over an empty table (what a
-  // gpubox_server restarted after a crash holds).
-  void restart(int i) {
+  // gpubox_server restarted after a crash holds). `stopping` (when set) runs once the old
+  // instance stopped accepting, before its threads are waited for: a fault hook running on one of
+  // them (ServerOptions::drop_reply) may let go then.
+  void restart(int i, const std::function<void()>& stopping = nullptr) {
     const auto at = static_cast<std::size_t>(i);
     table::server::ServerOptions options = options_.at(at);
     options.port = servers_.at(at)->port();
-    stop(i);
+    servers_[at]->stop();
+    if (stopping) stopping();
+    servers_[at]->wait();
     servers_[at].reset();
     auto table = table::SparseTable::open(config_.sparse, config_.host_tier.table);
     throw_if_error(table.status());
@@ -74,6 +82,11 @@ class Servers {
   // BARRIER waits open on server i now (its counters' gauge).
   uint64_t barrier_waiters(int i) const {
     return servers_.at(static_cast<std::size_t>(i))->counters().barrier_waiters;
+  }
+  // BARRIER waiters of server i (its instance now) whose client left before the barrier was
+  // reached: a trainer that waited out its deadline there.
+  uint64_t barrier_waiters_dropped(int i) const {
+    return servers_.at(static_cast<std::size_t>(i))->counters().barrier_waiters_dropped;
   }
 
  private:

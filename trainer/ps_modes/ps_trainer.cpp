@@ -27,6 +27,7 @@
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/sync_barriers.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -171,12 +172,12 @@ void PsTrainer::start_job() {
         std::vector<float> dense = first.model().parameters().values_to_host();
         throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense)
                            .with_context("writing the servers' dense table"));
-        for (const char* name : {kProgressTable, kBatchesTable}) {
-          std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
-          throw_if_error(s.servers->dense(DenseAction::kWrite, name, &zeros)
-                             .with_context("resetting the servers' table " + std::string(name)));
-        }
-        std::vector<float> zeros = steady_loss_table_zeros(env_.trainers);
+        std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+        throw_if_error(
+            s.servers->dense(DenseAction::kWrite, kBatchesTable, &zeros)
+                .with_context("resetting the servers' table " + std::string(kBatchesTable)));
+        throw_if_error(SyncBarriers::reset(*s.servers, env_.trainers));
+        zeros = steady_loss_table_zeros(env_.trainers);
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));

@@ -63,7 +63,7 @@
 // servers restarted together are all reloaded at once; the old threads are dropped before the
 // restarts are accepted (none of their calls lands on a server before its reload).
 //
-// An async or geo job of several trainers goes back together (ps_trainer_recovery.cpp): its
+// A job of several trainers (async, sync or geo) goes back together (ps_trainer_recovery.cpp): its
 // trainers find a restart at different points (or one of them alone), so they agree first, then
 // all go back to trainer 0's last complete save. A trainer whose pass failed on a restart does not
 // leave the job: it meets the others at the pass's end, where every trainer votes (a table of the
@@ -82,12 +82,14 @@
 // restart found during that reload goes back again. A trainer that waited out the vote or the
 // meeting after an evaluation with a restart known (another one came late) goes to the meeting all
 // the same, which waits 3 x runner.collective_timeout_s; one that cannot meet the others (one died,
-// or it found only a server that is still down) stops there, as before. A sync job of several
-// trainers still stops with an error naming the server and what running the job again does
-// (SaveLineage::rerun_outcome): its trainers wait for each other at every step's barrier, where
-// those whose step reached the restarted server before it restarted would wait out
-// runner.collective_timeout_s for the one whose step failed, and the server lost the step parts it
-// held; the gpubox mode refuses several trainers too. A server that was down when a call failed (no
+// or it found only a server that is still down) stops there, as before. In the sync mode the
+// trainers also wait for each other at every step's barriers, where those whose step reached the
+// restarted server before it restarted would wait for the one whose step failed (the server lost
+// the step parts it held): that one comes to the barrier they wait at and tells them there, or at
+// their next barrier, for free (SyncBarriers::hold: a mark in the table every arrival adds to),
+// so every trainer comes to the pass's vote without waiting out runner.collective_timeout_s; the
+// job's next start draws a new sync job id, under which no part of the failed step counts (the
+// gpubox mode's own recovery is in trainer/engine). A server that was down when a call failed (no
 // restart seen), and any other error, fail the pass as before.
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
@@ -121,6 +123,7 @@ class InMemoryDataset;
 namespace gpubox::trainer::ps_modes {
 
 class PsPassStop;
+class SyncBarriers;
 
 class PsTrainer final : public Schedule {
  public:
@@ -176,7 +179,7 @@ class PsTrainer final : public Schedule {
   void set_step_hooks(const StepHooks& hooks) override;
   // A server restart (see the file comment): the pass to train again, after the last save was
   // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
-  // repaired in the run (a sync job of several trainers, no save, runner.resume off).
+  // repaired in the run (no save, runner.resume off, the run's recoveries spent).
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
   // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
   // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
@@ -195,7 +198,7 @@ class PsTrainer final : public Schedule {
                        const std::string& what);
   void write_save(const std::string& dir);
   // Recovery from a server restart (ps_trainer_recovery.cpp). Whether the trainers of this job
-  // go back to the last save together (several trainers, async or geo; see the file comment).
+  // go back to the last save together (several trainers, in every mode; see the file comment).
   bool repairs_together() const;
   // The end of pass `pass`, in a job that repairs together: every trainer votes whether it
   // `found` a server restart in the pass; true when any did (or the first server restarted:
@@ -242,16 +245,15 @@ class PsTrainer final : public Schedule {
   // The job's start (see the file comment): trainer 0 writes the servers' tables, every trainer
   // adopts the dense table.
   void start_job();
-  // A pass, in parts (ps_trainer_pass.cpp): its data, the sync mode's barrier of every trainer
-  // at the servers and its agreed step count, every training thread's steps (train_threads
-  // returns thread 0's step count, train_thread one thread's), and its report (the metrics of
-  // every thread).
+  // A pass, in parts (ps_trainer_pass.cpp): its data, the sync mode's agreed step count (behind
+  // the pass's barriers of every trainer at the servers), every training thread's steps
+  // (train_threads returns thread 0's step count, train_thread one thread's), and its report (the
+  // metrics of every thread).
   struct PassData;
   struct PassThreads;
   PassData read_pass(const std::vector<std::string>& share, int64_t pass);
-  void sync_barrier(int64_t pass, const std::string& name, const std::string& what);
-  std::size_t agree_sync_steps(int64_t pass, std::size_t batches);
-  std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop);
+  std::size_t agree_sync_steps(SyncBarriers& barriers, std::size_t batches);
+  std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop, SyncBarriers& barriers);
   std::size_t train_thread(PassThreads& run, int t);
   PassReport pass_report(int64_t pass, const Timer& pass_timer);
   // An evaluation: its data (read as a pass's, thread 0 its one consumer), and thread 0's steps

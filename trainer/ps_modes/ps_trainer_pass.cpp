@@ -19,6 +19,7 @@
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/sync_barriers.hpp"
 #include "trainer/ps_modes/thread_barrier.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/pass_data.hpp"
@@ -119,38 +120,11 @@ PsTrainer::PassData PsTrainer::read_eval(const std::vector<std::string>& files) 
   return data;
 }
 
-void PsTrainer::sync_barrier(int64_t pass, const std::string& name, const std::string& what) {
-  State& s = *state_;
-  // Each arrival is counted first in kProgressTable, so a timeout names the trainers behind the
-  // furthest one.
-  std::vector<float> arrival = one_hot(env_.trainers, env_.trainer_id, 1.0f);
-  throw_if_error(s.servers->dense(DenseAction::kAdd, kProgressTable, &arrival));
-  const Status st =
-      s.servers->barrier("ps_sync/" + std::to_string(pass) + "/" + name,
-                         static_cast<uint32_t>(env_.trainers), config_.runner.collective_timeout_s);
-  if (st.ok()) return;
-  std::vector<float> progress(static_cast<std::size_t>(env_.trainers), 0.0f);
-  std::string missing;
-  if (s.servers->dense(DenseAction::kRead, kProgressTable, &progress).ok()) {
-    const float furthest = *std::max_element(progress.begin(), progress.end());
-    for (int w = 0; w < env_.trainers; ++w) {
-      if (progress[static_cast<std::size_t>(w)] < furthest) {
-        missing += (missing.empty() ? "" : ", ") + std::to_string(w);
-      }
-    }
-  }
-  GPUBOX_FAIL(
-      "sync mode, pass ", pass, ", ", what, ": not every one of the ", env_.trainers,
-      " trainers arrived within runner.collective_timeout_s=", config_.runner.collective_timeout_s,
-      " s", missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
-      ": a trainer died or is stuck; ", st.to_string());
-}
-
-std::size_t PsTrainer::agree_sync_steps(int64_t pass, std::size_t batches) {
+std::size_t PsTrainer::agree_sync_steps(SyncBarriers& barriers, std::size_t batches) {
   State& s = *state_;
   std::vector<float> mine = one_hot(env_.trainers, env_.trainer_id, static_cast<float>(batches));
   throw_if_error(s.servers->dense(DenseAction::kAdd, kBatchesTable, &mine));
-  sync_barrier(pass, "count", "counting batches");
+  barriers.arrive("counting batches");
   std::vector<float> all(static_cast<std::size_t>(env_.trainers), 0.0f);
   throw_if_error(s.servers->dense(DenseAction::kRead, kBatchesTable, &all));
   std::size_t steps = batches;
@@ -158,18 +132,21 @@ std::size_t PsTrainer::agree_sync_steps(int64_t pass, std::size_t batches) {
     steps = std::max(steps, static_cast<std::size_t>(std::lround(all[w] - s.batches_seen[w])));
   }
   s.batches_seen = all;
-  sync_barrier(pass, "counted", "agreeing on the steps");
+  barriers.arrive("agreeing on the steps");
   return steps;
 }
 
-// What every training thread of a pass shares: its data and stop, the schedule of its dense
-// syncs, the threads' barrier and thread 0's progress line.
+// What every training thread of a pass shares: its data and stop, the sync mode's barriers of
+// every trainer, the schedule of its dense syncs, the threads' barrier and thread 0's progress
+// line.
 struct PsTrainer::PassThreads {
-  PassThreads(PsTrainer& trainer, PassData& data, int64_t pass, PsPassStop& stop, int threads)
+  PassThreads(PsTrainer& trainer, PassData& data, int64_t pass, PsPassStop& stop,
+              SyncBarriers& barriers, int threads)
       : trainer(trainer),
         data(data),
         pass(pass),
         stop(stop),
+        barriers(barriers),
         threads(threads),
         mode(trainer.config_.runner.sync_mode),
         local(threads),
@@ -207,7 +184,7 @@ struct PsTrainer::PassThreads {
       local.wait();
       return;
     }
-    meet_all(t, "rows/" + std::to_string(b), "step " + std::to_string(b) + "'s pulls");
+    meet_all(t, "step " + std::to_string(b) + "'s pulls");
   }
   // How thread t takes part in the averaged dense step (PsWorker::add_gradients): trainer 0's
   // thread 0 overwrites the step's gradient table right after computing the step, before the
@@ -230,16 +207,24 @@ struct PsTrainer::PassThreads {
   void meet_step(int t, std::size_t b) {
     local.wait();  // every thread's updates of this step are on the servers
     if (t == 0) stop.before_sync_barrier(b);
-    if (t == 0) trainer.sync_barrier(pass, std::to_string(b), "step " + std::to_string(b));
+    if (t == 0) barriers.arrive("step " + std::to_string(b));
     if (t == 0) stop.after_sync_barrier(b, b + 1 == data.steps);
+    if (t == 0 && (b + 1 == data.steps || stop.stopping()) && !end_pass_meets(b + 1)) {
+      barriers.leave();
+    }
     local.wait();  // ... and every trainer's
   }
   // A barrier of every thread of every trainer with no stop vote: the step's pulls
-  // (meet_pulled), the pass's last dense window.
-  void meet_all(int t, const std::string& name, const std::string& what) {
+  // (meet_pulled), the pass's last dense window, its dense table. `last`: the pass's last one.
+  void meet_all(int t, const std::string& what, bool last = false) {
     local.wait();
-    if (t == 0) trainer.sync_barrier(pass, name, what);
+    if (t == 0) barriers.arrive(what);
+    if (t == 0 && last) barriers.leave();
     local.wait();
+  }
+  // Whether end_pass meets every trainer after a pass of `steps` steps (sync).
+  bool end_pass_meets(std::size_t steps) const {
+    return (mode == SyncMode::kSync && steps % dense_every != 0) || average_gradients;
   }
 
   // Sync, once every thread computed step b: this thread's share of the trainer's keys, each
@@ -264,11 +249,13 @@ struct PsTrainer::PassThreads {
   // mode every thread of every trainer took the same steps, so all agree on whether a partial
   // dense window is left; it is added and adopted behind one more barrier, as a step's.
   void end_pass(int t, std::size_t steps, PsWorker& worker) {
+    // No barrier of every trainer follows (meet_step left already, unless the pass took no step).
+    if (t == 0 && !end_pass_meets(steps)) barriers.leave();
     if (mode == SyncMode::kGeo) worker.sync_rows(dense_scale);
     if (mode != SyncMode::kSync) worker.sync_dense(dense_scale, statistic_scale);
     if (mode == SyncMode::kSync && steps % dense_every != 0) {
       worker.sync_dense(dense_scale);
-      meet_all(t, "dense", "the pass's last dense window");
+      meet_all(t, "the pass's last dense window", /*last=*/!average_gradients);
       worker.sync_dense(0.0f);
     }
     // Averaged steps leave every thread's dense parameters the same: one thread writes them to
@@ -276,7 +263,7 @@ struct PsTrainer::PassThreads {
     // adopts.
     if (average_gradients) {
       if (gradient_share(t) != PsWorker::GradientShare::kAdd) worker.publish_dense();
-      meet_all(t, "dense", "the pass's dense table");
+      meet_all(t, "the pass's dense table", /*last=*/true);
       worker.sync_dense(0.0f);
     }
   }
@@ -285,6 +272,7 @@ struct PsTrainer::PassThreads {
   PassData& data;
   const int64_t pass;
   PsPassStop& stop;
+  SyncBarriers& barriers;  // sync: every trainer's
   const int threads;
   const SyncMode mode;
   bool open_ended = false;
@@ -297,9 +285,10 @@ struct PsTrainer::PassThreads {
   PsProgress progress;
 };
 
-std::size_t PsTrainer::train_threads(PassData& data, int64_t pass, PsPassStop& stop) {
+std::size_t PsTrainer::train_threads(PassData& data, int64_t pass, PsPassStop& stop,
+                                     SyncBarriers& barriers) {
   State& s = *state_;
-  PassThreads run(*this, data, pass, stop, s.cards.num_local_cards());
+  PassThreads run(*this, data, pass, stop, barriers, s.cards.num_local_cards());
   std::size_t steps_taken = 0;  // thread 0's
   s.cards.run_on_cards(
       [&](device::Card& card) {
@@ -436,8 +425,10 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
                  env_.trainers, " files)");
   PassData data = read_pass(share, pass);
   const double load_seconds = pass_timer.seconds();
-  if (config_.runner.sync_mode == SyncMode::kSync)
-    data.steps = agree_sync_steps(pass, data.batches);
+  const bool sync = config_.runner.sync_mode == SyncMode::kSync;
+  SyncBarriers barriers(*s.servers, env_.trainer_id, env_.trainers, pass,
+                        config_.runner.collective_timeout_s);
+  if (sync) data.steps = agree_sync_steps(barriers, data.batches);
   Timer train_timer;
   const uint64_t allocations_before = step_allocations();
   std::size_t steps_taken = 0;
@@ -445,14 +436,18 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   // The steps taken before a stream's failure stay taken: a streamed pass is never whole in
   // memory to be checked first. A server restart found in the pass, in a job whose trainers go
   // back to the last save together, is voted on at the pass's end, at the meeting where every
-  // trainer agrees on a stop (agree_on_restart), and recover() goes back with all of them.
+  // trainer agrees on a stop (agree_on_restart), and recover() goes back with all of them; in
+  // the sync mode, the others wait at the step's barrier for this trainer: it comes there and
+  // tells them (SyncBarriers::hold).
   std::exception_ptr restarted;
   try {
-    steps_taken = train_threads(data, pass, stop);
+    steps_taken = train_threads(data, pass, stop, barriers);
   } catch (const Error&) {
     if (data.stream != nullptr) data.check_stream(pass);
+    restart_agreed_ = restart_agreed_ || barriers.heard_restart();
     if (!repairs_together() || !restart_found()) throw;
     restarted = std::current_exception();
+    if (sync) barriers.hold();
   }
   const std::string p = std::to_string(pass);
   bool stopped = false;
@@ -462,6 +457,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   if (!repairs_together()) {
     meet_at_end();
   } else if (agree_on_restart(pass, restarted != nullptr, meet_at_end)) {
+    barriers.forget_mark();  // every trainer read the marks before the vote's meeting
     if (data.stream != nullptr) data.stream->abort("a server restarted");
     if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read
     pass_id_ = pass;

@@ -1,5 +1,5 @@
 // PsTrainer's recovery from a restarted server (ps_trainer.hpp, its file comment): one trainer
-// alone, or the trainers of an async or geo job together; a sync job of several refuses.
+// alone, or the trainers of a job of several together.
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -57,21 +57,6 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   // a server was down saw none, and the pass fails naming it even if the server is back as
   // another instance by now: asking the servers again then would race the server's return.
   if (SaveLineage::describe_restarts(*s.servers).empty()) return std::nullopt;  // fails as before
-  if (env_.trainers > 1) {
-    // Every restarted server named.
-    SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
-    const std::string restarts = SaveLineage::describe_restarts(*s.servers);
-    // The failed call's error says more only when it is not the restart itself.
-    const std::string failure = error.message();
-    const bool says_more = failure.find(" restarted (instance ") == std::string::npos;
-    GPUBOX_FAIL("pass ", pass, ": ", restarts, ". A sync job of ", env_.trainers,
-                " trainers is not repaired in the run: its trainers wait for each other at every "
-                "step's server barrier, where those whose step reached the server before it "
-                "restarted wait out runner.collective_timeout_s for the one whose step failed, "
-                "and the restarted server lost the step it held; so the job stops; ",
-                s.lineage->rerun_outcome(env_.trainer_id == 0),
-                says_more ? " (" + failure + ")" : "");
-  }
   // The order matters: the old threads are dropped (the row calls and dense add they still had
   // queued not sent, those under way waited for, their failures expected and not logged:
   // PsWorker::abandon) after every server was asked who it is and before the restarts are
@@ -94,9 +79,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   return pass_id_;
 }
 
-bool PsTrainer::repairs_together() const {
-  return env_.trainers > 1 && config_.runner.sync_mode != SyncMode::kSync;
-}
+bool PsTrainer::repairs_together() const { return env_.trainers > 1; }
 
 Status PsTrainer::reset_restart_votes() {
   std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);

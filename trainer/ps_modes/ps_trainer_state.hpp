@@ -18,9 +18,8 @@
 
 namespace gpubox::trainer::ps_modes {
 
-// Sync mode's small tables on the servers: per trainer, the barriers it reached (a timeout names
-// the trainers behind) and the batches of each pass (so every trainer takes the same steps).
-inline constexpr const char* kProgressTable = "ps_sync_progress";
+// Sync mode's small table on the servers of the batches of each pass, per trainer (so every
+// trainer takes the same steps); its barriers' table is SyncBarriers'.
 inline constexpr const char* kBatchesTable = "ps_sync_batches";
 
 // Whether the first server, which holds the job's barriers and small tables, is among the

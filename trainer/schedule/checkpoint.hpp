@@ -22,8 +22,7 @@
 // the cards, the write-back under way), it stops the run with an error naming the server and the
 // pass; running the command again resumes from the last save. A PS-mode pass holds nothing the
 // servers do not (every update goes to them as it is made): found within one, the pass is
-// retried from the last save too, by every trainer of an async or geo job together
-// (ps_modes/ps_trainer.hpp).
+// retried from the last save too, by every trainer of the job together (ps_modes/ps_trainer.hpp).
 //
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
