@@ -214,6 +214,40 @@ struct IsLiveRangeEntry {
                        : range.side_rows[i - range.n] != kInvalidRow;
   }
 };
+// Whether entry i holds a key whose row is in pool `pool` at index `first_row` or above.
+struct IsPoolRowFrom {
+  RangeEntries range;
+  RowHandleCodec codec;
+  int32_t pool;
+  std::size_t first_row;
+  GPUBOX_HD bool operator()(std::size_t i) const {
+    if (!IsLiveRangeEntry{range}(i)) return false;
+    const row_index_t row = i < range.n ? range.slots[i].row : range.side_rows[i - range.n];
+    return codec.pool_of(row) == pool &&
+           static_cast<std::size_t>(row & codec.index_mask()) >= first_row;
+  }
+};
+// The entries [0, entries) of `range` that `listed` picks, in order, into keys_out / rows_out:
+// one stream compaction, its count read on the host.
+template <class Listed>
+std::size_t copy_entries(const RangeEntries& range, std::size_t entries, Listed listed,
+                         uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) {
+  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
+  auto end = device::host_result(stream, [&] {
+    const thrust::counting_iterator<std::size_t> first(0);
+    return thrust::copy_if(
+        device::exec_policy(stream), thrust::make_transform_iterator(first, RangeEntry{range}),
+        thrust::make_transform_iterator(first + entries, RangeEntry{range}), first, out, listed);
+  });
+  return static_cast<std::size_t>(end - out);
+}
+// repoint_async: keys[i] takes rows[i].
+struct RepointKeys {
+  InsertEngine engine;
+  const uint64_t* keys;
+  const row_index_t* rows;
+  GPUBOX_HD void operator()(std::size_t i) const { engine.repoint(keys[i], rows[i]); }
+};
 }  // namespace
 
 namespace {
@@ -514,15 +548,20 @@ std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_e
   // with the slots, so no readback of their rows (a pageable copy and a wait) precedes the count.
   const std::size_t entries = slot_end == slots_.size() ? n + 2 : n;
   const RangeEntries range{slots_.data() + slot_begin, side_rows_.data(), n};
-  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
-  auto end = device::host_result(stream, [&] {
-    const thrust::counting_iterator<std::size_t> first(0);
-    return thrust::copy_if(device::exec_policy(stream),
-                           thrust::make_transform_iterator(first, RangeEntry{range}),
-                           thrust::make_transform_iterator(first + entries, RangeEntry{range}),
-                           first, out, IsLiveRangeEntry{range});
-  });
-  return static_cast<std::size_t>(end - out);
+  return copy_entries(range, entries, IsLiveRangeEntry{range}, keys_out, rows_out, stream);
+}
+
+std::size_t CardHashTable::dump_pool_rows_from(int32_t pool, std::size_t first_row,
+                                               uint64_t* keys_out, row_index_t* rows_out,
+                                               const device::Stream& stream) const {
+  const RangeEntries range{slots_.data(), side_rows_.data(), slots_.size()};
+  return copy_entries(range, slots_.size() + 2, IsPoolRowFrom{range, codec_, pool, first_row},
+                      keys_out, rows_out, stream);
+}
+
+void CardHashTable::repoint_async(const uint64_t* keys, const row_index_t* rows, std::size_t n,
+                                  const device::Stream& stream) {
+  device::parallel_for(stream, n, RepointKeys{insert_engine(), keys, rows});
 }
 
 std::size_t CardHashTable::recount(const device::Stream& stream) {

@@ -130,6 +130,16 @@ class CardHashTable {
   // wait, no allocation.
   std::size_t list_slots_async(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
                                row_index_t* rows_out, const device::Stream& stream) const;
+  // dump() of the entries whose row is in pool `pool` at index `first_row` or above (the rows
+  // CardSparseStore::compact_pool moves), in slot order; keys_out/rows_out need room for
+  // size(). Returns the count. Synchronizes.
+  std::size_t dump_pool_rows_from(int32_t pool, std::size_t first_row, uint64_t* keys_out,
+                                  row_index_t* rows_out, const device::Stream& stream) const;
+  // keys[i] (present and distinct) takes row rows[i]: its row before is the caller's, neither
+  // freed nor counted (CardSparseStore::compact_pool copies it there first). Stream-ordered: no
+  // wait, no allocation.
+  void repoint_async(const uint64_t* keys, const row_index_t* rows, std::size_t n,
+                     const device::Stream& stream);
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or

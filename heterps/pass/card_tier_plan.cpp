@@ -27,8 +27,8 @@ using card_table::row_index_t;
 // would count it twice. The next pass's chunks between the steps use scratch of their own
 // (CardTierPlan::next_pass_bytes). Not counted: a rehash that an insert's probe overflow
 // forces (rare, and it doubles the table past the plan with a warning). compact_pool (width
-// classes, when a shift of widths needs the pools' free pages back) lists and purges erased
-// slots in the kept listing and moves rows through the kept pages (fit_pools).
+// classes, when a shift of widths needs the pools' free pages back) lists the rows it moves in
+// the kept listing and copies each onto a free row of its pool (fit_pools).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most keep_rows rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and

@@ -48,9 +48,9 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // memory: every job borrows it in turn, never two at once, on the card's thread and stream (their
 // contents are lost between borrowers). CardTierPlan counts all of it (card_tier_plan.cpp).
 // - The listing, keys and row indices (12 bytes a row): the write-back lists the dirty rows into
-//   it; begin_pass's look-up the pass's keys; evict_outside and compact_pool every key on the card
-//   (evict_outside then ranks them in the keys' room); a rehash of the table (a purge of erased
-//   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
+//   it; begin_pass's look-up the pass's keys; evict_outside every key on the card (then ranks them
+//   in the keys' room), compact_pool the keys and rows it moves; a rehash of the table (a purge of
+//   erased slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
 //   erase_from_card stages its keys there, evict_among its rows, ranks and dirty flags (in the
 //   keys' room), and insert_to_card its keys, records (in the keys' room) and rows, when it holds
 //   more than a page (under a budget: every erase at once, one wait). Reserved
@@ -59,8 +59,7 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // - A page of PassCards::keep_rows keys and row indices, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
 //   write-back): drop_kept's keep keys, insert_to_card's, erase_from_card's and evict_among's
-//   pages when the listing holds less, compact_pool's moved rows (fit_pools: their records,
-//   handles, and dirty flags in the page of keys), and the write-back's copy off the card.
+//   pages when the listing holds less, and the write-back's copy off the card.
 //   Bounded by PassCards::kKeptRows whatever the page: the plan's kept_bytes.
 struct CardPassBuffers {
   device::device_buffer<uint64_t> listed_keys;

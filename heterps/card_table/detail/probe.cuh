@@ -136,6 +136,24 @@ struct InsertEngine {
     return {kInvalidRow, InsertStatus::kProbeBoundExceeded};
   }
 
+  // Points the key, which must be present, at `row` (its old row is the caller's: the rows
+  // CardSparseStore::compact_pool moves). One thread per key.
+  GPUBOX_HD void repoint(uint64_t key, row_index_t row) const {
+    if (is_reserved_key(key)) {
+      atomic_ref<row_index_t>(side_rows[side_index(key)]).store(row, cuda::memory_order_relaxed);
+      return;
+    }
+    uint64_t s = home_slot(key, mask);
+    for (uint32_t p = 0; p < kMaxProbe; ++p, s = (s + 1) & mask) {
+      const uint64_t k = atomic_ref<uint64_t>(slots[s].key).load(cuda::memory_order_relaxed);
+      if (k == key) {
+        atomic_ref<row_index_t>(slots[s].row).store(row, cuda::memory_order_release);
+        return;
+      }
+      if (k == kEmptyKey) return;
+    }
+  }
+
   // Removes `key`; returns its row, or kInvalidRow when it was absent (or erased by another
   // thread of the same batch: exactly one eraser gets the row).
   GPUBOX_HD row_index_t erase(uint64_t key) const {
