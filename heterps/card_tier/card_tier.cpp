@@ -9,9 +9,32 @@
 #include "heterps/device/profile_range.hpp"
 #include "heterps/device/step_graph.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/pass/card_tier_plan.hpp"
 #include "heterps/pass/pass_manager.hpp"
 
 namespace gpubox::tier_owner {
+namespace {
+
+// The pass manager's options: `pass` with the tier's placement.
+pass::PassManagerOptions pass_options(const CardTierOptions& options) {
+  pass::PassManagerOptions pass_options = options.pass;
+  pass_options.placement = options.placement;
+  return pass_options;
+}
+
+}  // namespace
+
+pass::CardTierPlan CardTier::plan_ahead(device::CardSet& cards,
+                                        const table::AccessorConfig& accessor,
+                                        const CardTierOptions& options) {
+  device::Card& card = cards.card(0);
+  card.activate();
+  const card_table::CardSparseStore store(card, accessor, card_table::HashTableOptions{},
+                                          options.eviction);
+  const pass::CardTierShape shape{&store, pass_options(options), cards.num_local_cards(),
+                                  cards.total_cards()};
+  return pass::plan_for(shape, pass::row_budget_for(shape));
+}
 
 CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
                    const table::AccessorConfig& accessor, const CardTierOptions& options)
@@ -34,9 +57,7 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   }
   std::vector<card_table::CardSparseStore*> stores;
   for (auto& store : stores_) stores.push_back(store.get());
-  pass::PassManagerOptions pass_options = options.pass;
-  pass_options.placement = options.placement;
-  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options);
+  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options(options));
   // The next pass's card work waits between steps only on a fault or a repair, when the step's
   // collectives may be pending: bounded by the group's timeout, as the step's own waits.
   pass_manager_->set_card_wait([this](int c, const device::Stream& stream, const char* what) {

@@ -74,6 +74,12 @@ class CardTier {
   CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
            const table::AccessorConfig& accessor, const CardTierOptions& options = {});
   ~CardTier();
+  // The plan (CardTierPlan) a CardTier of these arguments makes, before any host tier exists: from
+  // a store of its own on card 0, made and freed here. The trainer counts the plan's pinned host
+  // memory in runner.host_memory_mb before the host table opens (CardTierPlan::host_table_bytes).
+  static pass::CardTierPlan plan_ahead(device::CardSet& cards,
+                                       const table::AccessorConfig& accessor,
+                                       const CardTierOptions& options);
   CardTier(const CardTier&) = delete;
   CardTier& operator=(const CardTier&) = delete;
 

@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/integration/trainer_rows.hpp"
@@ -62,7 +63,7 @@ class DiskTierQuality : public ::testing::Test {
     double reloaded = 0;  // rows pulled back to the cards that the host tier already held
   };
 
-  static Run train(const std::vector<std::string>& extra) {
+  static TrainerConfig config(const std::vector<std::string>& extra) {
     const std::vector<std::string> overrides = {"runner.train_batch_size=256",
                                                 "runner.shuffle=false",
                                                 "runner.metrics_path=",
@@ -72,7 +73,11 @@ class DiskTierQuality : public ::testing::Test {
                                                 "hyper_parameters.sparse_inputs_slots=9",
                                                 "hyper_parameters.dense_input_dim=3",
                                                 "hyper_parameters.fc_sizes=[32, 16]"};
-    Trainer trainer(testing::load_test_config(overrides, extra), testing::cards_env(1));
+    return testing::load_test_config(overrides, extra);
+  }
+
+  static Run train(const std::vector<std::string>& extra) {
+    Trainer trainer(config(extra), testing::cards_env(1));
     const auto files = data_files((root_ / "train").string());
     const auto test = data_files((root_ / "test").string());
     Run run;
@@ -127,6 +132,37 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
     if (std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)) != 0) ++differ;
   }
   EXPECT_EQ(differ, 0u) << "of " << memory.rows.size() << " rows";
+}
+
+// runner.host_memory_mb counts the next pass's card work's pinned host memory (runs with passes
+// staged ahead): with no card budget a card pins about 15 MiB for it, so the 1 MiB budget is
+// refused when the trainer starts, naming the key, the need and the cards; under the 8 MiB card
+// budget of the run above a card pins far less, the plan line says it is inside the budget, and
+// the host table opens with the budget less both cards' share.
+TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
+  const std::vector<std::string> budget = {"runner.rocksdb_path=" + (root_ / "rocksdb").string(),
+                                           "runner.host_memory_mb=1", "runner.prefetch_passes=1"};
+  std::vector<std::string> no_card_budget = budget;
+  no_card_budget.push_back("runner.card_memory_mb=0");
+  try {
+    Trainer refused(config(no_card_budget), testing::cards_env(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("runner.host_memory_mb (1048576 bytes) leaves the host table nothing"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("on each of 2 card(s)"), std::string::npos) << what;
+  }
+  Trainer trainer(config(budget), testing::cards_env(2));
+  const pass::CardTierPlan& plan = trainer.card_tier().plan();
+  EXPECT_GT(plan.next_pass_pinned_bytes, 0u);
+  EXPECT_NE(plan.to_string().find("inside runner.host_memory_mb: 2 card(s)"), std::string::npos)
+      << plan.to_string();
+  auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->table_config().memory_budget_bytes,
+            (std::size_t{1} << 20) - 2 * plan.next_pass_pinned_bytes);
 }
 
 // The full check, on config_synthetic.yaml's 1M planted lines, is

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "heterps/card_table/card_store.hpp"
+#include "heterps/pass/chunk_pacer.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
@@ -158,6 +159,52 @@ TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
       << unbudgeted.to_string();
   options.next_pass_chunk_keys = 0;
   EXPECT_EQ(Engine(1, options).manager->plan().next_pass_pinned_bytes, 0u) << "the work is off";
+}
+
+// The next pass's card work's pinned host memory counts in the host budget
+// (PassManagerOptions::host_memory_bytes: runner.host_memory_mb with an in-process host table):
+// the plan's term against a hand-computed oracle (no card budget, chunks of 1000 keys: look-ups
+// of kDepth chunks, a key and a row index each; an erase check and a failed count a chunk slot;
+// two insert regions of 1000 records), and the host table's share at the edge budgets of two
+// cards: exactly enough (a byte left for the table), one byte short (refused when the plan is
+// made, naming the key, the need and the cards), and the work off (the whole budget the table's).
+TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 1000;
+  Engine probe(2, options);
+  const std::size_t depth = ChunkChain::kDepth;
+  const std::size_t stride = probe.stores[0]->record_stride();
+  ASSERT_GE(probe.stores[0]->page_rows(), 1000u) << "the insert regions are a chunk's";
+  const std::size_t per_card = 1000 * depth * (sizeof(uint64_t) + sizeof(card_table::row_index_t)) +
+                               depth * (sizeof(card_table::ErasePresentCheck) + sizeof(uint32_t)) +
+                               2 * 1000 * stride * sizeof(float);
+  EXPECT_EQ(probe.manager->plan().next_pass_pinned_bytes, per_card);
+  EXPECT_EQ(probe.manager->plan().host_table_bytes(), 0u) << "no host budget";
+  EXPECT_NE(probe.manager->plan().to_string().find("no host budget counts it"), std::string::npos);
+  options.host_memory_bytes = 2 * per_card + 1;
+  const Engine enough(2, options);
+  EXPECT_EQ(enough.manager->plan().pinned_host_bytes(), 2 * per_card);
+  EXPECT_EQ(enough.manager->plan().host_table_bytes(), 1u);
+  EXPECT_NE(enough.manager->plan().to_string().find("inside runner.host_memory_mb: 2 card(s)"),
+            std::string::npos)
+      << enough.manager->plan().to_string();
+  options.host_memory_bytes = 2 * per_card;
+  try {
+    const Engine short_by_a_byte(2, options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("runner.host_memory_mb (" + std::to_string(2 * per_card) + " bytes)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("pins " + std::to_string(per_card) + " bytes of host memory on each of 2"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("runner.next_pass_chunk_keys"), std::string::npos) << what;
+  }
+  options.next_pass_chunk_keys = 0;
+  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), 2 * per_card);
 }
 
 }  // namespace
