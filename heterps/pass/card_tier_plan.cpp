@@ -109,12 +109,17 @@ std::string CardTierPlan::to_string() const {
 std::size_t CardTierPlan::host_table_bytes() const {
   if (host_budget_bytes == 0) return 0;
   const std::size_t need = pinned_host_bytes();
-  GPUBOX_EXPECTS(need < host_budget_bytes, "runner.host_memory_mb (", host_budget_bytes,
-                 " bytes) leaves the host table nothing: the next pass's card work pins ",
-                 next_pass_pinned_bytes, " bytes of host memory on each of ", cards, " card(s), ",
-                 need, " bytes in all, counted in it. Raise runner.host_memory_mb to at least ",
-                 (need >> 20) + 1,
-                 " MiB, or lower runner.next_pass_chunk_keys (0 turns the work off)");
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const auto ceil_mib = [](std::size_t bytes) { return (bytes + kMiB - 1) / kMiB; };
+  GPUBOX_EXPECTS(host_budget_bytes >= need && host_budget_bytes - need >= host_table_min_bytes,
+                 "runner.host_memory_mb (", host_budget_bytes,
+                 " bytes) leaves the host table less than the ", host_table_min_bytes,
+                 " bytes it needs: the next pass's card work pins ", next_pass_pinned_bytes,
+                 " bytes of host memory on each of ", cards, " card(s), ", need,
+                 " bytes in all, counted in it. Raise runner.host_memory_mb to at least ",
+                 ceil_mib(need) + ceil_mib(host_table_min_bytes),
+                 " MiB, or lower runner.next_pass_chunk_keys (0, or runner.prefetch_passes: 0, "
+                 "turns the work off)");
   return host_budget_bytes - need;
 }
 
@@ -124,6 +129,7 @@ CardTierPlan plan_for(const CardTierShape& shape, std::size_t rows) {
   plan.rows = rows;
   plan.row_bytes = store.bytes_per_row();
   plan.host_budget_bytes = shape.options.host_memory_bytes;
+  plan.host_table_min_bytes = shape.options.host_table_min_bytes;
   plan.cards = shape.local_cards;
   plan.page_rows = store.page_rows();
   // Without a budget: one key, with its table share at the worst power-of-two fill.

@@ -43,9 +43,14 @@ struct PassManagerOptions {
   // runner.host_memory_mb (bytes) when the host tier is this process's table, else 0 (none, or
   // gpubox_server's tables, whose budget is theirs): the next pass's card work's pinned host
   // memory, every local card's, counts in it, and the host table plans its rows with what is
-  // left (CardTierPlan::host_table_bytes). A budget that leaves the table nothing fails when the
-  // plan is made (at start), naming the key, the need and the cards.
+  // left (CardTierPlan::host_table_bytes). A budget that leaves the table less than
+  // host_table_min_bytes fails when the plan is made (at start), naming the key, the need and the
+  // cards.
   std::size_t host_memory_bytes = 0;
+  // The least of host_memory_bytes the host table needs for itself (the trainer's:
+  // table::smallest_memory_budget, and 1 MiB at least): under it the table's plan would keep
+  // one row and a small index a shard past its share, silently.
+  std::size_t host_table_min_bytes = std::size_t{1} << 20;
   // kReplicated (Collective mode): every card holds every key of every pass, nothing is evicted
   // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
   // first local card's; the others only drop their dirty flags).
@@ -97,9 +102,10 @@ struct CardTierPlan {
   // the host budget when there is one (host_budget_bytes). 0 when the work cannot run; with no
   // card budget, at the unbudgeted chunk (next_pass_chunk_keys).
   std::size_t next_pass_pinned_bytes = 0;
-  // PassManagerOptions::host_memory_bytes (0: no host budget counts the pinned term) and the
-  // local cards, each of which pins next_pass_pinned_bytes.
+  // PassManagerOptions::host_memory_bytes (0: no host budget counts the pinned term) and
+  // host_table_min_bytes, and the local cards, each of which pins next_pass_pinned_bytes.
   std::size_t host_budget_bytes = 0;
+  std::size_t host_table_min_bytes = 0;
   int cards = 1;
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
@@ -115,8 +121,8 @@ struct CardTierPlan {
     return static_cast<std::size_t>(cards) * next_pass_pinned_bytes;
   }
   // The host table's share of host_budget_bytes once pinned_host_bytes() is counted in it: the
-  // rest (0: no budget). Throws gpubox::Error naming runner.host_memory_mb, the need and the
-  // cards when that leaves the table nothing.
+  // rest (0: no budget). Throws gpubox::Error naming runner.host_memory_mb, the need, the cards
+  // and the least budget that does when that leaves the table less than host_table_min_bytes.
   std::size_t host_table_bytes() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
   // pass-boundary buffers K, next pass's card work N), B bytes

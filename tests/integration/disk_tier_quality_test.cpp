@@ -135,13 +135,14 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
 }
 
 // runner.host_memory_mb counts the next pass's card work's pinned host memory (runs with passes
-// staged ahead): with no card budget a card pins about 15 MiB for it, so the 1 MiB budget is
+// staged ahead): with no card budget a card pins about 15 MiB for it, so the 2 MiB budget is
 // refused when the trainer starts, naming the key, the need and the cards; under the 8 MiB card
-// budget of the run above a card pins far less, the plan line says it is inside the budget, and
-// the host table opens with the budget less both cards' share.
+// budget of the run above a card pins far less (about 0.24 MiB), the plan line says it is inside
+// the budget, and the host table opens with the budget less both cards' share, at least its own
+// 1 MiB.
 TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
   const std::vector<std::string> budget = {"runner.rocksdb_path=" + (root_ / "rocksdb").string(),
-                                           "runner.host_memory_mb=1", "runner.prefetch_passes=1"};
+                                           "runner.host_memory_mb=2", "runner.prefetch_passes=1"};
   std::vector<std::string> no_card_budget = budget;
   no_card_budget.push_back("runner.card_memory_mb=0");
   try {
@@ -149,7 +150,8 @@ TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("runner.host_memory_mb (1048576 bytes) leaves the host table nothing"),
+    EXPECT_NE(what.find("runner.host_memory_mb (2097152 bytes) leaves the host table less than "
+                        "the 1048576 bytes it needs"),
               std::string::npos)
         << what;
     EXPECT_NE(what.find("on each of 2 card(s)"), std::string::npos) << what;
@@ -162,7 +164,7 @@ TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
   auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
   ASSERT_NE(table, nullptr);
   EXPECT_EQ(table->table_config().memory_budget_bytes,
-            (std::size_t{1} << 20) - 2 * plan.next_pass_pinned_bytes);
+            (std::size_t{2} << 20) - 2 * plan.next_pass_pinned_bytes);
 }
 
 // The full check, on config_synthetic.yaml's 1M planted lines, is

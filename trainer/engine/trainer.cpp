@@ -19,6 +19,7 @@
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/card_setup.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/host_tier_factory.hpp"
 #include "table/server/remote_host_tier.hpp"
@@ -89,6 +90,10 @@ tier_owner::CardTierOptions card_tier_options(const TrainerConfig& config, const
   // remote host tier's budget is its servers'): the card tier's pinned buffers count in it.
   if (env.servers.empty()) {
     options.pass.host_memory_bytes = config.host_tier.table.memory_budget_bytes;
+    options.pass.host_table_min_bytes = std::max<std::size_t>(
+        options.pass.host_table_min_bytes,
+        table::smallest_memory_budget(config.host_tier.table,
+                                      table::planned_classes(config.sparse, 0)));
   }
   if (config.runner.collective) options.placement = heter_comm::Placement::kReplicated;
   return options;

@@ -166,8 +166,10 @@ TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
 // the plan's term against a hand-computed oracle (no card budget, chunks of 1000 keys: look-ups
 // of kDepth chunks, a key and a row index each; an erase check and a failed count a chunk slot;
 // two insert regions of 1000 records), and the host table's share at the edge budgets of two
-// cards: exactly enough (a byte left for the table), one byte short (refused when the plan is
-// made, naming the key, the need and the cards), and the work off (the whole budget the table's).
+// cards: exactly enough (the table's least, host_table_min_bytes, left for it), one byte short
+// (refused when the plan is made, naming the key, the need, the cards and the least budget in
+// MiB: the need's and the table's, each rounded up), and the work off (the whole budget the
+// table's).
 TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
   GPUBOX_REQUIRE_CARDS(2);
   PassManagerOptions options;
@@ -182,21 +184,27 @@ TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
   EXPECT_EQ(probe.manager->plan().next_pass_pinned_bytes, per_card);
   EXPECT_EQ(probe.manager->plan().host_table_bytes(), 0u) << "no host budget";
   EXPECT_NE(probe.manager->plan().to_string().find("no host budget counts it"), std::string::npos);
-  options.host_memory_bytes = 2 * per_card + 1;
+  const std::size_t table_least = options.host_table_min_bytes;
+  ASSERT_EQ(table_least, std::size_t{1} << 20) << "the default: 1 MiB";
+  options.host_memory_bytes = 2 * per_card + table_least;
   const Engine enough(2, options);
   EXPECT_EQ(enough.manager->plan().pinned_host_bytes(), 2 * per_card);
-  EXPECT_EQ(enough.manager->plan().host_table_bytes(), 1u);
+  EXPECT_EQ(enough.manager->plan().host_table_bytes(), table_least);
   EXPECT_NE(enough.manager->plan().to_string().find("inside runner.host_memory_mb: 2 card(s)"),
             std::string::npos)
       << enough.manager->plan().to_string();
-  options.host_memory_bytes = 2 * per_card;
+  options.host_memory_bytes = 2 * per_card + table_least - 1;
   try {
     const Engine short_by_a_byte(2, options);
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("runner.host_memory_mb (" + std::to_string(2 * per_card) + " bytes)"),
+    EXPECT_NE(what.find("runner.host_memory_mb (" + std::to_string(options.host_memory_bytes) +
+                        " bytes) leaves the host table less than the 1048576 bytes it needs"),
               std::string::npos)
+        << what;
+    const std::size_t least_mib = (2 * per_card + (1 << 20) - 1) / (1 << 20) + 1;
+    EXPECT_NE(what.find("at least " + std::to_string(least_mib) + " MiB"), std::string::npos)
         << what;
     EXPECT_NE(what.find("pins " + std::to_string(per_card) + " bytes of host memory on each of 2"),
               std::string::npos)
@@ -204,7 +212,7 @@ TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
     EXPECT_NE(what.find("runner.next_pass_chunk_keys"), std::string::npos) << what;
   }
   options.next_pass_chunk_keys = 0;
-  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), 2 * per_card);
+  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), options.host_memory_bytes);
 }
 
 }  // namespace
