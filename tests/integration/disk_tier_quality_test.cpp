@@ -139,12 +139,21 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
 // refused when the trainer starts, naming the key, the need and the cards; under the 8 MiB card
 // budget of the run above a card pins far less (about 0.24 MiB), the plan line says it is inside
 // the budget, and the host table opens with the budget less both cards' share, at least its own
-// 1 MiB.
+// 1 MiB. Without runner.rocksdb_path the error names the missing disk tier, not the budget.
 TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
   const std::vector<std::string> budget = {"runner.rocksdb_path=" + (root_ / "rocksdb").string(),
                                            "runner.host_memory_mb=2", "runner.prefetch_passes=1"};
   std::vector<std::string> no_card_budget = budget;
   no_card_budget.push_back("runner.card_memory_mb=0");
+  // Without runner.rocksdb_path the missing disk tier is named first, not the budget.
+  std::vector<std::string> no_disk_tier(no_card_budget.begin() + 1, no_card_budget.end());
+  try {
+    Trainer refused(config(no_disk_tier), testing::cards_env(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs a disk tier (rocksdb_path)"), std::string::npos) << what;
+  }
   try {
     Trainer refused(config(no_card_budget), testing::cards_env(2));
     FAIL() << "no error";

@@ -23,6 +23,7 @@
 #include "table/server/auth_token.hpp"
 #include "table/server/host_tier_factory.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer_state.hpp"
@@ -163,10 +164,21 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
                              std::chrono::milliseconds(static_cast<int64_t>(
                                  std::ceil(config_.runner.collective_timeout_s * 1000.0))),
                              s.store.get(), env_.host);
-  // The cards' memory first: the card tier plans (from a store on card 0) before the host table
-  // opens, which plans its rows with what the card tier leaves of runner.host_memory_mb.
-  prepare_card_memory(s.cards, config_);
   const tier_owner::CardTierOptions tier_options = card_tier_options(config_, env_);
+  // The in-process table's options (a budget without runner.rocksdb_path) before its budget is
+  // planned: a missing disk tier is named before a budget too small for the cards.
+  if (env_.servers.empty()) {
+    const Status table_options =
+        table::SparseTable::check_options(config_.sparse, config_.host_tier.table);
+    if (!table_options.ok()) GPUBOX_FAIL(table_options.to_string());
+  }
+  // With runner.host_memory_mb to share with an in-process table, the card tier plans (from a
+  // store on card 0, out of the pre-warmed pool) before the table opens, which plans its rows
+  // with what the card tier leaves. Otherwise the host tier opens first, so that an unreachable
+  // server or a disk-tier folder that cannot be opened is named before the pre-warm (slow on a
+  // GPU).
+  const bool plan_cards_first = tier_options.pass.host_memory_bytes > 0;
+  if (plan_cards_first) prepare_card_memory(s.cards, config_);
   const uint64_t table_budget = host_table_budget(s.cards, config_, tier_options);
   s.host = open_host_tier(config_, env_, table_budget);
   if (env_.trainers > 1) {
@@ -178,6 +190,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
         *s.group, *s.store, env_, dynamic_cast<table::server::RemoteHostTier*>(s.host.get()),
         watch);
   }
+  if (!plan_cards_first) prepare_card_memory(s.cards, config_);
   s.card_tier = std::make_unique<tier_owner::CardTier>(s.cards, *s.group, *s.host, config_.sparse,
                                                        tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
