@@ -10,6 +10,7 @@
 #include "heterps/device/step_graph.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
 #include "heterps/pass/card_tier_plan.hpp"
+#include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_manager.hpp"
 
 namespace gpubox::tier_owner {
@@ -22,6 +23,14 @@ pass::PassManagerOptions pass_options(const CardTierOptions& options) {
   return pass_options;
 }
 
+// Card `card`'s store (the card active): rows by `accessor`, the options' eviction policy.
+std::unique_ptr<card_table::CardSparseStore> make_store(device::Card& card,
+                                                        const table::AccessorConfig& accessor,
+                                                        const CardTierOptions& options) {
+  return std::make_unique<card_table::CardSparseStore>(
+      card, accessor, card_table::HashTableOptions{}, options.eviction);
+}
+
 }  // namespace
 
 pass::CardTierPlan CardTier::plan_ahead(device::CardSet& cards,
@@ -29,11 +38,16 @@ pass::CardTierPlan CardTier::plan_ahead(device::CardSet& cards,
                                         const CardTierOptions& options) {
   device::Card& card = cards.card(0);
   card.activate();
-  const card_table::CardSparseStore store(card, accessor, card_table::HashTableOptions{},
-                                          options.eviction);
-  const pass::CardTierShape shape{&store, pass_options(options), cards.num_local_cards(),
+  const auto store = make_store(card, accessor, options);
+  const pass::CardTierShape shape{store.get(), pass_options(options), cards.num_local_cards(),
                                   cards.total_cards()};
   return pass::plan_for(shape, pass::row_budget_for(shape));
+}
+
+bool CardTier::pins_host_memory(const device::CardSet& cards, const table::AccessorConfig& accessor,
+                                const CardTierOptions& options) {
+  return pass::next_pass_work_possible(pass_options(options), table::width_classes(accessor).count,
+                                       cards.num_local_cards(), cards.total_cards());
 }
 
 CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
@@ -45,8 +59,7 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   for (int c = 0; c < n; ++c) {
     device::Card& card = cards_.card(c);
     card.activate();
-    stores_.push_back(std::make_unique<card_table::CardSparseStore>(
-        card, accessor, card_table::HashTableOptions{}, options.eviction));
+    stores_.push_back(make_store(card, accessor, options));
     heter_comm::HeterCommOptions comm_options;
     comm_options.missing_keys = options.missing_keys;
     comm_options.placement = options.placement;

@@ -80,6 +80,12 @@ class CardTier {
   static pass::CardTierPlan plan_ahead(device::CardSet& cards,
                                        const table::AccessorConfig& accessor,
                                        const CardTierOptions& options);
+  // Whether a CardTier of these arguments can run the next pass's card work, whose buffers pin
+  // host memory (pass::next_pass_work_possible), without a store: when not (the work off,
+  // Collective mode, width classes, several trainers), plan_ahead's plan pins nothing and need not
+  // be made.
+  static bool pins_host_memory(const device::CardSet& cards, const table::AccessorConfig& accessor,
+                               const CardTierOptions& options);
   CardTier(const CardTier&) = delete;
   CardTier& operator=(const CardTier&) = delete;
 

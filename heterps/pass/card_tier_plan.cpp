@@ -109,6 +109,8 @@ std::string CardTierPlan::to_string() const {
 std::size_t CardTierPlan::host_table_bytes() const {
   if (host_budget_bytes == 0) return 0;
   const std::size_t need = pinned_host_bytes();
+  // Nothing pinned: the budget is the table's alone, as without a card tier.
+  if (need == 0) return host_budget_bytes;
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   const auto ceil_mib = [](std::size_t bytes) { return (bytes + kMiB - 1) / kMiB; };
   GPUBOX_EXPECTS(host_budget_bytes >= need && host_budget_bytes - need >= host_table_min_bytes,

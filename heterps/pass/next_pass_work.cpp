@@ -104,12 +104,18 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   });
 }
 
-bool next_pass_work_possible(const CardTierShape& shape) {
+bool next_pass_work_possible(const PassManagerOptions& options, int32_t pools, int local_cards,
+                             int total_cards) {
   // With several trainers nothing is staged (a card's keys come from every trainer's data), so
   // the work would never start: nothing is sized for it either.
-  const bool several_trainers = shape.total_cards != shape.local_cards;
-  return shape.options.next_pass_chunk_keys > 0 && !shape.replicated() &&
-         shape.store->pool_count() == 1 && !several_trainers;
+  const bool several_trainers = total_cards != local_cards;
+  return options.next_pass_chunk_keys > 0 &&
+         options.placement != heter_comm::Placement::kReplicated && pools == 1 && !several_trainers;
+}
+
+bool next_pass_work_possible(const CardTierShape& shape) {
+  return next_pass_work_possible(shape.options, shape.store->pool_count(), shape.local_cards,
+                                 shape.total_cards);
 }
 
 NextPassScratchSizes next_pass_scratch_sizes(const CardTierShape& shape, std::size_t rows) {

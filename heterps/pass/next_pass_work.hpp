@@ -116,6 +116,9 @@ struct NextPassScratchSizes {
 // sharded placement, one pool (no width classes: compact_pool moves rows), one trainer (nothing
 // is staged for several).
 bool next_pass_work_possible(const CardTierShape& shape);
+// The same without a store: `pools` the stores' row pools (table::width_classes' count).
+bool next_pass_work_possible(const PassManagerOptions& options, int32_t pools, int local_cards,
+                             int total_cards);
 // Under a budget a chunk is at most a 1/kBudgetRowsPerChunkKey of its rows.
 inline constexpr std::size_t kBudgetRowsPerChunkKey = 64;
 // The sizes of the scratch on each card for a row budget of `rows` (0: none). The chunk is

@@ -100,13 +100,24 @@ tier_owner::CardTierOptions card_tier_options(const TrainerConfig& config, const
   return options;
 }
 
+// Whether the card tier takes a share of runner.host_memory_mb: a budget for an in-process table
+// and next pass's card work that can run (not with the work off: runner.prefetch_passes 0,
+// next_pass_chunk_keys 0, --mode infer; nor in Collective mode, with width classes or several
+// trainers). Decided without a store.
+bool shares_host_budget(const device::CardSet& cards, const TrainerConfig& config,
+                        const tier_owner::CardTierOptions& options) {
+  return options.pass.host_memory_bytes > 0 &&
+         tier_owner::CardTier::pins_host_memory(cards, config.sparse, options);
+}
+
 // The in-process table's share of runner.host_memory_mb: what the card tier's plan, made before
 // the table opens, leaves of it once every local card's pinned buffers for the next pass's card
 // work are counted (CardTierPlan::host_table_bytes: a budget too small for them fails here, at
 // start, naming the key, the need and the cards). Without such a budget, the config's.
 uint64_t host_table_budget(device::CardSet& cards, const TrainerConfig& config,
                            const tier_owner::CardTierOptions& options) {
-  if (options.pass.host_memory_bytes == 0) return config.host_tier.table.memory_budget_bytes;
+  if (!shares_host_budget(cards, config, options))
+    return config.host_tier.table.memory_budget_bytes;
   return tier_owner::CardTier::plan_ahead(cards, config.sparse, options).host_table_bytes();
 }
 
@@ -177,7 +188,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   // with what the card tier leaves. Otherwise the host tier opens first, so that an unreachable
   // server or a disk-tier folder that cannot be opened is named before the pre-warm (slow on a
   // GPU).
-  const bool plan_cards_first = tier_options.pass.host_memory_bytes > 0;
+  const bool plan_cards_first = shares_host_budget(s.cards, config_, tier_options);
   if (plan_cards_first) prepare_card_memory(s.cards, config_);
   const uint64_t table_budget = host_table_budget(s.cards, config_, tier_options);
   s.host = open_host_tier(config_, env_, table_budget);

@@ -13,9 +13,11 @@
 #include "common/hash.hpp"
 #include "heterps/card_table/card_store.hpp"
 #include "heterps/pass/chunk_pacer.hpp"
+#include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -213,6 +215,42 @@ TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
   }
   options.next_pass_chunk_keys = 0;
   EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), options.host_memory_bytes);
+  // Nothing pinned: the budget is the table's whatever it is (its own least is the table's
+  // business then, as without a card tier).
+  options.host_memory_bytes = 1000;
+  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), 1000u);
+}
+
+// The check whether the next pass's card work can run made without a store (the trainer's, to
+// skip CardTier::plan_ahead's store when it cannot: nothing would be pinned) agrees with the
+// plan's pinned term: on with chunks of 1000, off with chunks of 0, in Collective mode
+// (replicated) and with width classes; off with several trainers (more cards than local).
+TEST(PassManager, WhetherTheWorkCanRunIsKnownWithoutAStore) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const table::AccessorConfig one_width = pass_test::test_config();
+  const table::AccessorConfig widths = table::with_slot_dims(one_width, {{1, 16}});
+  struct Case {
+    const char* name;
+    std::size_t chunk;
+    heter_comm::Placement placement;
+    const table::AccessorConfig* cfg;
+    bool on;
+  };
+  for (const Case& c :
+       {Case{"on", 1000, heter_comm::Placement::kSharded, &one_width, true},
+        Case{"chunk 0", 0, heter_comm::Placement::kSharded, &one_width, false},
+        Case{"replicated", 1000, heter_comm::Placement::kReplicated, &one_width, false},
+        Case{"width classes", 1000, heter_comm::Placement::kSharded, &widths, false}}) {
+    SCOPED_TRACE(c.name);
+    PassManagerOptions options;
+    options.next_pass_chunk_keys = c.chunk;
+    options.placement = c.placement;
+    const Engine engine(2, options, nullptr, {}, *c.cfg);
+    const int32_t pools = table::width_classes(*c.cfg).count;
+    EXPECT_EQ(next_pass_work_possible(options, pools, 2, 2), c.on);
+    EXPECT_EQ(engine.manager->plan().next_pass_pinned_bytes > 0, c.on);
+    EXPECT_FALSE(next_pass_work_possible(options, pools, 2, 4)) << "several trainers";
+  }
 }
 
 }  // namespace
