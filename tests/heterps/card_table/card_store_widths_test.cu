@@ -368,8 +368,8 @@ TEST_P(CardStoreWidths, CompactionWaitsTwiceWhateverTheRowsItMoves) {
 // compact_pool into a lent listing (the pass boundary's kept one, reserved for the rows)
 // allocates nothing: while it moves the 1024 rows of 2048 (width 8, pool 1) that sit above the
 // pages it keeps, the card makes no allocation and its peak stays at what it held before, its
-// scratch arena warmed. A second listing, a rehash saving its pairs beside the listing, or room
-// of its own for the moved rows fail it. Every row stays intact.
+// scratch arena warmed. A second listing, or room of its own for the moved rows (it erases and
+// inserts nothing, so no rehash saves pairs either), fail it. Every row stays intact.
 TEST_P(CardStoreWidths, CompactPoolInALentListingAllocatesNothing) {
   constexpr std::size_t kPage = 16;
   constexpr std::size_t kRows = 2048;  // whole pages, halves too
