@@ -113,11 +113,13 @@ bool shares_host_budget(const device::CardSet& cards, const TrainerConfig& confi
 // The in-process table's share of runner.host_memory_mb: what the card tier's plan, made before
 // the table opens, leaves of it once every local card's pinned buffers for the next pass's card
 // work are counted (CardTierPlan::host_table_bytes: a budget too small for them fails here, at
-// start, naming the key, the need and the cards). Without such a budget, the config's.
+// start, naming the key, the need and the cards). When the card tier shares none of it, the
+// config's, and no plan is made.
 uint64_t host_table_budget(device::CardSet& cards, const TrainerConfig& config,
                            const tier_owner::CardTierOptions& options) {
-  if (!shares_host_budget(cards, config, options))
+  if (!shares_host_budget(cards, config, options)) {
     return config.host_tier.table.memory_budget_bytes;
+  }
   return tier_owner::CardTier::plan_ahead(cards, config.sparse, options).host_table_bytes();
 }
 
