@@ -13,6 +13,10 @@
 # --time-limit S stops a size's training after S seconds (a machine too small or too busy for
 # the largest size): the report then shows the passes that finished, marked partial, with the
 # total projected from them.
+# Not comparable with runs before the next pass's card work's pinned buffers were counted inside
+# runner.host_memory_mb (the in-process table): at the default chunk, with no card budget, the
+# table now plans its rows with about 15 MiB less per card of the same --host-memory-mb (the
+# card tier's plan line at start says how much), so it keeps fewer rows in memory.
 set -euo pipefail
 
 usage() {

@@ -172,6 +172,21 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config,
   return plan;
 }
 
+uint64_t smallest_memory_budget(const HostTableConfig& config,
+                                const std::vector<PlannedClass>& classes) {
+  int32_t widest = 0;
+  for (const PlannedClass& c : classes) widest = std::max(widest, c.stride);
+  const uint64_t per_shard =
+      16 * KeyIndexMap::kSlotBytes + sizeof(float) * widest + detail::RowArena::kMetadataBytes;
+  // RocksDB takes at most 1/8 and the write-through sets 1/16 (each rounded down), so the rows
+  // get at least 13/16 of a budget, and a shard its share of that less a byte of rounding.
+  const uint64_t rows_share = kDiskMemoryShare * kWriteThroughShare;
+  const uint64_t rows_parts =
+      rows_share - rows_share / kDiskMemoryShare - rows_share / kWriteThroughShare;
+  const uint64_t rows_bytes = std::max<uint64_t>(1, config.shards) * (per_shard + 1);
+  return (rows_bytes * rows_share + rows_parts - 1) / rows_parts;
+}
+
 std::string HostMemoryPlan::to_string() const {
   std::ostringstream out;
   out.setf(std::ios::fixed);

@@ -100,5 +100,11 @@ HostMemoryPlan plan_host_memory(const HostTableConfig& config,
                                 const std::vector<PlannedClass>& classes);
 // One class of rows of `stride` floats.
 HostMemoryPlan plan_host_memory(const HostTableConfig& config, int32_t stride);
+// The least memory_budget_bytes plan_host_memory keeps within for `config`'s shards and the
+// widest of `classes`: after RocksDB's and the write-through sets' shares, a 16-slot index and
+// one row of the widest class a shard. Under it the plan still keeps one row and a 16-slot index
+// a shard, past the budget, and says nothing.
+uint64_t smallest_memory_budget(const HostTableConfig& config,
+                                const std::vector<PlannedClass>& classes);
 
 }  // namespace gpubox::table

@@ -8,8 +8,7 @@
 #include "table/parallel.hpp"
 
 namespace gpubox::table {
-StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& optimizer,
-                                                         const HostTableConfig& config) {
+Status SparseTable::check_options(const AccessorConfig& optimizer, const HostTableConfig& config) {
   if (config.shards == 0) return Status::InvalidArgument("HostTableConfig.shards must be > 0");
   if (optimizer.mf_dim < 0) return Status::InvalidArgument("mf_dim must be >= 0");
   const bool disk = !config.rocksdb_path.empty();
@@ -23,6 +22,14 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
   if (config.cold_after_days > 0 && !disk) {
     return Status::InvalidArgument("cold_after_days needs a disk tier (rocksdb_path)");
   }
+  return Status::OK();
+}
+
+StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& optimizer,
+                                                         const HostTableConfig& config) {
+  const Status options = check_options(optimizer, config);
+  if (!options.ok()) return options;
+  const bool disk = !config.rocksdb_path.empty();
   const HostMemoryPlan plan =
       plan_host_memory(config, planned_classes(optimizer, config.key_slots));
   std::unique_ptr<DiskTier> disk_tier;

@@ -40,10 +40,13 @@ struct Manifest;
 
 class SparseTable final : public HostTier {
  public:
-  // Checks the options (a memory budget or cold_after_days need a disk tier) and opens the disk
-  // tier when configured.
+  // Checks the options (check_options) and opens the disk tier when configured.
   static StatusOr<std::unique_ptr<SparseTable>> open(const AccessorConfig& optimizer,
                                                      const HostTableConfig& config);
+  // The checks open() makes before any I/O: shards > 0, mf_dim >= 0, and a disk tier for a row
+  // or byte budget or cold_after_days (the trainer makes them before it plans the cards, so a
+  // budget without rocksdb_path is named first).
+  static Status check_options(const AccessorConfig& optimizer, const HostTableConfig& config);
   ~SparseTable() override;
 
   const RowLayout& layout() const override { return layout_; }

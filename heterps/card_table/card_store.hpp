@@ -42,17 +42,6 @@ namespace gpubox::card_table {
 class CardStoreRef;    // card_store.cuh
 struct DirtyFlagsRef;  // card_store.cuh
 
-// Card memory CardSparseStore::compact_pool moves rows through, `rows` rows at a time: their
-// records (rows * record_stride() floats), new handles and dirty flags, a caller's (the pass
-// boundary lends its kept pages, so a later compaction allocates nothing), contents lost. `rows`
-// must be > 0; compact_pool(pool, stream) makes its own, of a page.
-struct MoveRoom {
-  float* records = nullptr;
-  row_index_t* handles = nullptr;
-  uint8_t* dirty = nullptr;
-  std::size_t rows = 0;
-};
-
 class CardSparseStore {
  public:
   // Rows follow RowLayout::for_slot(config, slot) (one pool per width_classes(config));
@@ -195,21 +184,23 @@ class CardSparseStore {
                                const device::Stream& stream) const;
   // Removes everything (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
-  // Gives pool `pool`'s free pages back: the rows above its last needed page move below it (read,
-  // erased, inserted again, room.rows at a time), then the pages above are freed. A pool keeps
-  // its pages when its rows leave, so a shift in the mix of widths would otherwise hold the pages
-  // of both. A moved row keeps its record and its dirty flag (a row end_pass kept dirty is the
-  // only copy of its newest value), at a handle that follows the listing's slot order
-  // (unspecified: hash_table.hpp). Returns the pages freed. Synchronizes: the listing, then
-  // three host waits a batch of room.rows (its erase, the pool's withholding, its insert), so a
-  // room smaller than a page costs more waits (the pass boundary's, to allocate nothing:
-  // pass::fit_pools). The listing of every entry (12 bytes each) lands in `listed_keys` /
-  // `listed_rows` (a caller's, resized, contents lost: the pass boundary lends its kept listing,
-  // so a compaction holds no second one). The first form, for tests, makes its own listing and a
-  // room of a page (only when a page can be freed).
+  // Gives pool `pool`'s free pages back: the rows above its last needed page move below it, then
+  // the pages above are freed. A pool keeps its pages when its rows leave, so a shift in the mix
+  // of widths would otherwise hold the pages of both. A moved row keeps its record and its dirty
+  // flag (a row end_pass kept dirty is the only copy of its newest value), at a row the pool's
+  // free list hands out next, in the listing's slot order (unspecified: hash_table.hpp); its key
+  // is pointed there, not erased and inserted again. Returns the pages freed. Two host waits
+  // whatever the rows (none when no page can be freed, one when no row moves): the pool's free
+  // rows above the pages kept withheld (how many rows move follows), and the listing of the rows
+  // to move; the moves themselves are two launches, stream-ordered, and the pages are freed on
+  // the card's stream after them (RowPool::drop_pages_from: a wait more when `stream` is
+  // another). The listing (12 bytes a key, room for
+  // size()) lands in `listed_keys` / `listed_rows` (a caller's, resized, contents lost: the pass
+  // boundary lends its kept listing, so a compaction allocates nothing). The first form, for
+  // tests, makes its own listing (only when a page can be freed).
   std::size_t compact_pool(int32_t pool, const device::Stream& stream);
   std::size_t compact_pool(int32_t pool, device::device_buffer<uint64_t>& listed_keys,
-                           device::device_buffer<row_index_t>& listed_rows, MoveRoom room,
+                           device::device_buffer<row_index_t>& listed_rows,
                            const device::Stream& stream);
   // Grows so that `new_keys` more keys fit without growth inside the next batch. A rehash it
   // makes (growth, or a purge of erased slots) saves its pairs in `room` (CardHashTable::rehash).

@@ -1,15 +1,8 @@
 // CardSparseStore (card_store.hpp): making room on the card. The rows' ranks under the store's
 // eviction policy and their dirty flags (whoever makes room reads which rows may leave, and which
 // leave first), erasing keys, and giving a pool's free pages back (compact_pool).
-#include <thrust/iterator/zip_iterator.h>
-#include <thrust/partition.h>
-#include <thrust/tuple.h>
-
-#include <algorithm>
-
 #include "common/error.hpp"
 #include "heterps/card_table/card_store.cuh"
-#include "heterps/device/exec_policy.cuh"
 #include "heterps/device/parallel_for.cuh"
 
 namespace gpubox::card_table {
@@ -36,33 +29,22 @@ struct RowDirty {
   }
 };
 
-// compact_pool: a moved row keeps its dirty flag (a row end_pass kept dirty on the card holds the
-// only copy of its newest value): read before the move, set again on the row's new handle.
-struct ReadDirty {
-  const row_index_t* rows;
+// compact_pool: row from[r]'s record and dirty flag copied onto row to[r] (a free row below the
+// pages kept), the old flag cleared; one thread per (row, field). A moved row keeps its dirty flag:
+// a row end_pass kept dirty on the card holds the only copy of its newest value.
+struct MoveRows {
+  RowPagesRef pages;
   DirtyFlagsRef dirty;
-  uint8_t* out;
-  GPUBOX_HD void operator()(std::size_t i) const { out[i] = dirty[rows[i]]; }
-};
-struct RestoreDirty {
-  const row_index_t* rows;
-  const uint8_t* was_dirty;
-  DirtyFlagsRef dirty;
+  const row_index_t* from;
+  const row_index_t* to;
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (was_dirty[i] != 0) dirty[rows[i]] = 1;
-  }
-};
-
-// An entry whose row is in pool `pool` at or above index `first_row` (compact_pool).
-struct IsMovedEntry {
-  RowHandleCodec codec;
-  int32_t pool;
-  std::size_t first_row;
-  template <class Tuple>
-  GPUBOX_HD bool operator()(const Tuple& entry) const {
-    const row_index_t handle = thrust::get<1>(entry);
-    return codec.pool_of(handle) == pool &&
-           static_cast<std::size_t>(handle & codec.index_mask()) >= first_row;
+    const auto stride = static_cast<std::size_t>(pages.stride);
+    const std::size_t r = i / stride;
+    const std::size_t field = i % stride;
+    pages.row(to[r])[field] = pages.row(from[r])[field];
+    if (field != 0) return;
+    dirty[to[r]] = dirty[from[r]];
+    dirty[from[r]] = 0;
   }
 };
 
@@ -106,58 +88,41 @@ std::size_t CardSparseStore::list_slots_async(std::size_t slot_begin, std::size_
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, const device::Stream& stream) {
-  // For tests: a room of a page, made only when there is a page to free.
+  // For tests: a listing of its own, made only when there is a page to free.
   const RowPool& rows = table_.pool(pool);
   if (rows_kept_by_compaction(rows) >= rows.capacity()) return 0;
   device::device_buffer<uint64_t> keys(0, card().memory(), stream);
   device::device_buffer<row_index_t> handles(0, card().memory(), stream);
-  const std::size_t page_rows = rows.page_rows();
-  device::device_buffer<float> records(page_rows * static_cast<std::size_t>(record_stride()),
-                                       card().memory(), stream);
-  device::device_buffer<row_index_t> moved_to(page_rows, card().memory(), stream);
-  device::device_buffer<uint8_t> was_dirty(page_rows, card().memory(), stream);
-  return compact_pool(pool, keys, handles,
-                      MoveRoom{records.data(), moved_to.data(), was_dirty.data(), page_rows},
-                      stream);
+  return compact_pool(pool, keys, handles, stream);
 }
 
 std::size_t CardSparseStore::compact_pool(int32_t pool, device::device_buffer<uint64_t>& keys,
                                           device::device_buffer<row_index_t>& handles,
-                                          MoveRoom room, const device::Stream& stream) {
-  GPUBOX_EXPECTS(room.rows > 0, "card ", card().rank(), ": compact_pool needs room for a row");
+                                          const device::Stream& stream) {
   RowPool& rows = table_.pool(pool);
   const std::size_t keep = rows_kept_by_compaction(rows);
   if (keep >= rows.capacity()) return 0;
   const std::size_t pages_before = rows.pages();
-  // Each batch below erases its rows before inserting them again, so the erased slots grow by the
-  // rows moved (at most those in use above `keep`) while the listing holds them: the erased slots
-  // are purged first, the pairs saved in the listing (free until it lists), so that no insert's
-  // rehash saves its own pairs (12 bytes a key) beside it.
-  table_.purge_erased_for(std::min(rows.in_use(), rows.capacity() - keep), stream,
-                          {&keys, &handles});
-  // The entries to move (12 bytes each, in the caller's listing), then room.rows of their
-  // records at a time.
-  const std::size_t live = list_entries(/*dirty_only=*/false, keys, handles, stream);
-  auto first = thrust::make_zip_iterator(thrust::make_tuple(keys.data(), handles.data()));
-  auto moved_end = device::host_result(stream, [&] {
-    return thrust::stable_partition(device::exec_policy(stream), first, first + live,
-                                    IsMovedEntry{table_.codec(), pool, keep});
-  });
-  const auto moved = static_cast<std::size_t>(moved_end - first);
-  for (std::size_t b = 0; b < moved; b += room.rows) {
-    const std::size_t n = std::min(moved, b + room.rows) - b;
-    gather_rows(handles.data() + b, n, room.records, stream);
-    device::parallel_for(stream, n, ReadDirty{handles.data() + b, dirty_flags(), room.dirty});
-    // The rows it releases land in room.handles (written again by the insert below), not in
-    // the table's scratch.
-    table_.erase(keys.data() + b, n, stream, room.handles);
-    // What the erase freed (and what was free above `keep`) is not handed out again.
-    rows.withhold_free_from(keep, stream);
-    // Inserted rows come clean; the keys' new handles land in room.handles (no look-up after).
-    insert_rows(keys.data() + b, room.records, n, stream, room.handles);
-    device::parallel_for(stream, n, RestoreDirty{room.handles, room.dirty, dirty_flags()});
+  // A wait: the free rows above `keep` leave the free list, so the rows above it that are left
+  // are the rows in use there, the ones to move, and every free row is below it.
+  const std::size_t moved = rows.capacity() - keep - rows.withhold_free_from(keep, stream);
+  if (moved > 0) {
+    // A wait: their keys and handles, in the caller's listing (12 bytes a key).
+    keys.resize_discard(size());
+    handles.resize_discard(size());
+    const std::size_t listed =
+        table_.dump_pool_rows_from(pool, keep, keys.data(), handles.data(), stream);
+    GPUBOX_EXPECTS(listed == moved, "card ", card().rank(), ": pool ", pool, " holds ", moved,
+                   " rows in use from row ", keep, ", its table ", listed);
+    // Stream-ordered from here, all of them at once: each row onto one of the free rows the
+    // pool hands out next (below `keep`), its flag with it, its key pointed there. No erase: no
+    // erased slot, no rehash, and the table's count stays.
+    const row_index_t* to = rows.peek_free(moved);
+    device::parallel_for(stream, moved * static_cast<std::size_t>(rows.stride()),
+                         MoveRows{rows.rows(), dirty_flags(), handles.data(), to});
+    table_.repoint_async(keys.data(), to, moved, stream);
+    rows.take_free(moved);
   }
-  rows.withhold_free_from(keep, stream);
   rows.drop_pages_from(keep, stream);
   return pages_before - rows.pages();
 }

@@ -214,6 +214,45 @@ struct IsLiveRangeEntry {
                        : range.side_rows[i - range.n] != kInvalidRow;
   }
 };
+// Whether entry i holds a key whose row is in pool `pool` at index `first_row` or above.
+struct IsPoolRowFrom {
+  RangeEntries range;
+  RowHandleCodec codec;
+  int32_t pool;
+  std::size_t first_row;
+  GPUBOX_HD bool operator()(std::size_t i) const {
+    if (!IsLiveRangeEntry{range}(i)) return false;
+    const row_index_t row = i < range.n ? range.slots[i].row : range.side_rows[i - range.n];
+    return codec.pool_of(row) == pool &&
+           static_cast<std::size_t>(row & codec.index_mask()) >= first_row;
+  }
+};
+// The entries [0, entries) of `range` that `listed` picks, in order, into keys_out / rows_out:
+// one stream compaction, its count read on the host.
+template <class Listed>
+std::size_t copy_entries(const RangeEntries& range, std::size_t entries, Listed listed,
+                         uint64_t* keys_out, row_index_t* rows_out, const device::Stream& stream) {
+  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
+  auto end = device::host_result(stream, [&] {
+    const thrust::counting_iterator<std::size_t> first(0);
+    return thrust::copy_if(
+        device::exec_policy(stream), thrust::make_transform_iterator(first, RangeEntry{range}),
+        thrust::make_transform_iterator(first + entries, RangeEntry{range}), first, out, listed);
+  });
+  return static_cast<std::size_t>(end - out);
+}
+// repoint_async: keys[i] takes rows[i]; a key not in the table sets *missed.
+struct RepointKeys {
+  InsertEngine engine;
+  const uint64_t* keys;
+  const row_index_t* rows;
+  uint32_t* missed;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    if (!engine.repoint(keys[i], rows[i])) {
+      detail::atomic_ref<uint32_t>(*missed).store(1, cuda::memory_order_relaxed);
+    }
+  }
+};
 }  // namespace
 
 namespace {
@@ -243,7 +282,7 @@ CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options
       side_rows_(2, card.memory(), card.stream()),
       created_scratch_(0, card.memory(), card.stream()),
       rows_scratch_(0, card.memory(), card.stream()),
-      flags_(2, card.memory(), card.stream()) {
+      flags_(kFlagCount, card.memory(), card.stream()) {
   GPUBOX_EXPECTS(options.max_load_factor > 0.0 && options.max_load_factor <= 0.9,
                  "hash table max_load_factor must be in (0, 0.9], got ", options.max_load_factor);
   const device::Stream& stream = card.stream();
@@ -251,7 +290,17 @@ CardHashTable::CardHashTable(device::Card& card, const HashTableOptions& options
   device::parallel_for(stream, slots_.size(), FillEmpty{slots_.data()});
   const row_index_t none[2] = {kInvalidRow, kInvalidRow};
   device::copy_async(side_rows_.data(), none, 2, stream);
+  device::memset_bytes_async(flags_.data(), 0, flags_.bytes(), stream);
   stream.synchronize();
+}
+
+uint32_t CardHashTable::read_flag(std::size_t which, const device::Stream& stream) const {
+  const std::vector<uint32_t> flags = device::to_host(flags_.data(), kFlagCount, stream);
+  GPUBOX_EXPECTS(flags[kRepointMissed] == 0, "card ", card_->rank(),
+                 ": a compaction (CardSparseStore::compact_pool) moved the row of a key the table "
+                 "does not hold, so a key may still point into a freed page: the card's table is "
+                 "corrupt");
+  return flags[which];
 }
 
 detail::FindEngine CardHashTable::find_engine() const {
@@ -351,10 +400,11 @@ void CardHashTable::rehash(std::size_t min_capacity, const device::Stream& strea
       slots_.resize_discard(new_capacity);
     }
     device::parallel_for(stream, new_capacity, FillEmpty{slots_.data()});
-    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
-    device::parallel_for(stream, live,
-                         Reinsert{keys.data(), rows.data(), insert_engine(), flags_.data()});
-    if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
+    device::memset_bytes_async(flags_.data() + kProbeOverflow, 0, sizeof(uint32_t), stream);
+    device::parallel_for(
+        stream, live,
+        Reinsert{keys.data(), rows.data(), insert_engine(), flags_.data() + kProbeOverflow});
+    if (read_flag(kProbeOverflow, stream) == 0) break;
     // A probe run longer than kMaxProbe: spread the keys further. Rare at the load bound; a
     // table sized once for a card budget then outgrows its plan, which the user is told.
     GPUBOX_LOG(WARNING) << "card " << card_->rank() << ": a rehash of " << live << " keys into "
@@ -389,11 +439,11 @@ std::size_t CardHashTable::insert_in_pool(int32_t pool, const uint64_t* keys, st
   }
   const row_index_t* candidates = rows.peek_free(n);
   for (bool retry = false;; retry = true) {
-    device::memset_bytes_async(flags_.data(), 0, sizeof(uint32_t), stream);
+    device::memset_bytes_async(flags_.data() + kProbeOverflow, 0, sizeof(uint32_t), stream);
     device::parallel_for(stream, n,
                          InsertKeys{insert_engine(), find_engine(), keys, candidates, out_rows,
-                                    created, flags_.data(), n, retry});
-    if (device::to_host(flags_.data(), 1, stream)[0] == 0) break;
+                                    created, flags_.data() + kProbeOverflow, n, retry});
+    if (read_flag(kProbeOverflow, stream) == 0) break;
     // Some key met a probe run longer than kMaxProbe: grow and insert the keys that failed.
     rehash(capacity() * 2, stream);
   }
@@ -415,11 +465,12 @@ std::size_t CardHashTable::erase(const uint64_t* keys, std::size_t n, const devi
     rows_scratch_.resize_discard(n);
     released = rows_scratch_.data();
   }
-  device::memset_bytes_async(flags_.data() + 1, 0, sizeof(uint32_t), stream);
-  device::parallel_for(stream, n, EraseKeys{insert_engine(), keys, released, flags_.data() + 1});
+  uint32_t* reserved_erased = flags_.data() + kReservedErased;
+  device::memset_bytes_async(reserved_erased, 0, sizeof(uint32_t), stream);
+  device::parallel_for(stream, n, EraseKeys{insert_engine(), keys, released, reserved_erased});
   std::size_t removed = 0;
   for (RowPool& pool : pools_) removed += pool.release(released, n, stream);
-  const std::size_t reserved_removed = device::to_host(flags_.data() + 1, 1, stream)[0];
+  const std::size_t reserved_removed = read_flag(kReservedErased, stream);
   size_ -= removed;
   erased_ += removed - reserved_removed;
   return removed;
@@ -514,15 +565,21 @@ std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_e
   // with the slots, so no readback of their rows (a pageable copy and a wait) precedes the count.
   const std::size_t entries = slot_end == slots_.size() ? n + 2 : n;
   const RangeEntries range{slots_.data() + slot_begin, side_rows_.data(), n};
-  auto out = thrust::make_zip_iterator(thrust::make_tuple(keys_out, rows_out));
-  auto end = device::host_result(stream, [&] {
-    const thrust::counting_iterator<std::size_t> first(0);
-    return thrust::copy_if(device::exec_policy(stream),
-                           thrust::make_transform_iterator(first, RangeEntry{range}),
-                           thrust::make_transform_iterator(first + entries, RangeEntry{range}),
-                           first, out, IsLiveRangeEntry{range});
-  });
-  return static_cast<std::size_t>(end - out);
+  return copy_entries(range, entries, IsLiveRangeEntry{range}, keys_out, rows_out, stream);
+}
+
+std::size_t CardHashTable::dump_pool_rows_from(int32_t pool, std::size_t first_row,
+                                               uint64_t* keys_out, row_index_t* rows_out,
+                                               const device::Stream& stream) const {
+  const RangeEntries range{slots_.data(), side_rows_.data(), slots_.size()};
+  return copy_entries(range, slots_.size() + 2, IsPoolRowFrom{range, codec_, pool, first_row},
+                      keys_out, rows_out, stream);
+}
+
+void CardHashTable::repoint_async(const uint64_t* keys, const row_index_t* rows, std::size_t n,
+                                  const device::Stream& stream) {
+  device::parallel_for(stream, n,
+                       RepointKeys{insert_engine(), keys, rows, flags_.data() + kRepointMissed});
 }
 
 std::size_t CardHashTable::recount(const device::Stream& stream) {

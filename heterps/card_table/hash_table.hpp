@@ -130,6 +130,19 @@ class CardHashTable {
   // wait, no allocation.
   std::size_t list_slots_async(std::size_t slot_begin, std::size_t slot_end, uint64_t* keys_out,
                                row_index_t* rows_out, const device::Stream& stream) const;
+  // dump() of the entries whose row is in pool `pool` at index `first_row` or above (the rows
+  // CardSparseStore::compact_pool moves), in slot order; keys_out/rows_out need room for
+  // size(). Returns the count. Synchronizes.
+  std::size_t dump_pool_rows_from(int32_t pool, std::size_t first_row, uint64_t* keys_out,
+                                  row_index_t* rows_out, const device::Stream& stream) const;
+  // keys[i] (present and distinct) takes row rows[i]: its row before is the caller's, neither
+  // freed nor counted (CardSparseStore::compact_pool copies it there first). Stream-ordered: no
+  // wait, no allocation. A key not in the table (a caller's bug: its real row would keep
+  // pointing where the caller frees) is flagged on the card, and the table's next wait on its
+  // flags (an insert's, an erase's or a rehash's: at the pass boundary, the inserts after
+  // pass::fit_pools) throws gpubox::Error naming the card; the flag stays set.
+  void repoint_async(const uint64_t* keys, const row_index_t* rows, std::size_t n,
+                     const device::Stream& stream);
   // Removes every key and frees every row (capacity kept). Stream-ordered.
   void clear(const device::Stream& stream);
   // Grows so that an insert batch of up to `new_keys` keys needs no growth, and pool 0 (or
@@ -188,6 +201,8 @@ class CardHashTable {
   // pass kMaxProbe. The live pairs go to `room` (when given; else to buffers of its own).
   // Synchronizes.
   void rehash(std::size_t min_capacity, const device::Stream& stream, RehashRoom room = {});
+  // flags_[which], read on the host with the others (a wait). Throws when a repoint missed.
+  uint32_t read_flag(std::size_t which, const device::Stream& stream) const;
 
   device::Card* card_;
   HashTableOptions options_;
@@ -196,10 +211,12 @@ class CardHashTable {
   device::device_buffer<detail::Slot> slots_;
   // side_rows_[0]: row of kErasedKey, [1]: row of kEmptyKey (kInvalidRow when absent).
   device::device_buffer<row_index_t> side_rows_;
-  // Scratch reused across batches: per-position "took its candidate" flags, released rows,
-  // flags_[0] = a probe overflowed, flags_[1] = reserved keys erased.
+  // Scratch reused across batches: per-position "took its candidate" flags, released rows.
   device::device_buffer<uint8_t> created_scratch_;
   device::device_buffer<row_index_t> rows_scratch_;
+  // A probe overflowed, reserved keys erased (each zeroed before the launch that sets it), and a
+  // repoint missed its key (zeroed once: the table is corrupt from then on).
+  enum Flag : std::size_t { kProbeOverflow, kReservedErased, kRepointMissed, kFlagCount };
   device::device_buffer<uint32_t> flags_;
   std::size_t size_ = 0;
   std::size_t erased_ = 0;

@@ -235,7 +235,9 @@ void RowPool::drop_pages_from(std::size_t rows, const device::Stream& stream) {
   GPUBOX_EXPECTS(free_count_ <= rows, "row pool: ", free_count_, " rows on the free list, ", rows,
                  " kept: the rows above were not withheld");
   if (stride_ > 0) {
-    stream.synchronize();  // no kernel may still write the pages
+    // No kernel may still use the pages: they are freed on the card's stream (stream-ordered, as
+    // cudaFreeAsync is), after its work; work on another stream is waited for.
+    if (&stream != &card_->stream()) stream.synchronize();
     pages_.resize(rows / page_rows());
     page_table_.resize(pages_.size());
   }

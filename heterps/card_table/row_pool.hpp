@@ -146,7 +146,8 @@ class RowPool {
   // them out; returns how many. Synchronizes.
   std::size_t withhold_free_from(std::size_t first_row, const device::Stream& stream);
   // Drops the pages at and above row `rows` (a multiple of page_rows()); every row there must be
-  // free and withheld. Stream-ordered.
+  // free and withheld. Stream-ordered: the pages are freed on the card's stream after its work
+  // (on another `stream`, after a wait for it).
   void drop_pages_from(std::size_t rows, const device::Stream& stream);
 
   // out[i * stride + f] = field f of row rows[i], i < n (card memory). One thread per (row,

@@ -9,9 +9,46 @@
 #include "heterps/device/profile_range.hpp"
 #include "heterps/device/step_graph.hpp"
 #include "heterps/heter_comm/heter_comm.hpp"
+#include "heterps/pass/card_tier_plan.hpp"
+#include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_manager.hpp"
 
 namespace gpubox::tier_owner {
+namespace {
+
+// The pass manager's options: `pass` with the tier's placement.
+pass::PassManagerOptions pass_options(const CardTierOptions& options) {
+  pass::PassManagerOptions pass_options = options.pass;
+  pass_options.placement = options.placement;
+  return pass_options;
+}
+
+// Card `card`'s store (the card active): rows by `accessor`, the options' eviction policy.
+std::unique_ptr<card_table::CardSparseStore> make_store(device::Card& card,
+                                                        const table::AccessorConfig& accessor,
+                                                        const CardTierOptions& options) {
+  return std::make_unique<card_table::CardSparseStore>(
+      card, accessor, card_table::HashTableOptions{}, options.eviction);
+}
+
+}  // namespace
+
+pass::CardTierPlan CardTier::plan_ahead(device::CardSet& cards,
+                                        const table::AccessorConfig& accessor,
+                                        const CardTierOptions& options) {
+  device::Card& card = cards.card(0);
+  card.activate();
+  const auto store = make_store(card, accessor, options);
+  const pass::CardTierShape shape{store.get(), pass_options(options), cards.num_local_cards(),
+                                  cards.total_cards()};
+  return pass::plan_for(shape, pass::row_budget_for(shape));
+}
+
+bool CardTier::pins_host_memory(const device::CardSet& cards, const table::AccessorConfig& accessor,
+                                const CardTierOptions& options) {
+  return pass::next_pass_work_possible(pass_options(options), table::width_classes(accessor).count,
+                                       cards.num_local_cards(), cards.total_cards());
+}
 
 CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
                    const table::AccessorConfig& accessor, const CardTierOptions& options)
@@ -22,8 +59,7 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   for (int c = 0; c < n; ++c) {
     device::Card& card = cards_.card(c);
     card.activate();
-    stores_.push_back(std::make_unique<card_table::CardSparseStore>(
-        card, accessor, card_table::HashTableOptions{}, options.eviction));
+    stores_.push_back(make_store(card, accessor, options));
     heter_comm::HeterCommOptions comm_options;
     comm_options.missing_keys = options.missing_keys;
     comm_options.placement = options.placement;
@@ -34,9 +70,7 @@ CardTier::CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTi
   }
   std::vector<card_table::CardSparseStore*> stores;
   for (auto& store : stores_) stores.push_back(store.get());
-  pass::PassManagerOptions pass_options = options.pass;
-  pass_options.placement = options.placement;
-  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options);
+  pass_manager_ = std::make_unique<pass::PassManager>(cards_, stores, host_, pass_options(options));
   // The next pass's card work waits between steps only on a fault or a repair, when the step's
   // collectives may be pending: bounded by the group's timeout, as the step's own waits.
   pass_manager_->set_card_wait([this](int c, const device::Stream& stream, const char* what) {

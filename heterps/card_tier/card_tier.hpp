@@ -74,6 +74,18 @@ class CardTier {
   CardTier(device::CardSet& cards, comm::CommGroup& group, table::HostTier& host,
            const table::AccessorConfig& accessor, const CardTierOptions& options = {});
   ~CardTier();
+  // The plan (CardTierPlan) a CardTier of these arguments makes, before any host tier exists: from
+  // a store of its own on card 0, made and freed here. The trainer counts the plan's pinned host
+  // memory in runner.host_memory_mb before the host table opens (CardTierPlan::host_table_bytes).
+  static pass::CardTierPlan plan_ahead(device::CardSet& cards,
+                                       const table::AccessorConfig& accessor,
+                                       const CardTierOptions& options);
+  // Whether a CardTier of these arguments can run the next pass's card work, whose buffers pin
+  // host memory (pass::next_pass_work_possible), without a store: when not (the work off,
+  // Collective mode, width classes, several trainers), plan_ahead's plan pins nothing and need not
+  // be made.
+  static bool pins_host_memory(const device::CardSet& cards, const table::AccessorConfig& accessor,
+                               const CardTierOptions& options);
   CardTier(const CardTier&) = delete;
   CardTier& operator=(const CardTier&) = delete;
 

@@ -1,5 +1,7 @@
 // The card tier's footprint per card (CardTierPlan, pass_types.hpp) from the stores' real
 // capacities, and the row budget a card memory budget allows.
+#include "heterps/pass/card_tier_plan.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -27,8 +29,8 @@ using card_table::row_index_t;
 // would count it twice. The next pass's chunks between the steps use scratch of their own
 // (CardTierPlan::next_pass_bytes). Not counted: a rehash that an insert's probe overflow
 // forces (rare, and it doubles the table past the plan with a warning). compact_pool (width
-// classes, when a shift of widths needs the pools' free pages back) lists and purges erased
-// slots in the kept listing and moves rows through the kept pages (fit_pools).
+// classes, when a shift of widths needs the pools' free pages back) lists the rows it moves in
+// the kept listing and copies each onto a free row of its pool (fit_pools).
 constexpr std::size_t kWorkingBytesPerKey = sizeof(uint64_t) + sizeof(row_index_t) + sizeof(float);
 // Card bytes per row staged in a chunk (at most keep_rows rows): the staged key (8), the
 // store's and the table's per-position scratch (row index 4 + 4, created flag 1 + 1, key and
@@ -42,6 +44,19 @@ constexpr std::size_t kStoreFixedBytes = 4096;
 // whatever phase runs (the steps' own card memory is the trainer's, outside the plan), so the
 // plan counts them once as kept_bytes, resident, beside the working set's per-position scratch of
 // the store for an insert of up to keep_rows rows (the staged rows themselves are in kept_bytes).
+
+// The most rows whose footprint fits shape.options.card_memory_bytes. The footprint grows with
+// the rows: a bisection between a count that fits and one that does not.
+std::size_t rows_fitting_memory(const CardTierShape& shape) {
+  const std::size_t budget = shape.options.card_memory_bytes;
+  std::size_t fits = 0;
+  std::size_t too_many = budget / std::max<std::size_t>(1, plan_for(shape, 1).row_bytes) + 1;
+  while (too_many - fits > 1) {
+    const std::size_t mid = fits + (too_many - fits) / 2;
+    (plan_for(shape, mid).total_bytes() <= budget ? fits : too_many) = mid;
+  }
+  return fits;
+}
 
 }  // namespace
 
@@ -63,7 +78,13 @@ std::string CardTierPlan::to_string() const {
   const auto pinned = [&] {
     if (next_pass_pinned_bytes == 0) return;
     out << "; next pass's card work pins " << next_pass_pinned_bytes * mib
-        << " MiB of host memory per card (outside runner.host_memory_mb)";
+        << " MiB of host memory per card (";
+    if (host_budget_bytes == 0) {
+      out << "no host budget counts it: runner.host_memory_mb is 0, or gpubox_server's)";
+      return;
+    }
+    out << "inside runner.host_memory_mb: " << cards << " card(s), " << pinned_host_bytes() * mib
+        << " of its " << host_budget_bytes * mib << " MiB; the host table plans with the rest)";
   };
   if (rows == 0) {
     out << "card tier: no budget (runner.card_memory_mb = 0); per key up to " << bytes_per_key()
@@ -85,11 +106,33 @@ std::string CardTierPlan::to_string() const {
   return out.str();
 }
 
-CardTierPlan PassCards::plan_for(std::size_t rows) const {
-  const card_table::CardSparseStore& store = *stores_.front();
+std::size_t CardTierPlan::host_table_bytes() const {
+  if (host_budget_bytes == 0) return 0;
+  const std::size_t need = pinned_host_bytes();
+  // Nothing pinned: the budget is the table's alone, as without a card tier.
+  if (need == 0) return host_budget_bytes;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const auto ceil_mib = [](std::size_t bytes) { return (bytes + kMiB - 1) / kMiB; };
+  GPUBOX_EXPECTS(host_budget_bytes >= need && host_budget_bytes - need >= host_table_min_bytes,
+                 "runner.host_memory_mb (", host_budget_bytes,
+                 " bytes) leaves the host table less than the ", host_table_min_bytes,
+                 " bytes it needs: the next pass's card work pins ", next_pass_pinned_bytes,
+                 " bytes of host memory on each of ", cards, " card(s), ", need,
+                 " bytes in all, counted in it. Raise runner.host_memory_mb to at least ",
+                 ceil_mib(need) + ceil_mib(host_table_min_bytes),
+                 " MiB, or lower runner.next_pass_chunk_keys (0, or runner.prefetch_passes: 0, "
+                 "turns the work off)");
+  return host_budget_bytes - need;
+}
+
+CardTierPlan plan_for(const CardTierShape& shape, std::size_t rows) {
+  const card_table::CardSparseStore& store = *shape.store;
   CardTierPlan plan;
   plan.rows = rows;
   plan.row_bytes = store.bytes_per_row();
+  plan.host_budget_bytes = shape.options.host_memory_bytes;
+  plan.host_table_min_bytes = shape.options.host_table_min_bytes;
+  plan.cards = shape.local_cards;
   plan.page_rows = store.page_rows();
   // Without a budget: one key, with its table share at the worst power-of-two fill.
   const std::size_t keys = std::max<std::size_t>(rows, 1);
@@ -126,42 +169,41 @@ CardTierPlan PassCards::plan_for(std::size_t rows) const {
   // is then the only scratch that follows the chunk, at most half the listing's entries (8 of
   // 8 + 4 * stride bytes a row): under 1 byte a key, within the 4 of kWorkingBytesPerKey that
   // the listing leaves.
-  const std::size_t staged = keep_rows(plan.page_rows);
+  const std::size_t staged = PassCards::keep_rows(plan.page_rows);
   plan.working_bytes = keys * kWorkingBytesPerKey +
                        (rows == 0 ? 0 : 3 * staged * kStagingBytesPerRow / 2 + kStoreFixedBytes);
-  plan.kept_bytes = rows == 0 ? 0 : kept_bytes();
+  plan.kept_bytes = rows == 0 ? 0 : kept_bytes_for(shape);
   // The next pass's card work keeps its chunks' scratch beside the steps, from the first pass
   // that runs it on (its chunk bounded by the rows: next_pass_scratch_sizes): card bytes,
   // counted under a budget, and pinned host memory, counted with or without one but outside the
   // card's total. Under a budget the pinned term is more than the card's, as the list regions
   // pin 272 bytes a chunk key: up to about 49 MiB a card at the default chunk and rows of 14
   // floats (a chunk of 131072 keys, from 8.4 million rows up).
-  if (next_pass_work_possible(*this)) {
-    const NextPassScratchSizes sizes = next_pass_scratch_sizes(*this, rows);
+  if (next_pass_work_possible(shape)) {
+    const NextPassScratchSizes sizes = next_pass_scratch_sizes(shape, rows);
     plan.next_pass_bytes = rows == 0 ? 0 : sizes.card_bytes();
     plan.next_pass_pinned_bytes = sizes.pinned_bytes();
   }
   return plan;
 }
 
-std::size_t PassCards::kept_bytes() const {
-  const std::size_t page = stores_.front()->page_rows();
-  return allocated_bytes(page_rows_kept(page) * stride() * sizeof(float)) +
-         allocated_bytes(keep_rows(page) * sizeof(uint64_t)) +
-         allocated_bytes(keep_rows(page) * sizeof(row_index_t));
+std::size_t kept_bytes_for(const CardTierShape& shape) {
+  const std::size_t page = shape.store->page_rows();
+  return PassCards::allocated_bytes(PassCards::page_rows_kept(page) * shape.stride() *
+                                    sizeof(float)) +
+         PassCards::allocated_bytes(PassCards::keep_rows(page) * sizeof(uint64_t)) +
+         PassCards::allocated_bytes(PassCards::keep_rows(page) * sizeof(row_index_t));
 }
 
-std::size_t PassCards::rows_fitting_memory() const {
-  // The footprint grows with the rows: a bisection between a count that fits and one that
-  // does not.
-  std::size_t fits = 0;
-  std::size_t too_many =
-      options_.card_memory_bytes / std::max<std::size_t>(1, plan_for(1).row_bytes) + 1;
-  while (too_many - fits > 1) {
-    const std::size_t mid = fits + (too_many - fits) / 2;
-    (plan_for(mid).total_bytes() <= options_.card_memory_bytes ? fits : too_many) = mid;
-  }
-  return fits;
+std::size_t row_budget_for(const CardTierShape& shape) {
+  std::size_t rows = shape.options.card_row_budget;
+  if (shape.options.card_memory_bytes == 0) return rows;
+  const std::size_t fits = rows_fitting_memory(shape);
+  rows = rows == 0 ? fits : std::min(rows, fits);
+  GPUBOX_EXPECTS(rows > 0, "card memory budget of ", shape.options.card_memory_bytes,
+                 " bytes holds no row (", plan_for(shape, 1).total_bytes(),
+                 " bytes for one: ", plan_for(shape, 1).to_string(), ")");
+  return rows;
 }
 
 void PassCards::fail_table_over_budget(std::size_t rows) const {

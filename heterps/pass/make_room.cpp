@@ -137,16 +137,10 @@ std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing) {
   if (page_bytes_after_insert() <= cards.plan().row_page_bytes) return 0;
   // With at most the row budget rows in all, compacted pools hold at most the plan's pages.
   std::size_t freed = 0;
-  // The listing and the moved rows in the kept buffers (a kept staging page of records at a
-  // time, their handles in the page of rows, their dirty flags in the page of keys' room):
-  // nothing allocated.
+  // The moved rows' listing in the kept one: nothing allocated but the pools' pages.
   CardPassBuffers& lent = cards.kept(c);
-  const card_table::MoveRoom room{lent.staged.data(), lent.page_rows.data(),
-                                  reinterpret_cast<uint8_t*>(lent.page_keys.data()),
-                                  PassCards::page_rows_kept(store.page_rows())};
   for (int32_t p = 0; p < store.pool_count(); ++p) {
-    freed +=
-        store.compact_pool(p, lent.listed_keys, lent.listed_rows, room, cards.card(c).stream());
+    freed += store.compact_pool(p, lent.listed_keys, lent.listed_rows, cards.card(c).stream());
   }
   const std::size_t bytes = page_bytes_after_insert();
   GPUBOX_EXPECTS(bytes <= cards.plan().row_page_bytes, "card ", cards.card(c).rank(),

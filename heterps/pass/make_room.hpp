@@ -39,11 +39,9 @@ uint64_t evict_among(const PassCards& cards, int c, const std::vector<uint64_t>&
                      std::size_t excess);
 // Width classes (a pool each): when the `missing` rows would grow the pools' pages past the plan
 // (a pool keeps its pages when its rows leave, so a shift in the mix of widths would hold both),
-// gives every pool's free pages back (CardSparseStore::compact_pool) first, listing into card
-// c's kept listing (as evict_outside) and moving rows through its kept pages: nothing allocated
-// but the pools' pages. The price: a compaction moves at most PassCards::page_rows_kept rows
-// (at most kKeptRows = 4096, where a default page holds 65536) a batch, each batch with its host
-// waits (CardSparseStore::compact_pool). Returns the pages freed.
+// gives every pool's free pages back (CardSparseStore::compact_pool) first, listing the rows to
+// move into card c's kept listing (as evict_outside): nothing allocated but the pools' pages, and
+// two host waits a pool that gives pages back, however many rows move. Returns the pages freed.
 std::size_t fit_pools(const PassCards& cards, int c, const OwnedKeys& missing);
 
 }  // namespace gpubox::pass

@@ -67,7 +67,8 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   keep_idle_scratch();
   cards_work_.clear();
   pass_id_ = pass_id;
-  if (!poll || current_keys == nullptr || !training || !next_pass_work_possible(cards_)) return;
+  if (!poll || current_keys == nullptr || !training || !next_pass_work_possible(cards_.shape()))
+    return;
   // The rows of the current pass the next one lacks are kept as 32-bit offsets in its keys.
   GPUBOX_EXPECTS(current_keys->size() <= UINT32_MAX, "expect_next_pass: ", current_keys->size(),
                  " keys in the training pass, over 2^32");
@@ -103,17 +104,23 @@ void NextPassWork::expect(std::shared_ptr<const std::vector<uint64_t>> current_k
   });
 }
 
-bool next_pass_work_possible(const PassCards& cards) {
+bool next_pass_work_possible(const PassManagerOptions& options, int32_t pools, int local_cards,
+                             int total_cards) {
   // With several trainers nothing is staged (a card's keys come from every trainer's data), so
   // the work would never start: nothing is sized for it either.
-  const bool several_trainers = cards.cards().total_cards() != cards.cards().num_local_cards();
-  return cards.options().next_pass_chunk_keys > 0 && !cards.replicated() &&
-         cards.store(0).pool_count() == 1 && !several_trainers;
+  const bool several_trainers = total_cards != local_cards;
+  return options.next_pass_chunk_keys > 0 &&
+         options.placement != heter_comm::Placement::kReplicated && pools == 1 && !several_trainers;
 }
 
-NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows) {
+bool next_pass_work_possible(const CardTierShape& shape) {
+  return next_pass_work_possible(shape.options, shape.store->pool_count(), shape.local_cards,
+                                 shape.total_cards);
+}
+
+NextPassScratchSizes next_pass_scratch_sizes(const CardTierShape& shape, std::size_t rows) {
   NextPassScratchSizes sizes;
-  sizes.chunk = cards.options().next_pass_chunk_keys;
+  sizes.chunk = shape.options.next_pass_chunk_keys;
   if (rows > 0) {
     sizes.chunk = std::min(
         sizes.chunk, std::max(std::min(ChunkPacer::kMinKeys, rows), rows / kBudgetRowsPerChunkKey));
@@ -125,16 +132,16 @@ NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t
   if (rows > 0) {
     sizes.list_room = 8 * chunk + 2;
     const std::size_t listed = 2 * sizes.list_room;
-    sizes.keys = std::max(
-        {sizes.keys, chunk * static_cast<std::size_t>(cards.cards().num_local_cards()), listed});
+    sizes.keys =
+        std::max({sizes.keys, chunk * static_cast<std::size_t>(shape.local_cards), listed});
     sizes.floats = listed;
     sizes.flags = listed;
   }
   // kInsert: two regions of staged records, a chunk's or a page's (the smaller), on the card and
   // pinned; under a budget half a chunk's (a record is a row: it would be most of the scratch).
   const std::size_t insert_chunk = rows > 0 ? std::max<std::size_t>(1, chunk / 2) : chunk;
-  sizes.insert_room = std::min(insert_chunk, cards.store(0).page_rows());
-  sizes.records = 2 * sizes.insert_room * cards.stride();
+  sizes.insert_room = std::min(insert_chunk, shape.store->page_rows());
+  sizes.records = 2 * sizes.insert_room * shape.stride();
   sizes.floats = std::max(sizes.floats, sizes.records);
   return sizes;
 }
@@ -172,7 +179,7 @@ std::size_t NextPassWork::kept_pinned_bytes() const {
 
 void NextPassWork::lend_scratch(int c, NextPassCard& next) {
   device::Card& card = cards_.card(c);
-  const NextPassScratchSizes sizes = next_pass_scratch_sizes(cards_, cards_.row_budget());
+  const NextPassScratchSizes sizes = next_pass_scratch_sizes(cards_.shape(), cards_.row_budget());
   const std::size_t depth = ChunkChain::kDepth;
   NextPassScratch& scratch = next.scratch;
   scratch = std::exchange(kept_[static_cast<std::size_t>(c)], NextPassScratch{});

@@ -115,7 +115,10 @@ struct NextPassScratchSizes {
 // Whether the next pass's card work can run on these cards at all: next_pass_chunk_keys > 0,
 // sharded placement, one pool (no width classes: compact_pool moves rows), one trainer (nothing
 // is staged for several).
-bool next_pass_work_possible(const PassCards& cards);
+bool next_pass_work_possible(const CardTierShape& shape);
+// The same without a store: `pools` the stores' row pools (table::width_classes' count).
+bool next_pass_work_possible(const PassManagerOptions& options, int32_t pools, int local_cards,
+                             int total_cards);
 // Under a budget a chunk is at most a 1/kBudgetRowsPerChunkKey of its rows.
 inline constexpr std::size_t kBudgetRowsPerChunkKey = 64;
 // The sizes of the scratch on each card for a row budget of `rows` (0: none). The chunk is
@@ -124,7 +127,7 @@ inline constexpr std::size_t kBudgetRowsPerChunkKey = 64;
 // scratch, about 280 card bytes a chunk key at rows of 18 floats (its list regions take 8 table
 // slots a key, 17 bytes each, two at once), then costs a budget about 4.5 bytes a row (a small
 // budget about 70 KiB at least), not the 40 MiB of a default chunk of 131072 keys.
-NextPassScratchSizes next_pass_scratch_sizes(const PassCards& cards, std::size_t rows);
+NextPassScratchSizes next_pass_scratch_sizes(const CardTierShape& shape, std::size_t rows);
 
 // What the next pass's card work did and knows on one card, for the next begin_pass.
 struct NextPassCard {

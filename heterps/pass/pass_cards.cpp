@@ -19,6 +19,10 @@ void throw_host_error(const Status& st, const std::string& what) {
   if (!st.ok()) GPUBOX_FAIL(what, ": ", st.to_string());
 }
 
+CardTierShape PassCards::shape() const {
+  return CardTierShape{stores_.front(), options_, cards_.num_local_cards(), cards_.total_cards()};
+}
+
 void PassCards::wait_between_steps(int c, const char* what) const {
   const device::Stream& stream = card(c).stream();
   if (card_wait_) {
@@ -48,15 +52,9 @@ PassCards::PassCards(device::CardSet& cards, std::vector<card_table::CardSparseS
                    "pass manager: card rows have ", store->layout().stride(),
                    " floats but host-tier rows have ", host_.layout().stride());
   }
-  row_budget_ = options_.card_row_budget;
-  if (options_.card_memory_bytes > 0) {
-    const std::size_t fits = rows_fitting_memory();
-    row_budget_ = row_budget_ == 0 ? fits : std::min(row_budget_, fits);
-    GPUBOX_EXPECTS(row_budget_ > 0, "card memory budget of ", options_.card_memory_bytes,
-                   " bytes holds no row (", plan_for(1).total_bytes(),
-                   " bytes for one: ", plan_for(1).to_string(), ")");
-  }
+  row_budget_ = row_budget_for(shape());
   plan_ = plan_for(row_budget_);
+  (void)plan_.host_table_bytes();  // a host budget too small for the pinned term fails now
   if (row_budget_ > 0) {
     // Size every store for the budget once: its table never grows, its index never moves.
     cards_.run_on_cards([&](device::Card& card) {

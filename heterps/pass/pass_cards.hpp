@@ -21,6 +21,7 @@
 #include "heterps/card_table/sparse_types.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
+#include "heterps/pass/card_tier_plan.hpp"
 #include "heterps/pass/host_call_workers.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "table/host_tier.hpp"
@@ -48,9 +49,9 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // memory: every job borrows it in turn, never two at once, on the card's thread and stream (their
 // contents are lost between borrowers). CardTierPlan counts all of it (card_tier_plan.cpp).
 // - The listing, keys and row indices (12 bytes a row): the write-back lists the dirty rows into
-//   it; begin_pass's look-up the pass's keys; evict_outside and compact_pool every key on the card
-//   (evict_outside then ranks them in the keys' room); a rehash of the table (a purge of erased
-//   slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
+//   it; begin_pass's look-up the pass's keys; evict_outside every key on the card (then ranks them
+//   in the keys' room), compact_pool the keys and rows it moves; a rehash of the table (a purge of
+//   erased slots) saves its pairs there (card_table::RehashRoom); resident_keys lists into it;
 //   erase_from_card stages its keys there, evict_among its rows, ranks and dirty flags (in the
 //   keys' room), and insert_to_card its keys, records (in the keys' room) and rows, when it holds
 //   more than a page (under a budget: every erase at once, one wait). Reserved
@@ -59,8 +60,7 @@ using CardWait = std::function<void(int card, const device::Stream& stream, cons
 // - A page of PassCards::keep_rows keys and row indices, and a staging page of
 //   PassCards::page_rows_kept rows (two halves of staging_rows, gathered and copied in turn by the
 //   write-back): drop_kept's keep keys, insert_to_card's, erase_from_card's and evict_among's
-//   pages when the listing holds less, compact_pool's moved rows (fit_pools: their records,
-//   handles, and dirty flags in the page of keys), and the write-back's copy off the card.
+//   pages when the listing holds less, and the write-back's copy off the card.
 //   Bounded by PassCards::kKeptRows whatever the page: the plan's kept_bytes.
 struct CardPassBuffers {
   device::device_buffer<uint64_t> listed_keys;
@@ -107,8 +107,10 @@ class PassCards {
   // Rows per card the budget allows (0 = unlimited), and the footprint at it.
   std::size_t row_budget() const { return row_budget_; }
   const CardTierPlan& plan() const { return plan_; }
+  // What the plan is made from: the first store, the options and the cards.
+  CardTierShape shape() const;
   // The footprint of `rows` rows per card with these stores (monotone in rows).
-  CardTierPlan plan_for(std::size_t rows) const;
+  CardTierPlan plan_for(std::size_t rows) const { return pass::plan_for(shape(), rows); }
   // The kept page buffers of CardPassBuffers (all but the listing: the write-back's, lent to
   // begin_pass), for pages of `page_rows` rows: a page, but at most
   // kKeptRows rows whatever the page (a default page of 4 MiB holds 65536 rows of 14 floats,
@@ -117,7 +119,7 @@ class PassCards {
   // a staging page of staging_halves() halves of staging_rows() rows each, gathered and copied in
   // turn (two halves; a page of one row is one half), and keep_rows() keys, their rows and a flag
   // each.
-  // kept_bytes(): their card bytes (CardTierPlan::kept_bytes).
+  // kept_bytes_for (card_tier_plan.hpp): their card bytes (CardTierPlan::kept_bytes).
   static constexpr std::size_t kKeptRows = 4096;
   static std::size_t keep_rows(std::size_t page_rows) { return std::min(kKeptRows, page_rows); }
   static std::size_t staging_halves(std::size_t page_rows) { return page_rows >= 2 ? 2 : 1; }
@@ -129,7 +131,6 @@ class PassCards {
   static std::size_t page_rows_kept(std::size_t page_rows) {
     return staging_halves(page_rows) * staging_rows(page_rows);
   }
-  std::size_t kept_bytes() const;
   // The card bytes an allocation of `bytes` takes: CUDA's stream-ordered pool hands out multiples
   // of 256 bytes (the cpu backend's exact bytes fit within), as the kept buffers are counted.
   static std::size_t allocated_bytes(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -137,7 +138,7 @@ class PassCards {
   // first use. Card c's thread.
   CardPassBuffers& kept(int c) const;
   // The card bytes the kept page buffers of CardPassBuffers hold (all but the listing), on the
-  // card that holds most: at most kept_bytes(). Between passes or while the steps run.
+  // card that holds most: at most the plan's kept_bytes. Between passes or while the steps run.
   std::size_t kept_page_bytes() const;
   // Replicated placement: the table (`rows` rows per card) does not fit the budget. Throws.
   [[noreturn]] void fail_table_over_budget(std::size_t rows) const;
@@ -193,9 +194,6 @@ class PassCards {
   uint64_t erase_from_card(int c, const std::vector<uint64_t>& keys) const;
 
  private:
-  // The most rows whose footprint fits options_.card_memory_bytes (card_tier_plan.cpp).
-  std::size_t rows_fitting_memory() const;
-
   device::CardSet& cards_;
   std::vector<card_table::CardSparseStore*> stores_;
   table::HostTier& host_;

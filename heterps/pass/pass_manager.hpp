@@ -90,7 +90,8 @@
 //                     as much pinned), made by the first pass that runs the work and kept from
 //                     pass to pass (a later pass allocates no card or pinned memory for it),
 //                     counted by plan() as next_pass_bytes (its pinned memory as
-//                     next_pass_pinned_bytes, host memory outside the card's total; under a budget
+//                     next_pass_pinned_bytes, host memory outside the card's total and inside
+//                     the host budget, options.host_memory_bytes, when one is given; under a budget
 //                     a chunk is at most a sixty-fourth of its rows and at least 256 keys (the rows
 //                     if fewer): about 4.5 bytes a row at rows of 18 floats, a small part of any
 //                     budget), beside the steps' own buffers, which plan() never counted, and the

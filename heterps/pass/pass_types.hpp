@@ -40,6 +40,17 @@ struct PassManagerOptions {
 #else
   double next_pass_step_fraction = 0;
 #endif
+  // runner.host_memory_mb (bytes) when the host tier is this process's table, else 0 (none, or
+  // gpubox_server's tables, whose budget is theirs): the next pass's card work's pinned host
+  // memory, every local card's, counts in it, and the host table plans its rows with what is
+  // left (CardTierPlan::host_table_bytes). A budget that leaves the table less than
+  // host_table_min_bytes fails when the plan is made (at start), naming the key, the need and the
+  // cards.
+  std::size_t host_memory_bytes = 0;
+  // The least of host_memory_bytes the host table needs for itself (the trainer's:
+  // table::smallest_memory_budget, and 1 MiB at least): under it the table's plan would keep
+  // one row and a small index a shard past its share, silently.
+  std::size_t host_table_min_bytes = std::size_t{1} << 20;
   // kReplicated (Collective mode): every card holds every key of every pass, nothing is evicted
   // (a table over the budget fails, naming its size), and end_pass writes back one replica (the
   // first local card's; the others only drop their dirty flags).
@@ -87,10 +98,15 @@ struct CardTierPlan {
   // cannot run (next_pass_work_possible).
   std::size_t next_pass_bytes = 0;
   // The pinned host memory the same scratch holds per card (its chunks' readbacks and uploads,
-  // NextPassScratch's h_*), kept as long: host memory outside runner.host_memory_mb (the host
-  // table's budget), so not in total_bytes (card bytes). 0 when the work cannot run; with no
-  // budget, at the unbudgeted chunk (next_pass_chunk_keys).
+  // NextPassScratch's h_*), kept as long: host memory, so not in total_bytes (card bytes), but in
+  // the host budget when there is one (host_budget_bytes). 0 when the work cannot run; with no
+  // card budget, at the unbudgeted chunk (next_pass_chunk_keys).
   std::size_t next_pass_pinned_bytes = 0;
+  // PassManagerOptions::host_memory_bytes (0: no host budget counts the pinned term) and
+  // host_table_min_bytes, and the local cards, each of which pins next_pass_pinned_bytes.
+  std::size_t host_budget_bytes = 0;
+  std::size_t host_table_min_bytes = 0;
+  int cards = 1;
   // With width classes (slot_dims): (embedx width, bytes of its rows) per class, narrowest
   // first; each class has its own pool. `rows` are planned at the widest class's row_bytes (any
   // mix of widths fits), plus a partly used page of every pool. Empty with one class.
@@ -100,11 +116,19 @@ struct CardTierPlan {
            next_pass_bytes;
   }
   double bytes_per_key() const;
+  // What every local card's next pass's card work pins (cards * next_pass_pinned_bytes).
+  std::size_t pinned_host_bytes() const {
+    return static_cast<std::size_t>(cards) * next_pass_pinned_bytes;
+  }
+  // The host table's share of host_budget_bytes once pinned_host_bytes() is counted in it: the
+  // rest (0: no budget). Throws gpubox::Error naming runner.host_memory_mb, the need, the cards
+  // and the least budget that does when that leaves the table less than host_table_min_bytes.
+  std::size_t host_table_bytes() const;
   // "card tier per card: R rows in P MiB (rows X, table Y, index Z, pass working set W, kept
   // pass-boundary buffers K, next pass's card work N), B bytes
   // per key (row size S)" or, without a budget, the per-key figure at the worst table fill; with
   // width classes, the row bytes of each; when the next pass's card work runs, "; next pass's
-  // card work pins H MiB of host memory per card".
+  // card work pins H MiB of host memory per card" and whether a host budget counts it.
   std::string to_string() const;
 };
 

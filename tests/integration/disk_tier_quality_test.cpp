@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/integration/trainer_rows.hpp"
@@ -62,7 +63,7 @@ class DiskTierQuality : public ::testing::Test {
     double reloaded = 0;  // rows pulled back to the cards that the host tier already held
   };
 
-  static Run train(const std::vector<std::string>& extra) {
+  static TrainerConfig config(const std::vector<std::string>& extra) {
     const std::vector<std::string> overrides = {"runner.train_batch_size=256",
                                                 "runner.shuffle=false",
                                                 "runner.metrics_path=",
@@ -72,7 +73,11 @@ class DiskTierQuality : public ::testing::Test {
                                                 "hyper_parameters.sparse_inputs_slots=9",
                                                 "hyper_parameters.dense_input_dim=3",
                                                 "hyper_parameters.fc_sizes=[32, 16]"};
-    Trainer trainer(testing::load_test_config(overrides, extra), testing::cards_env(1));
+    return testing::load_test_config(overrides, extra);
+  }
+
+  static Run train(const std::vector<std::string>& extra) {
+    Trainer trainer(config(extra), testing::cards_env(1));
     const auto files = data_files((root_ / "train").string());
     const auto test = data_files((root_ / "test").string());
     Run run;
@@ -104,13 +109,16 @@ fs::path DiskTierQuality::root_;
 
 TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
   const Run memory = train({});
+  // 2 MiB: the next pass's card work pins about 0.24 MiB of it (8 MiB of card budget), the
+  // table plans with the rest (at least its own 1 MiB).
   const Run disk =
-      train({"runner.rocksdb_path=" + (root_ / "rocksdb").string(), "runner.host_memory_mb=1"});
+      train({"runner.rocksdb_path=" + (root_ / "rocksdb").string(), "runner.host_memory_mb=2"});
   EXPECT_EQ(memory.stats.rows_on_disk, 0u);
   // The budget held and most rows lived on disk; rows came back to the cards from the host tier.
-  EXPECT_GT(disk.stats.rows_on_disk, 2 * disk.stats.rows_in_memory);
+  EXPECT_GT(disk.stats.rows_on_disk, 2 * disk.stats.rows_in_memory)
+      << disk.stats.rows_in_memory << " rows in memory";
   // Within the budget but for the storage chunk a shard may have started (16 rows of 64 shards).
-  EXPECT_LT(disk.stats.memory_bytes, (std::size_t{1} << 20) + 64 * 16 * 80);
+  EXPECT_LT(disk.stats.memory_bytes, (std::size_t{2} << 20) + 64 * 16 * 80);
   EXPECT_GT(disk.reloaded, 1000);
   EXPECT_EQ(memory.reloaded, disk.reloaded);
 
@@ -127,6 +135,48 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
     if (std::memcmp(row.data(), it->second.data(), row.size() * sizeof(float)) != 0) ++differ;
   }
   EXPECT_EQ(differ, 0u) << "of " << memory.rows.size() << " rows";
+}
+
+// runner.host_memory_mb counts the next pass's card work's pinned host memory (runs with passes
+// staged ahead): with no card budget a card pins about 15 MiB for it, so the 2 MiB budget is
+// refused when the trainer starts, naming the key, the need and the cards; under the 8 MiB card
+// budget of the run above a card pins far less (about 0.24 MiB), the plan line says it is inside
+// the budget, and the host table opens with the budget less both cards' share, at least its own
+// 1 MiB. Without runner.rocksdb_path the error names the missing disk tier, not the budget.
+TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
+  const std::vector<std::string> budget = {"runner.rocksdb_path=" + (root_ / "rocksdb").string(),
+                                           "runner.host_memory_mb=2", "runner.prefetch_passes=1"};
+  std::vector<std::string> no_card_budget = budget;
+  no_card_budget.push_back("runner.card_memory_mb=0");
+  // Without runner.rocksdb_path the missing disk tier is named first, not the budget.
+  std::vector<std::string> no_disk_tier(no_card_budget.begin() + 1, no_card_budget.end());
+  try {
+    Trainer refused(config(no_disk_tier), testing::cards_env(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs a disk tier (rocksdb_path)"), std::string::npos) << what;
+  }
+  try {
+    Trainer refused(config(no_card_budget), testing::cards_env(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("runner.host_memory_mb (2097152 bytes) leaves the host table less than "
+                        "the 1048576 bytes it needs"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("on each of 2 card(s)"), std::string::npos) << what;
+  }
+  Trainer trainer(config(budget), testing::cards_env(2));
+  const pass::CardTierPlan& plan = trainer.card_tier().plan();
+  EXPECT_GT(plan.next_pass_pinned_bytes, 0u);
+  EXPECT_NE(plan.to_string().find("inside runner.host_memory_mb: 2 card(s)"), std::string::npos)
+      << plan.to_string();
+  auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->table_config().memory_budget_bytes,
+            (std::size_t{2} << 20) - 2 * plan.next_pass_pinned_bytes);
 }
 
 // The full check, on config_synthetic.yaml's 1M planted lines, is

@@ -84,6 +84,38 @@ TEST(HostMemoryPlan, TheSmallerBudgetWinsAndTinyBudgetsKeepOneRowAShard) {
   EXPECT_EQ(plan_host_memory(config, 10).rows_per_shard, 1u);
 }
 
+// smallest_memory_budget: at it the plan's memory (RocksDB's share, the write-through sets, and
+// each shard's index and row bytes, one widest row at least) stays within the budget, for one
+// class or three, 1 to 1024 shards, with and without write-through; at half of it the plan keeps
+// one row and a 16-slot index a shard past the budget (what the card tier's host budget check
+// guards against).
+TEST(HostMemoryPlan, TheSmallestBudgetIsOneThePlanKeepsWithin) {
+  const std::vector<std::vector<PlannedClass>> class_sets = {
+      {{4, 5, 1.0}}, {{4, 9, 0.5}, {8, 13, 0.25}, {64, 69, 0.25}}};
+  for (const auto& classes : class_sets) {
+    for (const uint32_t shards : {1u, 64u, 1024u}) {
+      for (const bool write_through : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << classes.size() << " classes, " << shards
+                                          << " shards, write-through " << write_through);
+        HostTableConfig config;
+        config.shards = shards;
+        config.write_through = write_through;
+        const uint64_t least = smallest_memory_budget(config, classes);
+        const auto planned_bytes = [&](uint64_t budget) {
+          config.memory_budget_bytes = budget;
+          const HostMemoryPlan plan = plan_host_memory(config, classes);
+          EXPECT_GE(plan.rows_per_shard, 1u);
+          EXPECT_GE(plan.row_bytes_per_shard, plan.widest_row_bytes);
+          return plan.disk_memory_bytes + plan.write_through_bytes() +
+                 shards * (plan.index_slots * KeyIndexMap::kSlotBytes + plan.row_bytes_per_shard);
+        };
+        EXPECT_LE(planned_bytes(least), least);
+        EXPECT_GT(planned_bytes(least / 2), least / 2);
+      }
+    }
+  }
+}
+
 TEST(HostMemoryPlan, AByteBudgetNeedsTheDiskTier) {
   HostTableConfig config;
   config.memory_budget_bytes = 1 << 20;

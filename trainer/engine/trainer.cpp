@@ -19,9 +19,11 @@
 #include "heterps/comm/rendezvous_store.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/card_setup.hpp"
+#include "table/host_memory_plan.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/host_tier_factory.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer_state.hpp"
@@ -44,9 +46,11 @@ std::size_t prewarm_bytes(const TrainerConfig& config) {
 // the row rules of every tier (table::sparse_config_from) and the config's host-tier settings.
 // Throws naming the servers (and the token) when they cannot be reached, the disk tier's folder
 // when it cannot be opened.
-std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config,
-                                                const TrainerEnv& env) {
+// `table_budget_bytes`: the in-process table's share of runner.host_memory_mb (host_table_budget).
+std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config, const TrainerEnv& env,
+                                                uint64_t table_budget_bytes) {
   table::HostTierConfig host_config = config.host_tier;
+  host_config.table.memory_budget_bytes = table_budget_bytes;
   host_config.remote.endpoints = env.servers;
   const auto token_file = table::server::client_token_file(config.runner.auth_token_file);
   if (!env.servers.empty() && !token_file.path.empty()) {
@@ -66,6 +70,57 @@ std::unique_ptr<table::HostTier> open_host_tier(const TrainerConfig& config,
                                                      token_file.path + "' was refused)");
   }
   return std::move(host).value();
+}
+
+// The card tier's options from the config, and from where the host tier lives (`env.servers`).
+tier_owner::CardTierOptions card_tier_options(const TrainerConfig& config, const TrainerEnv& env) {
+  tier_owner::CardTierOptions options;
+  options.pass.card_memory_bytes =
+      static_cast<std::size_t>(std::max<int64_t>(0, config.runner.card_memory_mb)) << 20;
+  // The next pass's card work starts from the next pass's staging (expect_next_pass, a
+  // training pass's): without passes staged ahead it would never run, so it is off and its
+  // scratch not in the plan.
+  options.pass.next_pass_chunk_keys =
+      config.runner.prefetch_passes > 0
+          ? static_cast<std::size_t>(std::max(0, config.runner.next_pass_chunk_keys))
+          : 0;
+  // The staging's host-tier pulls run on threads made here, below the steps as the staging
+  // thread (PassPipeline) is.
+  options.pass.staging_nice = config.runner.staging_nice;
+  // runner.host_memory_mb bounds this process's host memory when the table is in-process (a
+  // remote host tier's budget is its servers'): the card tier's pinned buffers count in it.
+  if (env.servers.empty()) {
+    options.pass.host_memory_bytes = config.host_tier.table.memory_budget_bytes;
+    options.pass.host_table_min_bytes = std::max<std::size_t>(
+        options.pass.host_table_min_bytes,
+        table::smallest_memory_budget(config.host_tier.table,
+                                      table::planned_classes(config.sparse, 0)));
+  }
+  if (config.runner.collective) options.placement = heter_comm::Placement::kReplicated;
+  return options;
+}
+
+// Whether the card tier takes a share of runner.host_memory_mb: a budget for an in-process table
+// and next pass's card work that can run (not with the work off: runner.prefetch_passes 0,
+// next_pass_chunk_keys 0, --mode infer; nor in Collective mode, with width classes or several
+// trainers). Decided without a store.
+bool shares_host_budget(const device::CardSet& cards, const TrainerConfig& config,
+                        const tier_owner::CardTierOptions& options) {
+  return options.pass.host_memory_bytes > 0 &&
+         tier_owner::CardTier::pins_host_memory(cards, config.sparse, options);
+}
+
+// The in-process table's share of runner.host_memory_mb: what the card tier's plan, made before
+// the table opens, leaves of it once every local card's pinned buffers for the next pass's card
+// work are counted (CardTierPlan::host_table_bytes: a budget too small for them fails here, at
+// start, naming the key, the need and the cards). When the card tier shares none of it, the
+// config's, and no plan is made.
+uint64_t host_table_budget(device::CardSet& cards, const TrainerConfig& config,
+                           const tier_owner::CardTierOptions& options) {
+  if (!shares_host_budget(cards, config, options)) {
+    return config.host_tier.table.memory_budget_bytes;
+  }
+  return tier_owner::CardTier::plan_ahead(cards, config.sparse, options).host_table_bytes();
 }
 
 // Checks that the card tier's budget fits every local card, then has each card's pool take its
@@ -122,7 +177,23 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
                              std::chrono::milliseconds(static_cast<int64_t>(
                                  std::ceil(config_.runner.collective_timeout_s * 1000.0))),
                              s.store.get(), env_.host);
-  s.host = open_host_tier(config_, env_);
+  const tier_owner::CardTierOptions tier_options = card_tier_options(config_, env_);
+  // The in-process table's options (a budget without runner.rocksdb_path) before its budget is
+  // planned: a missing disk tier is named before a budget too small for the cards.
+  if (env_.servers.empty()) {
+    const Status table_options =
+        table::SparseTable::check_options(config_.sparse, config_.host_tier.table);
+    if (!table_options.ok()) GPUBOX_FAIL(table_options.to_string());
+  }
+  // With runner.host_memory_mb to share with an in-process table, the card tier plans (from a
+  // store on card 0, out of the pre-warmed pool) before the table opens, which plans its rows
+  // with what the card tier leaves. Otherwise the host tier opens first, so that an unreachable
+  // server or a disk-tier folder that cannot be opened is named before the pre-warm (slow on a
+  // GPU).
+  const bool plan_cards_first = shares_host_budget(s.cards, config_, tier_options);
+  if (plan_cards_first) prepare_card_memory(s.cards, config_);
+  const uint64_t table_budget = host_table_budget(s.cards, config_, tier_options);
+  s.host = open_host_tier(config_, env_, table_budget);
   if (env_.trainers > 1) {
     // A lost trainer or server ends the job within runner.peer_timeout_s, naming it.
     PeerWatchOptions watch;
@@ -132,21 +203,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
         *s.group, *s.store, env_, dynamic_cast<table::server::RemoteHostTier*>(s.host.get()),
         watch);
   }
-  prepare_card_memory(s.cards, config_);
-  tier_owner::CardTierOptions tier_options;
-  tier_options.pass.card_memory_bytes =
-      static_cast<std::size_t>(std::max<int64_t>(0, config_.runner.card_memory_mb)) << 20;
-  // The next pass's card work starts from the next pass's staging (expect_next_pass, a
-  // training pass's): without passes staged ahead it would never run, so it is off and its
-  // scratch not in the plan.
-  tier_options.pass.next_pass_chunk_keys =
-      config_.runner.prefetch_passes > 0
-          ? static_cast<std::size_t>(std::max(0, config_.runner.next_pass_chunk_keys))
-          : 0;
-  // The staging's host-tier pulls run on threads made here, below the steps as the staging
-  // thread (PassPipeline) is.
-  tier_options.pass.staging_nice = config_.runner.staging_nice;
-  if (config_.runner.collective) tier_options.placement = heter_comm::Placement::kReplicated;
+  if (!plan_cards_first) prepare_card_memory(s.cards, config_);
   s.card_tier = std::make_unique<tier_owner::CardTier>(s.cards, *s.group, *s.host, config_.sparse,
                                                        tier_options);
   for (int c = 0; c < s.cards.num_local_cards(); ++c) {
@@ -155,6 +212,11 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     s.workers.push_back(std::make_unique<CardWorker>(card, s.group->at(c), *s.card_tier, config_));
   }
   GPUBOX_LOG(INFO) << s.card_tier->plan().to_string();
+  GPUBOX_EXPECTS(tier_options.pass.host_memory_bytes == 0 ||
+                     s.card_tier->plan().host_table_bytes() == table_budget,
+                 "the card tier's plan left the host table ", table_budget,
+                 " bytes of runner.host_memory_mb before it opened, and ",
+                 s.card_tier->plan().host_table_bytes(), " after");
   if (config_.runner.collective) {
     GPUBOX_LOG(INFO) << "Collective mode (runner.use_fleet without runner.sync_mode): every one "
                         "of the job's "

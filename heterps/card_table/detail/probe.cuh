@@ -136,6 +136,30 @@ struct InsertEngine {
     return {kInvalidRow, InsertStatus::kProbeBoundExceeded};
   }
 
+  // Points the key, which must be present, at `row` (its old row is the caller's: the rows
+  // CardSparseStore::compact_pool moves); false when it is absent. One thread per key, the keys
+  // distinct. Relaxed stores, main slot and side slot alike: no thread of the launch reads a row it
+  // writes (no insert or find runs beside a compaction), and the launch boundary orders the stores
+  // before any later work on the stream, as it orders the records the launch before copied.
+  GPUBOX_HD bool repoint(uint64_t key, row_index_t row) const {
+    if (is_reserved_key(key)) {
+      atomic_ref<row_index_t> side(side_rows[side_index(key)]);
+      if (side.load(cuda::memory_order_relaxed) == kInvalidRow) return false;
+      side.store(row, cuda::memory_order_relaxed);
+      return true;
+    }
+    uint64_t s = home_slot(key, mask);
+    for (uint32_t p = 0; p < kMaxProbe; ++p, s = (s + 1) & mask) {
+      const uint64_t k = atomic_ref<uint64_t>(slots[s].key).load(cuda::memory_order_relaxed);
+      if (k == key) {
+        atomic_ref<row_index_t>(slots[s].row).store(row, cuda::memory_order_relaxed);
+        return true;
+      }
+      if (k == kEmptyKey) return false;
+    }
+    return false;
+  }
+
   // Removes `key`; returns its row, or kInvalidRow when it was absent (or erased by another
   // thread of the same batch: exactly one eraser gets the row).
   GPUBOX_HD row_index_t erase(uint64_t key) const {

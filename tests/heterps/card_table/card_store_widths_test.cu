@@ -2,10 +2,12 @@
 // at its own stride, records of every width gathered and scattered on every thread split.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -44,15 +46,24 @@ std::vector<float> random_record(std::mt19937_64& rng, const table::RowLayout& r
 
 class CardStoreWidths : public CardStoreTest {
  protected:
-  // n fresh keys with records of the config's widths drawn at random, inserted into `store`;
-  // returns the keys in insertion order and fills *oracle with their records.
+  // n fresh keys with records of the config's widths drawn at random (or all of `width`),
+  // inserted into `store`; returns the keys in insertion order and fills *oracle with their
+  // records.
   std::vector<uint64_t> insert_mixed(CardSparseStore& store, std::size_t n, std::mt19937_64& rng,
-                                     std::map<uint64_t, std::vector<float>>* oracle) {
+                                     std::map<uint64_t, std::vector<float>>* oracle,
+                                     int32_t width = 0) {
     const std::vector<uint64_t> keys = unique_keys(rng, n);
+    insert_keys(store, keys, rng, oracle, width);
+    return keys;
+  }
+  // insert_mixed of the given keys (absent from the store), in one batch.
+  void insert_keys(CardSparseStore& store, const std::vector<uint64_t>& keys, std::mt19937_64& rng,
+                   std::map<uint64_t, std::vector<float>>* oracle, int32_t width = 0) {
+    const std::size_t n = keys.size();
     std::vector<float> records;
     for (const uint64_t key : keys) {
       const std::vector<float> row =
-          random_record(rng, store.layout(), store.classes().dims[rng() % 3]);
+          random_record(rng, store.layout(), width > 0 ? width : store.classes().dims[rng() % 3]);
       records.insert(records.end(), row.begin(), row.end());
       (*oracle)[key] = row;
     }
@@ -61,7 +72,6 @@ class CardStoreWidths : public CardStoreTest {
       auto d_records = to_device(records, card().memory(), stream());
       store.insert_rows(d_keys.data(), d_records.data(), n, stream());
     }
-    return keys;
   }
   // Rows per pool, as the oracle has them, against the pools' counters and strides.
   void expect_pools(const CardSparseStore& store,
@@ -224,10 +234,11 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     EXPECT_EQ(dirty_after, std::set<uint64_t>(touched.begin(), touched.end()));
     EXPECT_EQ(store.pool(1).pages(), (left + kPage - 1) / kPage);
     EXPECT_EQ(store.pool(1).in_use(), left);
-    // Pool 0 has no page to free: the test-only form makes no room for it.
+    // Pool 0 has no page to free: the test-only form makes no listing for it, nor waits.
     const auto before_nothing = card().counts();
     EXPECT_EQ(store.compact_pool(0, stream()), 0u);
     EXPECT_EQ((card().counts() - before_nothing).allocations, 0u);
+    EXPECT_EQ((card().counts() - before_nothing).host_syncs, 0u);
     ASSERT_NO_FATAL_FAILURE(expect_every_row(store, oracle));
     expect_pools(store, oracle);
     // The compacted pool takes new rows again, from its kept pages first.
@@ -246,15 +257,120 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
   }
 }
 
-// compact_pool into a lent listing (the pass boundary's kept one, reserved for the rows) and a
-// lent room for the moved rows (its kept pages) allocates nothing: while it moves 1024 rows of
-// 2048 (width 8, pool 1), 5 at a time (a room smaller than a page of 16, not dividing the rows),
-// erasing them before inserting them again, the card makes no allocation and its peak stays at
-// what it held before, its scratch arena warmed. A rehash that saved its pairs beside the listing
-// (as an insert's did, with the erased slots not purged first: 2 more allocations, 12 bytes a
-// live key), a second listing, or page buffers of its own (records, dirty flags and new rows:
-// three allocations a call, as before MoveRoom) fail it. Every row stays intact.
-TEST_P(CardStoreWidths, CompactPoolInALentListingAndRoomAllocatesNothing) {
+// compact_pool waits twice whatever the rows it moves (once when none moves), where it waited
+// three times for every page of rows: pool 1 (width 8, pages of 16) full at 12 pages, then every
+// row from row 96 up erased but `moved` of them, and `moved` rows below 96, so that 96 rows stay
+// and exactly `moved` sit above the 6 pages kept: none, one, a page, a page and one, and five
+// pages and ten. The two reserved keys (kErasedKey, kEmptyKey as user keys: side slots, not
+// probed ones) are the first rows kept above, one dirty and one clean. Pool 0 (width 4) holds
+// 117 rows, 21 or more of them at rows 96 and up, which are not pool 1's to move: its pages, rows
+// and handles stay. Every row, handle and dirty flag against the oracle after.
+TEST_P(CardStoreWidths, CompactionWaitsTwiceWhateverTheRowsItMoves) {
+  constexpr std::size_t kPage = 16;
+  constexpr std::size_t kKeep = 6 * kPage;
+  constexpr std::size_t kPool0Rows = kKeep + kPage + 5;
+  for (const std::size_t moved :
+       {std::size_t{0}, std::size_t{1}, kPage, kPage + 1, 5 * kPage + 10}) {
+    SCOPED_TRACE(moved);
+    HashTableOptions options;
+    options.page_rows = kPage;
+    CardSparseStore store(card(), mixed_config(GetParam()), options);
+    const RowHandleCodec codec = store.table().codec();
+    std::mt19937_64 rng(moved + 5);
+    std::map<uint64_t, std::vector<float>> oracle;
+    // One batch: its last keys take the pool's last rows.
+    std::vector<uint64_t> pool1_keys = unique_keys(rng, 2 * kKeep - 2);
+    pool1_keys.push_back(kErasedKey);
+    pool1_keys.push_back(kEmptyKey);
+    insert_keys(store, pool1_keys, rng, &oracle, 8);
+    insert_mixed(store, kPool0Rows, rng, &oracle, 4);
+    ASSERT_EQ(store.pool(1).pages(), 12u);
+    ASSERT_EQ(store.pool(0).pages(), 8u);
+    const auto listing = [&] {
+      auto d_keys = card().make_buffer<uint64_t>(0);
+      auto d_handles = card().make_buffer<row_index_t>(0);
+      const std::size_t live =
+          store.list_entries(/*dirty_only=*/false, d_keys, d_handles, stream());
+      const std::vector<uint64_t> keys = to_host(d_keys);
+      const std::vector<row_index_t> handles = to_host(d_handles);
+      std::vector<std::pair<uint64_t, row_index_t>> out;
+      for (std::size_t i = 0; i < live; ++i) out.emplace_back(keys[i], handles[i]);
+      return out;
+    };
+    const auto index = [&](row_index_t handle) {
+      return static_cast<std::size_t>(handle & codec.index_mask());
+    };
+    // Pool 1's entries, the reserved keys first (spared first above the kept pages).
+    std::vector<std::pair<uint64_t, row_index_t>> pool1;
+    std::map<uint64_t, row_index_t> pool0_before;
+    std::size_t pool0_above = 0;
+    for (const auto& [key, handle] : listing()) {
+      if (codec.pool_of(handle) == 1) {
+        pool1.emplace_back(key, handle);
+      } else {
+        pool0_before[key] = handle;
+        if (index(handle) >= kKeep) ++pool0_above;
+      }
+    }
+    ASSERT_GE(pool0_above, kPool0Rows - kKeep) << "pool 0's rows 96 and up hold keys";
+    std::stable_partition(pool1.begin(), pool1.end(),
+                          [](const auto& entry) { return entry.first >= kErasedKey; });
+    ASSERT_EQ(pool1[0].first, kErasedKey);
+    ASSERT_GE(index(pool1[0].second), kKeep);
+    ASSERT_GE(index(pool1[1].second), kKeep);
+    std::vector<uint64_t> doomed;
+    std::size_t spared_above = 0;
+    std::size_t doomed_below = 0;
+    for (const auto& [key, handle] : pool1) {
+      if (index(handle) >= kKeep ? spared_above++ < moved : doomed_below++ >= moved) continue;
+      doomed.push_back(key);
+      oracle.erase(key);
+    }
+    auto d_doomed = to_device(doomed, card().memory(), stream());
+    ASSERT_EQ(store.erase(d_doomed.data(), doomed.size(), stream()), doomed.size());
+    // A third of the rows left dirty, kErasedKey among them, kEmptyKey not: a moved row keeps its
+    // flag.
+    std::vector<uint64_t> touched;
+    for (const auto& entry : oracle) {
+      if (touched.size() * 3 < oracle.size()) touched.push_back(entry.first);
+    }
+    if (oracle.count(kErasedKey) != 0) touched.push_back(kErasedKey);
+    auto d_touched = to_device(touched, card().memory(), stream());
+    store.clear_dirty(stream());
+    device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
+    for (const uint64_t key : touched) oracle[key][table::RowLayout::kClick] += 1.0f;
+    const auto before = card().counts();
+    EXPECT_EQ(store.compact_pool(1, stream()), 6u);
+    EXPECT_EQ((card().counts() - before).host_syncs, moved == 0 ? 1u : 2u);
+    EXPECT_EQ(store.pool(1).pages(), 6u);
+    EXPECT_EQ(store.pool(1).in_use(), kKeep);
+    EXPECT_EQ(store.pool(0).pages(), 8u);
+    EXPECT_EQ(store.pool(0).in_use(), kPool0Rows);
+    // Every pool-1 key below the kept pages (none left pointing into a freed page), pool 0's
+    // where they were.
+    std::map<uint64_t, row_index_t> pool0_after;
+    for (const auto& [key, handle] : listing()) {
+      if (codec.pool_of(handle) == 1) {
+        EXPECT_LT(index(handle), kKeep) << "key " << key;
+      } else {
+        pool0_after[key] = handle;
+      }
+    }
+    EXPECT_EQ(pool0_after, pool0_before);
+    ASSERT_NO_FATAL_FAILURE(expect_every_row(store, oracle));
+    EXPECT_EQ(oracle.count(kEmptyKey), moved >= 2 ? 1u : 0u);
+    std::set<uint64_t> dirty_after;
+    for (const auto& entry : collect(store, true)) dirty_after.insert(entry.first);
+    EXPECT_EQ(dirty_after, std::set<uint64_t>(touched.begin(), touched.end()));
+  }
+}
+
+// compact_pool into a lent listing (the pass boundary's kept one, reserved for the rows)
+// allocates nothing: while it moves the 1024 rows of 2048 (width 8, pool 1) that sit above the
+// pages it keeps, the card makes no allocation and its peak stays at what it held before, its
+// scratch arena warmed. A second listing, or room of its own for the moved rows (it erases and
+// inserts nothing, so no rehash saves pairs either), fail it. Every row stays intact.
+TEST_P(CardStoreWidths, CompactPoolInALentListingAllocatesNothing) {
   constexpr std::size_t kPage = 16;
   constexpr std::size_t kRows = 2048;  // whole pages, halves too
   HashTableOptions options;
@@ -269,11 +385,6 @@ TEST_P(CardStoreWidths, CompactPoolInALentListingAndRoomAllocatesNothing) {
   listed_rows.reserve(kRows);
   auto d_keys = card().make_buffer<uint64_t>(kPage);
   auto d_records = card().make_buffer<float>(kPage * stride);
-  constexpr std::size_t kRoomRows = 5;
-  auto room_records = card().make_buffer<float>(kRoomRows * stride);
-  auto room_handles = card().make_buffer<row_index_t>(kRoomRows);
-  auto room_dirty = card().make_buffer<uint8_t>(kRoomRows);
-  const MoveRoom room{room_records.data(), room_handles.data(), room_dirty.data(), kRoomRows};
   std::mt19937_64 rng(71);
   std::map<uint64_t, std::vector<float>> oracle;
   // Width-8 rows a page at a time, so that no test buffer raises the card's peak.
@@ -294,14 +405,14 @@ TEST_P(CardStoreWidths, CompactPoolInALentListingAndRoomAllocatesNothing) {
     ASSERT_EQ(store.erase(d_keys.data(), kPage, stream()), kPage);
     for (std::size_t i = b; i < b + kPage; ++i) oracle.erase(resident[i]);
   }
-  // The arena warmed for compact_pool's temporaries (a purge's and a partition's, 33 KiB here),
+  // The arena warmed for compact_pool's temporaries (a withholding's and a listing's),
   // so that what it holds beyond the card's bytes is its own buffers alone.
   card().scratch().reserve(64 << 10);
   card().stream().synchronize();
   const std::size_t in_use = card().memory().bytes_in_use();
   ASSERT_EQ(card().memory().peak_bytes(), in_use) << "the check below would see nothing";
   const auto before = card().counts();
-  EXPECT_EQ(store.compact_pool(1, listed_keys, listed_rows, room, stream()), kRows / 2 / kPage);
+  EXPECT_EQ(store.compact_pool(1, listed_keys, listed_rows, stream()), kRows / 2 / kPage);
   EXPECT_EQ((card().counts() - before).allocations, 0u);
   EXPECT_EQ(listed_keys.capacity(), kRows);
   EXPECT_EQ(listed_rows.capacity(), kRows);

@@ -445,6 +445,52 @@ TEST(HashTableMove, MovedTableKeepsItsEntries) {
   EXPECT_EQ(moved.size(), 3u);
 }
 
+// repoint_async points present keys, probed and reserved, at the rows given (here: each other's,
+// a rotation), with no wait; a key the table lacks (a probed one on an empty run, a reserved one
+// whose side slot is empty) is flagged, and the table's next wait on its flags, an insert's here,
+// throws naming the compaction, the table staying failed. Without the check the insert succeeds.
+TEST(HashTableRepoint, PresentKeysMoveAndAMissFailsTheNextWait) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  const device::Stream& stream = card.stream();
+  const std::vector<uint64_t> keys = {5, 6, kMaxKey, kMaxKey - 1};
+  const std::vector<uint64_t> absent = {7, kMaxKey - 1};
+  const std::vector<uint64_t> more = {8, 9};
+  auto d_more = to_device(more, card.memory(), stream);
+  auto d_more_rows = card.make_buffer<row_index_t>(more.size());
+  for (const uint64_t miss : absent) {
+    SCOPED_TRACE(miss);
+    CardHashTable table(card, HashTableOptions{});
+    // kMaxKey - 1 is left out when it is the key to miss.
+    const std::size_t n = miss == kMaxKey - 1 ? 3 : 4;
+    auto d_keys = to_device(keys, card.memory(), stream);
+    auto d_rows = card.make_buffer<row_index_t>(n);
+    ASSERT_EQ(table.insert(d_keys.data(), n, d_rows.data(), stream), n);
+    const std::vector<row_index_t> rows = to_host(d_rows);
+    std::vector<row_index_t> rotated(rows.begin() + 1, rows.end());
+    rotated.push_back(rows.front());
+    auto d_rotated = to_device(rotated, card.memory(), stream);
+    const device::DeviceCounts before = card.counts();
+    table.repoint_async(d_keys.data(), d_rotated.data(), n, stream);
+    EXPECT_EQ((card.counts() - before).host_syncs, 0u);
+    auto d_found = card.make_buffer<row_index_t>(n);
+    table.find(d_keys.data(), n, d_found.data(), stream);
+    EXPECT_EQ(to_host(d_found), rotated);
+    ASSERT_EQ(table.insert(d_more.data(), 1, d_more_rows.data(), stream), 1u);
+    auto d_miss = to_device(std::vector<uint64_t>{miss}, card.memory(), stream);
+    table.repoint_async(d_miss.data(), d_rotated.data(), 1, stream);
+    try {
+      table.insert(d_more.data() + 1, 1, d_more_rows.data(), stream);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("moved the row of a key the table does not hold"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(table.insert(d_more.data() + 1, 1, d_more_rows.data(), stream), Error);
+  }
+}
+
 // `table` listed by list_slots_async in ranges of 100 slots, the last one ending at capacity():
 // each range's live entries (row != kInvalidRow), in order, are dump_range's output for the same
 // range of the same table, the side slots after the last, and no range waits. Returns the live

@@ -12,9 +12,12 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "heterps/card_table/card_store.hpp"
+#include "heterps/pass/chunk_pacer.hpp"
+#include "heterps/pass/next_pass_work.hpp"
 #include "heterps/pass/pass_manager.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/table/slot_dims_config.hpp"
 
 namespace gpubox::pass {
 namespace {
@@ -158,6 +161,96 @@ TEST(PassManager, NextPassScratchIsASmallPartOfEveryBudget) {
       << unbudgeted.to_string();
   options.next_pass_chunk_keys = 0;
   EXPECT_EQ(Engine(1, options).manager->plan().next_pass_pinned_bytes, 0u) << "the work is off";
+}
+
+// The next pass's card work's pinned host memory counts in the host budget
+// (PassManagerOptions::host_memory_bytes: runner.host_memory_mb with an in-process host table):
+// the plan's term against a hand-computed oracle (no card budget, chunks of 1000 keys: look-ups
+// of kDepth chunks, a key and a row index each; an erase check and a failed count a chunk slot;
+// two insert regions of 1000 records), and the host table's share at the edge budgets of two
+// cards: exactly enough (the table's least, host_table_min_bytes, left for it), one byte short
+// (refused when the plan is made, naming the key, the need, the cards and the least budget in
+// MiB: the need's and the table's, each rounded up), and the work off (the whole budget the
+// table's).
+TEST(PassManager, PinnedHostMemoryCountsInTheHostBudget) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.next_pass_chunk_keys = 1000;
+  Engine probe(2, options);
+  const std::size_t depth = ChunkChain::kDepth;
+  const std::size_t stride = probe.stores[0]->record_stride();
+  ASSERT_GE(probe.stores[0]->page_rows(), 1000u) << "the insert regions are a chunk's";
+  const std::size_t per_card = 1000 * depth * (sizeof(uint64_t) + sizeof(card_table::row_index_t)) +
+                               depth * (sizeof(card_table::ErasePresentCheck) + sizeof(uint32_t)) +
+                               2 * 1000 * stride * sizeof(float);
+  EXPECT_EQ(probe.manager->plan().next_pass_pinned_bytes, per_card);
+  EXPECT_EQ(probe.manager->plan().host_table_bytes(), 0u) << "no host budget";
+  EXPECT_NE(probe.manager->plan().to_string().find("no host budget counts it"), std::string::npos);
+  const std::size_t table_least = options.host_table_min_bytes;
+  ASSERT_EQ(table_least, std::size_t{1} << 20) << "the default: 1 MiB";
+  options.host_memory_bytes = 2 * per_card + table_least;
+  const Engine enough(2, options);
+  EXPECT_EQ(enough.manager->plan().pinned_host_bytes(), 2 * per_card);
+  EXPECT_EQ(enough.manager->plan().host_table_bytes(), table_least);
+  EXPECT_NE(enough.manager->plan().to_string().find("inside runner.host_memory_mb: 2 card(s)"),
+            std::string::npos)
+      << enough.manager->plan().to_string();
+  options.host_memory_bytes = 2 * per_card + table_least - 1;
+  try {
+    const Engine short_by_a_byte(2, options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("runner.host_memory_mb (" + std::to_string(options.host_memory_bytes) +
+                        " bytes) leaves the host table less than the 1048576 bytes it needs"),
+              std::string::npos)
+        << what;
+    const std::size_t least_mib = (2 * per_card + (1 << 20) - 1) / (1 << 20) + 1;
+    EXPECT_NE(what.find("at least " + std::to_string(least_mib) + " MiB"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("pins " + std::to_string(per_card) + " bytes of host memory on each of 2"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("runner.next_pass_chunk_keys"), std::string::npos) << what;
+  }
+  options.next_pass_chunk_keys = 0;
+  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), options.host_memory_bytes);
+  // Nothing pinned: the budget is the table's whatever it is (its own least is the table's
+  // business then, as without a card tier).
+  options.host_memory_bytes = 1000;
+  EXPECT_EQ(Engine(2, options).manager->plan().host_table_bytes(), 1000u);
+}
+
+// The check whether the next pass's card work can run made without a store (the trainer's, to
+// skip CardTier::plan_ahead's store when it cannot: nothing would be pinned) agrees with the
+// plan's pinned term: on with chunks of 1000, off with chunks of 0, in Collective mode
+// (replicated) and with width classes; off with several trainers (more cards than local).
+TEST(PassManager, WhetherTheWorkCanRunIsKnownWithoutAStore) {
+  GPUBOX_REQUIRE_CARDS(2);
+  const table::AccessorConfig one_width = pass_test::test_config();
+  const table::AccessorConfig widths = table::with_slot_dims(one_width, {{1, 16}});
+  struct Case {
+    const char* name;
+    std::size_t chunk;
+    heter_comm::Placement placement;
+    const table::AccessorConfig* cfg;
+    bool on;
+  };
+  for (const Case& c :
+       {Case{"on", 1000, heter_comm::Placement::kSharded, &one_width, true},
+        Case{"chunk 0", 0, heter_comm::Placement::kSharded, &one_width, false},
+        Case{"replicated", 1000, heter_comm::Placement::kReplicated, &one_width, false},
+        Case{"width classes", 1000, heter_comm::Placement::kSharded, &widths, false}}) {
+    SCOPED_TRACE(c.name);
+    PassManagerOptions options;
+    options.next_pass_chunk_keys = c.chunk;
+    options.placement = c.placement;
+    const Engine engine(2, options, nullptr, {}, *c.cfg);
+    const int32_t pools = table::width_classes(*c.cfg).count;
+    EXPECT_EQ(next_pass_work_possible(options, pools, 2, 2), c.on);
+    EXPECT_EQ(engine.manager->plan().next_pass_pinned_bytes > 0, c.on);
+    EXPECT_FALSE(next_pass_work_possible(options, pools, 2, 4)) << "several trainers";
+  }
 }
 
 }  // namespace
