@@ -177,6 +177,11 @@ void CardTier::clear() {
   });
 }
 
+void CardTier::abandon_pass() {
+  pass_manager_->abandon_pass();
+  clear();
+}
+
 bool CardTier::in_pass() const { return pass_manager_->in_pass(); }
 const pass::CardTierPlan& CardTier::plan() const { return pass_manager_->plan(); }
 const pass::PassStats& CardTier::current() const { return pass_manager_->current(); }

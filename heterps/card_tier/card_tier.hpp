@@ -9,6 +9,7 @@
 //     begin_pass(keys, slots, &staged) -> the same, inserting the rows staged ahead
 //     end_pass(keep) / sync() -> dirty rows back to the host tier
 //     clear()                 -> every card's store emptied (after a model load)
+//     abandon_pass()          -> the open pass given up unwritten, the stores emptied
 //   between two steps (card thread `c`):
 //     prepare_next_pass(c)    -> a chunk of the next pass's card work (after expect_next_pass)
 //   a step (card thread `c`, collective over the cards):
@@ -115,6 +116,10 @@ class CardTier {
   // Empties every card's store (after a model load; the next begin_pass refills it). Not
   // during a pass.
   void clear();
+  // Gives up the open pass, if any, without writing it back, and empties every card's store as
+  // clear() does: after a failed pass boundary (a server restart found in a write-back) whose
+  // rows the schedule replaces by reloading a save. Between passes, no card thread running.
+  void abandon_pass();
   // The next pass's card work between the current pass's steps (PassManager::prepare_next_pass,
   // runner.next_pass_chunk_keys): expect_next_pass on the controlling thread after begin_pass
   // (`current_keys`: this pass's sorted unique keys, shared; `poll` reports the next pass's

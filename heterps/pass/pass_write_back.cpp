@@ -121,6 +121,12 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
   return current_;
 }
 
+void PassBoundary::abandon_pass() {
+  next_work_.keys_changed();
+  borrowed_.assign(cards_.num_cards(), {});
+  in_pass_ = false;
+}
+
 uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
