@@ -469,9 +469,11 @@ SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostT
                 " times already in this run: giving up; ", rerun_outcome());
   }
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what
-                      << (open == OpenPass::kNone
-                              ? ". No pass was open: reloading "
-                              : ". Every update of the pass went to the servers: reloading ")
+                      << (open == OpenPass::kNone      ? ". No pass was open: reloading "
+                          : open == OpenPass::kRetried ? ". Every update of the pass went to the "
+                                                         "servers: reloading "
+                                                       : ". The pass's rows on the cards are "
+                                                         "dropped: reloading ")
                       << last_save() << " into the servers and training the passes after it again";
   if (before_accept) before_accept();
   as_remote(host)->accept_restarts();
@@ -479,6 +481,33 @@ SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostT
 }
 
 bool SaveLineage::recoveries_spent() const { return recoveries_ > kMaxRecoveries; }
+
+SaveLineage::Refusal SaveLineage::refusal() const {
+  if (config_.runner.resume == ResumeMode::kOff) return Refusal::kResumeOff;
+  if (!last_) return Refusal::kNoSave;
+  if (recoveries_spent()) return Refusal::kSpent;
+  return Refusal::kOther;
+}
+
+std::string SaveLineage::describe(Refusal why) {
+  switch (why) {
+    case Refusal::kNone:
+      return "it would go back";
+    case Refusal::kResumeOff:
+      return "runner.resume is off";
+    case Refusal::kNoSave:
+      return "this run made or loaded no save yet";
+    case Refusal::kSpent:
+      return "the servers restarted too often in this run";
+    case Refusal::kOther:
+      break;
+  }
+  return "trainer 0's log names why";
+}
+
+void SaveLineage::accept_restarts(table::HostTier& host) {
+  if (auto* remote = as_remote(host)) remote->accept_restarts();
+}
 
 std::string SaveLineage::save_dir_of(int64_t run_pass) const {
   if (last_ && last_run_pass_ == run_pass) return last_->dir;
