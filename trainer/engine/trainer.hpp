@@ -168,8 +168,28 @@ class Trainer final : public Schedule {
   // bounded by runner.collective_timeout_s); `what` names it in errors.
   std::vector<int64_t> gather_over_job(const std::vector<int64_t>& per_card, const char* what);
   // Trainer 0 runs `part` (the job's single writer), then the job meets: the other trainers
-  // fail, naming `what`, when it threw; trainer 0 throws its error again.
+  // fail, naming `what`, when it threw; trainer 0 throws its error again. A server restart it
+  // found is agreed (agree_on_restarts).
   void on_trainer_zero(const std::function<void()>& part, const std::string& what);
+  // Several trainers: runs `phase` (host-tier calls, no collective after the last of them), then
+  // the job meets (a gather) and every trainer hears whether any of them failed in it, or found
+  // a server restart (its phase's failure, or, with `held_counts`, a restart its client holds:
+  // the peer watch's pings find them). Then every trainer throws, its own error or one naming
+  // `where` and the trainer, and a restart is agreed (restart_agreed_: recover() goes back with
+  // the others) unless a trainer failed otherwise. So a trainer that meets a failure there never
+  // leaves the others waiting at a later collective. One trainer: `phase` alone.
+  void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
+                         bool held_counts = true);
+  // Whether this trainer's client holds a server restart; after a failed call (`failed`) that
+  // saw none, every server is asked who it is first.
+  bool restart_found(bool failed);
+  // Several trainers: recover() once they agreed on a restart: every trainer goes back to the
+  // save trainer 0 chooses (agree_on_save) and reloads it with the others, again when a server
+  // restarts during the reload.
+  std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // The open pass dropped, every restart accepted; trainer 0 chooses the save (or refuses) and
+  // tells the others (a gather): returns that save, or throws, on every trainer, its reason.
+  SaveLineage::Recovery agree_on_save(int64_t pass);
 
   TrainerConfig config_;
   TrainerEnv env_;
@@ -179,6 +199,9 @@ class Trainer final : public Schedule {
   StepHooks step_hooks_;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
   bool wait_for_next_staging_ = false;  // wait_for_next_staging_before_steps
+  // Several trainers: the job agreed that a server restarted (agree_on_restarts) and has not gone
+  // back yet.
+  bool restart_agreed_ = false;
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the

@@ -1,6 +1,5 @@
 // Trainer's saves and loads, and what the trainers of a job agree on before they start
 // (trainer.hpp).
-#include <exception>
 #include <filesystem>
 #include <optional>
 
@@ -71,25 +70,19 @@ std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_ca
 }
 
 void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
-  std::exception_ptr failed;
-  if (env_.trainer_id == 0) {
-    try {
-      part();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  const std::vector<int64_t> outcome = gather_over_job(
-      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), failed ? 0 : 1), what.c_str());
-  if (failed) std::rethrow_exception(failed);
-  GPUBOX_EXPECTS(outcome.at(0) == 1, "trainer 0 failed ", what,
-                 " (its log, log/worker.0.log under scripts/run_gpubox.sh, names why)");
+  // Only trainer 0's outcome counts: a restart another trainer's client holds is agreed at its
+  // next phase.
+  agree_on_restarts(
+      [&] {
+        if (env_.trainer_id == 0) part();
+      },
+      what, /*held_counts=*/false);
 }
 
 void Trainer::save(const std::string& dir) {
   State& s = *state_;
   // Every trainer writes its cards' dirty rows back before any server saves.
-  s.card_tier->sync();
+  agree_on_restarts([&] { s.card_tier->sync(); }, "writing its rows back for the save " + dir);
   if (env_.trainers == 1) {
     write_save(dir);
     return;

@@ -191,8 +191,13 @@ PassReport Trainer::run_pass(
   // nothing) hand no rows: begin_pass then pulls them itself, as the pipeline's warning says.
   const bool staged_rows =
       prepared.prefetched && prepared.staged.fetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys->slots,
-                                                        staged_rows ? &prepared.staged : nullptr);
+  pass::PassStats begin;
+  agree_on_restarts(
+      [&] {
+        begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys->slots,
+                                        staged_rows ? &prepared.staged : nullptr);
+      },
+      "at the start of pass " + std::to_string(pass));
   const std::size_t staged = staged_rows ? prepared.staged.keys.size() : 0;
   prepared.staged = {};  // in the cards now
   if (begun) begun();
@@ -221,7 +226,9 @@ PassReport Trainer::run_pass(
   const double train_seconds = phase.seconds();
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
-  const pass::PassStats end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{});
+  pass::PassStats end;
+  agree_on_restarts([&] { end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{}); },
+                    "at the end of pass " + std::to_string(pass));
   trim_pools();
   PassReport report;
   report.pass = pass;
@@ -385,7 +392,12 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
   const std::shared_ptr<const PassStepSizes> sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
-  s.card_tier->begin_pass(eval_keys->keys, eval_keys->slots, nullptr, pass::PassAccess::kEvaluate);
+  agree_on_restarts(
+      [&] {
+        s.card_tier->begin_pass(eval_keys->keys, eval_keys->slots, nullptr,
+                                pass::PassAccess::kEvaluate);
+      },
+      "at the start of an evaluation");
   const int cards = s.cards.num_local_cards();
   EvalResult result;
   if (keep_predictions) {
