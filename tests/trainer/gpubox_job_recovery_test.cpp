@@ -46,9 +46,9 @@ constexpr double kAucBound = 0.01;
 // Where server 1 of 2 restarts (trainer 0's hooks).
 enum class RestartAt {
   kNever,
-  kBetweenPasses,    // after pass 0's save, no evaluation: found before pass 1
-  kWithinPass,       // at step 20 of pass 1: found at its end_pass
-  kAtEvaluation,     // after pass 0's save: found by epoch 0's evaluation
+  kBetweenPasses,  // after pass 0's save, no evaluation: found before pass 1
+  kWithinPass,     // at step 20 of pass 1: found at its end_pass
+  kAtEvaluation,   // after pass 0's save: found by epoch 0's evaluation
 };
 
 std::size_t count(const std::string& text, const std::string& what) {
@@ -179,6 +179,13 @@ class GpuboxJobRecovery : public ::testing::Test {
         << recovered.log;
     EXPECT_EQ(count(recovered.log, "with the job's 2 trainers; training again from pass 1"), 2u)
         << recovered.log;
+    // Where each trainer heard of the restart.
+    const std::string heard = "going back to the last save with every trainer";
+    for (auto at = recovered.log.find(heard); at != std::string::npos;
+         at = recovered.log.find(heard, at + 1)) {
+      const auto begin = recovered.log.rfind('\n', at) + 1;
+      std::printf("%s\n", recovered.log.substr(begin, at - begin).c_str());
+    }
     std::printf(
         "gpubox, 2 trainers, server 1 restarted (%s): test auc %.6f, resumed from the "
         "save %.6f\n",

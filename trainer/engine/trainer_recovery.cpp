@@ -62,6 +62,7 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
     phase();
     return;
   }
+  restart_agreed_ = false;  // what the job agrees here, not at an earlier meeting
   std::exception_ptr failed;
   try {
     phase();
@@ -92,7 +93,9 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
     try {
       std::rethrow_exception(failed);
     } catch (const Error& e) {
-      throw with_context(where + ": ", e);  // the log says where the job went back from
+      // The log says where the job went back from (check_servers's error says it already).
+      if (e.message().rfind(where, 0) == 0) throw;
+      throw with_context(where + ": ", e);
     }
   }
   if (failed) std::rethrow_exception(failed);
@@ -150,7 +153,7 @@ std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pas
   // is thrown again, as before.
   if (!restart_agreed_) return std::nullopt;
   GPUBOX_LOG(WARNING) << error.message()
-                      << "; a server restarted: going back to the last save with every trainer";
+                      << "; going back to the last save with every trainer of the job";
   for (;;) {
     restart_agreed_ = false;
     const SaveLineage::Recovery recovery = agree_on_save(pass);
