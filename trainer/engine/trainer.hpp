@@ -11,6 +11,10 @@
 // with runner.prefetch_passes > 0, the next passes are read and their rows staged while a pass
 // trains (PassPipeline, pass_pipeline.hpp): same results, a shorter wait at the pass boundary.
 //
+// A server restart (checkpoint.hpp): one trainer reloads its last save when no pass was open;
+// the trainers of a job meet after every phase that calls the servers and go back to trainer
+// 0's last save together, a pass open on the cards dropped (trainer_recovery.cpp).
+//
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
 
@@ -80,7 +84,8 @@ class Trainer final : public Schedule {
   // meets (a barrier with runner.collective_timeout_s) and checks that every card holds the same
   // dense parameters and optimizer state (a digest per card, all-gathered), trainer 0 alone
   // sends SAVE to the servers and writes the dense half and the manifest, and the job meets
-  // again: no trainer trains on before the save is complete, and all fail when it failed.
+  // again: no trainer trains on before the save is complete, and all fail when it failed (a
+  // server restart found there is agreed: the epoch loop's recover() goes back with all).
   void save(const std::string& dir) override;
   // Loads a save made by save(), once its halves are checked against its model manifest (a
   // delta: its chain from the base): host tier, dense parameters and optimizer state on every
