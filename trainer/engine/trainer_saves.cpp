@@ -136,9 +136,15 @@ void Trainer::load(const std::string& dir) {
   GPUBOX_EXPECTS(env_.trainers == 1 || remote || config_.runner.collective, "loading ", dir,
                  kLocalTierSaves);
   loaded_ = true;
-  // Only a save whose halves match its model manifest, with its whole delta chain.
-  const RestorePlan plan = plan_restore(dir, !remote);
-  throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
+  // Only a save whose halves match its model manifest, with its whole delta chain. Several
+  // trainers: one that cannot read it (not a folder they share) stops the others now.
+  RestorePlan plan;
+  agree_on_restarts(
+      [&] {
+        plan = plan_restore(dir, !remote);
+        throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
+      },
+      "to read the save " + dir, /*held_counts=*/false);
   if (env_.trainers == 1) {
     restore_sparse(*s.host, plan);
   } else {
