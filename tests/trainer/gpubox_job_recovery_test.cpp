@@ -99,9 +99,11 @@ class GpuboxJobRecovery : public ::testing::Test {
 
   // A job of 2 gpubox-mode trainers against 2 fresh servers, `epochs` passes over the training
   // files, each saved (checkpoint) under `saves`, resuming the newest save there; server 1
-  // restarted at `at`; `keys` added to the config. The job's held-out AUC after training.
+  // restarted at `at`; `keys` added to the config, then `trainer1_keys` to trainer 1's. The
+  // job's held-out AUC after training.
   static JobRan run_job(const std::string& name, const std::string& saves, int epochs, RestartAt at,
-                        const std::vector<std::string>& keys = {}) {
+                        const std::vector<std::string>& keys = {},
+                        const std::vector<std::string>& trainer1_keys = {}) {
     std::vector<std::string> all = {
         "runner.train_data_dir=" + (root_ / "train").string(),
         "runner.test_data_dir=" +
@@ -115,6 +117,8 @@ class GpuboxJobRecovery : public ::testing::Test {
         "hyper_parameters.fc_sizes=[64, 32]"};
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = testing::load_test_config(testing::test_data_overrides(), all);
+    all.insert(all.end(), trainer1_keys.begin(), trainer1_keys.end());
+    const TrainerConfig cfg1 = testing::load_test_config(testing::test_data_overrides(), all);
     Servers shards(cfg, 2);
     std::atomic<bool> restarted{false};
     const std::function<void()> restart_once = [&] {
@@ -134,7 +138,7 @@ class GpuboxJobRecovery : public ::testing::Test {
         std::unique_ptr<Trainer> trainer;
         // Caught before the trainer goes: it then tells the other one that it ended.
         try {
-          trainer = std::make_unique<Trainer>(cfg, env);
+          trainer = std::make_unique<Trainer>(w == 0 ? cfg : cfg1, env);
           for (const PassReport& report : trainer->train("", hooks_of(w, at, restart_once, &ran)))
             ran.passes[w].push_back(report.pass);
           const EvalResult test = trainer->evaluate(data_files((root_ / "test").string()), false);
@@ -236,6 +240,19 @@ TEST_F(GpuboxJobRecovery, ServerRestartedBeforeAnEvaluationIsRepairedAndEvaluate
   EXPECT_NE(ran.log.find("at the start of an evaluation"), std::string::npos) << ran.log;
   EXPECT_EQ(ran.epoch0_evaluations[0], 1);
   EXPECT_EQ(ran.epoch0_evaluations[1], 1);
+}
+
+// Trainer 1 does not see the save folder trainer 0 writes (its model_save_path is another,
+// empty one): it cannot read the save trainer 0 goes back to, and trainer 0 hears why at the
+// meeting (before, it waited at the next collective until trainer 1's end closed it, or for
+// runner.collective_timeout_s, and failed with the communicator's error).
+TEST_F(GpuboxJobRecovery, ATrainerThatCannotReadTheSaveStopsTheOtherAtOnce) {
+  const std::string unshared = (root_ / "unshared").string();
+  const JobRan ran = run_job("unshared_save", (root_ / "unshared_save").string(), 2,
+                             RestartAt::kBetweenPasses, {}, {"runner.model_save_path=" + unshared});
+  for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
+  EXPECT_NE(ran.errors[1].find(unshared + "/0"), std::string::npos) << ran.log;
+  EXPECT_NE(ran.errors[0].find("trainer 1 failed to read the save "), std::string::npos) << ran.log;
 }
 
 TEST_F(GpuboxJobRecovery, ResumeOffStopsBothTrainersNamingIt) {
