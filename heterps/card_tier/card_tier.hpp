@@ -93,6 +93,18 @@ class CardTier {
                              const std::vector<int32_t>& slots = {},
                              const pass::StagedRows* staged = nullptr,
                              pass::PassAccess access = pass::PassAccess::kTrain);
+  // begin_pass of several trainers in its two parts, so that a caller can meet the others
+  // between the collective and the host-tier calls: exchange_keys sends this trainer's `keys`
+  // (with `slots`) to their owner cards (all_to_all_v over the group, every trainer in it;
+  // replicated: to every card) and returns what the local cards received, in peer order;
+  // begin_received_pass places those and pulls their rows from the host tier (no collective).
+  struct ReceivedKeys {  // in peer order, not sorted (pass::OwnedKeys is sorted)
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
+  pass::PassStats begin_received_pass(const ReceivedKeys& received,
+                                      pass::PassAccess access = pass::PassAccess::kTrain);
   // The host-tier rows of a coming pass's `keys` less `exclude` (sorted: the keys of every pass
   // trained before it from now on): PassManager::stage_rows. Any thread; touches only the host
   // tier. With several trainers it stages nothing (begin_pass pulls every row).
@@ -180,15 +192,6 @@ class CardTier {
   heter_comm::HeterComm& heter_comm(int card);
 
  private:
-  struct ReceivedKeys {  // in peer order, not sorted (pass::OwnedKeys is sorted)
-    std::vector<uint64_t> keys;
-    std::vector<int32_t> slots;
-  };
-  // Several trainers: sends every key of `keys` to its owner card (all_to_all_v over the
-  // group; replicated: to every card) and returns the keys (with slots) the local cards
-  // received, in peer order.
-  ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
-
   device::CardSet& cards_;
   comm::CommGroup& group_;
   heter_comm::Placement placement_;
