@@ -124,6 +124,7 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
 void PassBoundary::abandon_pass() {
   next_work_.keys_changed();
   borrowed_.assign(cards_.num_cards(), {});
+  kept_dirty_ = 0;  // the rows an earlier write-back kept go with the cards' contents
   in_pass_ = false;
 }
 
