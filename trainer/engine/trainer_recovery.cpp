@@ -139,7 +139,8 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   if (env_.trainer_id == 0) return recovery;
   const auto why = static_cast<SaveLineage::Refusal>(told.at(0) % kRefusalCodes);
   GPUBOX_EXPECTS(why == SaveLineage::Refusal::kNone, "pass ", pass, ": ", what,
-                 "; trainer 0 cannot go back to a save (", SaveLineage::describe(why),
+                 "; trainer 0 cannot go back to a save (",
+                 SaveLineage::describe(why, "log/worker.0.log under scripts/run_gpubox.sh"),
                  "), so the job stops; ", s.lineage->rerun_outcome(false));
   recovery.run_pass = told.at(0) / kRefusalCodes;
   recovery.dir = s.lineage->save_dir_of(recovery.run_pass);

@@ -489,10 +489,10 @@ SaveLineage::Refusal SaveLineage::refusal() const {
   return Refusal::kOther;
 }
 
-std::string SaveLineage::describe(Refusal why) {
+std::string SaveLineage::describe(Refusal why, const std::string& log) {
   switch (why) {
     case Refusal::kNone:
-      return "it would go back";
+      return "it goes back";
     case Refusal::kResumeOff:
       return "runner.resume is off";
     case Refusal::kNoSave:
@@ -502,7 +502,31 @@ std::string SaveLineage::describe(Refusal why) {
     case Refusal::kOther:
       break;
   }
-  return "trainer 0's log names why";
+  return "trainer 0's log, " + log + ", names why";
+}
+
+float SaveLineage::encode(Refusal why) {
+  switch (why) {
+    case Refusal::kNone:
+      return 1.0f;
+    case Refusal::kResumeOff:
+      return 2.0f;
+    case Refusal::kNoSave:
+      return 3.0f;
+    case Refusal::kSpent:
+      return 4.0f;
+    case Refusal::kOther:
+      break;
+  }
+  return 0.0f;
+}
+
+SaveLineage::Refusal SaveLineage::decode(float told) {
+  for (const Refusal why :
+       {Refusal::kNone, Refusal::kResumeOff, Refusal::kNoSave, Refusal::kSpent}) {
+    if (told == encode(why)) return why;
+  }
+  return Refusal::kOther;
 }
 
 void SaveLineage::accept_restarts(table::HostTier& host) {

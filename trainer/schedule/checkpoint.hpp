@@ -205,8 +205,13 @@ class SaveLineage {
   // run's recoveries spent, or another failure. kNone: none of them holds (it would go back).
   enum class Refusal : int { kNone = 0, kResumeOff, kNoSave, kSpent, kOther };
   Refusal refusal() const;
-  // The reason `why` in words ("runner.resume is off", ...).
-  static std::string describe(Refusal why);
+  // The reason `why` in words ("runner.resume is off", ...); kOther names trainer 0's log, at
+  // `log` (where the mode's launcher writes it: "log/worker.0.log under scripts/run_gpubox.sh").
+  static std::string describe(Refusal why, const std::string& log);
+  // `why` as one float (what a value table carries: the PS modes tell it through a server's dense
+  // table), and back: kNone 1, kResumeOff 2, kNoSave 3, kSpent 4, kOther 0 and any other value.
+  static float encode(Refusal why);
+  static Refusal decode(float told);
   // Adopts the restarted servers `host` found (RemoteHostTier::accept_restarts): a trainer that
   // goes back with trainer 0, which reloads them. A no-op for the in-process tier.
   static void accept_restarts(table::HostTier& host);
