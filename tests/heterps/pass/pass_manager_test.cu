@@ -421,7 +421,7 @@ TEST(PassManager, AnAbandonedPassWritesNothingBackAndTheNextPullsFromTheHost) {
   const auto passes = make_passes(2, 120, 91);
   engine.manager->begin_pass(passes[0]);
   engine.train(passes[0], 6000, 4);
-  engine.manager->end_pass(passes[1]);  // pass 1's rows stay dirty on the cards
+  engine.manager->end_pass(passes[1]);    // pass 1's rows stay dirty on the cards
   engine.manager->begin_pass(passes[1]);  // creates its new keys' rows on the host
   const auto host_before = engine.host_rows();
   engine.train(passes[1], 6001, 4);
