@@ -252,7 +252,7 @@ TEST_F(GpuboxJobRecovery, ATrainerThatCannotReadTheSaveStopsTheOtherAtOnce) {
                              RestartAt::kBetweenPasses, {}, {"runner.model_save_path=" + unshared});
   for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
   EXPECT_NE(ran.errors[1].find(unshared + "/0"), std::string::npos) << ran.log;
-  EXPECT_NE(ran.errors[0].find("trainer 1 failed to read the save "), std::string::npos) << ran.log;
+  EXPECT_NE(ran.errors[0].find("trainer 1 failed reading the save "), std::string::npos) << ran.log;
 }
 
 TEST_F(GpuboxJobRecovery, ResumeOffStopsBothTrainersNamingIt) {
