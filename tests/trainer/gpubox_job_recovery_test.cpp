@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -31,6 +33,7 @@
 #include "tests/dataset/planted_data.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
@@ -46,9 +49,11 @@ constexpr double kAucBound = 0.01;
 // Where server 1 of 2 restarts (trainer 0's hooks).
 enum class RestartAt {
   kNever,
-  kBetweenPasses,  // after pass 0's save, no evaluation: found before pass 1
-  kWithinPass,     // at step 20 of pass 1: found at its end_pass
-  kAtEvaluation,   // after pass 0's save: found by epoch 0's evaluation
+  kBetweenPasses,       // after pass 0's save, no evaluation: found before pass 1
+  kWithinPass,          // at step 20 of pass 1: found at its end_pass
+  kWithinPassEachTime,  // at step 20 of every run of pass 1: the job goes back until it gives up
+  kAtEvaluation,        // after pass 0's save: found by epoch 0's evaluation
+  kAtSave,              // as trainer 0 writes pass 1's save: found by its SAVE
 };
 
 std::size_t count(const std::string& text, const std::string& what) {
@@ -66,6 +71,31 @@ struct JobRan {
   int epoch0_evaluations[2] = {0, 0};                  // each trainer's on_epoch(0, ..., test)
 };
 
+// A job of 2 gpubox-mode trainers against 2 fresh servers: `epochs` passes over the training
+// files, each saved (checkpoint) under `saves`, resuming the newest save there.
+struct Job {
+  Job(std::string name_, std::string saves_, int epochs_ = 2, RestartAt at_ = RestartAt::kNever,
+      std::vector<std::string> keys_ = {}, std::vector<std::string> trainer1_keys_ = {})
+      : name(std::move(name_)),
+        saves(std::move(saves_)),
+        epochs(epochs_),
+        at(at_),
+        keys(std::move(keys_)),
+        trainer1_keys(std::move(trainer1_keys_)) {}
+
+  std::string name;
+  std::string saves;
+  int epochs;
+  RestartAt at;                            // where server 1 restarts
+  std::vector<std::string> keys;           // added to the config
+  std::vector<std::string> trainer1_keys;  // then to trainer 1's
+  // Runs on trainer 0's thread right before server 1 restarts (once).
+  std::function<void()> before_restart;
+  // Trainer w's meeting hook (Trainer::set_meeting_hook), given its trainer and the servers.
+  std::function<void(int w, Trainer& trainer, Servers& shards, const std::string& where)>
+      at_meeting;
+};
+
 class GpuboxJobRecovery : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -76,53 +106,50 @@ class GpuboxJobRecovery : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // Trainer w's hooks: trainer 0 restarts server 1 of `shards` at `at`, once.
-  static RunHooks hooks_of(int w, RestartAt at, const std::function<void()>& restart_once,
-                           JobRan* ran) {
+  // Trainer w's hooks: trainer 0 restarts server 1 at `at` (`restart`).
+  static RunHooks hooks_of(int w, RestartAt at, const std::function<void()>& restart, JobRan* ran) {
     RunHooks hooks;
     hooks.on_epoch = [ran, w](int64_t epoch, const MetricValues&, const MetricValues* test) {
       if (epoch == 0 && test != nullptr) ++ran->epoch0_evaluations[w];
     };
     if (w != 0) return hooks;
     if (at == RestartAt::kBetweenPasses || at == RestartAt::kAtEvaluation) {
-      hooks.on_pass = [restart_once](const PassReport& report) {
-        if (report.pass == 0) restart_once();
+      hooks.on_pass = [restart](const PassReport& report) {
+        if (report.pass == 0) restart();
       };
     }
-    if (at == RestartAt::kWithinPass) {
-      hooks.steps.on_progress = [restart_once](const StepProgress& progress) {
-        if (progress.pass == 1 && progress.step == 20) restart_once();
+    if (at == RestartAt::kWithinPass || at == RestartAt::kWithinPassEachTime) {
+      hooks.steps.on_progress = [restart](const StepProgress& progress) {
+        if (progress.pass == 1 && progress.step == 20) restart();
       };
     }
     return hooks;
   }
 
-  // A job of 2 gpubox-mode trainers against 2 fresh servers, `epochs` passes over the training
-  // files, each saved (checkpoint) under `saves`, resuming the newest save there; server 1
-  // restarted at `at`; `keys` added to the config, then `trainer1_keys` to trainer 1's. The
-  // job's held-out AUC after training.
-  static JobRan run_job(const std::string& name, const std::string& saves, int epochs, RestartAt at,
-                        const std::vector<std::string>& keys = {},
-                        const std::vector<std::string>& trainer1_keys = {}) {
+  // Runs `job`; the job's held-out AUC after training.
+  static JobRan run_job(const Job& job) {
     std::vector<std::string> all = {
         "runner.train_data_dir=" + (root_ / "train").string(),
         "runner.test_data_dir=" +
-            (at == RestartAt::kAtEvaluation ? (root_ / "test").string() : std::string()),
+            (job.at == RestartAt::kAtEvaluation ? (root_ / "test").string() : std::string()),
         "runner.save_mode=checkpoint",
-        "runner.model_save_path=" + saves,
-        "runner.epochs=" + std::to_string(epochs),
+        "runner.model_save_path=" + job.saves,
+        "runner.epochs=" + std::to_string(job.epochs),
         "runner.print_interval=20",
         "runner.server_timeout_s=3",
         "runner.collective_timeout_s=20",
         "hyper_parameters.fc_sizes=[64, 32]"};
-    all.insert(all.end(), keys.begin(), keys.end());
+    all.insert(all.end(), job.keys.begin(), job.keys.end());
     const TrainerConfig cfg = testing::load_test_config(testing::test_data_overrides(), all);
-    all.insert(all.end(), trainer1_keys.begin(), trainer1_keys.end());
+    all.insert(all.end(), job.trainer1_keys.begin(), job.trainer1_keys.end());
     const TrainerConfig cfg1 = testing::load_test_config(testing::test_data_overrides(), all);
     Servers shards(cfg, 2);
-    std::atomic<bool> restarted{false};
-    const std::function<void()> restart_once = [&] {
-      if (!restarted.exchange(true)) shards.restart(1);
+    std::atomic<int> restarts{0};
+    const std::function<void()> restart = [&] {
+      if (job.at != RestartAt::kWithinPassEachTime && restarts.load() > 0) return;
+      if (job.before_restart && restarts.load() == 0) job.before_restart();
+      ++restarts;
+      shards.restart(1);
     };
     JobRan ran;
     ::testing::internal::CaptureStderr();
@@ -134,12 +161,21 @@ class GpuboxJobRecovery : public ::testing::Test {
         env.trainer_id = w;
         env.trainers = 2;
         env.threads_per_card = 1;
-        env.rendezvous = "file://" + (root_ / ("rendezvous_" + name)).string();
+        env.rendezvous = "file://" + (root_ / ("rendezvous_" + job.name)).string();
         std::unique_ptr<Trainer> trainer;
         // Caught before the trainer goes: it then tells the other one that it ended.
         try {
           trainer = std::make_unique<Trainer>(w == 0 ? cfg : cfg1, env);
-          for (const PassReport& report : trainer->train("", hooks_of(w, at, restart_once, &ran)))
+          Trainer* self = trainer.get();
+          trainer->set_meeting_hook([&, w, self](const std::string& where) {
+            if (w == 0 && job.at == RestartAt::kAtSave &&
+                where.rfind("writing the save ", 0) == 0 && where.size() > 2 &&
+                where.substr(where.size() - 2) == "/1") {
+              restart();
+            }
+            if (job.at_meeting) job.at_meeting(w, *self, shards, where);
+          });
+          for (const PassReport& report : trainer->train("", hooks_of(w, job.at, restart, &ran)))
             ran.passes[w].push_back(report.pass);
           const EvalResult test = trainer->evaluate(data_files((root_ / "test").string()), false);
           if (w == 0) ran.test_auc = test.metrics.auc;
@@ -155,31 +191,43 @@ class GpuboxJobRecovery : public ::testing::Test {
         ran.counts[key] = {row[table::RowLayout::kShow], row[table::RowLayout::kClick]};
       }));
     }
-    EXPECT_EQ(restarted.load(), at != RestartAt::kNever);
+    EXPECT_EQ(restarts.load() > 0, job.at != RestartAt::kNever);
     // A trainer that missed the others would have waited out runner.collective_timeout_s.
     EXPECT_EQ(ran.log.find("stalled past the"), std::string::npos) << ran.log;
     EXPECT_EQ(ran.log.find("communicator aborted"), std::string::npos) << ran.log;
     return ran;
   }
 
-  // The oracle (pass 0 saved by a 2-trainer job, then a new 2-trainer job on fresh servers
-  // resumes from that save for pass 1) against the same job with server 1 restarted at `at`.
-  static JobRan job_ends_as_resumed_from_the_save(const std::string& name, RestartAt at) {
-    const std::string resumed_saves = (root_ / (name + "_resumed")).string();
-    const JobRan first = run_job(name + "_first", resumed_saves, 1, RestartAt::kNever);
-    EXPECT_EQ(first.errors[0] + first.errors[1], "") << first.log;
-    const JobRan resumed = run_job(name + "_resumed", resumed_saves, 2, RestartAt::kNever);
-    EXPECT_EQ(resumed.errors[0] + resumed.errors[1], "") << resumed.log;
-    EXPECT_EQ(resumed.passes[0], (std::vector<int64_t>{1}));
-    const JobRan recovered = run_job(name, (root_ / (name + "_restarted")).string(), 2, at);
+  // The oracle, run once for the suite's tests that need it: pass 0 saved by a 2-trainer job,
+  // then a new 2-trainer job on fresh servers resumes from that save for pass 1.
+  static const JobRan& resumed_from_the_save() {
+    static const JobRan resumed = [] {
+      const std::string saves = (root_ / "oracle").string();
+      const JobRan first = run_job({"oracle_first", saves, 1});
+      EXPECT_EQ(first.errors[0] + first.errors[1], "") << first.log;
+      JobRan ran = run_job({"oracle_resumed", saves, 2});
+      EXPECT_EQ(ran.errors[0] + ran.errors[1], "") << ran.log;
+      EXPECT_EQ(ran.passes[0], (std::vector<int64_t>{1}));
+      return ran;
+    }();
+    return resumed;
+  }
+
+  // The oracle against `job` (its name and saves set here): both trainers went back to trainer
+  // 0's save of pass 0 `reloads` times and ended as the oracle.
+  static JobRan job_ends_as_resumed_from_the_save(Job job, std::size_t reloads = 1) {
+    const JobRan& resumed = resumed_from_the_save();
+    job.saves = (root_ / (job.name + "_restarted")).string();
+    const JobRan recovered = run_job(job);
     EXPECT_EQ(recovered.errors[0] + recovered.errors[1], "") << recovered.log;
     for (int w = 0; w < 2; ++w) {
       EXPECT_EQ(recovered.passes[w], (std::vector<int64_t>{0, 1})) << "trainer " << w;
     }
     // Trainer 0 chose its last save; trainer 1 went back to the same one with it.
-    EXPECT_EQ(count(recovered.log, "reloading the last complete save (pass 0, "), 1u)
+    EXPECT_EQ(count(recovered.log, "reloading the last complete save (pass 0, "), reloads)
         << recovered.log;
-    EXPECT_EQ(count(recovered.log, "/" + name + "_restarted/0 with every trainer of the job"), 1u)
+    EXPECT_EQ(count(recovered.log, "/" + job.name + "_restarted/0 with every trainer of the job"),
+              reloads)
         << recovered.log;
     EXPECT_EQ(count(recovered.log, "with the job's 2 trainers; training again from pass 1"), 2u)
         << recovered.log;
@@ -193,7 +241,7 @@ class GpuboxJobRecovery : public ::testing::Test {
     std::printf(
         "gpubox, 2 trainers, server 1 restarted (%s): test auc %.6f, resumed from the "
         "save %.6f\n",
-        name.c_str(), recovered.test_auc, resumed.test_auc);
+        job.name.c_str(), recovered.test_auc, resumed.test_auc);
     EXPECT_FALSE(resumed.counts.empty());
     EXPECT_EQ(recovered.counts.size(), resumed.counts.size());
     EXPECT_TRUE(recovered.counts == resumed.counts) << "the rows' show and click counts differ";
@@ -206,7 +254,7 @@ class GpuboxJobRecovery : public ::testing::Test {
   static void refused_recovery_stops_both(const std::string& name, RestartAt at,
                                           const std::vector<std::string>& keys,
                                           const std::string& reason) {
-    const JobRan ran = run_job(name, (root_ / name).string(), 2, at, keys);
+    const JobRan ran = run_job({name, (root_ / name).string(), 2, at, keys});
     for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
     EXPECT_NE(ran.errors[0].find("server "), std::string::npos) << ran.log;
     EXPECT_NE(ran.errors[1].find("trainer 0 cannot go back to a save (" + reason + ")"),
@@ -218,14 +266,15 @@ class GpuboxJobRecovery : public ::testing::Test {
 };
 
 TEST_F(GpuboxJobRecovery, ServerRestartedBetweenPassesIsRepairedByBothTrainers) {
-  const JobRan ran = job_ends_as_resumed_from_the_save("between", RestartAt::kBetweenPasses);
+  const JobRan ran =
+      job_ends_as_resumed_from_the_save({"between", "", 2, RestartAt::kBetweenPasses});
   EXPECT_NE(ran.log.find("before pass 1: "), std::string::npos) << ran.log;
 }
 
 // Found at the pass's end_pass (the steps call no server): the pass's rows on the cards are
 // dropped and the pass trained again from the last save.
 TEST_F(GpuboxJobRecovery, ServerRestartedWithinAPassIsRepairedAtItsEnd) {
-  const JobRan ran = job_ends_as_resumed_from_the_save("within", RestartAt::kWithinPass);
+  const JobRan ran = job_ends_as_resumed_from_the_save({"within", "", 2, RestartAt::kWithinPass});
   EXPECT_NE(ran.log.find("at the end of pass 1: "), std::string::npos) << ran.log;
   EXPECT_NE(ran.log.find("The pass's rows on the cards are dropped: reloading the last "
                          "complete save (pass 0, "),
@@ -236,10 +285,69 @@ TEST_F(GpuboxJobRecovery, ServerRestartedWithinAPassIsRepairedAtItsEnd) {
 // Found by epoch 0's evaluation: both go back to pass 0's save and evaluate epoch 0 again;
 // each trainer publishes that evaluation once.
 TEST_F(GpuboxJobRecovery, ServerRestartedBeforeAnEvaluationIsRepairedAndEvaluatedAgain) {
-  const JobRan ran = job_ends_as_resumed_from_the_save("evaluation", RestartAt::kAtEvaluation);
+  const JobRan ran =
+      job_ends_as_resumed_from_the_save({"evaluation", "", 2, RestartAt::kAtEvaluation});
   EXPECT_NE(ran.log.find("at the start of an evaluation"), std::string::npos) << ran.log;
   EXPECT_EQ(ran.epoch0_evaluations[0], 1);
   EXPECT_EQ(ran.epoch0_evaluations[1], 1);
+}
+
+// Found by trainer 0's SAVE of pass 1 (the save path): pass 1's save is not made, both go back
+// to pass 0's and train pass 1 again.
+TEST_F(GpuboxJobRecovery, ServerRestartedAsTrainerZeroSavesIsRepaired) {
+  const JobRan ran = job_ends_as_resumed_from_the_save({"save", "", 2, RestartAt::kAtSave});
+  EXPECT_NE(ran.log.find("writing the save "), std::string::npos) << ran.log;
+}
+
+// Server 0 restarts too, as trainer 0 has the servers load the save it goes back to: the load
+// finds it, the job agrees on it and goes back again (a second round), then ends as the oracle.
+TEST_F(GpuboxJobRecovery, ServerRestartedDuringTheReloadIsRepairedInASecondRound) {
+  Job job{"reload", "", 2, RestartAt::kWithinPass};
+  std::atomic<bool> again{false};
+  job.at_meeting = [&again](int w, Trainer&, Servers& shards, const std::string& where) {
+    if (w == 0 && where.rfind("loading the sparse half of ", 0) == 0 && !again.exchange(true)) {
+      shards.restart(0);
+    }
+  };
+  const JobRan ran = job_ends_as_resumed_from_the_save(job, 2);
+  EXPECT_TRUE(again.load());
+  EXPECT_NE(ran.log.find("loading the sparse half of "), std::string::npos) << ran.log;
+}
+
+// Trainer 1's phase throws something that is not an Error (std::bad_alloc) at the meeting where
+// the job agrees on a restart: it goes back with trainer 0 all the same (before, the bad_alloc
+// left its epoch loop, which catches Error, and trainer 0 waited for it to choose the save).
+TEST_F(GpuboxJobRecovery, AnyExceptionAtAnAgreedRestartGoesBackWithTheOthers) {
+  Job job{"bad_alloc", "", 2, RestartAt::kWithinPass};
+  std::atomic<bool> thrown{false};
+  job.at_meeting = [&thrown](int w, Trainer&, Servers&, const std::string& where) {
+    if (w == 1 && where == "at the end of pass 1" && !thrown.exchange(true)) throw std::bad_alloc();
+  };
+  const JobRan ran = job_ends_as_resumed_from_the_save(job);
+  EXPECT_NE(ran.log.find("at the end of pass 1: std::bad_alloc"), std::string::npos) << ran.log;
+}
+
+// Trainer 1 fails otherwise (it adopted the restart first, so that it sees none) where trainer 0
+// finds the restart: no trainer goes back, both stop, trainer 0 naming trainer 1's failure and
+// the restart it found.
+TEST_F(GpuboxJobRecovery, AnotherTrainerFailingOtherwiseStopsTheJobOverARestart) {
+  Job job{"failing", (root_ / "failing").string(), 2, RestartAt::kWithinPass};
+  job.at_meeting = [](int w, Trainer& trainer, Servers&, const std::string& where) {
+    if (w != 1 || where != "at the end of pass 1") return;
+    SaveLineage::find_restarts(trainer.host_tier(), 1.0);
+    SaveLineage::accept_restarts(trainer.host_tier());
+    GPUBOX_FAIL("trainer 1's own failure");
+  };
+  const JobRan ran = run_job(job);
+  for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
+  EXPECT_NE(ran.errors[1].find("trainer 1's own failure"), std::string::npos) << ran.log;
+  EXPECT_NE(ran.errors[0].find("trainer 1 failed at the end of pass 1 (its log, "),
+            std::string::npos)
+      << ran.log;
+  EXPECT_NE(ran.errors[0].find("; this trainer found a server restart there: server "),
+            std::string::npos)
+      << ran.log;
+  EXPECT_EQ(ran.log.find("going back to the last save"), std::string::npos) << ran.log;
 }
 
 // Trainer 1 does not see the save folder trainer 0 writes (its model_save_path is another,
@@ -248,10 +356,43 @@ TEST_F(GpuboxJobRecovery, ServerRestartedBeforeAnEvaluationIsRepairedAndEvaluate
 // runner.collective_timeout_s, and failed with the communicator's error).
 TEST_F(GpuboxJobRecovery, ATrainerThatCannotReadTheSaveStopsTheOtherAtOnce) {
   const std::string unshared = (root_ / "unshared").string();
-  const JobRan ran = run_job("unshared_save", (root_ / "unshared_save").string(), 2,
-                             RestartAt::kBetweenPasses, {}, {"runner.model_save_path=" + unshared});
+  const JobRan ran = run_job({"unshared_save",
+                              (root_ / "unshared_save").string(),
+                              2,
+                              RestartAt::kBetweenPasses,
+                              {},
+                              {"runner.model_save_path=" + unshared}});
   for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
   EXPECT_NE(ran.errors[1].find(unshared + "/0"), std::string::npos) << ran.log;
+  EXPECT_NE(ran.errors[0].find("trainer 1 failed reading the save "), std::string::npos) << ran.log;
+}
+
+// Trainer 1's copy of the save is whole but for its dense half, whose data is corrupt (a flipped
+// byte: its size still matches the manifest): it fails reading it, in the same meeting, and
+// both stop at once (before, it read the dense half after the job's last meeting of the load,
+// and trainer 0 waited for it at the next pass's).
+TEST_F(GpuboxJobRecovery, ATrainerThatCannotReadTheDenseHalfStopsTheOtherAtOnce) {
+  const fs::path saves = root_ / "dense_save";
+  const fs::path copy = root_ / "dense_copy";
+  Job job{"dense_save", saves.string(), 2, RestartAt::kBetweenPasses};
+  job.trainer1_keys = {"runner.model_save_path=" + copy.string()};
+  job.before_restart = [&] {
+    fs::create_directories(copy);
+    fs::copy(saves / "0", copy / "0", fs::copy_options::recursive);
+    for (const auto& entry : fs::directory_iterator(copy / "0" / "dense")) {
+      if (entry.path().filename() == "MANIFEST") continue;
+      std::fstream data(entry.path(), std::ios::in | std::ios::out | std::ios::binary);
+      data.seekg(8);
+      const char byte = static_cast<char>(data.get() ^ 0x5a);
+      data.seekp(8);
+      data.put(byte);
+    }
+  };
+  const JobRan ran = run_job(job);
+  for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
+  EXPECT_NE(ran.errors[1].find("loading the dense parameters from " + (copy / "0").string()),
+            std::string::npos)
+      << ran.log;
   EXPECT_NE(ran.errors[0].find("trainer 1 failed reading the save "), std::string::npos) << ran.log;
 }
 
@@ -265,6 +406,13 @@ TEST_F(GpuboxJobRecovery, ResumeOffStopsBothTrainersNamingIt) {
 TEST_F(GpuboxJobRecovery, NoSaveYetStopsBothTrainersNamingIt) {
   refused_recovery_stops_both("no_save", RestartAt::kBetweenPasses, {"runner.model_save_path="},
                               "this run made or loaded no save yet");
+}
+
+// Server 1 restarts within every run of pass 1: the job goes back three times, then trainer 0
+// gives up and both stop.
+TEST_F(GpuboxJobRecovery, RestartsPastTheRunsRecoveriesStopBothTrainersNamingIt) {
+  refused_recovery_stops_both("spent", RestartAt::kWithinPassEachTime, {},
+                              "the servers restarted too often in this run");
 }
 
 }  // namespace
