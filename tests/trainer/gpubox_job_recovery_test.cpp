@@ -1,15 +1,18 @@
 // Issue 32, the gpubox mode: a server of a job of 2 gpubox-mode trainers (threads of this
 // process, one simulated card each, meeting through Gloo over loopback) restarted (same port,
-// empty) between passes, within a pass (found at its end_pass) or before an evaluation is
-// repaired in the run: the trainers meet after every phase that calls the servers, hear there
-// whether one of them found a restart, and all go back to the save trainer 0 chooses together.
-// The oracle: the same 2-trainer job resumed from that save by new trainers on fresh servers (as
-// a rerun in new processes resumes it). The schedule is deterministic (no shuffle, every
-// reduction in a fixed order), so every row's show and click counts end equal: every instance of
-// every pass counted once, none of the failed pass's updates left on a server and none of the
-// save lost; the held-out AUC is compared within a bound. A recovery trainer 0 refuses
-// (runner.resume off, no save yet) stops both trainers at once, naming why. No trainer waits out
-// a collective's timeout (its error would say so).
+// empty) between passes, within a pass (found at its end_pass), before an evaluation or as
+// trainer 0 saves is repaired in the run: the trainers meet after every phase that calls the
+// servers, hear there whether one of them found a restart, and all go back to the save trainer 0
+// chooses together, again when a server restarts during the reload. The oracle (run once): the
+// same 2-trainer job resumed from that save by new trainers on fresh servers (as a rerun in new
+// processes resumes it). The schedule is deterministic (no shuffle, every reduction in a fixed
+// order), so every row's show and click counts end equal: every instance of every pass counted
+// once, none of the failed pass's updates left on a server and none of the save lost; the
+// held-out AUC is compared within a bound. A recovery trainer 0 refuses (runner.resume off, no
+// save yet, the recoveries spent), a trainer that cannot read the save, or one that failed
+// otherwise where the other found a restart, stops both trainers at once, naming why. No
+// trainer waits out a collective's timeout (its error would say so). Trainer::set_meeting_hook
+// places a restart or a failure inside a phase.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
