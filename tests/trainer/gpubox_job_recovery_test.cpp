@@ -94,6 +94,9 @@ struct Job {
   std::vector<std::string> trainer1_keys;  // then to trainer 1's
   // Runs on trainer 0's thread right before server 1 restarts (once).
   std::function<void()> before_restart;
+  // Trainer 0 asks the run to stop (StepHooks::stop_flag) as server 1 restarts; the job is not
+  // evaluated after train() then.
+  bool stop_at_restart = false;
   // Trainer w's meeting hook (Trainer::set_meeting_hook), given its trainer and the servers.
   std::function<void(int w, Trainer& trainer, Servers& shards, const std::string& where)>
       at_meeting;
@@ -148,11 +151,13 @@ class GpuboxJobRecovery : public ::testing::Test {
     const TrainerConfig cfg1 = testing::load_test_config(testing::test_data_overrides(), all);
     Servers shards(cfg, 2);
     std::atomic<int> restarts{0};
+    std::atomic<bool> stop{false};
     const std::function<void()> restart = [&] {
       if (job.at != RestartAt::kWithinPassEachTime && restarts.load() > 0) return;
       if (job.before_restart && restarts.load() == 0) job.before_restart();
       ++restarts;
       shards.restart(1);
+      if (job.stop_at_restart) stop = true;
     };
     JobRan ran;
     ::testing::internal::CaptureStderr();
@@ -178,8 +183,11 @@ class GpuboxJobRecovery : public ::testing::Test {
             }
             if (job.at_meeting) job.at_meeting(w, *self, shards, where);
           });
-          for (const PassReport& report : trainer->train("", hooks_of(w, job.at, restart, &ran)))
+          RunHooks hooks = hooks_of(w, job.at, restart, &ran);
+          if (w == 0 && job.stop_at_restart) hooks.steps.stop_flag = &stop;
+          for (const PassReport& report : trainer->train("", hooks))
             ran.passes[w].push_back(report.pass);
+          if (job.stop_at_restart) return;
           const EvalResult test = trainer->evaluate(data_files((root_ / "test").string()), false);
           if (w == 0) ran.test_auc = test.metrics.auc;
         } catch (const std::exception& e) {
@@ -351,6 +359,21 @@ TEST_F(GpuboxJobRecovery, AnotherTrainerFailingOtherwiseStopsTheJobOverARestart)
             std::string::npos)
       << ran.log;
   EXPECT_EQ(ran.log.find("going back to the last save"), std::string::npos) << ran.log;
+}
+
+// The run is asked to stop within pass 1 as server 1 restarts: the stopped pass's write-back
+// finds the restart, and both trainers end stopped as asked, pass 0 trained and saved (before,
+// that write-back met no other trainer: each ended with the restart's error).
+TEST_F(GpuboxJobRecovery, ARestartFoundAsThePassStopsEndsBothStopped) {
+  Job job{"stopped", (root_ / "stopped").string(), 2, RestartAt::kWithinPass};
+  job.stop_at_restart = true;
+  const JobRan ran = run_job(job);
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(ran.errors[w], "") << "trainer " << w << ": " << ran.log;
+    EXPECT_EQ(ran.passes[w], (std::vector<int64_t>{0})) << "trainer " << w;
+  }
+  EXPECT_EQ(count(ran.log, "at the end of pass 1 (stopped): server "), 2u) << ran.log;
+  EXPECT_EQ(count(ran.log, "; the run stops as asked"), 2u) << ran.log;
 }
 
 // Trainer 1 does not see the save folder trainer 0 writes (its model_save_path is another,
