@@ -89,8 +89,13 @@ pass::PassStats CardTier::begin_pass(const std::vector<uint64_t>& keys,
   }
   // Several trainers: the keys owned here come from every trainer's data, so rows staged from
   // this trainer's keys alone would not cover them (stage_rows stages nothing then).
-  const ReceivedKeys owned = exchange_keys(keys, slots);
-  return pass_manager_->begin_pass(owned.keys, owned.slots, nullptr, access);
+  return begin_received_pass(exchange_keys(keys, slots), access);
+}
+
+pass::PassStats CardTier::begin_received_pass(const ReceivedKeys& received,
+                                              pass::PassAccess access) {
+  const device::ProfileRange range("begin_pass");
+  return pass_manager_->begin_pass(received.keys, received.slots, nullptr, access);
 }
 
 pass::StagedRows CardTier::stage_rows(const std::vector<uint64_t>& keys,
@@ -209,6 +214,11 @@ void CardTier::clear() {
     stores_[card.local_index()]->clear(card.stream());
     card.stream().synchronize();
   });
+}
+
+void CardTier::abandon_pass() {
+  pass_manager_->abandon_pass();
+  clear();
 }
 
 bool CardTier::in_pass() const { return pass_manager_->in_pass(); }

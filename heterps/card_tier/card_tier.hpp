@@ -9,6 +9,7 @@
 //     begin_pass(keys, slots, &staged) -> the same, inserting the rows staged ahead
 //     end_pass(keep) / sync() -> dirty rows back to the host tier
 //     clear()                 -> every card's store emptied (after a model load)
+//     abandon_pass()          -> the open pass given up unwritten, the stores emptied
 //   between two steps (card thread `c`):
 //     prepare_next_pass(c)    -> a chunk of the next pass's card work (after expect_next_pass)
 //   a step (card thread `c`, collective over the cards):
@@ -104,6 +105,18 @@ class CardTier {
                              const std::vector<int32_t>& slots = {},
                              const pass::StagedRows* staged = nullptr,
                              pass::PassAccess access = pass::PassAccess::kTrain);
+  // begin_pass of several trainers in its two parts, so that a caller can meet the others
+  // between the collective and the host-tier calls: exchange_keys sends this trainer's `keys`
+  // (with `slots`) to their owner cards (all_to_all_v over the group, every trainer in it;
+  // replicated: to every card) and returns what the local cards received, in peer order;
+  // begin_received_pass places those and pulls their rows from the host tier (no collective).
+  struct ReceivedKeys {  // in peer order, not sorted (pass::OwnedKeys is sorted)
+    std::vector<uint64_t> keys;
+    std::vector<int32_t> slots;
+  };
+  ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
+  pass::PassStats begin_received_pass(const ReceivedKeys& received,
+                                      pass::PassAccess access = pass::PassAccess::kTrain);
   // The host-tier rows of a coming pass's `keys` less `exclude` (sorted: the keys of every pass
   // trained before it from now on): PassManager::stage_rows. Any thread; touches only the host
   // tier. With several trainers it stages nothing (begin_pass pulls every row).
@@ -127,6 +140,10 @@ class CardTier {
   // Empties every card's store (after a model load; the next begin_pass refills it). Not
   // during a pass.
   void clear();
+  // Gives up the open pass, if any, without writing it back, and empties every card's store as
+  // clear() does: after a failed pass boundary (a server restart found in a write-back) whose
+  // rows the schedule replaces by reloading a save. Between passes, no card thread running.
+  void abandon_pass();
   // The next pass's card work between the current pass's steps (PassManager::prepare_next_pass,
   // runner.next_pass_chunk_keys): expect_next_pass on the controlling thread after begin_pass
   // (`current_keys`: this pass's sorted unique keys, shared; `poll` reports the next pass's
@@ -187,15 +204,6 @@ class CardTier {
   heter_comm::HeterComm& heter_comm(int card);
 
  private:
-  struct ReceivedKeys {  // in peer order, not sorted (pass::OwnedKeys is sorted)
-    std::vector<uint64_t> keys;
-    std::vector<int32_t> slots;
-  };
-  // Several trainers: sends every key of `keys` to its owner card (all_to_all_v over the
-  // group; replicated: to every card) and returns the keys (with slots) the local cards
-  // received, in peer order.
-  ReceivedKeys exchange_keys(const std::vector<uint64_t>& keys, const std::vector<int32_t>& slots);
-
   device::CardSet& cards_;
   comm::CommGroup& group_;
   heter_comm::Placement placement_;

@@ -33,6 +33,8 @@ class PassBoundary {
                        const StagedRows* staged, PassAccess access);
   PassStats end_pass(const std::vector<uint64_t>& keep);
   uint64_t sync() { return write_back_all({}); }
+  // Gives up the open pass without writing it back (PassManager::abandon_pass).
+  void abandon_pass();
 
   const PassStats& current() const { return current_; }
   bool in_pass() const { return in_pass_; }

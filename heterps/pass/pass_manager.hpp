@@ -201,6 +201,12 @@ class PassManager {
   bool prepare_next_pass(int c);
   // Forgets the next pass's work (the cards were emptied: CardTier::clear).
   void forget_next_pass();
+  // Gives up the open pass (if any) without writing its rows back: a pass whose write-back failed
+  // (a restarted server) and whose rows the caller drops with the cards' contents
+  // (CardTier::abandon_pass empties them), reloading a save instead.
+  void abandon_pass() {
+    if (boundary_.in_pass()) boundary_.abandon_pass();
+  }
   // The wait for a card's stream between steps, beside their collectives (PassCards::CardWait):
   // the card tier's owner gives its communicator's bounded wait. Without one, the next pass's
   // work waits with Stream::synchronize (right for cards that run no collectives). Set before

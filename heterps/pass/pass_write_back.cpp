@@ -121,6 +121,13 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
   return current_;
 }
 
+void PassBoundary::abandon_pass() {
+  next_work_.keys_changed();
+  borrowed_.assign(cards_.num_cards(), {});
+  kept_dirty_ = 0;  // the rows an earlier write-back kept go with the cards' contents
+  in_pass_ = false;
+}
+
 uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);

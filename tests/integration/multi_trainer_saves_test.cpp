@@ -121,7 +121,7 @@ TEST_F(MultiTrainer, SaveThatFailsOnTrainerZeroEndsEveryTrainerNamingIt) {
   EXPECT_NE(trainer1->wait(kRunSeconds), 0) << trainer1->output();
   EXPECT_NE(trainer0->output().find("saving the sparse table under"), std::string::npos)
       << trainer0->output();
-  EXPECT_NE(trainer1->output().find("trainer 0 failed to write the save"), std::string::npos)
+  EXPECT_NE(trainer1->output().find("trainer 0 failed writing the save"), std::string::npos)
       << trainer1->output();
   EXPECT_FALSE(fs::exists(root_ / "saves_outside" / "0" / "MODEL_MANIFEST"));
 }

@@ -1,7 +1,8 @@
 // Trainer (trainer.hpp): its cards, communicator group, host tier, card tier and card workers
 // set up, and the run the epoch loop drives (train(): the scheduled passes, read and staged
-// ahead; recovery from a restarted server). A pass's and an evaluation's steps are in
-// trainer_steps.cpp, reading the data in trainer_data.cpp, saves and loads in trainer_saves.cpp.
+// ahead). A pass's and an evaluation's steps are in trainer_steps.cpp, reading the data in
+// trainer_data.cpp, saves and loads in trainer_saves.cpp, the recovery from a restarted server
+// in trainer_recovery.cpp.
 #include "trainer/engine/trainer.hpp"
 
 #include <algorithm>
@@ -296,7 +297,10 @@ void Trainer::end_run() noexcept { state_->pipeline.reset(); }
 PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
   State& s = *state_;
   PassPipeline& pipeline = *s.pipeline;
-  SaveLineage::check_servers(*s.host, k);
+  // Several trainers meet after each phase that calls the servers, and go back together when
+  // one of them found a restart there (agree_on_restarts).
+  agree_on_restarts([&] { SaveLineage::check_servers(*s.host, k); },
+                    "before pass " + std::to_string(k));
   const std::shared_ptr<PreparedPass> prepared = pipeline.take(k);
   // The next passes start reading and staging once this one has begun (the previous end_pass
   // is done, as the staging needs; begin_pass has the cores to itself). The next pass's keys
@@ -330,26 +334,6 @@ std::size_t Trainer::metric_buckets() const { return state_->workers[0]->metrics
 
 void Trainer::settle() {
   if (state_->pipeline) state_->pipeline->wait();
-}
-
-std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
-  // A server that restarted while no pass was open: reload the last save and train the passes
-  // after it again (checkpoint.hpp); anything else is thrown again. Several trainers do not
-  // find a restart at the same point, so their reload could not be one collective: the job
-  // stops, and running it again resumes from the last complete save.
-  if (env_.trainers > 1) return std::nullopt;
-  State& s = *state_;
-  // A server restarted while the save was reloaded (a staggered fleet restart) is accepted and
-  // the save reloaded again (recover_and_reload).
-  s.lineage->recover_and_reload(
-      error, *s.host,
-      s.card_tier->in_pass() ? SaveLineage::OpenPass::kFails : SaveLineage::OpenPass::kNone, pass,
-      [this, &s](const SaveLineage::Recovery& r) {
-        if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
-        pass_id_ = r.run_pass;
-        load(r.dir);
-      });
-  return pass_id_;
 }
 
 }  // namespace gpubox::trainer

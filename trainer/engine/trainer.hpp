@@ -11,6 +11,10 @@
 // with runner.prefetch_passes > 0, the next passes are read and their rows staged while a pass
 // trains (PassPipeline, pass_pipeline.hpp): same results, a shorter wait at the pass boundary.
 //
+// A server restart (checkpoint.hpp): one trainer reloads its last save when no pass was open;
+// the trainers of a job meet after every phase that calls the servers and go back to trainer
+// 0's last save together, a pass open on the cards dropped (trainer_recovery.cpp).
+//
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
 
@@ -21,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/pass/pass_types.hpp"
 #include "table/host_tier.hpp"
@@ -41,8 +46,17 @@ class CardTier;
 }
 namespace trainer {
 
+struct DenseState;
 struct PreparedPass;
 class PassPipeline;
+
+// A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
+// every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
+// recover() (it catches Error) and goes back to trainer 0's last save with the others.
+class AgreedRestart : public Error {
+ public:
+  explicit AgreedRestart(const std::string& message) : Error(message) {}
+};
 
 class Trainer final : public Schedule {
  public:
@@ -80,7 +94,8 @@ class Trainer final : public Schedule {
   // meets (a barrier with runner.collective_timeout_s) and checks that every card holds the same
   // dense parameters and optimizer state (a digest per card, all-gathered), trainer 0 alone
   // sends SAVE to the servers and writes the dense half and the manifest, and the job meets
-  // again: no trainer trains on before the save is complete, and all fail when it failed.
+  // again: no trainer trains on before the save is complete, and all fail when it failed (a
+  // server restart found there is agreed: the epoch loop's recover() goes back with all).
   void save(const std::string& dir) override;
   // Loads a save made by save(), once its halves are checked against its model manifest (a
   // delta: its chain from the base): host tier, dense parameters and optimizer state on every
@@ -89,8 +104,8 @@ class Trainer final : public Schedule {
   //
   // Several trainers (collective, servers only): every trainer checks the save and that all
   // load the same one (its manifest digest, all-gathered), trainer 0 alone sends LOAD to the
-  // servers, the job meets after it (all fail when it failed), then every trainer reads the
-  // dense half onto its cards.
+  // servers, the job meets after it (all fail when it failed), then every trainer puts the
+  // dense half it read with the check onto its cards.
   void load(const std::string& dir) override;
 
   const TrainerConfig& config() const { return config_; }
@@ -124,6 +139,12 @@ class Trainer final : public Schedule {
   // work between the steps always has its keys and rows (pass_prefetch_test); without it, when
   // the plan comes depends on the machine.
   void wait_for_next_staging_before_steps(bool wait) { wait_for_next_staging_ = wait; }
+  // Test hook (none by default): with several trainers, runs at the start of every phase the job
+  // meets after (agree_on_restarts), inside it, given the phase's `where`: a test restarts a
+  // server there, or fails the phase (gpubox_job_recovery_test).
+  void set_meeting_hook(std::function<void(const std::string& where)> hook) {
+    meeting_hook_ = std::move(hook);
+  }
 
  private:
   struct State;
@@ -157,19 +178,59 @@ class Trainer final : public Schedule {
                                                        std::size_t batch) const;
   void append_step_counts(const StepTally& tally, PassReport* report) const;
   // A stop vote ended pass `pass` after tally.stopped_after steps: the stream (if any) aborted,
-  // the card tier's pass ended, then PassStopped thrown.
+  // the card tier's pass ended (several trainers meet after it: a server restart found there
+  // ends each one stopped too), then PassStopped thrown.
   [[noreturn]] void stop_pass(dataset::QueueDataset* stream, int64_t pass, const StepTally& tally);
   // save() and load() of one trainer's part: trainer 0's, or the only trainer's.
   void write_save(const std::string& dir);
-  // The dense half of the save `dir` (`save`: its manifest) onto every card.
-  void read_dense(const std::string& dir, const SavePoint& save);
+  // load() of the save whose folder `locate` finds (in load()'s first phase, so that a trainer
+  // that cannot find it stops the others at once; `what` names it until then). Returns the
+  // folder.
+  std::string load_located(const std::function<std::string()>& locate, const std::string& what);
+  // Several trainers: the job checks that every trainer loads the same save `save` (under `dir`
+  // here): a gather of its manifest's digest.
+  void agree_on_save_digest(const std::string& dir, const SavePoint& save);
+  // The dense half of the save `dir` (`save`: its manifest), checked against the model; then
+  // put_dense puts it onto every card (`mode`: the save's kind).
+  DenseState read_dense(const std::string& dir, const SavePoint& save) const;
+  void put_dense(const DenseState& dense, const std::string& dir, table::SaveKind mode);
   // Several trainers: every card of the job contributes its value of `per_card` (one per local
   // card) and receives every card's, in global card rank order. A job-wide barrier (collective,
   // bounded by runner.collective_timeout_s); `what` names it in errors.
   std::vector<int64_t> gather_over_job(const std::vector<int64_t>& per_card, const char* what);
   // Trainer 0 runs `part` (the job's single writer), then the job meets: the other trainers
-  // fail, naming `what`, when it threw; trainer 0 throws its error again.
+  // fail, naming `what` ("writing the save ..."), when it threw; trainer 0 throws its error
+  // again. A server restart it found is agreed (agree_on_restarts).
   void on_trainer_zero(const std::function<void()>& part, const std::string& what);
+  // Several trainers: runs `phase` (host-tier calls, no collective after the last of them), then
+  // the job meets (a gather) and every trainer hears whether any of them failed in it, or found
+  // a server restart (its phase's failure, or, with `count_held_restarts`, a restart its client
+  // holds: the peer watch's pings find them). Then every trainer throws: when one failed
+  // otherwise, its own error or one naming `where` and the first that failed; else, when one
+  // found a restart, an AgreedRestart (recover() goes back with the others), whatever its own
+  // phase threw. So a trainer that meets a failure there never leaves the others waiting at a
+  // later collective. One trainer: `phase` alone. `where` reads after "failed" ("at the end of
+  // pass 3", "writing the save ...").
+  void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
+                         bool count_held_restarts = true);
+  // CardTier::begin_pass; several trainers: its collective key exchange, then its host-tier
+  // pulls as a phase of agree_on_restarts (`where`), so that a trainer that fails before the
+  // exchange never meets the others' exchange with the meeting's gather.
+  pass::PassStats begin_pass_agreed(const std::vector<uint64_t>& keys,
+                                    const std::vector<int32_t>& slots,
+                                    const pass::StagedRows* staged, pass::PassAccess access,
+                                    const std::string& where);
+  // Whether this trainer's client holds a server restart; after a failed call (`failed`) that
+  // saw none, every server is asked who it is first.
+  bool restart_found(bool failed);
+  // Several trainers: recover() of an AgreedRestart: every trainer goes back to the save trainer
+  // 0 chooses (agree_on_save) and reloads it with the others, again when a server restarts
+  // during the reload.
+  std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // The open pass dropped, every restart accepted; trainer 0 chooses the save (or refuses) and
+  // tells the others (a gather): returns that save's run pass (and, on trainer 0, its folder),
+  // or throws, on every trainer, its reason.
+  SaveLineage::Recovery agree_on_save(int64_t pass);
 
   TrainerConfig config_;
   TrainerEnv env_;
@@ -178,7 +239,8 @@ class Trainer final : public Schedule {
   // What a run's caller hears and asks within a pass (set_step_hooks).
   StepHooks step_hooks_;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
-  bool wait_for_next_staging_ = false;  // wait_for_next_staging_before_steps
+  bool wait_for_next_staging_ = false;                    // wait_for_next_staging_before_steps
+  std::function<void(const std::string&)> meeting_hook_;  // set_meeting_hook
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the

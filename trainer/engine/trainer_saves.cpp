@@ -1,6 +1,5 @@
 // Trainer's saves and loads, and what the trainers of a job agree on before they start
 // (trainer.hpp).
-#include <exception>
 #include <filesystem>
 #include <optional>
 
@@ -71,25 +70,19 @@ std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_ca
 }
 
 void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
-  std::exception_ptr failed;
-  if (env_.trainer_id == 0) {
-    try {
-      part();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  const std::vector<int64_t> outcome = gather_over_job(
-      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), failed ? 0 : 1), what.c_str());
-  if (failed) std::rethrow_exception(failed);
-  GPUBOX_EXPECTS(outcome.at(0) == 1, "trainer 0 failed ", what,
-                 " (its log, log/worker.0.log under scripts/run_gpubox.sh, names why)");
+  // Only trainer 0's outcome counts: a restart another trainer's client holds is agreed at its
+  // next phase.
+  agree_on_restarts(
+      [&] {
+        if (env_.trainer_id == 0) part();
+      },
+      what, /*held_counts=*/false);
 }
 
 void Trainer::save(const std::string& dir) {
   State& s = *state_;
   // Every trainer writes its cards' dirty rows back before any server saves.
-  s.card_tier->sync();
+  agree_on_restarts([&] { s.card_tier->sync(); }, "writing its rows back for the save " + dir);
   if (env_.trainers == 1) {
     write_save(dir);
     return;
@@ -113,7 +106,7 @@ void Trainer::save(const std::string& dir) {
                    table::io::hex64(static_cast<uint64_t>(all[0])),
                    "): the trainers' dense updates diverged; the save would keep one of them");
   }
-  on_trainer_zero([&] { write_save(dir); }, "to write the save " + dir);
+  on_trainer_zero([&] { write_save(dir); }, "writing the save " + dir);
 }
 
 void Trainer::write_save(const std::string& dir) {
@@ -137,48 +130,72 @@ void Trainer::write_save(const std::string& dir) {
 }
 
 void Trainer::load(const std::string& dir) {
+  load_located([&] { return dir; }, "the save " + dir);
+}
+
+std::string Trainer::load_located(const std::function<std::string()>& locate,
+                                  const std::string& what) {
   State& s = *state_;
   GPUBOX_EXPECTS(!s.card_tier->in_pass(), "load during a pass");
   const bool remote = host_is_remote(*s.host);
-  GPUBOX_EXPECTS(env_.trainers == 1 || remote || config_.runner.collective, "loading ", dir,
+  GPUBOX_EXPECTS(env_.trainers == 1 || remote || config_.runner.collective, "loading ", what,
                  kLocalTierSaves);
   loaded_ = true;
-  // Only a save whose halves match its model manifest, with its whole delta chain.
-  const RestorePlan plan = plan_restore(dir, !remote);
-  throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
+  // Only a save whose halves match its model manifest, with its whole delta chain. Several
+  // trainers: one that cannot find or read it, its dense half too (not a folder they share),
+  // stops the others now, not after their last meeting here.
+  std::string dir;
+  RestorePlan plan;
+  DenseState dense;
+  agree_on_restarts(
+      [&] {
+        dir = locate();
+        plan = plan_restore(dir, !remote);
+        throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
+        dense = read_dense(dir, plan.save());
+      },
+      "reading " + what, /*count_held_restarts=*/false);
   if (env_.trainers == 1) {
     restore_sparse(*s.host, plan);
   } else {
-    // Every trainer loads the same save (its manifest's digest; the folder's name may differ
-    // between machines), and no trainer pulls rows before the servers hold it.
-    const std::vector<int64_t> all = gather_over_job(
-        std::vector<int64_t>(static_cast<std::size_t>(num_cards()), as_int64(plan.save().digest)),
-        "the save each trainer loads");
-    const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
-    for (std::size_t rank = cards; rank < all.size(); rank += cards) {
-      GPUBOX_EXPECTS(all[rank] == all[0], "loading ", dir, ": trainer ", rank / cards,
-                     " loads a save whose MODEL_MANIFEST has digest ",
-                     table::io::hex64(static_cast<uint64_t>(all[rank])), ", trainer 0 one with ",
-                     table::io::hex64(static_cast<uint64_t>(all[0])),
-                     ": every trainer must see the same save (a shared folder)");
-    }
+    agree_on_save_digest(dir, plan.save());
     if (remote) {
       on_trainer_zero([&] { restore_sparse(*s.host, plan); },
-                      "to load the sparse half of " + dir + " into the servers");
+                      "loading the sparse half of " + dir + " into the servers");
     } else {
       restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
     }
   }
-  read_dense(dir, plan.save());
+  put_dense(dense, dir, plan.save().manifest.mode);
   s.lineage->restored(plan, pass_id_);
   s.card_tier->clear();
+  return dir;
 }
 
-void Trainer::read_dense(const std::string& dir, const SavePoint& save) {
+void Trainer::agree_on_save_digest(const std::string& dir, const SavePoint& save) {
   State& s = *state_;
-  const SaveKind mode = save.manifest.mode;
-  const DenseState dense =
-      load_dense_half(dir, s.workers[0]->model().parameters().size(), network_note(save, config_));
+  // Every trainer loads the same save (its manifest's digest; the folder's name may differ
+  // between machines), and no trainer pulls rows before the servers hold it.
+  const std::vector<int64_t> all = gather_over_job(
+      std::vector<int64_t>(static_cast<std::size_t>(num_cards()), as_int64(save.digest)),
+      "the save each trainer loads");
+  const auto cards = static_cast<std::size_t>(s.cards.num_local_cards());
+  for (std::size_t rank = cards; rank < all.size(); rank += cards) {
+    GPUBOX_EXPECTS(all[rank] == all[0], "loading ", dir, ": trainer ", rank / cards,
+                   " loads a save whose MODEL_MANIFEST has digest ",
+                   table::io::hex64(static_cast<uint64_t>(all[rank])), ", trainer 0 one with ",
+                   table::io::hex64(static_cast<uint64_t>(all[0])),
+                   ": every trainer must see the same save (a shared folder)");
+  }
+}
+
+DenseState Trainer::read_dense(const std::string& dir, const SavePoint& save) const {
+  return load_dense_half(dir, state_->workers[0]->model().parameters().size(),
+                         network_note(save, config_));
+}
+
+void Trainer::put_dense(const DenseState& dense, const std::string& dir, SaveKind mode) {
+  State& s = *state_;
   for (auto& worker : s.workers) {
     device::Card& card = worker->card();
     card.activate();

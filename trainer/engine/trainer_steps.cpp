@@ -191,8 +191,9 @@ PassReport Trainer::run_pass(
   // nothing) hand no rows: begin_pass then pulls them itself, as the pipeline's warning says.
   const bool staged_rows =
       prepared.prefetched && prepared.staged.fetched && !prepared.staged.owned.empty();
-  const pass::PassStats begin = s.card_tier->begin_pass(*prepared.sorted_keys, prepared.keys->slots,
-                                                        staged_rows ? &prepared.staged : nullptr);
+  const pass::PassStats begin = begin_pass_agreed(
+      *prepared.sorted_keys, prepared.keys->slots, staged_rows ? &prepared.staged : nullptr,
+      pass::PassAccess::kTrain, "at the start of pass " + std::to_string(pass));
   const std::size_t staged = staged_rows ? prepared.staged.keys.size() : 0;
   prepared.staged = {};  // in the cards now
   if (begun) begun();
@@ -221,7 +222,9 @@ PassReport Trainer::run_pass(
   const double train_seconds = phase.seconds();
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
-  const pass::PassStats end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{});
+  pass::PassStats end;
+  agree_on_restarts([&] { end = s.card_tier->end_pass(keep ? *keep : std::vector<uint64_t>{}); },
+                    "at the end of pass " + std::to_string(pass));
   trim_pools();
   PassReport report;
   report.pass = pass;
@@ -268,7 +271,15 @@ PassReport Trainer::run_pass(
   // The rows the steps changed go back to the host tier as any pass's (the tiers stay
   // consistent; a later save or rerun sees them), but nothing is saved: the saves end with the
   // pass before this one, and a resume trains this one again.
-  state_->card_tier->end_pass();
+  // Every trainer of a job stops here alike (the vote is the same on each): they meet after the
+  // write-back, so that a server restart found in it ends each one stopped too, not one with an
+  // error. The saves end with the pass before; a rerun reloads them into the servers.
+  try {
+    agree_on_restarts([&] { state_->card_tier->end_pass(); },
+                      "at the end of pass " + std::to_string(pass) + " (stopped)");
+  } catch (const AgreedRestart& restart) {
+    GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
+  }
   trim_pools();
   pass_id_ = pass;
   throw PassStopped(pass, tally.stopped_after, tally.steps);
@@ -385,7 +396,8 @@ EvalResult Trainer::evaluate(const std::vector<std::string>& files, bool keep_pr
   const auto infer_batch = static_cast<std::size_t>(ds->config().batch_size);
   const std::shared_ptr<const PassStepSizes> sizes = plan_pass_steps(*ds, infer_batch);
   // Read-only: evaluating leaves the model (host tier, card tier keys) as it found it.
-  s.card_tier->begin_pass(eval_keys->keys, eval_keys->slots, nullptr, pass::PassAccess::kEvaluate);
+  begin_pass_agreed(eval_keys->keys, eval_keys->slots, nullptr, pass::PassAccess::kEvaluate,
+                    "at the start of an evaluation");
   const int cards = s.cards.num_local_cards();
   EvalResult result;
   if (keep_predictions) {

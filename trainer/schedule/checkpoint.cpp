@@ -469,9 +469,11 @@ SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostT
                 " times already in this run: giving up; ", rerun_outcome());
   }
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << what
-                      << (open == OpenPass::kNone
-                              ? ". No pass was open: reloading "
-                              : ". Every update of the pass went to the servers: reloading ")
+                      << (open == OpenPass::kNone      ? ". No pass was open: reloading "
+                          : open == OpenPass::kRetried ? ". Every update of the pass went to the "
+                                                         "servers: reloading "
+                                                       : ". The pass's rows on the cards are "
+                                                         "dropped: reloading ")
                       << last_save() << " into the servers and training the passes after it again";
   if (before_accept) before_accept();
   as_remote(host)->accept_restarts();
@@ -479,6 +481,57 @@ SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostT
 }
 
 bool SaveLineage::recoveries_spent() const { return recoveries_ > kMaxRecoveries; }
+
+SaveLineage::Refusal SaveLineage::refusal() const {
+  if (config_.runner.resume == ResumeMode::kOff) return Refusal::kResumeOff;
+  if (!last_) return Refusal::kNoSave;
+  if (recoveries_spent()) return Refusal::kSpent;
+  return Refusal::kOther;
+}
+
+std::string SaveLineage::describe(Refusal why, const std::string& log) {
+  switch (why) {
+    case Refusal::kNone:
+      return "it goes back";
+    case Refusal::kResumeOff:
+      return "runner.resume is off";
+    case Refusal::kNoSave:
+      return "this run made or loaded no save yet";
+    case Refusal::kSpent:
+      return "the servers restarted too often in this run";
+    case Refusal::kOther:
+      break;
+  }
+  return "trainer 0's log, " + log + ", names why";
+}
+
+float SaveLineage::encode(Refusal why) {
+  switch (why) {
+    case Refusal::kNone:
+      return 1.0f;
+    case Refusal::kResumeOff:
+      return 2.0f;
+    case Refusal::kNoSave:
+      return 3.0f;
+    case Refusal::kSpent:
+      return 4.0f;
+    case Refusal::kOther:
+      break;
+  }
+  return 0.0f;
+}
+
+SaveLineage::Refusal SaveLineage::decode(float told) {
+  for (const Refusal why :
+       {Refusal::kNone, Refusal::kResumeOff, Refusal::kNoSave, Refusal::kSpent}) {
+    if (told == encode(why)) return why;
+  }
+  return Refusal::kOther;
+}
+
+void SaveLineage::accept_restarts(table::HostTier& host) {
+  if (auto* remote = as_remote(host)) remote->accept_restarts();
+}
 
 std::string SaveLineage::save_dir_of(int64_t run_pass) const {
   if (last_ && last_run_pass_ == run_pass) return last_->dir;

@@ -18,11 +18,14 @@
 // A server restart during the run (the client's instance-id check, table/server/server_identity
 // .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
 // while its rows are pulled, at an evaluation or a save): the last save is loaded again and the
-// passes after it are trained again. Found while a gpubox-mode pass is open (its rows trained on
-// the cards, the write-back under way), it stops the run with an error naming the server and the
-// pass; running the command again resumes from the last save. A PS-mode pass holds nothing the
-// servers do not (every update goes to them as it is made): found within one, the pass is
-// retried from the last save too, by every trainer of the job together (ps_modes/ps_trainer.hpp).
+// passes after it are trained again. Found while a gpubox-mode pass of one trainer is open (its
+// rows trained on the cards, the write-back under way), it stops the run with an error naming
+// the server and the pass; running the command again resumes from the last save. A gpubox-mode
+// job of several trainers drops such a pass and goes back too, every trainer together
+// (engine/trainer_recovery.cpp: they agree after each phase that calls the servers). A PS-mode
+// pass holds nothing the servers do not (every update goes to them as it is made): found within
+// one, the pass is retried from the last save too, by every trainer of the job together
+// (ps_modes/ps_trainer.hpp).
 //
 // Thread-safety: used by the trainer's controlling thread only.
 #pragma once
@@ -139,6 +142,8 @@ class SaveLineage {
                // stops, and running it again resumes
     kRetried,  // every update of the pass went to the servers, which the reload replaces (the
                // PS modes): the pass is trained again from the last save, like one not begun
+    kDropped,  // the pass's rows on the cards are dropped with it (a job of several gpubox-mode
+               // trainers, which go back together): the pass is trained again from the last save
   };
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a
   // server restart, the pass can be retried (`open` not kFails), runner.resume is auto and a
@@ -195,6 +200,21 @@ class SaveLineage {
   // Why go_back() refuses: no save made or loaded yet, the run's recoveries spent.
   bool has_save() const { return last_.has_value(); }
   bool recoveries_spent() const;
+  // Why go_back() refused, as trainer 0 of a job of several tells the others (they go back to
+  // the save it chose, or stop with its reason): runner.resume off, no save made or loaded, the
+  // run's recoveries spent, or another failure. kNone: none of them holds (it would go back).
+  enum class Refusal : int { kNone = 0, kResumeOff, kNoSave, kSpent, kOther };
+  Refusal refusal() const;
+  // The reason `why` in words ("runner.resume is off", ...); kOther names trainer 0's log, at
+  // `log` (where the mode's launcher writes it: "log/worker.0.log under scripts/run_gpubox.sh").
+  static std::string describe(Refusal why, const std::string& log);
+  // `why` as one float (what a value table carries: the PS modes tell it through a server's dense
+  // table), and back: kNone 1, kResumeOff 2, kNoSave 3, kSpent 4, kOther 0 and any other value.
+  static float encode(Refusal why);
+  static Refusal decode(float told);
+  // Adopts the restarted servers `host` found (RemoteHostTier::accept_restarts): a trainer that
+  // goes back with trainer 0, which reloads them. A no-op for the in-process tier.
+  static void accept_restarts(table::HostTier& host);
 
   // Asks every server whether it is still the process it was (throws, like any call that finds
   // a restart, so that recover() sees it). A no-op for the in-process tier.

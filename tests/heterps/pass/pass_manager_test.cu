@@ -409,6 +409,44 @@ TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
   }
 }
 
+// A pass given up (abandon_pass: its write-back failed for a server restart and the schedule
+// reloads a save) writes nothing back and ends; with the stores emptied (CardTier::abandon_pass),
+// the next begin_pass pulls every row of its keys from the host tier, which holds what it held
+// before the pass, rows an earlier end_pass kept dirty on the cards lost with them.
+TEST(PassManager, AnAbandonedPassWritesNothingBackAndTheNextPullsFromTheHost) {
+  GPUBOX_REQUIRE_CARDS(2);
+  PassManagerOptions options;
+  options.card_row_budget = 170;
+  Engine engine(2, options);
+  const auto passes = make_passes(2, 120, 91);
+  engine.manager->begin_pass(passes[0]);
+  engine.train(passes[0], 6000, 4);
+  engine.manager->end_pass(passes[1]);    // pass 1's rows stay dirty on the cards
+  engine.manager->begin_pass(passes[1]);  // creates its new keys' rows on the host
+  const auto host_before = engine.host_rows();
+  engine.train(passes[1], 6001, 4);
+  engine.manager->abandon_pass();
+  EXPECT_FALSE(engine.manager->in_pass());
+  engine.forget_cards();
+  EXPECT_TRUE(engine.card_rows().empty());
+  const auto host_after = engine.host_rows();
+  ASSERT_EQ(host_after.size(), host_before.size());
+  for (const auto& [k, row] : host_before) {
+    ASSERT_TRUE(rows_equal(host_after.at(k), row)) << "key " << k << " written back";
+  }
+  const PassStats again = engine.manager->begin_pass(passes[1]);
+  EXPECT_EQ(again.hits, 0u);
+  EXPECT_EQ(again.pulled + again.created, passes[1].size());
+  const auto cards = engine.card_rows();
+  ASSERT_EQ(cards.size(), passes[1].size());
+  for (const auto& [k, row] : cards) {
+    if (host_before.count(k) == 1) {
+      EXPECT_TRUE(rows_equal(row, host_before.at(k))) << "key " << k;
+    }
+  }
+  engine.manager->end_pass();
+}
+
 // stage_rows drops key 0, duplicates (the first slot wins) and the excluded keys, creates new
 // rows with their slots, and returns rows in key order equal to a pull's; nothing for no keys.
 TEST(PassManager, StageRowsSortsDedupsExcludesAndCreates) {

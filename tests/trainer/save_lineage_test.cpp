@@ -1,0 +1,61 @@
+// SaveLineage's refusal reasons (checkpoint.hpp): why go_back() refuses as trainer 0 of a job
+// tells the others, in words and as the float the PS modes carry through a server's dense table.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "trainer/config/trainer_config.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using Refusal = SaveLineage::Refusal;
+
+TEST(SaveLineageRefusal, ResumeOffThenNoSaveThenOther) {
+  TrainerConfig config;
+  config.runner.resume = ResumeMode::kOff;
+  EXPECT_EQ(SaveLineage(config).refusal(), Refusal::kResumeOff);
+  config.runner.resume = ResumeMode::kAuto;
+  SaveLineage lineage(config);
+  EXPECT_EQ(lineage.refusal(), Refusal::kNoSave);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("save_lineage_test_" + std::to_string(::getpid())) / "0";
+  std::filesystem::create_directories(dir);
+  lineage.commit_save(dir.string(), 1, table::SaveKind::kCheckpoint, {}, 0,
+                      config::DensePrecision::kFp32);
+  // A save and recoveries left: go_back refused for another reason (its own error says which).
+  EXPECT_EQ(lineage.refusal(), Refusal::kOther);
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+TEST(SaveLineageRefusal, DescribedInWordsTheOtherNamingTrainerZerosLog) {
+  const std::string log = "log/worker.0.log under scripts/run_gpubox.sh";
+  EXPECT_EQ(SaveLineage::describe(Refusal::kResumeOff, log), "runner.resume is off");
+  EXPECT_EQ(SaveLineage::describe(Refusal::kNoSave, log), "this run made or loaded no save yet");
+  EXPECT_EQ(SaveLineage::describe(Refusal::kSpent, log),
+            "the servers restarted too often in this run");
+  EXPECT_EQ(SaveLineage::describe(Refusal::kOther, log),
+            "trainer 0's log, log/worker.0.log under scripts/run_gpubox.sh, names why");
+}
+
+// The floats are the PS modes' (ps_trainer_recovery.cpp): kGoesBack 1, resume off 2, no save 3,
+// spent 4, another failure 0; any other value reads as another failure.
+TEST(SaveLineageRefusal, EncodedAsTheFloatsThePsModesTellAndBack) {
+  EXPECT_EQ(SaveLineage::encode(Refusal::kNone), 1.0f);
+  EXPECT_EQ(SaveLineage::encode(Refusal::kResumeOff), 2.0f);
+  EXPECT_EQ(SaveLineage::encode(Refusal::kNoSave), 3.0f);
+  EXPECT_EQ(SaveLineage::encode(Refusal::kSpent), 4.0f);
+  EXPECT_EQ(SaveLineage::encode(Refusal::kOther), 0.0f);
+  for (const Refusal why :
+       {Refusal::kNone, Refusal::kResumeOff, Refusal::kNoSave, Refusal::kSpent, Refusal::kOther}) {
+    EXPECT_EQ(SaveLineage::decode(SaveLineage::encode(why)), why);
+  }
+  EXPECT_EQ(SaveLineage::decode(7.0f), Refusal::kOther);
+  EXPECT_EQ(SaveLineage::decode(-1.0f), Refusal::kOther);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,222 @@
+// Trainer's recovery from a restarted server (trainer.hpp, checkpoint.hpp): one trainer alone
+// reloads its last save; the trainers of a job agree after every phase that calls the servers
+// (agree_on_restarts) whether one of them found a restart, and then all go back to the save
+// trainer 0 chooses together.
+#include <exception>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/error_report.hpp"
+#include "common/logging.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/engine/trainer_state.hpp"
+#include "trainer/schedule/checkpoint.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+// What a trainer tells the others after a phase (agree_on_restarts).
+constexpr int64_t kPhaseDone = 0;
+constexpr int64_t kPhaseRestart = 1;  // it found a server restart
+constexpr int64_t kPhaseFailed = 2;   // it failed otherwise
+
+// What trainer 0 tells the others of the save it goes back to (agree_on_save): the refusal
+// (SaveLineage::Refusal, kNone when it goes back) in the low bits, the save's run pass above.
+constexpr int64_t kRefusalCodes = 8;
+
+// What names why trainer 0 refused (SaveLineage::describe's kOther).
+constexpr const char* kTrainerZeroLog = "log/worker.0.log under scripts/run_gpubox.sh";
+
+// What the trainers told at a meeting after a phase: the first that failed otherwise, the first
+// that found a server restart (-1: none).
+struct PhaseTally {
+  int failing = -1;
+  int restarted = -1;
+};
+
+PhaseTally count_phase_outcomes(const std::vector<int64_t>& told, std::size_t cards) {
+  PhaseTally tally;
+  for (std::size_t rank = 0; rank < told.size(); rank += cards) {
+    const int t = static_cast<int>(rank / cards);
+    if (told[rank] == kPhaseFailed && tally.failing < 0) tally.failing = t;
+    if (told[rank] == kPhaseRestart && tally.restarted < 0) tally.restarted = t;
+  }
+  return tally;
+}
+
+// The job agreed on a restart after the phase `where`: this trainer's own failure there, if any
+// (whatever its type), is logged and an AgreedRestart thrown in its place, naming the restarts it
+// found (`restarts`), else the first trainer that found one.
+[[noreturn]] void throw_agreed_restart(const std::exception_ptr& failed, const std::string& where,
+                                       const std::string& restarts, int restarted) {
+  if (failed) {
+    try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      GPUBOX_LOG(WARNING) << where << ": " << user_message(e);
+    } catch (...) {
+      GPUBOX_LOG(WARNING) << where << ": an unknown exception";
+    }
+  }
+  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts);
+  throw AgreedRestart("trainer " + std::to_string(restarted) + " found a server restart " + where);
+}
+
+}  // namespace
+
+std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
+  // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
+  // any other failure is thrown again.
+  if (env_.trainers > 1) {
+    if (dynamic_cast<const AgreedRestart*>(&error) == nullptr) return std::nullopt;
+    return recover_together(error, pass);
+  }
+  // A server that restarted while no pass was open: reload the last save and train the passes
+  // after it again (checkpoint.hpp); anything else is thrown again.
+  State& s = *state_;
+  // A server restarted while the save was reloaded (a staggered fleet restart) is accepted and
+  // the save reloaded again (recover_and_reload).
+  s.lineage->recover_and_reload(
+      error, *s.host,
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kFails : SaveLineage::OpenPass::kNone, pass,
+      [this, &s](const SaveLineage::Recovery& r) {
+        if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+        pass_id_ = r.run_pass;
+        load(r.dir);
+      });
+  return pass_id_;
+}
+
+pass::PassStats Trainer::begin_pass_agreed(const std::vector<uint64_t>& keys,
+                                           const std::vector<int32_t>& slots,
+                                           const pass::StagedRows* staged, pass::PassAccess access,
+                                           const std::string& where) {
+  tier_owner::CardTier& tier = *state_->card_tier;
+  if (env_.trainers == 1) return tier.begin_pass(keys, slots, staged, access);
+  // Outside the meeting: every trainer is in the exchange, or fails out of train() before it.
+  const tier_owner::CardTier::ReceivedKeys received = tier.exchange_keys(keys, slots);
+  pass::PassStats begin;
+  agree_on_restarts([&] { begin = tier.begin_received_pass(received, access); }, where);
+  return begin;
+}
+
+bool Trainer::restart_found(bool failed) {
+  table::HostTier& host = *state_->host;
+  if (!SaveLineage::describe_restarts(host).empty()) return true;
+  if (!failed) return false;
+  // A call cut off as its server went down and came back saw no restart itself: every server is
+  // asked who it is now.
+  SaveLineage::find_restarts(host, config_.host_tier.remote.connect_timeout_s);
+  return !SaveLineage::describe_restarts(host).empty();
+}
+
+void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::string& where,
+                                bool count_held_restarts) {
+  if (env_.trainers == 1) {
+    phase();
+    return;
+  }
+  std::exception_ptr failed;
+  try {
+    if (meeting_hook_) meeting_hook_(where);
+    phase();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const bool restart = (failed || count_held_restarts) && restart_found(failed != nullptr);
+  const int64_t mine = restart ? kPhaseRestart : failed ? kPhaseFailed : kPhaseDone;
+  std::vector<int64_t> told;
+  try {
+    told = gather_over_job(std::vector<int64_t>(static_cast<std::size_t>(num_cards()), mine),
+                           where.c_str());
+  } catch (const Error&) {
+    if (failed) std::rethrow_exception(failed);  // the cause, not the meeting it missed
+    throw;
+  }
+  const PhaseTally tally = count_phase_outcomes(told, static_cast<std::size_t>(num_cards()));
+  if (tally.failing < 0 && tally.restarted < 0) return;
+  if (tally.failing >= 0 && mine == kPhaseFailed) std::rethrow_exception(failed);
+  const std::string restarts = restart ? SaveLineage::describe_restarts(*state_->host) : "";
+  if (tally.failing >= 0) {
+    GPUBOX_FAIL("trainer ", tally.failing, " failed ", where, " (its log, log/worker.",
+                tally.failing, ".log under scripts/run_gpubox.sh, names why), so the job stops",
+                restarts.empty() ? "" : "; this trainer found a server restart there: " + restarts);
+  }
+  throw_agreed_restart(failed, where, restarts, tally.restarted);
+}
+
+SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
+  State& s = *state_;
+  const SaveLineage::OpenPass open =
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
+  if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+  s.card_tier->abandon_pass();          // no card thread runs now; its rows are the save's again
+  // Every restarted server named and accepted before trainer 0 reloads them.
+  SaveLineage::find_restarts(*s.host, config_.host_tier.remote.connect_timeout_s);
+  std::string what = SaveLineage::describe_restarts(*s.host);
+  if (what.empty()) what = "another trainer of the job found a server restart";
+  SaveLineage::Recovery recovery;
+  std::exception_ptr failed;
+  auto refusal = SaveLineage::Refusal::kNone;
+  if (env_.trainer_id == 0) {
+    try {
+      recovery = s.lineage->go_back(what, *s.host, open, pass);
+    } catch (...) {
+      failed = std::current_exception();
+      refusal = s.lineage->refusal();
+    }
+  } else {
+    SaveLineage::accept_restarts(*s.host);
+  }
+  // The others learn trainer 0's choice, or its refusal, now, not at a collective's timeout.
+  const int64_t choice = static_cast<int64_t>(refusal) + kRefusalCodes * recovery.run_pass;
+  const int64_t told =
+      gather_over_job(std::vector<int64_t>(static_cast<std::size_t>(num_cards()), choice),
+                      "the save trainer 0 goes back to")
+          .at(0);
+  if (failed) std::rethrow_exception(failed);
+  if (env_.trainer_id == 0) return recovery;
+  const auto why = static_cast<SaveLineage::Refusal>(told % kRefusalCodes);
+  if (why != SaveLineage::Refusal::kNone) {
+    GPUBOX_FAIL("pass ", pass, ": ", what, "; trainer 0 cannot go back to a save (",
+                SaveLineage::describe(why, kTrainerZeroLog), "), so the job stops; ",
+                s.lineage->rerun_outcome(false));
+  }
+  recovery.run_pass = told / kRefusalCodes;  // its folder: found where load() reads it
+  return recovery;
+}
+
+std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pass) {
+  GPUBOX_LOG(WARNING) << error.message()
+                      << "; going back to the last save with every trainer of the job";
+  for (;;) {
+    const SaveLineage::Recovery recovery = agree_on_save(pass);
+    pass_id_ = recovery.run_pass;
+    // Trainer 0 knows the save's folder; another finds it in its lineage (model_save_path), in
+    // load()'s first phase, so that one that cannot stops the others at once.
+    const auto locate = [&] {
+      if (env_.trainer_id == 0) return recovery.dir;
+      std::string dir = state_->lineage->save_dir_of(recovery.run_pass);
+      GPUBOX_LOG(WARNING) << "pass " << pass << ": reloading " << dir
+                          << " with every trainer of the job and training the passes after it "
+                             "again";
+      return dir;
+    };
+    std::string dir;
+    try {
+      dir = load_located(locate, "the save trainer 0 goes back to");  // a collective
+    } catch (const AgreedRestart&) {
+      // A server that restarted during the reload: every trainer goes back again (trainer 0's
+      // lineage gives up after a few); any other failure stops the job.
+      continue;
+    }
+    GPUBOX_LOG(INFO) << "reloaded " << dir << " into the servers " << env_.servers
+                     << " with the job's " << env_.trainers
+                     << " trainers; training again from pass " << pass_id_;
+    return pass_id_;
+  }
+}
+
+}  // namespace gpubox::trainer
