@@ -2,7 +2,8 @@
 // within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
 // left at the end is logged naming the server, data without a valid instance is an error in every
 // mode, a diverged job stops on every trainer before its save, and so does a job whose network's
-// output died; a save that fails and is not repaired ends the job with its pass line logged.
+// output died; a save that fails and is not repaired ends the job with its pass line logged; a
+// trainer that fails for good stops the others at their next meeting, naming it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -442,6 +443,119 @@ TEST_F(PsModes, ASaveThatFailsUnrepairedEndsTheJobWithItsPassLineLogged) {
                              std::istreambuf_iterator<char>());
   EXPECT_EQ(count(recorded, "\n"), 1u) << recorded;
   EXPECT_EQ(count(recorded, "{\"pass\": 0,"), 1u) << recorded;
+}
+
+// A trainer alone at a meeting of 2 waits runner.collective_timeout_s out: its error says a
+// trainer died or is stuck (the barrier's wait ran out: DeadlineExceeded), not that the first
+// server, which holds the barrier, was lost.
+TEST_F(PsModes, AMeetingWaitedOutSaysATrainerDiedOrIsStuck) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async", "runner.collective_timeout_s=1"});
+  Servers shards(cfg, 1);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  env.trainers = 2;
+  std::string error;
+  try {
+    PsTrainer alone(cfg, env);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("trainer 0: waiting for all 2 trainers to start the job"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("a trainer died or is stuck"), std::string::npos) << error;
+  EXPECT_NE(error.find("DeadlineExceeded"), std::string::npos) << error;
+}
+
+// A schedule whose evaluation fails, as on unreadable test data: no server restarted, so nothing
+// repairs it.
+class FailingEvaluation final : public testing::ForwardingSchedule {
+ public:
+  using ForwardingSchedule::ForwardingSchedule;
+  EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions) override {
+    (void)keep_predictions;
+    GPUBOX_FAIL("reading evaluation data: ", files.size(), " file(s), the first one unreadable");
+  }
+};
+
+// A job of 2 async trainers against 2 servers (started with `server_data`, their --data_dir),
+// each driving the epoch loop over the schedule wrap(trainer, w) gives: each one's error. A
+// trainer that fails for good tells the others at their next meeting, and it is all the test
+// waits for: runner.collective_timeout_s is long (a told failure ends the job long before it; a
+// wait ran out would end it with "a trainer died or is stuck" instead).
+template <typename Wrap>
+std::vector<std::string> wrapped_job(const std::vector<std::string>& keys,
+                                     const std::string& server_data, Wrap wrap) {
+  std::vector<std::string> all = {"runner.sync_mode=async", "runner.epochs=1",
+                                  "runner.collective_timeout_s=60"};
+  all.insert(all.end(), keys.begin(), keys.end());
+  const TrainerConfig cfg = ps_test_config(all);
+  fs::create_directories(server_data);
+  Servers shards(cfg, 2, server_data);
+  return ps_test::run_trainers(cfg, shards.endpoints(), 2,
+                               [&](PsTrainer& trainer, int w) {
+                                 const std::unique_ptr<Schedule> schedule = wrap(trainer, w);
+                                 run_epochs(*schedule, cfg, "", false);
+                               })
+      .errors;
+}
+
+// Issue 32: trainer 1's evaluation of epoch 0 fails: trainer 0, which waits for it after its own
+// evaluation, stops there, naming trainer 1 and what it reported.
+TEST_F(PsModes, AFailedEvaluationStopsTheOtherTrainersAtTheNextMeetingNamingIt) {
+  const std::vector<std::string> errors =
+      wrapped_job({"runner.train_data_dir=" + (root_ / "train").string(),
+                   "runner.test_data_dir=" + (root_ / "test").string()},
+                  fs::temp_directory_path().string(),
+                  [](PsTrainer& trainer, int w) -> std::unique_ptr<Schedule> {
+                    if (w == 1) return std::make_unique<FailingEvaluation>(trainer);
+                    return std::make_unique<testing::ForwardingSchedule>(trainer);
+                  });
+  EXPECT_NE(errors[1].find("reading evaluation data: 1 file(s), the first one unreadable"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[0].find("trainer 0 of 2, meeting the others after the evaluation of pass 0: "
+                           "trainer 1 failed, so the job stops; trainer 1 reported: reading "
+                           "evaluation data: 1 file(s), the first one unreadable"),
+            std::string::npos)
+      << errors[0];
+}
+
+// Trainer 0's save of pass 0 fails, no server restarted: before the save's meetings (the
+// schedule's own failure) or within its part (the servers refuse to save outside their
+// --data_dir). Trainer 1 stops at the meeting it waits at, naming trainer 0 and what it reported.
+TEST_F(PsModes, AFailedSaveStopsTheOtherTrainersAtTheNextMeetingNamingIt) {
+  const std::string saves = (root_ / "told_failed_saves").string();
+  const std::vector<std::string> keys = {"runner.train_data_dir=" + (root_ / "train").string(),
+                                         "runner.test_data_dir=", "runner.save_mode=checkpoint",
+                                         "runner.model_save_path=" + saves};
+  const std::vector<std::string> before =
+      wrapped_job(keys, fs::temp_directory_path().string(),
+                  [](PsTrainer& trainer, int w) -> std::unique_ptr<Schedule> {
+                    if (w == 0) return std::make_unique<FailingSave>(trainer, 0);
+                    return std::make_unique<testing::ForwardingSchedule>(trainer);
+                  });
+  EXPECT_NE(before[0].find("No space left on device"), std::string::npos) << before[0];
+  EXPECT_NE(
+      before[1].find("trainer 1 of 2, meeting the others to end pass 0 before the save " + saves +
+                     "/0: trainer 0 failed, so the job stops; trainer 0 reported: "
+                     "writing " +
+                     saves + "/0: No space left on device"),
+      std::string::npos)
+      << before[1];
+  fs::remove_all(saves);
+  const std::vector<std::string> within =
+      wrapped_job(keys, (root_ / "told_failed_server_data").string(), [](PsTrainer& trainer, int) {
+        return std::make_unique<testing::ForwardingSchedule>(trainer);
+      });
+  EXPECT_NE(within[0].find("saving the sparse table under " + saves + "/0"), std::string::npos)
+      << within[0];
+  EXPECT_NE(within[1].find("trainer 1 of 2, meeting the others to write the save " + saves +
+                           "/0: trainer 0 failed, so the job stops; trainer 0 reported: "
+                           "PermissionDenied: saving the sparse table under " +
+                           saves + "/0"),
+            std::string::npos)
+      << within[1];
+  EXPECT_NE(within[1].find("is outside the server's data_dir"), std::string::npos) << within[1];
 }
 
 }  // namespace

@@ -27,6 +27,15 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) 
       .with_context("resetting the servers' table " + std::string(kAliveTable));
 }
 
+StatusOr<std::vector<bool>> PsPeerWatch::finished(table::server::RemoteHostTier& servers,
+                                                  int trainers) {
+  std::vector<float> values = zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values));
+  std::vector<bool> done(static_cast<std::size_t>(trainers));
+  for (std::size_t w = 0; w < done.size(); ++w) done[w] = values[done.size() + w] > 0;
+  return done;
+}
+
 PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                          PsPeerWatchOptions options,
                          std::function<void(const std::string&)> on_lost)

@@ -46,6 +46,8 @@ class PsPeerWatch {
 
   // Zeroes kAliveTable for a job of `trainers` (whatever an earlier job on these servers left).
   static Status reset(table::server::RemoteHostTier& servers, int trainers);
+  // Per trainer of the job, whether it said it finished its job (finish()).
+  static StatusOr<std::vector<bool>> finished(table::server::RemoteHostTier& servers, int trainers);
 
   // Starts beating and watching. `on_lost` (may be empty) is called once, on a watch thread,
   // with the first loss's reason. `servers` must outlive the watch.

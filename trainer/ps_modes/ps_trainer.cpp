@@ -6,10 +6,12 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -43,9 +45,13 @@ using table::server::RemoteHostTier;
 // with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
 constexpr float kRestartOutcome = 2.0f;
-// The sync mode's job id (MergedPushes::join_job), drawn by trainer 0 at the job's start: 4
-// floats of 16 bits each (exact in a float).
+// The job's id, drawn by trainer 0 at the job's start: 4 floats of 16 bits each (exact in a
+// float). A sync job's (MergedPushes::join_job), or the token an async or geo job that recovers
+// from saves writes into its save folder (check_shared_saves).
 constexpr const char* kJobIdTable = "ps_sync_job";
+// The token's file in runner.model_save_path while the job starts (hidden: a data folder skips
+// it as it skips every hidden entry).
+constexpr const char* kJobTokenFile = ".gpubox_job_token";
 
 std::vector<float> job_id_to_floats(uint64_t job) {
   std::vector<float> out(4);
@@ -61,6 +67,17 @@ uint64_t job_id_from_floats(const std::vector<float>& values) {
     job |= static_cast<uint64_t>(std::lround(values[i]) & 0xffff) << (16 * i);
   }
   return job;
+}
+
+// What `failed` tells a user (user_message).
+std::string message_of(const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    return user_message(e);
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
 }
 
 uint64_t draw_job_id() {
@@ -126,9 +143,11 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             nullptr,
+            nullptr,
             nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
+  s.meetings = std::make_unique<PsJobMeetings>(*s.servers, env_.trainer_id, env_.trainers);
   make_workers();
   s.lineage = std::make_unique<SaveLineage>(config_);
   start_job();
@@ -183,6 +202,8 @@ void PsTrainer::start_job() {
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
+        // The job's, not a recovery's start: a failure told meanwhile stays.
+        if (s.meetings->none_met()) throw_if_error(s.meetings->reset());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
           throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
@@ -205,6 +226,57 @@ void PsTrainer::start_job() {
   s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
 }
 
+void PsTrainer::agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
+  (void)resume;  // load() checks that every trainer loads the same save
+  (void)origin;
+  const RunnerConfig& runner = config_.runner;
+  // A recovery from a server restart reloads trainer 0's saves on every trainer (recover).
+  const bool recovers = repairs_together() && runner.resume != ResumeMode::kOff &&
+                        !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
+  if (recovers) check_shared_saves();
+}
+
+void PsTrainer::check_shared_saves() {
+  State& s = *state_;
+  const std::string& folder = config_.runner.model_save_path;
+  const std::string file = (std::filesystem::path(folder) / kJobTokenFile).string();
+  struct RemoveToken {  // trainer 0's, once every trainer read it (or failed to)
+    const std::string& file;
+    const bool writer;
+    ~RemoveToken() {
+      std::error_code ignored;
+      if (writer) std::filesystem::remove(file, ignored);
+    }
+  } remove{file, env_.trainer_id == 0};
+  on_trainer_zero(
+      [&] {
+        const uint64_t token = draw_job_id();
+        std::ofstream out(file);
+        out << token << "\n";
+        GPUBOX_EXPECTS(out.flush().good(), "cannot write the job's token into ", file);
+        std::vector<float> job = job_id_to_floats(token);
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
+                           .with_context("writing the job's token"));
+      },
+      "ps/save_folder", "to write a token into runner.model_save_path");
+  if (env_.trainer_id != 0) {
+    std::vector<float> job(4, 0.0f);
+    throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+                       .with_context("reading the job's token"));
+    uint64_t seen = 0;
+    const bool read = static_cast<bool>(std::ifstream(file) >> seen);
+    GPUBOX_EXPECTS(
+        read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ", env_.trainers,
+        ": runner.model_save_path '", folder,
+        "' does not hold the token trainer 0 wrote there as the job started (", file,
+        read ? " holds another job's" : " cannot be read", "): the trainers of an ",
+        name_of(config::kSyncModeNames, config_.runner.sync_mode),
+        " job with runner.resume must share that folder (a shared mount at the same path), since "
+        "a recovery from a server restart reloads trainer 0's saves on every trainer");
+  }
+  meet("ps/save_folder_seen", "once every trainer read the token in runner.model_save_path");
+}
+
 PsTrainer::~PsTrainer() = default;
 
 int PsTrainer::threads() const { return state_->cards.num_local_cards(); }
@@ -221,19 +293,39 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
   if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
   if (timeout_s >= 0) limit << timeout_s << " s";
   if (timeout_s < 0) timeout_s = collective_s;
-  const Status met =
-      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
-  if (met.ok()) return;
-  // A barrier is not retried: its wait ran out (the server's answer, or no reply before the
-  // client's deadline), or the first server, which holds it, was lost or restarted meanwhile.
-  const bool waited_out = met.code() == Status::Code::kDeadlineExceeded ||
-                          met.message().find("no reply before the deadline") != std::string::npos;
+  PsJobMeetings& meetings = *state_->meetings;
+  const Status met = meetings.meet(name, timeout_s);
+  if (met.ok()) {
+    StatusOr<std::string> told = meetings.failure_told();
+    throw_if_error(told.status());
+    if (told->empty()) return;
+    throw PeerFailed("trainer " + std::to_string(env_.trainer_id) + " of " +
+                     std::to_string(env_.trainers) + ", meeting the others " + what + ": " + *told);
+  }
+  // A barrier is not retried: its wait ran out (DeadlineExceeded: the server's answer, or no
+  // reply before the client's deadline), or the first server, which holds it, was lost or
+  // restarted meanwhile.
+  const bool waited_out = met.code() == Status::Code::kDeadlineExceeded;
   const std::string cause =
       waited_out ? "a trainer died or is stuck"
                  : "the first server, which holds the barrier, was lost or restarted";
   throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
                                   ": waiting for all " + std::to_string(env_.trainers) +
                                   " trainers " + what + " (" + limit.str() + "): " + cause));
+}
+
+void PsTrainer::tell_failure(const std::exception& error) noexcept {
+  State& s = *state_;
+  // A lost trainer or server is found by every trainer's own watch (the first server may not
+  // answer the telling).
+  if (env_.trainers == 1 || (s.watch != nullptr && !s.watch->lost().empty())) return;
+  try {
+    GPUBOX_LOG(INFO) << "trainer " << env_.trainer_id << " failed: telling the other trainers at "
+                     << "their next meeting";
+    s.meetings->tell_failure(user_message(error), config_.runner.collective_timeout_s);
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "telling the other trainers of this trainer's failure: " << e.what();
+  }
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
@@ -265,6 +357,8 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       }
       const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
       if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
+      // The others stop at the barrier below naming what failed (else as the outcome says).
+      if (failed && !restarted) (void)s.meetings->mark_failed(message_of(failed));
     }
   }
   if (failed) {
@@ -274,7 +368,7 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     if (!first_restarted) {
       try {
         meet(name, what);
-      } catch (const Error&) {
+      } catch (const std::exception&) {
       }
     }
     std::rethrow_exception(failed);

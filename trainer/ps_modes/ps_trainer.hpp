@@ -178,6 +178,14 @@ class PsTrainer final : public Schedule {
   // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
   // repaired in the run (a sync job of several trainers, no save, runner.resume off).
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
+  // Several trainers of an async or geo job that recovers from saves (runner.resume, a save
+  // folder): every trainer must see trainer 0's saves at runner.model_save_path. Trainer 0
+  // writes a token there before a meeting, the others read it after it; one that does not see it
+  // fails naming the folder (and the others stop at the next meeting, naming it).
+  void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
+  // This trainer's run failed: the others stop at their next meeting, naming it and `error`
+  // (PsJobMeetings).
+  void tell_failure(const std::exception& error) noexcept override;
   // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
   // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
   // found (recover() then goes back with all of them). One barrier an evaluation.
@@ -194,6 +202,8 @@ class PsTrainer final : public Schedule {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // agree_on_start's check: trainer 0's token in runner.model_save_path seen by every trainer.
+  void check_shared_saves();
   // Recovery from a server restart (ps_trainer_recovery.cpp). Whether the trainers of this job
   // go back to the last save together (several trainers, async or geo; see the file comment).
   bool repairs_together() const;
