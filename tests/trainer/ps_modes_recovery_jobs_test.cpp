@@ -6,7 +6,9 @@
 // click counts (sums of whole instances, whatever order the pushes arrive in) end equal, so every
 // instance of every pass counted once: none of the failed pass's updates left on a server, and
 // none of the save lost; the trainers' pushes interleave as threads run, so the held-out AUC is
-// compared within a bound. A sync job of several trainers still stops with its error
+// compared within a bound. A recovery refused (runner.resume off, no save yet, the run's
+// recoveries spent) stops every trainer naming why; a job after a recovered one on the same
+// servers trains without going back. A sync job of several trainers still stops with its error
 // (ps_modes_recovery_test.cpp).
 #include <gtest/gtest.h>
 
@@ -84,7 +86,15 @@ class PsJobRecovery : public PsModes {
   static JobRan run_job_restarting(const std::string& mode, const std::string& saves, int epochs,
                                    RestartAt restart, int server,
                                    const std::vector<std::string>& keys = {}) {
-    const bool evaluates = restart == RestartAt::kAtTrainer0sEvaluation;
+    const TrainerConfig cfg =
+        job_config(mode, saves, epochs, restart == RestartAt::kAtTrainer0sEvaluation, keys);
+    Servers shards(cfg, 2);
+    return run_job_on(shards, cfg, restart, server);
+  }
+
+  // The config of run_job_restarting's job (`evaluates`: each epoch on the test files).
+  static TrainerConfig job_config(const std::string& mode, const std::string& saves, int epochs,
+                                  bool evaluates, const std::vector<std::string>& keys) {
     std::vector<std::string> all = {
         "runner.train_data_dir=" + (root_ / "train").string(),
         "runner.test_data_dir=" + (evaluates ? (root_ / "test").string() : std::string()),
@@ -95,8 +105,13 @@ class PsJobRecovery : public PsModes {
         // go back only after waiting out a barrier, which these tests check never happens.
         "runner.collective_timeout_s=20"};
     all.insert(all.end(), keys.begin(), keys.end());
-    const TrainerConfig cfg = ps_test_config(all);
-    Servers shards(cfg, 2);
+    return ps_test_config(all);
+  }
+
+  // run_job_restarting's job of `cfg` on `shards` (the rows they hold at the end are its).
+  static JobRan run_job_on(Servers& shards, const TrainerConfig& cfg, RestartAt restart,
+                           int server) {
+    const bool evaluates = restart == RestartAt::kAtTrainer0sEvaluation;
     std::atomic<bool> restarted{false};
     const auto restart_once = [&] {
       if (!restarted.exchange(true)) shards.restart(server);
@@ -203,11 +218,12 @@ class PsJobRecovery : public PsModes {
     }
   }
 
-  // An async job of 2 trainers whose server 1 restarts in pass 1, with `keys`: trainer 0 refuses
-  // to go back to a save, the other trainer's error names `reason`, and each trainer keeps its
-  // training threads (the object stays usable).
-  static void refused_recovery_is_named_by_every_trainer(const std::vector<std::string>& keys,
-                                                         const std::string& reason) {
+  // An async job of 2 trainers whose server 1 restarts at step 20 of pass 1, `restarts` times
+  // (each recovery trains pass 1 again), with `keys`: trainer 0 refuses to go back to a save, the
+  // other trainer's error names `reason`, and each trainer keeps its training threads (the object
+  // stays usable). Returns each trainer's error.
+  static std::vector<std::string> refused_recovery_is_named_by_every_trainer(
+      const std::vector<std::string>& keys, const std::string& reason, int restarts = 1) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=",
                                     "runner.sync_mode=async",
@@ -217,22 +233,15 @@ class PsJobRecovery : public PsModes {
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = ps_test_config(all);
     Servers shards(cfg, 2);
-    std::atomic<bool> restarted{false};
-    std::string errors[2];
-    bool has_threads[2] = {false, false};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
+    std::atomic<int> restarted{0};
+    std::vector<std::string> errors(2);
+    const ps_test::TrainerJob job =
+        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
           RunHooks hooks;
           if (w == 0) {
             hooks.steps.on_progress = [&](const StepProgress& progress) {
-              if (progress.pass == 1 && progress.step == 20 && !restarted.exchange(true)) {
+              if (progress.pass == 1 && progress.step == 20 && restarted.load() < restarts) {
+                restarted.fetch_add(1);
                 shards.restart(1);
               }
             };
@@ -240,24 +249,20 @@ class PsJobRecovery : public PsModes {
           try {
             trainer.train("", hooks);
           } catch (const std::exception& e) {
-            errors[w] = e.what();
+            errors[static_cast<std::size_t>(w)] = e.what();
           }
           (void)trainer.dense_values();  // thread 0's: throws when no thread is left
-          has_threads[w] = true;
-        } catch (const std::exception& e) {
-          errors[w] += std::string(" | after train(): ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    EXPECT_TRUE(restarted.load());
-    for (int w = 0; w < 2; ++w) {
+        });
+    EXPECT_EQ(restarted.load(), restarts);
+    for (std::size_t w = 0; w < 2; ++w) {
       EXPECT_NE(errors[w], "") << "trainer " << w;
-      EXPECT_TRUE(has_threads[w]) << "trainer " << w << ": " << errors[w];
+      EXPECT_EQ(job.errors[w], "")
+          << "trainer " << w << " after train() failed with: " << errors[w];
     }
     EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (" + reason + ")"),
               std::string::npos)
         << errors[1];
+    return errors;
   }
 };
 
@@ -356,6 +361,48 @@ TEST_F(PsJobRecovery, ARecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {
 TEST_F(PsJobRecovery, ARecoveryRefusedWithoutASaveIsNamedByEveryTrainer) {
   refused_recovery_is_named_by_every_trainer({"runner.model_save_path="},
                                              "this run made or loaded no save yet");
+}
+
+// Every restart reloads pass 0's save and trains pass 1 again, where server 1 restarts again: the
+// fourth recovery of the run is refused (SaveLineage: at most 3), and both trainers stop naming
+// why.
+TEST_F(PsJobRecovery, ARecoveryRefusedWithTheRecoveriesSpentIsNamedByEveryTrainer) {
+  const std::vector<std::string> errors = refused_recovery_is_named_by_every_trainer(
+      {"runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "job_recovery_spent").string()},
+      "the servers restarted too often in this run", 4);
+  EXPECT_NE(errors[0].find("the servers restarted 3 times already in this run: giving up"),
+            std::string::npos)
+      << errors[0];
+}
+
+// Found by trainer 0's evaluation of epoch 0, as above, but on the first server, which holds the
+// votes and the meetings: trainer 1, waiting at the meeting after its evaluation, loses it and
+// finds the restart itself; both go back without a vote.
+TEST_F(PsJobRecovery, AFirstServerRestartFoundByOneTrainersEvaluationIsRepairedByBothTrainers) {
+  job_ends_as_resumed_from_the_save("async", RestartAt::kAtTrainer0sEvaluation, 0);
+}
+
+// A job on the servers of a recovered job (the restarted one among them) starts clean (its start
+// zeroes the restart votes, which a recovery's start zeroes too): it trains its passes without
+// going back.
+TEST_F(PsJobRecovery, AJobAfterARecoveredJobOnTheSameServersTrainsWithoutGoingBack) {
+  const TrainerConfig first =
+      job_config("async", (root_ / "job_after_recovery_0").string(), 2, false, {});
+  Servers shards(first, 2);
+  const JobRan recovered = run_job_on(shards, first, RestartAt::kWithinPass, 1);
+  ASSERT_EQ(recovered.errors, "") << recovered.log;
+  EXPECT_EQ(count(recovered.log, "with the job's 2 trainers; training again from pass 1"), 2u)
+      << recovered.log;
+  const TrainerConfig second =
+      job_config("async", (root_ / "job_after_recovery_1").string(), 2, false, {});
+  const JobRan next = run_job_on(shards, second, RestartAt::kNever, 1);
+  ASSERT_EQ(next.errors, "") << next.log;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(next.passes[w], (std::vector<int64_t>{0, 1})) << "trainer " << w;
+  }
+  EXPECT_EQ(next.log.find("a server restarted"), std::string::npos) << next.log;
+  EXPECT_EQ(next.log.find("reloading"), std::string::npos) << next.log;
 }
 
 }  // namespace
