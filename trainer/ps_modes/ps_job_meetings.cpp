@@ -72,6 +72,7 @@ Status PsJobMeetings::meet(const std::string& name, double timeout_s) {
   put_text(name, arrival.data() + 1, kNameFloats);
   GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kWrite, kMeetingTable, &arrival)
                              .with_context("arriving at the trainers' meeting " + name));
+  arrived_ = met_ + 1;
   GPUBOX_RETURN_IF_ERROR(servers_.barrier(name, static_cast<uint32_t>(trainers_), timeout_s));
   ++met_;
   return Status::OK();
@@ -129,8 +130,10 @@ void PsJobMeetings::tell_failure(const std::string& reason, double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s));
   auto pause = std::chrono::milliseconds(10);
-  // A mark made before (for a meeting this trainer then met) was told there already.
-  while (told.ok() && !marked_before) {
+  // A mark made before (for a meeting this trainer then met) was told there already; a meeting
+  // this trainer arrived at and did not meet (it failed there: its wait ran out, its server was
+  // lost) is not waited at again.
+  while (told.ok() && !marked_before && arrived_ == met_) {
     StatusOr<std::string> name = next_meeting();
     if (!name.ok() || !name->empty()) {
       const double left = std::chrono::duration<double>(deadline - Clock::now()).count();

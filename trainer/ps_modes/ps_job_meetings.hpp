@@ -13,7 +13,8 @@
 // with the failure (PeerFailed). The failing trainer marks the meeting after the last one it met
 // (the one the others go to next), waits until kMeetingTable names it (another trainer arrived
 // there), and meets them there. It waits for none that failed too or finished its job
-// (PsPeerWatch), and for at most runner.collective_timeout_s. Both tables are written whole at
+// (PsPeerWatch), and for at most runner.collective_timeout_s; not at all when it failed at that
+// meeting itself (its wait ran out there). Both tables are written whole at
 // the job's start, before its first meeting; a recovery's start keeps them (the indices go on).
 //
 // The sync mode's step barriers are not meetings: a trainer that fails within a sync pass is
@@ -79,6 +80,7 @@ class PsJobMeetings {
   const int trainer_id_;
   const int trainers_;
   int64_t met_ = 0;      // meetings met since the job's start
+  int64_t arrived_ = 0;  // the index of the last meeting this trainer arrived at
   bool marked_ = false;  // this trainer's failure is marked
 };
 

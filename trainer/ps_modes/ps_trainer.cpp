@@ -203,7 +203,7 @@ void PsTrainer::start_job() {
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
         // The job's, not a recovery's start: a failure told meanwhile stays.
-        if (s.meetings->none_met()) throw_if_error(s.meetings->reset());
+        if (env_.trainers > 1 && s.meetings->none_met()) throw_if_error(s.meetings->reset());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
           throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)

@@ -88,7 +88,11 @@
 // those whose step reached the restarted server before it restarted would wait out
 // runner.collective_timeout_s for the one whose step failed, and the server lost the step parts it
 // held; the gpubox mode refuses several trainers too. A server that was down when a call failed (no
-// restart seen), and any other error, fail the pass as before.
+// restart seen), and any other error, fail the pass as before. Such a job (runner.resume, a save
+// folder) checks as it starts that every trainer sees trainer 0's runner.model_save_path.
+//
+// A trainer of several that fails for good (tell_failure, from the epoch loop) tells the others at
+// their next meeting, where they stop naming it and what it reported (ps_job_meetings.hpp).
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
