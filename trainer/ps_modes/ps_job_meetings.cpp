@@ -78,13 +78,19 @@ Status PsJobMeetings::meet(const std::string& name, double timeout_s) {
   return Status::OK();
 }
 
+StatusOr<std::vector<float>> PsJobMeetings::failures() {
+  std::vector<float> all(kFailureSlot * static_cast<std::size_t>(trainers_), 0.0f);
+  GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kFailureTable, &all)
+                             .with_context("reading the trainers' failures"));
+  return all;
+}
+
 StatusOr<std::string> PsJobMeetings::failure_told() {
-  std::vector<float> failures(kFailureSlot * static_cast<std::size_t>(trainers_), 0.0f);
-  GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kFailureTable, &failures)
-                             .with_context("reading the trainers' failures after a meeting"));
+  StatusOr<std::vector<float>> all = failures();
+  if (!all.ok()) return all.status();
   std::string told;
   for (int w = 0; w < trainers_; ++w) {
-    const float* slot = failures.data() + kFailureSlot * static_cast<std::size_t>(w);
+    const float* slot = all->data() + kFailureSlot * static_cast<std::size_t>(w);
     if (w == trainer_id_ || std::lround(slot[0]) != met_) continue;
     const std::string who = "trainer " + std::to_string(w);
     told += (told.empty() ? "" : "; ") + who + " failed, so the job stops; " + who +
@@ -106,12 +112,12 @@ Status PsJobMeetings::mark_failed(const std::string& reason) {
 }
 
 StatusOr<bool> PsJobMeetings::others_gone() {
-  std::vector<float> failures(kFailureSlot * static_cast<std::size_t>(trainers_), 0.0f);
-  GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kFailureTable, &failures));
+  StatusOr<std::vector<float>> all = failures();
+  if (!all.ok()) return all.status();
   auto finished = PsPeerWatch::finished(servers_, trainers_);
   if (!finished.ok()) return finished.status();
   for (int w = 0; w < trainers_; ++w) {
-    const bool marked = failures[kFailureSlot * static_cast<std::size_t>(w)] != 0.0f;
+    const bool marked = (*all)[kFailureSlot * static_cast<std::size_t>(w)] != 0.0f;
     if (w != trainer_id_ && !marked && !(*finished)[static_cast<std::size_t>(w)]) return false;
   }
   return true;

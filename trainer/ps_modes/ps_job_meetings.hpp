@@ -7,15 +7,15 @@
 // on every trainer: the meetings met so far, from 1. Two small tables of the first server:
 //   kMeetingTable: {index, name} of the last meeting a trainer arrived at; every trainer arriving
 //                  there writes the same.
-//   kFailureTable: per trainer, {mark, what it reported}, added once by the trainer itself: the
-//                  index of the meeting at which it tells its failure.
+//   kFailureTable: per trainer, {mark, what it reported (its first 513 bytes)}, added once by the
+//                  trainer itself; the mark is the index of the meeting at which it tells it.
 // A trainer reads kFailureTable after each meeting it met: a mark naming that meeting ends it
 // with the failure (PeerFailed). The failing trainer marks the meeting after the last one it met
 // (the one the others go to next), waits until kMeetingTable names it (another trainer arrived
 // there), and meets them there. It waits for none that failed too or finished its job
 // (PsPeerWatch), and for at most runner.collective_timeout_s; not at all when it failed at that
-// meeting itself (its wait ran out there). Both tables are written whole at
-// the job's start, before its first meeting; a recovery's start keeps them (the indices go on).
+// meeting itself (its wait ran out there). Both tables are written whole at the job's start,
+// before its first meeting; a recovery's start keeps them (the indices go on).
 //
 // The sync mode's step barriers are not meetings: a trainer that fails within a sync pass is
 // still heard at the others' step barrier, at its timeout.
@@ -56,7 +56,7 @@ class PsJobMeetings {
   Status reset();
   // Whether no meeting was met yet (the job's start, not a recovery's).
   bool none_met() const { return met_ == 0; }
-  // Waits at meeting `name` (at most 128 bytes) with every trainer of the job, for at most
+  // Waits at meeting `name` (at most 129 bytes) with every trainer of the job, for at most
   // `timeout_s`; then failure_told() says whether a trainer told its failure there.
   Status meet(const std::string& name, double timeout_s);
   // After meet() returned OK: "trainer w failed, so the job stops; trainer w reported: ..." for
@@ -71,6 +71,8 @@ class PsJobMeetings {
   void tell_failure(const std::string& reason, double timeout_s);
 
  private:
+  // kFailureTable as the first server holds it now.
+  StatusOr<std::vector<float>> failures();
   // Whether every other trainer failed (marked) or finished its job: none comes to a meeting.
   StatusOr<bool> others_gone();
   // The meeting the others wait at once kMeetingTable names the next one ("" before).
