@@ -272,7 +272,8 @@ void PsTrainer::check_shared_saves() {
         read ? " holds another job's" : " cannot be read", "): the trainers of an ",
         name_of(config::kSyncModeNames, config_.runner.sync_mode),
         " job with runner.resume must share that folder (a shared mount at the same path), since "
-        "a recovery from a server restart reloads trainer 0's saves on every trainer");
+        "a recovery from a server restart reloads trainer 0's saves on every trainer (with "
+        "runner.resume off, the job stops at a server restart instead)");
   }
   meet("ps/save_folder_seen", "once every trainer read the token in runner.model_save_path");
 }
