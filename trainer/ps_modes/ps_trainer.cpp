@@ -144,10 +144,9 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             {},
             nullptr,
             nullptr,
-            nullptr});
+            false});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
-  s.meetings = std::make_unique<PsJobMeetings>(*s.servers, env_.trainer_id, env_.trainers);
   make_workers();
   s.lineage = std::make_unique<SaveLineage>(config_);
   start_job();
@@ -178,6 +177,7 @@ void PsTrainer::start_job() {
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
   restarts_found_.clear();
+  s.failure_marked = false;  // the job's tables are reset below
   // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
   // these servers (another model, another trainer count) left there; nobody reads them before.
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
@@ -202,8 +202,6 @@ void PsTrainer::start_job() {
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
-        // The job's, not a recovery's start: a failure told meanwhile stays.
-        if (env_.trainers > 1 && s.meetings->none_met()) throw_if_error(s.meetings->reset());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
           throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
@@ -259,23 +257,44 @@ void PsTrainer::check_shared_saves() {
                            .with_context("writing the job's token"));
       },
       "ps/save_folder", "to write a token into runner.model_save_path");
+  // A trainer that does not see the token meets the others before it fails, its reason marked,
+  // so that they stop at that meeting naming it.
+  std::exception_ptr failed;
   if (env_.trainer_id != 0) {
-    std::vector<float> job(4, 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
-                       .with_context("reading the job's token"));
-    uint64_t seen = 0;
-    const bool read = static_cast<bool>(std::ifstream(file) >> seen);
-    GPUBOX_EXPECTS(
-        read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ", env_.trainers,
-        ": runner.model_save_path '", folder,
-        "' does not hold the token trainer 0 wrote there as the job started (", file,
-        read ? " holds another job's" : " cannot be read", "): the trainers of an ",
-        name_of(config::kSyncModeNames, config_.runner.sync_mode),
-        " job with runner.resume must share that folder (a shared mount at the same path), since "
-        "a recovery from a server restart reloads trainer 0's saves on every trainer (with "
-        "runner.resume off, the job stops at a server restart instead)");
+    try {
+      std::vector<float> job(4, 0.0f);
+      throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+                         .with_context("reading the job's token"));
+      uint64_t seen = 0;
+      const bool read = static_cast<bool>(std::ifstream(file) >> seen);
+      GPUBOX_EXPECTS(
+          read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ",
+          env_.trainers, ": runner.model_save_path '", folder,
+          "' does not hold the token trainer 0 wrote there as the job started (", file,
+          read ? " holds another job's" : " cannot be read", "): the trainers of an ",
+          name_of(config::kSyncModeNames, config_.runner.sync_mode),
+          " job with runner.resume must share that folder (a shared mount at the same path), "
+          "since a recovery from a server restart reloads trainer 0's saves on every trainer "
+          "(with runner.resume off, the job stops at a server restart instead)");
+    } catch (const std::exception&) {
+      failed = std::current_exception();
+      s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
+                                                  message_of(failed), FailureNotice::kAtMeeting)
+                             .ok();
+    }
   }
-  meet("ps/save_folder_seen", "once every trainer read the token in runner.model_save_path");
+  const std::string what = "once every trainer read the token in runner.model_save_path";
+  meet("ps/save_folder_seen", what);
+  if (failed) std::rethrow_exception(failed);
+  for (int w = 1; w < env_.trainers; ++w) {
+    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, w, env_.trainers);
+    throw_if_error(reported.status());
+    if (reported->empty()) continue;
+    throw PeerFailed("trainer " + std::to_string(env_.trainer_id) + " of " +
+                     std::to_string(env_.trainers) + ", meeting the others " + what + ": trainer " +
+                     std::to_string(w) + " failed, so the job stops; trainer " + std::to_string(w) +
+                     " reported: " + *reported);
+  }
 }
 
 PsTrainer::~PsTrainer() = default;
@@ -294,15 +313,9 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
   if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
   if (timeout_s >= 0) limit << timeout_s << " s";
   if (timeout_s < 0) timeout_s = collective_s;
-  PsJobMeetings& meetings = *state_->meetings;
-  const Status met = meetings.meet(name, timeout_s);
-  if (met.ok()) {
-    StatusOr<std::string> told = meetings.failure_told();
-    throw_if_error(told.status());
-    if (told->empty()) return;
-    throw PeerFailed("trainer " + std::to_string(env_.trainer_id) + " of " +
-                     std::to_string(env_.trainers) + ", meeting the others " + what + ": " + *told);
-  }
+  const Status met =
+      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
+  if (met.ok()) return;
   // A barrier is not retried: its wait ran out (DeadlineExceeded: the server's answer, or no
   // reply before the client's deadline), or the first server, which holds it, was lost or
   // restarted meanwhile.
@@ -317,13 +330,41 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 
 void PsTrainer::tell_failure(const std::exception& error) noexcept {
   State& s = *state_;
-  // A lost trainer or server is found by every trainer's own watch (the first server may not
-  // answer the telling).
-  if (env_.trainers == 1 || (s.watch != nullptr && !s.watch->lost().empty())) return;
+  if (env_.trainers == 1) return;
   try {
-    GPUBOX_LOG(INFO) << "trainer " << env_.trainer_id << " failed: telling the other trainers at "
-                     << "their next meeting";
-    s.meetings->tell_failure(user_message(error), config_.runner.collective_timeout_s);
+    const std::string reason = user_message(error);
+    // Logged before anything that can wait (or be ended by a watch's forced exit).
+    GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " of " << env_.trainers
+                        << " failed: " << reason;
+    // A trainer that was told of another's failure (PeerFailed, or by its watch), or lost a
+    // trainer or server, does not tell: every trainer hears of those on its own (and the first
+    // server may not answer). Nor one that marked its failure already (at a meeting).
+    const bool told_of_peer = dynamic_cast<const PeerFailed*>(&error) != nullptr ||
+                              (s.watch != nullptr && !s.watch->lost().empty());
+    if (told_of_peer || s.failure_marked) return;
+    // A short look first, so that an unreachable first server costs no call deadline.
+    const double look_s = std::clamp(config_.runner.peer_timeout_s / 5, 0.2, 2.0);
+    bool heard = false;
+    const Status reachable = s.servers->ping(0, look_s, &heard);
+    if (!heard) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " cannot tell the other trainers "
+                          << "of its failure (they find it lost by its heartbeat): the first "
+                          << "server does not answer: " << reachable.to_string();
+      return;
+    }
+    s.failure_marked = true;
+    Status told = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers, reason,
+                                           FailureNotice::kToWatches);
+    // Every other trainer's watch sees the mark at its next beat; this trainer's keeps beating
+    // meanwhile (at most runner.peer_timeout_s: past it, the others find it lost anyway).
+    if (told.ok() && s.watch != nullptr) {
+      told = s.watch->wait_until_failure_seen(config_.runner.peer_timeout_s, s.hooks.stop_flag);
+    }
+    if (!told.ok()) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " could not tell the other trainers "
+                          << "of its failure (they find it lost by its heartbeat): "
+                          << told.to_string();
+    }
   } catch (const std::exception& e) {
     GPUBOX_LOG(WARNING) << "telling the other trainers of this trainer's failure: " << e.what();
   }
@@ -358,8 +399,12 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       }
       const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
       if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
-      // The others stop at the barrier below naming what failed (else as the outcome says).
-      if (failed && !restarted) (void)s.meetings->mark_failed(message_of(failed));
+      // The others stop at the barrier below naming what failed (read from the mark).
+      if (failed && !restarted) {
+        s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
+                                                    message_of(failed), FailureNotice::kAtMeeting)
+                               .ok();
+      }
     }
   }
   if (failed) {
@@ -383,8 +428,13 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
     GPUBOX_FAIL("trainer 0 found a server restart ", what);
   }
-  GPUBOX_EXPECTS(outcome[0] == 1.0f, "trainer 0 failed ", what,
-                 " (its log, log/workerlog.0 under scripts/launch.sh, names why)");
+  if (outcome[0] != 1.0f) {
+    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, 0, env_.trainers);
+    const bool told = reported.ok() && !reported->empty();
+    throw PeerFailed("trainer 0 failed " + what +
+                     (told ? "; trainer 0 reported: " + *reported
+                           : " (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
+  }
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
                  std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,
                  ": every trainer must see the same saves (a folder they share) and "

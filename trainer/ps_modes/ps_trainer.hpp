@@ -91,8 +91,9 @@
 // restart seen), and any other error, fail the pass as before. Such a job (runner.resume, a save
 // folder) checks as it starts that every trainer sees trainer 0's runner.model_save_path.
 //
-// A trainer of several that fails for good (tell_failure, from the epoch loop) tells the others at
-// their next meeting, where they stop naming it and what it reported (ps_job_meetings.hpp).
+// A trainer of several that fails for good (tell_failure, from the epoch loop) tells the others
+// with its heartbeat: their watches report it failed, with what it reported, at their next beat,
+// and they stop as for a lost trainer (ps_peer_watch.hpp).
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
@@ -185,10 +186,12 @@ class PsTrainer final : public Schedule {
   // Several trainers of an async or geo job that recovers from saves (runner.resume, a save
   // folder): every trainer must see trainer 0's saves at runner.model_save_path. Trainer 0
   // writes a token there before a meeting, the others read it after it; one that does not see it
-  // fails naming the folder (and the others stop at the next meeting, naming it).
+  // fails naming the folder, after that meeting (where the others stop, naming it).
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
-  // This trainer's run failed: the others stop at their next meeting, naming it and `error`
-  // (PsJobMeetings).
+  // This trainer's run failed with `error`: logged, and marked for the other trainers' watches
+  // (PsPeerWatch::mark_failed), which then report it failed naming `error`; waits at most
+  // runner.peer_timeout_s for them to see it. Not by a trainer that was told of another's failure
+  // or lost a peer (its watch's lost()), nor twice a job.
   void tell_failure(const std::exception& error) noexcept override;
   // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
   // together: every trainer meets, and throws when a trainer voted for a restart its evaluation

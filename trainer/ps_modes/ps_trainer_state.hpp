@@ -10,7 +10,6 @@
 #include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/merged_pushes.hpp"
-#include "trainer/ps_modes/ps_job_meetings.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
@@ -43,8 +42,8 @@ struct PsTrainer::State {
   PsPeerWatch* watch = nullptr;     // while train() runs a job of several trainers
   StepHooks hooks;                  // set_step_hooks: the stop flag and the progress callback
   std::unique_ptr<dataset::PassDataCache> pass_cache;  // runner.pass_cache_mb; null when off
-  std::unique_ptr<MergedPushes> pushes;     // sync: the threads' pushes of a step merged per key
-  std::unique_ptr<PsJobMeetings> meetings;  // the job's meetings (several trainers: meet())
+  std::unique_ptr<MergedPushes> pushes;  // sync: the threads' pushes of a step merged per key
+  bool failure_marked = false;  // this trainer's failure is marked for the job (PsPeerWatch)
 };
 
 }  // namespace gpubox::trainer::ps_modes

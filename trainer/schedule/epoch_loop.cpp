@@ -422,7 +422,7 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
   try {
     return run_all_epochs(schedule, config, start_from, loaded, hooks);
   } catch (const std::exception& e) {
-    schedule.tell_failure(e);  // the other trainers stop at their next meeting
+    schedule.tell_failure(e);  // the other trainers stop, naming it
     throw;
   }
 }

@@ -160,8 +160,8 @@ class Schedule {
   virtual void load(const std::string& dir) = 0;
 
   // The run fails on this trainer with `error` (run_epochs, before it throws it on): a schedule
-  // whose trainers meet tells the others, so that they stop at their next meeting naming it
-  // rather than at their timeout. Never throws. Default: nothing to tell.
+  // of several trainers tells the others, so that they stop naming it rather than at their
+  // timeout. Never throws. Default: nothing to tell.
   virtual void tell_failure(const std::exception& error) noexcept { (void)error; }
 
   // `error` stopped pass `pass`: the pass to train again from when the schedule repaired the
