@@ -301,7 +301,7 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   if (failed) {
     try {
       meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
-    } catch (const Error&) {
+    } catch (const std::exception&) {
     }
     std::rethrow_exception(failed);
   }
