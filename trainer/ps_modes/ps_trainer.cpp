@@ -3,12 +3,15 @@
 #include "trainer/ps_modes/ps_trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/error_report.hpp"
@@ -48,7 +51,12 @@ constexpr float kRestartOutcome = 2.0f;
 // The job's id, drawn by trainer 0 at the job's start: 4 floats of 16 bits each (exact in a
 // float). A sync job's (MergedPushes::join_job), or the token an async or geo job that recovers
 // from saves writes into its save folder (check_shared_saves).
-constexpr const char* kJobIdTable = "ps_sync_job";
+// Its wire name stays the sync job's ("ps_sync_job"): a server that served a job of an earlier
+// build keeps that table, and a new name would take one more of its kMaxDenseTables.
+constexpr const char* kJobTokenTable = "ps_sync_job";
+// Both in kJobDenseTables (ps_trainer_state.hpp), which counts them against kMaxDenseTables.
+static_assert(std::string_view(kJobDenseTables[9]) == kOutcomeTable &&
+              std::string_view(kJobDenseTables[10]) == kJobTokenTable);
 // The token's file in runner.model_save_path while the job starts (hidden: a data folder skips
 // it as it skips every hidden entry).
 constexpr const char* kJobTokenFile = ".gpubox_job_token";
@@ -204,7 +212,7 @@ void PsTrainer::start_job() {
         throw_if_error(reset_restart_votes());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
-          throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
+          throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
                              .with_context("writing the sync job's id"));
         }
       },
@@ -213,7 +221,7 @@ void PsTrainer::start_job() {
   // summed by the servers before one update (MergedPushes::join_job).
   if (sums_steps) {
     std::vector<float> job(4, 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+    throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
                        .with_context("reading the sync job's id"));
     s.pushes->join_job(job_id_from_floats(job), env_.trainer_id, env_.trainers);
   }
@@ -251,9 +259,13 @@ void PsTrainer::check_shared_saves() {
         const uint64_t token = draw_job_id();
         std::ofstream out(file);
         out << token << "\n";
-        GPUBOX_EXPECTS(out.flush().good(), "cannot write the job's token into ", file);
+        // A full or over-quota network mount reports it at the close (ENOSPC, EDQUOT).
+        out.close();
+        GPUBOX_EXPECTS(!out.fail(), "cannot write the job's token into ", file,
+                       " (runner.model_save_path: the folder missing, not writable, full or over "
+                       "its quota?)");
         std::vector<float> job = job_id_to_floats(token);
-        throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
                            .with_context("writing the job's token"));
       },
       "ps/save_folder", "to write a token into runner.model_save_path");
@@ -263,10 +275,17 @@ void PsTrainer::check_shared_saves() {
   if (env_.trainer_id != 0) {
     try {
       std::vector<float> job(4, 0.0f);
-      throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+      throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
                          .with_context("reading the job's token"));
+      // A network mount may show trainer 0's new file a moment late (attribute caching): a few
+      // reads over about 2 s before it counts as missing.
       uint64_t seen = 0;
-      const bool read = static_cast<bool>(std::ifstream(file) >> seen);
+      bool read = false;
+      for (int attempt = 0; attempt < 8; ++attempt) {
+        read = static_cast<bool>(std::ifstream(file) >> seen);
+        if (read && seen == job_id_from_floats(job)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
       GPUBOX_EXPECTS(
           read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ",
           env_.trainers, ": runner.model_save_path '", folder,
