@@ -322,8 +322,13 @@ struct Transport::RunState {
   // retries that tried to the end, or one without whose attempt the deadline `cut`), so that a
   // caller tells a wait that ran out (a BARRIER) from a lost server by code; Unavailable when a
   // lost connection ended a call without retries, or when it gave up for unreachable_s
-  // (`unreachable`), before the deadline.
-  Status gave_up(uint32_t e, bool unreachable = false, bool cut = false) const {
+  // (`reach` kUnreachable), before the deadline.
+  enum class Reach { kReached, kUnreachable };        // for unreachable_s
+  enum class LastAttempt { kEnded, kCutByDeadline };  // ended by the call's deadline?
+  Status gave_up(uint32_t e, Reach reach = Reach::kReached,
+                 LastAttempt last = LastAttempt::kEnded) const {
+    const bool unreachable = reach == Reach::kUnreachable;
+    const bool cut = last == LastAttempt::kCutByDeadline;
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
@@ -417,7 +422,11 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
         return conn.status().with_context(std::string(op_name(state.op)) + " at " +
                                           endpoints_[e].to_string());
       }
-      if (!state.retry || unreachable) return state.gave_up(e, unreachable, cut);
+      if (!state.retry || unreachable) {
+        return state.gave_up(
+            e, unreachable ? RunState::Reach::kUnreachable : RunState::Reach::kReached,
+            cut ? RunState::LastAttempt::kCutByDeadline : RunState::LastAttempt::kEnded);
+      }
       state.schedule_retry(e);
       return Status::OK();  // the lanes not started wait for the retry
     }
@@ -443,7 +452,11 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
       continue;
     }
     state.record(a.endpoint, a.error, a.cut);
-    if (!state.retry) return state.gave_up(a.endpoint, /*unreachable=*/false, a.cut);
+    if (!state.retry) {
+      return state.gave_up(
+          a.endpoint, RunState::Reach::kReached,
+          a.cut ? RunState::LastAttempt::kCutByDeadline : RunState::LastAttempt::kEnded);
+    }
     if (a.reused && a.replies == 0) {
       // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may hold
       // more such; reconnecting at once is not a retry of a failing server.
