@@ -268,7 +268,7 @@ Status Transport::drive(Op op, std::vector<Attempt>& attempts,
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
       for (Attempt* a : active) {
-        a->fail(Status::Unavailable("no reply before the deadline"));
+        a->fail(Status::DeadlineExceeded("no reply before the deadline"));
         a->cut = true;
       }
       return Status::OK();
@@ -318,9 +318,17 @@ struct Transport::RunState {
     return by_endpoint;
   }
 
-  // `unreachable`: it gave up for unreachable_s, before the deadline: Unavailable, like a call
-  // without retries, not DeadlineExceeded (the deadline did not end it).
-  Status gave_up(uint32_t e, bool unreachable = false) const {
+  // The code says what ended the call: DeadlineExceeded when its deadline did (a call with
+  // retries that tried to the end, or one without whose attempt the deadline `cut`), so that a
+  // caller tells a wait that ran out (a BARRIER) from a lost server by code; Unavailable when a
+  // lost connection ended a call without retries, or when it gave up for unreachable_s
+  // (`reach` kUnreachable), before the deadline.
+  enum class Reach { kReached, kUnreachable };        // for unreachable_s
+  enum class LastAttempt { kEnded, kCutByDeadline };  // ended by the call's deadline?
+  Status gave_up(uint32_t e, Reach reach = Reach::kReached,
+                 LastAttempt last = LastAttempt::kEnded) const {
+    const bool unreachable = reach == Reach::kUnreachable;
+    const bool cut = last == LastAttempt::kCutByDeadline;
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
         << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
@@ -330,8 +338,8 @@ struct Transport::RunState {
     if (!cut_error[e].ok()) {
       msg << " (then the deadline cut an attempt: " << cut_error[e].to_string() << ")";
     }
-    return retry && !unreachable ? Status::DeadlineExceeded(msg.str())
-                                 : Status::Unavailable(msg.str());
+    const bool deadline_ended_it = retry ? !unreachable : cut;
+    return deadline_ended_it ? Status::DeadlineExceeded(msg.str()) : Status::Unavailable(msg.str());
   }
 
   // An attempt's error becomes the endpoint's last error, unless the call's deadline cut the
@@ -406,14 +414,19 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     // A connection that opened reached a live server, even if its handshake then timed out.
     const bool unreachable = state.note_reach(e, opened || heard, tried_at);
     if (!conn.ok()) {
-      state.record(e, conn.status(), cut_by(conn.status(), state.deadline));
+      const bool cut = cut_by(conn.status(), state.deadline);
+      state.record(e, conn.status(), cut);
       const auto code = conn.status().code();
       if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
           code == Status::Code::kAborted) {
         return conn.status().with_context(std::string(op_name(state.op)) + " at " +
                                           endpoints_[e].to_string());
       }
-      if (!state.retry || unreachable) return state.gave_up(e, unreachable);
+      if (!state.retry || unreachable) {
+        return state.gave_up(
+            e, unreachable ? RunState::Reach::kUnreachable : RunState::Reach::kReached,
+            cut ? RunState::LastAttempt::kCutByDeadline : RunState::LastAttempt::kEnded);
+      }
       state.schedule_retry(e);
       return Status::OK();  // the lanes not started wait for the retry
     }
@@ -439,7 +452,11 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
       continue;
     }
     state.record(a.endpoint, a.error, a.cut);
-    if (!state.retry) return state.gave_up(a.endpoint);
+    if (!state.retry) {
+      return state.gave_up(
+          a.endpoint, RunState::Reach::kReached,
+          a.cut ? RunState::LastAttempt::kCutByDeadline : RunState::LastAttempt::kEnded);
+    }
     if (a.reused && a.replies == 0) {
       // A pooled connection the server closed meanwhile (e.g. it restarted): the pool may hold
       // more such; reconnecting at once is not a retry of a failing server.

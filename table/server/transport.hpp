@@ -85,6 +85,9 @@ class Transport {
   // e.g. "server busy") and the cut attempt is named beside it. A reply with an error status ends
   // the call with it, except "still being applied" (a retried mutation racing its original), which
   // is retried. retry=false: a lost connection ends the call at once (BARRIER, SHUTDOWN).
+  // The code of a call that gave up says what ended it: DeadlineExceeded when the deadline did
+  // (retried to it, or, without retries, no reply before it: a BARRIER's wait ran out),
+  // Unavailable when a lost connection did (without retries) or unreachable_s did.
   // connections > 1 spreads an endpoint's requests over up to that many connections (by lane),
   // so that several server threads work on one call. *heard (when given): whether any endpoint
   // sent a frame during the call (a reply, a refusal, a notice): it was reachable, even if the

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,11 +45,13 @@ class ForwardingSchedule : public Schedule {
   EvalResult evaluate(const std::vector<std::string>& files, bool keep_predictions) override {
     return inner_.evaluate(files, keep_predictions);
   }
+  void agree_after_evaluation(int64_t pass) override { inner_.agree_after_evaluation(pass); }
   void save(const std::string& dir) override { inner_.save(dir); }
   void load(const std::string& dir) override { inner_.load(dir); }
   std::optional<int64_t> recover(const Error& error, int64_t pass) override {
     return inner_.recover(error, pass);
   }
+  void tell_failure(const std::exception& error) noexcept override { inner_.tell_failure(error); }
 
  private:
   Schedule& inner_;

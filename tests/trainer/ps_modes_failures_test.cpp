@@ -2,19 +2,22 @@
 // within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
 // left at the end is logged naming the server, data without a valid instance is an error in every
 // mode, a diverged job stops on every trainer before its save, and so does a job whose network's
-// output died; a save that fails and is not repaired ends the job with its pass line logged.
+// output died; a save that fails and is not repaired ends the job with its pass line logged; a
+// trainer that fails for good is reported failed by the others' watches, naming what it reported.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +39,7 @@
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/ps_modes/geo_rows.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -442,6 +446,119 @@ TEST_F(PsModes, ASaveThatFailsUnrepairedEndsTheJobWithItsPassLineLogged) {
                              std::istreambuf_iterator<char>());
   EXPECT_EQ(count(recorded, "\n"), 1u) << recorded;
   EXPECT_EQ(count(recorded, "{\"pass\": 0,"), 1u) << recorded;
+}
+
+// A trainer alone at a meeting of 2 waits runner.collective_timeout_s out: its error says a
+// trainer died or is stuck (the barrier's wait ran out: DeadlineExceeded), not that the first
+// server, which holds the barrier, was lost.
+TEST_F(PsModes, AMeetingWaitedOutSaysATrainerDiedOrIsStuck) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async", "runner.collective_timeout_s=1"});
+  Servers shards(cfg, 1);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  env.trainers = 2;
+  std::string error;
+  try {
+    PsTrainer alone(cfg, env);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("trainer 0: waiting for all 2 trainers to start the job"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("a trainer died or is stuck"), std::string::npos) << error;
+  EXPECT_NE(error.find("DeadlineExceeded"), std::string::npos) << error;
+}
+
+// A trainer that fails for good (trainer 1: its share of the training data holds no valid
+// instance) marks it with its heartbeat: trainer 0's watch reports it failed, naming what trainer 1
+// reported, long before runner.collective_timeout_s. In sync mode trainer 0 waits at a barrier
+// that cannot be woken: it is ended exit_grace_s later, as for a lost trainer, with that reason; in
+// async mode its threads stop between steps with it (and the process is ended likewise). Without
+// the mark, trainer 0's watch would report trainer 1 lost by its stopped heartbeat ("lost trainer
+// 1"), or trainer 0 would wait out its barrier ("a trainer died or is stuck"). A death test: the
+// forced exit ends the process.
+TEST_F(PsModes, AFailedTrainerIsReportedFailedByTheOthersWithWhatItReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const fs::path data = root_ / "one_share_malformed";
+  const fs::path bad = data / "part-1";
+  for (const char* mode : {"sync", "async"}) {
+    SCOPED_TRACE(mode);
+    const auto job = [&] {
+      fs::create_directories(data);
+      fs::copy_file(data_files((root_ / "train").string()).at(0), data / "part-0",
+                    fs::copy_options::overwrite_existing);
+      {
+        std::ofstream out(bad);
+        for (int i = 0; i < 10; ++i) out << "1 0 1:" << 100 + i << "\n";
+      }
+      const TrainerConfig cfg =
+          config({"runner.train_data_dir=" + data.string(),
+                  "runner.test_data_dir=", std::string("runner.sync_mode=") + mode,
+                  "runner.epochs=1", "runner.collective_timeout_s=600", "runner.peer_timeout_s=1"});
+      Servers shards(cfg, 1);
+      const std::vector<std::string> errors =
+          ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) {
+            trainer.train();
+          }).errors;
+      std::fprintf(stderr, "trainer 0's error: %s\n", errors[0].c_str());
+      std::this_thread::sleep_for(std::chrono::minutes(1));  // the forced exit comes first
+    };
+    // The child's root_ is its own (its process id): the path is matched by its end.
+    const std::string reported =
+        "trainer 1 of 2 failed: pass 0: no valid instance in 1 file\\(s\\) \\(10 lines, 10 "
+        "malformed\\): [^ ]*/one_share_malformed/part-1";
+    EXPECT_EXIT(job(), ::testing::ExitedWithCode(1), "gpubox_train: " + reported);
+  }
+}
+
+// Job A's trainer 1 failed, leaving its mark on the servers: job B on the same servers starts
+// clean (the job's start resets the marks) and trains without anyone reported failed.
+TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
+  const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=sync",
+                                    "runner.epochs=1", "runner.peer_timeout_s=1"});
+  Servers shards(cfg, 1);
+  const ps_test::TrainerJob job_a =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int w) {
+        if (w == 1) trainer.tell_failure(std::runtime_error("job A's trainer 1 failed"));
+      });
+  ASSERT_TRUE(job_a.trainers[0]);
+  auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job_a.trainers[0]->host_tier());
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  ASSERT_EQ(*mark, "job A's trainer 1 failed");
+  const std::vector<std::string> errors =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) {
+        trainer.train();
+      }).errors;
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+// Trainer 0's part of a save fails, no server restarted (the servers refuse to save outside their
+// --data_dir): trainer 1 stops at the meeting it waits at, naming what trainer 0 reported.
+TEST_F(PsModes, AFailedSaveStopsTheOtherTrainersAtItsMeetingNamingIt) {
+  const std::string saves = (root_ / "told_failed_saves").string();
+  const std::string server_data = (root_ / "told_failed_server_data").string();
+  const TrainerConfig cfg = config(
+      {"runner.sync_mode=async", "runner.epochs=1", "runner.collective_timeout_s=60",
+       "runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
+  fs::create_directories(server_data);
+  Servers shards(cfg, 2, server_data);
+  const std::vector<std::string> errors =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int) {
+        run_epochs(trainer, cfg, "", false);
+      }).errors;
+  EXPECT_NE(errors[0].find("saving the sparse table under " + saves + "/0"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("trainer 0 failed to write the save " + saves +
+                           "/0; trainer 0 reported: PermissionDenied: saving the sparse table "
+                           "under " +
+                           saves + "/0"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[1].find("is outside the server's data_dir"), std::string::npos) << errors[1];
 }
 
 }  // namespace

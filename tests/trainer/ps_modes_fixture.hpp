@@ -1,5 +1,6 @@
 // The fixture of the parameter-server modes' tests (ps_modes_test.cpp, ps_modes_networks_test.cpp,
-// ps_modes_saves_test.cpp, ps_modes_failures_test.cpp: one binary, ps_modes_test): the planted
+// ps_modes_saves_test.cpp, ps_modes_failures_test.cpp and the others of the binary ps_modes_test;
+// ps_modes_recovery_test.cpp and _recovery_jobs_: the binary ps_modes_recovery_test): the planted
 // data made once for the suite, jobs of PsTrainers (threads of this process) against fresh
 // in-process gpubox_server shards, and a network checked in every mode and through a save. One
 // class for every file, so that gtest sees one fixture type (and one SetUpTestSuite) for the
@@ -42,21 +43,22 @@ constexpr int kEpochs = 3;
 // Issue 16: each mode's test AUC within 0.02 of the planted model's.
 constexpr double kPlantedTolerance = 0.02;
 
-// A job of `trainers` PsTrainers (threads of this process) against `servers`: trainer w, made
-// with trainer_id w of `trainers`, runs body(trainer, w) on its own thread. Returns once all
-// ended: each one's error ("" for none) and the trainers whose body returned, kept (null for the
-// others) for what the caller reads of them once the whole job ended. `on_end(w)` runs on
-// trainer w's thread as it ends, however it ends (its PsTrainer's constructor throwing too), so
-// that a trainer that waits for another's progress is never left waiting for one that never
-// began.
+// A job of one PsTrainer per config of `configs` (threads of this process) against `servers`:
+// trainer w, made from configs[w] with trainer_id w, runs body(trainer, w) on its own thread.
+// Returns once all ended: each one's error ("" for none) and the trainers whose body returned,
+// kept (null for the others) for what the caller reads of them once the whole job ended.
+// `on_end(w)` runs on trainer w's thread as it ends, however it ends (its PsTrainer's constructor
+// throwing too), so that a trainer that waits for another's progress is never left waiting for
+// one that never began.
 struct TrainerJob {
   std::vector<std::unique_ptr<PsTrainer>> trainers;
   std::vector<std::string> errors;
 };
 template <typename Body, typename OnEnd = void (*)(int)>
 TrainerJob run_trainers(
-    const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
+    const std::vector<TrainerConfig>& configs, const std::string& servers, Body body,
     OnEnd on_end = [](int) {}) {
+  const int trainers = static_cast<int>(configs.size());
   TrainerJob job;
   job.trainers.resize(static_cast<std::size_t>(trainers));
   job.errors.resize(static_cast<std::size_t>(trainers));
@@ -75,7 +77,7 @@ TrainerJob run_trainers(
         env.servers = servers;
         env.trainer_id = w;
         env.trainers = trainers;
-        trainer = std::make_unique<PsTrainer>(cfg, env);
+        trainer = std::make_unique<PsTrainer>(configs[static_cast<std::size_t>(w)], env);
         body(*trainer, w);
         job.trainers[static_cast<std::size_t>(w)] = std::move(trainer);
       } catch (const std::exception& e) {
@@ -85,6 +87,14 @@ TrainerJob run_trainers(
   }
   for (auto& t : threads) t.join();
   return job;
+}
+// `trainers` trainers of one config.
+template <typename Body, typename OnEnd = void (*)(int)>
+TrainerJob run_trainers(
+    const TrainerConfig& cfg, const std::string& servers, int trainers, Body body,
+    OnEnd on_end = [](int) {}) {
+  return run_trainers(std::vector<TrainerConfig>(static_cast<std::size_t>(trainers), cfg), servers,
+                      body, on_end);
 }
 
 class PsModes : public ::testing::Test {

@@ -9,7 +9,9 @@
 // arrive in) end equal, so every instance of every pass counted once: none of the failed pass's
 // updates left on a server, and none of the save lost. A sync job of one thread a trainer is
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
-// modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound.
+// modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
+// recovery refused (runner.resume off, no save yet, the run's recoveries spent) stops every
+// trainer naming why; a job after a recovered one on the same servers trains without going back.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -205,7 +207,17 @@ class PsJobRecovery : public PsModes {
   static JobRan run_job_restarting(const std::string& mode, const std::string& saves, int epochs,
                                    RestartAt restart, int server,
                                    const std::vector<std::string>& keys = {}) {
-    const bool evaluates = restart == RestartAt::kAtTrainer0sEvaluation;
+    const TrainerConfig cfg =
+        job_config(mode, saves, epochs, restart == RestartAt::kAtTrainer0sEvaluation, keys);
+    Restarter restarter(restart, server);
+    Servers shards(cfg, 2, std::filesystem::temp_directory_path().string(), {}, restarter.shape());
+    const Restarter::JoinRestart join_restart{restarter};
+    return run_job_on(shards, cfg, mode, restarter);
+  }
+
+  // The config of run_job_restarting's job (`evaluates`: each epoch on the test files).
+  static TrainerConfig job_config(const std::string& mode, const std::string& saves, int epochs,
+                                  bool evaluates, const std::vector<std::string>& keys) {
     std::vector<std::string> all = {
         "runner.train_data_dir=" + (root_ / "train").string(),
         "runner.test_data_dir=" + (evaluates ? (root_ / "test").string() : std::string()),
@@ -217,10 +229,13 @@ class PsJobRecovery : public PsModes {
         // save's LOAD took over 3 s once there (load average 9 on 2 cores).
         "runner.collective_timeout_s=20", "runner.server_timeout_s=20"};
     all.insert(all.end(), keys.begin(), keys.end());
-    const TrainerConfig cfg = ps_test_config(all);
-    Restarter restarter(restart, server);
-    Servers shards(cfg, 2, std::filesystem::temp_directory_path().string(), {}, restarter.shape());
-    const Restarter::JoinRestart join_restart{restarter};
+    return ps_test_config(all);
+  }
+
+  // The job of `cfg` (runner.sync_mode `mode`) on `shards`, `restarter` restarting one of them
+  // (the rows they hold at the end are its).
+  static JobRan run_job_on(Servers& shards, const TrainerConfig& cfg, const std::string& mode,
+                           Restarter& restarter) {
     restarter.attach(shards);
     JobRan ran;
     ::testing::internal::CaptureStderr();
@@ -334,14 +349,13 @@ class PsJobRecovery : public PsModes {
   }
 
   // A job of 2 trainers of runner.sync_mode `mode` whose server 1 restarts at step 20 of pass
-  // `restart_pass`, with `keys`: trainer 0 refuses to go back to a save, the other trainer's
-  // error names `reason` and what running the job again does (`rerun`), and each trainer keeps
-  // its training threads (the object stays usable).
-  static void refused_recovery_is_named_by_every_trainer(const std::string& mode,
-                                                         const std::vector<std::string>& keys,
-                                                         const std::string& reason,
-                                                         const std::string& rerun = "",
-                                                         int64_t restart_pass = 1) {
+  // `restart_pass`, `restarts` times (each recovery trains that pass again), with `keys`: trainer
+  // 0 refuses to go back to a save, the other trainer's error names `reason` and what running the
+  // job again does (`rerun`), and each trainer keeps its training threads (the object stays
+  // usable). Returns each trainer's error.
+  static std::vector<std::string> refused_recovery_is_named_by_every_trainer(
+      const std::string& mode, const std::vector<std::string>& keys, const std::string& reason,
+      const std::string& rerun = "", int64_t restart_pass = 1, int restarts = 1) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=",
                                     "runner.sync_mode=" + mode,
@@ -351,23 +365,16 @@ class PsJobRecovery : public PsModes {
     all.insert(all.end(), keys.begin(), keys.end());
     const TrainerConfig cfg = ps_test_config(all);
     Servers shards(cfg, 2);
-    std::atomic<bool> restarted{false};
-    std::string errors[2];
-    bool has_threads[2] = {false, false};
-    std::vector<std::thread> threads;
-    for (int w = 0; w < 2; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          TrainerEnv env;
-          env.servers = shards.endpoints();
-          env.trainer_id = w;
-          env.trainers = 2;
-          PsTrainer trainer(cfg, env);
+    std::atomic<int> restarted{0};
+    std::vector<std::string> errors(2);
+    const ps_test::TrainerJob job =
+        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
           RunHooks hooks;
           if (w == 0) {
             hooks.steps.on_progress = [&](const StepProgress& progress) {
               if (progress.pass == restart_pass && progress.step == 20 &&
-                  !restarted.exchange(true)) {
+                  restarted.load() < restarts) {
+                restarted.fetch_add(1);
                 shards.restart(1);
               }
             };
@@ -375,20 +382,15 @@ class PsJobRecovery : public PsModes {
           try {
             trainer.train("", hooks);
           } catch (const std::exception& e) {
-            errors[w] = e.what();
+            errors[static_cast<std::size_t>(w)] = e.what();
           }
           (void)trainer.dense_values();  // thread 0's: throws when no thread is left
-          has_threads[w] = true;
-        } catch (const std::exception& e) {
-          errors[w] += std::string(" | after train(): ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    EXPECT_TRUE(restarted.load());
-    for (int w = 0; w < 2; ++w) {
+        });
+    EXPECT_EQ(restarted.load(), restarts);
+    for (std::size_t w = 0; w < 2; ++w) {
       EXPECT_NE(errors[w], "") << "trainer " << w;
-      EXPECT_TRUE(has_threads[w]) << "trainer " << w << ": " << errors[w];
+      EXPECT_EQ(job.errors[w], "")
+          << "trainer " << w << " after train() failed with: " << errors[w];
     }
     EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (" + reason +
                              "), so the job "
@@ -396,9 +398,10 @@ class PsJobRecovery : public PsModes {
                              rerun),
               std::string::npos)
         << errors[1];
-    for (int w = 0; w < 2; ++w) {
-      EXPECT_EQ(errors[w].find("died or is stuck"), std::string::npos) << errors[w];
+    for (const std::string& error : errors) {
+      EXPECT_EQ(error.find("died or is stuck"), std::string::npos) << error;
     }
+    return errors;
   }
 };
 
@@ -573,6 +576,51 @@ TEST_F(PsJobRecovery, ASyncRecoveryRefusedBeforeTheFirstSaveNamesTheSavesFolderF
       "running the command again resumes from the newest complete save under " + saves +
           " (trainer 0 writes them) if one was made, else starts from scratch",
       /*restart_pass=*/0);
+}
+
+// Every restart reloads pass 0's save and trains pass 1 again, where server 1 restarts again: the
+// fourth recovery of the run is refused (SaveLineage: at most 3), and both trainers stop naming
+// why.
+TEST_F(PsJobRecovery, ARecoveryRefusedWithTheRecoveriesSpentIsNamedByEveryTrainer) {
+  const std::vector<std::string> errors = refused_recovery_is_named_by_every_trainer(
+      "async",
+      {"runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "job_recovery_spent").string()},
+      "the servers restarted too often in this run", "", 1, 4);
+  EXPECT_NE(errors[0].find("the servers restarted 3 times already in this run: giving up"),
+            std::string::npos)
+      << errors[0];
+}
+
+// Found by trainer 0's evaluation of epoch 0, as above, but on the first server, which holds the
+// votes and the meetings: trainer 1, waiting at the meeting after its evaluation, loses it and
+// finds the restart itself; both go back without a vote.
+TEST_F(PsJobRecovery, AFirstServerRestartFoundByOneTrainersEvaluationIsRepairedByBothTrainers) {
+  job_ends_as_resumed_from_the_save("async", RestartAt::kAtTrainer0sEvaluation, 0);
+}
+
+// A job on the servers of a recovered job (the restarted one among them) starts clean (its start
+// zeroes the restart votes, which a recovery's start zeroes too): it trains its passes without
+// going back.
+TEST_F(PsJobRecovery, AJobAfterARecoveredJobOnTheSameServersTrainsWithoutGoingBack) {
+  const TrainerConfig first =
+      job_config("async", (root_ / "job_after_recovery_0").string(), 2, false, {});
+  Servers shards(first, 2);
+  Restarter within_pass(RestartAt::kWithinPass, 1);
+  const JobRan recovered = run_job_on(shards, first, "async", within_pass);
+  ASSERT_EQ(recovered.errors, "") << recovered.log;
+  EXPECT_EQ(count(recovered.log, "with the job's 2 trainers; training again from pass 1"), 2u)
+      << recovered.log;
+  const TrainerConfig second =
+      job_config("async", (root_ / "job_after_recovery_1").string(), 2, false, {});
+  Restarter never(RestartAt::kNever, 1);
+  const JobRan next = run_job_on(shards, second, "async", never);
+  ASSERT_EQ(next.errors, "") << next.log;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(next.passes[w], (std::vector<int64_t>{0, 1})) << "trainer " << w;
+  }
+  EXPECT_EQ(next.log.find("a server restarted"), std::string::npos) << next.log;
+  EXPECT_EQ(next.log.find("reloading"), std::string::npos) << next.log;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Saves of the parameter-server modes: a PS save loads in the gpubox mode and back, a stopped job
 // resumes from its last save (a relative save path too), a second job on the same servers starts
-// afresh.
+// afresh; the trainers of a job that recovers from saves share its save folder.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -271,6 +271,43 @@ TEST_F(PsModes, ASecondJobOnTheSameServersStartsAfresh) {
   env.servers = "";
   Trainer fresh(other, env);  // the same config's initial dense net, in-process
   EXPECT_EQ(initial, fresh.dense_values(0));
+}
+
+// Issue 32: the trainers of an async job that recovers from saves (runner.resume, a save folder)
+// must share runner.model_save_path, since a recovery reloads trainer 0's saves on every trainer;
+// it is checked as the job starts. With one folder the job trains, and the folder keeps its saves
+// only; with a folder each, trainer 1 fails at the start naming its folder, and trainer 0, at the
+// meeting it waits at, naming trainer 1 and its error.
+TEST_F(PsModes, TheTrainersOfAJobThatRecoversFromSavesShareTheSaveFolder) {
+  const auto saving_to = [](const fs::path& saves) {
+    return config({"runner.sync_mode=async", "runner.epochs=1", "runner.save_mode=checkpoint",
+                   "runner.resume=auto", "runner.train_data_dir=" + (root_ / "train").string(),
+                   "runner.test_data_dir=", "runner.model_save_path=" + saves.string(),
+                   "runner.collective_timeout_s=60"});
+  };
+  const auto train = [](PsTrainer& trainer, int) { trainer.train(); };
+  const fs::path shared = root_ / "token_shared";
+  {
+    Servers shards(saving_to(shared), 2);
+    const ps_test::TrainerJob job =
+        ps_test::run_trainers(saving_to(shared), shards.endpoints(), 2, train);
+    EXPECT_EQ(job.errors, (std::vector<std::string>{"", ""}));
+    EXPECT_TRUE(fs::exists(shared / "0" / "MODEL_MANIFEST"));
+    EXPECT_FALSE(fs::exists(shared / ".gpubox_job_token"));
+  }
+  const fs::path own[2] = {root_ / "token_own_0", root_ / "token_own_1"};
+  Servers shards(saving_to(own[0]), 2);
+  const ps_test::TrainerJob job =
+      ps_test::run_trainers({saving_to(own[0]), saving_to(own[1])}, shards.endpoints(), train);
+  const std::string refused = "trainer 1 of 2: runner.model_save_path '" + own[1].string() +
+                              "' does not hold the token trainer 0 wrote there as the job started";
+  EXPECT_NE(job.errors[1].find(refused), std::string::npos) << job.errors[1];
+  EXPECT_NE(
+      job.errors[0].find("trainer 1 failed, so the job stops; trainer 1 reported: " + refused),
+      std::string::npos)
+      << job.errors[0];
+  EXPECT_FALSE(fs::exists(own[0] / "0"));
+  EXPECT_FALSE(fs::exists(own[0] / ".gpubox_job_token"));
 }
 
 }  // namespace

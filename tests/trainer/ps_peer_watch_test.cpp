@@ -1,7 +1,8 @@
 // PsPeerWatch (the PS modes' lost-peer watch) against a loopback gpubox_server: trainers that
 // beat see each other alive; one whose beats stop before it finished is named lost within about
 // runner.peer_timeout_s, once; one that finished, or has not begun to beat, is never named; a
-// stopped server is named by address; a table left by an earlier job is zeroed by reset().
+// stopped server is named by address; a table left by an earlier job is zeroed by reset(); a
+// trainer that marks its failure is named failed with what it reported, cut at a character.
 // PsPassStop's votes through the same server: exact past 2^24 steps, filtered by pass and step, a
 // second vote refused.
 #include "trainer/ps_modes/ps_peer_watch.hpp"
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -93,7 +95,7 @@ class PsPeerWatchTest : public ::testing::Test {
   // test's own (the watches' clients are theirs).
   std::vector<float> beats(int trainers) {
     if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
-    std::vector<float> values(2 * static_cast<std::size_t>(trainers), 0.0f);
+    std::vector<float> values(3 * static_cast<std::size_t>(trainers), 0.0f);
     if (!reader_ ||
         !reader_->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
              .ok()) {
@@ -264,11 +266,11 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
     ASSERT_TRUE(old.finish().ok());
   }
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
-  std::vector<float> values(4, 0.0f);
+  std::vector<float> values(6, 0.0f);
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
-  EXPECT_EQ(values, std::vector<float>(4, 0.0f));
+  EXPECT_EQ(values, std::vector<float>(6, 0.0f));
   // The old finished flag is gone: a new job's trainer 1 that beats and then stops is lost.
   Losses losses;
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
@@ -279,6 +281,65 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
   ASSERT_TRUE(losses.wait_for_report()) << "trainer 1 was never lost";
   ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();
   EXPECT_NE(losses.reasons()[0].find("lost trainer 1 of 2"), std::string::npos);
+}
+
+// Trainer 1 fails for good and marks it: trainer 0's watch reports it failed, naming what it
+// reported, once (not again as lost when its beats stop); trainer 1's wait for that beat ends.
+TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
+  reset(2);
+  Losses losses;
+  PsPeerWatch survivor(*clients_[0], 0, 2, options(), losses.callback());
+  {
+    PsPeerWatch failing(*clients_[1], 1, 2, options());
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+    ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "pass 0: no valid instance",
+                                         FailureNotice::kToWatches)
+                    .ok());
+    ASSERT_TRUE(failing.wait_until_failure_seen(10, nullptr).ok());
+  }  // trainer 1 ends without finish()
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
+  ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();
+  EXPECT_EQ(losses.reasons()[0], "trainer 1 of 2 failed: pass 0: no valid instance");
+  EXPECT_EQ(survivor.lost(), losses.reasons()[0]);
+}
+
+// A failed trainer whose peers' watches do not beat (stuck, or not yet beating) waits at most its
+// timeout, or until its stop flag is set.
+TEST_F(PsPeerWatchTest, TheWaitForAFailureToBeSeenEndsAtTheStopFlag) {
+  reset(2);
+  PsPeerWatch failing(*clients_[1], 1, 2, options());
+  std::vector<float> beat = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // trainer 0 beat once, then
+  ASSERT_TRUE(clients_[0]
+                  ->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat)
+                  .ok());  // never again
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+  std::atomic<bool> stop{true};
+  EXPECT_TRUE(failing.wait_until_failure_seen(600, &stop).ok());  // returns: not 600 s later
+}
+
+// What a failed trainer reported is cut to 513 bytes at a character's boundary (Python decodes it
+// as UTF-8), and read back from the servers as stored.
+TEST_F(PsPeerWatchTest, AReasonIsCutAtACharactersBoundary) {
+  EXPECT_EQ(PsPeerWatch::stored_reason("short"), "short");
+  const std::string fits(PsPeerWatch::kReasonBytes, 'a');
+  EXPECT_EQ(PsPeerWatch::stored_reason(fits), fits);
+  // The cut (byte 510) falls within a 2-byte and within a 3-byte character.
+  for (const std::string character : {"\u00e9", "\u20ac"}) {
+    const std::string prefix(509, 'a');
+    const std::string reason = prefix + character + std::string(20, 'b');
+    EXPECT_EQ(PsPeerWatch::stored_reason(reason), prefix + "...") << character.size();
+  }
+  const std::string whole = std::string(508, 'a') + "\u00e9" + std::string(20, 'b');
+  EXPECT_EQ(PsPeerWatch::stored_reason(whole), std::string(508, 'a') + "\u00e9...");
+  reset(2);
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting).ok());
+  StatusOr<std::string> read = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(*read, PsPeerWatch::stored_reason(whole));
+  StatusOr<std::string> none = PsPeerWatch::failure_of(*clients_[0], 0, 2);
+  ASSERT_TRUE(none.ok()) << none.status().to_string();
+  EXPECT_EQ(*none, "");
 }
 
 // Trainer 1 stops at a step past 2^24 (a float holds it no more): trainer 0 reads the vote at

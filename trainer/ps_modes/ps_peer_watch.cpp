@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "common/logging.hpp"
@@ -15,16 +18,111 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using table::server::DenseAction;
 
+// kAliveTable: beats, finished flags, failed flags.
 std::vector<float> zeros(int trainers) {
-  return std::vector<float>(2 * static_cast<std::size_t>(trainers), 0.0f);
+  return std::vector<float>(3 * static_cast<std::size_t>(trainers), 0.0f);
+}
+
+// Text travels 3 bytes a float (24 bits: exact in a float), up to its first zero byte.
+constexpr std::size_t kBytesPerFloat = 3;
+constexpr std::size_t kReasonFloats = PsPeerWatch::kReasonBytes / kBytesPerFloat;
+static_assert(kReasonFloats * kBytesPerFloat == PsPeerWatch::kReasonBytes);
+
+std::vector<float> failure_zeros(int trainers) {
+  return std::vector<float>(kReasonFloats * static_cast<std::size_t>(trainers), 0.0f);
+}
+
+// `text` into `floats` floats at `out` (zeros), as get_text reads it back.
+void put_text(const std::string& text, float* out) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<uint32_t>(static_cast<unsigned char>(text[i]));
+    const uint32_t shift = 8 * static_cast<uint32_t>(i % kBytesPerFloat);
+    out[i / kBytesPerFloat] += static_cast<float>(byte << shift);
+  }
+}
+
+std::string get_text(const float* in, std::size_t floats) {
+  std::string text;
+  for (std::size_t f = 0; f < floats; ++f) {
+    auto packed = static_cast<uint32_t>(std::lround(in[f]));
+    for (std::size_t b = 0; b < kBytesPerFloat; ++b, packed >>= 8) {
+      const char byte = static_cast<char>(packed & 0xffu);
+      if (byte == '\0') return text;
+      text += byte;
+    }
+  }
+  return text;
 }
 
 }  // namespace
 
+std::string PsPeerWatch::stored_reason(const std::string& reason) {
+  if (reason.size() <= kReasonBytes) return reason;
+  // Python decodes the message as UTF-8 (PyErr_SetString): never cut within a character (its
+  // continuation bytes are 10xxxxxx).
+  std::size_t cut = kReasonBytes - 3;
+  while (cut > 0 && (static_cast<unsigned char>(reason[cut]) & 0xc0u) == 0x80u) --cut;
+  return reason.substr(0, cut) + "...";
+}
+
 Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) {
   std::vector<float> values = zeros(trainers);
-  return servers.dense(DenseAction::kWrite, kAliveTable, &values)
-      .with_context("resetting the servers' table " + std::string(kAliveTable));
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kWrite, kAliveTable, &values)
+          .with_context("resetting the servers' table " + std::string(kAliveTable)));
+  std::vector<float> failures = failure_zeros(trainers);
+  return servers.dense(DenseAction::kWrite, kFailureTable, &failures)
+      .with_context("resetting the servers' table " + std::string(kFailureTable));
+}
+
+Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
+                                int trainers, const std::string& reason, FailureNotice notice) {
+  const std::string context =
+      "telling the other trainers that trainer " + std::to_string(trainer_id) + " failed";
+  // The reason first: a watch that sees the flag reads it.
+  std::vector<float> mine = failure_zeros(trainers);
+  put_text(stored_reason(reason),
+           mine.data() + kReasonFloats * static_cast<std::size_t>(trainer_id));
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kAdd, kFailureTable, &mine).with_context(context));
+  if (notice == FailureNotice::kAtMeeting) return Status::OK();
+  std::vector<float> flag = zeros(trainers);
+  flag[static_cast<std::size_t>(2 * trainers + trainer_id)] = 1.0f;
+  return servers.dense(DenseAction::kAdd, kAliveTable, &flag).with_context(context);
+}
+
+StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& servers,
+                                              int trainer_id, int trainers) {
+  std::vector<float> all = failure_zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kFailureTable, &all)
+                             .with_context("reading the trainers' failures"));
+  if (all.size() != failure_zeros(trainers).size()) return std::string();
+  return get_text(all.data() + kReasonFloats * static_cast<std::size_t>(trainer_id), kReasonFloats);
+}
+
+Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop) {
+  const auto n = static_cast<std::size_t>(trainers_);
+  const auto deadline = Clock::now() + millis_of(timeout_s);
+  std::vector<float> at_mark;
+  auto pause = std::chrono::milliseconds(10);
+  while (Clock::now() < deadline && (stop == nullptr || !stop->load())) {
+    std::vector<float> values = zeros(trainers_);
+    GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
+                               .with_context("waiting for the other trainers to see the failure"));
+    if (values.size() != 3 * n) return Status::OK();
+    if (at_mark.empty()) at_mark = values;
+    bool seen = true;
+    for (std::size_t w = 0; w < n; ++w) {
+      // One not beating (not begun, or ended: its count stopped) is not waited for past the
+      // timeout; one finished or failed watches no more.
+      const bool gone = values[n + w] > 0 || values[2 * n + w] > 0 || values[w] <= 0;
+      if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) seen = false;
+    }
+    if (seen) return Status::OK();
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::milliseconds(100));
+  }
+  return Status::OK();
 }
 
 PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
@@ -103,10 +201,19 @@ void PsPeerWatch::beat_loop() {
     values[static_cast<std::size_t>(trainer_id_)] = 1.0f;
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
     // this one's count stop, and the ping thread names the server.
-    if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() || values.size() != 2 * n) {
+    if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() || values.size() != 3 * n) {
       continue;
     }
     const auto now = Clock::now();
+    for (std::size_t w = 0; w < n; ++w) {
+      if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] <= 0 || reported[w]) continue;
+      reported[w] = true;
+      StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
+      on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
+              (reason.ok()
+                   ? *reason
+                   : "(what it reported cannot be read: " + reason.status().to_string() + ")"));
+    }
     for (std::size_t w = 0; w < n; ++w) {
       // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
       // judged: one that never comes is left to the barriers' runner.collective_timeout_s.

@@ -10,22 +10,33 @@
 // a loss was seen only at the next barrier, runner.collective_timeout_s later (5 minutes by
 // default) — in the async and geo modes, only at the job's end.
 //
+// A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
+// says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
+// kFailureTable. Every other trainer's next beat sees the flag and reports the trainer lost with
+// its reason ("trainer 1 of 2 failed: ..."), within one beat, not runner.peer_timeout_s or
+// runner.collective_timeout_s later; the failed trainer waits for those beats
+// (wait_until_failure_seen, at most runner.peer_timeout_s) and ends.
+//
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
 // after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken).
 //
-// The table: {beats of trainer 0 .. T-1, finished flags of trainer 0 .. T-1}, zeroed by
-// reset() at the job's start (trainer 0, before any trainer's watch starts).
+// The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts):
+//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
+//   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
+//                  character's boundary), 3 bytes a float.
 //
 // Thread-safety: construct, finish() and destroy from one thread; lost() from any.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/error.hpp"
 #include "common/status.hpp"
 #include "common/thread_annotations.hpp"
 
@@ -40,12 +51,41 @@ struct PsPeerWatchOptions {
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
 };
 
+// Thrown by a trainer told that another trainer of its job failed (at a meeting, by what that
+// trainer marked): it does not tell the others in turn (PsTrainer::tell_failure).
+class PeerFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+// Who reads a failure's mark (PsPeerWatch::mark_failed).
+enum class FailureNotice {
+  kAtMeeting,  // only the trainers that read it after the meeting they wait at with this one
+  kToWatches,  // every other trainer's watch too, at its next beat
+};
+
 class PsPeerWatch {
  public:
   static constexpr const char* kAliveTable = "ps_alive";
+  static constexpr const char* kFailureTable = "ps_failures";
+  // The longest text of kFailureTable, in bytes.
+  static constexpr std::size_t kReasonBytes = 513;
 
-  // Zeroes kAliveTable for a job of `trainers` (whatever an earlier job on these servers left).
+  // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
+  // servers left).
   static Status reset(table::server::RemoteHostTier& servers, int trainers);
+  // Trainer `trainer_id` of `trainers` failed for good with `reason` (once a job): failure_of
+  // reads it; with FailureNotice::kToWatches every other trainer's watch also reports it at its
+  // next beat (and ends its process exit_grace_s later, as for a lost trainer). Needs no watch
+  // running.
+  static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
+                            const std::string& reason, FailureNotice notice);
+  // What trainer `trainer_id` reported as it failed ("" while it did not).
+  static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
+                                          int trainers);
+  // `reason` as kFailureTable holds it: cut to kReasonBytes at a UTF-8 character's boundary,
+  // ending in "..." when cut. For the tests.
+  static std::string stored_reason(const std::string& reason);
 
   // Starts beating and watching. `on_lost` (may be empty) is called once, on a watch thread,
   // with the first loss's reason. `servers` must outlive the watch.
@@ -61,6 +101,11 @@ class PsPeerWatch {
   Status finish();
   // The first loss seen ("" while none). Cheap while there is none.
   std::string lost() const;
+  // After mark_failed for this trainer: waits until every other trainer still in the job (not
+  // finished, not failed, beating) has beaten since the mark, so its watch saw it; at most
+  // `timeout_s`, and not past `*stop` (may be null) turning true. An error when the first server
+  // does not answer.
+  Status wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop);
 
  private:
   void beat_loop();

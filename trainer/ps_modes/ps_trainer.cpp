@@ -3,13 +3,18 @@
 #include "trainer/ps_modes/ps_trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <sstream>
+#include <string_view>
+#include <thread>
 
 #include "common/error.hpp"
+#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -44,9 +49,18 @@ using table::server::RemoteHostTier;
 // with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
 constexpr float kRestartOutcome = 2.0f;
-// The sync mode's job id (MergedPushes::join_job), drawn by trainer 0 at the job's start: 4
-// floats of 16 bits each (exact in a float).
-constexpr const char* kJobIdTable = "ps_sync_job";
+// The job's id, drawn by trainer 0 at the job's start: 4 floats of 16 bits each (exact in a
+// float). A sync job's (MergedPushes::join_job), or the token an async or geo job that recovers
+// from saves writes into its save folder (check_shared_saves).
+// Its wire name stays the sync job's ("ps_sync_job"): a server that served a job of an earlier
+// build keeps that table, and a new name would take one more of its kMaxDenseTables.
+constexpr const char* kJobTokenTable = "ps_sync_job";
+// Both in kJobDenseTables (ps_trainer_state.hpp), which counts them against kMaxDenseTables.
+static_assert(std::string_view(kJobDenseTables[9]) == kOutcomeTable &&
+              std::string_view(kJobDenseTables[10]) == kJobTokenTable);
+// The token's file in runner.model_save_path while the job starts (hidden: a data folder skips
+// it as it skips every hidden entry).
+constexpr const char* kJobTokenFile = ".gpubox_job_token";
 
 std::vector<float> job_id_to_floats(uint64_t job) {
   std::vector<float> out(4);
@@ -62,6 +76,17 @@ uint64_t job_id_from_floats(const std::vector<float>& values) {
     job |= static_cast<uint64_t>(std::lround(values[i]) & 0xffff) << (16 * i);
   }
   return job;
+}
+
+// What `failed` tells a user (user_message).
+std::string message_of(const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    return user_message(e);
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
 }
 
 uint64_t draw_job_id() {
@@ -127,7 +152,8 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             nullptr,
-            nullptr});
+            nullptr,
+            false});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   make_workers();
@@ -160,6 +186,7 @@ void PsTrainer::start_job() {
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
   restarts_found_.clear();
+  s.failure_marked = false;  // the job's tables are reset below
   // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
   // these servers (another model, another trainer count) left there; nobody reads them before.
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
@@ -186,7 +213,7 @@ void PsTrainer::start_job() {
         throw_if_error(reset_restart_votes());
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
-          throw_if_error(s.servers->dense(DenseAction::kWrite, kJobIdTable, &job)
+          throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
                              .with_context("writing the sync job's id"));
         }
       },
@@ -195,7 +222,7 @@ void PsTrainer::start_job() {
   // summed by the servers before one update (MergedPushes::join_job).
   if (sums_steps) {
     std::vector<float> job(4, 0.0f);
-    throw_if_error(s.servers->dense(DenseAction::kRead, kJobIdTable, &job)
+    throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
                        .with_context("reading the sync job's id"));
     s.pushes->join_job(job_id_from_floats(job), env_.trainer_id, env_.trainers);
   }
@@ -204,6 +231,90 @@ void PsTrainer::start_job() {
     worker->sync_dense(0.0f);
   }
   s.batches_seen.assign(static_cast<std::size_t>(env_.trainers), 0.0f);
+}
+
+void PsTrainer::agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) {
+  (void)resume;  // load() checks that every trainer loads the same save
+  (void)origin;
+  const RunnerConfig& runner = config_.runner;
+  // A recovery from a server restart reloads trainer 0's saves on every trainer (recover).
+  const bool recovers = repairs_together() && runner.resume != ResumeMode::kOff &&
+                        !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
+  if (recovers) check_shared_saves();
+}
+
+void PsTrainer::check_shared_saves() {
+  State& s = *state_;
+  const std::string& folder = config_.runner.model_save_path;
+  const std::string file = (std::filesystem::path(folder) / kJobTokenFile).string();
+  struct RemoveToken {  // trainer 0's, once every trainer read it (or failed to)
+    const std::string& file;
+    const bool writer;
+    ~RemoveToken() {
+      std::error_code ignored;
+      if (writer) std::filesystem::remove(file, ignored);
+    }
+  } remove{file, env_.trainer_id == 0};
+  on_trainer_zero(
+      [&] {
+        const uint64_t token = draw_job_id();
+        std::ofstream out(file);
+        out << token << "\n";
+        // A full or over-quota network mount reports it at the close (ENOSPC, EDQUOT).
+        out.close();
+        GPUBOX_EXPECTS(!out.fail(), "cannot write the job's token into ", file,
+                       " (runner.model_save_path: the folder missing, not writable, full or over "
+                       "its quota?)");
+        std::vector<float> job = job_id_to_floats(token);
+        throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
+                           .with_context("writing the job's token"));
+      },
+      "ps/save_folder", "to write a token into runner.model_save_path");
+  // A trainer that does not see the token meets the others before it fails, its reason marked,
+  // so that they stop at that meeting naming it.
+  std::exception_ptr failed;
+  if (env_.trainer_id != 0) {
+    try {
+      std::vector<float> job(4, 0.0f);
+      throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
+                         .with_context("reading the job's token"));
+      // A network mount may show trainer 0's new file a moment late (attribute caching): a few
+      // reads over about 2 s before it counts as missing.
+      uint64_t seen = 0;
+      bool read = false;
+      for (int attempt = 0; attempt < 8; ++attempt) {
+        read = static_cast<bool>(std::ifstream(file) >> seen);
+        if (read && seen == job_id_from_floats(job)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+      GPUBOX_EXPECTS(
+          read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ",
+          env_.trainers, ": runner.model_save_path '", folder,
+          "' does not hold the token trainer 0 wrote there as the job started (", file,
+          read ? " holds another job's" : " cannot be read", "): the trainers of an ",
+          name_of(config::kSyncModeNames, config_.runner.sync_mode),
+          " job with runner.resume must share that folder (a shared mount at the same path), "
+          "since a recovery from a server restart reloads trainer 0's saves on every trainer "
+          "(with runner.resume off, the job stops at a server restart instead)");
+    } catch (const std::exception&) {
+      failed = std::current_exception();
+      s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
+                                                  message_of(failed), FailureNotice::kAtMeeting)
+                             .ok();
+    }
+  }
+  const std::string what = "once every trainer read the token in runner.model_save_path";
+  meet("ps/save_folder_seen", what);
+  if (failed) std::rethrow_exception(failed);
+  for (int w = 1; w < env_.trainers; ++w) {
+    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, w, env_.trainers);
+    throw_if_error(reported.status());
+    if (reported->empty()) continue;
+    throw PeerFailed("trainer " + std::to_string(env_.trainer_id) + " of " +
+                     std::to_string(env_.trainers) + ", meeting the others " + what + ": trainer " +
+                     std::to_string(w) + " failed, so the job stops; trainer " + std::to_string(w) +
+                     " reported: " + *reported);
+  }
 }
 
 PsTrainer::~PsTrainer() = default;
@@ -225,16 +336,53 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
   const Status met =
       state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
   if (met.ok()) return;
-  // A barrier is not retried: its wait ran out (the server's answer, or no reply before the
-  // client's deadline), or the first server, which holds it, was lost or restarted meanwhile.
-  const bool waited_out = met.code() == Status::Code::kDeadlineExceeded ||
-                          met.message().find("no reply before the deadline") != std::string::npos;
-  const std::string cause =
-      waited_out ? "a trainer died or is stuck"
-                 : "the first server, which holds the barrier, was lost or restarted";
+  // A barrier is not retried (barrier_failure_cause says why it failed).
   throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
                                   ": waiting for all " + std::to_string(env_.trainers) +
-                                  " trainers " + what + " (" + limit.str() + "): " + cause));
+                                  " trainers " + what + " (" + limit.str() +
+                                  "): " + barrier_failure_cause(met)));
+}
+
+void PsTrainer::tell_failure(const std::exception& error) noexcept {
+  State& s = *state_;
+  if (env_.trainers == 1) return;
+  try {
+    const std::string reason = user_message(error);
+    // Logged before anything that can wait (or be ended by a watch's forced exit).
+    GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " of " << env_.trainers
+                        << " failed: " << reason;
+    // A trainer that was told of another's failure (PeerFailed, or by its watch), or lost a
+    // trainer or server, does not tell: every trainer hears of those on its own (and the first
+    // server may not answer). Nor one that marked its failure already (at a meeting).
+    const bool told_of_peer = dynamic_cast<const PeerFailed*>(&error) != nullptr ||
+                              (s.watch != nullptr && !s.watch->lost().empty());
+    if (told_of_peer || s.failure_marked) return;
+    // A short look first, so that an unreachable first server costs no call deadline.
+    const double look_s = std::clamp(config_.runner.peer_timeout_s / 5, 0.2, 2.0);
+    bool heard = false;
+    const Status reachable = s.servers->ping(0, look_s, &heard);
+    if (!heard) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " cannot tell the other trainers "
+                          << "of its failure (they find it lost by its heartbeat): the first "
+                          << "server does not answer: " << reachable.to_string();
+      return;
+    }
+    s.failure_marked = true;
+    Status told = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers, reason,
+                                           FailureNotice::kToWatches);
+    // Every other trainer's watch sees the mark at its next beat; this trainer's keeps beating
+    // meanwhile (at most runner.peer_timeout_s: past it, the others find it lost anyway).
+    if (told.ok() && s.watch != nullptr) {
+      told = s.watch->wait_until_failure_seen(config_.runner.peer_timeout_s, s.hooks.stop_flag);
+    }
+    if (!told.ok()) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " could not tell the other trainers "
+                          << "of its failure (they find it lost by its heartbeat): "
+                          << told.to_string();
+    }
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "telling the other trainers of this trainer's failure: " << e.what();
+  }
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
@@ -266,6 +414,12 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       }
       const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
       if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
+      // The others stop at the barrier below naming what failed (read from the mark).
+      if (failed && !restarted) {
+        s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
+                                                    message_of(failed), FailureNotice::kAtMeeting)
+                               .ok();
+      }
     }
   }
   if (failed) {
@@ -275,7 +429,7 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     if (!first_restarted) {
       try {
         meet(name, what);
-      } catch (const Error&) {
+      } catch (const std::exception&) {
       }
     }
     std::rethrow_exception(failed);
@@ -289,8 +443,13 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
     GPUBOX_FAIL("trainer 0 found a server restart ", what);
   }
-  GPUBOX_EXPECTS(outcome[0] == 1.0f, "trainer 0 failed ", what,
-                 " (its log, log/workerlog.0 under scripts/launch.sh, names why)");
+  if (outcome[0] != 1.0f) {
+    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, 0, env_.trainers);
+    const bool told = reported.ok() && !reported->empty();
+    throw PeerFailed("trainer 0 failed " + what +
+                     (told ? "; trainer 0 reported: " + *reported
+                           : " (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
+  }
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
                  std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,
                  ": every trainer must see the same saves (a folder they share) and "

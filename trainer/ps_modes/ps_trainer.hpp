@@ -90,7 +90,12 @@
 // so every trainer comes to the pass's vote without waiting out runner.collective_timeout_s; the
 // job's next start draws a new sync job id, under which no part of the failed step counts (the
 // gpubox mode's own recovery is in trainer/engine). A server that was down when a call failed (no
-// restart seen), and any other error, fail the pass as before.
+// restart seen), and any other error, fail the pass as before. Such a job (runner.resume, a save
+// folder) checks as it starts that every trainer sees trainer 0's runner.model_save_path.
+//
+// A trainer of several that fails for good (tell_failure, from the epoch loop) tells the others
+// with its heartbeat: their watches report it failed, with what it reported, at their next beat,
+// and they stop as for a lost trainer (ps_peer_watch.hpp).
 //
 // Ctrl-C from Python (StepHooks::stop_flag) stops a pass between two steps, every trainer of
 // the job in the same pass, the pass unsaved and the servers holding every applied update
@@ -181,6 +186,16 @@ class PsTrainer final : public Schedule {
   // reloaded; nullopt for any other error. Throws naming the server when the restart cannot be
   // repaired in the run (no save, runner.resume off, the run's recoveries spent).
   std::optional<int64_t> recover(const Error& error, int64_t pass) override;
+  // Several trainers of a job that recovers from saves (runner.resume, a save
+  // folder): every trainer must see trainer 0's saves at runner.model_save_path. Trainer 0
+  // writes a token there before a meeting, the others read it after it; one that does not see it
+  // fails naming the folder, after that meeting (where the others stop, naming it).
+  void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
+  // This trainer's run failed with `error`: logged, and marked for the other trainers' watches
+  // (PsPeerWatch::mark_failed), which then report it failed naming `error`; waits at most
+  // runner.peer_timeout_s for them to see it. Not by a trainer that was told of another's failure
+  // or lost a peer (its watch's lost()), nor twice a job.
+  void tell_failure(const std::exception& error) noexcept override;
   // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
   // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
   // found (recover() then goes back with all of them). One barrier an evaluation.
@@ -197,6 +212,8 @@ class PsTrainer final : public Schedule {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
+  // agree_on_start's check: trainer 0's token in runner.model_save_path seen by every trainer.
+  void check_shared_saves();
   // Recovery from a server restart (ps_trainer_recovery.cpp). Whether the trainers of this job
   // go back to the last save together (several trainers, in every mode; see the file comment).
   bool repairs_together() const;

@@ -26,21 +26,9 @@ using table::server::DenseAction;
 // (start_job zeroes it, and a trainer votes at most once before the job starts again after the
 // restart).
 constexpr const char* kRestartVotesTable = "ps_restart_votes";
-// What trainer 0 tells the others once every trainer met to go back: {kGoesBack, or why it
-// refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
+// What trainer 0 tells the others once every trainer met to go back: {SaveLineage::encode of
+// kNone, or of why it refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
 constexpr const char* kRecoveryTable = "ps_recovery";
-constexpr float kGoesBack = 1.0f;
-constexpr float kRefusedResumeOff = 2.0f;  // runner.resume: off
-constexpr float kRefusedNoSave = 3.0f;     // no save made or loaded yet
-constexpr float kRefusedSpent = 4.0f;      // the run's recoveries spent
-constexpr float kRefused = 0.0f;           // another failure
-
-std::string refusal(float told) {
-  if (told == kRefusedResumeOff) return "runner.resume is off";
-  if (told == kRefusedNoSave) return "this run made or loaded no save yet";
-  if (told == kRefusedSpent) return "the servers restarted too often in this run";
-  return "trainer 0's log, log/workerlog.0 under scripts/launch.sh, names why";
-}
 
 // How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
 // the barriers a trainer may have waited out before it found the restart itself (the pass's vote
@@ -206,16 +194,13 @@ SaveLineage::Recovery PsTrainer::choose_save(const std::string& what, int64_t pa
                                              std::exception_ptr* failed) {
   State& s = *state_;
   SaveLineage::Recovery recovery;
-  float outcome = kGoesBack;
+  float outcome = SaveLineage::encode(SaveLineage::Refusal::kNone);
   try {
     recovery = s.lineage->go_back(what, *s.servers, SaveLineage::OpenPass::kRetried, pass);
   } catch (...) {
     *failed = std::current_exception();
     s.servers->accept_restarts();  // the others hear of it through the first server
-    outcome = config_.runner.resume == ResumeMode::kOff ? kRefusedResumeOff
-              : !s.lineage->has_save()                  ? kRefusedNoSave
-              : s.lineage->recoveries_spent()           ? kRefusedSpent
-                                                        : kRefused;
+    outcome = SaveLineage::encode(s.lineage->refusal());
   }
   std::vector<float> told = {outcome, static_cast<float>(recovery.run_pass)};
   const Status written = s.servers->dense(DenseAction::kWrite, kRecoveryTable, &told);
@@ -228,9 +213,12 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   std::vector<float> told(2, 0.0f);
   throw_if_error(s.servers->dense(DenseAction::kRead, kRecoveryTable, &told)
                      .with_context("reading the save trainer 0 goes back to"));
-  GPUBOX_EXPECTS(told[0] == kGoesBack, "pass ", pass, ": ", what,
-                 "; trainer 0 cannot go back to a save (", refusal(told[0]),
-                 "), so the job stops; ", s.lineage->rerun_outcome(false));
+  const SaveLineage::Refusal why = SaveLineage::decode(told[0]);
+  if (why != SaveLineage::Refusal::kNone) {
+    GPUBOX_FAIL("pass ", pass, ": ", what, "; trainer 0 cannot go back to a save (",
+                SaveLineage::describe(why, "log/workerlog.0 under scripts/launch.sh"),
+                "), so the job stops; ", s.lineage->rerun_outcome(false));
+  }
   SaveLineage::Recovery recovery;
   recovery.run_pass = std::lround(told[1]);
   recovery.dir = s.lineage->save_dir_of(recovery.run_pass);
@@ -284,7 +272,7 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   if (failed) {
     try {
       meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
-    } catch (const Error&) {
+    } catch (const std::exception&) {
     }
     std::rethrow_exception(failed);
   }

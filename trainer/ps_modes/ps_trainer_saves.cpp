@@ -21,8 +21,9 @@ using table::server::DenseAction;
 void PsTrainer::save(const std::string& dir) {
   // Every trainer's updates are on the servers before they save, and none lands until the save
   // is written.
-  const std::string pass = std::to_string(pass_id_);
-  meet("ps/save/" + pass, "to end pass " + pass + " before the save " + dir);
+  const std::string pass = std::to_string(pass_id_);  // the passes done: the save's pass + 1
+  meet("ps/save/" + pass,
+       "to end pass " + std::to_string(pass_id_ - 1) + " before the save " + dir);
   on_trainer_zero([&] { write_save(dir); }, "ps/saved/" + pass, "to write the save " + dir);
 }
 

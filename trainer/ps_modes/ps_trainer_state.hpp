@@ -3,14 +3,18 @@
 // public interface.
 #pragma once
 
+#include <iterator>
 #include <memory>
 #include <vector>
 
 #include "dataset/pass_data_cache.hpp"
 #include "heterps/device/card.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/merged_pushes.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
+#include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -31,6 +35,26 @@ inline bool first_server_restarted(const table::server::RemoteHostTier& servers)
   return false;
 }
 
+// Every dense table a PS job keeps on the servers, all on server 0 (it holds every dense table),
+// which holds at most kMaxDenseTables of them: a new table goes into this list, and past the
+// limit a job would be refused its last one. ps_trainer.cpp's kOutcomeTable and kJobTokenTable,
+// ps_trainer_recovery.cpp's kRestartVotesTable and kRecoveryTable are named by their text.
+inline constexpr const char* kJobDenseTables[] = {kDenseTableName,
+                                                  kGradientTableNames[0],
+                                                  kGradientTableNames[1],
+                                                  kProgressTable,
+                                                  kBatchesTable,
+                                                  kSteadyLossTable,
+                                                  kStopTable,
+                                                  PsPeerWatch::kAliveTable,
+                                                  PsPeerWatch::kFailureTable,
+                                                  "ps_outcome",
+                                                  "ps_sync_job",
+                                                  "ps_restart_votes",
+                                                  "ps_recovery"};
+static_assert(std::size(kJobDenseTables) <= table::server::kMaxDenseTables,
+              "a PS job's dense tables must fit on server 0 (kMaxDenseTables)");
+
 struct PsTrainer::State {
   device::CardSet cards;
   std::unique_ptr<table::server::RemoteHostTier> servers;
@@ -42,6 +66,7 @@ struct PsTrainer::State {
   StepHooks hooks;                  // set_step_hooks: the stop flag and the progress callback
   std::unique_ptr<dataset::PassDataCache> pass_cache;  // runner.pass_cache_mb; null when off
   std::unique_ptr<MergedPushes> pushes;  // sync: the threads' pushes of a step merged per key
+  bool failure_marked = false;  // this trainer's failure is marked for the job (PsPeerWatch)
 };
 
 }  // namespace gpubox::trainer::ps_modes

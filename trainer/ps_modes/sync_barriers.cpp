@@ -26,14 +26,13 @@ std::size_t table_size(int trainers) {
   return (1 + kMarkSlots) * static_cast<std::size_t>(trainers);
 }
 
-// A barrier's wait ran out (the server's answer, or no reply before the client's deadline), as
-// PsTrainer::meet tells it; else the first server, which holds it, was lost or restarted.
-bool waited_out(const Status& waited) {
-  return waited.code() == Status::Code::kDeadlineExceeded ||
-         waited.message().find("no reply before the deadline") != std::string::npos;
-}
-
 }  // namespace
+
+const char* barrier_failure_cause(const Status& waited) {
+  return waited.code() == Status::Code::kDeadlineExceeded
+             ? "a trainer died or is stuck"
+             : "the first server, which holds the barrier, was lost or restarted";
+}
 
 SyncBarriers::SyncBarriers(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                            int64_t pass, double timeout_s)
@@ -89,10 +88,9 @@ void SyncBarriers::arrive(const std::string& what) {
 }
 
 void SyncBarriers::fail_wait(const std::string& what, const Status& waited) {
-  if (!waited_out(waited)) {
+  if (waited.code() != Status::Code::kDeadlineExceeded) {
     GPUBOX_FAIL("sync mode, pass ", pass_, ", ", what, ": waiting for all ", trainers_,
-                " trainers: the first server, which holds the barrier, was lost or restarted; ",
-                waited.to_string());
+                " trainers: ", barrier_failure_cause(waited), "; ", waited.to_string());
   }
   std::vector<float> progress(table_size(trainers_), 0.0f);
   std::string missing;
@@ -106,8 +104,8 @@ void SyncBarriers::fail_wait(const std::string& what, const Status& waited) {
   }
   GPUBOX_FAIL("sync mode, pass ", pass_, ", ", what, ": not every one of the ", trainers_,
               " trainers arrived within runner.collective_timeout_s=", timeout_s_, " s",
-              missing.empty() ? std::string() : " (missing: trainer " + missing + ")",
-              ": a trainer died or is stuck; ", waited.to_string());
+              missing.empty() ? std::string() : " (missing: trainer " + missing + ")", ": ",
+              barrier_failure_cause(waited), "; ", waited.to_string());
 }
 
 void SyncBarriers::hold() {
@@ -140,10 +138,7 @@ void SyncBarriers::hold() {
   const Status met = servers_.barrier(name(n), static_cast<uint32_t>(trainers_), timeout_s_);
   if (!met.ok()) {
     GPUBOX_LOG(WARNING) << at << ": waiting for the others there failed ("
-                        << (waited_out(met) ? "a trainer died or is stuck"
-                                            : "the first server, which holds the barrier, was "
-                                              "lost or restarted")
-                        << "): " << met.to_string();
+                        << barrier_failure_cause(met) << "): " << met.to_string();
   }
 }
 

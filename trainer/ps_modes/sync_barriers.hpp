@@ -96,4 +96,9 @@ class SyncBarriers {
   std::vector<float> held_;
 };
 
+// Why a barrier on the first server failed, in words: its wait ran out (DeadlineExceeded: the
+// server's answer, or no reply before the client's deadline), so a trainer died or is stuck; else
+// the first server, which holds it, was lost or restarted.
+const char* barrier_failure_cause(const Status& waited);
+
 }  // namespace gpubox::trainer::ps_modes

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -359,9 +360,11 @@ RunPlan plan_run(const RunnerConfig& runner) {
   return plan;
 }
 
-std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
-                                   const std::string& start_from, bool loaded,
-                                   const RunHooks& hooks) {
+namespace {
+
+std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& config,
+                                       const std::string& start_from, bool loaded,
+                                       const RunHooks& hooks) {
   const RunnerConfig& runner = config.runner;
   const RunPlan plan = plan_run(runner);
   check_test_data(config, plan.test_files);
@@ -409,6 +412,19 @@ std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& conf
                            "--exit_when_job_ends keeps running)";
   }
   return reports;
+}
+
+}  // namespace
+
+std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
+                                   const std::string& start_from, bool loaded,
+                                   const RunHooks& hooks) {
+  try {
+    return run_all_epochs(schedule, config, start_from, loaded, hooks);
+  } catch (const std::exception& e) {
+    schedule.tell_failure(e);  // the other trainers stop, naming it
+    throw;
+  }
 }
 
 }  // namespace gpubox::trainer

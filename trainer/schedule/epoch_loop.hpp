@@ -59,7 +59,8 @@ RunPlan plan_run(const RunnerConfig& runner);
 // config's start) unless a resume finds a save of this run. `loaded`: a model was loaded before
 // (runner.model_init_path is then not needed). Returns the reports of the passes it trained
 // (fewer than scheduled when hooks.stop_requested or hooks.steps.stop_flag stopped it: the servers
-// are then not told that the job ended).
+// are then not told that the job ended). A failure goes to the schedule's tell_failure before it
+// is thrown on.
 std::vector<PassReport> run_epochs(Schedule& schedule, const TrainerConfig& config,
                                    const std::string& start_from, bool loaded,
                                    const RunHooks& hooks = {});

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -157,6 +158,11 @@ class Schedule {
   virtual void agree_after_evaluation(int64_t pass) { (void)pass; }
   virtual void save(const std::string& dir) = 0;
   virtual void load(const std::string& dir) = 0;
+
+  // The run fails on this trainer with `error` (run_epochs, before it throws it on): a schedule
+  // of several trainers tells the others, so that they stop naming it rather than at their
+  // timeout. Never throws. Default: nothing to tell.
+  virtual void tell_failure(const std::exception& error) noexcept { (void)error; }
 
   // `error` stopped pass `pass`: the pass to train again from when the schedule repaired the
   // cause (a server restarted between passes: the last save reloaded), else nullopt (the loop

@@ -225,8 +225,11 @@ TEST(Server, BarrierReleasesAllPartiesTogether) {
   auto b = connect_client(client_options(server->endpoint()));
   ASSERT_TRUE(a && b);
   Status st = a->barrier("lonely", 2, 0.2);
-  EXPECT_FALSE(st.ok());
+  // Its wait ran out: DeadlineExceeded (a trainer tells it from a lost server, Unavailable, by
+  // code: PsTrainer::meet).
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
   EXPECT_NE(st.message().find("BARRIER"), std::string::npos) << st.to_string();
+  EXPECT_NE(st.message().find("no reply before the deadline"), std::string::npos) << st.to_string();
   // The lonely party's wait ends on the server too once its client gave up (its connection
   // closed). The disagreeing party comes once the first waits (the server counts it), and is
   // refused without counting: a second party of two then releases the first.

@@ -152,9 +152,10 @@ TEST(Transport, AnAttemptCutByTheDeadlineDoesNotHideWhyTheCallRetried) {
   EXPECT_NE(st.message().find("last error: Aborted: server busy: in-flight budget; retry"),
             std::string::npos)
       << st.to_string();
-  EXPECT_NE(st.message().find("(then the deadline cut an attempt: Unavailable: no reply before "
-                              "the deadline)"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("(then the deadline cut an attempt: DeadlineExceeded: no reply before "
+                        "the deadline)"),
+      std::string::npos)
       << st.to_string();
 }
 
