@@ -9,7 +9,9 @@
 //    Where the cards have bf16 GEMMs, the same square product in bf16 (fp32 accumulation)
 //    through the layers' GEMM path (LinearGemms): the bf16 peak of this run.
 // 2. The config_gpubox.yaml model (26 slots x (1 + 8) + 13 dense -> 512-256-128-32-1, dnn, no
-//    cvm) doing forward + backward (dense gradients and sparse push records) on a synthetic batch
+//    cvm), or with --config the network a trainer config builds (a PaddleRec folder's
+//    config.yaml: its network, widths and precision; --precision still applies), doing
+//    forward + backward (dense gradients and sparse push records) on a synthetic batch
 //    of B instances per card, one key per slot, every card at once: examples/s of all cards.
 //    --precision picks hyper_parameters.dense_precision (bf16 falls back to fp32, and says so,
 //    where the cards have no bf16 GEMMs).
@@ -28,6 +30,7 @@
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/bench/bench_command.hpp"
+#include "trainer/config/config_loader.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/linear_gemms.hpp"
@@ -70,9 +73,34 @@ struct CardState {
   device::device_buffer<uint32_t> offsets;
 };
 
+// The model to time: config_gpubox.yaml's default dnn, or the dense model that --config PATH
+// (as gpubox_train reads it, no overrides) builds; --precision picks its precision either way.
+DenseModelConfig bench_model_config(const BenchArgs& args) {
+  DenseModelConfig config;
+  const std::string path = args.get("config", "");
+  if (!path.empty()) {
+    auto loaded = trainer::load_trainer_config(path);
+    GPUBOX_EXPECTS(loaded.ok(), "--config ", path, ": ", loaded.status().to_string());
+    config = loaded->dense_model_config();
+  }
+  const std::string precision_name = args.get("precision", "fp32");
+  GPUBOX_EXPECTS(precision_name == "fp32" || precision_name == "bf16",
+                 "--precision is fp32 or bf16, got ", precision_name);
+  config.precision =
+      precision_name == "bf16" ? trainer::DensePrecision::kBf16 : trainer::DensePrecision::kFp32;
+  return config;
+}
+
+// "dnn 26 slots x 9 + 13 dense", the network's name first.
+std::string model_line(const DenseModelConfig& config) {
+  return std::string(name_of(trainer::kModelKindNames, config.kind)) + " " +
+         std::to_string(config.slots) + " slots x " + std::to_string(1 + config.mf_dim) + " + " +
+         std::to_string(config.dense_dim) + " dense";
+}
+
 int run_dense(const BenchArgs& args) {
   args.expect_only(
-      {"batch", "precision", "cards", "threads", "seconds", "repeats", "gemm-n", "json"});
+      {"batch", "precision", "cards", "threads", "seconds", "repeats", "gemm-n", "config", "json"});
   const int64_t batch = args.get_int("batch", 512);
   const int num_cards = static_cast<int>(args.get_int("cards", 1));
   const int threads = static_cast<int>(args.get_int("threads", 0));
@@ -81,12 +109,8 @@ int run_dense(const BenchArgs& args) {
   const int64_t gemm_n = args.get_int("gemm-n", 1024);
   const bool json = args.has("json");
   const std::string precision_name = args.get("precision", "fp32");
-  DenseModelConfig config;  // the config_gpubox.yaml model
-  if (precision_name == "bf16") {
-    config.precision = trainer::DensePrecision::kBf16;
-  } else {
-    GPUBOX_EXPECTS(precision_name == "fp32", "--precision is fp32 or bf16, got ", precision_name);
-  }
+  const DenseModelConfig config = bench_model_config(args);
+  const std::string model = model_line(config);
   GPUBOX_EXPECTS(batch >= 1 && num_cards >= 1 && repeats >= 1 && gemm_n >= 1,
                  "--batch, --cards, --repeats and --gemm-n must be positive");
 
@@ -203,7 +227,7 @@ int run_dense(const BenchArgs& args) {
         "\"gemm_n\": %lld, "
         "\"sgemm_gflops\": %.2f, \"sgemm_gflops_min\": %.2f, \"sgemm_gflops_max\": %.2f, "
         "\"bf16_gemm_gflops\": %.2f, "
-        "\"model\": \"%d slots x %d + %d dense -> 512-256-128-32-1\", "
+        "\"model\": \"%s\", "
         "\"flops_per_example\": %.0f, \"flop_limit_examples_per_sec\": %.1f, "
         "\"examples_per_sec\": %.1f, \"examples_per_sec_min\": %.1f, "
         "\"examples_per_sec_max\": %.1f, \"fraction_of_limit\": %.4f}\n",
@@ -211,8 +235,8 @@ int run_dense(const BenchArgs& args) {
         static_cast<long long>(batch), num_cards, threads_per_card, device::hardware_threads(),
         wait_policy.c_str(), static_cast<long long>(gemm_n), gflops_median,
         *std::min_element(gflops.begin(), gflops.end()),
-        *std::max_element(gflops.begin(), gflops.end()), bf16_median, config.slots,
-        1 + config.mf_dim, config.dense_dim, flops_per_example, limit, examples_median,
+        *std::max_element(gflops.begin(), gflops.end()), bf16_median, model.c_str(),
+        flops_per_example, limit, examples_median,
         *std::min_element(examples.begin(), examples.end()),
         *std::max_element(examples.begin(), examples.end()), examples_median / limit);
   } else {
@@ -232,8 +256,7 @@ int run_dense(const BenchArgs& args) {
                   static_cast<long long>(gemm_n), static_cast<long long>(gemm_n),
                   static_cast<long long>(gemm_n), bf16_median);
     }
-    std::printf("  model %d slots x %d + %d dense -> 512-256-128-32-1: %.0f FLOPs/example\n",
-                config.slots, 1 + config.mf_dim, config.dense_dim, flops_per_example);
+    std::printf("  model %s: %.0f FLOPs/example\n", model.c_str(), flops_per_example);
     std::printf("  forward+backward, batch %lld per card: %.1f examples/s (min %.1f, max %.1f)\n",
                 static_cast<long long>(batch), examples_median,
                 *std::min_element(examples.begin(), examples.end()),
@@ -246,9 +269,9 @@ int run_dense(const BenchArgs& args) {
 
 GPUBOX_BENCH_COMMAND("dense",
                      "--batch B [--precision fp32|bf16] [--cards N] [--threads T] [--seconds S] "
-                     "[--repeats R] "
-                     "[--gemm-n N] [--json]: dense model forward+backward examples/s vs the "
-                     "sgemm FLOP limit",
+                     "[--repeats R] [--gemm-n N] [--config PATH] [--json]: dense model "
+                     "forward+backward examples/s vs the sgemm FLOP limit (--config: the network "
+                     "a trainer config builds)",
                      run_dense);
 
 }  // namespace

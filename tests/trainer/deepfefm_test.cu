@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "heterps/device/card.hpp"
@@ -95,6 +96,23 @@ TEST_P(DeepFefmTest, PredictionsAndGradientsMatchAFloat64Reference) {
       card_, model, cfg.use_cvm ? 61 : 62,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, p, rec); });
+}
+
+// The pair products' chunks of 8 columns: k = 11 (a whole chunk and a tail of 3), and the
+// fewest fields, 2 (one pair).
+TEST_P(DeepFefmTest, WideFactorsAndTwoFieldsMatchAFloat64Reference) {
+  for (const auto& [slots, dense_dim] : {std::pair{2, 1}, std::pair{1, 1}}) {
+    SCOPED_TRACE(std::to_string(slots) + " slots, " + std::to_string(dense_dim) + " dense");
+    DenseModelConfig cfg = config();
+    cfg.slots = slots;
+    cfg.dense_dim = dense_dim;
+    cfg.mf_dim = 11;
+    DenseModel model(card_, cfg);
+    testing::check_batch_sizes(
+        card_, model, cfg.use_cvm ? 63 : 64,
+        [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+            const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, p, rec); });
+  }
 }
 
 TEST_P(DeepFefmTest, ShapesAndFlops) {

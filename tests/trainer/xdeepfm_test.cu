@@ -114,6 +114,21 @@ TEST_P(XdeepfmTest, PredictionsAndGradientsMatchAFloat64Reference) {
   EXPECT_GT(checked, 500u);
 }
 
+// The cpu forms' edges: two fields (one group of FirstFieldGrad's four, half empty), a CIN layer
+// of 37 maps (PrevFieldGrad's chunks of 32 and a tail of 5) and an odd width.
+TEST_P(XdeepfmTest, TwoFieldsAndWideLayersMatchAFloat64Reference) {
+  DenseModelConfig cfg = config();
+  cfg.slots = 1;
+  cfg.dense_dim = 1;
+  cfg.mf_dim = 5;
+  cfg.cin_layer_sizes = {37, 3};
+  DenseModel model(card_, cfg);
+  testing::check_batch_sizes(
+      card_, model, cfg.use_cvm ? 53 : 54,
+      [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
+          const std::vector<double>& rec) { return xdeepfm_logit(cfg, h, i, p, rec); });
+}
+
 TEST_P(XdeepfmTest, ShapesAndFlops) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);

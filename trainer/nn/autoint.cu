@@ -65,9 +65,24 @@ struct BuildDnnInput {
   }
 };
 
+// d[c] = 0 where x[c] is not above 0, for c < n. The select reads and writes d[c] whatever the
+// sign, so that the cpu vectorizes it (a select computed on one side only is a branch per value,
+// mispredicted half the time on a ReLU's signs).
+GPUBOX_HD inline void relu_mask(const float* __restrict__ x, float* __restrict__ d, int n) {
+  for (int c = 0; c < n; ++c) d[c] = x[c] > 0.0f ? d[c] : 0.0f;
+}
+
 struct ReluInPlace {
   float* x;
   GPUBOX_HD void operator()(std::size_t item) const { x[item] = x[item] > 0.0f ? x[item] : 0.0f; }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: the same selects as one loop over the items, which vectorizes (a select per item, no
+  // data-dependent branch).
+  void run_range(std::size_t begin, std::size_t end) const {
+    float* __restrict__ v = x;
+    for (std::size_t i = begin; i < end; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+  }
+#endif
 };
 
 // One layer's shapes: proj rows are [Q | K | V | R], each `cols` wide; heads of `head` columns.
@@ -106,16 +121,23 @@ struct ResidualNorm {
   float* stats;
   float* out;
   LayerShape s;
+  // The selects and the output are loops of their own beside the sums (which keep their order),
+  // so that the cpu vectorizes them rather than branching on each value's sign.
   GPUBOX_HD void operator()(std::size_t item) const {
     const auto r = static_cast<int64_t>(item);
-    const float* rr = proj + r * s.proj + 3 * s.cols;
-    float* yr = y + r * s.cols;
-    float mean = 0.0f;
-    for (int col = 0; col < s.cols; ++col) {
-      const float o = s.residual ? yr[col] + rr[col] : yr[col];
-      yr[col] = o > 0.0f ? o : 0.0f;
-      mean += yr[col];
+    const float* __restrict__ rr = proj + r * s.proj + 3 * s.cols;
+    float* __restrict__ yr = y + r * s.cols;
+    float* __restrict__ outr = out + r * s.cols;
+    if (s.residual) {
+      for (int col = 0; col < s.cols; ++col) {
+        const float o = yr[col] + rr[col];
+        yr[col] = o > 0.0f ? o : 0.0f;
+      }
+    } else {
+      for (int col = 0; col < s.cols; ++col) yr[col] = yr[col] > 0.0f ? yr[col] : 0.0f;
     }
+    float mean = 0.0f;
+    for (int col = 0; col < s.cols; ++col) mean += yr[col];
     mean /= static_cast<float>(s.cols);
     float var = 0.0f;
     for (int col = 0; col < s.cols; ++col) var += (yr[col] - mean) * (yr[col] - mean);
@@ -123,7 +145,7 @@ struct ResidualNorm {
     stats[2 * r] = mean;
     stats[2 * r + 1] = rstd;
     for (int col = 0; col < s.cols; ++col) {
-      out[r * s.cols + col] = gamma[col] * (yr[col] - mean) * rstd + beta[col];
+      outr[col] = gamma[col] * (yr[col] - mean) * rstd + beta[col];
     }
   }
 };
@@ -139,6 +161,18 @@ struct GradTimesXhat {
     const auto r = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
     out[item] = g[item] * (y[item] - stats[2 * r]) * stats[2 * r + 1];
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: a row's statistics read once, its values in one loop that vectorizes.
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, cols, [this](int64_t r, int64_t c0, int64_t c1) {
+      const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+      const float* __restrict__ gr = g + r * cols;
+      const float* __restrict__ yr = y + r * cols;
+      float* __restrict__ outr = out + r * cols;
+      for (int64_t c = c0; c < c1; ++c) outr[c] = gr[c] * (yr[c] - mean) * rstd;
+    });
+  }
+#endif
 };
 
 // Item r = b F + i: dO[r] and dR[r] through the LayerNorm and the ReLUs.
@@ -164,15 +198,16 @@ struct NormBack {
     }
     m1 /= static_cast<float>(s.cols);
     m2 /= static_cast<float>(s.cols);
-    float* dor = d_o + r * s.cols;
-    float* dpr = d_proj + r * s.proj;
-    const float* pr = proj + r * s.proj;
+    float* __restrict__ dor = d_o + r * s.cols;
     for (int c = 0; c < s.cols; ++c) {
       const float xhat = (yr[c] - mean) * rstd;
-      const float dy = rstd * (gr[c] * gamma[c] - m1 - xhat * m2);
-      dor[c] = yr[c] > 0.0f ? dy : 0.0f;
-      if (s.residual) dpr[3 * s.cols + c] = pr[3 * s.cols + c] > 0.0f ? dor[c] : 0.0f;
+      dor[c] = rstd * (gr[c] * gamma[c] - m1 - xhat * m2);
     }
+    relu_mask(yr, dor, s.cols);
+    if (!s.residual) return;
+    float* __restrict__ dpr = d_proj + r * s.proj + 3 * s.cols;
+    for (int c = 0; c < s.cols; ++c) dpr[c] = dor[c];
+    relu_mask(proj + r * s.proj + 3 * s.cols, dpr, s.cols);
   }
 };
 
@@ -192,17 +227,22 @@ struct SoftmaxBackRows {
   }
 };
 
-// Item (r, c), c < 3 A: [dQ | dK | dV][r, c] through the projections' ReLUs.
-struct MaskQkv {
+// Item i of the [rows x proj] projection rows: d_proj[i] through the projection's ReLU. Over
+// every column, R's too: NormBack wrote dR already masked, and masking it again changes nothing;
+// so the items are the flat buffer (no per-item division, a loop the cpu backend vectorizes).
+struct MaskProjections {
   const float* proj;
   float* d_proj;
-  int qkv;  // 3 A
-  int proj_cols;
   GPUBOX_HD void operator()(std::size_t item) const {
-    const auto at = static_cast<int64_t>(item / static_cast<std::size_t>(qkv)) * proj_cols +
-                    static_cast<int64_t>(item % static_cast<std::size_t>(qkv));
-    d_proj[at] = proj[at] > 0.0f ? d_proj[at] : 0.0f;
+    d_proj[item] = proj[item] > 0.0f ? d_proj[item] : 0.0f;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    const float* __restrict__ p = proj;
+    float* __restrict__ d = d_proj;
+    for (std::size_t i = begin; i < end; ++i) d[i] = p[i] > 0.0f ? d[i] : 0.0f;
+  }
+#endif
 };
 
 // One operand of the per-head GEMMs: instance b's head h block starts at
@@ -322,8 +362,7 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
              HeadBlock<float>{dp + cols, proj, f * proj, a});
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kYes, att, Transpose::kNo, d_o,
              HeadBlock<float>{dp + 2 * cols, proj, f * proj, a});
-  device::parallel_for(blas.stream(), items(batch * f, 3 * cols),
-                       MaskQkv{pr, dp, static_cast<int>(3 * cols), s.proj});
+  device::parallel_for(blas.stream(), items(batch * f, proj), MaskProjections{pr, dp});
 }
 
 }  // namespace

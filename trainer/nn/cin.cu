@@ -129,6 +129,31 @@ struct FirstFieldGrad {
     for (int64_t h = 0; h < height; ++h) sum += row[h] * prev.at(b, d, h);
     dx0.at(b, d, f) += sum;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: up to kGroup fields of one row at a time, their sums side by side in the loop over h
+  // (independent chains the core overlaps, each in operator()'s order; one chain alone waits on
+  // every addition), X^k's row read once for the group.
+  static constexpr int kGroup = 4;
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, fields, [this](int64_t r, int64_t f0, int64_t f1) {
+      const int64_t b = r / width, d = r % width;
+      const float* __restrict__ in = &prev.at(b, d, 0);
+      for (int64_t f = f0; f < f1; f += kGroup) {
+        const int64_t n = f1 - f < kGroup ? f1 - f : kGroup;
+        // A short group's missing lanes repeat its last row (summed, not stored).
+        const float* lanes[kGroup];
+        for (int64_t g = 0; g < kGroup; ++g) {
+          lanes[g] = dz + (r * fields + f + (g < n ? g : n - 1)) * height;
+        }
+        float sum[kGroup] = {};
+        for (int64_t h = 0; h < height; ++h) {
+          for (int64_t g = 0; g < kGroup; ++g) sum[g] += lanes[g][h] * in[h];
+        }
+        for (int64_t g = 0; g < n; ++g) dx0.at(b, d, f + g) += sum[g];
+      }
+    });
+  }
+#endif
 };
 
 // out[b, d, h] = (accumulate ? out : 0) + dp[b, offset + h] (when dp is set) +
@@ -156,6 +181,29 @@ struct PrevFieldGrad {
     float& target = out.at(b, d, h);
     target = accumulate ? target + sum : sum;
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: a row's h in chunks of kChunk sums, f outer and h inner, so that dZ is read along its
+  // rows and the loop over h vectorizes; each sum adds over f in operator()'s order.
+  static constexpr int64_t kChunk = 32;
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, height, [this](int64_t r, int64_t h0, int64_t h1) {
+      const int64_t b = r / width, d = r % width;
+      for (int64_t c = h0; c < h1; c += kChunk) {
+        const int64_t n = h1 - c < kChunk ? h1 - c : kChunk;
+        float sum[kChunk];
+        for (int64_t h = 0; h < n; ++h)
+          sum[h] = dp != nullptr ? dp[b * dp_ld + offset + c + h] : 0.0f;
+        for (int64_t f = 0; dz != nullptr && f < fields; ++f) {
+          const float* __restrict__ row = dz + (r * fields + f) * height + c;
+          const float scale = x0.at(b, d, f);
+          for (int64_t h = 0; h < n; ++h) sum[h] += row[h] * scale;
+        }
+        float* __restrict__ target = &out.at(b, d, c);
+        for (int64_t h = 0; h < n; ++h) target[h] = accumulate ? target[h] + sum[h] : sum[h];
+      }
+    });
+  }
+#endif
 };
 
 // d_pooled[b, c] = unscale * dL/dX^0 for slot c / slot_width's embedx column, 0 elsewhere.

@@ -9,6 +9,7 @@
 //   de_d   = sum_i dv_{S+d} x_d,   d wide.dense_w[d] += sum_i dL/d(x_d w_d) x_d
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
@@ -17,6 +18,10 @@
 
 namespace gpubox::trainer {
 namespace {
+// Columns of M v that sym_times makes at once (a local array: registers on a GPU, two SSE
+// vectors on the cpu); sym is padded by as many floats.
+constexpr int kSymChunk = 8;
+
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
 
 // The shape every functor reads. Pairs are numbered in itertools.combinations order.
@@ -81,6 +86,21 @@ struct BuildFields {
   }
 };
 
+// out[i] = (M v)[i0 + i] for i < kSymChunk, M a symmetric k x k block: each sum over j in order
+// from 0, M's row j read along i (M[j, i] = M[i, j] to the bit: sym's entries are w[i, j] +
+// w[j, i] and w[j, i] + w[i, j]), so that the loop over i has no reduction in it. Always
+// kSymChunk columns (a fixed count: the cpu keeps `out` in vector registers); past column k they
+// read the next row or sym's padding and are not used.
+GPUBOX_HD inline void sym_times(const float* __restrict__ m, const float* __restrict__ v, int k,
+                                int i0, float* __restrict__ out) {
+  for (int i = 0; i < kSymChunk; ++i) out[i] = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const float* __restrict__ row = m + static_cast<int64_t>(j) * k + i0;
+    const float vj = v[j];
+    for (int i = 0; i < kSymChunk; ++i) out[i] += row[i] * vj;
+  }
+}
+
 // Item (b, a): r_{pair(a, g)} = v_a^T M v_g for every g > a, into the DNN input's pair columns.
 struct PairForward {
   const float* fields;
@@ -97,10 +117,11 @@ struct PairForward {
       const float* vg = fields + (b * nf + g) * k;
       const float* m = sym + static_cast<int64_t>(p) * k * k;
       float r = 0.0f;
-      for (int i = 0; i < k; ++i) {
-        float mv = 0.0f;
-        for (int j = 0; j < k; ++j) mv += m[i * k + j] * vg[j];
-        r += va[i] * mv;
+      for (int i0 = 0; i0 < k; i0 += kSymChunk) {
+        const int n = k - i0 < kSymChunk ? k - i0 : kSymChunk;
+        float mv[kSymChunk];
+        sym_times(m, vg, k, i0, mv);
+        for (int i = 0; i < n; ++i) r += va[i0 + i] * mv[i];
       }
       x0[b * shape.ld + shape.pair_column() + p] = r;
     }
@@ -155,10 +176,11 @@ struct FieldGrad {
       const float dr = d_pairs[b * shape.pairs() + p];
       const float* vg = fields + (b * nf + g) * k;
       const float* m = sym + static_cast<int64_t>(p) * k * k;
-      for (int i = 0; i < k; ++i) {
-        float mv = 0.0f;
-        for (int j = 0; j < k; ++j) mv += m[i * k + j] * vg[j];
-        dv[i] += dr * mv;
+      for (int i0 = 0; i0 < k; i0 += kSymChunk) {
+        const int n = k - i0 < kSymChunk ? k - i0 : kSymChunk;
+        float mv[kSymChunk];
+        sym_times(m, vg, k, i0, mv);
+        for (int i = 0; i < n; ++i) dv[i0 + i] += dr * mv[i];
       }
     }
   }
@@ -180,14 +202,19 @@ struct PairWeightGrad {
     int a = 0;  // the pair's fields: a's pairs are [pair(a, a + 1), pair(a + 1, a + 2))
     while (a + 1 < nf - 1 && shape.pair(a + 1, a + 2) <= p) ++a;
     const int g = p - shape.pair(a, a + 1) + a + 1;
-    float* out = grad + static_cast<int64_t>(item) * k;
-    for (int c = 0; c < k; ++c) out[c] = 0.0f;
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* va = fields + (b * nf + a) * k;
-      const float* vg = fields + (b * nf + g) * k;
-      const float dr = d_pairs[b * shape.pairs() + p];
-      const float ar = dr * va[r], gr = dr * vg[r];
-      for (int c = 0; c < k; ++c) out[c] += ar * vg[c] + gr * va[c];
+    // kSymChunk columns at a time in a local array (registers; the cpu's vectors), each sum in
+    // instance order; columns past k read the next field (or the buffer's padding), unused.
+    for (int c0 = 0; c0 < k; c0 += kSymChunk) {
+      float sum[kSymChunk] = {};
+      for (int64_t b = 0; b < batch; ++b) {
+        const float* __restrict__ va = fields + (b * nf + a) * k;
+        const float* __restrict__ vg = fields + (b * nf + g) * k;
+        const float dr = d_pairs[b * shape.pairs() + p];
+        const float ar = dr * va[r], gr = dr * vg[r];
+        for (int c = 0; c < kSymChunk; ++c) sum[c] += ar * vg[c0 + c] + gr * va[c0 + c];
+      }
+      float* out = grad + static_cast<int64_t>(item) * k + c0;
+      for (int c = 0; c < kSymChunk && c0 + c < k; ++c) out[c] = sum[c];
     }
   }
 };
@@ -276,7 +303,10 @@ DeepfefmPart::DeepfefmPart(device::Card& card, DenseParameters& params, const Sl
   for (auto* buffer : {&sym_, &fields_, &x0_, &dx0_, &d_pairs_, &d_fields_}) {
     *buffer = card.make_buffer<float>(0);
   }
-  sym_.resize_discard(static_cast<std::size_t>(pairs()) * width_ * width_);
+  // Padded (zeros) for sym_times' columns past the last row's k.
+  sym_ = device::to_device(
+      std::vector<float>(static_cast<std::size_t>(pairs()) * width_ * width_ + kSymChunk, 0.0f),
+      card.memory(), card.stream());
 }
 
 double DeepfefmPart::flops_per_example() const {
@@ -294,7 +324,12 @@ std::string DeepfefmPart::kernel_report(int64_t batch) const {
 void DeepfefmPart::reserve(int64_t batch) {
   const auto n = static_cast<std::size_t>(batch);
   const auto field_values = n * static_cast<std::size_t>(fields()) * width_;
-  fields_.resize_discard(field_values);
+  // Padded for PairWeightGrad's columns past the last field's k (read, never used): zeroed when
+  // it grows, so that they are never read uninitialised (a smaller batch's padding is values a
+  // larger one wrote).
+  const bool grows = fields_.capacity() < field_values + kSymChunk;
+  fields_.resize_discard(field_values + kSymChunk);
+  if (grows) device::memset_bytes_async(fields_.data(), 0, fields_.bytes(), fields_.stream());
   d_fields_.resize_discard(field_values);
   x0_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
   dx0_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
@@ -306,7 +341,7 @@ void DeepfefmPart::forward(const device::Stream& stream, const DenseParameters& 
                            int64_t batch) {
   GPUBOX_EXPECTS(x0.type == ElementType::kF32, "deepfefm reads the pooled slots as fp32");
   const FefmShape shape{slots_, dense_dim_, width_, dnn_ld_};
-  device::parallel_for(stream, sym_.size(),
+  device::parallel_for(stream, static_cast<std::size_t>(pairs()) * width_ * width_,
                        Symmetrise{params.values(field_w_), sym_.data(), width_});
   const bool has_dense = dense_dim_ > 0;
   device::parallel_for(
