@@ -103,6 +103,7 @@ class Restarter {
     };
   }
   void attach(Servers& shards) { shards_ = &shards; }
+  RestartAt at() const { return at_; }
   bool restarted() const { return restarted_.load(); }
   // Trainer 0's hooks, added to `hooks`.
   void add_hooks(RunHooks* hooks) {
@@ -278,7 +279,7 @@ class PsJobRecovery : public PsModes {
         ran.errors += "trainer " + std::to_string(w) + ": " + errors[w] + "\n";
     }
     ran.waits_given_up = shards.barrier_waiters_dropped(0);
-    EXPECT_EQ(restarter.restarted(), restart != RestartAt::kNever);
+    EXPECT_EQ(restarter.restarted(), restarter.at() != RestartAt::kNever);
     return ran;
   }
 

@@ -17,6 +17,7 @@
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
+#include "trainer/ps_modes/sync_barriers.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/schedule.hpp"
 
@@ -42,7 +43,7 @@ inline bool first_server_restarted(const table::server::RemoteHostTier& servers)
 inline constexpr const char* kJobDenseTables[] = {kDenseTableName,
                                                   kGradientTableNames[0],
                                                   kGradientTableNames[1],
-                                                  kProgressTable,
+                                                  SyncBarriers::kProgressTable,
                                                   kBatchesTable,
                                                   kSteadyLossTable,
                                                   kStopTable,

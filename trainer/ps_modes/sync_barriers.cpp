@@ -14,9 +14,6 @@ namespace {
 
 using table::server::DenseAction;
 
-// The servers' table of every trainer's arrivals and marks (the file comment of the header).
-constexpr const char* kProgressTable = "ps_sync_progress";
-
 // A mark: the pass + 1, then the barrier + 1 in two halves of kHalfBits (barriers below 2^48).
 constexpr std::size_t kMarkSlots = 3;
 constexpr int kHalfBits = 24;

@@ -47,6 +47,9 @@ namespace gpubox::trainer::ps_modes {
 
 class SyncBarriers {
  public:
+  // The servers' table of every trainer's arrivals and marks (the file comment).
+  static constexpr const char* kProgressTable = "ps_sync_progress";
+
   // Trainer `trainer_id` of `trainers` in pass `pass`, each barrier waited at for at most
   // `timeout_s` (runner.collective_timeout_s).
   SyncBarriers(table::server::RemoteHostTier& servers, int trainer_id, int trainers, int64_t pass,
