@@ -1,8 +1,8 @@
 // gpubox_bench dense: the dense model's forward+backward throughput against the machine's GEMM
 // limit, measured in the same run.
 //
-//   gpubox_bench dense --batch B [--precision fp32|bf16] [--cards N] [--threads T] [--seconds S]
-//                      [--json]
+//   gpubox_bench dense --batch B [--precision fp32|bf16] [--config PATH] [--cards N] [--threads T]
+//                      [--seconds S] [--json]
 //
 // 1. sgemm GFLOP/s through trainer::Blas (oneDNN on cpu, cuBLAS on cuda): a square
 //    --gemm-n (default 1024) product, repeated on every card at once, summed over the cards.
@@ -10,7 +10,7 @@
 //    through the layers' GEMM path (LinearGemms): the bf16 peak of this run.
 // 2. The config_gpubox.yaml model (26 slots x (1 + 8) + 13 dense -> 512-256-128-32-1, dnn, no
 //    cvm), or with --config the network a trainer config builds (a PaddleRec folder's
-//    config.yaml: its network, widths and precision; --precision still applies), doing
+//    config.yaml: its network, widths and precision; --precision, when given, overrides it), doing
 //    forward + backward (dense gradients and sparse push records) on a synthetic batch
 //    of B instances per card, one key per slot, every card at once: examples/s of all cards.
 //    --precision picks hyper_parameters.dense_precision (bf16 falls back to fp32, and says so,
@@ -73,8 +73,9 @@ struct CardState {
   device::device_buffer<uint32_t> offsets;
 };
 
-// The model to time: config_gpubox.yaml's default dnn, or the dense model that --config PATH
-// (as gpubox_train reads it, no overrides) builds; --precision picks its precision either way.
+// The model to time: config_gpubox.yaml's default dnn in fp32, or the dense model that --config
+// PATH (as gpubox_train reads it, no overrides) builds at its precision; --precision, when given,
+// picks the precision either way.
 DenseModelConfig bench_model_config(const BenchArgs& args) {
   DenseModelConfig config;
   const std::string path = args.get("config", "");
@@ -83,11 +84,13 @@ DenseModelConfig bench_model_config(const BenchArgs& args) {
     GPUBOX_EXPECTS(loaded.ok(), "--config ", path, ": ", loaded.status().to_string());
     config = loaded->dense_model_config();
   }
-  const std::string precision_name = args.get("precision", "fp32");
-  GPUBOX_EXPECTS(precision_name == "fp32" || precision_name == "bf16",
-                 "--precision is fp32 or bf16, got ", precision_name);
-  config.precision =
-      precision_name == "bf16" ? trainer::DensePrecision::kBf16 : trainer::DensePrecision::kFp32;
+  if (args.has("precision")) {
+    const std::string precision_name = args.get("precision", "fp32");
+    GPUBOX_EXPECTS(precision_name == "fp32" || precision_name == "bf16",
+                   "--precision is fp32 or bf16, got ", precision_name);
+    config.precision =
+        precision_name == "bf16" ? trainer::DensePrecision::kBf16 : trainer::DensePrecision::kFp32;
+  }
   return config;
 }
 
@@ -108,8 +111,9 @@ int run_dense(const BenchArgs& args) {
   const int repeats = static_cast<int>(args.get_int("repeats", 3));
   const int64_t gemm_n = args.get_int("gemm-n", 1024);
   const bool json = args.has("json");
-  const std::string precision_name = args.get("precision", "fp32");
   const DenseModelConfig config = bench_model_config(args);
+  const std::string precision_name =
+      config.precision == trainer::DensePrecision::kBf16 ? "bf16" : "fp32";
   const std::string model = model_line(config);
   GPUBOX_EXPECTS(batch >= 1 && num_cards >= 1 && repeats >= 1 && gemm_n >= 1,
                  "--batch, --cards, --repeats and --gemm-n must be positive");

@@ -121,7 +121,10 @@ struct PairForward {
         const int n = k - i0 < kSymChunk ? k - i0 : kSymChunk;
         float mv[kSymChunk];
         sym_times(m, vg, k, i0, mv);
-        for (int i = 0; i < n; ++i) r += va[i0 + i] * mv[i];
+        // A fixed bound (nvcc unrolls it and keeps mv in registers), the tail past n skipped.
+        for (int i = 0; i < kSymChunk; ++i) {
+          if (i < n) r += va[i0 + i] * mv[i];
+        }
       }
       x0[b * shape.ld + shape.pair_column() + p] = r;
     }
@@ -180,7 +183,9 @@ struct FieldGrad {
         const int n = k - i0 < kSymChunk ? k - i0 : kSymChunk;
         float mv[kSymChunk];
         sym_times(m, vg, k, i0, mv);
-        for (int i = 0; i < n; ++i) dv[i0 + i] += dr * mv[i];
+        for (int i = 0; i < kSymChunk; ++i) {
+          if (i < n) dv[i0 + i] += dr * mv[i];
+        }
       }
     }
   }
@@ -300,7 +305,7 @@ DeepfefmPart::DeepfefmPart(device::Card& card, DenseParameters& params, const Sl
     dense_v_ = params.add("deepfefm.dense_v", static_cast<std::size_t>(dense_dim_) * width_,
                           ParamInit::kNormal, std);
   }
-  for (auto* buffer : {&sym_, &fields_, &x0_, &dx0_, &d_pairs_, &d_fields_}) {
+  for (auto* buffer : {&fields_, &x0_, &dx0_, &d_pairs_, &d_fields_}) {
     *buffer = card.make_buffer<float>(0);
   }
   // Padded (zeros) for sym_times' columns past the last row's k.
@@ -324,12 +329,15 @@ std::string DeepfefmPart::kernel_report(int64_t batch) const {
 void DeepfefmPart::reserve(int64_t batch) {
   const auto n = static_cast<std::size_t>(batch);
   const auto field_values = n * static_cast<std::size_t>(fields()) * width_;
-  // Padded for PairWeightGrad's columns past the last field's k (read, never used): zeroed when
-  // it grows, so that they are never read uninitialised (a smaller batch's padding is values a
-  // larger one wrote).
+  // Padded for PairWeightGrad's columns past the last field's k (read, never used): the whole
+  // allocation zeroed when it grows (it may grow past this batch's need), so that they are never
+  // read uninitialised (a smaller batch's padding is values a larger one wrote).
   const bool grows = fields_.capacity() < field_values + kSymChunk;
   fields_.resize_discard(field_values + kSymChunk);
-  if (grows) device::memset_bytes_async(fields_.data(), 0, fields_.bytes(), fields_.stream());
+  if (grows) {
+    device::memset_bytes_async(fields_.data(), 0, fields_.capacity() * sizeof(float),
+                               fields_.stream());
+  }
   d_fields_.resize_discard(field_values);
   x0_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
   dx0_.resize_discard(n * static_cast<std::size_t>(dnn_ld_));
