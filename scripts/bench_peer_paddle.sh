@@ -12,10 +12,11 @@
 #   --files K           files the training lines are split into (default 4)
 #   --seed S            gpubox_data gen seed (default 1)
 #   --vocab V           distinct keys per slot of the generated data (gpubox_data gen --vocab,
-#                       default 100000): Paddle's static embedding is sized to the largest key, so
-#                       a network whose PaddleRec code takes dense embedding gradients (no
-#                       is_sparse: dcn_v2, ffm, ...) steps or holds every row each step; a smaller
-#                       vocabulary keeps such a table within memory and its time per step down
+#                       default 100000, about 2.6 M keys in all; 10000: 260 K): Paddle's static
+#                       embedding is sized to the largest key, and a network whose optimizer steps
+#                       every row of it each step (PaddleRec's dcn_v2: Adam without lazy_mode;
+#                       deepfefm: sparse=False) pays for every row, so its time per step grows
+#                       with the vocabulary
 #   --threads T         worker threads of BOTH systems (default 2): Paddle train_from_dataset
 #                       thread=T (Hogwild workers, one op thread each: OMP/MKL/OPENBLAS=1);
 #                       GPUBox FLAGS_selected_gpus=0..T-1 with --threads_per_card 1
