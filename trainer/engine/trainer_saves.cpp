@@ -152,11 +152,14 @@ std::string Trainer::load_located(const std::function<std::string()>& locate,
         dir = locate();
         plan = plan_restore(dir, !remote);
         throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
-        dense = read_dense(dir, plan.save());
+        // One trainer reads the dense half after the sparse one, whose load names a save of
+        // other slot widths (the dense half would only say that its size differs).
+        if (env_.trainers > 1) dense = read_dense(dir, plan.save());
       },
       "reading " + what, /*count_held_restarts=*/false);
   if (env_.trainers == 1) {
     restore_sparse(*s.host, plan);
+    dense = read_dense(dir, plan.save());
   } else {
     agree_on_save_digest(dir, plan.save());
     if (remote) {
