@@ -91,6 +91,19 @@ Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trai
   return servers.dense(DenseAction::kAdd, kAliveTable, &flag).with_context(context);
 }
 
+StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
+                                       int trainers) {
+  const auto n = static_cast<std::size_t>(trainers);
+  std::vector<float> values = zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values)
+                             .with_context("reading the trainers' failed flags"));
+  if (values.size() != 3 * n) return -1;
+  for (std::size_t w = 0; w < n; ++w) {
+    if (static_cast<int>(w) != trainer_id && values[2 * n + w] > 0) return static_cast<int>(w);
+  }
+  return -1;
+}
+
 StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& servers,
                                               int trainer_id, int trainers) {
   std::vector<float> all = failure_zeros(trainers);
@@ -137,7 +150,11 @@ PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id,
   if (servers_.endpoint_count() > 0) ping_thread_ = std::thread([this] { ping_loop(); });
 }
 
-PsPeerWatch::~PsPeerWatch() { stop(); }
+PsPeerWatch::~PsPeerWatch() {
+  stop();
+  MutexLock lock(mu_);
+  if (lost_peer_failed_) forced_exit_.cancel();
+}
 
 void PsPeerWatch::stop() {
   {
@@ -164,7 +181,7 @@ std::string PsPeerWatch::lost() const {
   return lost_;
 }
 
-void PsPeerWatch::on_lost(const std::string& reason) {
+void PsPeerWatch::on_lost(const std::string& reason, bool peer_failed) {
   {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
@@ -176,7 +193,10 @@ void PsPeerWatch::on_lost(const std::string& reason) {
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;
   if (on_lost_) on_lost_(reason);
-  arm_forced_exit(reason, options_.exit_grace_s);
+  ForcedExit armed = arm_forced_exit(reason, options_.exit_grace_s);
+  MutexLock lock(mu_);
+  forced_exit_ = std::move(armed);
+  lost_peer_failed_ = peer_failed;
 }
 
 bool PsPeerWatch::wait_interval() {
@@ -205,19 +225,30 @@ void PsPeerWatch::beat_loop() {
       continue;
     }
     const auto now = Clock::now();
+    // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
+    // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
+    // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
+    const bool failing = failing_.load(std::memory_order_acquire) ||
+                         values[2 * n + static_cast<std::size_t>(trainer_id_)] > 0;
+    if (failing) continue;
     for (std::size_t w = 0; w < n; ++w) {
       if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] <= 0 || reported[w]) continue;
       reported[w] = true;
       StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
       on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
-              (reason.ok()
-                   ? *reason
-                   : "(what it reported cannot be read: " + reason.status().to_string() + ")"));
+                  (reason.ok()
+                       ? *reason
+                       : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
+              true);
     }
     for (std::size_t w = 0; w < n; ++w) {
       // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
       // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || reported[w]) continue;
+      // One that failed is reported by its flag (above), or not at all: never found lost.
+      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || values[2 * n + w] > 0 ||
+          reported[w]) {
+        continue;
+      }
       if (values[w] <= 0) {
         last_move[w] = now;
         continue;

@@ -19,7 +19,11 @@
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
-// after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken).
+// after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken). When the
+// loss was another trainer's reported failure, the watch's destructor cancels that end: it runs
+// as train() unwinds, no barrier of this trainer left blocked, and the servers answered the beat
+// that read the mark (a Python process that caught the error goes on). A lost trainer or server
+// keeps it: the trainer's teardown may hang in a call to that server.
 //
 // The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts):
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
@@ -39,6 +43,7 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "common/thread_annotations.hpp"
+#include "trainer/schedule/lost_peers.hpp"
 
 namespace gpubox::table::server {
 class RemoteHostTier;
@@ -80,6 +85,9 @@ class PsPeerWatch {
   // running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                             const std::string& reason, FailureNotice notice);
+  // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
+  static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
+                                   int trainers);
   // What trainer `trainer_id` reported as it failed ("" while it did not).
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
                                           int trainers);
@@ -92,7 +100,8 @@ class PsPeerWatch {
   PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
               PsPeerWatchOptions options,
               std::function<void(const std::string&)> on_lost = nullptr);
-  // Stops beating without saying finished: the others see this trainer's count stop.
+  // Stops beating without saying finished: the others see this trainer's count stop. Cancels
+  // the forced end of a loss that was another trainer's reported failure (see the file comment).
   ~PsPeerWatch();
   PsPeerWatch(const PsPeerWatch&) = delete;
   PsPeerWatch& operator=(const PsPeerWatch&) = delete;
@@ -101,6 +110,11 @@ class PsPeerWatch {
   Status finish();
   // The first loss seen ("" while none). Cheap while there is none.
   std::string lost() const;
+  // This trainer is failing (PsTrainer::tell_failure began): from the next beat on, the watch
+  // judges no other trainer, neither by its failed flag nor as lost (a failure every trainer hit
+  // at once, marked by another, is not this one's loss: it would end this process exit_grace_s
+  // later); its beats go on, as with this trainer's own failed flag set. Any thread.
+  void ignore_failed_peers() { failing_.store(true, std::memory_order_release); }
   // After mark_failed for this trainer: waits until every other trainer still in the job (not
   // finished, not failed, beating) has beaten since the mark, so its watch saw it; at most
   // `timeout_s`, and not past `*stop` (may be null) turning true. An error when the first server
@@ -112,7 +126,8 @@ class PsPeerWatch {
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
-  void on_lost(const std::string& reason);
+  // `peer_failed`: the loss is another trainer's reported failure (its failed flag).
+  void on_lost(const std::string& reason, bool peer_failed = false);
   void stop();
 
   table::server::RemoteHostTier& servers_;
@@ -121,10 +136,13 @@ class PsPeerWatch {
   const PsPeerWatchOptions options_;
   const std::function<void(const std::string&)> on_lost_;
   std::atomic<bool> any_lost_{false};
+  std::atomic<bool> failing_{false};
   mutable Mutex mu_;
   CondVar stop_cv_;
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
+  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's
+  bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;
 };
