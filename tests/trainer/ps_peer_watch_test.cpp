@@ -308,6 +308,33 @@ TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
   EXPECT_EQ(survivor.lost(), losses.reasons()[0]);
 }
 
+// A second mark of a trainer in one job (a second failure, or train() again on the same object)
+// replaces the first: the reason is the second's, not the bytes of both summed, and the failed
+// flag stays 1; an empty reason gets a wording of its own.
+TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
+  reset(2);
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure", FailureNotice::kToWatches)
+          .ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches).ok());
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "second");
+  std::vector<float> values(6, 0.0f);
+  ASSERT_TRUE(clients_[0]
+                  ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
+                  .ok());
+  EXPECT_EQ(values[5], 1.0f);  // trainer 1's failed flag
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting).ok());
+  mark = PsPeerWatch::failure_of(*clients_[0], 0, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "(it reported no reason)");
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "second");
+}
+
 // A failure every trainer hits at once: a trainer that is failing itself (tell_failure began, or
 // its own failed flag is set) hears of no other's failed flag, so its watch reports nothing and
 // arms no forced end of its process; failed_peer names the trainer that marked first.

@@ -79,15 +79,29 @@ Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trai
                                 int trainers, const std::string& reason, FailureNotice notice) {
   const std::string context =
       "telling the other trainers that trainer " + std::to_string(trainer_id) + " failed";
-  // The reason first: a watch that sees the flag reads it.
+  // The tables only add (kAdd) and other trainers write them too: trainer `trainer_id`'s slots
+  // (written by it alone) are set by adding what they need on top of what they hold, so that a
+  // second mark in a job replaces the first instead of summing into it.
+  std::vector<float> held = failure_zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kRead, kFailureTable, &held).with_context(context));
   std::vector<float> mine = failure_zeros(trainers);
-  put_text(stored_reason(reason),
-           mine.data() + kReasonFloats * static_cast<std::size_t>(trainer_id));
+  const std::size_t first = kReasonFloats * static_cast<std::size_t>(trainer_id);
+  put_text(stored_reason(reason.empty() ? "(it reported no reason)" : reason), mine.data() + first);
+  if (held.size() == mine.size()) {
+    for (std::size_t f = first; f < first + kReasonFloats; ++f) mine[f] -= held[f];
+  }
+  // The reason first: a watch that sees the flag reads it.
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kAdd, kFailureTable, &mine).with_context(context));
   if (notice == FailureNotice::kAtMeeting) return Status::OK();
   std::vector<float> flag = zeros(trainers);
-  flag[static_cast<std::size_t>(2 * trainers + trainer_id)] = 1.0f;
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kRead, kAliveTable, &flag).with_context(context));
+  const auto at = static_cast<std::size_t>(2 * trainers + trainer_id);
+  const float set = flag.size() > at && flag[at] > 0 ? 0.0f : 1.0f;
+  flag = zeros(trainers);
+  flag[at] = set;
   return servers.dense(DenseAction::kAdd, kAliveTable, &flag).with_context(context);
 }
 

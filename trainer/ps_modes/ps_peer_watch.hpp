@@ -79,10 +79,10 @@ class PsPeerWatch {
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
   // servers left).
   static Status reset(table::server::RemoteHostTier& servers, int trainers);
-  // Trainer `trainer_id` of `trainers` failed for good with `reason` (once a job): failure_of
-  // reads it; with FailureNotice::kToWatches every other trainer's watch also reports it at its
-  // next beat (and ends its process exit_grace_s later, as for a lost trainer). Needs no watch
-  // running.
+  // Trainer `trainer_id` of `trainers` failed for good with `reason` ("" reads as "(it reported
+  // no reason)"): failure_of reads it (a second mark in a job replaces the first); with
+  // FailureNotice::kToWatches every other trainer's watch also reports it at its next beat (and
+  // ends its process exit_grace_s later, as for a lost trainer). Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                             const std::string& reason, FailureNotice notice);
   // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
