@@ -335,6 +335,33 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   EXPECT_EQ(*mark, "second");
 }
 
+// A recovery's reset (the job restarted from a save) zeroes the beats but keeps a failure marked
+// just before it; clear_failure (a new train() of the marked trainer) takes the mark back.
+TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack) {
+  reset(2);
+  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(
+      clients_[0]->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data", FailureNotice::kToWatches)
+          .ok());
+  ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2, /*keep_failures=*/true).ok());
+  EXPECT_EQ(beats(2), std::vector<float>(2, 0.0f));
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, 1);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "unreadable data");
+  ASSERT_TRUE(PsPeerWatch::clear_failure(*clients_[0], 1, 2).ok());
+  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, -1);
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "");
+}
+
 // A failure every trainer hits at once: a trainer that is failing itself (tell_failure began, or
 // its own failed flag is set) hears of no other's failed flag, so its watch reports nothing and
 // arms no forced end of its process; failed_peer names the trainer that marked first.

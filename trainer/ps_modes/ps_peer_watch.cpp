@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <thread>
@@ -65,11 +66,21 @@ std::string PsPeerWatch::stored_reason(const std::string& reason) {
   return reason.substr(0, cut) + "...";
 }
 
-Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) {
+Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
+                          bool keep_failures) {
+  const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
+  if (keep_failures) {
+    GPUBOX_RETURN_IF_ERROR(
+        servers.dense(DenseAction::kRead, kAliveTable, &values)
+            .with_context("reading the servers' table " + std::string(kAliveTable)));
+    if (values.size() != 3 * n) values = zeros(trainers);
+    std::fill(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.0f);
+  }
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kWrite, kAliveTable, &values)
           .with_context("resetting the servers' table " + std::string(kAliveTable)));
+  if (keep_failures) return Status::OK();
   std::vector<float> failures = failure_zeros(trainers);
   return servers.dense(DenseAction::kWrite, kFailureTable, &failures)
       .with_context("resetting the servers' table " + std::string(kFailureTable));
@@ -77,8 +88,21 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) 
 
 Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
                                 int trainers, const std::string& reason, FailureNotice notice) {
-  const std::string context =
-      "telling the other trainers that trainer " + std::to_string(trainer_id) + " failed";
+  return set_own_failure(servers, trainer_id, trainers,
+                         stored_reason(reason.empty() ? "(it reported no reason)" : reason),
+                         notice == FailureNotice::kToWatches ? 1.0f : -1.0f);
+}
+
+Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                  int trainers) {
+  return set_own_failure(servers, trainer_id, trainers, "", 0.0f);
+}
+
+Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                    int trainers, const std::string& stored, float flag) {
+  const std::string context = "telling the other trainers that trainer " +
+                              std::to_string(trainer_id) +
+                              (stored.empty() ? " did not fail" : " failed");
   // The tables only add (kAdd) and other trainers write them too: trainer `trainer_id`'s slots
   // (written by it alone) are set by adding what they need on top of what they hold, so that a
   // second mark in a job replaces the first instead of summing into it.
@@ -87,22 +111,22 @@ Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trai
       servers.dense(DenseAction::kRead, kFailureTable, &held).with_context(context));
   std::vector<float> mine = failure_zeros(trainers);
   const std::size_t first = kReasonFloats * static_cast<std::size_t>(trainer_id);
-  put_text(stored_reason(reason.empty() ? "(it reported no reason)" : reason), mine.data() + first);
+  put_text(stored, mine.data() + first);
   if (held.size() == mine.size()) {
     for (std::size_t f = first; f < first + kReasonFloats; ++f) mine[f] -= held[f];
   }
   // The reason first: a watch that sees the flag reads it.
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kAdd, kFailureTable, &mine).with_context(context));
-  if (notice == FailureNotice::kAtMeeting) return Status::OK();
-  std::vector<float> flag = zeros(trainers);
+  if (flag < 0) return Status::OK();
+  std::vector<float> values = zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(
-      servers.dense(DenseAction::kRead, kAliveTable, &flag).with_context(context));
+      servers.dense(DenseAction::kRead, kAliveTable, &values).with_context(context));
   const auto at = static_cast<std::size_t>(2 * trainers + trainer_id);
-  const float set = flag.size() > at && flag[at] > 0 ? 0.0f : 1.0f;
-  flag = zeros(trainers);
-  flag[at] = set;
-  return servers.dense(DenseAction::kAdd, kAliveTable, &flag).with_context(context);
+  const float held_flag = values.size() > at ? values[at] : 0.0f;
+  values = zeros(trainers);
+  values[at] = flag - held_flag;
+  return servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context);
 }
 
 StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
@@ -137,6 +161,10 @@ Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != 3 * n) return Status::OK();
+    // A count that went down was reset (a recovery's start_job): its beats count from there.
+    for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
+      if (values[w] < at_mark[w]) at_mark[w] = values[w];
+    }
     if (at_mark.empty()) at_mark = values;
     bool seen = true;
     for (std::size_t w = 0; w < n; ++w) {
@@ -148,6 +176,12 @@ Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<
     if (seen) return Status::OK();
     std::this_thread::sleep_for(pause);
     pause = std::min(2 * pause, std::chrono::milliseconds(100));
+  }
+  if (stop == nullptr || !stop->load()) {
+    GPUBOX_LOG(WARNING) << "trainer " << trainer_id_ << " of " << trainers_
+                        << ": not every other trainer's watch beat within " << timeout_s
+                        << " s after this trainer marked its failure: those find it lost by its "
+                           "heartbeat instead";
   }
   return Status::OK();
 }

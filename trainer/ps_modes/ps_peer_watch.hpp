@@ -25,7 +25,8 @@
 // that read the mark (a Python process that caught the error goes on). A lost trainer or server
 // keeps it: the trainer's teardown may hang in a call to that server.
 //
-// The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts):
+// The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
+// a recovery's restart of the job zeroes the beats and finished flags only):
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
@@ -77,14 +78,19 @@ class PsPeerWatch {
   static constexpr std::size_t kReasonBytes = 513;
 
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
-  // servers left).
-  static Status reset(table::server::RemoteHostTier& servers, int trainers);
+  // servers left). `keep_failures` (a recovery's restart of the job): the failed flags and the
+  // reasons stay, so that a mark made just before is not wiped.
+  static Status reset(table::server::RemoteHostTier& servers, int trainers,
+                      bool keep_failures = false);
   // Trainer `trainer_id` of `trainers` failed for good with `reason` ("" reads as "(it reported
   // no reason)"): failure_of reads it (a second mark in a job replaces the first); with
   // FailureNotice::kToWatches every other trainer's watch also reports it at its next beat (and
   // ends its process exit_grace_s later, as for a lost trainer). Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                             const std::string& reason, FailureNotice notice);
+  // Takes back trainer `trainer_id`'s mark (its reason and failed flag zeroed): a new train() of
+  // the same trainer, in the job of the old one.
+  static Status clear_failure(table::server::RemoteHostTier& servers, int trainer_id, int trainers);
   // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
                                    int trainers);
@@ -122,6 +128,10 @@ class PsPeerWatch {
   Status wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop);
 
  private:
+  // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
+  // `flag` (see mark_failed).
+  static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                int trainers, const std::string& stored, float flag);
   void beat_loop();
   void ping_loop();
   // Waits one interval; false once stopping.

@@ -181,7 +181,7 @@ void PsTrainer::make_workers() {
   }
 }
 
-void PsTrainer::start_job() {
+void PsTrainer::start_job(bool recovery) {
   State& s = *state_;
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
@@ -208,7 +208,8 @@ void PsTrainer::start_job() {
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
-        throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
+        // A recovery keeps the failure marks: one made just before it is not wiped.
+        throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers, recovery));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
         if (sums_steps) {
@@ -501,6 +502,12 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
   std::unique_ptr<PsPeerWatch> watch;
+  if (env_.trainers > 1 && s.failure_marked) {
+    // A failure marked by an earlier train() of this object (the job's tables are reset only as
+    // it starts): taken back before this trainer's watch starts.
+    throw_if_error(PsPeerWatch::clear_failure(*s.servers, env_.trainer_id, env_.trainers));
+  }
+  s.failure_marked = false;
   if (env_.trainers > 1) {
     PsPeerWatchOptions options;
     options.peer_timeout_s = config_.runner.peer_timeout_s;

@@ -282,8 +282,9 @@ class PsTrainer final : public Schedule {
   // mode's merged pushes), replacing any made before.
   void make_workers();
   // The job's start (see the file comment): trainer 0 writes the servers' tables, every trainer
-  // adopts the dense table.
-  void start_job();
+  // adopts the dense table. `recovery`: a recovery's restart of the job, which keeps the
+  // trainers' failure marks (PsPeerWatch::reset).
+  void start_job(bool recovery = false);
   // A pass, in parts (ps_trainer_pass.cpp): its data, the sync mode's agreed step count (behind
   // the pass's barriers of every trainer at the servers), every training thread's steps
   // (train_threads returns thread 0's step count, train_thread one thread's), and its report (the

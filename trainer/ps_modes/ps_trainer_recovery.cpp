@@ -58,7 +58,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
       error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
       [this](const SaveLineage::Recovery& r) {
         make_workers();
-        start_job();
+        start_job(/*recovery=*/true);
         pass_id_ = r.run_pass;
         load(r.dir);
       },
@@ -306,7 +306,7 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
-      start_job();
+      start_job(/*recovery=*/true);
       load(recovery.dir);
     } catch (const Error&) {
       // A server that restarted during the reload: every trainer goes back again (trainer 0's
