@@ -373,8 +373,9 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 void PsTrainer::tell_failure(const std::exception& error) noexcept {
   State& s = *state_;
   if (env_.trainers == 1) return;
-  // From here this trainer's watch reports no other's failed flag: a failure every trainer hit at
-  // once (divergence, a dead output) must not end this process exit_grace_s later.
+  // From here this trainer's watch judges no other trainer (PsPeerWatch::ignore_failed_peers): a
+  // failure every trainer hit at once (divergence, a dead output) must not end this process
+  // exit_grace_s later.
   if (s.watch != nullptr) s.watch->ignore_failed_peers();
   try {
     const std::string reason = user_message(error);
