@@ -2,8 +2,9 @@
 // within a sync step) ends it with an error naming it within its timeout, a failed dense exchange
 // left at the end is logged naming the server, data without a valid instance is an error in every
 // mode, a diverged job stops on every trainer before its save, and so does a job whose network's
-// output died; a save that fails and is not repaired ends the job with its pass line logged; a
-// trainer that fails for good is reported failed by the others' watches, naming what it reported.
+// output died (neither trainer reported failed by the other's watch); a save that fails and is
+// not repaired ends the job with its pass line logged; a trainer that fails for good is reported
+// failed by the others' watches, naming what it reported.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -23,7 +25,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/log_sink.hpp"
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "dataset/generator.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
@@ -221,18 +225,38 @@ TEST_F(PsModes, DataWithoutAValidInstanceIsAnErrorInEveryMode) {
 }
 
 // Two trainers of one job (threads of this process) train `cfg` against one in-process server:
-// each one's error ("" for none) and pass reports.
+// each one's error ("" for none) and pass reports, and the lines logged as errors meanwhile.
 struct TwoTrainers {
   std::vector<std::string> errors = std::vector<std::string>(2);
   std::vector<std::vector<PassReport>> reports = std::vector<std::vector<PassReport>>(2);
+  std::vector<std::string> error_lines;
 };
 TwoTrainers train_two_trainers(const TrainerConfig& cfg) {
   Servers shards(cfg, 1);
   TwoTrainers job;
+  Mutex mu;
+  set_log_sink([&](LogLevel level, const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    if (level != LogLevel::ERROR) return;
+    MutexLock lock(mu);
+    job.error_lines.push_back(line);
+  });
   job.errors = ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
                  job.reports[static_cast<std::size_t>(w)] = trainer.train();
                }).errors;
+  set_log_sink(nullptr);
+  MutexLock lock(mu);
   return job;
+}
+
+// A failure both trainers hit at once (divergence, a dead output) is marked by one of them at
+// most: neither watch reports the other failed (or lost), which would end this process
+// exit_grace_s later.
+void expect_no_trainer_reported_failed(const TwoTrainers& job) {
+  for (const std::string& line : job.error_lines) {
+    EXPECT_EQ(line.find(" of 2 failed: "), std::string::npos) << line;
+    EXPECT_EQ(line.find("lost trainer"), std::string::npos) << line;
+  }
 }
 
 // The divergence check (trainer/schedule/divergence.hpp) judges the job's steady loss, added up
@@ -257,6 +281,7 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
     }
     const TrainerConfig cfg = config(extra);
     const TwoTrainers job = train_two_trainers(cfg);
+    expect_no_trainer_reported_failed(job);
     const std::vector<std::string>& errors = job.errors;
     const std::vector<std::vector<PassReport>>& reports = job.reports;
     for (int w = 0; w < 2; ++w) {
@@ -367,6 +392,7 @@ TEST_F(PsModes, EveryTrainerStopsAJobWhoseOutputDiedBeforeItsSave) {
       }
     }
     const TwoTrainers job = train_two_trainers(cfg);
+    expect_no_trainer_reported_failed(job);
     for (std::size_t w = 0; w < 2; ++w) {
       const std::string& error = job.errors[w];
       if (normed) {
@@ -494,20 +520,24 @@ TEST_F(PsModes, AFailedTrainerIsReportedFailedByTheOthersWithWhatItReported) {
       const TrainerConfig cfg =
           config({"runner.train_data_dir=" + data.string(),
                   "runner.test_data_dir=", std::string("runner.sync_mode=") + mode,
-                  "runner.epochs=1", "runner.collective_timeout_s=600", "runner.peer_timeout_s=1"});
+                  "runner.epochs=1", "runner.collective_timeout_s=600", "runner.peer_timeout_s=5"});
       Servers shards(cfg, 1);
       const std::vector<std::string> errors =
           ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) {
             trainer.train();
           }).errors;
+      // Trainer 0 stopped between steps (its train() unwound, which cancels the forced end of a
+      // reported failure); one blocked in a barrier never gets here: the forced end comes.
       std::fprintf(stderr, "trainer 0's error: %s\n", errors[0].c_str());
-      std::this_thread::sleep_for(std::chrono::minutes(1));  // the forced exit comes first
+      std::fflush(stderr);
+      std::_Exit(1);
     };
-    // The child's root_ is its own (its process id): the path is matched by its end.
+    // The child's root_ is its own (its process id): the path is matched by its end. Either
+    // trainer 0's error or the forced end's line ("gpubox_train: ...") names it.
     const std::string reported =
         "trainer 1 of 2 failed: pass 0: no valid instance in 1 file\\(s\\) \\(10 lines, 10 "
         "malformed\\): [^ ]*/one_share_malformed/part-1";
-    EXPECT_EXIT(job(), ::testing::ExitedWithCode(1), "gpubox_train: " + reported);
+    EXPECT_EXIT(job(), ::testing::ExitedWithCode(1), reported);
   }
 }
 
@@ -533,6 +563,31 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
       }).errors;
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// Both trainers fail (a failure they hit at once): trainer 1 tells first, so trainer 0, finding
+// trainer 1's failed flag set, does not mark its own (its watch would report trainer 0 failed,
+// ending its process exit_grace_s later).
+TEST_F(PsModes, ATrainerFailingAfterAnotherMarkedItsFailureMarksNone) {
+  const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.epochs=1", "runner.peer_timeout_s=5"});
+  Servers shards(cfg, 1);
+  const ps_test::TrainerJob job =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer&, int) {});
+  ASSERT_TRUE(job.trainers[0] && job.trainers[1]);
+  job.trainers[1]->tell_failure(std::runtime_error("pass 0 diverged"));
+  job.trainers[0]->tell_failure(std::runtime_error("pass 0 diverged"));
+  auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, -1) << "trainer 0 marked its failure too";
+  flagged = PsPeerWatch::failed_peer(servers, 0, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, 1);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 0, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "");
 }
 
 // Trainer 0's part of a save fails, no server restarted (the servers refuse to save outside their

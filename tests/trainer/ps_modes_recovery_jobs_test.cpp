@@ -11,7 +11,8 @@
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
 // modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
 // recovery refused (runner.resume off, no save yet, the run's recoveries spent) stops every
-// trainer naming why; a job after a recovered one on the same servers trains without going back.
+// trainer naming why, no trainer marking it for the others' watches; a job after a recovered one on
+// the same servers trains without going back.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,10 +26,13 @@
 #include <utility>
 #include <vector>
 
+#include "common/status.hpp"
 #include "table/server/protocol.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
@@ -401,6 +405,19 @@ class PsJobRecovery : public PsModes {
         << errors[1];
     for (const std::string& error : errors) {
       EXPECT_EQ(error.find("died or is stuck"), std::string::npos) << error;
+    }
+    // Trainer 0 marked its refusal for the meeting only; trainer 1, told of it (PeerFailed), marks
+    // nothing in turn: no trainer's failed flag is set, so no watch reported a failure and armed
+    // the forced end of its process.
+    if (job.trainers[0]) {
+      auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
+      for (int w = 0; w < 2; ++w) {
+        StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1 - w, 2);
+        EXPECT_TRUE(flagged.ok()) << flagged.status().to_string();
+        if (flagged.ok()) {
+          EXPECT_EQ(*flagged, -1) << "trainer " << w << " marked its failure for the watches";
+        }
+      }
     }
     return errors;
   }

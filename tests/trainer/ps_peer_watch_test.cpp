@@ -2,7 +2,9 @@
 // beat see each other alive; one whose beats stop before it finished is named lost within about
 // runner.peer_timeout_s, once; one that finished, or has not begun to beat, is never named; a
 // stopped server is named by address; a table left by an earlier job is zeroed by reset(); a
-// trainer that marks its failure is named failed with what it reported, cut at a character.
+// trainer that marks its failure is named failed with what it reported, cut at a character; one
+// failing itself hears of no other's failure; a reported failure's forced end is cancelled at the
+// watch's end.
 // PsPassStop's votes through the same server: exact past 2^24 steps, filtered by pass and step, a
 // second vote refused.
 #include "trainer/ps_modes/ps_peer_watch.hpp"
@@ -12,12 +14,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/status.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
@@ -91,7 +96,7 @@ class PsPeerWatchTest : public ::testing::Test {
   }
   // The job's start (trainer 0): the table sized for `trainers`.
   void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
-  // The beat counts of the job's trainers (kAliveTable's first half), read by a client of the
+  // The beat counts of the job's trainers (kAliveTable's first third), read by a client of the
   // test's own (the watches' clients are theirs).
   std::vector<float> beats(int trainers) {
     if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
@@ -301,6 +306,116 @@ TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
   ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();
   EXPECT_EQ(losses.reasons()[0], "trainer 1 of 2 failed: pass 0: no valid instance");
   EXPECT_EQ(survivor.lost(), losses.reasons()[0]);
+}
+
+// A second mark of a trainer in one job (a second failure, or train() again on the same object)
+// replaces the first: the reason is the second's, not the bytes of both summed, and the failed
+// flag stays 1; an empty reason gets a wording of its own.
+TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
+  reset(2);
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure", FailureNotice::kToWatches)
+          .ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches).ok());
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "second");
+  std::vector<float> values(6, 0.0f);
+  ASSERT_TRUE(clients_[0]
+                  ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
+                  .ok());
+  EXPECT_EQ(values[5], 1.0f);  // trainer 1's failed flag
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting).ok());
+  mark = PsPeerWatch::failure_of(*clients_[0], 0, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "(it reported no reason)");
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "second");
+}
+
+// A recovery's reset (the job restarted from a save) zeroes the beats but keeps a failure marked
+// just before it; clear_failure (a new train() of the marked trainer) takes the mark back.
+TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack) {
+  reset(2);
+  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(
+      clients_[0]->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data", FailureNotice::kToWatches)
+          .ok());
+  ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2, /*keep_failures=*/true).ok());
+  EXPECT_EQ(beats(2), std::vector<float>(2, 0.0f));
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, 1);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "unreadable data");
+  ASSERT_TRUE(PsPeerWatch::clear_failure(*clients_[0], 1, 2).ok());
+  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
+  EXPECT_EQ(*flagged, -1);
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  ASSERT_TRUE(mark.ok()) << mark.status().to_string();
+  EXPECT_EQ(*mark, "");
+}
+
+// A failure every trainer hits at once: a trainer that is failing itself (tell_failure began, or
+// its own failed flag is set) hears of no other's failed flag, so its watch reports nothing and
+// arms no forced end of its process; failed_peer names the trainer that marked first.
+TEST_F(PsPeerWatchTest, AFailingTrainerHearsOfNoOtherTrainersFailure) {
+  for (const bool own_flag : {false, true}) {
+    SCOPED_TRACE(own_flag ? "its own failed flag set" : "tell_failure began");
+    reset(2);
+    StatusOr<int> first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    EXPECT_EQ(*first, -1);
+    Losses losses;
+    PsPeerWatch failing(*clients_[0], 0, 2, options(), losses.callback());
+    if (own_flag) {
+      ASSERT_TRUE(
+          PsPeerWatch::mark_failed(*clients_[0], 0, 2, "diverged", FailureNotice::kToWatches).ok());
+    } else {
+      failing.ignore_failed_peers();
+    }
+    {
+      PsPeerWatch other(*clients_[1], 1, 2, options());
+      ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+      ASSERT_TRUE(
+          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "diverged", FailureNotice::kToWatches).ok());
+      first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+      ASSERT_TRUE(first.ok()) << first.status().to_string();
+      EXPECT_EQ(*first, 1);
+      ASSERT_TRUE(beaten_after(2, 0, {0}, 2)) << "trainer 0 did not beat after the mark";
+    }  // trainer 1 ends without finish(): failed, so not found lost either
+    EXPECT_EQ(losses.reports_after_quiet_window(), 0u) << losses.reasons().front();
+    EXPECT_EQ(failing.lost(), "");
+  }
+}
+
+// A watch that reported another trainer's failure, destroyed (train() unwound: nothing of its
+// trainer left blocked), cancels its forced end: the process goes on past exit_grace_s.
+TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto job = [&] {
+    reset(2);
+    PsPeerWatchOptions o = options();
+    o.exit_grace_s = 0.5;
+    {
+      Losses losses;
+      PsPeerWatch survivor(*clients_[0], 0, 2, o, losses.callback());
+      ASSERT_TRUE(
+          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+      ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // 4 times exit_grace_s
+    std::fprintf(stderr, "still running\n");
+    std::fflush(stderr);
+    std::_Exit(7);
+  };
+  EXPECT_EXIT(job(), ::testing::ExitedWithCode(7), "still running");
 }
 
 // A failed trainer whose peers' watches do not beat (stuck, or not yet beating) waits at most its

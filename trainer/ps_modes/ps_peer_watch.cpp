@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <thread>
@@ -65,11 +66,21 @@ std::string PsPeerWatch::stored_reason(const std::string& reason) {
   return reason.substr(0, cut) + "...";
 }
 
-Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) {
+Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
+                          bool keep_failures) {
+  const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
+  if (keep_failures) {
+    GPUBOX_RETURN_IF_ERROR(
+        servers.dense(DenseAction::kRead, kAliveTable, &values)
+            .with_context("reading the servers' table " + std::string(kAliveTable)));
+    if (values.size() != 3 * n) values = zeros(trainers);
+    std::fill(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.0f);
+  }
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kWrite, kAliveTable, &values)
           .with_context("resetting the servers' table " + std::string(kAliveTable)));
+  if (keep_failures) return Status::OK();
   std::vector<float> failures = failure_zeros(trainers);
   return servers.dense(DenseAction::kWrite, kFailureTable, &failures)
       .with_context("resetting the servers' table " + std::string(kFailureTable));
@@ -77,18 +88,58 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers) 
 
 Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
                                 int trainers, const std::string& reason, FailureNotice notice) {
-  const std::string context =
-      "telling the other trainers that trainer " + std::to_string(trainer_id) + " failed";
-  // The reason first: a watch that sees the flag reads it.
+  return set_own_failure(servers, trainer_id, trainers,
+                         stored_reason(reason.empty() ? "(it reported no reason)" : reason),
+                         notice == FailureNotice::kToWatches ? 1.0f : -1.0f);
+}
+
+Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                  int trainers) {
+  return set_own_failure(servers, trainer_id, trainers, "", 0.0f);
+}
+
+Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                    int trainers, const std::string& stored, float flag) {
+  const std::string context = "telling the other trainers that trainer " +
+                              std::to_string(trainer_id) +
+                              (stored.empty() ? " did not fail" : " failed");
+  // The tables only add (kAdd) and other trainers write them too: trainer `trainer_id`'s slots
+  // (written by it alone) are set by adding what they need on top of what they hold, so that a
+  // second mark in a job replaces the first instead of summing into it.
+  std::vector<float> held = failure_zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kRead, kFailureTable, &held).with_context(context));
   std::vector<float> mine = failure_zeros(trainers);
-  put_text(stored_reason(reason),
-           mine.data() + kReasonFloats * static_cast<std::size_t>(trainer_id));
+  const std::size_t first = kReasonFloats * static_cast<std::size_t>(trainer_id);
+  put_text(stored, mine.data() + first);
+  if (held.size() == mine.size()) {
+    for (std::size_t f = first; f < first + kReasonFloats; ++f) mine[f] -= held[f];
+  }
+  // The reason first: a watch that sees the flag reads it.
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kAdd, kFailureTable, &mine).with_context(context));
-  if (notice == FailureNotice::kAtMeeting) return Status::OK();
-  std::vector<float> flag = zeros(trainers);
-  flag[static_cast<std::size_t>(2 * trainers + trainer_id)] = 1.0f;
-  return servers.dense(DenseAction::kAdd, kAliveTable, &flag).with_context(context);
+  if (flag < 0) return Status::OK();
+  std::vector<float> values = zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kRead, kAliveTable, &values).with_context(context));
+  const auto at = static_cast<std::size_t>(2 * trainers + trainer_id);
+  const float held_flag = values.size() > at ? values[at] : 0.0f;
+  values = zeros(trainers);
+  values[at] = flag - held_flag;
+  return servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context);
+}
+
+StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
+                                       int trainers) {
+  const auto n = static_cast<std::size_t>(trainers);
+  std::vector<float> values = zeros(trainers);
+  GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values)
+                             .with_context("reading the trainers' failed flags"));
+  if (values.size() != 3 * n) return -1;
+  for (std::size_t w = 0; w < n; ++w) {
+    if (static_cast<int>(w) != trainer_id && values[2 * n + w] > 0) return static_cast<int>(w);
+  }
+  return -1;
 }
 
 StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& servers,
@@ -110,6 +161,10 @@ Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != 3 * n) return Status::OK();
+    // A count that went down was reset (a recovery's start_job): its beats count from there.
+    for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
+      if (values[w] < at_mark[w]) at_mark[w] = values[w];
+    }
     if (at_mark.empty()) at_mark = values;
     bool seen = true;
     for (std::size_t w = 0; w < n; ++w) {
@@ -121,6 +176,12 @@ Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<
     if (seen) return Status::OK();
     std::this_thread::sleep_for(pause);
     pause = std::min(2 * pause, std::chrono::milliseconds(100));
+  }
+  if (stop == nullptr || !stop->load()) {
+    GPUBOX_LOG(WARNING) << "trainer " << trainer_id_ << " of " << trainers_
+                        << ": not every other trainer's watch beat within " << timeout_s
+                        << " s after this trainer marked its failure: those find it lost by its "
+                           "heartbeat instead";
   }
   return Status::OK();
 }
@@ -137,7 +198,11 @@ PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id,
   if (servers_.endpoint_count() > 0) ping_thread_ = std::thread([this] { ping_loop(); });
 }
 
-PsPeerWatch::~PsPeerWatch() { stop(); }
+PsPeerWatch::~PsPeerWatch() {
+  stop();
+  MutexLock lock(mu_);
+  if (lost_peer_failed_) forced_exit_.cancel();
+}
 
 void PsPeerWatch::stop() {
   {
@@ -164,7 +229,7 @@ std::string PsPeerWatch::lost() const {
   return lost_;
 }
 
-void PsPeerWatch::on_lost(const std::string& reason) {
+void PsPeerWatch::on_lost(const std::string& reason, bool peer_failed) {
   {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
@@ -176,7 +241,10 @@ void PsPeerWatch::on_lost(const std::string& reason) {
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;
   if (on_lost_) on_lost_(reason);
-  arm_forced_exit(reason, options_.exit_grace_s);
+  ForcedExit armed = arm_forced_exit(reason, options_.exit_grace_s);
+  MutexLock lock(mu_);
+  forced_exit_ = std::move(armed);
+  lost_peer_failed_ = peer_failed;
 }
 
 bool PsPeerWatch::wait_interval() {
@@ -205,19 +273,30 @@ void PsPeerWatch::beat_loop() {
       continue;
     }
     const auto now = Clock::now();
+    // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
+    // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
+    // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
+    const bool failing = failing_.load(std::memory_order_acquire) ||
+                         values[2 * n + static_cast<std::size_t>(trainer_id_)] > 0;
+    if (failing) continue;
     for (std::size_t w = 0; w < n; ++w) {
       if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] <= 0 || reported[w]) continue;
       reported[w] = true;
       StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
       on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
-              (reason.ok()
-                   ? *reason
-                   : "(what it reported cannot be read: " + reason.status().to_string() + ")"));
+                  (reason.ok()
+                       ? *reason
+                       : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
+              true);
     }
     for (std::size_t w = 0; w < n; ++w) {
       // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
       // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || reported[w]) continue;
+      // One that failed is reported by its flag (above), or not at all: never found lost.
+      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || values[2 * n + w] > 0 ||
+          reported[w]) {
+        continue;
+      }
       if (values[w] <= 0) {
         last_move[w] = now;
         continue;

@@ -19,9 +19,14 @@
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
-// after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken).
+// after `exit_grace_s` at the latest (a trainer blocked in a barrier cannot be woken). When the
+// loss was another trainer's reported failure, the watch's destructor cancels that end: it runs
+// as train() unwinds, no barrier of this trainer left blocked, and the servers answered the beat
+// that read the mark (a Python process that caught the error goes on). A lost trainer or server
+// keeps it: the trainer's teardown may hang in a call to that server.
 //
-// The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts):
+// The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
+// a recovery's restart of the job zeroes the beats and finished flags only):
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
@@ -39,6 +44,7 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "common/thread_annotations.hpp"
+#include "trainer/schedule/lost_peers.hpp"
 
 namespace gpubox::table::server {
 class RemoteHostTier;
@@ -72,14 +78,22 @@ class PsPeerWatch {
   static constexpr std::size_t kReasonBytes = 513;
 
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
-  // servers left).
-  static Status reset(table::server::RemoteHostTier& servers, int trainers);
-  // Trainer `trainer_id` of `trainers` failed for good with `reason` (once a job): failure_of
-  // reads it; with FailureNotice::kToWatches every other trainer's watch also reports it at its
-  // next beat (and ends its process exit_grace_s later, as for a lost trainer). Needs no watch
-  // running.
+  // servers left). `keep_failures` (a recovery's restart of the job): the failed flags and the
+  // reasons stay, so that a mark made just before is not wiped.
+  static Status reset(table::server::RemoteHostTier& servers, int trainers,
+                      bool keep_failures = false);
+  // Trainer `trainer_id` of `trainers` failed for good with `reason` ("" reads as "(it reported
+  // no reason)"): failure_of reads it (a second mark in a job replaces the first); with
+  // FailureNotice::kToWatches every other trainer's watch also reports it at its next beat (and
+  // ends its process exit_grace_s later, as for a lost trainer). Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
                             const std::string& reason, FailureNotice notice);
+  // Takes back trainer `trainer_id`'s mark (its reason and failed flag zeroed): a new train() of
+  // the same trainer, in the job of the old one.
+  static Status clear_failure(table::server::RemoteHostTier& servers, int trainer_id, int trainers);
+  // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
+  static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
+                                   int trainers);
   // What trainer `trainer_id` reported as it failed ("" while it did not).
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
                                           int trainers);
@@ -92,7 +106,8 @@ class PsPeerWatch {
   PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
               PsPeerWatchOptions options,
               std::function<void(const std::string&)> on_lost = nullptr);
-  // Stops beating without saying finished: the others see this trainer's count stop.
+  // Stops beating without saying finished: the others see this trainer's count stop. Cancels
+  // the forced end of a loss that was another trainer's reported failure (see the file comment).
   ~PsPeerWatch();
   PsPeerWatch(const PsPeerWatch&) = delete;
   PsPeerWatch& operator=(const PsPeerWatch&) = delete;
@@ -101,6 +116,11 @@ class PsPeerWatch {
   Status finish();
   // The first loss seen ("" while none). Cheap while there is none.
   std::string lost() const;
+  // This trainer is failing (PsTrainer::tell_failure began): from the next beat on, the watch
+  // judges no other trainer, neither by its failed flag nor as lost (a failure every trainer hit
+  // at once, marked by another, is not this one's loss: it would end this process exit_grace_s
+  // later); its beats go on, as with this trainer's own failed flag set. Any thread.
+  void ignore_failed_peers() { failing_.store(true, std::memory_order_release); }
   // After mark_failed for this trainer: waits until every other trainer still in the job (not
   // finished, not failed, beating) has beaten since the mark, so its watch saw it; at most
   // `timeout_s`, and not past `*stop` (may be null) turning true. An error when the first server
@@ -108,11 +128,16 @@ class PsPeerWatch {
   Status wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop);
 
  private:
+  // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
+  // `flag` (see mark_failed).
+  static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
+                                int trainers, const std::string& stored, float flag);
   void beat_loop();
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
-  void on_lost(const std::string& reason);
+  // `peer_failed`: the loss is another trainer's reported failure (its failed flag).
+  void on_lost(const std::string& reason, bool peer_failed = false);
   void stop();
 
   table::server::RemoteHostTier& servers_;
@@ -121,10 +146,13 @@ class PsPeerWatch {
   const PsPeerWatchOptions options_;
   const std::function<void(const std::string&)> on_lost_;
   std::atomic<bool> any_lost_{false};
+  std::atomic<bool> failing_{false};
   mutable Mutex mu_;
   CondVar stop_cv_;
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
+  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's
+  bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;
 };

@@ -181,7 +181,7 @@ void PsTrainer::make_workers() {
   }
 }
 
-void PsTrainer::start_job() {
+void PsTrainer::start_job(bool recovery) {
   State& s = *state_;
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
@@ -208,7 +208,8 @@ void PsTrainer::start_job() {
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kSteadyLossTable, &zeros)
                 .with_context("resetting the servers' table " + std::string(kSteadyLossTable)));
-        throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers));
+        // A recovery keeps the failure marks: one made just before it is not wiped.
+        throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers, recovery));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
         if (sums_steps) {
@@ -244,7 +245,6 @@ void PsTrainer::agree_on_start(const std::optional<SavePoint>& resume, const std
 }
 
 void PsTrainer::check_shared_saves() {
-  State& s = *state_;
   const std::string& folder = config_.runner.model_save_path;
   const std::string file = (std::filesystem::path(folder) / kJobTokenFile).string();
   struct RemoveToken {  // trainer 0's, once every trainer read it (or failed to)
@@ -255,66 +255,93 @@ void PsTrainer::check_shared_saves() {
       if (writer) std::filesystem::remove(file, ignored);
     }
   } remove{file, env_.trainer_id == 0};
-  on_trainer_zero(
-      [&] {
-        const uint64_t token = draw_job_id();
-        std::ofstream out(file);
-        out << token << "\n";
-        // A full or over-quota network mount reports it at the close (ENOSPC, EDQUOT).
-        out.close();
-        GPUBOX_EXPECTS(!out.fail(), "cannot write the job's token into ", file,
-                       " (runner.model_save_path: the folder missing, not writable, full or over "
-                       "its quota?)");
-        std::vector<float> job = job_id_to_floats(token);
-        throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
-                           .with_context("writing the job's token"));
-      },
-      "ps/save_folder", "to write a token into runner.model_save_path");
+  on_trainer_zero([&] { write_job_token(file); }, "ps/save_folder",
+                  "to write a token into runner.model_save_path");
   // A trainer that does not see the token meets the others before it fails, its reason marked,
   // so that they stop at that meeting naming it.
-  std::exception_ptr failed;
+  const std::string name = "ps/save_folder_seen";
+  const std::string what = "once every trainer read the token in runner.model_save_path";
   if (env_.trainer_id != 0) {
     try {
-      std::vector<float> job(4, 0.0f);
-      throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
-                         .with_context("reading the job's token"));
-      // A network mount may show trainer 0's new file a moment late (attribute caching): a few
-      // reads over about 2 s before it counts as missing.
-      uint64_t seen = 0;
-      bool read = false;
-      for (int attempt = 0; attempt < 8; ++attempt) {
-        read = static_cast<bool>(std::ifstream(file) >> seen);
-        if (read && seen == job_id_from_floats(job)) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
-      }
-      GPUBOX_EXPECTS(
-          read && seen == job_id_from_floats(job), "trainer ", env_.trainer_id, " of ",
-          env_.trainers, ": runner.model_save_path '", folder,
-          "' does not hold the token trainer 0 wrote there as the job started (", file,
-          read ? " holds another job's" : " cannot be read", "): the trainers of an ",
-          name_of(config::kSyncModeNames, config_.runner.sync_mode),
-          " job with runner.resume must share that folder (a shared mount at the same path), "
-          "since a recovery from a server restart reloads trainer 0's saves on every trainer "
-          "(with runner.resume off, the job stops at a server restart instead)");
+      read_job_token(file);
     } catch (const std::exception&) {
-      failed = std::current_exception();
-      s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
-                                                  message_of(failed), FailureNotice::kAtMeeting)
-                             .ok();
+      fail_at_meeting(std::current_exception(), name, what);
     }
   }
-  const std::string what = "once every trainer read the token in runner.model_save_path";
-  meet("ps/save_folder_seen", what);
-  if (failed) std::rethrow_exception(failed);
+  meet(name, what);
   for (int w = 1; w < env_.trainers; ++w) {
-    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, w, env_.trainers);
-    throw_if_error(reported.status());
-    if (reported->empty()) continue;
-    throw PeerFailed("trainer " + std::to_string(env_.trainer_id) + " of " +
-                     std::to_string(env_.trainers) + ", meeting the others " + what + ": trainer " +
-                     std::to_string(w) + " failed, so the job stops; trainer " + std::to_string(w) +
-                     " reported: " + *reported);
+    throw_if_marked(w,
+                    "trainer " + std::to_string(env_.trainer_id) + " of " +
+                        std::to_string(env_.trainers) + ", meeting the others " + what +
+                        ": trainer " + std::to_string(w) + " failed, so the job stops",
+                    std::nullopt);
   }
+}
+
+void PsTrainer::write_job_token(const std::string& file) {
+  const uint64_t token = draw_job_id();
+  std::ofstream out(file);
+  out << token << "\n";
+  // A full or over-quota network mount reports it at the close (ENOSPC, EDQUOT).
+  out.close();
+  GPUBOX_EXPECTS(!out.fail(), "cannot write the job's token into ", file,
+                 " (runner.model_save_path: the folder missing, not writable, full or over "
+                 "its quota?)");
+  std::vector<float> job = job_id_to_floats(token);
+  throw_if_error(state_->servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
+                     .with_context("writing the job's token"));
+}
+
+void PsTrainer::read_job_token(const std::string& file) {
+  std::vector<float> job(4, 0.0f);
+  throw_if_error(state_->servers->dense(DenseAction::kRead, kJobTokenTable, &job)
+                     .with_context("reading the job's token"));
+  // A network mount may show trainer 0's new file a moment late (attribute caching): a few
+  // reads over about 2 s before it counts as missing.
+  constexpr int kAttempts = 8;
+  uint64_t seen = 0;
+  bool read = false;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    read = static_cast<bool>(std::ifstream(file) >> seen);
+    if (read && seen == job_id_from_floats(job)) return;
+  }
+  GPUBOX_FAIL("trainer ", env_.trainer_id, " of ", env_.trainers, ": runner.model_save_path '",
+              config_.runner.model_save_path,
+              "' does not hold the token trainer 0 wrote there as the job started (", file,
+              read ? " holds another job's" : " cannot be read", "): the trainers of an ",
+              name_of(config::kSyncModeNames, config_.runner.sync_mode),
+              " job with runner.resume must share that folder (a shared mount at the same path), "
+              "since a recovery from a server restart reloads trainer 0's saves on every trainer "
+              "(with runner.resume off, the job stops at a server restart instead)");
+}
+
+void PsTrainer::fail_at_meeting(const std::exception_ptr& failed, const std::string& name,
+                                const std::string& what, double timeout_s, bool marks, bool meets) {
+  State& s = *state_;
+  if (marks && env_.trainers > 1) {
+    s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
+                                                message_of(failed), FailureNotice::kAtMeeting)
+                           .ok();
+  }
+  if (meets) {
+    try {
+      meet(name, what, timeout_s);  // the others learn of the failure now, not at their timeout
+    } catch (const std::exception& e) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " failed, and then " << e.what();
+    }
+  }
+  std::rethrow_exception(failed);
+}
+
+void PsTrainer::throw_if_marked(int w, const std::string& told,
+                                const std::optional<std::string>& unmarked) {
+  StatusOr<std::string> reported = PsPeerWatch::failure_of(*state_->servers, w, env_.trainers);
+  if (!unmarked) throw_if_error(reported.status());
+  if (reported.ok() && !reported->empty()) {
+    throw PeerFailed(told + "; trainer " + std::to_string(w) + " reported: " + *reported);
+  }
+  if (unmarked) throw PeerFailed(told + *unmarked);
 }
 
 PsTrainer::~PsTrainer() = default;
@@ -346,6 +373,10 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 void PsTrainer::tell_failure(const std::exception& error) noexcept {
   State& s = *state_;
   if (env_.trainers == 1) return;
+  // From here this trainer's watch judges no other trainer (PsPeerWatch::ignore_failed_peers): a
+  // failure every trainer hit at once (divergence, a dead output) must not end this process
+  // exit_grace_s later.
+  if (s.watch != nullptr) s.watch->ignore_failed_peers();
   try {
     const std::string reason = user_message(error);
     // Logged before anything that can wait (or be ended by a watch's forced exit).
@@ -365,6 +396,21 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
       GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " cannot tell the other trainers "
                           << "of its failure (they find it lost by its heartbeat): the first "
                           << "server does not answer: " << reachable.to_string();
+      return;
+    }
+    // Another trainer that marked its failure first is what every trainer reports: a second
+    // mark would make its watch report this one failed too (and end its process).
+    StatusOr<int> first = PsPeerWatch::failed_peer(*s.servers, env_.trainer_id, env_.trainers);
+    if (first.ok() && *first >= 0) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " does not mark its failure: trainer "
+                          << *first << " marked its own first";
+      // It ends its job: trainer `first`'s wait for its watch to see the mark (which it read
+      // itself) does not wait for it, nor does any watch find it lost.
+      if (s.watch != nullptr) {
+        if (const Status ended = s.watch->finish(); !ended.ok()) {
+          GPUBOX_LOG(WARNING) << ended.to_string();
+        }
+      }
       return;
     }
     s.failure_marked = true;
@@ -387,68 +433,64 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
-  State& s = *state_;
-  std::exception_ptr failed;
-  bool first_restarted = false;  // the first server, which holds the barrier below
   if (env_.trainer_id == 0) {
-    try {
-      part();
-    } catch (...) {
-      failed = std::current_exception();
+    bool restarted = false;
+    bool first_restarted = false;  // the first server, which holds the barrier below
+    std::exception_ptr failed = run_part_of_trainer_zero(part, &restarted, &first_restarted);
+    // The others stop at the barrier below naming what failed (read from the mark); after a
+    // restart they go to recover's meeting instead. After a restart of the first server nobody
+    // comes to the barrier on its new instance (the others' calls to the old one failed), and
+    // this trainer goes to recover's meeting at once.
+    if (failed) {
+      fail_at_meeting(failed, name, what, -1.0, /*marks=*/!restarted,
+                      /*meets=*/!first_restarted);
     }
-    if (env_.trainers > 1) {
-      // A part that failed on a server restart tells the others so: the job goes back to the
-      // last save together (recover).
-      const bool restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
-      std::vector<float> outcome = {failed ? (restarted ? kRestartOutcome : 0.0f) : 1.0f,
-                                    static_cast<float>(pass_id_)};
-      // The restarts are accepted now (this trainer's threads send nothing during a save or a
-      // reload; recover reloads the servers), so that the outcome goes to the first server as it
-      // is now. The others hear of a restart of the first server at their own call to it (the
-      // barrier below, cut or refused), not from the outcome, and go to recover's meeting.
-      if (restarted && repairs_together()) {
-        first_restarted = first_server_restarted(*s.servers);
-        restarts_found_ = SaveLineage::describe_restarts(*s.servers);
-        restart_agreed_ = true;
-        s.servers->accept_restarts();
-      }
-      const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
-      if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
-      // The others stop at the barrier below naming what failed (read from the mark).
-      if (failed && !restarted) {
-        s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
-                                                    message_of(failed), FailureNotice::kAtMeeting)
-                               .ok();
-      }
-    }
-  }
-  if (failed) {
-    // The others learn of the failure now, not at their timeout; after a restart of the first
-    // server nobody comes to the barrier on its new instance (the others' calls to the old one
-    // failed), and this trainer goes to recover's meeting at once.
-    if (!first_restarted) {
-      try {
-        meet(name, what);
-      } catch (const std::exception&) {
-      }
-    }
-    std::rethrow_exception(failed);
   }
   meet(name, what);
-  if (env_.trainer_id == 0) return;
+  if (env_.trainer_id != 0) read_outcome_of_trainer_zero(what);
+}
+
+std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void()>& part,
+                                                       bool* restarted, bool* first_restarted) {
+  State& s = *state_;
+  std::exception_ptr failed;
+  try {
+    part();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (env_.trainers == 1) return failed;
+  // A part that failed on a server restart tells the others so: the job goes back to the last
+  // save together (recover).
+  *restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
+  std::vector<float> outcome = {failed ? (*restarted ? kRestartOutcome : 0.0f) : 1.0f,
+                                static_cast<float>(pass_id_)};
+  // The restarts are accepted now (this trainer's threads send nothing during a save or a
+  // reload; recover reloads the servers), so that the outcome goes to the first server as it is
+  // now. The others hear of a restart of the first server at their own call to it (the barrier
+  // after the part, cut or refused), not from the outcome, and go to recover's meeting.
+  if (*restarted && repairs_together()) {
+    *first_restarted = first_server_restarted(*s.servers);
+    restarts_found_ = SaveLineage::describe_restarts(*s.servers);
+    restart_agreed_ = true;
+    s.servers->accept_restarts();
+  }
+  const Status told = s.servers->dense(DenseAction::kWrite, kOutcomeTable, &outcome);
+  if (!failed) throw_if_error(told.with_context("telling the other trainers the outcome"));
+  return failed;
+}
+
+void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
   std::vector<float> outcome(2, 0.0f);
-  throw_if_error(s.servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
+  throw_if_error(state_->servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
                      .with_context("reading trainer 0's outcome " + what));
   if (outcome[0] == kRestartOutcome && repairs_together()) {
     restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
     GPUBOX_FAIL("trainer 0 found a server restart ", what);
   }
   if (outcome[0] != 1.0f) {
-    StatusOr<std::string> reported = PsPeerWatch::failure_of(*s.servers, 0, env_.trainers);
-    const bool told = reported.ok() && !reported->empty();
-    throw PeerFailed("trainer 0 failed " + what +
-                     (told ? "; trainer 0 reported: " + *reported
-                           : " (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
+    throw_if_marked(0, "trainer 0 failed " + what,
+                    std::string(" (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
   }
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
                  std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,
@@ -461,6 +503,12 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
   std::unique_ptr<PsPeerWatch> watch;
+  if (env_.trainers > 1 && s.failure_marked) {
+    // A failure marked by an earlier train() of this object (the job's tables are reset only as
+    // it starts): taken back before this trainer's watch starts.
+    throw_if_error(PsPeerWatch::clear_failure(*s.servers, env_.trainer_id, env_.trainers));
+  }
+  s.failure_marked = false;
   if (env_.trainers > 1) {
     PsPeerWatchOptions options;
     options.peer_timeout_s = config_.runner.peer_timeout_s;

@@ -194,7 +194,9 @@ class PsTrainer final : public Schedule {
   // This trainer's run failed with `error`: logged, and marked for the other trainers' watches
   // (PsPeerWatch::mark_failed), which then report it failed naming `error`; waits at most
   // runner.peer_timeout_s for them to see it. Not by a trainer that was told of another's failure
-  // or lost a peer (its watch's lost()), nor twice a job.
+  // (PeerFailed: at a meeting, or trainer 0's refusal to go back) or lost a peer (its watch's
+  // lost()), nor twice a job, nor when another trainer's failed flag is already set (a failure
+  // they all hit at once). From its start this trainer's watch reports no other's failed flag.
   void tell_failure(const std::exception& error) noexcept override;
   // After the evaluation of the epoch that ended with pass `pass`, in a job that repairs
   // together: every trainer meets, and throws when a trainer voted for a restart its evaluation
@@ -212,8 +214,28 @@ class PsTrainer final : public Schedule {
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
-  // agree_on_start's check: trainer 0's token in runner.model_save_path seen by every trainer.
+  // on_trainer_zero's parts: trainer 0 runs `part` and writes its outcome for the others (a
+  // restart found, telling them to go back together), returning its error; the others read it
+  // after the meeting and throw when trainer 0 failed or goes on with another pass.
+  std::exception_ptr run_part_of_trainer_zero(const std::function<void()>& part, bool* restarted,
+                                              bool* first_restarted);
+  void read_outcome_of_trainer_zero(const std::string& what);
+  // This trainer failed with `failed` where the others meet it at barrier `name`: marks it for
+  // them (with `marks`: FailureNotice::kAtMeeting, read after the meeting; tell_failure then tells
+  // no watch), meets them (with `meets`; an error of the meeting itself is only logged, so that
+  // `failed` is what this trainer reports) and rethrows `failed`.
+  [[noreturn]] void fail_at_meeting(const std::exception_ptr& failed, const std::string& name,
+                                    const std::string& what, double timeout_s = -1.0,
+                                    bool marks = true, bool meets = true);
+  // After a meeting: throws PeerFailed "<told>; trainer w reported: <its mark>" when trainer `w`
+  // marked a failure for it; when it marked nothing, throws PeerFailed "<told><unmarked>" if
+  // `unmarked` is given (else returns). Without `unmarked` a mark that cannot be read throws.
+  void throw_if_marked(int w, const std::string& told, const std::optional<std::string>& unmarked);
+  // agree_on_start's check: trainer 0's token in runner.model_save_path seen by every trainer
+  // (trainer 0 writes it, the others read it).
   void check_shared_saves();
+  void write_job_token(const std::string& file);
+  void read_job_token(const std::string& file);
   // Recovery from a server restart (ps_trainer_recovery.cpp). Whether the trainers of this job
   // go back to the last save together (several trainers, in every mode; see the file comment).
   bool repairs_together() const;
@@ -260,8 +282,9 @@ class PsTrainer final : public Schedule {
   // mode's merged pushes), replacing any made before.
   void make_workers();
   // The job's start (see the file comment): trainer 0 writes the servers' tables, every trainer
-  // adopts the dense table.
-  void start_job();
+  // adopts the dense table. `recovery`: a recovery's restart of the job, which keeps the
+  // trainers' failure marks (PsPeerWatch::reset).
+  void start_job(bool recovery = false);
   // A pass, in parts (ps_trainer_pass.cpp): its data, the sync mode's agreed step count (behind
   // the pass's barriers of every trainer at the servers), every training thread's steps
   // (train_threads returns thread 0's step count, train_thread one thread's), and its report (the

@@ -11,6 +11,7 @@
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
@@ -57,7 +58,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
       error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
       [this](const SaveLineage::Recovery& r) {
         make_workers();
-        start_job();
+        start_job(/*recovery=*/true);
         pass_id_ = r.run_pass;
         load(r.dir);
       },
@@ -215,9 +216,13 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
                      .with_context("reading the save trainer 0 goes back to"));
   const SaveLineage::Refusal why = SaveLineage::decode(told[0]);
   if (why != SaveLineage::Refusal::kNone) {
-    GPUBOX_FAIL("pass ", pass, ": ", what, "; trainer 0 cannot go back to a save (",
-                SaveLineage::describe(why, "log/workerlog.0 under scripts/launch.sh"),
-                "), so the job stops; ", s.lineage->rerun_outcome(false));
+    // Told by trainer 0 (which marked it): PeerFailed, so that this trainer does not tell in turn.
+    throw PeerFailed(detail::concat("pass ", pass, ": ", what,
+                                    "; trainer 0 cannot go back to a save (",
+                                    SaveLineage::describe(why,
+                                                          "log/workerlog.0 under "
+                                                          "scripts/launch.sh"),
+                                    "), so the job stops; ", s.lineage->rerun_outcome(false)));
   }
   SaveLineage::Recovery recovery;
   recovery.run_pass = std::lround(told[1]);
@@ -269,13 +274,8 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
     s.servers->accept_restarts();
   }
   const double wait_s = kRecoveryWaits * config_.runner.collective_timeout_s;
-  if (failed) {
-    try {
-      meet(name, meeting, wait_s);  // the others learn of the failure now, not at their timeout
-    } catch (const std::exception&) {
-    }
-    std::rethrow_exception(failed);
-  }
+  // Trainer 0's refusal, marked for that meeting: the others read it there (read_chosen_save).
+  if (failed) fail_at_meeting(failed, name, meeting, wait_s);
   meet(name, meeting, wait_s);
   if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
   return recovery;
@@ -306,7 +306,7 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
-      start_job();
+      start_job(/*recovery=*/true);
       load(recovery.dir);
     } catch (const Error&) {
       // A server that restarted during the reload: every trainer goes back again (trainer 0's

@@ -16,15 +16,19 @@ std::chrono::milliseconds millis_of(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
 
-void arm_forced_exit(const std::string& reason, double grace_s) {
-  if (grace_s <= 0) return;
-  std::thread([reason, grace_s] {
+ForcedExit arm_forced_exit(const std::string& reason, double grace_s) {
+  ForcedExit armed;
+  if (grace_s <= 0) return armed;
+  armed.cancelled_ = std::make_shared<std::atomic<bool>>(false);
+  std::thread([reason, grace_s, cancelled = armed.cancelled_] {
     std::this_thread::sleep_for(millis_of(grace_s));
+    if (cancelled->load()) return;
     std::fprintf(stderr, "gpubox_train: %s (the trainer had not stopped %.3g s after: ending it)\n",
                  reason.c_str(), grace_s);
     std::fflush(stderr);
     std::_Exit(1);
   }).detach();
+  return armed;
 }
 
 ServerPings::ServerPings(table::server::RemoteHostTier& servers, double timeout_s)

@@ -2,11 +2,14 @@
 // modes' PsPeerWatch): the ping of every gpubox_server a job uses, and the forced end of a
 // process whose trainer cannot be woken after a loss.
 //
-// Thread-safety: ServerPings is used by one watch thread; arm_forced_exit from any thread.
+// Thread-safety: ServerPings is used by one watch thread; arm_forced_exit and
+// ForcedExit::cancel from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,11 +19,25 @@ class RemoteHostTier;
 
 namespace gpubox::trainer {
 
+// A forced end armed by arm_forced_exit. cancel() before it fires keeps the process (its
+// trainer stopped by itself, nothing left blocked); an empty one cancels nothing. Copyable.
+class ForcedExit {
+ public:
+  void cancel() const {
+    if (cancelled_) cancelled_->store(true);
+  }
+
+ private:
+  friend ForcedExit arm_forced_exit(const std::string& reason, double grace_s);
+  std::shared_ptr<std::atomic<bool>> cancelled_;
+};
+
 // Ends the process `grace_s` from now with `reason` on stderr and exit status 1, unless it ended
-// by itself first; nothing when grace_s <= 0. Detached, holding only its own copy of the reason:
-// it outlives the trainer, whose teardown may be what hangs (a thread in a host-tier call to a
-// server that is no longer reachable, a rank blocked inside a Gloo collective).
-void arm_forced_exit(const std::string& reason, double grace_s);
+// by itself first or the returned ForcedExit was cancelled; nothing when grace_s <= 0. Detached,
+// holding only its own copy of the reason: it outlives the trainer, whose teardown may be what
+// hangs (a thread in a host-tier call to a server that is no longer reachable, a rank blocked
+// inside a Gloo collective).
+ForcedExit arm_forced_exit(const std::string& reason, double grace_s);
 
 // Whole milliseconds, rounded up.
 std::chrono::milliseconds millis_of(double seconds);
