@@ -402,7 +402,7 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
   const auto job = [&] {
     reset(2);
     PsPeerWatchOptions o = options();
-    o.exit_grace_s = 0.5;
+    o.exit_grace_s = 2;
     {
       Losses losses;
       PsPeerWatch survivor(*clients_[0], 0, 2, o, losses.callback());
@@ -410,7 +410,7 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
           PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
       ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
     }
-    std::this_thread::sleep_for(std::chrono::seconds(2));  // 4 times exit_grace_s
+    std::this_thread::sleep_for(std::chrono::seconds(6));  // 3 times exit_grace_s
     std::fprintf(stderr, "still running\n");
     std::fflush(stderr);
     std::_Exit(7);

@@ -229,11 +229,14 @@ std::string PsPeerWatch::lost() const {
   return lost_;
 }
 
-void PsPeerWatch::on_lost(const std::string& reason, bool peer_failed) {
+void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
   {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
       GPUBOX_LOG(WARNING) << reason;
+      // A server lost after a reported failure: the teardown may hang on it, so the forced end
+      // stays (a trainer lost then is mostly one that stopped for that failure).
+      if (loss == Loss::kServer) lost_peer_failed_ = false;
       return;
     }
     lost_ = reason;
@@ -244,7 +247,7 @@ void PsPeerWatch::on_lost(const std::string& reason, bool peer_failed) {
   ForcedExit armed = arm_forced_exit(reason, options_.exit_grace_s);
   MutexLock lock(mu_);
   forced_exit_ = std::move(armed);
-  lost_peer_failed_ = peer_failed;
+  lost_peer_failed_ = loss == Loss::kPeerFailed;
 }
 
 bool PsPeerWatch::wait_interval() {
@@ -287,7 +290,7 @@ void PsPeerWatch::beat_loop() {
                   (reason.ok()
                        ? *reason
                        : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
-              true);
+              Loss::kPeerFailed);
     }
     for (std::size_t w = 0; w < n; ++w) {
       // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
@@ -316,7 +319,7 @@ void PsPeerWatch::beat_loop() {
              << " s ago (runner.peer_timeout_s=" << options_.peer_timeout_s
              << ") before it finished: its process died or was stopped, or its link to the "
                 "servers is down";
-      on_lost(reason.str());
+      on_lost(reason.str(), Loss::kTrainer);
     }
   } while (wait_interval());
 }
@@ -324,7 +327,7 @@ void PsPeerWatch::beat_loop() {
 void PsPeerWatch::ping_loop() {
   ServerPings pings(servers_, options_.peer_timeout_s);
   do {
-    for (const std::string& reason : pings.round()) on_lost(reason);
+    for (const std::string& reason : pings.round()) on_lost(reason, Loss::kServer);
   } while (wait_interval());
 }
 

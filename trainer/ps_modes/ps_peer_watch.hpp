@@ -136,8 +136,10 @@ class PsPeerWatch {
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
-  // `peer_failed`: the loss is another trainer's reported failure (its failed flag).
-  void on_lost(const std::string& reason, bool peer_failed = false);
+  // What was lost: a trainer whose heartbeat stopped, a server, or another trainer's reported
+  // failure (its failed flag: the only loss whose forced end the destructor cancels).
+  enum class Loss { kTrainer, kServer, kPeerFailed };
+  void on_lost(const std::string& reason, Loss loss);
   void stop();
 
   table::server::RemoteHostTier& servers_;

@@ -186,7 +186,8 @@ void PsTrainer::start_job(bool recovery) {
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
   restarts_found_.clear();
-  s.failure_marked = false;  // the job's tables are reset below
+  // A recovery keeps the marks (PsPeerWatch::reset), and so what this trainer marked.
+  if (!recovery) s.failure_marked = false;
   // The job's start: its own dense table and zeroed sync tables, whatever an earlier job on
   // these servers (another model, another trainer count) left there; nobody reads them before.
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
