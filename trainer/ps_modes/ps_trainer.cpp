@@ -280,7 +280,18 @@ void PsTrainer::check_shared_saves() {
 }
 
 void PsTrainer::write_job_token(const std::string& file) {
-  const uint64_t token = draw_job_id();
+  // A sync job of several trainers has its token already: the job's id, which every trainer read
+  // after the start's meeting and sums its steps under. Another value written into that table
+  // would put a trainer that reads it late into another job (its steps then never summed).
+  const bool sums_steps = state_->pushes != nullptr && env_.trainers > 1;
+  std::vector<float> job(4, 0.0f);
+  if (sums_steps) {
+    throw_if_error(state_->servers->dense(DenseAction::kRead, kJobTokenTable, &job)
+                       .with_context("reading the sync job's id"));
+  } else {
+    job = job_id_to_floats(draw_job_id());
+  }
+  const uint64_t token = job_id_from_floats(job);
   std::ofstream out(file);
   out << token << "\n";
   // A full or over-quota network mount reports it at the close (ENOSPC, EDQUOT).
@@ -288,7 +299,7 @@ void PsTrainer::write_job_token(const std::string& file) {
   GPUBOX_EXPECTS(!out.fail(), "cannot write the job's token into ", file,
                  " (runner.model_save_path: the folder missing, not writable, full or over "
                  "its quota?)");
-  std::vector<float> job = job_id_to_floats(token);
+  if (sums_steps) return;
   throw_if_error(state_->servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
                      .with_context("writing the job's token"));
 }
