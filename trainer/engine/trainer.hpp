@@ -171,6 +171,10 @@ class Trainer final : public Schedule {
   struct StepTally;
   StepTally train_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
                         int64_t pass, const PassStepSizes* sizes);
+  // train_steps with a streamed pass's reading around it: started, its failure the pass's error,
+  // finished; a stop asked ends the pass there (stop_pass).
+  StepTally train_pass_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
+                             int64_t pass, const PassStepSizes* sizes);
   // Gives every card's unused pool memory above its pre-warmed size back (after a pass).
   void trim_pools();
   // The sizes of every step of `data` in batches of `batch` on this trainer's cards.

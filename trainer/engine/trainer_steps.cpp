@@ -175,6 +175,34 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   return tally;
 }
 
+Trainer::StepTally Trainer::train_pass_steps(const dataset::InMemoryDataset* ds,
+                                             dataset::QueueDataset* stream, int64_t pass,
+                                             const PassStepSizes* sizes) {
+  State& s = *state_;
+  if (stream != nullptr) {
+    stream->start(s.cards.num_local_cards());
+    GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
+  }
+  StepTally tally;
+  try {
+    tally = train_steps(ds, stream, pass, sizes);
+  } catch (const Error&) {
+    // The stream's own failure (a file, pipe_command, its second read differing from the first)
+    // is the pass's error, also when a card stopped for it first.
+    const Status read = stream != nullptr ? stream->finish() : Status::OK();
+    if (!read.ok() && read.code() != Status::Code::kAborted) {
+      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+    }
+    throw;
+  }
+  if (tally.stopped_after > 0) stop_pass(stream, pass, tally);
+  if (stream != nullptr) {
+    const Status read = stream->finish();
+    if (!read.ok()) GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
+  }
+  return tally;
+}
+
 PassReport Trainer::run_pass(
     PreparedPass& prepared, const std::function<void()>& begun,
     const std::function<std::shared_ptr<const std::vector<uint64_t>>()>& next_keys) {
@@ -198,27 +226,7 @@ PassReport Trainer::run_pass(
   prepared.staged = {};  // in the cards now
   if (begun) begun();
   Timer phase;
-  if (stream != nullptr) {
-    stream->start(s.cards.num_local_cards());
-    GPUBOX_LOG(INFO) << "pass " << pass << ": " << stream->memory_note();
-  }
-  StepTally tally;
-  try {
-    tally = train_steps(ds, stream, pass, prepared.step_sizes.get());
-  } catch (const Error&) {
-    // The stream's own failure (a file, pipe_command, its second read differing from the first)
-    // is the pass's error, also when a card stopped for it first.
-    const Status read = stream != nullptr ? stream->finish() : Status::OK();
-    if (!read.ok() && read.code() != Status::Code::kAborted) {
-      GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
-    }
-    throw;
-  }
-  if (tally.stopped_after > 0) stop_pass(stream, pass, tally);
-  if (stream != nullptr) {
-    const Status read = stream->finish();
-    if (!read.ok()) GPUBOX_FAIL("reading pass ", pass, ": ", read.message());
-  }
+  const StepTally tally = train_pass_steps(ds, stream, pass, prepared.step_sizes.get());
   const double train_seconds = phase.seconds();
 
   const std::shared_ptr<const std::vector<uint64_t>> keep = next_keys ? next_keys() : nullptr;
