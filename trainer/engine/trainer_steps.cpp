@@ -159,7 +159,7 @@ void Trainer::train_card_steps(device::Card& card, const StepPlan& plan,
     const Timer step_timer;
     fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
     const int64_t global = plan.global_batch[b];
-    const bool report = c == 0 && progress->wanted(b);
+    const bool report = progress != nullptr && progress->wanted(b);
     const uint64_t sent_before = comm.bytes_to_other_processes();
     // A stop asked rides on the step's all-reduce as this card's vote.
     const bool vote = stop_flag != nullptr && stop_flag->load(std::memory_order_relaxed);
