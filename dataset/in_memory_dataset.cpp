@@ -311,6 +311,121 @@ void assemble_batch(const InstanceRef* instances, std::size_t n, int num_slots, 
 
 namespace {
 
+// A run of instances of one block: the unit of work of the counting sort's passes.
+struct InstanceChunk {
+  std::size_t block, begin, end;
+};
+
+// The blocks' instances in chunks of about 1/4 of a worker's share (at least 4096 instances),
+// none across a block boundary, in load order.
+std::vector<InstanceChunk> instance_chunks(const std::vector<SharedInstanceBlock>& blocks,
+                                           int workers) {
+  std::vector<InstanceChunk> chunks;
+  std::size_t total_instances = 0;
+  for (const SharedInstanceBlock& b : blocks) total_instances += b->size();
+  const std::size_t target = std::max<std::size_t>(4096, total_instances / (4 * workers) + 1);
+  for (std::size_t b = 0; b < blocks.size(); ++b) {
+    for (std::size_t i = 0; i < blocks[b]->size(); i += target) {
+      chunks.push_back(InstanceChunk{b, i, std::min(blocks[b]->size(), i + target)});
+    }
+  }
+  return chunks;
+}
+
+// visit(part_of(slot, key), slot, key) for every key of the chunk's instances but key 0, in
+// load order.
+template <class PartOf, class Visit>
+void for_each_key(const InstanceBlock& b, const InstanceChunk& c, const PartOf& part_of,
+                  Visit&& visit) {
+  for (std::size_t i = c.begin; i < c.end; ++i) {
+    const std::uint64_t* key = b.keys.data() + b.key_begin[i];
+    const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
+    for (int s = 0; s < b.num_slots; ++s) {
+      for (std::uint32_t k = 0; k < sizes[s]; ++k, ++key) {
+        if (*key != 0) visit(part_of(s, *key), s, *key);
+      }
+    }
+  }
+}
+
+// Key occurrences bucket by bucket, one bucket a partition.
+struct ScatteredKeys {
+  std::vector<std::uint64_t> keys;
+  std::vector<std::int32_t> slots;        // each key's slot position; empty unless asked for
+  std::vector<std::size_t> bucket_begin;  // partitions + 1 bounds into `keys`
+};
+
+// Every key occurrence of the chunks (but key 0) scattered into the bucket of its partition, each
+// bucket in load order: a counting sort, parallel over the chunks.
+template <class PartOf>
+ScatteredKeys scatter_by_partition(const std::vector<SharedInstanceBlock>& blocks,
+                                   const std::vector<InstanceChunk>& chunks, std::size_t partitions,
+                                   int workers, const PartOf& part_of, bool with_slots) {
+  std::vector<std::size_t> counts(chunks.size() * partitions, 0);
+  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
+    std::size_t* count = counts.data() + c * partitions;
+    for_each_key(*blocks[chunks[c].block], chunks[c], part_of,
+                 [&](std::size_t p, int, std::uint64_t) { ++count[p]; });
+  });
+  ScatteredKeys out;
+  out.bucket_begin.assign(partitions + 1, 0);
+  std::vector<std::size_t> cursor(chunks.size() * partitions);
+  std::size_t running = 0;
+  for (std::size_t p = 0; p < partitions; ++p) {
+    out.bucket_begin[p] = running;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      cursor[c * partitions + p] = running;
+      running += counts[c * partitions + p];
+    }
+  }
+  out.bucket_begin[partitions] = running;
+  out.keys.resize(running);
+  out.slots.resize(with_slots ? running : 0);
+  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
+    std::size_t* at = cursor.data() + c * partitions;
+    for_each_key(*blocks[chunks[c].block], chunks[c], part_of,
+                 [&](std::size_t p, int slot, std::uint64_t key) {
+                   if (with_slots) out.slots[at[p]] = slot;
+                   out.keys[at[p]++] = key;
+                 });
+  });
+  return out;
+}
+
+// Keeps the first copy of each key of bucket[0, n) (with its slot position, when `bucket_slots`
+// is given) at the front of the bucket, sorted by key; returns how many. An open-addressing set
+// (keys repeat a lot in CTR data: far cheaper than sorting every occurrence), then a sort of the
+// distinct keys so the order does not depend on thread timing.
+std::size_t dedup_and_sort_bucket(std::uint64_t* bucket, std::int32_t* bucket_slots,
+                                  std::size_t n) {
+  std::size_t capacity = 16;
+  while (capacity < 2 * n) capacity *= 2;
+  const std::size_t mask = capacity - 1;
+  std::vector<std::uint64_t> table(capacity, 0);  // 0 = empty slot: key 0 was filtered out
+  std::size_t kept = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const std::uint64_t key = bucket[k];
+    for (std::size_t slot = mix64(key) & mask;; slot = (slot + 1) & mask) {
+      if (table[slot] == key) break;
+      if (table[slot] == 0) {
+        table[slot] = key;
+        if (bucket_slots != nullptr) bucket_slots[kept] = bucket_slots[k];
+        bucket[kept++] = key;
+        break;
+      }
+    }
+  }
+  if (bucket_slots == nullptr) {
+    std::sort(bucket, bucket + kept);
+  } else {
+    std::vector<std::pair<std::uint64_t, std::int32_t>> pairs(kept);
+    for (std::size_t k = 0; k < kept; ++k) pairs[k] = {bucket[k], bucket_slots[k]};
+    std::sort(pairs.begin(), pairs.end());  // keys are distinct: ordered by key alone
+    for (std::size_t k = 0; k < kept; ++k) std::tie(bucket[k], bucket_slots[k]) = pairs[k];
+  }
+  return kept;
+}
+
 // Distinct keys per partition: keys are scattered into `partitions` buckets by part_of(slot,
 // key) (counting sort, parallel over instance chunks), then each bucket is deduplicated and
 // sorted in parallel. Returns the keys bucket by bucket and the bucket bounds. With
@@ -320,91 +435,15 @@ template <class PartOf>
 std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partition(
     const std::vector<SharedInstanceBlock>& blocks, std::size_t partitions, int workers,
     PartOf part_of, std::vector<std::int32_t>* slots_out = nullptr) {
-  struct Chunk {
-    std::size_t block, begin, end;
-  };
-  std::vector<Chunk> chunks;
-  std::size_t total_instances = 0;
-  for (const SharedInstanceBlock& b : blocks) total_instances += b->size();
-  const std::size_t target = std::max<std::size_t>(4096, total_instances / (4 * workers) + 1);
-  for (std::size_t b = 0; b < blocks.size(); ++b) {
-    for (std::size_t i = 0; i < blocks[b]->size(); i += target) {
-      chunks.push_back(Chunk{b, i, std::min(blocks[b]->size(), i + target)});
-    }
-  }
-  auto for_each_key = [&](const Chunk& c, auto&& visit) {
-    const InstanceBlock& b = *blocks[c.block];
-    for (std::size_t i = c.begin; i < c.end; ++i) {
-      const std::uint64_t* key = b.keys.data() + b.key_begin[i];
-      const std::uint32_t* sizes = b.slot_sizes.data() + i * b.num_slots;
-      for (int s = 0; s < b.num_slots; ++s) {
-        for (std::uint32_t k = 0; k < sizes[s]; ++k, ++key) {
-          if (*key != 0) visit(part_of(s, *key), s, *key);
-        }
-      }
-    }
-  };
-  // Counting sort by partition.
-  std::vector<std::size_t> counts(chunks.size() * partitions, 0);
-  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
-    std::size_t* count = counts.data() + c * partitions;
-    for_each_key(chunks[c], [&](std::size_t p, int, std::uint64_t) { ++count[p]; });
-  });
-  std::vector<std::size_t> bucket_begin(partitions + 1, 0);
-  std::vector<std::size_t> cursor(chunks.size() * partitions);
-  std::size_t running = 0;
-  for (std::size_t p = 0; p < partitions; ++p) {
-    bucket_begin[p] = running;
-    for (std::size_t c = 0; c < chunks.size(); ++c) {
-      cursor[c * partitions + p] = running;
-      running += counts[c * partitions + p];
-    }
-  }
-  bucket_begin[partitions] = running;
-  std::vector<std::uint64_t> scattered(running);
-  std::vector<std::int32_t> scattered_slots(slots_out != nullptr ? running : 0);
-  parallel_tasks(workers, chunks.size(), [&](std::size_t c) {
-    std::size_t* at = cursor.data() + c * partitions;
-    for_each_key(chunks[c], [&](std::size_t p, int slot, std::uint64_t key) {
-      if (slots_out != nullptr) scattered_slots[at[p]] = slot;
-      scattered[at[p]++] = key;
-    });
-  });
-  // Deduplicate each bucket with an open-addressing set (keys repeat a lot in CTR data: far
-  // cheaper than sorting every occurrence), compacting in place, then sort the distinct keys so
-  // the order does not depend on thread timing.
+  ScatteredKeys scattered = scatter_by_partition(
+      blocks, instance_chunks(blocks, workers), partitions, workers, part_of, slots_out != nullptr);
+  const std::vector<std::size_t>& bucket_begin = scattered.bucket_begin;
   std::vector<std::size_t> unique_count(partitions, 0);
   parallel_tasks(workers, partitions, [&](std::size_t p) {
-    std::uint64_t* bucket = scattered.data() + bucket_begin[p];
     std::int32_t* bucket_slots =
-        slots_out != nullptr ? scattered_slots.data() + bucket_begin[p] : nullptr;
-    const std::size_t n = bucket_begin[p + 1] - bucket_begin[p];
-    std::size_t capacity = 16;
-    while (capacity < 2 * n) capacity *= 2;
-    const std::size_t mask = capacity - 1;
-    std::vector<std::uint64_t> table(capacity, 0);  // 0 = empty slot: key 0 was filtered out
-    std::size_t kept = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::uint64_t key = bucket[k];
-      for (std::size_t slot = mix64(key) & mask;; slot = (slot + 1) & mask) {
-        if (table[slot] == key) break;
-        if (table[slot] == 0) {
-          table[slot] = key;
-          if (bucket_slots != nullptr) bucket_slots[kept] = bucket_slots[k];
-          bucket[kept++] = key;
-          break;
-        }
-      }
-    }
-    if (bucket_slots == nullptr) {
-      std::sort(bucket, bucket + kept);
-    } else {
-      std::vector<std::pair<std::uint64_t, std::int32_t>> pairs(kept);
-      for (std::size_t k = 0; k < kept; ++k) pairs[k] = {bucket[k], bucket_slots[k]};
-      std::sort(pairs.begin(), pairs.end());  // keys are distinct: ordered by key alone
-      for (std::size_t k = 0; k < kept; ++k) std::tie(bucket[k], bucket_slots[k]) = pairs[k];
-    }
-    unique_count[p] = kept;
+        slots_out != nullptr ? scattered.slots.data() + bucket_begin[p] : nullptr;
+    unique_count[p] = dedup_and_sort_bucket(scattered.keys.data() + bucket_begin[p], bucket_slots,
+                                            bucket_begin[p + 1] - bucket_begin[p]);
   });
   std::vector<std::size_t> out_begin(partitions + 1, 0);
   for (std::size_t p = 0; p < partitions; ++p) out_begin[p + 1] = out_begin[p] + unique_count[p];
@@ -413,9 +452,9 @@ std::pair<std::vector<std::uint64_t>, std::vector<std::size_t>> unique_by_partit
   parallel_tasks(workers, partitions, [&](std::size_t p) {
     const auto from = static_cast<std::ptrdiff_t>(bucket_begin[p]);
     const auto to = static_cast<std::ptrdiff_t>(out_begin[p]);
-    std::copy_n(scattered.begin() + from, unique_count[p], out.begin() + to);
+    std::copy_n(scattered.keys.begin() + from, unique_count[p], out.begin() + to);
     if (slots_out != nullptr) {
-      std::copy_n(scattered_slots.begin() + from, unique_count[p], slots_out->begin() + to);
+      std::copy_n(scattered.slots.begin() + from, unique_count[p], slots_out->begin() + to);
     }
   });
   return {std::move(out), std::move(out_begin)};

@@ -79,7 +79,7 @@ phase() {
   pkill -9 -f "$bundle/bin/" 2>/dev/null
   grep -E '^(PASS|FAIL|SKIP) ' "$work/gc/$name/summary.txt" 2>/dev/null || tail -n 25 "$out/$name.log"
 }
-step_tests="device_test,hash_table_test,card_store_test,row_pool_test,key_dedup_test,segment_reduce_test"
+step_tests="device_test,hash_table_test,hash_table_wait_free_test,card_store_test,row_pool_test,key_dedup_test,segment_reduce_test"
 step_tests+=",heter_comm_test,heter_comm_padded_test,comm_test,comm_alloc_test,step_accounting_test,trainer_nn_test"
 step_tests+=",trainer_metrics_test,trainer_multicard_test,pass_manager_test,pass_prefetch_test,trainer_integration_test"
 step_tests+=",collective_test,planted_models_test,divergence_test,resume_test,save_load_test,sparse_table_test"

@@ -105,6 +105,130 @@ std::string card_list(int n) {
   return out;
 }
 
+// Runs fn(t) for every trainer t, each on a thread of its own; once all ended, fails with the
+// first error one of them threw.
+template <class Fn>
+void on_trainers(int trainers, Fn&& fn) {
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  std::string first;
+  std::mutex mu;
+  for (int t = 0; t < trainers; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        fn(t);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed.exchange(true)) first = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  if (failed) GPUBOX_FAIL(first);
+}
+
+// Rank 0's seconds per timed call (between barriers), one per round.
+struct CollectiveTimes {
+  std::vector<double> reduce, a2a, barrier, small_reduce;
+};
+
+// Card `card`'s part (rank comm.rank() of `ranks`) in every timed collective, after two untimed
+// rounds each: all_reduce_sum and an even all_to_all_v of `count` floats, `iterations` rounds
+// each; a barrier and an all_reduce_sum of kSmallCount floats, kLatencyRounds rounds each.
+void time_card_collectives(device::Card& card, comm::Communicator& comm, std::size_t count,
+                           int ranks, int iterations, CollectiveTimes* times) {
+  auto send = card.make_buffer<float>(std::max(count, kSmallCount));
+  auto recv = card.make_buffer<float>(std::max(count, kSmallCount));
+  device::memset_bytes_async(send.data(), 0, send.bytes(), card.stream());
+  device::memset_bytes_async(recv.data(), 0, recv.bytes(), card.stream());
+  std::vector<std::size_t> counts(ranks, count / ranks);
+  auto timed = [&](std::vector<double>& out, auto&& op, int rounds = 0) {
+    for (int i = 0; i < (rounds > 0 ? rounds : iterations) + 2; ++i) {
+      comm.barrier(card.stream());
+      Timer timer;
+      op();
+      comm.barrier(card.stream());
+      if (comm.rank() == 0 && i >= 2) out.push_back(timer.seconds());
+    }
+  };
+  timed(times->reduce,
+        [&] { comm.all_reduce_sum(send.data(), recv.data(), count, card.stream()); });
+  timed(times->a2a, [&] {
+    comm.all_to_all_v(send.data(), counts.data(), recv.data(), counts.data(), card.stream());
+  });
+  // Latency: what a collective costs when there is (almost) nothing to move.
+  timed(
+      times->barrier, [&] { comm.barrier(card.stream()); }, kLatencyRounds);
+  timed(
+      times->small_reduce,
+      [&] { comm.all_reduce_sum(send.data(), recv.data(), kSmallCount, card.stream()); },
+      kLatencyRounds);
+}
+
+// What gpubox_bench comm prints.
+struct CommReport {
+  int ranks, trainers, iterations, threads;
+  std::size_t bytes;             // per rank
+  double memcpy_rate, tcp_rate;  // GB/s (tcp_rate 0 for one trainer)
+  Figure reduce, a2a;
+  double barrier_us, small_reduce_us;
+};
+
+CommReport comm_report(const CollectiveTimes& times, int ranks, std::size_t bytes) {
+  auto figure = [&](const std::vector<double>& seconds, double bus_factor) {
+    Figure f;
+    f.seconds = median(seconds);
+    f.algbw = static_cast<double>(bytes) / f.seconds / 1e9;
+    f.busbw = f.algbw * bus_factor;
+    return f;
+  };
+  CommReport r{};
+  r.ranks = ranks;
+  r.bytes = bytes;
+  r.reduce = figure(times.reduce, 2.0 * (ranks - 1) / ranks);
+  r.a2a = figure(times.a2a, static_cast<double>(ranks - 1) / ranks);
+  // The timed span holds the op and one barrier; for the barrier line it is two barriers.
+  r.barrier_us = median(times.barrier) / 2 * 1e6;
+  r.small_reduce_us = median(times.small_reduce) * 1e6 - r.barrier_us;
+  return r;
+}
+
+void print_comm_json(const CommReport& r) {
+  std::printf(
+      "{\"bench\":\"comm\",\"ranks\":%d,\"trainers\":%d,\"mb\":%.3f,\"iters\":%d,"
+      "\"threads_per_card\":%d,\"hardware_threads\":%d,\"memcpy_gbps\":%.3f,"
+      "\"loopback_tcp_gbps\":%.3f,"
+      "\"all_reduce_sum\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
+      "\"all_to_all_v\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
+      "\"barrier_us\":%.2f,\"all_reduce_4kb_us\":%.2f}\n",
+      r.ranks, r.trainers, r.bytes / 1e6, r.iterations, r.threads, device::hardware_threads(),
+      r.memcpy_rate, r.tcp_rate, r.reduce.seconds * 1e3, r.reduce.algbw, r.reduce.busbw,
+      r.a2a.seconds * 1e3, r.a2a.algbw, r.a2a.busbw, r.barrier_us, r.small_reduce_us);
+}
+
+void print_comm_text(const CommReport& r) {
+  std::printf(
+      "comm: %d ranks (%s), %.2f MB per rank, %d iterations (median), %d "
+      "hardware threads\n",
+      r.ranks,
+      r.trainers > 1 ? (std::to_string(r.trainers) + " trainers' Gloo group, loopback TCP").c_str()
+                     : "in-process",
+      r.bytes / 1e6, r.iterations, device::hardware_threads());
+  std::printf("  %-26s %10s %12s %12s\n", "", "ms/call", "algbw GB/s", "busbw GB/s");
+  std::printf("  %-26s %10.3f %12.2f %12s\n", "memcpy (1 thread)", r.bytes / r.memcpy_rate / 1e6,
+              r.memcpy_rate, "-");
+  if (r.trainers > 1) {
+    std::printf("  %-26s %10.3f %12.2f %12s\n", "loopback TCP (1 stream)",
+                r.bytes / r.tcp_rate / 1e6, r.tcp_rate, "-");
+  }
+  std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_reduce_sum float32", r.reduce.seconds * 1e3,
+              r.reduce.algbw, r.reduce.busbw);
+  std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_to_all_v float32 (even)", r.a2a.seconds * 1e3,
+              r.a2a.algbw, r.a2a.busbw);
+  std::printf("  latency: barrier %.1f us, all_reduce_sum of 4 KB %.1f us\n", r.barrier_us,
+              r.small_reduce_us);
+}
+
 int run_comm(const BenchArgs& args) {
   args.expect_only({"ranks", "mb", "iters", "json", "trainers"});
   const int ranks = static_cast<int>(args.get_int("ranks", 2));
@@ -140,112 +264,32 @@ int run_comm(const BenchArgs& args) {
     sets.push_back(std::make_unique<device::CardSet>(
         device::CardSet::from_list(card_list(per_trainer), t, trainers)));
   }
-  auto on_trainers = [&](auto&& fn) {
-    std::vector<std::thread> threads;
-    std::atomic<bool> failed{false};
-    std::string first;
-    std::mutex mu;
-    for (int t = 0; t < trainers; ++t) {
-      threads.emplace_back([&, t] {
-        try {
-          fn(t);
-        } catch (const std::exception& e) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!failed.exchange(true)) first = e.what();
-        }
-      });
-    }
-    for (auto& thread : threads) thread.join();
-    if (failed) GPUBOX_FAIL(first);
-  };
-  on_trainers(
-      [&](int t) { groups[t] = comm::make_group(*sets[t], std::chrono::minutes(5), store.get()); });
-  std::vector<double> reduce_times, a2a_times, barrier_times, small_reduce_times;
-  on_trainers([&](int t) {
-    device::CardSet& cards = *sets[t];
+  on_trainers(trainers, [&](int t) {
+    groups[t] = comm::make_group(*sets[t], std::chrono::minutes(5), store.get());
+  });
+  CollectiveTimes times;
+  on_trainers(trainers, [&](int t) {
     comm::CommGroup* group = groups[t].get();
-    cards.run_on_cards(
+    sets[t]->run_on_cards(
         [&](device::Card& card) {
-          comm::Communicator& comm = group->at(card.local_index());
-          auto send = card.make_buffer<float>(std::max(count, kSmallCount));
-          auto recv = card.make_buffer<float>(std::max(count, kSmallCount));
-          device::memset_bytes_async(send.data(), 0, send.bytes(), card.stream());
-          device::memset_bytes_async(recv.data(), 0, recv.bytes(), card.stream());
-          std::vector<std::size_t> counts(ranks, count / ranks);
-          auto timed = [&](std::vector<double>& out, auto&& op, int rounds = 0) {
-            for (int i = 0; i < (rounds > 0 ? rounds : iterations) + 2; ++i) {
-              comm.barrier(card.stream());
-              Timer timer;
-              op();
-              comm.barrier(card.stream());
-              if (comm.rank() == 0 && i >= 2) out.push_back(timer.seconds());
-            }
-          };
-          timed(reduce_times,
-                [&] { comm.all_reduce_sum(send.data(), recv.data(), count, card.stream()); });
-          timed(a2a_times, [&] {
-            comm.all_to_all_v(send.data(), counts.data(), recv.data(), counts.data(),
-                              card.stream());
-          });
-          // Latency: what a collective costs when there is (almost) nothing to move.
-          timed(
-              barrier_times, [&] { comm.barrier(card.stream()); }, kLatencyRounds);
-          timed(
-              small_reduce_times,
-              [&] { comm.all_reduce_sum(send.data(), recv.data(), kSmallCount, card.stream()); },
-              kLatencyRounds);
+          time_card_collectives(card, group->at(card.local_index()), count, ranks, iterations,
+                                &times);
         },
         [&](const std::string& why) { group->abort(why); });
   });
   groups.clear();
   if (trainers > 1) std::filesystem::remove_all(store_dir);
 
-  auto figure = [&](const std::vector<double>& times, double bus_factor) {
-    Figure f;
-    f.seconds = median(times);
-    f.algbw = static_cast<double>(bytes) / f.seconds / 1e9;
-    f.busbw = f.algbw * bus_factor;
-    return f;
-  };
-  const Figure reduce = figure(reduce_times, 2.0 * (ranks - 1) / ranks);
-  const Figure a2a = figure(a2a_times, static_cast<double>(ranks - 1) / ranks);
-  const int threads = sets[0]->card(0).threads();
-  // The timed span holds the op and one barrier; for the barrier line it is two barriers.
-  const double barrier_us = median(barrier_times) / 2 * 1e6;
-  const double small_reduce_us = median(small_reduce_times) * 1e6 - barrier_us;
-
+  CommReport report = comm_report(times, ranks, bytes);
+  report.trainers = trainers;
+  report.iterations = iterations;
+  report.threads = sets[0]->card(0).threads();
+  report.memcpy_rate = memcpy_rate;
+  report.tcp_rate = tcp_rate;
   if (args.has("json")) {
-    std::printf(
-        "{\"bench\":\"comm\",\"ranks\":%d,\"trainers\":%d,\"mb\":%.3f,\"iters\":%d,"
-        "\"threads_per_card\":%d,\"hardware_threads\":%d,\"memcpy_gbps\":%.3f,"
-        "\"loopback_tcp_gbps\":%.3f,"
-        "\"all_reduce_sum\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
-        "\"all_to_all_v\":{\"ms\":%.4f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f},"
-        "\"barrier_us\":%.2f,\"all_reduce_4kb_us\":%.2f}\n",
-        ranks, trainers, bytes / 1e6, iterations, threads, device::hardware_threads(), memcpy_rate,
-        tcp_rate, reduce.seconds * 1e3, reduce.algbw, reduce.busbw, a2a.seconds * 1e3, a2a.algbw,
-        a2a.busbw, barrier_us, small_reduce_us);
+    print_comm_json(report);
   } else {
-    std::printf(
-        "comm: %d ranks (%s), %.2f MB per rank, %d iterations (median), %d "
-        "hardware threads\n",
-        ranks,
-        trainers > 1 ? (std::to_string(trainers) + " trainers' Gloo group, loopback TCP").c_str()
-                     : "in-process",
-        bytes / 1e6, iterations, device::hardware_threads());
-    std::printf("  %-26s %10s %12s %12s\n", "", "ms/call", "algbw GB/s", "busbw GB/s");
-    std::printf("  %-26s %10.3f %12.2f %12s\n", "memcpy (1 thread)", bytes / memcpy_rate / 1e6,
-                memcpy_rate, "-");
-    if (trainers > 1) {
-      std::printf("  %-26s %10.3f %12.2f %12s\n", "loopback TCP (1 stream)", bytes / tcp_rate / 1e6,
-                  tcp_rate, "-");
-    }
-    std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_reduce_sum float32", reduce.seconds * 1e3,
-                reduce.algbw, reduce.busbw);
-    std::printf("  %-26s %10.3f %12.2f %12.2f\n", "all_to_all_v float32 (even)", a2a.seconds * 1e3,
-                a2a.algbw, a2a.busbw);
-    std::printf("  latency: barrier %.1f us, all_reduce_sum of 4 KB %.1f us\n", barrier_us,
-                small_reduce_us);
+    print_comm_text(report);
   }
   return 0;
 }

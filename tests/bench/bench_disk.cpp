@@ -126,91 +126,73 @@ std::vector<PassFigures> run(const std::vector<std::vector<uint64_t>>& passes,
   return figures;
 }
 
-int disk_main(const BenchArgs& args) {
-  args.expect_only({"rows", "budget_rows", "budget_mb", "pass_rows", "passes", "batch", "shards",
-                    "threads", "no_write_through", "disk_dir", "json"});
-  const auto rows = static_cast<std::size_t>(args.get_int("rows", 2000000));
-  const auto budget = static_cast<std::size_t>(args.get_int("budget_rows", rows / 10));
-  const auto pass_rows = static_cast<std::size_t>(args.get_int("pass_rows", rows / 8));
-  const int passes = static_cast<int>(args.get_int("passes", 4));
-  const auto batch = static_cast<std::size_t>(args.get_int("batch", 65536));
-  const bool json = args.has("json");
-  GPUBOX_EXPECTS(rows > 0 && budget > 0 && pass_rows > 0 && passes > 0 && batch > 0,
-                 "--rows, --budget_rows, --pass_rows, --passes and --batch must be > 0");
-
-  table::AccessorConfig opt;
-  opt.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
-  opt.mf_dim = 8;
-  HostTableConfig cfg;
-  cfg.shards = static_cast<uint32_t>(args.get_int("shards", 64));
-  cfg.threads = static_cast<int>(args.get_int("threads", 2));
-  const auto keys = make_passes(rows, pass_rows, passes, 7);
-
-  const std::vector<PassFigures> memory = run(keys, opt, cfg, batch);
-  const std::string dir =
-      args.get("disk_dir", "/tmp") + "/gpubox_bench_disk_" + std::to_string(::getpid());
-  cfg.rocksdb_path = dir;
-  cfg.write_through = !args.has("no_write_through");
-  // --budget_mb: a byte budget as runner.host_memory_mb gives (the plan sizes rows and RocksDB's
-  // memory from it); else --budget_rows rows.
-  const long long budget_mb = args.get_int("budget_mb", 0);
-  if (budget_mb > 0) {
-    cfg.memory_budget_bytes = static_cast<uint64_t>(budget_mb) << 20;
-  } else {
-    cfg.memory_row_budget = budget;
+// The passes' figures summed.
+PassFigures totals(const std::vector<PassFigures>& f) {
+  PassFigures t;
+  for (const auto& p : f) {
+    t.keys += p.keys;
+    t.pull_s += p.pull_s;
+    t.push_s += p.push_s;
+    t.evicted += p.evicted;
+    t.read_back += p.read_back;
+    t.written_through += p.written_through;
+    t.puts += p.puts;
+    t.deletes += p.deletes;
+    t.put_bytes += p.put_bytes;
+    t.evicted_clean += p.evicted_clean;
   }
-  const double cpu0 = process_cpu_seconds();
-  Timer disk_wall;
-  const std::vector<PassFigures> disk = run(keys, opt, cfg, batch);
-  const double disk_cpu_s = process_cpu_seconds() - cpu0, disk_wall_s = disk_wall.seconds();
-  std::filesystem::remove_all(dir);
+  return t;
+}
 
-  auto totals = [](const std::vector<PassFigures>& f) {
-    PassFigures t;
-    for (const auto& p : f) {
-      t.keys += p.keys;
-      t.pull_s += p.pull_s;
-      t.push_s += p.push_s;
-      t.evicted += p.evicted;
-      t.read_back += p.read_back;
-      t.written_through += p.written_through;
-      t.puts += p.puts;
-      t.deletes += p.deletes;
-      t.put_bytes += p.put_bytes;
-      t.evicted_clean += p.evicted_clean;
-    }
-    return t;
-  };
-  const PassFigures mem_all = totals(memory), disk_all = totals(disk);
-  // Disk rows/s: rows moved to or from RocksDB per second of pull and push.
-  const uint64_t moved = disk_all.evicted + disk_all.read_back + disk_all.written_through;
-  const double disk_rows_s = static_cast<double>(moved) / (disk_all.pull_s + disk_all.push_s);
-  if (json) {
-    std::printf(
-        "{\"bench\":\"disk\",\"rows\":%zu,\"budget_rows\":%zu,\"pass_rows\":%zu,\"passes\":%d,"
-        "\"keys_pulled\":%zu,\"memory\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f},"
-        "\"disk\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"evicted\":%llu,"
-        "\"read_back\":%llu,\"written_through\":%llu,\"evicted_clean\":%llu,\"puts\":%llu,"
-        "\"deletes\":%llu,\"put_bytes\":%llu,\"disk_rows_per_s\":%.0f,\"cpu_s\":%.2f,"
-        "\"wall_s\":%.2f}}\n",
-        rows, budget, pass_rows, passes, disk_all.keys, mem_all.keys / mem_all.pull_s,
-        mem_all.keys / mem_all.push_s, disk_all.keys / disk_all.pull_s,
-        disk_all.keys / disk_all.push_s, static_cast<unsigned long long>(disk_all.evicted),
-        static_cast<unsigned long long>(disk_all.read_back),
-        static_cast<unsigned long long>(disk_all.written_through),
-        static_cast<unsigned long long>(disk_all.evicted_clean),
-        static_cast<unsigned long long>(disk_all.puts),
-        static_cast<unsigned long long>(disk_all.deletes),
-        static_cast<unsigned long long>(disk_all.put_bytes), disk_rows_s, disk_cpu_s, disk_wall_s);
-    return 0;
-  }
+// What gpubox_bench disk prints: the job, both runs pass by pass and in all, and the disk run's
+// costs.
+struct DiskReport {
+  std::size_t rows, budget, pass_rows, batch;
+  int passes;
+  long long budget_mb;  // 0: the budget is `budget` rows
+  uint32_t shards;
+  int threads;
+  std::vector<PassFigures> memory, disk;  // the run with no budget, the run on disk
+  PassFigures mem_all, disk_all;
+  uint64_t moved;      // rows moved to or from RocksDB
+  double disk_rows_s;  // of them per second of pull and push
+  double disk_cpu_s, disk_wall_s;
+};
+
+void print_disk_json(const DiskReport& r) {
+  const PassFigures& mem_all = r.mem_all;
+  const PassFigures& disk_all = r.disk_all;
+  std::printf(
+      "{\"bench\":\"disk\",\"rows\":%zu,\"budget_rows\":%zu,\"pass_rows\":%zu,\"passes\":%d,"
+      "\"keys_pulled\":%zu,\"memory\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f},"
+      "\"disk\":{\"pull_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"evicted\":%llu,"
+      "\"read_back\":%llu,\"written_through\":%llu,\"evicted_clean\":%llu,\"puts\":%llu,"
+      "\"deletes\":%llu,\"put_bytes\":%llu,\"disk_rows_per_s\":%.0f,\"cpu_s\":%.2f,"
+      "\"wall_s\":%.2f}}\n",
+      r.rows, r.budget, r.pass_rows, r.passes, disk_all.keys, mem_all.keys / mem_all.pull_s,
+      mem_all.keys / mem_all.push_s, disk_all.keys / disk_all.pull_s,
+      disk_all.keys / disk_all.push_s, static_cast<unsigned long long>(disk_all.evicted),
+      static_cast<unsigned long long>(disk_all.read_back),
+      static_cast<unsigned long long>(disk_all.written_through),
+      static_cast<unsigned long long>(disk_all.evicted_clean),
+      static_cast<unsigned long long>(disk_all.puts),
+      static_cast<unsigned long long>(disk_all.deletes),
+      static_cast<unsigned long long>(disk_all.put_bytes), r.disk_rows_s, r.disk_cpu_s,
+      r.disk_wall_s);
+}
+
+void print_disk_text(const DiskReport& r) {
+  const std::vector<PassFigures>& memory = r.memory;
+  const std::vector<PassFigures>& disk = r.disk;
+  const PassFigures& mem_all = r.mem_all;
+  const PassFigures& disk_all = r.disk_all;
   std::printf(
       "disk: %zu keys in the job, budget %s, %d passes of %zu draws, %u shards, "
       "%d threads, batch %zu\n",
-      rows,
-      budget_mb > 0 ? (std::to_string(budget_mb) + " MiB").c_str()
-                    : (std::to_string(budget) + " rows").c_str(),
-      passes, pass_rows, cfg.shards, cfg.threads, batch);
+      r.rows,
+      r.budget_mb > 0 ? (std::to_string(r.budget_mb) + " MiB").c_str()
+                      : (std::to_string(r.budget) + " rows").c_str(),
+      r.passes, r.pass_rows, r.shards, r.threads, r.batch);
   std::printf(
       "  pass  keys      pull rows/s  push rows/s  evicted    read back  written "
       "through  (in memory: pull / push rows/s)\n");
@@ -229,12 +211,12 @@ int disk_main(const BenchArgs& args) {
       static_cast<unsigned long long>(disk_all.evicted),
       static_cast<unsigned long long>(disk_all.read_back),
       static_cast<unsigned long long>(disk_all.written_through), mem_all.keys / mem_all.pull_s,
-      mem_all.keys / mem_all.push_s, disk_rows_s);
+      mem_all.keys / mem_all.push_s, r.disk_rows_s);
   // CPU seconds (RocksDB's background threads included) are the figure to compare on a loaded
   // machine: wall time there depends on what else runs.
   std::printf("  disk run: %.1f s wall, %.1f CPU s (%.2f cores); %.0f disk rows moved per CPU s\n",
-              disk_wall_s, disk_cpu_s, disk_cpu_s / disk_wall_s,
-              static_cast<double>(moved) / disk_cpu_s);
+              r.disk_wall_s, r.disk_cpu_s, r.disk_cpu_s / r.disk_wall_s,
+              static_cast<double>(r.moved) / r.disk_cpu_s);
   std::printf(
       "  RocksDB writes: %llu puts (%.1f MiB), %llu deletes; %llu of the evicted rows were read "
       "back unchanged and not written again\n",
@@ -242,6 +224,61 @@ int disk_main(const BenchArgs& args) {
       static_cast<double>(disk_all.put_bytes) / (1 << 20),
       static_cast<unsigned long long>(disk_all.deletes),
       static_cast<unsigned long long>(disk_all.evicted_clean));
+}
+
+int disk_main(const BenchArgs& args) {
+  args.expect_only({"rows", "budget_rows", "budget_mb", "pass_rows", "passes", "batch", "shards",
+                    "threads", "no_write_through", "disk_dir", "json"});
+  DiskReport r;
+  r.rows = static_cast<std::size_t>(args.get_int("rows", 2000000));
+  r.budget = static_cast<std::size_t>(args.get_int("budget_rows", r.rows / 10));
+  r.pass_rows = static_cast<std::size_t>(args.get_int("pass_rows", r.rows / 8));
+  r.passes = static_cast<int>(args.get_int("passes", 4));
+  r.batch = static_cast<std::size_t>(args.get_int("batch", 65536));
+  const bool json = args.has("json");
+  GPUBOX_EXPECTS(r.rows > 0 && r.budget > 0 && r.pass_rows > 0 && r.passes > 0 && r.batch > 0,
+                 "--rows, --budget_rows, --pass_rows, --passes and --batch must be > 0");
+
+  table::AccessorConfig opt;
+  opt.optimizer.kind = table::SparseOptimizerKind::kAdagrad;
+  opt.mf_dim = 8;
+  HostTableConfig cfg;
+  cfg.shards = static_cast<uint32_t>(args.get_int("shards", 64));
+  cfg.threads = static_cast<int>(args.get_int("threads", 2));
+  const auto keys = make_passes(r.rows, r.pass_rows, r.passes, 7);
+
+  r.memory = run(keys, opt, cfg, r.batch);
+  const std::string dir =
+      args.get("disk_dir", "/tmp") + "/gpubox_bench_disk_" + std::to_string(::getpid());
+  cfg.rocksdb_path = dir;
+  cfg.write_through = !args.has("no_write_through");
+  // --budget_mb: a byte budget as runner.host_memory_mb gives (the plan sizes rows and RocksDB's
+  // memory from it); else --budget_rows rows.
+  r.budget_mb = args.get_int("budget_mb", 0);
+  if (r.budget_mb > 0) {
+    cfg.memory_budget_bytes = static_cast<uint64_t>(r.budget_mb) << 20;
+  } else {
+    cfg.memory_row_budget = r.budget;
+  }
+  const double cpu0 = process_cpu_seconds();
+  Timer disk_wall;
+  r.disk = run(keys, opt, cfg, r.batch);
+  r.disk_cpu_s = process_cpu_seconds() - cpu0;
+  r.disk_wall_s = disk_wall.seconds();
+  std::filesystem::remove_all(dir);
+
+  r.shards = cfg.shards;
+  r.threads = cfg.threads;
+  r.mem_all = totals(r.memory);
+  r.disk_all = totals(r.disk);
+  // Disk rows/s: rows moved to or from RocksDB per second of pull and push.
+  r.moved = r.disk_all.evicted + r.disk_all.read_back + r.disk_all.written_through;
+  r.disk_rows_s = static_cast<double>(r.moved) / (r.disk_all.pull_s + r.disk_all.push_s);
+  if (json) {
+    print_disk_json(r);
+  } else {
+    print_disk_text(r);
+  }
   return 0;
 }
 

@@ -80,128 +80,159 @@ struct CardBatches {
   device::device_buffer<float> pulled;
 };
 
-int run_sparse(const BenchArgs& args) {
+constexpr int kDistinctBatches = 8;  // cycled: enough variety, bounded setup time
+
+// gpubox_bench sparse's flags, checked.
+struct SparseSettings {
+  int cards;
+  long long batch, slots, universe;
+  double zipf;
+  int steps, warmup, mf_dim, threads;
+  std::string optimizer_name;
+  // push_pulled (the trainer's path when it pushes the keys it pulled) instead of push(keys).
+  bool reuse_pull;
+  bool json;
+};
+
+SparseSettings sparse_settings(const BenchArgs& args) {
   args.expect_only({"cards", "batch", "slots", "keys", "zipf", "steps", "warmup", "mf-dim",
                     "optimizer", "threads", "reuse-pull", "json"});
-  const int cards_n = static_cast<int>(args.get_int("cards", 1));
-  const long long batch = args.get_int("batch", 512);
-  const long long slots = args.get_int("slots", 26);
-  const long long universe = args.get_int("keys", 1000000);
-  const double zipf = args.get_double("zipf", 1.05);
-  const int steps = static_cast<int>(args.get_int("steps", 50));
-  const int warmup = static_cast<int>(args.get_int("warmup", 10));
-  const int mf_dim = static_cast<int>(args.get_int("mf-dim", 8));
-  const int threads = static_cast<int>(args.get_int("threads", 0));
-  const std::string optimizer_name = args.get("optimizer", "adagrad");
-  // push_pulled (the trainer's path when it pushes the keys it pulled) instead of push(keys).
-  const bool reuse_pull = args.has("reuse-pull");
-  GPUBOX_EXPECTS(cards_n >= 1 && cards_n <= 64, "--cards must be in [1, 64], got ", cards_n);
-  GPUBOX_EXPECTS(batch >= 0 && slots >= 1, "--batch must be >= 0 and --slots >= 1");
-  GPUBOX_EXPECTS(universe >= 1, "--keys must be positive, got ", universe);
-  GPUBOX_EXPECTS(steps >= 1 && warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
-  GPUBOX_EXPECTS(mf_dim >= 1, "--mf-dim must be positive, got ", mf_dim);
+  SparseSettings s;
+  s.cards = static_cast<int>(args.get_int("cards", 1));
+  s.batch = args.get_int("batch", 512);
+  s.slots = args.get_int("slots", 26);
+  s.universe = args.get_int("keys", 1000000);
+  s.zipf = args.get_double("zipf", 1.05);
+  s.steps = static_cast<int>(args.get_int("steps", 50));
+  s.warmup = static_cast<int>(args.get_int("warmup", 10));
+  s.mf_dim = static_cast<int>(args.get_int("mf-dim", 8));
+  s.threads = static_cast<int>(args.get_int("threads", 0));
+  s.optimizer_name = args.get("optimizer", "adagrad");
+  s.reuse_pull = args.has("reuse-pull");
+  s.json = args.has("json");
+  GPUBOX_EXPECTS(s.cards >= 1 && s.cards <= 64, "--cards must be in [1, 64], got ", s.cards);
+  GPUBOX_EXPECTS(s.batch >= 0 && s.slots >= 1, "--batch must be >= 0 and --slots >= 1");
+  GPUBOX_EXPECTS(s.universe >= 1, "--keys must be positive, got ", s.universe);
+  GPUBOX_EXPECTS(s.steps >= 1 && s.warmup >= 0, "--steps must be >= 1 and --warmup >= 0");
+  GPUBOX_EXPECTS(s.mf_dim >= 1, "--mf-dim must be positive, got ", s.mf_dim);
+  return s;
+}
 
-  table::AccessorConfig cfg;
-  cfg.optimizer.kind = parse_optimizer(optimizer_name);
-  cfg.mf_dim = mf_dim;
-  const table::RowLayout layout = table::RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
-  const std::size_t keys_per_step = static_cast<std::size_t>(batch * slots);
-  constexpr int kDistinctBatches = 8;  // cycled: enough variety, bounded setup time
+// Card `c`'s kDistinctBatches batches of `keys_per_step` Zipf keys, one push record per key (a
+// show, a click one time in eight, small gradients), and room for the pulled records.
+CardBatches make_batches(device::Card& card, int c, const SparseSettings& settings,
+                         std::size_t keys_per_step, const table::RowLayout& layout) {
+  CardBatches data;
+  ZipfKeys zipf_keys(static_cast<std::size_t>(settings.universe), settings.zipf, 1000 + c);
+  std::mt19937_64 rng(77 + c);
+  std::uniform_real_distribution<float> grad(-0.01f, 0.01f);
+  for (int b = 0; b < kDistinctBatches; ++b) {
+    std::vector<uint64_t> keys(keys_per_step);
+    for (auto& k : keys) k = zipf_keys.next();
+    data.keys.push_back(device::to_device(keys, card.memory(), card.stream()));
+  }
+  std::vector<float> grads(keys_per_step * layout.push_dim());
+  for (std::size_t i = 0; i < keys_per_step; ++i) {
+    float* g = grads.data() + i * layout.push_dim();
+    g[0] = 1.0f;
+    g[1] = (rng() % 8 == 0) ? 1.0f : 0.0f;
+    for (int d = 2; d < layout.push_dim(); ++d) g[d] = grad(rng);
+  }
+  data.grads = device::to_device(grads, card.memory(), card.stream());
+  data.pulled = card.make_buffer<float>(keys_per_step * layout.pull_dim());
+  return data;
+}
 
-  device::CardSet cards = device::CardSet::from_list(sparse_card_list(cards_n), 0, 1, threads);
-  auto group = comm::make_group(cards);
-  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards_n);
-  std::vector<std::unique_ptr<heter_comm::HeterComm>> comms(cards_n);
-  std::vector<CardBatches> data(cards_n);
-  std::vector<double> pull_seconds(cards_n, 0.0), push_seconds(cards_n, 0.0);
-  std::vector<heter_comm::HeterCommStats> before(cards_n), after(cards_n);
-  double wall_seconds = 0;
-  double cpu_seconds = 0;
+// What the timed steps of every card measured.
+struct SparseTimes {
+  explicit SparseTimes(int cards)
+      : pull_seconds(cards, 0.0), push_seconds(cards, 0.0), before(cards), after(cards) {}
+  std::vector<double> pull_seconds, push_seconds;         // per card, summed over the timed steps
+  std::vector<heter_comm::HeterCommStats> before, after;  // per card, around the timed steps
+  double wall_seconds = 0;                                // card 0's, barrier to barrier
+  double cpu_seconds = 0;                                 // the process's, over the same span
+};
 
-  cards.run_on_cards(
-      [&](device::Card& card) {
-        const int c = card.local_index();
-        card_table::HashTableOptions table_options;
-        table_options.initial_capacity = static_cast<std::size_t>(universe / cards_n * 2 + 1024);
-        stores[c] = std::make_unique<card_table::CardSparseStore>(card, cfg, table_options);
-        comms[c] = std::make_unique<heter_comm::HeterComm>(card, *stores[c], group->at(c));
-        ZipfKeys zipf_keys(static_cast<std::size_t>(universe), zipf, 1000 + c);
-        std::mt19937_64 rng(77 + c);
-        std::uniform_real_distribution<float> grad(-0.01f, 0.01f);
-        for (int b = 0; b < kDistinctBatches; ++b) {
-          std::vector<uint64_t> keys(keys_per_step);
-          for (auto& k : keys) k = zipf_keys.next();
-          data[c].keys.push_back(device::to_device(keys, card.memory(), card.stream()));
-        }
-        std::vector<float> grads(keys_per_step * layout.push_dim());
-        for (std::size_t i = 0; i < keys_per_step; ++i) {
-          float* g = grads.data() + i * layout.push_dim();
-          g[0] = 1.0f;
-          g[1] = (rng() % 8 == 0) ? 1.0f : 0.0f;
-          for (int d = 2; d < layout.push_dim(); ++d) g[d] = grad(rng);
-        }
-        data[c].grads = device::to_device(grads, card.memory(), card.stream());
-        data[c].pulled = card.make_buffer<float>(keys_per_step * layout.pull_dim());
+// Card `c`'s warm-up steps, then its timed ones (between barriers of every card) on `comm`'s
+// group: pull a batch's keys, then push their records.
+void run_card_steps(device::Card& card, int c, heter_comm::HeterComm& hc, comm::Communicator& comm,
+                    CardBatches& data, const SparseSettings& settings, SparseTimes* times) {
+  auto step = [&](int s, bool timed) {
+    const auto& keys = data.keys[s % kDistinctBatches];
+    Timer t;
+    hc.pull(keys.data(), keys.size(), data.pulled.data(), card.stream());
+    const double pulled = t.seconds();
+    if (settings.reuse_pull) {
+      hc.push_pulled(data.grads.data(), card.stream());
+    } else {
+      hc.push(keys.data(), keys.size(), data.grads.data(), card.stream());
+    }
+    if (timed) {
+      times->pull_seconds[c] += pulled;
+      times->push_seconds[c] += t.seconds() - pulled;
+    }
+  };
+  for (int s = 0; s < settings.warmup; ++s) step(s, false);
+  times->before[c] = hc.stats();
+  comm.barrier(card.stream());
+  const double cpu_start = process_cpu_seconds();
+  Timer wall;
+  for (int s = 0; s < settings.steps; ++s) step(settings.warmup + s, true);
+  comm.barrier(card.stream());
+  if (c == 0) {
+    times->wall_seconds = wall.seconds();
+    times->cpu_seconds = process_cpu_seconds() - cpu_start;
+  }
+  times->after[c] = hc.stats();
+}
 
-        heter_comm::HeterComm& hc = *comms[c];
-        comm::Communicator& comm = group->at(c);
-        auto step = [&](int s, bool timed) {
-          const auto& keys = data[c].keys[s % kDistinctBatches];
-          Timer t;
-          hc.pull(keys.data(), keys.size(), data[c].pulled.data(), card.stream());
-          const double pulled = t.seconds();
-          if (reuse_pull) {
-            hc.push_pulled(data[c].grads.data(), card.stream());
-          } else {
-            hc.push(keys.data(), keys.size(), data[c].grads.data(), card.stream());
-          }
-          if (timed) {
-            pull_seconds[c] += pulled;
-            push_seconds[c] += t.seconds() - pulled;
-          }
-        };
-        for (int s = 0; s < warmup; ++s) step(s, false);
-        before[c] = hc.stats();
-        comm.barrier(card.stream());
-        const double cpu_start = process_cpu_seconds();
-        Timer wall;
-        for (int s = 0; s < steps; ++s) step(warmup + s, true);
-        comm.barrier(card.stream());
-        if (c == 0) {
-          wall_seconds = wall.seconds();
-          cpu_seconds = process_cpu_seconds() - cpu_start;
-        }
-        after[c] = hc.stats();
-      },
-      [&](const std::string& why) { group->abort(why); });
+// The figures printed, per card per step unless named otherwise.
+struct SparseFigures {
+  double unique, lookups, merged, bytes_sent, bytes_remote, created;
+  double row_bytes, pull_lookups, row_traffic;
+  double keys_per_sec, keys_per_cpu_sec, pull_ms, push_ms;
+};
 
+SparseFigures sparse_figures(const SparseSettings& settings, std::size_t keys_per_step,
+                             const table::RowLayout& layout, const SparseTimes& times) {
+  const int cards_n = settings.cards;
+  const int steps = settings.steps;
+  const bool reuse_pull = settings.reuse_pull;
   // Per-step, per-card averages of the traffic counters over the timed steps.
   const double per = 1.0 / (static_cast<double>(steps) * cards_n);
   auto avg = [&](uint64_t heter_comm::HeterCommStats::*field) {
     double sum = 0;
-    for (int c = 0; c < cards_n; ++c) sum += double(after[c].*field - before[c].*field);
+    for (int c = 0; c < cards_n; ++c) {
+      sum += double(times.after[c].*field - times.before[c].*field);
+    }
     return sum * per;
   };
+  SparseFigures f;
   // Unique keys per step: counted by pull, and by push unless it reused the pull.
-  const double unique = avg(&heter_comm::HeterCommStats::unique_keys_sent) / (reuse_pull ? 1 : 2);
-  const double lookups = avg(&heter_comm::HeterCommStats::owner_lookups);
-  const double merged = avg(&heter_comm::HeterCommStats::merged_updates);
-  const double bytes_sent = avg(&heter_comm::HeterCommStats::bytes_sent);
-  const double bytes_remote = avg(&heter_comm::HeterCommStats::bytes_sent_remote);
-  const double created = avg(&heter_comm::HeterCommStats::created_on_pull) +
-                         avg(&heter_comm::HeterCommStats::created_on_push);
-  const double row_bytes = sizeof(float) * layout.stride();
+  f.unique = avg(&heter_comm::HeterCommStats::unique_keys_sent) / (reuse_pull ? 1 : 2);
+  f.lookups = avg(&heter_comm::HeterCommStats::owner_lookups);
+  f.merged = avg(&heter_comm::HeterCommStats::merged_updates);
+  f.bytes_sent = avg(&heter_comm::HeterCommStats::bytes_sent);
+  f.bytes_remote = avg(&heter_comm::HeterCommStats::bytes_sent_remote);
+  f.created = avg(&heter_comm::HeterCommStats::created_on_pull) +
+              avg(&heter_comm::HeterCommStats::created_on_push);
+  f.row_bytes = sizeof(float) * layout.stride();
   // Card memory a step touches for rows: pull reads every looked-up row once, push reads and
   // writes every merged row once (the rest of the step is keys, positions and records).
-  const double pull_lookups = reuse_pull ? lookups : lookups - merged;
-  const double row_traffic = pull_lookups * row_bytes + 2 * merged * row_bytes;
-  const double keys_per_sec = keys_per_step * steps / wall_seconds;
+  f.pull_lookups = reuse_pull ? f.lookups : f.lookups - f.merged;
+  f.row_traffic = f.pull_lookups * f.row_bytes + 2 * f.merged * f.row_bytes;
+  f.keys_per_sec = keys_per_step * steps / times.wall_seconds;
   // Keys of all cards per CPU-second of the whole process (pull + push).
-  const double keys_per_cpu_sec = keys_per_step * steps * cards_n / cpu_seconds;
-  const double pull_ms = median(pull_seconds) / steps * 1e3;
-  const double push_ms = median(push_seconds) / steps * 1e3;
+  f.keys_per_cpu_sec = keys_per_step * steps * cards_n / times.cpu_seconds;
+  f.pull_ms = median(times.pull_seconds) / steps * 1e3;
+  f.push_ms = median(times.push_seconds) / steps * 1e3;
+  return f;
+}
 
-  if (args.has("json")) {
+void print_sparse(const SparseSettings& settings, std::size_t keys_per_step,
+                  const SparseTimes& times, const SparseFigures& f, int threads_per_card) {
+  const int steps = settings.steps;
+  if (settings.json) {
     std::printf(
         "{\"bench\":\"sparse\",\"cards\":%d,\"batch\":%lld,\"slots\":%lld,\"keys_per_step\":%zu,"
         "\"universe\":%lld,\"zipf\":%.3f,\"optimizer\":\"%s\",\"mf_dim\":%d,\"steps\":%d,"
@@ -213,31 +244,65 @@ int run_sparse(const BenchArgs& args) {
         "\"a2a_bytes_per_card\":%.0f,\"a2a_remote_bytes_per_card\":%.0f,"
         "\"row_bytes_touched_per_card\":%.0f,\"row_stride_bytes\":%.0f,\"created_per_step\":%.2f}"
         "\n",
-        cards_n, batch, slots, keys_per_step, universe, zipf, optimizer_name.c_str(), mf_dim, steps,
-        reuse_pull ? "true" : "false", cards.card(0).threads(), device::hardware_threads(),
-        keys_per_sec, keys_per_cpu_sec, cpu_seconds / steps * 1e3, wall_seconds / steps * 1e3,
-        pull_ms, push_ms, unique, lookups, merged, bytes_sent, bytes_remote, row_traffic, row_bytes,
-        created);
-  } else {
-    std::printf(
-        "sparse: %d card(s), %lld examples x %lld slots = %zu keys per card per step, "
-        "Zipf(%.2f) over %lld keys, %s, mf_dim %d, %d steps (%d warm-up), %d threads/card%s\n",
-        cards_n, batch, slots, keys_per_step, zipf, universe, optimizer_name.c_str(), mf_dim, steps,
-        warmup, cards.card(0).threads(), reuse_pull ? ", push_pulled" : "");
-    std::printf(
-        "  pull+push        %12.0f keys/s per card   (%.3f ms/step: pull %.3f, push %.3f)\n"
-        "  cpu cost         %12.0f keys per CPU-second, all cards (%.3f CPU-ms per step)\n",
-        keys_per_sec, wall_seconds / steps * 1e3, pull_ms, push_ms, keys_per_cpu_sec,
-        cpu_seconds / steps * 1e3);
-    std::printf(
-        "  per card per step: %.0f unique keys sent (of %zu), %.0f owner lookups "
-        "(%.0f pull + %.0f push), %.0f merged updates\n",
-        unique, keys_per_step, lookups, pull_lookups, lookups - pull_lookups, merged);
-    std::printf(
-        "  all_to_all_v bytes per card per step: %.0f (%.0f to other cards); row bytes "
-        "touched %.0f (stride %.0f B); rows created per step %.2f\n",
-        bytes_sent, bytes_remote, row_traffic, row_bytes, created);
+        settings.cards, settings.batch, settings.slots, keys_per_step, settings.universe,
+        settings.zipf, settings.optimizer_name.c_str(), settings.mf_dim, steps,
+        settings.reuse_pull ? "true" : "false", threads_per_card, device::hardware_threads(),
+        f.keys_per_sec, f.keys_per_cpu_sec, times.cpu_seconds / steps * 1e3,
+        times.wall_seconds / steps * 1e3, f.pull_ms, f.push_ms, f.unique, f.lookups, f.merged,
+        f.bytes_sent, f.bytes_remote, f.row_traffic, f.row_bytes, f.created);
+    return;
   }
+  std::printf(
+      "sparse: %d card(s), %lld examples x %lld slots = %zu keys per card per step, "
+      "Zipf(%.2f) over %lld keys, %s, mf_dim %d, %d steps (%d warm-up), %d threads/card%s\n",
+      settings.cards, settings.batch, settings.slots, keys_per_step, settings.zipf,
+      settings.universe, settings.optimizer_name.c_str(), settings.mf_dim, steps, settings.warmup,
+      threads_per_card, settings.reuse_pull ? ", push_pulled" : "");
+  std::printf(
+      "  pull+push        %12.0f keys/s per card   (%.3f ms/step: pull %.3f, push %.3f)\n"
+      "  cpu cost         %12.0f keys per CPU-second, all cards (%.3f CPU-ms per step)\n",
+      f.keys_per_sec, times.wall_seconds / steps * 1e3, f.pull_ms, f.push_ms, f.keys_per_cpu_sec,
+      times.cpu_seconds / steps * 1e3);
+  std::printf(
+      "  per card per step: %.0f unique keys sent (of %zu), %.0f owner lookups "
+      "(%.0f pull + %.0f push), %.0f merged updates\n",
+      f.unique, keys_per_step, f.lookups, f.pull_lookups, f.lookups - f.pull_lookups, f.merged);
+  std::printf(
+      "  all_to_all_v bytes per card per step: %.0f (%.0f to other cards); row bytes "
+      "touched %.0f (stride %.0f B); rows created per step %.2f\n",
+      f.bytes_sent, f.bytes_remote, f.row_traffic, f.row_bytes, f.created);
+}
+
+int run_sparse(const BenchArgs& args) {
+  const SparseSettings settings = sparse_settings(args);
+  const int cards_n = settings.cards;
+  table::AccessorConfig cfg;
+  cfg.optimizer.kind = parse_optimizer(settings.optimizer_name);
+  cfg.mf_dim = settings.mf_dim;
+  const table::RowLayout layout = table::RowLayout::make(cfg.optimizer.kind, cfg.mf_dim);
+  const std::size_t keys_per_step = static_cast<std::size_t>(settings.batch * settings.slots);
+
+  device::CardSet cards =
+      device::CardSet::from_list(sparse_card_list(cards_n), 0, 1, settings.threads);
+  auto group = comm::make_group(cards);
+  std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards_n);
+  std::vector<std::unique_ptr<heter_comm::HeterComm>> comms(cards_n);
+  std::vector<CardBatches> data(cards_n);
+  SparseTimes times(cards_n);
+  cards.run_on_cards(
+      [&](device::Card& card) {
+        const int c = card.local_index();
+        card_table::HashTableOptions table_options;
+        table_options.initial_capacity =
+            static_cast<std::size_t>(settings.universe / cards_n * 2 + 1024);
+        stores[c] = std::make_unique<card_table::CardSparseStore>(card, cfg, table_options);
+        comms[c] = std::make_unique<heter_comm::HeterComm>(card, *stores[c], group->at(c));
+        data[c] = make_batches(card, c, settings, keys_per_step, layout);
+        run_card_steps(card, c, *comms[c], group->at(c), data[c], settings, &times);
+      },
+      [&](const std::string& why) { group->abort(why); });
+  print_sparse(settings, keys_per_step, times,
+               sparse_figures(settings, keys_per_step, layout, times), cards.card(0).threads());
   comms.clear();
   stores.clear();
   return 0;

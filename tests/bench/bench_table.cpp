@@ -103,6 +103,103 @@ TableFigures measure_table(const Workload& w, std::size_t batch, int threads, in
   return {median(inserts), median(pushes), median(pulls)};
 }
 
+// The peer: memcpy of `rows`' bytes (one thread), bytes/s, best of `repeats` (a first run also
+// faults the pages in).
+double memcpy_bytes_per_second(const std::vector<float>& rows, int repeats) {
+  std::vector<float> dst(rows.size());
+  double memcpy_bps = 0;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first run also faults the pages in
+    Timer timer;
+    std::memcpy(dst.data(), rows.data(), rows.size() * sizeof(float));
+    memcpy_bps = std::max(memcpy_bps, rows.size() * sizeof(float) / timer.seconds());
+  }
+  return memcpy_bps;
+}
+
+struct SaveFigures {
+  double save = 0, load = 0, bytes = 0;
+};
+
+// Save and load of the whole in-memory table of `w` (checkpoint: full rows; 2 threads; POSIX
+// env, fsync included) in `form`, in the folder `dir`_save: rows/s each way and the save's bytes.
+SaveFigures measure_save(const Workload& w, const table::AccessorConfig& opt, HostTableConfig cfg,
+                         const std::string& dir, table::SaveForm form) {
+  const std::size_t n = w.keys.size();
+  HostTableConfig scfg = cfg;
+  scfg.threads = 2;
+  auto t = open_or_die(opt, scfg);
+  Status st = t->push(w.keys.data(), n, w.rows.data());
+  GPUBOX_EXPECTS(st.ok(), st.to_string());
+  const std::string path = dir + "_save";
+  SaveFigures f;
+  Timer timer;
+  st = t->save(path, table::SaveKind::kCheckpoint, form);
+  GPUBOX_EXPECTS(st.ok(), st.to_string());
+  f.save = n / timer.seconds();
+  for (const auto& entry : std::filesystem::directory_iterator(path)) {
+    f.bytes += static_cast<double>(entry.file_size());
+  }
+  auto loaded = open_or_die(opt, scfg);
+  timer.reset();
+  st = loaded->load(path);
+  GPUBOX_EXPECTS(st.ok(), st.to_string());
+  f.load = n / timer.seconds();
+  std::filesystem::remove_all(path);
+  return f;
+}
+
+// What gpubox_bench table prints.
+struct TableReport {
+  std::size_t rows, batch, disk_rows, disk_budget;
+  int row_floats;
+  uint32_t shards;
+  double row_bytes, cpu_share, memcpy_bps, memcpy_rows;
+  TableFigures one, two, disk;  // 1 and 2 threads in memory; the disk tier's
+  SaveFigures binary, text;
+};
+
+void print_table_json(const TableReport& r) {
+  std::printf(
+      "{\"bench\":\"table\",\"rows\":%zu,\"batch\":%zu,\"row_floats\":%d,\"shards\":%u,"
+      "\"cpu_share_1t\":%.2f,\"memcpy_GBps\":%.3f,\"memcpy_rows_per_s\":%.0f,"
+      "\"t1\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+      "\"t2\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+      "\"disk\":{\"rows\":%zu,\"memory_row_budget\":%zu,\"insert_rows_per_s\":%.0f,"
+      "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
+      "\"checkpoint_binary\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f},"
+      "\"checkpoint_text\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f}}\n",
+      r.rows, r.batch, r.row_floats, r.shards, r.cpu_share, r.memcpy_bps / 1e9, r.memcpy_rows,
+      r.one.insert, r.one.push, r.one.pull, r.two.insert, r.two.push, r.two.pull, r.disk_rows,
+      r.disk_budget, r.disk.insert, r.disk.push, r.disk.pull, r.binary.bytes, r.binary.save,
+      r.binary.load, r.text.bytes, r.text.save, r.text.load);
+}
+
+void print_table_text(const TableReport& r) {
+  std::printf("table: %zu rows of %d floats (%.0f B), batch %zu, %u shards\n", r.rows, r.row_floats,
+              r.row_bytes, r.batch, r.shards);
+  std::printf("  cpu share of the 1-thread runs: %.2f (1.00 = an idle core)\n", r.cpu_share);
+  std::printf("  memcpy (1 thread)      %8.2f GB/s = %6.1f M rows/s\n", r.memcpy_bps / 1e9,
+              r.memcpy_rows / 1e6);
+  auto line = [&](const char* name, const TableFigures& f) {
+    std::printf(
+        "  %-22s insert %6.2f  push %6.2f  pull %6.2f M rows/s  (pull = %.1f%% of memcpy)\n", name,
+        f.insert / 1e6, f.push / 1e6, f.pull / 1e6, 100.0 * f.pull / r.memcpy_rows);
+  };
+  line("in-memory, 1 thread", r.one);
+  line("in-memory, 2 threads", r.two);
+  if (r.disk_rows > 0) {
+    std::printf("  disk tier: %zu rows, memory budget %zu rows, 2 threads\n", r.disk_rows,
+                r.disk_budget);
+    line("rocksdb tier", r.disk);
+  }
+  for (const auto& [name, f] :
+       {std::make_pair("binary", r.binary), std::make_pair("text", r.text)}) {
+    std::printf(
+        "  checkpoint %-6s %7.1f MB  save %6.2f M rows/s (%6.1f MB/s)  load %6.2f M rows/s\n", name,
+        f.bytes / 1e6, f.save / 1e6, f.save * f.bytes / r.rows / 1e6, f.load / 1e6);
+  }
+}
+
 int table_main(const BenchArgs& args) {
   args.expect_only(
       {"rows", "batch", "mf_dim", "shards", "repeats", "disk_rows", "disk_dir", "json"});
@@ -120,106 +217,41 @@ int table_main(const BenchArgs& args) {
   HostTableConfig cfg;
   cfg.shards = static_cast<uint32_t>(args.get_int("shards", 64));
   const Workload w = make_workload(n, layout, 1);
-  const double row_bytes = sizeof(float) * layout.stride();
-
-  // Peer: memcpy of the same bytes (one thread), best of `repeats`.
-  std::vector<float> dst(w.rows.size());
-  double memcpy_bps = 0;
-  for (int r = 0; r < repeats + 1; ++r) {  // the first run also faults the pages in
-    Timer timer;
-    std::memcpy(dst.data(), w.rows.data(), w.rows.size() * sizeof(float));
-    memcpy_bps = std::max(memcpy_bps, w.rows.size() * sizeof(float) / timer.seconds());
-  }
+  TableReport r{};
+  r.rows = n;
+  r.batch = batch;
+  r.row_floats = layout.stride();
+  r.shards = cfg.shards;
+  r.row_bytes = sizeof(float) * layout.stride();
+  r.memcpy_bps = memcpy_bytes_per_second(w.rows, repeats);
   // CPU seconds per wall second of the 1-thread runs: near 1 on an idle machine; far below 1
   // means other processes held the cores and every figure below is low by about that factor.
   const double cpu0 = process_cpu_seconds();
   Timer wall;
-  const TableFigures one = measure_table(w, batch, 1, repeats, opt, cfg);
-  const double cpu_share = (process_cpu_seconds() - cpu0) / wall.seconds();
-  const TableFigures two = measure_table(w, batch, 2, repeats, opt, cfg);
+  r.one = measure_table(w, batch, 1, repeats, opt, cfg);
+  r.cpu_share = (process_cpu_seconds() - cpu0) / wall.seconds();
+  r.two = measure_table(w, batch, 2, repeats, opt, cfg);
 
   // Disk tier: a memory budget of a tenth of the rows; pushes spill, pulls come back from disk.
-  TableFigures disk;
+  r.disk_rows = disk_rows;
+  r.disk_budget = std::max<std::size_t>(disk_rows / 10, cfg.shards);
   const std::string dir =
       args.get("disk_dir", "/tmp") + "/gpubox_bench_table_" + std::to_string(::getpid());
   if (disk_rows > 0) {
     HostTableConfig dcfg = cfg;
     dcfg.rocksdb_path = dir;
-    dcfg.memory_row_budget = std::max<std::size_t>(disk_rows / 10, cfg.shards);
+    dcfg.memory_row_budget = r.disk_budget;
     Workload dw = make_workload(disk_rows, layout, 2);
-    disk = measure_table(dw, std::min(batch, disk_rows), 2, 1, opt, dcfg);
+    r.disk = measure_table(dw, std::min(batch, disk_rows), 2, 1, opt, dcfg);
     std::filesystem::remove_all(dir);
   }
-
-  // Save and load of the whole in-memory table (checkpoint: full rows; 2 threads; POSIX env,
-  // fsync included), binary and text.
-  struct SaveFigures {
-    double save = 0, load = 0, bytes = 0;
-  };
-  auto measure_save = [&](table::SaveForm form) {
-    HostTableConfig scfg = cfg;
-    scfg.threads = 2;
-    auto t = open_or_die(opt, scfg);
-    Status st = t->push(w.keys.data(), n, w.rows.data());
-    GPUBOX_EXPECTS(st.ok(), st.to_string());
-    const std::string path = dir + "_save";
-    SaveFigures f;
-    Timer timer;
-    st = t->save(path, table::SaveKind::kCheckpoint, form);
-    GPUBOX_EXPECTS(st.ok(), st.to_string());
-    f.save = n / timer.seconds();
-    for (const auto& entry : std::filesystem::directory_iterator(path)) {
-      f.bytes += static_cast<double>(entry.file_size());
-    }
-    auto loaded = open_or_die(opt, scfg);
-    timer.reset();
-    st = loaded->load(path);
-    GPUBOX_EXPECTS(st.ok(), st.to_string());
-    f.load = n / timer.seconds();
-    std::filesystem::remove_all(path);
-    return f;
-  };
-  const SaveFigures binary = measure_save(table::SaveForm::kBinary);
-  const SaveFigures text = measure_save(table::SaveForm::kText);
-
-  const double memcpy_rows = memcpy_bps / row_bytes;
+  r.binary = measure_save(w, opt, cfg, dir, table::SaveForm::kBinary);
+  r.text = measure_save(w, opt, cfg, dir, table::SaveForm::kText);
+  r.memcpy_rows = r.memcpy_bps / r.row_bytes;
   if (json) {
-    std::printf(
-        "{\"bench\":\"table\",\"rows\":%zu,\"batch\":%zu,\"row_floats\":%d,\"shards\":%u,"
-        "\"cpu_share_1t\":%.2f,\"memcpy_GBps\":%.3f,\"memcpy_rows_per_s\":%.0f,"
-        "\"t1\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
-        "\"t2\":{\"insert_rows_per_s\":%.0f,\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
-        "\"disk\":{\"rows\":%zu,\"memory_row_budget\":%zu,\"insert_rows_per_s\":%.0f,"
-        "\"push_rows_per_s\":%.0f,\"pull_rows_per_s\":%.0f},"
-        "\"checkpoint_binary\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f},"
-        "\"checkpoint_text\":{\"bytes\":%.0f,\"save_rows_per_s\":%.0f,\"load_rows_per_s\":%.0f}}\n",
-        n, batch, layout.stride(), cfg.shards, cpu_share, memcpy_bps / 1e9, memcpy_rows, one.insert,
-        one.push, one.pull, two.insert, two.push, two.pull, disk_rows,
-        std::max<std::size_t>(disk_rows / 10, cfg.shards), disk.insert, disk.push, disk.pull,
-        binary.bytes, binary.save, binary.load, text.bytes, text.save, text.load);
-    return 0;
-  }
-  std::printf("table: %zu rows of %d floats (%.0f B), batch %zu, %u shards\n", n, layout.stride(),
-              row_bytes, batch, cfg.shards);
-  std::printf("  cpu share of the 1-thread runs: %.2f (1.00 = an idle core)\n", cpu_share);
-  std::printf("  memcpy (1 thread)      %8.2f GB/s = %6.1f M rows/s\n", memcpy_bps / 1e9,
-              memcpy_rows / 1e6);
-  auto line = [&](const char* name, const TableFigures& f) {
-    std::printf(
-        "  %-22s insert %6.2f  push %6.2f  pull %6.2f M rows/s  (pull = %.1f%% of memcpy)\n", name,
-        f.insert / 1e6, f.push / 1e6, f.pull / 1e6, 100.0 * f.pull / memcpy_rows);
-  };
-  line("in-memory, 1 thread", one);
-  line("in-memory, 2 threads", two);
-  if (disk_rows > 0) {
-    std::printf("  disk tier: %zu rows, memory budget %zu rows, 2 threads\n", disk_rows,
-                std::max<std::size_t>(disk_rows / 10, cfg.shards));
-    line("rocksdb tier", disk);
-  }
-  for (const auto& [name, f] : {std::make_pair("binary", binary), std::make_pair("text", text)}) {
-    std::printf(
-        "  checkpoint %-6s %7.1f MB  save %6.2f M rows/s (%6.1f MB/s)  load %6.2f M rows/s\n", name,
-        f.bytes / 1e6, f.save / 1e6, f.save * f.bytes / n / 1e6, f.load / 1e6);
+    print_table_json(r);
+  } else {
+    print_table_text(r);
   }
   return 0;
 }

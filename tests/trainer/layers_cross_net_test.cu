@@ -23,6 +23,161 @@ using testing::LayersTest;
 using testing::random_vector;
 using testing::weighted_sum;
 
+constexpr int kBatch = 4, kDim = 7, kPooled = 5, kLayers = 2;
+constexpr int64_t kLd = 9;
+constexpr float kScale = 0.25f;
+
+// The block `name` of `params` (a test failure, and the first block, when there is none).
+const ParamBlock& block_named(const DenseParameters& params, const std::string& name) {
+  for (const ParamBlock& b : params.blocks()) {
+    if (b.name == name) return b;
+  }
+  ADD_FAILURE() << "no block " << name;
+  return params.blocks().front();
+}
+
+// Layer `name`'s W in float64 ([kDim x kDim]) from the parameter values `w`: its .w block, or at
+// low rank V_l U_l formed explicitly from its .v and .u blocks.
+std::vector<double> layer_weight(const DenseParameters& params, const std::vector<float>& w,
+                                 const std::string& name, int rank) {
+  std::vector<double> weight(static_cast<std::size_t>(kDim) * kDim, 0.0);
+  if (rank == 0) {
+    const ParamBlock& wb = block_named(params, name + ".w");
+    for (int k = 0; k < kDim * kDim; ++k) weight[k] = w[wb.offset + k];
+    return weight;
+  }
+  const ParamBlock& vb = block_named(params, name + ".v");
+  const ParamBlock& ub = block_named(params, name + ".u");
+  for (int a = 0; a < kDim; ++a) {
+    for (int b = 0; b < kDim; ++b) {
+      for (int k = 0; k < rank; ++k) {
+        weight[a * kDim + b] += double{w[vb.offset + a * rank + k]} * w[ub.offset + k * kDim + b];
+      }
+    }
+  }
+  return weight;
+}
+
+// float64 reference of x_L from the parameter values `w` and x0 ([kBatch x kDim], row stride
+// kLd): x_{l+1} = x0 * (x_l W_l + b_l) + x_l.
+std::vector<double> reference_output(const DenseParameters& params, const std::vector<float>& w,
+                                     const std::vector<float>& x0, int rank) {
+  std::vector<double> x(x0.begin(), x0.end());
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string name = "cross_" + std::to_string(l);
+    const std::vector<double> weight = layer_weight(params, w, name, rank);
+    const ParamBlock& bb = block_named(params, name + ".b");
+    std::vector<double> next = x;
+    for (int i = 0; i < kBatch; ++i) {
+      for (int j = 0; j < kDim; ++j) {
+        double pre = w[bb.offset + j];
+        for (int k = 0; k < kDim; ++k) pre += x[i * kLd + k] * weight[k * kDim + j];
+        next[i * kLd + j] = x0[i * kLd + j] * pre + x[i * kLd + j];
+      }
+    }
+    x = next;
+  }
+  return x;
+}
+
+// One case of the network (rank 0: full rank; stacked or parallel) on `card`: its parameters,
+// their biases made nonzero, and its inputs, drawn from a generator seeded by the case (x0's row
+// padding NaN, never read); the loss L = sum R * x_L (stacked) or sum r * (base + x_L . w_out)
+// (parallel) as a function of the parameter values `w` and of x0, and the backward from L's
+// gradient scaled by kScale.
+struct CrossNetCase {
+  CrossNetCase(device::Card& on, const Blas& with, int rank_in, bool parallel_in)
+      : card(on),
+        blas(with),
+        rank(rank_in),
+        parallel(parallel_in),
+        rng(100 + rank + (parallel ? 1 : 0)),
+        params(card),
+        net(card, params, kDim, kLd, kLayers, rank, parallel) {
+    params.finalize(11);
+    w = params.values_to_host();
+    for (const ParamBlock& b : params.blocks()) {  // biases start at zero: make them matter
+      if (b.name.size() > 2 && b.name.compare(b.name.size() - 2, 2, ".b") == 0) {
+        const std::vector<float> bias = random_vector(b.count, rng, -0.3f, 0.3f);
+        std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
+      }
+    }
+    x0 = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
+    for (int i = 0; i < kBatch; ++i) {
+      for (int64_t j = kDim; j < kLd; ++j)
+        x0[i * kLd + j] = std::numeric_limits<float>::quiet_NaN();
+    }
+    big_r = random_vector(static_cast<std::size_t>(kBatch) * kLd, rng);
+    r = random_vector(kBatch, rng);
+    base = random_vector(kBatch, rng);
+    logits = card.make_buffer<float>(kBatch);
+  }
+
+  // L at the values `w` and x0; leaves x_L on the card.
+  double loss() {
+    params.set_values(w);
+    auto dx0 = device::to_device(x0, card.memory(), card.stream());
+    net.forward(blas, params, dx0.data(), kBatch);
+    if (parallel) {
+      device::copy_async(logits.data(), base.data(), kBatch, card.stream());
+      net.add_logits(blas, params, kBatch, logits.data());
+      return weighted_sum(to_host(logits), r);
+    }
+    const std::vector<float> out = to_host(net.output(), kBatch * kLd, card.stream());
+    double sum = 0;
+    for (int i = 0; i < kBatch; ++i) {
+      for (int j = 0; j < kDim; ++j) sum += double{big_r[i * kLd + j]} * out[i * kLd + j];
+    }
+    return sum;
+  }
+
+  // After loss(): its logits (parallel) or x_L (stacked) against the float64 reference x_L `x`.
+  void expect_output_near(const std::vector<double>& x) {
+    if (parallel) {
+      const ParamBlock& ob = block_named(params, "cross_out.w");
+      const std::vector<float> got = to_host(logits);
+      for (int i = 0; i < kBatch; ++i) {
+        double want = base[i];
+        for (int j = 0; j < kDim; ++j) want += x[i * kLd + j] * w[ob.offset + j];
+        EXPECT_NEAR(got[i], want, 1e-4 * (1 + std::fabs(want))) << "logit " << i;
+      }
+      return;
+    }
+    const std::vector<float> got = to_host(net.output(), kBatch * kLd, card.stream());
+    for (int i = 0; i < kBatch; ++i) {
+      for (int j = 0; j < kDim; ++j) {
+        EXPECT_NEAR(got[i * kLd + j], x[i * kLd + j], 1e-4 * (1 + std::fabs(x[i * kLd + j])))
+            << "x_L " << i << "," << j;
+      }
+    }
+  }
+
+  // After loss(): the backward from the scaled top gradient, the pooled gradient added to
+  // d_pooled (accumulate) or written.
+  void backward(float* d_pooled, bool accumulate) {
+    auto dx0 = device::to_device(x0, card.memory(), card.stream());
+    auto dr = device::to_device(r, card.memory(), card.stream());
+    if (parallel) {
+      net.backward_from_logits(blas, params, dr.data(), kScale, kBatch);
+    } else {
+      std::vector<float> scaled(big_r);
+      for (float& v : scaled) v *= kScale;
+      device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card.stream());
+    }
+    net.backward(blas, params, dx0.data(), kBatch, 1.0f / kScale, d_pooled, kPooled, accumulate);
+  }
+
+  device::Card& card;
+  const Blas& blas;
+  const int rank;
+  const bool parallel;
+  std::mt19937_64 rng;
+  DenseParameters params;
+  CrossNet net;
+  std::vector<float> w, x0, big_r, r, base;
+  device::device_buffer<float> logits;
+};
+
 // dcn_v2's cross network, full rank and low rank, stacked and parallel. The forward against a
 // float64 reference computing x_{l+1} = x0 * (x_l W_l + b_l) + x_l with W_l (= V_l U_l at low
 // rank, formed explicitly); every parameter gradient and the pooled gradient against central
@@ -31,160 +186,55 @@ using testing::weighted_sum;
 // which is added (accumulate) or written; the rows' padding is NaN and never read; an empty
 // batch writes zero parameter gradients.
 TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
-  const int batch = 4, dim = 7, pooled = 5, layers = 2;
-  const int64_t ld = 9;
-  const float scale = 0.25f;
   struct Case {
     int rank;
     bool parallel;
   };
   for (const Case c : {Case{0, false}, Case{0, true}, Case{3, false}, Case{3, true}}) {
     SCOPED_TRACE("rank " + std::to_string(c.rank) + (c.parallel ? " parallel" : " stacked"));
-    std::mt19937_64 rng(100 + c.rank + (c.parallel ? 1 : 0));
-    DenseParameters params(card_);
-    CrossNet net(card_, params, dim, ld, layers, c.rank, c.parallel);
-    params.finalize(11);
-    std::vector<float> w = params.values_to_host();
-    for (const ParamBlock& b : params.blocks()) {  // biases start at zero: make them matter
-      if (b.name.size() > 2 && b.name.compare(b.name.size() - 2, 2, ".b") == 0) {
-        const std::vector<float> bias = random_vector(b.count, rng, -0.3f, 0.3f);
-        std::copy(bias.begin(), bias.end(), w.begin() + b.offset);
-      }
-    }
-    auto block = [&](const std::string& name) -> const ParamBlock& {
-      for (const ParamBlock& b : params.blocks()) {
-        if (b.name == name) return b;
-      }
-      ADD_FAILURE() << "no block " << name;
-      return params.blocks().front();
-    };
-    std::vector<float> x0 = random_vector(static_cast<std::size_t>(batch) * ld, rng);
-    for (int i = 0; i < batch; ++i) {
-      for (int64_t j = dim; j < ld; ++j) x0[i * ld + j] = std::numeric_limits<float>::quiet_NaN();
-    }
-    const std::vector<float> big_r = random_vector(static_cast<std::size_t>(batch) * ld, rng);
-    const std::vector<float> r = random_vector(batch, rng);
-    const std::vector<float> base = random_vector(batch, rng);
-    auto logits = card_.make_buffer<float>(batch);
+    CrossNetCase cross(card_, blas_, c.rank, c.parallel);
+    const auto loss = [&]() -> double { return cross.loss(); };
+    loss();
+    cross.expect_output_near(reference_output(cross.params, cross.w, cross.x0, c.rank));
 
-    // float64 reference of x_L.
-    std::vector<double> x(x0.begin(), x0.end());
-    for (int l = 0; l < layers; ++l) {
-      const std::string name = "cross_" + std::to_string(l);
-      std::vector<double> weight(static_cast<std::size_t>(dim) * dim, 0.0);
-      if (c.rank == 0) {
-        const ParamBlock& wb = block(name + ".w");
-        for (int k = 0; k < dim * dim; ++k) weight[k] = w[wb.offset + k];
-      } else {
-        const ParamBlock& vb = block(name + ".v");
-        const ParamBlock& ub = block(name + ".u");
-        for (int a = 0; a < dim; ++a) {
-          for (int b = 0; b < dim; ++b) {
-            for (int k = 0; k < c.rank; ++k) {
-              weight[a * dim + b] +=
-                  double{w[vb.offset + a * c.rank + k]} * w[ub.offset + k * dim + b];
-            }
-          }
-        }
-      }
-      const ParamBlock& bb = block(name + ".b");
-      std::vector<double> next = x;
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) {
-          double pre = w[bb.offset + j];
-          for (int k = 0; k < dim; ++k) pre += x[i * ld + k] * weight[k * dim + j];
-          next[i * ld + j] = x0[i * ld + j] * pre + x[i * ld + j];
-        }
-      }
-      x = next;
-    }
-
-    // The loss as a function of the parameters (w) and the input (x0); leaves x_L on the card.
-    auto forward = [&]() -> double {
-      params.set_values(w);
-      auto dx0 = up(x0);
-      net.forward(blas_, params, dx0.data(), batch);
-      if (c.parallel) {
-        device::copy_async(logits.data(), base.data(), batch, card_.stream());
-        net.add_logits(blas_, params, batch, logits.data());
-        return weighted_sum(to_host(logits), r);
-      }
-      const std::vector<float> out = to_host(net.output(), batch * ld, card_.stream());
-      double sum = 0;
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) sum += double{big_r[i * ld + j]} * out[i * ld + j];
-      }
-      return sum;
-    };
-    forward();
-    if (c.parallel) {
-      const ParamBlock& ob = block("cross_out.w");
-      const std::vector<float> got = to_host(logits);
-      for (int i = 0; i < batch; ++i) {
-        double want = base[i];
-        for (int j = 0; j < dim; ++j) want += x[i * ld + j] * w[ob.offset + j];
-        EXPECT_NEAR(got[i], want, 1e-4 * (1 + std::fabs(want))) << "logit " << i;
-      }
-    } else {
-      const std::vector<float> got = to_host(net.output(), batch * ld, card_.stream());
-      for (int i = 0; i < batch; ++i) {
-        for (int j = 0; j < dim; ++j) {
-          EXPECT_NEAR(got[i * ld + j], x[i * ld + j], 1e-4 * (1 + std::fabs(x[i * ld + j])))
-              << "x_L " << i << "," << j;
-        }
-      }
-    }
-
-    // Backward from the scaled top gradient.
-    auto backward = [&](float* d_pooled, bool accumulate) {
-      auto dx0 = up(x0);
-      auto dr = up(r);
-      if (c.parallel) {
-        net.backward_from_logits(blas_, params, dr.data(), scale, batch);
-      } else {
-        std::vector<float> scaled(big_r);
-        for (float& v : scaled) v *= scale;
-        device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
-      }
-      net.backward(blas_, params, dx0.data(), batch, 1.0f / scale, d_pooled, pooled, accumulate);
-    };
-    const std::vector<float> d_init = random_vector(static_cast<std::size_t>(batch) * pooled, rng);
+    const std::vector<float> d_init =
+        random_vector(static_cast<std::size_t>(kBatch) * kPooled, cross.rng);
     auto d_pooled = up(d_init);
-    backward(d_pooled.data(), true);
-    const std::vector<float> grads = params.grads_to_host();
+    cross.backward(d_pooled.data(), true);
+    const std::vector<float> grads = cross.params.grads_to_host();
     const std::vector<float> dp = to_host(d_pooled);
     std::size_t checked = 0;
-    for (const ParamBlock& b : params.blocks()) {
+    for (const ParamBlock& b : cross.params.blocks()) {
       for (std::size_t k = 0; k < b.count; ++k) {
-        const double numeric = central_difference(w, b.offset + k, 1e-2f, forward);
-        expect_gradient_near(grads[b.offset + k] / scale, numeric, 2e-3, 2e-3,
+        const double numeric = central_difference(cross.w, b.offset + k, 1e-2f, loss);
+        expect_gradient_near(grads[b.offset + k] / kScale, numeric, 2e-3, 2e-3,
                              b.name + "[" + std::to_string(k) + "]");
         ++checked;
       }
     }
-    EXPECT_GT(checked, static_cast<std::size_t>(layers * dim));
-    for (int i = 0; i < batch; ++i) {
-      for (int j = 0; j < pooled; ++j) {
-        const double numeric = central_difference(x0, i * ld + j, 1e-2f, forward);
-        expect_gradient_near(dp[i * pooled + j] - d_init[i * pooled + j], numeric, 2e-3, 2e-3,
+    EXPECT_GT(checked, static_cast<std::size_t>(kLayers * kDim));
+    for (int i = 0; i < kBatch; ++i) {
+      for (int j = 0; j < kPooled; ++j) {
+        const double numeric = central_difference(cross.x0, i * kLd + j, 1e-2f, loss);
+        expect_gradient_near(dp[i * kPooled + j] - d_init[i * kPooled + j], numeric, 2e-3, 2e-3,
                              "pooled " + std::to_string(i) + "," + std::to_string(j));
       }
     }
     // Written rather than added: the same values without d_init.
-    forward();
-    backward(d_pooled.data(), false);
+    loss();
+    cross.backward(d_pooled.data(), false);
     const std::vector<float> written = to_host(d_pooled);
     for (std::size_t k = 0; k < written.size(); ++k) {
       EXPECT_NEAR(written[k], dp[k] - d_init[k], 1e-4) << k;
     }
     // An empty batch: zero parameter gradients, nothing pooled written.
-    net.forward(blas_, params, nullptr, 0);
+    cross.net.forward(blas_, cross.params, nullptr, 0);
     if (c.parallel) {
-      net.add_logits(blas_, params, 0, logits.data());
-      net.backward_from_logits(blas_, params, logits.data(), scale, 0);
+      cross.net.add_logits(blas_, cross.params, 0, cross.logits.data());
+      cross.net.backward_from_logits(blas_, cross.params, cross.logits.data(), kScale, 0);
     }
-    net.backward(blas_, params, nullptr, 0, 1.0f / scale, nullptr, pooled, false);
-    for (float g : params.grads_to_host()) ASSERT_EQ(g, 0.0f);
+    cross.net.backward(blas_, cross.params, nullptr, 0, 1.0f / kScale, nullptr, kPooled, false);
+    for (float g : cross.params.grads_to_host()) ASSERT_EQ(g, 0.0f);
   }
 }
 

@@ -1,10 +1,10 @@
 // The fixture of the parameter-server modes' tests (ps_modes_test.cpp, ps_modes_networks_test.cpp,
 // ps_modes_saves_test.cpp, ps_modes_failures_test.cpp and the others of the binary ps_modes_test;
-// ps_modes_recovery_test.cpp and _recovery_jobs_: the binary ps_modes_recovery_test): the planted
-// data made once for the suite, jobs of PsTrainers (threads of this process) against fresh
-// in-process gpubox_server shards, and a network checked in every mode and through a save. One
-// class for every file, so that gtest sees one fixture type (and one SetUpTestSuite) for the
-// suite PsModes.
+// ps_modes_recovery_test.cpp, _recovery_jobs_ and _recovery_refusals_: the binary
+// ps_modes_recovery_test): the planted data made once for the suite, jobs of PsTrainers (threads
+// of this process) against fresh in-process gpubox_server shards, and a network checked in every
+// mode and through a save. One class for every file, so that gtest sees one fixture type (and one
+// SetUpTestSuite) for the suite PsModes.
 #pragma once
 
 #include <gtest/gtest.h>

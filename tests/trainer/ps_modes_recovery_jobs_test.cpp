@@ -10,9 +10,8 @@
 // updates left on a server, and none of the save lost. A sync job of one thread a trainer is
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
 // modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
-// recovery refused (runner.resume off, no save yet, the run's recoveries spent) stops every
-// trainer naming why, no trainer marking it for the others' watches; a job after a recovered one on
-// the same servers trains without going back.
+// job after a recovered one on the same servers trains without going back. A recovery refused:
+// ps_modes_recovery_refusals_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -28,11 +27,9 @@
 
 #include "common/status.hpp"
 #include "table/server/protocol.hpp"
-#include "table/server/remote_host_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
-#include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
@@ -352,75 +349,6 @@ class PsJobRecovery : public PsModes {
       EXPECT_EQ(recovered.epoch0_test_auc[1], recovered.epoch0_test_auc[0]);
     }
   }
-
-  // A job of 2 trainers of runner.sync_mode `mode` whose server 1 restarts at step 20 of pass
-  // `restart_pass`, `restarts` times (each recovery trains that pass again), with `keys`: trainer
-  // 0 refuses to go back to a save, the other trainer's error names `reason` and what running the
-  // job again does (`rerun`), and each trainer keeps its training threads (the object stays
-  // usable). Returns each trainer's error.
-  static std::vector<std::string> refused_recovery_is_named_by_every_trainer(
-      const std::string& mode, const std::vector<std::string>& keys, const std::string& reason,
-      const std::string& rerun = "", int64_t restart_pass = 1, int restarts = 1) {
-    std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
-                                    "runner.test_data_dir=",
-                                    "runner.sync_mode=" + mode,
-                                    "runner.epochs=2",
-                                    "runner.print_interval=20",
-                                    "runner.collective_timeout_s=20"};
-    all.insert(all.end(), keys.begin(), keys.end());
-    const TrainerConfig cfg = ps_test_config(all);
-    Servers shards(cfg, 2);
-    std::atomic<int> restarted{0};
-    std::vector<std::string> errors(2);
-    const ps_test::TrainerJob job =
-        ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
-          RunHooks hooks;
-          if (w == 0) {
-            hooks.steps.on_progress = [&](const StepProgress& progress) {
-              if (progress.pass == restart_pass && progress.step == 20 &&
-                  restarted.load() < restarts) {
-                restarted.fetch_add(1);
-                shards.restart(1);
-              }
-            };
-          }
-          try {
-            trainer.train("", hooks);
-          } catch (const std::exception& e) {
-            errors[static_cast<std::size_t>(w)] = e.what();
-          }
-          (void)trainer.dense_values();  // thread 0's: throws when no thread is left
-        });
-    EXPECT_EQ(restarted.load(), restarts);
-    for (std::size_t w = 0; w < 2; ++w) {
-      EXPECT_NE(errors[w], "") << "trainer " << w;
-      EXPECT_EQ(job.errors[w], "")
-          << "trainer " << w << " after train() failed with: " << errors[w];
-    }
-    EXPECT_NE(errors[1].find("trainer 0 cannot go back to a save (" + reason +
-                             "), so the job "
-                             "stops; " +
-                             rerun),
-              std::string::npos)
-        << errors[1];
-    for (const std::string& error : errors) {
-      EXPECT_EQ(error.find("died or is stuck"), std::string::npos) << error;
-    }
-    // Trainer 0 marked its refusal for the meeting only; trainer 1, told of it (PeerFailed), marks
-    // nothing in turn: no trainer's failed flag is set, so no watch reported a failure and armed
-    // the forced end of its process.
-    if (job.trainers[0]) {
-      auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
-      for (int w = 0; w < 2; ++w) {
-        StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1 - w, 2);
-        EXPECT_TRUE(flagged.ok()) << flagged.status().to_string();
-        if (flagged.ok()) {
-          EXPECT_EQ(*flagged, -1) << "trainer " << w << " marked its failure for the watches";
-        }
-      }
-    }
-    return errors;
-  }
 };
 
 TEST_F(PsJobRecovery, AsyncServerRestartedWithinAPassIsRepairedByBothTrainers) {
@@ -556,58 +484,6 @@ TEST_F(PsJobRecovery, AJobStartedFromASaveGoesBackToItBeforeItsFirstSave) {
   EXPECT_EQ(recovered.counts.size(), started.counts.size());
   EXPECT_TRUE(recovered.counts == started.counts) << "the rows' show and click counts differ";
   EXPECT_LT(std::fabs(recovered.test_auc - started.test_auc), kAucBound);
-}
-
-TEST_F(PsJobRecovery, ARecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {
-  refused_recovery_is_named_by_every_trainer(
-      "async",
-      {"runner.save_mode=checkpoint",
-       "runner.model_save_path=" + (root_ / "job_recovery_refused").string(), "runner.resume=off"},
-      "runner.resume is off");
-}
-
-TEST_F(PsJobRecovery, ARecoveryRefusedWithoutASaveIsNamedByEveryTrainer) {
-  refused_recovery_is_named_by_every_trainer("async", {"runner.model_save_path="},
-                                             "this run made or loaded no save yet");
-}
-
-// Sync: both trainers leave the step's barriers for the refusal, and each error says what running
-// the job again does.
-TEST_F(PsJobRecovery, ASyncRecoveryRefusedWithResumeOffIsNamedByEveryTrainer) {
-  refused_recovery_is_named_by_every_trainer(
-      "sync",
-      {"runner.save_mode=checkpoint",
-       "runner.model_save_path=" + (root_ / "job_recovery_refused_sync").string(),
-       "runner.resume=off"},
-      "runner.resume is off",
-      "runner.resume is off: running the command again starts from scratch");
-}
-
-// Refused in the first pass, before trainer 0's first save, with runner.resume on: trainer 1,
-// which writes no save and loaded none, names the folder of the job's saves (trainer 0 writes
-// them), not "no save was made or loaded yet" (SaveLineage::rerun_outcome(false)).
-TEST_F(PsJobRecovery, ASyncRecoveryRefusedBeforeTheFirstSaveNamesTheSavesFolderForARerun) {
-  const std::string saves = (root_ / "job_recovery_refused_first_pass").string();
-  refused_recovery_is_named_by_every_trainer(
-      "sync", {"runner.save_mode=checkpoint", "runner.model_save_path=" + saves},
-      "this run made or loaded no save yet",
-      "running the command again resumes from the newest complete save under " + saves +
-          " (trainer 0 writes them) if one was made, else starts from scratch",
-      /*restart_pass=*/0);
-}
-
-// Every restart reloads pass 0's save and trains pass 1 again, where server 1 restarts again: the
-// fourth recovery of the run is refused (SaveLineage: at most 3), and both trainers stop naming
-// why.
-TEST_F(PsJobRecovery, ARecoveryRefusedWithTheRecoveriesSpentIsNamedByEveryTrainer) {
-  const std::vector<std::string> errors = refused_recovery_is_named_by_every_trainer(
-      "async",
-      {"runner.save_mode=checkpoint",
-       "runner.model_save_path=" + (root_ / "job_recovery_spent").string()},
-      "the servers restarted too often in this run", "", 1, 4);
-  EXPECT_NE(errors[0].find("the servers restarted 3 times already in this run: giving up"),
-            std::string::npos)
-      << errors[0];
 }
 
 // Found by trainer 0's evaluation of epoch 0, as above, but on the first server, which holds the

@@ -41,14 +41,19 @@ namespace dataset {
 class InMemoryDataset;
 class QueueDataset;
 }  // namespace dataset
+namespace device {
+class Card;
+}
 namespace tier_owner {
 class CardTier;
 }
 namespace trainer {
 
 struct DenseState;
+class PassProgress;
 struct PreparedPass;
 class PassPipeline;
+struct StepPlan;
 
 // A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
 // every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
@@ -171,6 +176,14 @@ class Trainer final : public Schedule {
   struct StepTally;
   StepTally train_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
                         int64_t pass, const PassStepSizes* sizes);
+  // One card's steps of `plan` in train_steps (on the card's host thread), each counted into the
+  // tally's entries of the card (`every_step`, `between_steps`: the card's own sums) with the next
+  // pass's card work after it; card 0 reports `progress` (null on the others). Ends after the
+  // last step, or after the step whose stop votes were read (card 0 notes it in the tally).
+  void train_card_steps(device::Card& card, const StepPlan& plan,
+                        const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
+                        int64_t pass, PassProgress* progress, StepTally* tally,
+                        device::DeviceCounts* every_step, device::DeviceCounts* between_steps);
   // train_steps with a streamed pass's reading around it: started, its failure the pass's error,
   // finished; a stop asked ends the pass there (stop_pass).
   StepTally train_pass_steps(const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,

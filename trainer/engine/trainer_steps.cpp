@@ -89,7 +89,6 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
   tally.steady_seconds.resize(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> every_step(static_cast<std::size_t>(cards));
   std::vector<device::DeviceCounts> between_steps(static_cast<std::size_t>(cards));
-  const std::atomic<bool>* stop_flag = step_hooks_.stop_flag;
   std::unique_ptr<PassProgress> progress;  // card 0's, made by it once the steps are known
   s.cards.run_on_cards(
       [&](device::Card& card) {
@@ -106,10 +105,7 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           progress = std::make_unique<PassProgress>(
               step_hooks_, pass, batches, config_.runner.print_interval, env_.trainer_id == 0);
         }
-        std::vector<double>& step_seconds = tally.steady_seconds[static_cast<std::size_t>(c)];
-        step_seconds.reserve(batches);
-        dataset::Batch batch;
-        int64_t examples = 0;
+        tally.steady_seconds[static_cast<std::size_t>(c)].reserve(batches);
         // Card 0's progress line: the running AUC is computed on the card and read with the
         // step's status, a few steps late and without a wait (PassProgress).
         if (c == 0) {
@@ -118,39 +114,9 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
           });
         }
         AbandonUnlessDone abandon{worker};
-        for (std::size_t b = 0; b < batches; ++b) {
-          const Timer step_timer;
-          fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
-          const int64_t global = plan.global_batch[b];
-          const bool report = c == 0 && progress->wanted(b);
-          const uint64_t sent_before = comm.bytes_to_other_processes();
-          // A stop asked rides on the step's all-reduce as this card's vote.
-          const bool vote = stop_flag != nullptr && stop_flag->load(std::memory_order_relaxed);
-          worker.train_step(batch, global, pass, static_cast<int64_t>(b), report, plan.counts_of(b),
-                            vote);
-          every_step[static_cast<std::size_t>(c)] += worker.last_step_counts();
-          // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the
-          // step's counts were taken: the pass reports its own counts.
-          const device::DeviceCounts before_work = card.counts();
-          s.card_tier->prepare_next_pass(c);
-          between_steps[static_cast<std::size_t>(c)] += card.counts() - before_work;
-          if (b >= kWarmupSteps) {
-            tally.steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
-            uint64_t& most = tally.steady_max_pipeline_waits[static_cast<std::size_t>(c)];
-            most = std::max(most, worker.last_step_counts().pipeline_waits);
-            tally.steady_interprocess[static_cast<std::size_t>(c)] +=
-                comm.bytes_to_other_processes() - sent_before;
-            step_seconds.push_back(step_timer.seconds());
-          }
-          examples += global;
-          if (report) progress->note(b, examples);
-          // The votes are read with the step's status kStatusDepth steps late, at the same step
-          // on every card: all stop after the same one.
-          if (worker.stop_votes() > 0) {
-            if (c == 0) tally.stopped_after = b + 1;
-            break;
-          }
-        }
+        train_card_steps(card, plan, ds, stream, pass, c == 0 ? progress.get() : nullptr, &tally,
+                         &every_step[static_cast<std::size_t>(c)],
+                         &between_steps[static_cast<std::size_t>(c)]);
         // Every step's verdict and sparse check read (a non-finite step throws here at the
         // latest, naming its step) before the pass's metrics, write-back and save.
         worker.drain();
@@ -173,6 +139,55 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
     tally.between_steps += between_steps[static_cast<std::size_t>(c)];
   }
   return tally;
+}
+
+void Trainer::train_card_steps(device::Card& card, const StepPlan& plan,
+                               const dataset::InMemoryDataset* ds, dataset::QueueDataset* stream,
+                               int64_t pass, PassProgress* progress, StepTally* tally,
+                               device::DeviceCounts* every_step,
+                               device::DeviceCounts* between_steps) {
+  State& s = *state_;
+  const int cards = s.cards.num_local_cards();
+  const int c = card.local_index();
+  CardWorker& worker = *s.workers[static_cast<std::size_t>(c)];
+  comm::Communicator& comm = s.group->at(c);
+  const std::atomic<bool>* stop_flag = step_hooks_.stop_flag;
+  std::vector<double>& step_seconds = tally->steady_seconds[static_cast<std::size_t>(c)];
+  dataset::Batch batch;
+  int64_t examples = 0;
+  for (std::size_t b = 0; b < plan.steps(); ++b) {
+    const Timer step_timer;
+    fill_step_batch(ds, stream, plan, c, cards, b, config_.dataset, &batch);
+    const int64_t global = plan.global_batch[b];
+    const bool report = progress != nullptr && progress->wanted(b);
+    const uint64_t sent_before = comm.bytes_to_other_processes();
+    // A stop asked rides on the step's all-reduce as this card's vote.
+    const bool vote = stop_flag != nullptr && stop_flag->load(std::memory_order_relaxed);
+    worker.train_step(batch, global, pass, static_cast<int64_t>(b), report, plan.counts_of(b),
+                      vote);
+    *every_step += worker.last_step_counts();
+    // A chunk of the next pass's card work (runner.next_pass_chunk_keys), after the step's
+    // counts were taken: the pass reports its own counts.
+    const device::DeviceCounts before_work = card.counts();
+    s.card_tier->prepare_next_pass(c);
+    *between_steps += card.counts() - before_work;
+    if (b >= kWarmupSteps) {
+      tally->steady[static_cast<std::size_t>(c)] += worker.last_step_counts();
+      uint64_t& most = tally->steady_max_pipeline_waits[static_cast<std::size_t>(c)];
+      most = std::max(most, worker.last_step_counts().pipeline_waits);
+      tally->steady_interprocess[static_cast<std::size_t>(c)] +=
+          comm.bytes_to_other_processes() - sent_before;
+      step_seconds.push_back(step_timer.seconds());
+    }
+    examples += global;
+    if (report) progress->note(b, examples);
+    // The votes are read with the step's status kStatusDepth steps late, at the same step on
+    // every card: all stop after the same one.
+    if (worker.stop_votes() > 0) {
+      if (c == 0) tally->stopped_after = b + 1;
+      break;
+    }
+  }
 }
 
 Trainer::StepTally Trainer::train_pass_steps(const dataset::InMemoryDataset* ds,

@@ -25,6 +25,10 @@ template <class T>
 using atomic_ref = cuda::atomic_ref<T, cuda::thread_scope_device>;
 
 GPUBOX_HD GPUBOX_FORCEINLINE bool is_reserved_key(uint64_t key) { return key >= kErasedKey; }
+// A slot's key that is a key: neither kEmptyKey (a free slot) nor kErasedKey (a tombstone).
+struct IsLiveKey {
+  GPUBOX_HD bool operator()(uint64_t key) const { return key != kEmptyKey && key != kErasedKey; }
+};
 // Side slot of a reserved key: 0 for kErasedKey, 1 for kEmptyKey.
 GPUBOX_HD GPUBOX_FORCEINLINE uint32_t side_index(uint64_t key) {
   return static_cast<uint32_t>(key - kErasedKey);

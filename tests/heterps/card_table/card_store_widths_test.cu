@@ -95,7 +95,45 @@ class CardStoreWidths : public CardStoreTest {
       EXPECT_LT(own_bytes, oracle.size() * store.bytes_per_row());
     }
   }
+  // Every (key, row handle) entry of `store` (list_entries), in its order.
+  std::vector<std::pair<uint64_t, row_index_t>> entries(const CardSparseStore& store) {
+    auto d_keys = card().make_buffer<uint64_t>(0);
+    auto d_handles = card().make_buffer<row_index_t>(0);
+    const std::size_t live = store.list_entries(/*dirty_only=*/false, d_keys, d_handles, stream());
+    const std::vector<uint64_t> keys = to_host(d_keys);
+    const std::vector<row_index_t> handles = to_host(d_handles);
+    std::vector<std::pair<uint64_t, row_index_t>> out;
+    for (std::size_t i = 0; i < live; ++i) out.emplace_back(keys[i], handles[i]);
+    return out;
+  }
+  // `touched` (keys of `store`) become its only dirty rows, each with one click more through the
+  // device ref (TouchRows), as `oracle` records.
+  void touch_only(CardSparseStore& store, const std::vector<uint64_t>& touched,
+                  std::map<uint64_t, std::vector<float>>* oracle) {
+    store.clear_dirty(stream());
+    auto d_touched = to_device(touched, card().memory(), stream());
+    device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
+    for (const uint64_t key : touched) (*oracle)[key][table::RowLayout::kClick] += 1.0f;
+  }
 };
+
+// A listing's entries by pool: pool 1's in listing order, pool 0's by key.
+struct EntriesByPool {
+  std::vector<std::pair<uint64_t, row_index_t>> pool1;
+  std::map<uint64_t, row_index_t> pool0;
+};
+EntriesByPool by_pool(const std::vector<std::pair<uint64_t, row_index_t>>& entries,
+                      const RowHandleCodec& codec) {
+  EntriesByPool out;
+  for (const auto& [key, handle] : entries) {
+    if (codec.pool_of(handle) == 1) {
+      out.pool1.emplace_back(key, handle);
+    } else {
+      out.pool0[key] = handle;
+    }
+  }
+  return out;
+}
 
 // Random batches of lookup_or_create (slots of every width, repeats, known keys), insert_rows of
 // host rows of every width, and erase, against an std::map oracle of records; every row read
@@ -223,10 +261,7 @@ TEST_P(CardStoreWidths, PoolPageBoundaryAndCompaction) {
     // write-back still finds them (without it, every moved row came out clean).
     std::vector<uint64_t> touched(keys.begin() + static_cast<std::ptrdiff_t>(n / 2),
                                   keys.begin() + static_cast<std::ptrdiff_t>(n + 1));
-    store.clear_dirty(stream());
-    auto d_touched = to_device(touched, card().memory(), stream());
-    device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
-    for (const uint64_t key : touched) oracle[key][table::RowLayout::kClick] += 1.0f;
+    touch_only(store, touched, &oracle);
     const std::size_t pages_before = store.pool(1).pages();
     EXPECT_EQ(store.compact_pool(1, stream()), pages_before - (left + kPage - 1) / kPage);
     std::set<uint64_t> dirty_after;
@@ -286,32 +321,14 @@ TEST_P(CardStoreWidths, CompactionWaitsTwiceWhateverTheRowsItMoves) {
     insert_mixed(store, kPool0Rows, rng, &oracle, 4);
     ASSERT_EQ(store.pool(1).pages(), 12u);
     ASSERT_EQ(store.pool(0).pages(), 8u);
-    const auto listing = [&] {
-      auto d_keys = card().make_buffer<uint64_t>(0);
-      auto d_handles = card().make_buffer<row_index_t>(0);
-      const std::size_t live =
-          store.list_entries(/*dirty_only=*/false, d_keys, d_handles, stream());
-      const std::vector<uint64_t> keys = to_host(d_keys);
-      const std::vector<row_index_t> handles = to_host(d_handles);
-      std::vector<std::pair<uint64_t, row_index_t>> out;
-      for (std::size_t i = 0; i < live; ++i) out.emplace_back(keys[i], handles[i]);
-      return out;
-    };
     const auto index = [&](row_index_t handle) {
       return static_cast<std::size_t>(handle & codec.index_mask());
     };
     // Pool 1's entries, the reserved keys first (spared first above the kept pages).
-    std::vector<std::pair<uint64_t, row_index_t>> pool1;
-    std::map<uint64_t, row_index_t> pool0_before;
+    EntriesByPool listed = by_pool(entries(store), codec);
+    std::vector<std::pair<uint64_t, row_index_t>>& pool1 = listed.pool1;
     std::size_t pool0_above = 0;
-    for (const auto& [key, handle] : listing()) {
-      if (codec.pool_of(handle) == 1) {
-        pool1.emplace_back(key, handle);
-      } else {
-        pool0_before[key] = handle;
-        if (index(handle) >= kKeep) ++pool0_above;
-      }
-    }
+    for (const auto& entry : listed.pool0) pool0_above += index(entry.second) >= kKeep ? 1 : 0;
     ASSERT_GE(pool0_above, kPool0Rows - kKeep) << "pool 0's rows 96 and up hold keys";
     std::stable_partition(pool1.begin(), pool1.end(),
                           [](const auto& entry) { return entry.first >= kErasedKey; });
@@ -335,10 +352,7 @@ TEST_P(CardStoreWidths, CompactionWaitsTwiceWhateverTheRowsItMoves) {
       if (touched.size() * 3 < oracle.size()) touched.push_back(entry.first);
     }
     if (oracle.count(kErasedKey) != 0) touched.push_back(kErasedKey);
-    auto d_touched = to_device(touched, card().memory(), stream());
-    store.clear_dirty(stream());
-    device::parallel_for(stream(), touched.size(), TouchRows{store.ref(), d_touched.data()});
-    for (const uint64_t key : touched) oracle[key][table::RowLayout::kClick] += 1.0f;
+    touch_only(store, touched, &oracle);
     const auto before = card().counts();
     EXPECT_EQ(store.compact_pool(1, stream()), 6u);
     EXPECT_EQ((card().counts() - before).host_syncs, moved == 0 ? 1u : 2u);
@@ -348,15 +362,10 @@ TEST_P(CardStoreWidths, CompactionWaitsTwiceWhateverTheRowsItMoves) {
     EXPECT_EQ(store.pool(0).in_use(), kPool0Rows);
     // Every pool-1 key below the kept pages (none left pointing into a freed page), pool 0's
     // where they were.
-    std::map<uint64_t, row_index_t> pool0_after;
-    for (const auto& [key, handle] : listing()) {
-      if (codec.pool_of(handle) == 1) {
-        EXPECT_LT(index(handle), kKeep) << "key " << key;
-      } else {
-        pool0_after[key] = handle;
-      }
-    }
-    EXPECT_EQ(pool0_after, pool0_before);
+    const EntriesByPool relisted = by_pool(entries(store), codec);
+    for (const auto& [key, handle] : relisted.pool1)
+      EXPECT_LT(index(handle), kKeep) << "key " << key;
+    EXPECT_EQ(relisted.pool0, listed.pool0);
     ASSERT_NO_FATAL_FAILURE(expect_every_row(store, oracle));
     EXPECT_EQ(oracle.count(kEmptyKey), moved >= 2 ? 1u : 0u);
     std::set<uint64_t> dirty_after;

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <random>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,8 +25,6 @@ using device::to_device;
 using device::to_host;
 using hash_table_test::BudgetedTable;
 using hash_table_test::colliding_keys;
-using hash_table_test::expect_same_finds;
-using hash_table_test::free_list;
 
 constexpr uint64_t kMaxKey = std::numeric_limits<uint64_t>::max();
 
@@ -489,119 +485,6 @@ TEST(HashTableRepoint, PresentKeysMoveAndAMissFailsTheNextWait) {
     }
     EXPECT_THROW(table.insert(d_more.data() + 1, 1, d_more_rows.data(), stream), Error);
   }
-}
-
-// `table` listed by list_slots_async in ranges of 100 slots, the last one ending at capacity():
-// each range's live entries (row != kInvalidRow), in order, are dump_range's output for the same
-// range of the same table, the side slots after the last, and no range waits. Returns the live
-// (key, row) pairs of every range.
-std::map<uint64_t, row_index_t> list_in_ranges(const CardHashTable& table, Card& card) {
-  const device::Stream& stream = card.stream();
-  const std::size_t slots = table.capacity();
-  auto dump_keys = card.make_buffer<uint64_t>(slots + 2);
-  auto dump_rows = card.make_buffer<row_index_t>(slots + 2);
-  auto all_keys = card.make_buffer<uint64_t>(slots + 2);
-  auto all_rows = card.make_buffer<row_index_t>(slots + 2);
-  std::map<uint64_t, row_index_t> listed;
-  for (std::size_t begin = 0; begin < slots; begin += 100) {
-    const std::size_t end = std::min(slots, begin + 100);
-    SCOPED_TRACE("slots [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
-    const std::size_t count =
-        table.dump_range(begin, end, dump_keys.data(), dump_rows.data(), stream);
-    const device::DeviceCounts before = card.counts();
-    const std::size_t entries =
-        table.list_slots_async(begin, end, all_keys.data(), all_rows.data(), stream);
-    EXPECT_EQ((card.counts() - before).host_syncs, 0u);
-    EXPECT_EQ(entries, end - begin + (end == slots ? 2 : 0));
-    const auto got_keys = to_host(all_keys.data(), entries, stream);
-    const auto got_rows = to_host(all_rows.data(), entries, stream);
-    std::vector<uint64_t> live_keys;
-    std::vector<row_index_t> live_rows;
-    for (std::size_t i = 0; i < entries; ++i) {
-      if (got_rows[i] == kInvalidRow) continue;
-      live_keys.push_back(got_keys[i]);
-      live_rows.push_back(got_rows[i]);
-      EXPECT_TRUE(listed.emplace(got_keys[i], got_rows[i]).second) << "key " << got_keys[i];
-    }
-    EXPECT_EQ(live_keys, to_host(dump_keys.data(), count, stream));
-    EXPECT_EQ(live_rows, to_host(dump_rows.data(), count, stream));
-  }
-  return listed;
-}
-
-// The wait-free forms the next pass's card work uses (issue 31, item 4), against the forms that
-// read counts back, on two identical tables holding the reserved keys too:
-//   - list_slots_async over ranges: as dump_range on the same table (list_in_ranges), and both
-//     tables list the same (key, row) pairs. Which slot a key takes depends on how concurrent
-//     inserts interleave (on a GPU two tables given the same batch placed colliding keys in
-//     other orders), so the tables are compared as maps, not slot by slot;
-//   - erase_present_async of keys known present: the same size, erased slots, free list and
-//     later rows as erase() (a following insert takes the same rows), no wait, check->missing
-//     0; a key not there is counted in check->missing and named.
-TEST(HashTableWaitFree, ListSlotsAndErasePresentMatchTheFormsThatReadBack) {
-  CardSet cards = CardSet::from_list("0");
-  Card& card = cards.card(0);
-  const device::Stream& stream = card.stream();
-  std::mt19937_64 rng(41);
-  std::vector<uint64_t> keys = {kEmptyKey, kErasedKey, 0};
-  std::set<uint64_t> seen(keys.begin(), keys.end());
-  while (keys.size() < 700) {
-    const uint64_t k = rng() % 100000;
-    if (seen.insert(k).second) keys.push_back(k);
-  }
-  CardHashTable eager(card, HashTableOptions{});
-  CardHashTable late(card, HashTableOptions{});
-  auto d_keys = to_device(keys, card.memory(), stream);
-  auto d_rows = card.make_buffer<row_index_t>(keys.size());
-  eager.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
-  const std::vector<row_index_t> rows = to_host(d_rows);
-  late.insert(d_keys.data(), keys.size(), d_rows.data(), stream);
-  EXPECT_EQ(to_host(d_rows), rows);  // the same rows; the slots may differ
-  std::map<uint64_t, row_index_t> inserted;
-  for (std::size_t i = 0; i < keys.size(); ++i) inserted.emplace(keys[i], rows[i]);
-  EXPECT_EQ(list_in_ranges(late, card), inserted);
-  EXPECT_EQ(list_in_ranges(eager, card), inserted);
-  // Erasing 300 keys, both reserved keys among them, in two batches.
-  std::vector<uint64_t> victims(keys.begin(), keys.begin() + 300);
-  std::shuffle(victims.begin(), victims.end(), rng);
-  auto d_victims = to_device(victims, card.memory(), stream);
-  auto check = to_device(std::vector<ErasePresentCheck>(1), card.memory(), stream);
-  std::size_t at = 0;
-  for (const std::size_t n : {std::size_t{170}, std::size_t{130}}) {
-    std::size_t reserved = 0;
-    for (std::size_t i = at; i < at + n; ++i) reserved += victims[i] >= kErasedKey ? 1 : 0;
-    EXPECT_EQ(eager.erase(d_victims.data() + at, n, stream), n);
-    const device::DeviceCounts before = card.counts();
-    late.erase_present_async(d_victims.data() + at, nullptr, n, reserved, check.data(), stream);
-    EXPECT_EQ((card.counts() - before).host_syncs, 0u);
-    EXPECT_EQ(late.size(), eager.size());
-    EXPECT_EQ(late.erased_slots(), eager.erased_slots());
-    EXPECT_EQ(late.pool().free_count(), eager.pool().free_count());
-    at += n;
-  }
-  EXPECT_EQ(to_host(check)[0].missing, 0u);
-  EXPECT_EQ(to_host(check)[0].reported, 0u);
-  EXPECT_EQ(free_list(late, stream), free_list(eager, stream));
-  // The rows the next keys take (the free list's order) and every key's row agree.
-  std::vector<uint64_t> fresh;
-  for (uint64_t k = 200000; fresh.size() < 250; ++k) fresh.push_back(k);
-  auto d_fresh = to_device(fresh, card.memory(), stream);
-  auto eager_rows = card.make_buffer<row_index_t>(fresh.size());
-  auto late_rows = card.make_buffer<row_index_t>(fresh.size());
-  eager.insert(d_fresh.data(), fresh.size(), eager_rows.data(), stream);
-  late.insert(d_fresh.data(), fresh.size(), late_rows.data(), stream);
-  EXPECT_EQ(to_host(late_rows), to_host(eager_rows));
-  expect_same_finds(eager, late, keys, card);
-  // A key that is not there is counted, for the caller's late check.
-  const std::vector<uint64_t> absent = {999999999};
-  auto d_absent = to_device(absent, card.memory(), stream);
-  late.erase_present_async(d_absent.data(), nullptr, 1, 0, check.data(), stream);
-  const ErasePresentCheck got = to_host(check)[0];
-  EXPECT_EQ(got.missing, 1u);
-  EXPECT_EQ(got.moved, 0u);
-  EXPECT_EQ(got.reported, 1u);
-  EXPECT_EQ(got.key, absent[0]);
-  EXPECT_EQ(got.found_row, kInvalidRow);
 }
 
 }  // namespace
