@@ -83,6 +83,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     // One training file a pass (the planted data's files share most keys, each adds a few).
     const std::vector<std::string> files = data_files((root_ / "train").string());
     ASSERT_GE(files.size(), std::size_t{kPasses});
+    pass_dirs_.clear();  // set up again under --gtest_repeat
     for (int p = 0; p < kPasses; ++p) {
       const fs::path day = root_ / ("day" + std::to_string(p));
       fs::create_directories(day);
