@@ -546,8 +546,9 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
       return recovery;
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
-      // recover() throws anything else again, and gives up after kMaxRecoveries.
-      recovery = recover(again, host, open, pass, before_accept);
+      // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
+      // at the first round went with it: none is open now.
+      recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
     }
   }
 }

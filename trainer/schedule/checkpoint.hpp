@@ -172,9 +172,9 @@ class SaveLineage {
   // recover(), then `reload` of what it returned (the trainer reloads the save into the
   // servers); a restart found during the reload (a staggered fleet restart: a server that did
   // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
-  // (counted among the run's recoveries) and the reload is made again. Any other error of
-  // `reload` is thrown. Returns the recovery the last reload made. Both trainers recover
-  // through it.
+  // (counted among the run's recoveries; no pass open then, whatever `open` said of the first
+  // round) and the reload is made again. Any other error of `reload` is thrown. Returns the
+  // recovery the last reload made. Both trainers recover through it.
   Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
                               int64_t pass, const std::function<void(const Recovery&)>& reload,
                               const std::function<void()>& before_accept = {});
