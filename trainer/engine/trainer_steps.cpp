@@ -288,7 +288,8 @@ PassReport Trainer::run_pass(
                       "at the end of pass " + std::to_string(pass) + " (stopped)");
   } catch (const AgreedRestart& restart) {
     GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
-    // Its rows are dropped, not left open: a later run in this process reloads the save.
+    // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
+    // this process, and a rerun reloads the save.
     state_->card_tier->abandon_pass();
   }
   trim_pools();
