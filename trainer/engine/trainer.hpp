@@ -217,8 +217,10 @@ class Trainer final : public Schedule {
   // found a restart, an AgreedRestart (recover() goes back with the others), whatever its own
   // phase threw. So a trainer that meets a failure there never leaves the others waiting at a
   // later collective. One trainer, a meeting of one: `phase` alone (after the meeting hook); a
-  // failure in which it finds a server restart becomes an AgreedRestart, any other is thrown as
-  // it is. `where` reads after "failed" ("at the end of pass 3", "writing the save ...").
+  // failure in which it finds a server restart (asking every server who it is only with
+  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message; any
+  // other is thrown as it is. `where` reads after "failed" ("at the end of pass 3", "writing the
+  // save ...").
   void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
                          bool count_held_restarts = true);
   // CardTier::begin_pass as a phase of agree_on_restarts (`where`); several trainers: its

@@ -77,13 +77,22 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // A server that restarted: the pass open on the cards (found in its write-back) is dropped as
   // a job drops it, the last save reloaded and the passes after it trained again
   // (checkpoint.hpp); anything else is thrown again, and so is a restart the lineage refuses to
-  // go back for (the pass is then left as it was).
+  // go back for.
   State& s = *state_;
+  const SaveLineage::OpenPass open =
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
+  // A restart found in a phase (agree_on_restarts), logged as found there: that phase cannot go
+  // on whatever the lineage decides, so the card work is dropped before it is asked, as
+  // agree_on_save drops it; a refusal then leaves no pass open nor passes read ahead from the
+  // servers as they were.
+  if (dynamic_cast<const AgreedRestart*>(&error) != nullptr) {
+    GPUBOX_LOG(WARNING) << error.message();
+    drop_card_work();
+  }
   // A server restarted while the save was reloaded (a staggered fleet restart) is accepted and
   // the save reloaded again (recover_and_reload).
   s.lineage->recover_and_reload(
-      error, *s.host,
-      s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone, pass,
+      error, *s.host, open, pass,
       [this](const SaveLineage::Recovery& r) {
         pass_id_ = r.run_pass;
         load(r.dir);
@@ -129,14 +138,16 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
   if (env_.trainers == 1) {
     // A meeting of one: a failure in which this trainer finds a server restart is the restart
     // it agrees on (recover() goes back; a stopped pass ends stopped), any other is thrown as it
-    // is.
+    // is. Only a phase that calls the servers asks them who they are after its failure
+    // (`count_held_restarts`; reading a save's files knows only the restarts already found).
+    // recover() names the restarts from the client; the message is for a caller that does not
+    // recover (infer_job, evaluate, save), the phase's error with its advice.
     try {
       if (meeting_hook_) meeting_hook_(where);
       phase();
-    } catch (const Error&) {
-      if (!restart_found(/*failed=*/true)) throw;
-      throw_agreed_restart(std::current_exception(), where,
-                           SaveLineage::describe_restarts(*state_->host), 0);
+    } catch (const Error& e) {
+      if (!restart_found(/*failed=*/count_held_restarts)) throw;
+      throw AgreedRestart(where + ": " + user_message(e));
     }
     return;
   }
