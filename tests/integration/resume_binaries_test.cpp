@@ -4,8 +4,9 @@
 //    again against a fresh server, resumes from pass 0 and ends with the same final test AUC as an
 //    uninterrupted run, and the same dense half bit for bit: the run is deterministic (the
 //    shuffle seed is derived from runner.seed and the pass, every reduction has a fixed order);
-//  - a server restarted (kill -9, same port) while pass 1 trains stops the trainer with an error
-//    naming the server and the pass; the rerun resumes and ends the same;
+//  - a server restarted (kill -9, same port) while pass 1 trains is repaired in the run: pass 1
+//    is dropped from the cards, pass 0's save reloaded and pass 1 trained again, and the run
+//    ends the same;
 //  - a server restarted between passes (around pass 1's save) is repaired in the run, and so
 //    are both of two restarted together;
 //  - a token-protected server refuses a trainer without its token, and serves one given
@@ -105,6 +106,12 @@ class ResumeBinaries : public ::testing::Test {
                 "GPUBOX_AUTH_TOKEN_FILE="});
     return std::make_unique<ChildProcess>(GPUBOX_TRAIN_BIN, args, env, root_.string());
   }
+  // How many times `what` occurs in `out`.
+  static std::size_t occurrences(const std::string& out, const std::string& what) {
+    std::size_t n = 0;
+    for (auto at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  }
   // The value of the last "test auc: " in a trainer's output.
   static std::string final_test_auc(const std::string& out) {
     const auto at = out.rfind("epoch: 2, test auc: ");
@@ -147,7 +154,9 @@ TEST_F(ResumeBinaries, KilledInPass1RerunEndsWithTheSameTestAucAndDenseHalf) {
       << "the dense halves (parameters and Adam state) differ";
 }
 
-TEST_F(ResumeBinaries, AServerRestartedMidPassStopsNamingItAndTheRerunResumes) {
+// Found by pass 1's write-back at its end (the steps call no server), or by the staging of pass
+// 2 first: either way pass 1 was open on the cards.
+TEST_F(ResumeBinaries, AServerRestartedMidPassIsRepairedInTheRun) {
   auto server = start_server();
   const std::string endpoint = server_endpoint(*server);
   const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
@@ -157,22 +166,17 @@ TEST_F(ResumeBinaries, AServerRestartedMidPassStopsNamingItAndTheRerunResumes) {
   EXPECT_EQ(server->wait(10), 128 + SIGKILL);
   server = start_server(port);  // back on the same port, empty
   ASSERT_EQ(server_endpoint(*server), endpoint) << server->output();
-  EXPECT_EQ(trainer->wait(kRunSeconds), 1) << trainer->output();
+  ASSERT_EQ(trainer->wait(kRunSeconds), 0) << trainer->output();
   const std::string& out = trainer->output();
-  EXPECT_NE(out.find("gpubox_train: pass 1: server " + endpoint + " restarted (instance "),
-            std::string::npos)
+  EXPECT_NE(out.find("pass 1: server " + endpoint + " restarted (instance "), std::string::npos)
       << out;
-  EXPECT_NE(out.find("Found while the pass was open"), std::string::npos) << out;
-  EXPECT_NE(out.find("running the command again resumes from the last complete save (pass 0, " +
+  EXPECT_NE(out.find("The pass's rows on the cards are dropped: reloading the last complete save "
+                     "(pass 0, " +
                      (root_ / "mid_pass" / "0").string() + ")"),
             std::string::npos)
       << out;
-
-  auto rerun = start_trainer("mid_pass", endpoint);
-  ASSERT_EQ(rerun->wait(kRunSeconds), 0) << rerun->output();
-  EXPECT_NE(rerun->output().find("runner.resume: resuming from pass 0 ("), std::string::npos)
-      << rerun->output();
-  EXPECT_EQ(final_test_auc(rerun->output()), straight_auc_) << rerun->output();
+  EXPECT_EQ(occurrences(out, "pass: 1,"), 1u) << out;
+  EXPECT_EQ(final_test_auc(out), straight_auc_) << out;
 }
 
 TEST_F(ResumeBinaries, AServerRestartedBetweenPassesIsReloadedInTheRun) {

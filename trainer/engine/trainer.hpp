@@ -11,9 +11,10 @@
 // with runner.prefetch_passes > 0, the next passes are read and their rows staged while a pass
 // trains (PassPipeline, pass_pipeline.hpp): same results, a shorter wait at the pass boundary.
 //
-// A server restart (checkpoint.hpp): one trainer reloads its last save when no pass was open;
-// the trainers of a job meet after every phase that calls the servers and go back to trainer
-// 0's last save together, a pass open on the cards dropped (trainer_recovery.cpp).
+// A server restart (checkpoint.hpp): the run goes back to its last save, a pass open on the
+// cards dropped and trained again (trainer_recovery.cpp). One trainer does so where it found the
+// restart; the trainers of a job meet after every phase that calls the servers and go back to
+// trainer 0's last save together.
 //
 // Thread-safety: one controlling thread calls the public methods; card threads live inside them.
 #pragma once
@@ -57,7 +58,8 @@ struct StepPlan;
 
 // A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
 // every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
-// recover() (it catches Error) and goes back to trainer 0's last save with the others.
+// recover() (it catches Error) and goes back to trainer 0's last save with the others. One
+// trainer throws one for a restart it found in a phase's failure.
 class AgreedRestart : public Error {
  public:
   explicit AgreedRestart(const std::string& message) : Error(message) {}
@@ -144,9 +146,10 @@ class Trainer final : public Schedule {
   // work between the steps always has its keys and rows (pass_prefetch_test); without it, when
   // the plan comes depends on the machine.
   void wait_for_next_staging_before_steps(bool wait) { wait_for_next_staging_ = wait; }
-  // Test hook (none by default): with several trainers, runs at the start of every phase the job
-  // meets after (agree_on_restarts), inside it, given the phase's `where`: a test restarts a
-  // server there, or fails the phase (gpubox_job_recovery_test).
+  // Test hook (none by default): runs at the start of every phase a job meets after
+  // (agree_on_restarts; one trainer's too, whose meeting is the phase alone), inside it, given
+  // the phase's `where`: a test restarts a server there, or fails the phase
+  // (gpubox_job_recovery_test, gpubox_trainer_recovery_test).
   void set_meeting_hook(std::function<void(const std::string& where)> hook) {
     meeting_hook_ = std::move(hook);
   }
@@ -226,12 +229,15 @@ class Trainer final : public Schedule {
   // otherwise, its own error or one naming `where` and the first that failed; else, when one
   // found a restart, an AgreedRestart (recover() goes back with the others), whatever its own
   // phase threw. So a trainer that meets a failure there never leaves the others waiting at a
-  // later collective. One trainer: `phase` alone. `where` reads after "failed" ("at the end of
-  // pass 3", "writing the save ...").
+  // later collective. One trainer, a meeting of one: `phase` alone (after the meeting hook); a
+  // failure in which it finds a server restart (asking every server who it is only with
+  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message; any
+  // other is thrown as it is. `where` reads after "failed" ("at the end of pass 3", "writing the
+  // save ...").
   void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
                          bool count_held_restarts = true);
-  // CardTier::begin_pass; several trainers: its collective key exchange, then its host-tier
-  // pulls as a phase of agree_on_restarts (`where`), so that a trainer that fails before the
+  // CardTier::begin_pass as a phase of agree_on_restarts (`where`); several trainers: its
+  // collective key exchange first, outside the phase, so that a trainer that fails before the
   // exchange never meets the others' exchange with the meeting's gather.
   pass::PassStats begin_pass_agreed(const std::vector<uint64_t>& keys,
                                     const std::vector<int32_t>& slots,
@@ -244,6 +250,10 @@ class Trainer final : public Schedule {
   // 0 chooses (agree_on_save) and reloads it with the others, again when a server restarts
   // during the reload.
   std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // Before a save is reloaded into the servers: the passes read and staged ahead dropped, the
+  // open pass (if any) given up unwritten and the cards emptied (CardTier::abandon_pass). No
+  // card thread may run.
+  void drop_card_work();
   // The open pass dropped, every restart accepted; trainer 0 chooses the save (or refuses) and
   // tells the others (a gather): returns that save's run pass (and, on trainer 0, its folder),
   // or throws, on every trainer, its reason.

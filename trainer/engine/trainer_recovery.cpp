@@ -1,7 +1,8 @@
-// Trainer's recovery from a restarted server (trainer.hpp, checkpoint.hpp): one trainer alone
-// reloads its last save; the trainers of a job agree after every phase that calls the servers
-// (agree_on_restarts) whether one of them found a restart, and then all go back to the save
-// trainer 0 chooses together.
+// Trainer's recovery from a restarted server (trainer.hpp, checkpoint.hpp): the open pass, if
+// any, is dropped from the cards and the last save reloaded into the servers. One trainer alone
+// does so wherever it found the restart (its meetings are trivial: the phase alone); the
+// trainers of a job agree after every phase that calls the servers (agree_on_restarts) whether
+// one of them found a restart, and then all go back to the save trainer 0 chooses together.
 #include <exception>
 #include <optional>
 #include <string>
@@ -73,20 +74,37 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
     if (dynamic_cast<const AgreedRestart*>(&error) == nullptr) return std::nullopt;
     return recover_together(error, pass);
   }
-  // A server that restarted while no pass was open: reload the last save and train the passes
-  // after it again (checkpoint.hpp); anything else is thrown again.
+  // A server that restarted: the pass open on the cards (found in its write-back) is dropped as
+  // a job drops it, the last save reloaded and the passes after it trained again
+  // (checkpoint.hpp); anything else is thrown again, and so is a restart the lineage refuses to
+  // go back for.
   State& s = *state_;
+  const SaveLineage::OpenPass open =
+      s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
+  // A restart found in a phase (agree_on_restarts), logged as found there: that phase cannot go
+  // on whatever the lineage decides, so the card work is dropped before it is asked, as
+  // agree_on_save drops it; a refusal then leaves no pass open nor passes read ahead from the
+  // servers as they were.
+  if (dynamic_cast<const AgreedRestart*>(&error) != nullptr) {
+    GPUBOX_LOG(WARNING) << error.message();
+    drop_card_work();
+  }
   // A server restarted while the save was reloaded (a staggered fleet restart) is accepted and
   // the save reloaded again (recover_and_reload).
   s.lineage->recover_and_reload(
-      error, *s.host,
-      s.card_tier->in_pass() ? SaveLineage::OpenPass::kFails : SaveLineage::OpenPass::kNone, pass,
-      [this, &s](const SaveLineage::Recovery& r) {
-        if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+      error, *s.host, open, pass,
+      [this](const SaveLineage::Recovery& r) {
         pass_id_ = r.run_pass;
         load(r.dir);
-      });
+      },
+      [this] { drop_card_work(); });
   return pass_id_;
+}
+
+void Trainer::drop_card_work() {
+  State& s = *state_;
+  if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
+  s.card_tier->abandon_pass();          // no card thread runs now; its rows are the save's again
 }
 
 pass::PassStats Trainer::begin_pass_agreed(const std::vector<uint64_t>& keys,
@@ -94,10 +112,13 @@ pass::PassStats Trainer::begin_pass_agreed(const std::vector<uint64_t>& keys,
                                            const pass::StagedRows* staged, pass::PassAccess access,
                                            const std::string& where) {
   tier_owner::CardTier& tier = *state_->card_tier;
-  if (env_.trainers == 1) return tier.begin_pass(keys, slots, staged, access);
+  pass::PassStats begin;
+  if (env_.trainers == 1) {
+    agree_on_restarts([&] { begin = tier.begin_pass(keys, slots, staged, access); }, where);
+    return begin;
+  }
   // Outside the meeting: every trainer is in the exchange, or fails out of train() before it.
   const tier_owner::CardTier::ReceivedKeys received = tier.exchange_keys(keys, slots);
-  pass::PassStats begin;
   agree_on_restarts([&] { begin = tier.begin_received_pass(received, access); }, where);
   return begin;
 }
@@ -115,7 +136,19 @@ bool Trainer::restart_found(bool failed) {
 void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::string& where,
                                 bool count_held_restarts) {
   if (env_.trainers == 1) {
-    phase();
+    // A meeting of one: a failure in which this trainer finds a server restart is the restart
+    // it agrees on (recover() goes back; a stopped pass ends stopped), any other is thrown as it
+    // is. Only a phase that calls the servers asks them who they are after its failure
+    // (`count_held_restarts`; reading a save's files knows only the restarts already found).
+    // recover() names the restarts from the client; the message is for a caller that does not
+    // recover (infer_job, evaluate, save), the phase's error with its advice.
+    try {
+      if (meeting_hook_) meeting_hook_(where);
+      phase();
+    } catch (const Error& e) {
+      if (!restart_found(/*failed=*/count_held_restarts)) throw;
+      throw AgreedRestart(where + ": " + user_message(e));
+    }
     return;
   }
   std::exception_ptr failed;
@@ -151,8 +184,7 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   State& s = *state_;
   const SaveLineage::OpenPass open =
       s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
-  if (s.pipeline) s.pipeline->clear();  // rows staged from before the reload are stale
-  s.card_tier->abandon_pass();          // no card thread runs now; its rows are the save's again
+  drop_card_work();
   // Every restarted server named and accepted before trainer 0 reloads them.
   SaveLineage::find_restarts(*s.host, config_.host_tier.remote.connect_timeout_s);
   std::string what = SaveLineage::describe_restarts(*s.host);

@@ -296,12 +296,16 @@ PassReport Trainer::run_pass(
   // pass before this one, and a resume trains this one again.
   // Every trainer of a job stops here alike (the vote is the same on each): they meet after the
   // write-back, so that a server restart found in it ends each one stopped too, not one with an
-  // error. The saves end with the pass before; a rerun reloads them into the servers.
+  // error (one trainer, too: it does not go back to train a pass it was asked to stop in). The
+  // saves end with the pass before; a rerun reloads them into the servers.
   try {
     agree_on_restarts([&] { state_->card_tier->end_pass(); },
                       "at the end of pass " + std::to_string(pass) + " (stopped)");
   } catch (const AgreedRestart& restart) {
     GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
+    // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
+    // this process, and a rerun reloads the save.
+    state_->card_tier->abandon_pass();
   }
   trim_pools();
   pass_id_ = pass;

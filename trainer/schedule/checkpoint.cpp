@@ -455,12 +455,6 @@ SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& 
 SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostTier& host,
                                            OpenPass open, int64_t pass,
                                            const std::function<void()>& before_accept) {
-  if (open == OpenPass::kFails) {
-    GPUBOX_FAIL("pass ", pass, ": ", what,
-                ". Found while the pass was open (its rows trained on the cards, the write-back "
-                "under way): the pass cannot finish; ",
-                rerun_outcome());
-  }
   if (config_.runner.resume == ResumeMode::kOff || !last_) {
     GPUBOX_FAIL("pass ", pass, ": ", what, "; the trainer stops: ", rerun_outcome());
   }
@@ -552,8 +546,9 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
       return recovery;
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
-      // recover() throws anything else again, and gives up after kMaxRecoveries.
-      recovery = recover(again, host, open, pass, before_accept);
+      // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
+      // at the first round went with it: none is open now.
+      recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
     }
   }
 }

@@ -16,12 +16,11 @@
 // that ends this job (a rerun of a finished job) is not resumed: the job trains again.
 //
 // A server restart during the run (the client's instance-id check, table/server/server_identity
-// .hpp) is repaired in the run when it is found while no pass is open (at the start of a pass,
-// while its rows are pulled, at an evaluation or a save): the last save is loaded again and the
-// passes after it are trained again. Found while a gpubox-mode pass of one trainer is open (its
-// rows trained on the cards, the write-back under way), it stops the run with an error naming
-// the server and the pass; running the command again resumes from the last save. A gpubox-mode
-// job of several trainers drops such a pass and goes back too, every trainer together
+// .hpp) is repaired in the run wherever it is found: at the start of a pass, while its rows are
+// pulled, at an evaluation or a save, the last save is loaded again and the passes after it are
+// trained again. Found while a gpubox-mode pass is open (its rows trained on the cards, the
+// write-back under way), that pass is dropped from the cards and trained again from the last
+// save too: by one trainer alone, or by every trainer of a job together
 // (engine/trainer_recovery.cpp: they agree after each phase that calls the servers). A PS-mode
 // pass holds nothing the servers do not (every update goes to them as it is made): found within
 // one, the pass is retried from the last save too, by every trainer of the job together
@@ -138,16 +137,14 @@ class SaveLineage {
   // What a server restart found in pass `pass` means for that pass.
   enum class OpenPass {
     kNone,     // no pass was open: the passes from the last save are trained again
-    kFails,    // the pass holds what only its end writes back (the gpubox mode's cards): the run
-               // stops, and running it again resumes
     kRetried,  // every update of the pass went to the servers, which the reload replaces (the
                // PS modes): the pass is trained again from the last save, like one not begun
-    kDropped,  // the pass's rows on the cards are dropped with it (a job of several gpubox-mode
-               // trainers, which go back together): the pass is trained again from the last save
+    kDropped,  // the pass's rows on the cards (the gpubox mode's, trained or being written back)
+               // are dropped with it: the pass is trained again from the last save
   };
   // What to reload after `error` stopped the run at `pass`: when the host tier reports a
-  // server restart, the pass can be retried (`open` not kFails), runner.resume is auto and a
-  // save was made or loaded, the restarts are accepted and that save is returned with the
+  // server restart, runner.resume is auto and a save was made or loaded (and the run's
+  // recoveries are not spent), the restarts are accepted and that save is returned with the
   // trainer's pass it stands for. Otherwise throws `error` again, with the restart named when
   // there was one. Before it names or accepts them, every server is asked who it is
   // (find_restarts): a fleet restarted together is accepted and reloaded at once, not one server
@@ -175,9 +172,9 @@ class SaveLineage {
   // recover(), then `reload` of what it returned (the trainer reloads the save into the
   // servers); a restart found during the reload (a staggered fleet restart: a server that did
   // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
-  // (counted among the run's recoveries) and the reload is made again. Any other error of
-  // `reload` is thrown. Returns the recovery the last reload made. Both trainers recover
-  // through it.
+  // (counted among the run's recoveries; no pass open then, whatever `open` said of the first
+  // round) and the reload is made again. Any other error of `reload` is thrown. Returns the
+  // recovery the last reload made. Both trainers recover through it.
   Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
                               int64_t pass, const std::function<void(const Recovery&)>& reload,
                               const std::function<void()>& before_accept = {});

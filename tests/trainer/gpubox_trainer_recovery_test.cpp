@@ -1,0 +1,376 @@
+// Issue 32, the gpubox mode with one trainer (2 simulated cards, 3 passes: one folder of
+// runner.pass_dirs each) against 2 in-process gpubox_server shards on loopback: server 1
+// restarted (same port, empty) within pass 1 is repaired in the run, as a job of several
+// trainers repairs it (gpubox_job_recovery_test): found in the pass's pulls (its begin_pass) or
+// in its write-back at the pass's end, the pass is dropped from the cards, pass 0's save reloaded
+// into the servers and pass 1 trained again. The oracle (run once): the same trainer stopped after
+// pass 0's save, then a new trainer on fresh servers resuming from that save (as a rerun in a new
+// process resumes it). The schedule is deterministic (no shuffle, every reduction in a fixed
+// order), so every row's show and click counts end equal (every instance of every pass counted
+// once, none of the dropped pass's updates left on a server, none of the save lost) and so does
+// the held-out AUC. A recovery refused (runner.resume off, no save yet, the recoveries spent)
+// stops the trainer naming the server, the pass and why; a restart found in the write-back of a
+// pass stopped as asked ends the run stopped. Trainer::set_meeting_hook places the restarts in a
+// phase (the stopped pass's: a step hook).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "heterps/card_tier/card_tier.hpp"
+#include "table/sparse_row/accessor.hpp"
+#include "tests/common/test_data_config.hpp"
+#include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
+#include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/epoch_loop.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ps_modes::Servers;
+
+constexpr int kPasses = 3;
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+struct Ran {
+  std::vector<int64_t> passes;  // what train() returned
+  std::string error;            // "" when it ended well
+  std::string log;
+  std::size_t restarts = 0;
+  bool left_in_pass = false;  // the card tier in a pass once train() returned or threw
+  double test_auc = 0;        // after training
+  std::map<uint64_t, std::pair<float, float>> counts;  // every row's show and click, at the end
+};
+
+// A server restarted at the start of the phase named `at` (a Trainer::set_meeting_hook `where`,
+// "<saves>" standing for TrainerRun::saves).
+struct RestartAt {
+  std::string at;
+  int server = 1;
+};
+
+// One gpubox-mode trainer against 2 fresh servers, saving each pass (checkpoint) under `saves`
+// and resuming the newest save there. A server restarts at each of `restart_at` (none: never),
+// the first time it comes, or every time with `each_time`.
+struct TrainerRun {
+  std::string saves = {};
+  std::vector<RestartAt> restart_at = {};
+  std::vector<std::string> keys = {};  // added to the config
+  bool each_time = false;
+  bool stop_after_pass0 = false;  // the run asked to stop once pass 0 is saved
+  bool stop_at_restart = false;   // restarted at step 5 of pass 1, the stop flag set there too
+};
+
+class GpuboxTrainerRecovery : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = fs::temp_directory_path() / ("gpubox_trainer_recovery_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    dataset::OracleSummary oracle;
+    gpubox::testing::write_planted_train_test(root_, &oracle);
+    // One training file a pass (the planted data's files share most keys, each adds a few).
+    const std::vector<std::string> files = data_files((root_ / "train").string());
+    ASSERT_GE(files.size(), std::size_t{kPasses});
+    pass_dirs_.clear();  // set up again under --gtest_repeat
+    for (int p = 0; p < kPasses; ++p) {
+      const fs::path day = root_ / ("day" + std::to_string(p));
+      fs::create_directories(day);
+      const fs::path file = files[static_cast<std::size_t>(p)];
+      fs::copy_file(file, day / file.filename());
+      pass_dirs_ += (p ? ", " : "") + day.string();
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(root_); }
+
+  static TrainerConfig config_of(const TrainerRun& run) {
+    std::vector<std::string> keys = {"runner.pass_dirs=[" + pass_dirs_ + "]",
+                                     "runner.save_mode=checkpoint",
+                                     "runner.model_save_path=" + run.saves,
+                                     "runner.print_interval=5",
+                                     "runner.server_timeout_s=3",
+                                     "hyper_parameters.fc_sizes=[64, 32]"};
+    keys.insert(keys.end(), run.keys.begin(), run.keys.end());
+    return testing::load_test_config(testing::test_data_overrides(), keys);
+  }
+
+  // The hooks of `run`: its stops, and a restart (`restart`) at step 5 of pass 1.
+  static RunHooks hooks_of(const TrainerRun& run, const std::function<void()>& restart,
+                           std::atomic<bool>* stop) {
+    RunHooks hooks;
+    if (run.stop_after_pass0) {
+      hooks.on_pass = [stop](const PassReport& report) {
+        if (report.pass == 0) *stop = true;
+      };
+      hooks.stop_requested = [stop] { return stop->load(); };
+    }
+    if (run.stop_at_restart) {
+      hooks.steps.stop_flag = stop;
+      hooks.steps.on_progress = [restart, stop](const StepProgress& progress) {
+        if (progress.pass != 1 || progress.step != 5) return;
+        restart();
+        *stop = true;
+      };
+    }
+    return hooks;
+  }
+
+  // One trainer of 2 simulated cards against `shards`.
+  static TrainerEnv env_of(const Servers& shards) {
+    TrainerEnv env;
+    env.servers = shards.endpoints();
+    env.selected_cards = device::testing::card_list(device::testing::cards_here(2));
+    env.threads_per_card = 1;
+    return env;
+  }
+
+  static Ran run_trainer(const TrainerRun& run) {
+    const TrainerConfig cfg = config_of(run);
+    Servers shards(cfg, 2);
+    Ran ran;
+    std::vector<RestartAt> restart_at = run.restart_at;
+    for (RestartAt& point : restart_at) {
+      const auto saves = point.at.find("<saves>");
+      if (saves != std::string::npos) point.at.replace(saves, 7, run.saves);
+    }
+    restart_at.push_back({});  // the step hook's (stop_at_restart), at no phase
+    std::vector<bool> restarted(restart_at.size(), false);
+    const auto restart_once = [&](std::size_t which) {
+      if (restarted[which] && !run.each_time) return;
+      restarted[which] = true;
+      ++ran.restarts;
+      shards.restart(restart_at[which].server);
+    };
+    const std::function<void()> restart = [&] { restart_once(restart_at.size() - 1); };
+    std::atomic<bool> stop{false};
+    const TrainerEnv env = env_of(shards);
+    ::testing::internal::CaptureStderr();
+    std::unique_ptr<Trainer> trainer;
+    try {
+      trainer = std::make_unique<Trainer>(cfg, env);
+      trainer->set_meeting_hook([&](const std::string& where) {
+        for (std::size_t i = 0; i + 1 < restart_at.size(); ++i) {
+          if (where == restart_at[i].at) restart_once(i);
+        }
+      });
+      for (const PassReport& report : trainer->train("", hooks_of(run, restart, &stop))) {
+        ran.passes.push_back(report.pass);
+      }
+      ran.left_in_pass = trainer->card_tier().in_pass();
+      if (!run.stop_after_pass0 && !run.stop_at_restart) {
+        ran.test_auc = trainer->evaluate(data_files((root_ / "test").string()), false).metrics.auc;
+      }
+    } catch (const std::exception& e) {
+      ran.error = e.what();
+      ran.left_in_pass = trainer != nullptr && trainer->card_tier().in_pass();
+    }
+    trainer.reset();
+    ran.log = ::testing::internal::GetCapturedStderr();
+    for (int i = 0; i < 2; ++i) {
+      throw_if_error(shards.table(i).for_each_row([&](uint64_t key, const float* row) {
+        ran.counts[key] = {row[table::RowLayout::kShow], row[table::RowLayout::kClick]};
+      }));
+    }
+    return ran;
+  }
+
+  // The oracle: pass 0 trained and saved by one trainer, stopped there; then a new trainer on
+  // fresh servers resumes from that save for passes 1 and 2.
+  static const Ran& resumed_from_the_save() {
+    static const Ran resumed = [] {
+      const std::string saves = (root_ / "oracle").string();
+      TrainerRun first{saves};
+      first.stop_after_pass0 = true;
+      const Ran stopped = run_trainer(first);
+      EXPECT_EQ(stopped.error, "") << stopped.log;
+      EXPECT_EQ(stopped.passes, (std::vector<int64_t>{0}));
+      Ran ran = run_trainer({saves});
+      EXPECT_EQ(ran.error, "") << ran.log;
+      EXPECT_EQ(ran.passes, (std::vector<int64_t>{1, 2}));
+      return ran;
+    }();
+    return resumed;
+  }
+
+  // `run` (its saves set here, with a metrics file) went back to its save of pass 0 (reloaded
+  // `reloads` times, once a server restart) and ended as the oracle, each pass recorded once.
+  static Ran ends_as_resumed_from_the_save(const std::string& name, TrainerRun run,
+                                           std::size_t reloads = 1) {
+    const Ran& resumed = resumed_from_the_save();
+    run.saves = (root_ / name).string();
+    const std::string metrics = (root_ / (name + ".jsonl")).string();
+    run.keys.push_back("runner.metrics_path=" + metrics);
+    const Ran recovered = run_trainer(run);
+    EXPECT_EQ(recovered.error, "") << recovered.log;
+    EXPECT_EQ(recovered.restarts, reloads);
+    EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1, 2})) << recovered.log;
+    EXPECT_EQ(count(recovered.log, "reloading the last complete save (pass 0, " + run.saves),
+              reloads)
+        << recovered.log;
+    EXPECT_FALSE(recovered.left_in_pass);
+    std::ifstream in(metrics);
+    std::string lines((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (int p = 0; p < kPasses; ++p) {
+      EXPECT_EQ(count(lines, "{\"pass\": " + std::to_string(p) + ","), 1u) << lines;
+    }
+    std::printf(
+        "gpubox, 1 trainer, server 1 restarted (%s): test auc %.9f, resumed from the "
+        "save %.9f\n",
+        name.c_str(), recovered.test_auc, resumed.test_auc);
+    EXPECT_FALSE(resumed.counts.empty());
+    EXPECT_EQ(recovered.counts.size(), resumed.counts.size());
+    EXPECT_TRUE(recovered.counts == resumed.counts) << "the rows' show and click counts differ";
+    EXPECT_EQ(recovered.test_auc, resumed.test_auc);
+    return recovered;
+  }
+
+  // A run whose server 1 restarts at the end of pass 1 (`each_time`: of every run of it) with
+  // `keys` stops naming the restarted server, the pass, and `why`.
+  static Ran refused_recovery_stops(const std::string& name, const std::vector<std::string>& keys,
+                                    const std::string& why, bool each_time = false) {
+    TrainerRun run{(root_ / name).string(), {{"at the end of pass 1"}}, keys, each_time};
+    const Ran ran = run_trainer(run);
+    std::printf("%s: %s\n", name.c_str(), ran.error.c_str());
+    EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
+    EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+    EXPECT_NE(ran.error.find(why), std::string::npos) << ran.error;
+    // The pass found open is dropped before the recovery is refused, not left open.
+    EXPECT_FALSE(ran.left_in_pass);
+    return ran;
+  }
+
+  inline static fs::path root_;
+  inline static std::string pass_dirs_;
+};
+
+// Found by begin_pass's pulls (no rows staged ahead: each is pulled then): the pass had not
+// begun, its rows pulled so far are dropped with the cards' contents.
+TEST_F(GpuboxTrainerRecovery, ARestartFoundInAPassesPullsIsRepaired) {
+  const Ran ran = ends_as_resumed_from_the_save(
+      "pulls", {"", {{"at the start of pass 1"}}, {"runner.prefetch_passes=0"}});
+  EXPECT_NE(ran.log.find("at the start of pass 1: "), std::string::npos) << ran.log;
+  EXPECT_NE(ran.log.find("No pass was open: reloading the last complete save (pass 0, "),
+            std::string::npos)
+      << ran.log;
+}
+
+// Found by the write-back at the pass's end (the steps call no server): the pass trained on the
+// cards is dropped, none of its rows written back, and pass 2, read and staged ahead while pass
+// 1 trained, is read and staged again after the reload.
+TEST_F(GpuboxTrainerRecovery, ARestartFoundInAPassesWriteBackIsRepaired) {
+  const Ran ran = ends_as_resumed_from_the_save("write_back", {"", {{"at the end of pass 1"}}});
+  EXPECT_NE(ran.log.find("at the end of pass 1: "), std::string::npos) << ran.log;
+  EXPECT_NE(ran.log.find("The pass's rows on the cards are dropped: reloading the last "
+                         "complete save (pass 0, "),
+            std::string::npos)
+      << ran.log;
+}
+
+// The run is asked to stop within pass 1 as server 1 restarts: the stopped pass's write-back
+// finds the restart and the run ends stopped as asked, pass 0 trained and saved (before, it
+// ended with the restart's error).
+TEST_F(GpuboxTrainerRecovery, ARestartFoundAsThePassStopsEndsStopped) {
+  TrainerRun run{(root_ / "stopped").string()};
+  run.stop_at_restart = true;
+  const Ran ran = run_trainer(run);
+  EXPECT_EQ(ran.error, "") << ran.log;
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.passes, (std::vector<int64_t>{0}));
+  EXPECT_EQ(count(ran.log, "at the end of pass 1 (stopped): "), 1u) << ran.log;
+  EXPECT_EQ(count(ran.log, "; rerun to resume from the last save; the run stops as asked"), 1u)
+      << ran.log;
+  EXPECT_EQ(ran.log.find("reloading the last complete save"), std::string::npos) << ran.log;
+  EXPECT_FALSE(ran.left_in_pass);  // the stopped pass is dropped, not left open
+}
+
+// Server 1 restarts at the end of pass 1, then server 0 as the save of pass 0 is read for the
+// reload (found by the reload's LOAD; server 1 restarted again there would be adopted quietly:
+// empty as the instance accepted, which nothing was sent to since): the save is reloaded again,
+// no pass open then, and the run ends as the oracle.
+TEST_F(GpuboxTrainerRecovery, ARestartDuringTheReloadReloadsAgain) {
+  const Ran ran = ends_as_resumed_from_the_save(
+      "reload", {"", {{"at the end of pass 1"}, {"reading the save <saves>/0", 0}}},
+      /*reloads=*/2);
+  EXPECT_EQ(count(ran.log, "The pass's rows on the cards are dropped: reloading "), 1u) << ran.log;
+  EXPECT_EQ(count(ran.log, "No pass was open: reloading "), 1u) << ran.log;
+}
+
+// A direct call that does not recover (an evaluation after train(), as gpubox_train --mode infer
+// or Python's evaluate make it) fails naming its phase, the restart and what a rerun does.
+TEST_F(GpuboxTrainerRecovery, ARestartFoundByADirectEvaluationNamesThePhaseAndTheRerun) {
+  TrainerRun run{(root_ / "evaluation").string(), {{"at the start of an evaluation"}}};
+  const Ran ran = run_trainer(run);
+  std::printf("evaluation: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.passes, (std::vector<int64_t>{0, 1, 2})) << ran.log;
+  EXPECT_EQ(ran.error.rfind("at the start of an evaluation: ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find("; rerun to resume from the last save"), std::string::npos) << ran.error;
+}
+
+// Reading a save's files calls no server: a save to load that is not there fails as it is,
+// without asking every server who it is first. Server 1, restarted (empty) after a pass wrote
+// rows to it, is not found there (a later call to it finds it).
+TEST_F(GpuboxTrainerRecovery, AMissingSaveToLoadAsksNoServer) {
+  const TrainerConfig cfg = config_of({(root_ / "missing").string()});
+  Servers shards(cfg, 2);
+  Trainer trainer(cfg, env_of(shards));
+  trainer.train_pass(data_files((root_ / "day0").string()));  // rows written to every server
+  shards.restart(1);
+  const std::string missing = (root_ / "no_such_save").string();
+  try {
+    trainer.load(missing);
+    ADD_FAILURE() << "loaded " << missing;
+  } catch (const AgreedRestart& e) {
+    ADD_FAILURE() << "a restart: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find(missing), std::string::npos) << e.message();
+  }
+  EXPECT_EQ(SaveLineage::describe_restarts(trainer.host_tier()), "");
+}
+
+TEST_F(GpuboxTrainerRecovery, ResumeOffStopsNamingIt) {
+  refused_recovery_stops("resume_off", {"runner.resume=off"},
+                         "; the trainer stops: runner.resume is off: running the command again "
+                         "starts from scratch");
+}
+
+TEST_F(GpuboxTrainerRecovery, NoSaveYetStopsNamingIt) {
+  refused_recovery_stops("no_save", {"runner.model_save_path="},
+                         "; the trainer stops: no save was made or loaded yet: running the "
+                         "command again starts from scratch");
+}
+
+// Server 1 restarts at the end of every run of pass 1: the trainer goes back three times, then
+// gives up.
+TEST_F(GpuboxTrainerRecovery, RestartsPastTheRunsRecoveriesStopNamingIt) {
+  const Ran ran = refused_recovery_stops(
+      "spent", {},
+      "; the servers restarted 3 times already in this run: giving up; running the command "
+      "again resumes from the last complete save (pass 0, ",
+      /*each_time=*/true);
+  EXPECT_EQ(ran.restarts, 4u);
+  EXPECT_EQ(count(ran.log, "The pass's rows on the cards are dropped: reloading "), 3u) << ran.log;
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
