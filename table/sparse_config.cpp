@@ -1,6 +1,8 @@
 #include "table/sparse_config.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,38 @@ RowsRule rows_rule(const config::ConfigDocument& doc) {
     return RowsRule::kSparseOptimizer;
   }
   return adam ? RowsRule::kPaddleRecOptimizer : RowsRule::kSparseOptimizerNotPaddle;
+}
+
+// The standard deviation of a normal truncated at 2 standard deviations, in those (Paddle's
+// TruncatedNormal): sqrt(1 - 4 phi(2) / (Phi(2) - Phi(-2))).
+constexpr double kTruncatedAt2StdFactor = 0.8796256610342398;
+
+// Where the rows take a PaddleRec config's Adam (RowsRule::kPaddleRecOptimizer): the range of the
+// uniform start that has the standard deviation of its network's embedding initialiser, for
+// PaddleRec's dcn_v2 (net.py: one table, every value of a key's row, TruncatedNormal of std
+// 0.1 / sqrt(sparse_feature_dim); 0.0241 at its 40). Its held-out AUC after a second epoch was
+// 0.005 under Paddle's at GPUBox's start (embed_w 0, embedx U(+-1e-4)) and is Paddle's at this
+// one (docs/bench/h158.md). nullopt for the other networks: they keep GPUBox's ranges, at which
+// their AUCs were checked against Paddle's (BENCHMARKS.md).
+std::optional<float> paddlerec_embedding_range(const config::ConfigDocument& doc) {
+  if (config::paddlerec_model_name(doc) != "dcn_v2") return std::nullopt;
+  const StatusOr<config::NetworkChoice> network = config::resolve_network(doc);
+  if (!network.ok() || network->model != config::ModelKind::kDcnV2) return std::nullopt;
+  const double dim = doc.get_int<int64_t>("hyper_parameters.sparse_feature_dim");
+  return static_cast<float>(std::sqrt(3.0) * kTruncatedAt2StdFactor * 0.1 / std::sqrt(dim));
+}
+
+// What a PaddleRec config's rows under its Adam start at (paddlerec_rows_rule_note).
+std::string start_note(const config::ConfigDocument& doc) {
+  const std::optional<float> range = paddlerec_embedding_range(doc);
+  if (!range) {
+    return "they start at GPUBox's " + kSo + "initial_range and mf_initial_range, not at its " +
+           "network's initialiser";
+  }
+  return "they start uniform in +-" + std::to_string(*range) + " (" + kSo + "initial_range " +
+         "and mf_initial_range, each unless the config sets it), with the standard deviation of " +
+         "its network's initialiser (dcn_v2's net.py: a normal of std 0.1 / " +
+         "sqrt(sparse_feature_dim) truncated at 2 std)";
 }
 
 const std::string kBiasCorrection = kSo + "adam_bias_correction";
@@ -139,8 +173,7 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
            ", as its trainer steps its embedding tables (" + kSo +
            "class adam at that learning_rate and mf_learning_rate, with its beta1, beta2 and "
            "epsilon, embedx from a key's first step, " +
-           correction_note(doc) + "); they start at GPUBox's " + kSo +
-           "initial_range and mf_initial_range, not at its network's initialiser; set " + kSo +
+           correction_note(doc) + "); " + start_note(doc) + "; set " + kSo +
            "class for another rule";
   }
   return doc.source() + ": the embedding rows step under " + kSo +
@@ -202,6 +235,10 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
     c.optimizer.ada_epsilon = epsilon;
     c.embedx_threshold = 0.0f;
     c.rule_from_paddlerec_optimizer = true;
+    if (const std::optional<float> range = paddlerec_embedding_range(doc)) {
+      if (!doc.is_set(so + "initial_range")) c.optimizer.initial_range = *range;
+      if (!doc.is_set(so + "mf_initial_range")) c.optimizer.mf_initial_range = *range;
+    }
   }
   StatusOr<AdamBiasCorrection> correction = adam_bias_correction_of(doc, c.optimizer.kind);
   if (!correction.ok()) return correction.status();

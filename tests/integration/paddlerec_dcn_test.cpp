@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "table/sparse_config.hpp"
 #include "tests/integration/paddlerec_keys_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
 
@@ -88,12 +89,17 @@ constexpr const char* kDcnV2Hyper = R"(hyper_parameters:
 )";
 
 // A config at <tmp>/PaddleRec/models/rank/<folder>/config.yaml: the folder names the network.
-StatusOr<TrainerConfig> load_in_folder(const std::string& folder, const std::string& text) {
+std::string write_in_folder(const std::string& folder, const std::string& text) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "paddlerec_keys" / "models/rank" / folder;
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.yaml") << text;
-  return load_trainer_config((dir / "config.yaml").string());
+  return (dir / "config.yaml").string();
+}
+
+StatusOr<TrainerConfig> load_in_folder(const std::string& folder, const std::string& text,
+                                       const std::vector<std::string>& overrides = {}) {
+  return load_trainer_config(write_in_folder(folder, text), overrides);
 }
 
 TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
@@ -131,6 +137,53 @@ TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
       parse("hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: 0\n  num_experts: 4\n");
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(plain->dense_model_config().cross_experts, 0);
+}
+
+// PaddleRec's dcn_v2 starts its embedding (every value of a key's row) at a normal of std
+// 0.1 / sqrt(sparse_feature_dim) truncated at 2 std: its folder's rows, under its Adam, start
+// uniform with that standard deviation, in gpubox_train and in gpubox_server alike, and say so
+// at start; a range the config sets is kept, and dcn's folder and a dcn_v2 trained outside the
+// folder keep GPUBox's ranges (embed_w 0, embedx U(+-1e-4)).
+TEST(PaddleRecKeys, DcnV2RowsStartAtItsInitialisersStandardDeviation) {
+  // std 0.1 / sqrt(40) * 0.87963 (the truncation), times sqrt(3) for the uniform's half-width.
+  const float range = 0.0240895f;
+  const std::string yaml = std::string(kDcnRunner) + kDcnV2Hyper;
+  const StatusOr<TrainerConfig> v2 = load_in_folder("dcn_v2", yaml);
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  EXPECT_NEAR(v2->sparse.optimizer.initial_range, range, 1e-6);
+  EXPECT_NEAR(v2->sparse.optimizer.mf_initial_range, range, 1e-6);
+  const StatusOr<table::AccessorConfig> server =
+      table::load_sparse_config(write_in_folder("dcn_v2", yaml));
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_EQ(server->optimizer.initial_range, v2->sparse.optimizer.initial_range);
+  EXPECT_EQ(server->optimizer.mf_initial_range, v2->sparse.optimizer.mf_initial_range);
+  auto doc = config::ConfigDocument::load(write_in_folder("dcn_v2", yaml));
+  ASSERT_TRUE(doc.ok()) << doc.status().to_string();
+  EXPECT_TRUE(contains(table::paddlerec_rows_rule_note(*doc),
+                       "they start uniform in +-0.024090 (hyper_parameters.sparse_optimizer."
+                       "initial_range and mf_initial_range, each unless the config sets it)"))
+      << table::paddlerec_rows_rule_note(*doc);
+
+  const StatusOr<TrainerConfig> set =
+      load_in_folder("dcn_v2", yaml, {"hyper_parameters.sparse_optimizer.mf_initial_range=0.001"});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_NEAR(set->sparse.optimizer.initial_range, range, 1e-6);
+  EXPECT_FLOAT_EQ(set->sparse.optimizer.mf_initial_range, 0.001f);
+
+  const StatusOr<TrainerConfig> dcn = load_in_folder("dcn", std::string(kDcnRunner) + kDcnHyper);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->sparse.optimizer.initial_range, 0.0f);
+  EXPECT_FLOAT_EQ(dcn->sparse.optimizer.mf_initial_range, 0.0001f);
+  const StatusOr<TrainerConfig> outside =
+      parse(std::string("hyper_parameters:\n  model: dcn_v2\n  optimizer:\n    class: Adam\n"));
+  ASSERT_TRUE(outside.ok()) << outside.status().to_string();
+  EXPECT_EQ(outside->sparse.optimizer.initial_range, 0.0f);
+  EXPECT_FLOAT_EQ(outside->sparse.optimizer.mf_initial_range, 0.0001f);
+  // In dcn_v2's folder with another network, the rows are that network's: GPUBox's ranges.
+  const StatusOr<TrainerConfig> dnn =
+      load_in_folder("dcn_v2", yaml, {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(dnn.ok()) << dnn.status().to_string();
+  EXPECT_FLOAT_EQ(dnn->sparse.optimizer.mf_initial_range, 0.0001f);
 }
 
 TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
