@@ -72,9 +72,9 @@ constexpr double kTruncatedAt2StdFactor = 0.8796256610342398;
 // uniform start that has the standard deviation of its network's embedding initialiser, for
 // PaddleRec's dcn_v2 (net.py: one table, every value of a key's row, TruncatedNormal of std
 // 0.1 / sqrt(sparse_feature_dim); 0.0241 at its 40). Its held-out AUC after a second epoch was
-// 0.005 under Paddle's at GPUBox's start (embed_w 0, embedx U(+-1e-4)) and is Paddle's at this
-// one (docs/bench/h158.md). nullopt for the other networks: they keep GPUBox's ranges, at which
-// their AUCs were checked against Paddle's (BENCHMARKS.md).
+// 0.0065 under Paddle's at GPUBox's start (embed_w 0, embedx U(+-1e-4)) and is 0.0013 under at
+// this one (means of 3 seeds, docs/bench/h158.md). nullopt for the other networks: they keep
+// GPUBox's ranges, at which their AUCs were checked against Paddle's (BENCHMARKS.md).
 std::optional<float> paddlerec_embedding_range(const config::ConfigDocument& doc) {
   if (config::paddlerec_model_name(doc) != "dcn_v2") return std::nullopt;
   const StatusOr<config::NetworkChoice> network = config::resolve_network(doc);
