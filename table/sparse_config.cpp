@@ -1,6 +1,9 @@
 #include "table/sparse_config.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +65,40 @@ RowsRule rows_rule(const config::ConfigDocument& doc) {
   return adam ? RowsRule::kPaddleRecOptimizer : RowsRule::kSparseOptimizerNotPaddle;
 }
 
+// The standard deviation of a normal truncated at 2 standard deviations, in those (Paddle's
+// TruncatedNormal): sqrt(1 - 4 phi(2) / (Phi(2) - Phi(-2))).
+constexpr double kTruncatedAt2StdFactor = 0.8796256610342398;
+
+// The folder's net.py embedding initialiser when `doc` trains the folder's own network; nullptr
+// otherwise (no folder, or hyper_parameters.model names another network).
+const config::PaddleRecEmbeddingInit* folder_embedding_init(const config::ConfigDocument& doc) {
+  const config::PaddleRecEmbeddingInit* init =
+      config::paddlerec_embedding_init(config::paddlerec_model_name(doc));
+  if (init == nullptr) return nullptr;
+  const StatusOr<config::NetworkChoice> network = config::resolve_network(doc);
+  const StatusOr<config::NetworkChoice> folder = config::network_from_paddlerec_folder(
+      doc.get_string("workspace"), doc.file_path().empty() ? doc.source() : doc.file_path());
+  if (!network.ok() || !folder.ok() || network->model != folder->model) return nullptr;
+  return init;
+}
+
+// The uniform half-width with the standard deviation of `init` (a normal of std
+// std_over_sqrt_dim / sqrt(sparse_feature_dim) truncated at 2 std), nullopt when it is of another
+// form or not applied (config::PaddleRecEmbeddingInit).
+std::optional<float> applied_range(const config::PaddleRecEmbeddingInit* init,
+                                   const config::ConfigDocument& doc) {
+  if (init == nullptr || !init->applied || init->std_over_sqrt_dim <= 0.0) return std::nullopt;
+  const double dim = doc.get_int<int64_t>("hyper_parameters.sparse_feature_dim");
+  return static_cast<float>(std::sqrt(3.0) * kTruncatedAt2StdFactor * init->std_over_sqrt_dim /
+                            std::sqrt(dim));
+}
+
+std::string range_text(float range) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", static_cast<double>(range));
+  return text;
+}
+
 const std::string kBiasCorrection = kSo + "adam_bias_correction";
 
 // hyper_parameters.sparse_optimizer.adam_bias_correction, set or derived (config_keys.cpp), and
@@ -108,17 +145,58 @@ std::string correction_note(const config::ConfigDocument& doc) {
   StatusOr<AdamBiasCorrection> correction =
       adam_bias_correction_of(doc, SparseOptimizerKind::kAdam);
   if (correction.ok() && *correction == AdamBiasCorrection::kPerTable) {
-    return kBiasCorrection + " per_table: the table's step count, as Paddle's lazy adam op " +
-           "in its training without a parameter server (no runner.sync_mode)";
+    // dcn_v2's folder has only dygraph_model.py: paddle.optimizer.Adam, not lazy.
+    const std::string op = config::paddlerec_folder_has_lazy_adam(config::paddlerec_model_name(doc))
+                               ? "Paddle's lazy adam op"
+                               : "Paddle's Adam (one beta1_pow / beta2_pow a table)";
+    return kBiasCorrection + " per_table: the table's step count, as " + op +
+           " in its training without a parameter server (no runner.sync_mode)";
   }
   return kBiasCorrection + " per_row: each row's own steps, as Paddle's parameter servers " +
          "(runner.sync_mode gpubox: PSGPU's SparseAdamOptimizer; async, sync, geo: " +
          "SparseAdamSGDRule)";
 }
 
+// Where the rows of `doc` start, as `rows` holds them (paddlerec_rows_rule_note): each range
+// marked set by the config, from the folder's initialiser, or GPUBox's default.
+std::string start_note(const config::ConfigDocument& doc, const AccessorConfig& rows) {
+  const config::PaddleRecEmbeddingInit* init = folder_embedding_init(doc);
+  const std::optional<float> derived =
+      rows.rule_from_paddlerec_optimizer ? applied_range(init, doc) : std::nullopt;
+  const auto from = [&](const char* key) -> std::string {
+    if (doc.is_set(kSo + key)) return "set by " + kSo + key;
+    if (derived) return "derived, as " + kSo + key + " is unset";
+    return "GPUBox's " + kSo + key;
+  };
+  std::string note = "they start at embed_w U(+-" + range_text(rows.optimizer.initial_range) +
+                     ") (" + from("initial_range") + "), embedx U(+-" +
+                     range_text(rows.optimizer.mf_initial_range) + ") (" +
+                     from("mf_initial_range") +
+                     "; a key's embedx is made at its first push, so it is 0 at its first "
+                     "forward)";
+  if (init == nullptr) return note;
+  const std::string net =
+      config::paddlerec_model_name(doc) + "'s net.py initialiser " + init->initialiser;
+  if (derived) return note + ", the std of " + net + " (" + init->why + ")";
+  if (init->applied) {
+    // Applied under the folder's Adam only: measured there (docs/bench/h158.md).
+    const std::optional<float> range = applied_range(init, doc);
+    return note + "; not at the std of " + net + ", which GPUBox applies only where the rows " +
+           "take the folder's Adam (with no sparse rule key set)" +
+           (range ? "; set the two ranges to " + range_text(*range) + " for it" : "");
+  }
+  return note + "; not at " + net + " (" + init->why + ")";
+}
+
 }  // namespace
 
-std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
+std::optional<float> paddlerec_start_range(const config::ConfigDocument& doc) {
+  if (rows_rule(doc) != RowsRule::kPaddleRecOptimizer) return std::nullopt;
+  return applied_range(folder_embedding_init(doc), doc);
+}
+
+std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc,
+                                     const AccessorConfig& rows) {
   const RowsRule rule = rows_rule(doc);
   const std::string optimizer =
       std::string(name_of(config::kDenseOptimizerKindNames, config::resolve_dense_optimizer(doc))) +
@@ -129,24 +207,28 @@ std::string paddlerec_rows_rule_note(const config::ConfigDocument& doc) {
       dlrm ? "the optimizer PaddleRec's dlrm network steps every parameter with whatever " +
                  kDenseOpt + "class says (" + optimizer + ")"
            : "PaddleRec's " + kDenseOpt + "class (" + optimizer + ")";
+  // A folder whose start GPUBox applies under its Adam says where the rows start under any rule.
+  const config::PaddleRecEmbeddingInit* init = folder_embedding_init(doc);
+  const bool start_applied = init != nullptr && init->applied;
   if (rule == RowsRule::kSparseOptimizer) {
-    if (!dlrm) return "";
+    if (!dlrm && !start_applied) return "";
     return doc.source() + ": the embedding rows step under " + kSo + "* as this config sets " +
-           "them (class " + doc.value_text(kSo + "class") + "), not under " + paddlerec;
+           "them (class " + doc.value_text(kSo + "class") + ")" +
+           (dlrm || doc.is_set(kDenseOpt + "class") ? ", not under " + paddlerec : "") + "; " +
+           start_note(doc, rows);
   }
   if (rule == RowsRule::kPaddleRecOptimizer) {
     return doc.source() + ": the embedding rows step under " + paddlerec +
            ", as its trainer steps its embedding tables (" + kSo +
            "class adam at that learning_rate and mf_learning_rate, with its beta1, beta2 and "
            "epsilon, embedx from a key's first step, " +
-           correction_note(doc) + "); they start at GPUBox's " + kSo +
-           "initial_range and mf_initial_range, not at its network's initialiser; set " + kSo +
+           correction_note(doc) + "); " + start_note(doc, rows) + "; set " + kSo +
            "class for another rule";
   }
   return doc.source() + ": the embedding rows step under " + kSo +
          "* (class, learning_rate, mf_learning_rate, embedx_threshold: Paddle's parameter-server "
          "rule), not under " +
-         paddlerec + ", whose steps on a row scale with the batch";
+         paddlerec + ", whose steps on a row scale with the batch; " + start_note(doc, rows);
 }
 
 StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
@@ -202,6 +284,10 @@ StatusOr<AccessorConfig> sparse_config_from(const config::ConfigDocument& doc) {
     c.optimizer.ada_epsilon = epsilon;
     c.embedx_threshold = 0.0f;
     c.rule_from_paddlerec_optimizer = true;
+    if (const std::optional<float> range = paddlerec_start_range(doc)) {
+      if (!doc.is_set(so + "initial_range")) c.optimizer.initial_range = *range;
+      if (!doc.is_set(so + "mf_initial_range")) c.optimizer.mf_initial_range = *range;
+    }
   }
   StatusOr<AdamBiasCorrection> correction = adam_bias_correction_of(doc, c.optimizer.kind);
   if (!correction.ok()) return correction.status();

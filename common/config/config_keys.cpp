@@ -211,14 +211,14 @@ void add_sparse_optimizer_keys(std::vector<KeySpec>& t) {
   t.push_back(enum_key(s + "class", kSparseOptimizerKindNames, SparseOptimizerKind::kAdagrad, kTable, "per-key optimizer of the sparse table (card and host tiers); a PaddleRec model folder's config that sets none of a rule's own keys (class, learning rates, thresholds, accumulators, moments, decays) and whose optimizer.class is Adam takes that Adam, as PaddleRec's trainers and Paddle's parameter server do: adam at optimizer.learning_rate (both parts), its beta1, beta2 and epsilon, embedx_threshold 0"));
   t.push_back(float_key(s + "learning_rate", "0.05", 0, kFloatMax, kTable, "embed_w learning rate"));
   t.push_back(float_key(s + "initial_g2sum", "3.0", 0, kFloatMax, kTable, "embed_w adagrad: step lr * sqrt(initial_g2sum / (initial_g2sum + g2sum)), g2sum starting at 0 as in Paddle"));
-  t.push_back(float_key(s + "initial_range", "0.0", 0, kFloatMax, kTable, "embed_w starts uniform in [-initial_range, initial_range]"));
+  t.push_back(float_key(s + "initial_range", "0.0", 0, kFloatMax, kTable, "embed_w starts uniform in [-initial_range, initial_range]; unset in PaddleRec's dcn_v2 folder under its Adam: the std of its net's initialiser (uniform +-sqrt(3) * 0.8796 * 0.1 / sqrt(sparse_feature_dim), 0.0241 at 40; a save records the value used)"));
   t.push_back(float_key(s + "min_bound", "-10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (lower)"));
   t.push_back(float_key(s + "max_bound", "10.0", -kFloatMax, kFloatMax, kTable, "embed_w clip (upper)"));
   t.push_back(float_key(s + "weight_decay", "0.0", 0, kFloatMax, kTable, "embed_w L2: weight_decay * w joins the gradient of each step the key takes (Paddle's sparse rules have no L2)"));
   t.push_back(float_key(s + "l1_decay", "0.0", 0, kFloatMax, kTable, "embed_w L1: l1_decay * sign(w) joins the gradient of each step the key takes (Paddle's L1Decay; PaddleRec logistic_regression's reg)"));
   t.push_back(float_key(s + "mf_learning_rate", "0.05", 0, kFloatMax, kTable, "embedx learning rate"));
   t.push_back(float_key(s + "mf_initial_g2sum", "3.0", 0, kFloatMax, kTable, "embedx adagrad: as initial_g2sum"));
-  t.push_back(float_key(s + "mf_initial_range", "0.0001", 0, kFloatMax, kTable, "embedx starts uniform in [-mf_initial_range, mf_initial_range]"));
+  t.push_back(float_key(s + "mf_initial_range", "0.0001", 0, kFloatMax, kTable, "embedx starts uniform in [-mf_initial_range, mf_initial_range] when made (at a key's first push under embedx_threshold 0: 0 at its first forward); unset in PaddleRec's dcn_v2 folder under its Adam: as initial_range there"));
   t.push_back(float_key(s + "mf_min_bound", "-10.0", -kFloatMax, kFloatMax, kTable, "embedx clip (lower)"));
   t.push_back(float_key(s + "mf_max_bound", "10.0", -kFloatMax, kFloatMax, kTable, "embedx clip (upper)"));
   t.push_back(float_key(s + "mf_weight_decay", "0.0", 0, kFloatMax, kTable, "embedx L2, as weight_decay"));

@@ -42,6 +42,27 @@ std::string paddlerec_model_name(const ConfigDocument& doc);
 StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspace,
                                                       const std::string& config_path);
 
+// How a PaddleRec network's net.py starts its embedding rows, whether GPUBox's rows start with
+// that spread in its folder (table::sparse_config_from, only where they take the folder's Adam),
+// and whether the folder's Adam is lazy: data, one entry a folder GPUBox builds.
+struct PaddleRecEmbeddingInit {
+  const char* folder;
+  const char* initialiser;   // net.py's embedding initialiser, in words
+  double std_over_sqrt_dim;  // its std is this / sqrt(sparse_feature_dim); 0: another form
+  bool applied;              // the folder's rows start uniform with that std (std_over_sqrt_dim)
+  const char* why;           // why applied or not (the measurement)
+  bool lazy_adam;            // its static_model.py steps with Adam(lazy_mode=True); dcn_v2,
+                             // flen, fat_deepffm have only dygraph_model.py's Adam, not lazy
+};
+
+// The entry of PaddleRec's models/rank/<folder> (paddlerec_model_name); nullptr for a folder
+// GPUBox does not build.
+const PaddleRecEmbeddingInit* paddlerec_embedding_init(const std::string& folder);
+
+// Whether PaddleRec's models/rank/<folder> steps its tables with a lazy Adam (lazy_adam; true for
+// a folder not in the table, as PaddleRec's static_model.py files do).
+bool paddlerec_folder_has_lazy_adam(const std::string& folder);
+
 // hyper_parameters.model when set, else network_from_paddlerec_folder of `doc`. Reads the keys
 // hyper_parameters.model and workspace.
 StatusOr<NetworkChoice> resolve_network(const ConfigDocument& doc);

@@ -358,12 +358,12 @@ Status run(const std::vector<std::string>& overrides) {
                            : config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) return doc.status();
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
-  if (const std::string note = paddlerec_rows_rule_note(*doc);
+  auto optimizer = optimizer_config_from(*doc);
+  if (!optimizer.ok()) return optimizer.status();
+  if (const std::string note = paddlerec_rows_rule_note(*doc, *optimizer);
       !note.empty() && FLAGS_optimizer.empty()) {
     GPUBOX_LOG(INFO) << "gpubox_server: " << note;
   }
-  auto optimizer = optimizer_config_from(*doc);
-  if (!optimizer.ok()) return optimizer.status();
   if (FLAGS_shard_id >= FLAGS_shard_num) {
     return Status::InvalidArgument("--shard_id " + std::to_string(FLAGS_shard_id) +
                                    " must be less than --shard_num " +

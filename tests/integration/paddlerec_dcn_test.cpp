@@ -6,10 +6,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/config/config_document.hpp"
+#include "table/sparse_config.hpp"
 #include "tests/integration/paddlerec_keys_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
 
@@ -88,12 +90,25 @@ constexpr const char* kDcnV2Hyper = R"(hyper_parameters:
 )";
 
 // A config at <tmp>/PaddleRec/models/rank/<folder>/config.yaml: the folder names the network.
-StatusOr<TrainerConfig> load_in_folder(const std::string& folder, const std::string& text) {
+std::string write_in_folder(const std::string& folder, const std::string& text) {
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) / "paddlerec_keys" / "models/rank" / folder;
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.yaml") << text;
-  return load_trainer_config((dir / "config.yaml").string());
+  return (dir / "config.yaml").string();
+}
+
+StatusOr<TrainerConfig> load_in_folder(const std::string& folder, const std::string& text,
+                                       const std::vector<std::string>& overrides = {}) {
+  return load_trainer_config(write_in_folder(folder, text), overrides);
+}
+
+// The start line of the rows of the config at `path` (table::paddlerec_rows_rule_note).
+std::string rows_note(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  auto doc = config::ConfigDocument::load(path, overrides);
+  if (!doc.ok()) return doc.status().to_string();
+  StatusOr<table::AccessorConfig> rows = table::sparse_config_from(*doc);
+  return rows.ok() ? table::paddlerec_rows_rule_note(*doc, *rows) : rows.status().to_string();
 }
 
 TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
@@ -131,6 +146,131 @@ TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
       parse("hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: 0\n  num_experts: 4\n");
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(plain->dense_model_config().cross_experts, 0);
+}
+
+// PaddleRec's dcn_v2 starts its embedding (every value of a key's row) at a normal of std
+// 0.1 / sqrt(sparse_feature_dim) truncated at 2 std: its folder's rows, under its Adam, start
+// uniform with that standard deviation, in gpubox_train and in gpubox_server alike, and say so
+// at start; a range the config sets is kept, and dcn's folder and a dcn_v2 trained outside the
+// folder keep GPUBox's ranges (embed_w 0, embedx U(+-1e-4)).
+TEST(PaddleRecKeys, DcnV2RowsStartAtItsInitialisersStandardDeviation) {
+  // std 0.1 / sqrt(40) * 0.87963 (the truncation), times sqrt(3) for the uniform's half-width.
+  const float range = 0.0240895f;
+  const std::string yaml = std::string(kDcnRunner) + kDcnV2Hyper;
+  const StatusOr<TrainerConfig> v2 = load_in_folder("dcn_v2", yaml);
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  EXPECT_NEAR(v2->sparse.optimizer.initial_range, range, 1e-6);
+  EXPECT_NEAR(v2->sparse.optimizer.mf_initial_range, range, 1e-6);
+  const StatusOr<table::AccessorConfig> server =
+      table::load_sparse_config(write_in_folder("dcn_v2", yaml));
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_EQ(server->optimizer.initial_range, v2->sparse.optimizer.initial_range);
+  EXPECT_EQ(server->optimizer.mf_initial_range, v2->sparse.optimizer.mf_initial_range);
+  EXPECT_TRUE(contains(rows_note(write_in_folder("dcn_v2", yaml)),
+                       "they start at embed_w U(+-0.02409) (derived, as hyper_parameters."
+                       "sparse_optimizer.initial_range is unset), embedx U(+-0.02409) (derived, "
+                       "as hyper_parameters.sparse_optimizer.mf_initial_range is unset;"))
+      << rows_note(write_in_folder("dcn_v2", yaml));
+  // dcn_v2's folder has only dygraph_model.py, whose Adam is not lazy.
+  EXPECT_TRUE(contains(rows_note(write_in_folder("dcn_v2", yaml)),
+                       "per_table: the table's step "
+                       "count, as Paddle's Adam (one beta1_pow / beta2_pow a table)"));
+  EXPECT_FALSE(contains(rows_note(write_in_folder("dcn_v2", yaml)), "lazy"));
+
+  const StatusOr<TrainerConfig> set =
+      load_in_folder("dcn_v2", yaml, {"hyper_parameters.sparse_optimizer.mf_initial_range=0.001"});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_NEAR(set->sparse.optimizer.initial_range, range, 1e-6);
+  EXPECT_FLOAT_EQ(set->sparse.optimizer.mf_initial_range, 0.001f);
+
+  const StatusOr<TrainerConfig> dcn = load_in_folder("dcn", std::string(kDcnRunner) + kDcnHyper);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->sparse.optimizer.initial_range, 0.0f);
+  EXPECT_FLOAT_EQ(dcn->sparse.optimizer.mf_initial_range, 0.0001f);
+  const StatusOr<TrainerConfig> outside =
+      parse(std::string("hyper_parameters:\n  model: dcn_v2\n  optimizer:\n    class: Adam\n"));
+  ASSERT_TRUE(outside.ok()) << outside.status().to_string();
+  EXPECT_EQ(outside->sparse.optimizer.initial_range, 0.0f);
+  EXPECT_FLOAT_EQ(outside->sparse.optimizer.mf_initial_range, 0.0001f);
+  // In dcn_v2's folder with another network, the rows are that network's: GPUBox's ranges.
+  const StatusOr<TrainerConfig> dnn =
+      load_in_folder("dcn_v2", yaml, {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(dnn.ok()) << dnn.status().to_string();
+  EXPECT_FLOAT_EQ(dnn->sparse.optimizer.mf_initial_range, 0.0001f);
+}
+
+// A range the config sets is kept and the line says so; under any rule but the folder's Adam
+// (SGD, a sparse rule's key set) the rows start at GPUBox's ranges and the line says where the
+// net's would be; a config outside the folder whose workspace names it derives the range too.
+TEST(PaddleRecKeys, DcnV2StartRangesOnlyUnderTheFoldersAdamAndSaidWhereTheyCameFrom) {
+  const std::string yaml = std::string(kDcnRunner) + kDcnV2Hyper;
+  const std::string path = write_in_folder("dcn_v2", yaml);
+  const std::string so = "hyper_parameters.sparse_optimizer.";
+  const std::vector<std::string> set = {so + "initial_range=0.01"};
+  const StatusOr<TrainerConfig> kept = load_in_folder("dcn_v2", yaml, set);
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_FLOAT_EQ(kept->sparse.optimizer.initial_range, 0.01f);
+  EXPECT_NEAR(kept->sparse.optimizer.mf_initial_range, 0.0240895f, 1e-6);
+  EXPECT_TRUE(contains(rows_note(path, set), "embed_w U(+-0.01) (set by " + so + "initial_range)"))
+      << rows_note(path, set);
+
+  for (const std::vector<std::string>& other :
+       {std::vector<std::string>{"hyper_parameters.optimizer.class=SGD"},
+        std::vector<std::string>{so + "learning_rate=0.05"}}) {
+    const StatusOr<TrainerConfig> c = load_in_folder("dcn_v2", yaml, other);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->sparse.optimizer.initial_range, 0.0f) << other[0];
+    EXPECT_FLOAT_EQ(c->sparse.optimizer.mf_initial_range, 0.0001f) << other[0];
+    const std::string note = rows_note(path, other);
+    EXPECT_TRUE(contains(note, "embed_w U(+-0) (GPUBox's " + so + "initial_range)")) << note;
+    EXPECT_TRUE(contains(note, "GPUBox applies only where the rows take the folder's Adam"))
+        << note;
+    EXPECT_TRUE(contains(note, "set the two ranges to 0.02409 for it")) << note;
+  }
+
+  const StatusOr<TrainerConfig> by_workspace =
+      parse(std::string("workspace: \"models/rank/dcn_v2\"\n") + yaml);
+  ASSERT_TRUE(by_workspace.ok()) << by_workspace.status().to_string();
+  EXPECT_NEAR(by_workspace->sparse.optimizer.initial_range, 0.0240895f, 1e-6);
+  EXPECT_NEAR(by_workspace->sparse.optimizer.mf_initial_range, 0.0240895f, 1e-6);
+}
+
+// A save records the start ranges used, not the config's text (GPUBox's defaults when unset),
+// and a resume of a save made at GPUBox's ranges (before the derivation) is refused naming the
+// key, the save's value and the -o that resumes it there; a range the config sets is recorded as
+// before and not checked.
+TEST(PaddleRecKeys, ASaveRecordsTheDerivedStartRangesAndAnOlderSaveIsNotResumedAtThem) {
+  const std::string yaml = std::string(kDcnRunner) + kDcnV2Hyper;
+  const std::string so = "hyper_parameters.sparse_optimizer.";
+  const StatusOr<TrainerConfig> v2 = load_in_folder("dcn_v2", yaml);
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  EXPECT_EQ(v2->model_keys.at(so + "initial_range"), "0.024089541");
+  EXPECT_EQ(v2->model_keys.at(so + "mf_initial_range"), "0.024089541");
+  EXPECT_EQ(std::stof(v2->model_keys.at(so + "initial_range")), v2->sparse.optimizer.initial_range);
+
+  std::map<std::string, std::string> old_save = v2->model_keys;
+  old_save[so + "initial_range"] = "0";
+  old_save[so + "mf_initial_range"] = "0.0001";
+  const Status refused = check_saved_derived_keys(old_save, v2.value(), "/saves/3");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(contains(refused.message(), "save /saves/3 was made with " + so + "initial_range=0"))
+      << refused.message();
+  EXPECT_TRUE(contains(refused.message(), "add -o " + so + "initial_range=0 to resume this save"))
+      << refused.message();
+  EXPECT_TRUE(check_saved_derived_keys(v2->model_keys, v2.value(), "/saves/3").ok());
+
+  const StatusOr<TrainerConfig> set =
+      load_in_folder("dcn_v2", yaml, {so + "initial_range=0", so + "mf_initial_range=0.0001"});
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  EXPECT_EQ(set->model_keys.at(so + "initial_range"), "0");
+  EXPECT_EQ(set->model_keys.at(so + "mf_initial_range"), "0.0001");
+  EXPECT_TRUE(set->derived_model_keys.empty());
+  EXPECT_TRUE(check_saved_derived_keys(old_save, set.value(), "/saves/3").ok());
+  // dcn's folder records its config's text as before.
+  const StatusOr<TrainerConfig> dcn = load_in_folder("dcn", std::string(kDcnRunner) + kDcnHyper);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->model_keys.at(so + "mf_initial_range"), "0.0001");
+  EXPECT_TRUE(dcn->derived_model_keys.empty());
 }
 
 TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {

@@ -26,7 +26,9 @@ using paddlerec_test::parse;
 // The start line a config's embedding rows' rule gives (table::paddlerec_rows_rule_note).
 std::string rows_note(const std::string& yaml, const std::vector<std::string>& o = {}) {
   StatusOr<config::ConfigDocument> doc = config::ConfigDocument::parse(yaml, "/base", o, "p.yaml");
-  return doc.ok() ? table::paddlerec_rows_rule_note(*doc) : doc.status().message();
+  if (!doc.ok()) return doc.status().message();
+  StatusOr<table::AccessorConfig> rows = table::sparse_config_from(*doc);
+  return rows.ok() ? table::paddlerec_rows_rule_note(*doc, *rows) : rows.status().message();
 }
 
 // A PaddleRec model folder's config that names no sparse rule steps its embedding rows under its

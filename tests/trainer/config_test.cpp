@@ -411,6 +411,11 @@ TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
             std::string::npos);
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
             std::string::npos);
+  // dcn_v2's dense values without PaddleRec's Linear, no dropout, its non-lazy Adam.
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcnV2).find("no dropout"),
+            std::string::npos);
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcnV2).find("no lazy_mode"),
+            std::string::npos);
   // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
   EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("slots' embeddings only"),
             std::string::npos);

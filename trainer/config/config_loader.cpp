@@ -1,6 +1,9 @@
 #include "trainer/config/config_loader.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
+#include <utility>
 
 #include "common/config/config_document.hpp"
 #include "common/config/network_shape.hpp"
@@ -311,6 +314,16 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
 // the schedule, which the table reads only to derive adam_bias_correction (recorded as used).
 bool filed_with_the_job(const std::string& key) { return key == "runner.sync_mode"; }
 
+// The shortest text that reads back as `value` (a recorded key, as -o would write it).
+std::string float_text(float value) {
+  char text[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, static_cast<double>(value));
+    if (std::strtof(text, nullptr) == value) break;
+  }
+  return text;
+}
+
 // The keys a save records: the model's (a load or resume compares them) and the job's (a resume
 // continues only the same job), as -o would write them.
 void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
@@ -335,6 +348,23 @@ void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
   // folders, table::sparse_config_from), and a resume must not switch it under the saved steps.
   c->model_keys["hyper_parameters.sparse_optimizer.adam_bias_correction"] =
       name_of(config::kAdamBiasCorrectionNames, c->sparse.optimizer.bias_correction);
+  // The rows' start ranges as used where a PaddleRec folder's network derives them when unset
+  // (table::paddlerec_start_range): the manifest says where the rows started, and a save made at
+  // other ranges (GPUBox's, before the derivation) is not resumed with its new keys at another
+  // spread than its rows (check_saved_derived_keys names the -o that keeps its ranges).
+  if (table::paddlerec_start_range(doc)) {
+    const std::string why = "derived when unset from PaddleRec's " +
+                            config::paddlerec_model_name(doc) + " net.py embedding initialiser";
+    const std::pair<const char*, float> used[] = {
+        {"hyper_parameters.sparse_optimizer.initial_range", c->sparse.optimizer.initial_range},
+        {"hyper_parameters.sparse_optimizer.mf_initial_range",
+         c->sparse.optimizer.mf_initial_range}};
+    for (const auto& [key, value] : used) {
+      if (doc.is_set(key)) continue;
+      c->model_keys[key] = float_text(value);
+      c->derived_model_keys[key] = why;
+    }
+  }
 }
 
 // A data folder key (runner.train_data_dir, test_data_dir): its one folder, or, given a list,

@@ -23,6 +23,18 @@ std::string differences_from_paddlerec(config::ModelKind model) {
              "weights start at normals of Xavier's variance (PaddleRec's Xavier uniform), the "
              "logit's bias and the dense features' first-order weights at 0 (PaddleRec's output "
              "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2))";
+    case config::ModelKind::kDcnV2:
+      return "its cross network's input x0 is the pooled slots and the dense values as they are "
+             "(PaddleRec's passes the dense values through a Linear to dense_input_dim x "
+             "sparse_feature_dim values first); no dropout (PaddleRec's 0.5 after every DNN "
+             "layer and every ReLU) and no L2 decay; l2_reg_cross is trained as cross_l2 "
+             "(PaddleRec's dcn_v2 reads it and adds nothing); its DCN-Mix weights start at "
+             "N(0, 1/width) (V, the gate) and N(0, 1/rank) (C, U), PaddleRec's at Xavier normals "
+             "over the experts' stacked 3-D shapes (std sqrt(2 / (rank (width + experts))) for "
+             "U and V, sqrt(2 / (rank (rank + experts))) for C: 11 to 28 times smaller); its "
+             "embedding rows step only when their key is in the batch (PaddleRec's Adam has no "
+             "lazy_mode: every row's moments decay and move it every step), and nothing clips "
+             "the gradients (PaddleRec's clip by global norm optimizer.clip_by_norm, 10)";
     case config::ModelKind::kDcn:
       return "its cross layers share one weight vector and one bias (PaddleRec's net reuses "
              "layer_w and layer_b in every layer; GPUBox's has one pair per layer, as the DCN "

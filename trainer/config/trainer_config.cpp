@@ -1,5 +1,6 @@
 #include "trainer/config/trainer_config.hpp"
 
+#include "common/config/config_document.hpp"
 #include "common/enum_names.hpp"
 
 namespace gpubox::trainer {
@@ -64,6 +65,24 @@ Status check_saved_dense_switches(const std::map<std::string, std::string>& save
         (found == saved_model_keys.end() ? " (it records no such key: made before it)" : "") +
         ", but the config " + config.config_path + " has " + s.config + " (" + s.unset +
         "): add -o " + s.key + "=" + saved + " to read this save");
+  }
+  return Status::OK();
+}
+
+Status check_saved_derived_keys(const std::map<std::string, std::string>& saved_model_keys,
+                                const TrainerConfig& config, const std::string& save_dir) {
+  for (const auto& [key, why] : config.derived_model_keys) {
+    const auto found = saved_model_keys.find(key);
+    const std::string saved = found != saved_model_keys.end()
+                                  ? found->second
+                                  : config::ConfigDocument::defaults().value_text(key);
+    const auto now = config.model_keys.find(key);
+    if (now == config.model_keys.end() || saved == now->second) continue;
+    return Status::InvalidArgument(
+        "save " + save_dir + " was made with " + key + "=" + saved +
+        (found == saved_model_keys.end() ? " (it records no such key: its default)" : "") +
+        ", but the config " + config.config_path + " leaves it unset and has " + now->second +
+        " (" + why + "): add -o " + key + "=" + saved + " to resume this save at its start");
   }
   return Status::OK();
 }

@@ -124,6 +124,10 @@ struct TrainerConfig {
   // table part reads), each with its value as text: a save records them, and resuming from a
   // save made with other values is refused naming the keys (trainer/schedule/checkpoint.hpp).
   std::map<std::string, std::string> model_keys;
+  // The model_keys recorded at a value the config does not set but derives (a PaddleRec folder's
+  // start ranges, config_loader.cpp's record_keys), each with what derived it: a resume from a
+  // save made at another value names the -o that keeps the save's (check_saved_derived_keys).
+  std::map<std::string, std::string> derived_model_keys;
   // The other keys that shape what a run trains (its schedule, batches, reading, seed: every
   // runner key with an effect but those that only say where it reads, writes, logs or waits,
   // or how it overlaps its work), each with its value as text: with the data's fingerprint, the
@@ -148,5 +152,12 @@ struct TrainerConfig {
 // fc_sizes or the slots).
 Status check_saved_dense_switches(const std::map<std::string, std::string>& saved_model_keys,
                                   const TrainerConfig& config, const std::string& save_dir);
+
+// OK when the save `save_dir` was made with the values `config` derives for its
+// derived_model_keys (a key the save does not record: that key's default). Otherwise
+// InvalidArgument naming the key, the save's value, the derived one, what derived it and the
+// -o that resumes the save at its value (a dcn_v2-folder save made at GPUBox's start ranges).
+Status check_saved_derived_keys(const std::map<std::string, std::string>& saved_model_keys,
+                                const TrainerConfig& config, const std::string& save_dir);
 
 }  // namespace gpubox::trainer

@@ -339,7 +339,8 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   }
   for (const std::string& note :
        {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::trainer::dlrm_output_note(doc),
-        gpubox::config::dense_optimizer_note(doc), gpubox::table::paddlerec_rows_rule_note(doc)}) {
+        gpubox::config::dense_optimizer_note(doc),
+        gpubox::table::paddlerec_rows_rule_note(doc, config.sparse)}) {
     if (!note.empty()) GPUBOX_LOG(INFO) << note;
   }
   for (const std::string& note : config.dataset.reader_notes) GPUBOX_LOG(INFO) << note;

@@ -277,8 +277,11 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
     // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
     // dlrm folder, built one logit): the -o that resumes it.
     const Status switches = check_saved_dense_switches(m.model_keys, config_, candidate.dir);
+    // A start range a PaddleRec folder derives (dcn_v2's, a save made at GPUBox's): its -o.
+    const Status derived = check_saved_derived_keys(m.model_keys, config_, candidate.dir);
     GPUBOX_FAIL("runner.resume: ", which, " was made with other model settings: ", differences,
-                switches.ok() ? "" : " (" + switches.message() + ")", remedy);
+                switches.ok() ? "" : " (" + switches.message() + ")",
+                derived.ok() ? "" : " (" + derived.message() + ")", remedy);
   }
 }
 
