@@ -18,6 +18,7 @@
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/autoint_part.hpp"
 #include "trainer/nn/detail/exp_f_loop.cuh"
+#include "trainer/nn/detail/lane_max.cuh"
 
 namespace gpubox::trainer {
 namespace {
@@ -118,10 +119,10 @@ void run_rows(const RowFunctor& f, std::size_t begin, std::size_t end) {
 // Item (b, h, i): P_h[i, .] = softmax(S_h[i, .]) in place, S_h = Q_h K_h^T inv_scale (made by
 // the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F. rows<n>(i)
 // does items i .. i + n - 1.
-// A row's maximum is taken over kMaxLanes lanes, then across them: the same value as a scan (a
-// maximum is exact; of equal zeros either sign gives the same exp(p - top), and NaNs are never
-// taken in either form), in a loop the cpu vectorizes; so do the exponentials (exp_f_loop: glibc's
-// expf bits on cpu, expf on the device). The sums keep their order.
+// A row's maximum is taken over kMaxLanes lanes, then across them (detail::lane_max): the same
+// value as a scan (a maximum is exact; of equal zeros either sign gives the same exp(p - top), and
+// NaNs are never taken in either form), in a loop the cpu vectorizes; so do the exponentials
+// (exp_f_loop: glibc's expf bits on cpu, expf on the device). The sums keep their order.
 struct SoftmaxRows {
   static constexpr int kMaxLanes = 8;
   float* att;
@@ -135,16 +136,8 @@ struct SoftmaxRows {
     float* __restrict__ p0 = att + i0 * fields;
     for (int k = 0; k < kRows; ++k) {
       float* __restrict__ p = p0 + k * fields;
-      float lane[kMaxLanes];
-      for (int m = 0; m < kMaxLanes; ++m) lane[m] = -INFINITY;
-      int j = 0;
-      for (; j + kMaxLanes <= fields; j += kMaxLanes) {
-        for (int m = 0; m < kMaxLanes; ++m) lane[m] = p[j + m] > lane[m] ? p[j + m] : lane[m];
-      }
-      float top = -INFINITY;
-      for (int m = 0; m < kMaxLanes; ++m) top = lane[m] > top ? lane[m] : top;
-      for (; j < fields; ++j) top = p[j] > top ? p[j] : top;
-      for (j = 0; j < fields; ++j) p[j] = detail::exp_f_loop(p[j] - top);
+      const float top = detail::lane_max<kMaxLanes>(p, fields);
+      for (int j = 0; j < fields; ++j) p[j] = detail::exp_f_loop(p[j] - top);
     }
     float sum[kRows];
     for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
