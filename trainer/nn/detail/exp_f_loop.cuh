@@ -4,8 +4,13 @@
 // AVX2 run computes it: fused where that form fuses, by std::fma, so every instruction set the
 // cpu backend clones for (heterps/device/isa_clones.cuh) gives the same bits; with its results
 // below -103.28, above 88.72 and at NaN. A loop of it vectorizes, where a call to expf takes one
-// value at a time. tests/trainer/exp_f_loop_test.cpp compares it with glibc's expf where that
-// is the FMA form (every float was compared once: docs/bench/h157.md).
+// value at a time. tests/trainer/exp_f_loop_test.cu compares it with glibc's expf where that
+// is the FMA form (every float: its DISABLED_EveryFloat, run once: docs/bench/h157.md).
+// Cost on a cpu without FMA (before Haswell / Piledriver): every clone there is the baseline,
+// whose std::fma calls libm's fma, a software emulation on such a cpu, five a value: slower than
+// the old call to expf (glibc's non-FMA form) on those machines, with the same bits as here.
+// Bits only: no errno, not glibc's FE flags; round to nearest, no FTZ/DAZ assumed; past the edges
+// the float cast of an out-of-range double is UB by [conv.double] (g++: inf), then masked off.
 #pragma once
 
 #include <cmath>
