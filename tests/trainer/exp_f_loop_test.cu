@@ -4,7 +4,7 @@
 // same bits through device::isa_clones (a vectorized loop in the machine's clone) as in the scalar
 // form; and, where glibc's expf runs its FMA form (glibc 2.27 or later on an x86-64 with FMA and
 // AVX2, as its ifunc picks), equal to that expf bit for bit over the same floats. Every float, the
-// same checks: DISABLED_EveryFloat (--gtest_also_run_disabled_tests, about a minute).
+// same checks: DISABLED_EveryFloat (--gtest_also_run_disabled_tests, about 4 minutes of CPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -172,7 +172,7 @@ TEST(ExpFLoop, ThroughIsaClonesSameBitsAsTheScalarForm) {
 }
 
 // Every float: the cloned loop against the scalar form, within one ulp of float64, and against
-// glibc's expf where that is its FMA form. Not run by default (about a minute on one core).
+// glibc's expf where that is its FMA form. Not run by default (about 4 minutes of CPU).
 TEST(ExpFLoop, DISABLED_EveryFloat) {
   device::CardSet cards = device::CardSet::from_list("0");
   device::Card& card = cards.card(0);
