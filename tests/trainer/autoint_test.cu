@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/detail/lane_max.cuh"
 
 namespace gpubox::trainer {
 namespace {
@@ -115,6 +119,8 @@ struct AutointCase {
   bool residual;
   bool scaling;
   bool use_wide;
+  int slots = 3;
+  int dense_dim = 2;
 };
 
 class AutointTest : public ::testing::TestWithParam<AutointCase>, protected testing::OneCard {
@@ -122,9 +128,9 @@ class AutointTest : public ::testing::TestWithParam<AutointCase>, protected test
   DenseModelConfig config() const {
     DenseModelConfig cfg;
     cfg.kind = ModelKind::kAutoint;
-    cfg.slots = 3;
+    cfg.slots = GetParam().slots;
     cfg.mf_dim = 4;
-    cfg.dense_dim = 2;
+    cfg.dense_dim = GetParam().dense_dim;
     cfg.attn_layer_sizes = {4, 6};
     cfg.attn_heads = 2;
     cfg.fc_sizes = GetParam().fc_sizes;
@@ -149,20 +155,25 @@ TEST_P(AutointTest, ShapesAndFlops) {
   const std::size_t proj = cfg.attn_residual ? 4 : 3;
   std::size_t count = 0;
   for (const ParamBlock& b : model.parameters().blocks()) count += b.count;
-  // F = 5 fields of D = 4; layers 4 x 4 proj, 4 x 6 proj; out 5 x 6; the dense embeddings 2 x 4.
-  std::size_t expected = 4 * proj * 4 + 2 * 4 + 4 * proj * 6 + 2 * 6 + 30 + 8;
-  if (cfg.attn_use_wide) expected += 2;  // wide.dense_w
-  const std::size_t dnn_in = 20 + (cfg.use_cvm ? 6 : 0);
+  // F = slots + dense_dim fields of D = 4 (5 in most cases); layers 4 x 4 proj, 4 x 6 proj; out
+  // F x 6; the dense embeddings dense_dim x 4.
+  const std::size_t fields = cfg.slots + cfg.dense_dim;
+  std::size_t expected =
+      4 * proj * 4 + 2 * 4 + 4 * proj * 6 + 2 * 6 + fields * 6 + cfg.dense_dim * 4;
+  if (cfg.attn_use_wide) expected += cfg.dense_dim;  // wide.dense_w
+  const std::size_t dnn_in = fields * 4 + (cfg.use_cvm ? 2 * cfg.slots : 0);
   expected += cfg.fc_sizes.empty() ? 1 : dnn_in * 5 + 5 + 5 + 1;
   EXPECT_EQ(count, expected);
-  const double layers = 3.0 * 5 * (4 * proj * 4 + 4 * proj * 6) + 6.0 * 25 * (4 + 6);
+  const double layers = 3.0 * fields * (4 * proj * 4 + 4 * proj * 6) +
+                        6.0 * static_cast<double>(fields * fields) * (4 + 6);
   const double dnn = cfg.fc_sizes.empty() ? 0.0 : 5.0 * (2.0 * dnn_in + 20) + 1.0 * (3 * 5);
   EXPECT_DOUBLE_EQ(model.flops_per_example(), 2 * (layers + dnn));
 }
 
 TEST_P(AutointTest, RefusesWhatTheAttentionCannotTake) {
   DenseModelConfig cfg = config();
-  cfg.slot_dims = {4, 2, 4};
+  cfg.slot_dims.assign(cfg.slots, 4);
+  cfg.slot_dims[1] = 2;
   std::string why = testing::refusal(card_, cfg);
   EXPECT_NE(why.find("hyper_parameters.slot_dims"), std::string::npos) << why;
   cfg = config();
@@ -184,9 +195,63 @@ TEST_P(AutointTest, Bf16RunsInFp32) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AutointTest,
-    ::testing::Values(AutointCase{false, {}, true, true, true},      // PaddleRec's config.yaml
-                      AutointCase{true, {5}, true, true, false},     // config_bigdata.yaml's shape
-                      AutointCase{true, {5}, false, false, true}));  // no residual, unscaled
+    ::testing::Values(AutointCase{false, {}, true, true, true},    // PaddleRec's config.yaml
+                      AutointCase{true, {5}, true, true, false},   // config_bigdata.yaml's shape
+                      AutointCase{true, {5}, false, false, true},  // no residual, unscaled
+                      // F = 17: SoftmaxRows' row maximum over two blocks of 8 lanes and a tail.
+                      AutointCase{false, {}, true, true, true, 13, 4}));
+
+// detail::lane_max (SoftmaxRows' row maximum over 8 lanes) against a scan, bit for bit, on rows of
+// every length from 0 to 40 (no, one, several blocks of 8 and the tails between): random values
+// with repeats, -inf, NaNs and a row's zeros of one sign; rows of zeros of both signs give an equal
+// value (either sign: exp(p - top) is the same).
+TEST(AutointSoftmax, LaneMaxIsTheScansMaximumBitForBit) {
+  const auto bits = [](float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    return b;
+  };
+  const auto scan = [](const std::vector<float>& p) {
+    float top = -INFINITY;
+    for (const float v : p) top = v > top ? v : top;
+    return top;
+  };
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> value(-8.0f, 8.0f);
+  std::uniform_int_distribution<int> kind(0, 9);
+  for (int n = 0; n <= 40; ++n) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const float zero = trial % 2 == 0 ? 0.0f : -0.0f;
+      std::vector<float> p(n);
+      for (float& v : p) {
+        switch (kind(rng)) {
+          case 0:
+            v = -INFINITY;
+            break;
+          case 1:
+            v = NAN;
+            break;
+          case 2:
+            v = zero;
+            break;
+          case 3:
+            v = 1.5f;
+            break;  // repeats
+          default:
+            v = value(rng);
+            break;
+        }
+      }
+      if (trial % 50 == 0 && n > 0) p[trial % n] = 1e30f;  // the top in any one lane or the tail
+      const float want = scan(p);
+      const float got = detail::lane_max<8>(p.data(), n);
+      ASSERT_EQ(bits(got), bits(want)) << "n = " << n << ", trial " << trial;
+    }
+    std::vector<float> zeros(n);
+    for (int j = 0; j < n; ++j) zeros[j] = j % 3 == 0 ? -0.0f : 0.0f;
+    EXPECT_EQ(detail::lane_max<8>(zeros.data(), n), n == 0 ? -INFINITY : 0.0f) << "n = " << n;
+  }
+}
 
 // PaddleRec's models/rank/autoint/config.yaml: 26 slots, 13 dense features, embedding_dim 16,
 // attn_layer_sizes [64, 64, 64], 2 heads, residual, no DNN. By hand, per example: F = 39;

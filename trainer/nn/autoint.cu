@@ -14,8 +14,11 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/autoint_part.hpp"
+#include "trainer/nn/detail/exp_f_loop.cuh"
+#include "trainer/nn/detail/lane_max.cuh"
 
 namespace gpubox::trainer {
 namespace {
@@ -96,23 +99,60 @@ struct LayerShape {
   bool residual;
 };
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// cpu: how many rows the row functors below (SoftmaxRows, ResidualNorm, NormBack, SoftmaxBackRows)
+// take at once in their run_range forms. Each row's sums keep their order; side by side, the
+// rows' chains of dependent additions overlap instead of one row's chain waiting on the last.
+constexpr int kRowsAtOnce = 4;
+
+// cpu: rows [begin, end) of a row functor, kRowsAtOnce at a time through its rows<kRowsAtOnce>,
+// the rest one by one.
+template <class RowFunctor>
+void run_rows(const RowFunctor& f, std::size_t begin, std::size_t end) {
+  auto r = static_cast<int64_t>(begin);
+  const auto stop = static_cast<int64_t>(end);
+  for (; r + kRowsAtOnce <= stop; r += kRowsAtOnce) f.template rows<kRowsAtOnce>(r);
+  for (; r < stop; ++r) f.template rows<1>(r);
+}
+#endif
+
 // Item (b, h, i): P_h[i, .] = softmax(S_h[i, .]) in place, S_h = Q_h K_h^T inv_scale (made by
-// the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F.
+// the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F. rows<n>(i)
+// does items i .. i + n - 1.
+// A row's maximum is taken over kMaxLanes lanes, then across them (detail::lane_max): the same
+// value as a scan (a maximum is exact; of equal zeros either sign gives the same exp(p - top), and
+// NaNs are never taken in either form), in a loop the cpu vectorizes; so do the exponentials
+// (exp_f_loop: glibc's expf bits on cpu, expf on the device). The sums keep their order.
 struct SoftmaxRows {
+  static constexpr int kMaxLanes = 8;
   float* att;
   int fields;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    float* p = att + static_cast<int64_t>(item) * fields;
-    float top = -INFINITY;
-    for (int j = 0; j < fields; ++j) top = p[j] > top ? p[j] : top;
-    float sum = 0.0f;
-    for (int j = 0; j < fields; ++j) sum += (p[j] = expf(p[j] - top));
-    for (int j = 0; j < fields; ++j) p[j] /= sum;
+  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
+#endif
+  template <int kRows>
+  GPUBOX_HD void rows(int64_t i0) const {
+    float* __restrict__ p0 = att + i0 * fields;
+    for (int k = 0; k < kRows; ++k) {
+      float* __restrict__ p = p0 + k * fields;
+      const float top = detail::lane_max<kMaxLanes>(p, fields);
+      for (int j = 0; j < fields; ++j) p[j] = detail::exp_f_loop(p[j] - top);
+    }
+    float sum[kRows];
+    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+    for (int j = 0; j < fields; ++j) {
+      for (int k = 0; k < kRows; ++k) sum[k] += p0[k * fields + j];
+    }
+    for (int k = 0; k < kRows; ++k) {
+      float* __restrict__ p = p0 + k * fields;
+      for (int j = 0; j < fields; ++j) p[j] /= sum[k];
+    }
   }
 };
 
 // Item r = b F + i: Y[r] = relu(O[r] + R[r]) in place (O made by the P V GEMMs), H^{l+1}[r] =
-// LayerNorm(Y[r]); mean and 1 / std into stats[r].
+// LayerNorm(Y[r]); mean and 1 / std into stats[r]. rows<n>(r) does items r .. r + n - 1.
 struct ResidualNorm {
   const float* proj;
   const float* gamma;
@@ -121,31 +161,53 @@ struct ResidualNorm {
   float* stats;
   float* out;
   LayerShape s;
+  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
+#endif
   // The selects and the output are loops of their own beside the sums (which keep their order),
   // so that the cpu vectorizes them rather than branching on each value's sign.
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const auto r = static_cast<int64_t>(item);
-    const float* __restrict__ rr = proj + r * s.proj + 3 * s.cols;
-    float* __restrict__ yr = y + r * s.cols;
-    float* __restrict__ outr = out + r * s.cols;
-    if (s.residual) {
-      for (int col = 0; col < s.cols; ++col) {
-        const float o = yr[col] + rr[col];
-        yr[col] = o > 0.0f ? o : 0.0f;
+  template <int kRows>
+  GPUBOX_HD void rows(int64_t r0) const {
+    const int64_t cols = s.cols;
+    for (int k = 0; k < kRows; ++k) {
+      const float* __restrict__ rr = proj + (r0 + k) * s.proj + 3 * cols;
+      float* __restrict__ yr = y + (r0 + k) * cols;
+      if (s.residual) {
+        for (int col = 0; col < s.cols; ++col) {
+          const float o = yr[col] + rr[col];
+          yr[col] = o > 0.0f ? o : 0.0f;
+        }
+      } else {
+        for (int col = 0; col < s.cols; ++col) yr[col] = yr[col] > 0.0f ? yr[col] : 0.0f;
       }
-    } else {
-      for (int col = 0; col < s.cols; ++col) yr[col] = yr[col] > 0.0f ? yr[col] : 0.0f;
     }
-    float mean = 0.0f;
-    for (int col = 0; col < s.cols; ++col) mean += yr[col];
-    mean /= static_cast<float>(s.cols);
-    float var = 0.0f;
-    for (int col = 0; col < s.cols; ++col) var += (yr[col] - mean) * (yr[col] - mean);
-    const float rstd = 1.0f / sqrtf(var / static_cast<float>(s.cols) + kLayerNormEps);
-    stats[2 * r] = mean;
-    stats[2 * r + 1] = rstd;
+    const float* y0 = y + r0 * cols;
+    float mean[kRows], var[kRows];
+    for (int k = 0; k < kRows; ++k) mean[k] = 0.0f;
     for (int col = 0; col < s.cols; ++col) {
-      outr[col] = gamma[col] * (yr[col] - mean) * rstd + beta[col];
+      for (int k = 0; k < kRows; ++k) mean[k] += y0[k * cols + col];
+    }
+    for (int k = 0; k < kRows; ++k) {
+      mean[k] /= static_cast<float>(s.cols);
+      var[k] = 0.0f;
+    }
+    for (int col = 0; col < s.cols; ++col) {
+      for (int k = 0; k < kRows; ++k) {
+        const float centred = y0[k * cols + col] - mean[k];
+        var[k] += centred * centred;
+      }
+    }
+    for (int k = 0; k < kRows; ++k) {
+      const int64_t r = r0 + k;
+      const float rstd = 1.0f / sqrtf(var[k] / static_cast<float>(s.cols) + kLayerNormEps);
+      stats[2 * r] = mean[k];
+      stats[2 * r + 1] = rstd;
+      const float* __restrict__ yr = y0 + k * cols;
+      float* __restrict__ outr = out + r * cols;
+      for (int col = 0; col < s.cols; ++col) {
+        outr[col] = gamma[col] * (yr[col] - mean[k]) * rstd + beta[col];
+      }
     }
   }
 };
@@ -175,61 +237,93 @@ struct GradTimesXhat {
 #endif
 };
 
-// Item r = b F + i: dO[r] and dR[r] through the LayerNorm and the ReLUs.
+// Item r = b F + i: dO[r] through the LayerNorm and Y's ReLU, and dR[r] = dO[r] with use_residual
+// (R's ReLU is MaskProjections', which reads the projections anyway: masking here too read R's
+// columns twice, a pass over memory that was most of this kernel's time). rows<n>(r) does items
+// r .. r + n - 1.
 struct NormBack {
   const float* g;
-  const float* proj;
   const float* y;
   const float* stats;
   const float* gamma;
   float* d_o;
   float* d_proj;
   LayerShape s;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const auto r = static_cast<int64_t>(item);
-    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
-    const float* gr = g + r * s.cols;
-    const float* yr = y + r * s.cols;
-    float m1 = 0.0f, m2 = 0.0f;
-    for (int c = 0; c < s.cols; ++c) {
-      const float dxhat = gr[c] * gamma[c];
-      m1 += dxhat;
-      m2 += dxhat * (yr[c] - mean) * rstd;
+  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
+#endif
+  template <int kRows>
+  GPUBOX_HD void rows(int64_t r0) const {
+    const int64_t cols = s.cols;
+    const float* __restrict__ g0 = g + r0 * cols;
+    const float* __restrict__ y0 = y + r0 * cols;
+    float mean[kRows], rstd[kRows], m1[kRows], m2[kRows];
+    for (int k = 0; k < kRows; ++k) {
+      mean[k] = stats[2 * (r0 + k)];
+      rstd[k] = stats[2 * (r0 + k) + 1];
+      m1[k] = 0.0f;
+      m2[k] = 0.0f;
     }
-    m1 /= static_cast<float>(s.cols);
-    m2 /= static_cast<float>(s.cols);
-    float* __restrict__ dor = d_o + r * s.cols;
     for (int c = 0; c < s.cols; ++c) {
-      const float xhat = (yr[c] - mean) * rstd;
-      dor[c] = rstd * (gr[c] * gamma[c] - m1 - xhat * m2);
+      for (int k = 0; k < kRows; ++k) {
+        const float dxhat = g0[k * cols + c] * gamma[c];
+        m1[k] += dxhat;
+        m2[k] += dxhat * (y0[k * cols + c] - mean[k]) * rstd[k];
+      }
     }
-    relu_mask(yr, dor, s.cols);
-    if (!s.residual) return;
-    float* __restrict__ dpr = d_proj + r * s.proj + 3 * s.cols;
-    for (int c = 0; c < s.cols; ++c) dpr[c] = dor[c];
-    relu_mask(proj + r * s.proj + 3 * s.cols, dpr, s.cols);
+    for (int k = 0; k < kRows; ++k) {
+      const int64_t r = r0 + k;
+      const float* __restrict__ gr = g0 + k * cols;
+      const float* __restrict__ yr = y0 + k * cols;
+      const float mean1 = m1[k] / static_cast<float>(s.cols);
+      const float mean2 = m2[k] / static_cast<float>(s.cols);
+      float* __restrict__ dor = d_o + r * cols;
+      for (int c = 0; c < s.cols; ++c) {
+        const float xhat = (yr[c] - mean[k]) * rstd[k];
+        dor[c] = rstd[k] * (gr[c] * gamma[c] - mean1 - xhat * mean2);
+      }
+      relu_mask(yr, dor, s.cols);
+      if (!s.residual) continue;
+      // dR before R's ReLU: MaskProjections masks it with the Q, K and V columns.
+      float* __restrict__ dpr = d_proj + r * s.proj + 3 * cols;
+      for (int c = 0; c < s.cols; ++c) dpr[c] = dor[c];
+    }
   }
 };
 
 // Item (b, h, i): dS_h[i, .] = P_h[i, .] (dP_h[i, .] - P_h[i, .] . dP_h[i, .]) inv_scale in
-// place over dP_h = dO_h V_h^T (made by the batched GEMMs beforehand).
+// place over dP_h = dO_h V_h^T (made by the batched GEMMs beforehand). rows<n>(i) does items
+// i .. i + n - 1.
 struct SoftmaxBackRows {
   const float* att;
   float* d_s;
   int fields;
   float inv_scale;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const float* p = att + static_cast<int64_t>(item) * fields;
-    float* ds = d_s + static_cast<int64_t>(item) * fields;
-    float weighted = 0.0f;
-    for (int j = 0; j < fields; ++j) weighted += p[j] * ds[j];
-    for (int j = 0; j < fields; ++j) ds[j] = p[j] * (ds[j] - weighted) * inv_scale;
+  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
+#endif
+  template <int kRows>
+  GPUBOX_HD void rows(int64_t i0) const {
+    const float* __restrict__ p0 = att + i0 * fields;
+    float* __restrict__ ds0 = d_s + i0 * fields;
+    float weighted[kRows];
+    for (int k = 0; k < kRows; ++k) weighted[k] = 0.0f;
+    for (int j = 0; j < fields; ++j) {
+      for (int k = 0; k < kRows; ++k) weighted[k] += p0[k * fields + j] * ds0[k * fields + j];
+    }
+    for (int k = 0; k < kRows; ++k) {
+      const float* __restrict__ p = p0 + k * fields;
+      float* __restrict__ ds = ds0 + k * fields;
+      for (int j = 0; j < fields; ++j) ds[j] = p[j] * (ds[j] - weighted[k]) * inv_scale;
+    }
   }
 };
 
-// Item i of the [rows x proj] projection rows: d_proj[i] through the projection's ReLU. Over
-// every column, R's too: NormBack wrote dR already masked, and masking it again changes nothing;
-// so the items are the flat buffer (no per-item division, a loop the cpu backend vectorizes).
+// Item i of the [rows x proj] projection rows: d_proj[i] through the projection's ReLU, over every
+// column (Q, K, V and R: NormBack leaves dR unmasked), so the items are the flat buffer (no
+// per-item division, a loop the cpu backend vectorizes).
 struct MaskProjections {
   const float* proj;
   float* d_proj;
@@ -279,6 +373,18 @@ struct OutputGrad {
     const std::size_t b = item / static_cast<std::size_t>(cols);
     g[item] = scale * dlogits[b] * w_out[item % static_cast<std::size_t>(cols)];
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: one division per row instead of per item, the row's products in a loop that vectorizes
+  // (the same products: scale * dlogits[b] is the left one either way).
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, cols, [this](int64_t b, int64_t c0, int64_t c1) {
+      const float row = scale * dlogits[b];
+      const float* __restrict__ w = w_out;
+      float* __restrict__ gr = g + b * cols;
+      for (int64_t c = c0; c < c1; ++c) gr[c] = row * w[c];
+    });
+  }
+#endif
 };
 
 // dH^0[b, c] += the DNN's dL/d(input)[b, c] for c < F D.
@@ -335,7 +441,8 @@ void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* p
       v{pr + 2 * cols, proj, f * proj, a};
   head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
              HeadBlock<float>{att, f, att_stride, f * f});
-  device::parallel_for(blas.stream(), items(batch * s.heads, f), SoftmaxRows{att, s.fields});
+  device::parallel_for(blas.stream(), items(batch * s.heads, f),
+                       device::isa_clones(SoftmaxRows{att, s.fields}));
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo,
              HeadBlock<const float>{att, f, att_stride, f * f}, Transpose::kNo, v,
              HeadBlock<float>{y, cols, f * cols, a});
@@ -354,7 +461,7 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
   head_gemms(blas, s.heads, batch, f, f, a, 1.0f, Transpose::kNo, d_o, Transpose::kYes, v,
              HeadBlock<float>{d_s_p, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale});
+                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}));
   // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h, dV_h = P_h^T dO_h; then the ReLUs of Q, K and V.
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo, d_s, Transpose::kNo, k,
              HeadBlock<float>{dp, proj, f * proj, a});
@@ -362,7 +469,8 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
              HeadBlock<float>{dp + cols, proj, f * proj, a});
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kYes, att, Transpose::kNo, d_o,
              HeadBlock<float>{dp + 2 * cols, proj, f * proj, a});
-  device::parallel_for(blas.stream(), items(batch * f, proj), MaskProjections{pr, dp});
+  device::parallel_for(blas.stream(), items(batch * f, proj),
+                       device::isa_clones(MaskProjections{pr, dp}));
 }
 
 }  // namespace
@@ -386,16 +494,17 @@ void AutointPart::forward(const Blas& blas, const DenseParameters& params, const
     const int in = in_cols(l), cols = proj_cols(l), a = sizes_[l] / heads_;
     blas.sgemm(Transpose::kNo, Transpose::kNo, rows, cols, in, 1.0f, layer_input(l), in,
                params.values(w_[l]), cols, 0.0f, proj_[l].data(), cols);
-    device::parallel_for(stream, items(rows, cols), ReluInPlace{proj_[l].data()});
+    device::parallel_for(stream, items(rows, cols),
+                         device::isa_clones(ReluInPlace{proj_[l].data()}));
     const LayerShape shape{fields(), sizes_[l],
                            cols,     heads_,
                            a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                            residual_};
     attend(blas, shape, batch, proj_[l].data(), att_[l].data(), y_[l].data());
-    device::parallel_for(
-        stream, static_cast<std::size_t>(rows),
-        ResidualNorm{proj_[l].data(), params.values(gamma_[l]), params.values(beta_[l]),
-                     y_[l].data(), stats_[l].data(), out_[l].data(), shape});
+    device::parallel_for(stream, static_cast<std::size_t>(rows),
+                         device::isa_clones(ResidualNorm{proj_[l].data(), params.values(gamma_[l]),
+                                                         params.values(beta_[l]), y_[l].data(),
+                                                         stats_[l].data(), out_[l].data(), shape}));
   }
 }
 
@@ -416,16 +525,17 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
                          a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                          residual_};
   // dgamma and dbeta: column sums of G xhat (in d_o_, free until NormBack) and of G.
-  device::parallel_for(
-      stream, items(rows, sizes_[l]),
-      GradTimesXhat{d_out, y_[l].data(), stats_[l].data(), d_o_.data(), sizes_[l]});
+  device::parallel_for(stream, items(rows, sizes_[l]),
+                       device::isa_clones(GradTimesXhat{d_out, y_[l].data(), stats_[l].data(),
+                                                        d_o_.data(), sizes_[l]}));
   blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_o_.data(), sizes_[l], ones_.data(), 0.0f,
              params.grads(gamma_[l]));
   blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_out, sizes_[l], ones_.data(), 0.0f,
              params.grads(beta_[l]));
-  device::parallel_for(stream, static_cast<std::size_t>(rows),
-                       NormBack{d_out, proj_[l].data(), y_[l].data(), stats_[l].data(),
-                                params.values(gamma_[l]), d_o_.data(), d_proj_.data(), shape});
+  device::parallel_for(
+      stream, static_cast<std::size_t>(rows),
+      device::isa_clones(NormBack{d_out, y_[l].data(), stats_[l].data(), params.values(gamma_[l]),
+                                  d_o_.data(), d_proj_.data(), shape}));
   attend_backward(blas, shape, batch, proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
                   d_proj_.data());
   blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
@@ -441,8 +551,9 @@ void AutointPart::backward(const Blas& blas, DenseParameters& params, const floa
   const int flat = fields() * sizes_.back();
   float* g = g_a_.data();
   float* spare = g_b_.data();
-  device::parallel_for(stream, items(batch, flat),
-                       OutputGrad{dlogits, params.values(w_out_), g, scale, flat});
+  device::parallel_for(
+      stream, items(batch, flat),
+      device::isa_clones(OutputGrad{dlogits, params.values(w_out_), g, scale, flat}));
   blas.sgemv(Transpose::kYes, batch, flat, scale, out_.back().data(), flat, dlogits, 0.0f,
              params.grads(w_out_));
   for (std::size_t l = sizes_.size(); l-- > 0;) {
