@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -71,11 +72,20 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
   const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
   if (keep_failures) {
+    // Other trainers beat and may mark their failures meanwhile: a write of what was read would
+    // wipe a mark made between the read and the write. The beats and finished flags are taken
+    // back by what was read instead, in one add that adds 0 to every failed flag.
     GPUBOX_RETURN_IF_ERROR(
         servers.dense(DenseAction::kRead, kAliveTable, &values)
             .with_context("reading the servers' table " + std::string(kAliveTable)));
-    if (values.size() != 3 * n) values = zeros(trainers);
-    std::fill(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.0f);
+    if (values.size() == 3 * n) {
+      const auto failed_flags = values.begin() + static_cast<std::ptrdiff_t>(2 * n);
+      std::transform(values.begin(), failed_flags, values.begin(), std::negate<float>());
+      std::fill(failed_flags, values.end(), 0.0f);
+      return servers.dense(DenseAction::kAdd, kAliveTable, &values)
+          .with_context("restarting the beats of the servers' table " + std::string(kAliveTable));
+    }
+    values = zeros(trainers);  // none of this job's: written as at the job's start
   }
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kWrite, kAliveTable, &values)
@@ -87,19 +97,24 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
 }
 
 Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& reason, FailureNotice notice) {
+                                int trainers, const std::string& reason, FailureNotice notice,
+                                int run, std::vector<float>* alive_at_mark) {
+  GPUBOX_EXPECTS(run >= 1, "PsPeerWatch::mark_failed: run ", run, " (runs count from 1)");
+  if (alive_at_mark != nullptr) alive_at_mark->clear();
   return set_own_failure(servers, trainer_id, trainers,
                          stored_reason(reason.empty() ? "(it reported no reason)" : reason),
-                         notice == FailureNotice::kToWatches ? 1.0f : -1.0f);
+                         notice == FailureNotice::kToWatches ? static_cast<float>(run) : -1.0f,
+                         alive_at_mark);
 }
 
 Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
                                   int trainers) {
-  return set_own_failure(servers, trainer_id, trainers, "", 0.0f);
+  return set_own_failure(servers, trainer_id, trainers, "", 0.0f, nullptr);
 }
 
 Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                    int trainers, const std::string& stored, float flag) {
+                                    int trainers, const std::string& stored, float flag,
+                                    std::vector<float>* alive) {
   const std::string context = "telling the other trainers that trainer " +
                               std::to_string(trainer_id) +
                               (stored.empty() ? " did not fail" : " failed");
@@ -126,18 +141,22 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   const float held_flag = values.size() > at ? values[at] : 0.0f;
   values = zeros(trainers);
   values[at] = flag - held_flag;
-  return servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context);
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context));
+  if (alive != nullptr && values.size() == zeros(trainers).size()) *alive = std::move(values);
+  return Status::OK();
 }
 
 StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
-                                       int trainers) {
+                                       int trainers, int run) {
   const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values)
                              .with_context("reading the trainers' failed flags"));
   if (values.size() != 3 * n) return -1;
   for (std::size_t w = 0; w < n; ++w) {
-    if (static_cast<int>(w) != trainer_id && values[2 * n + w] > 0) return static_cast<int>(w);
+    const bool failed = values[2 * n + w] == static_cast<float>(run);
+    if (static_cast<int>(w) != trainer_id && failed) return static_cast<int>(w);
   }
   return -1;
 }
@@ -151,10 +170,14 @@ StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& ser
   return get_text(all.data() + kReasonFloats * static_cast<std::size_t>(trainer_id), kReasonFloats);
 }
 
-Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop) {
+Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_mark,
+                                            double timeout_s, const std::atomic<bool>* stop) {
   const auto n = static_cast<std::size_t>(trainers_);
   const auto deadline = Clock::now() + millis_of(timeout_s);
-  std::vector<float> at_mark;
+  // The beats as the mark's add left them: a watch that beat past them saw the mark, before
+  // this wait's first read too.
+  std::vector<float> at_mark = alive_at_mark.size() == 3 * n ? alive_at_mark : std::vector<float>();
+  std::string unseen;
   auto pause = std::chrono::milliseconds(10);
   while (Clock::now() < deadline && (stop == nullptr || !stop->load())) {
     std::vector<float> values = zeros(trainers_);
@@ -166,24 +189,25 @@ Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<
       if (values[w] < at_mark[w]) at_mark[w] = values[w];
     }
     if (at_mark.empty()) at_mark = values;
-    bool seen = true;
+    unseen.clear();
     for (std::size_t w = 0; w < n; ++w) {
       // One not beating (not begun, or ended: its count stopped) is not waited for past the
-      // timeout; one finished or failed watches no more.
+      // timeout; one finished or failed watches no more; one whose failed flag is of an earlier
+      // run has not begun this one (it takes the flag back first).
       const bool gone = values[n + w] > 0 || values[2 * n + w] > 0 || values[w] <= 0;
-      if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) seen = false;
+      if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) {
+        unseen += (unseen.empty() ? "" : ", ") + std::to_string(w);
+      }
     }
-    if (seen) return Status::OK();
+    if (unseen.empty()) return Status::OK();
     std::this_thread::sleep_for(pause);
     pause = std::min(2 * pause, std::chrono::milliseconds(100));
   }
-  if (stop == nullptr || !stop->load()) {
-    GPUBOX_LOG(WARNING) << "trainer " << trainer_id_ << " of " << trainers_
-                        << ": not every other trainer's watch beat within " << timeout_s
-                        << " s after this trainer marked its failure: those find it lost by its "
-                           "heartbeat instead";
-  }
-  return Status::OK();
+  if (stop != nullptr && stop->load()) return Status::OK();
+  std::ostringstream late;
+  late << "the watch of trainer(s) " << unseen << " did not beat within " << timeout_s
+       << " s after trainer " << trainer_id_ << " of " << trainers_ << " marked its failure";
+  return Status::DeadlineExceeded(late.str());
 }
 
 PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
@@ -279,11 +303,16 @@ void PsPeerWatch::beat_loop() {
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
     // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
+    // A failed flag of another run (an earlier train()) is stale: its trainer takes it back as
+    // it begins this run.
+    const auto this_run = static_cast<float>(options_.run);
     const bool failing = failing_.load(std::memory_order_acquire) ||
-                         values[2 * n + static_cast<std::size_t>(trainer_id_)] > 0;
+                         values[2 * n + static_cast<std::size_t>(trainer_id_)] == this_run;
     if (failing) continue;
     for (std::size_t w = 0; w < n; ++w) {
-      if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] <= 0 || reported[w]) continue;
+      if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] != this_run || reported[w]) {
+        continue;
+      }
       reported[w] = true;
       StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
       on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
@@ -296,6 +325,8 @@ void PsPeerWatch::beat_loop() {
       // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
       // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
       // One that failed is reported by its flag (above), or not at all: never found lost.
+      // One whose failed flag is of an earlier run has not begun this one (it takes the flag
+      // back before its watch starts): not judged either.
       if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || values[2 * n + w] > 0 ||
           reported[w]) {
         continue;

@@ -15,7 +15,16 @@
 // kFailureTable. Every other trainer's next beat sees the flag and reports the trainer lost with
 // its reason ("trainer 1 of 2 failed: ..."), within one beat, not runner.peer_timeout_s or
 // runner.collective_timeout_s later; the failed trainer waits for those beats
-// (wait_until_failure_seen, at most runner.peer_timeout_s) and ends.
+// (wait_until_failure_seen, at most runner.peer_timeout_s) and ends. The flag holds the run it
+// was marked in (which train() of the trainers' objects: PsTrainer counts them alike on every
+// trainer), and a watch reports only a flag of its own run: a mark left by an earlier train()
+// (a Python loop, a job after a failed one) is stale, and must not stop a trainer that began
+// the next train() first: until its trainer takes it back (as its next train() starts, before
+// its watch does), that trainer counts as not yet begun (neither reported nor judged lost).
+// Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
+// marks: not one atomic step). Neither reports the other; every other trainer reports one of
+// them, the one whose mark its beats saw first (the lower-numbered when one beat saw both), so
+// two such trainers may name different ones, each a failure that happened.
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
@@ -26,8 +35,10 @@
 // keeps it: the trainer's teardown may hang in a call to that server.
 //
 // The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
-// a recovery's restart of the job zeroes the beats and finished flags only):
-//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
+// a recovery's restart of the job zeroes the beats and finished flags only, in one add that
+// leaves the failed flags alone, since other trainers may mark theirs meanwhile):
+//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1
+//                 (each 0, or the run it was marked in)}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
 //
@@ -55,6 +66,7 @@ namespace gpubox::trainer::ps_modes {
 struct PsPeerWatchOptions {
   double peer_timeout_s = 10;  // runner.peer_timeout_s
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
+  int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
 
 // Thrown by a trainer told that another trainer of its job failed (at a meeting, by what that
@@ -78,22 +90,29 @@ class PsPeerWatch {
   static constexpr std::size_t kReasonBytes = 513;
 
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
-  // servers left). `keep_failures` (a recovery's restart of the job): the failed flags and the
-  // reasons stay, so that a mark made just before is not wiped.
+  // servers left). `keep_failures` (a recovery's restart of the job, other trainers' watches
+  // beating): only the beats and finished flags go back to 0, by one add of what a read found
+  // there (a beat between the two stays counted); the failed flags and the reasons are not
+  // written, so that a mark made just before, or meanwhile, is not wiped.
   static Status reset(table::server::RemoteHostTier& servers, int trainers,
                       bool keep_failures = false);
-  // Trainer `trainer_id` of `trainers` failed for good with `reason` ("" reads as "(it reported
-  // no reason)"): failure_of reads it (a second mark in a job replaces the first); with
-  // FailureNotice::kToWatches every other trainer's watch also reports it at its next beat (and
-  // ends its process exit_grace_s later, as for a lost trainer). Needs no watch running.
+  // Trainer `trainer_id` of `trainers` failed for good in run `run` (>= 1) with `reason` (""
+  // reads as "(it reported no reason)"): failure_of reads it (a second mark in a job replaces the
+  // first); with FailureNotice::kToWatches every other trainer's watch of that run also reports
+  // it at its next beat (and ends its process exit_grace_s later, as for a lost trainer), and
+  // `*alive_at_mark` (may be null) is kAliveTable as the flag's add left it: every beat counted
+  // past it saw the flag (wait_until_failure_seen). Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
-                            const std::string& reason, FailureNotice notice);
+                            const std::string& reason, FailureNotice notice, int run = 1,
+                            std::vector<float>* alive_at_mark = nullptr);
   // Takes back trainer `trainer_id`'s mark (its reason and failed flag zeroed): a new train() of
   // the same trainer, in the job of the old one.
   static Status clear_failure(table::server::RemoteHostTier& servers, int trainer_id, int trainers);
-  // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
+  // The first trainer other than `trainer_id` whose failed flag is set in run `run`
+  // (kToWatches), -1 if none. (Run 1, the default here and in mark_failed: the first train() of
+  // the trainers' objects.)
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
-                                   int trainers);
+                                   int trainers, int run = 1);
   // What trainer `trainer_id` reported as it failed ("" while it did not).
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
                                           int trainers);
@@ -122,16 +141,21 @@ class PsPeerWatch {
   // later); its beats go on, as with this trainer's own failed flag set. Any thread.
   void ignore_failed_peers() { failing_.store(true, std::memory_order_release); }
   // After mark_failed for this trainer: waits until every other trainer still in the job (not
-  // finished, not failed, beating) has beaten since the mark, so its watch saw it; at most
-  // `timeout_s`, and not past `*stop` (may be null) turning true. An error when the first server
-  // does not answer.
-  Status wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop);
+  // finished, not failed in this run, beating) has beaten past `alive_at_mark` (mark_failed's;
+  // empty: the table as this wait first reads it), so its watch saw the mark; at most
+  // `timeout_s` (then DeadlineExceeded, naming the trainers that did not beat), and not past
+  // `*stop` (may be null) turning true (then OK). A peer that saw the mark before this wait
+  // began counts: the mark's own add set the baseline. An error when the first server does not
+  // answer.
+  Status wait_until_failure_seen(const std::vector<float>& alive_at_mark, double timeout_s,
+                                 const std::atomic<bool>* stop);
 
  private:
   // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
-  // `flag` (see mark_failed).
+  // `flag` (see mark_failed; `*alive` the table after the flag's add, when not null).
   static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& stored, float flag);
+                                int trainers, const std::string& stored, float flag,
+                                std::vector<float>* alive);
   void beat_loop();
   void ping_loop();
   // Waits one interval; false once stopping.

@@ -135,8 +135,8 @@ std::string thread_cards(const TrainerConfig& config, const TrainerEnv& env) {
 
 }  // namespace
 
-PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
-    : config_(std::move(config)), env_(std::move(env)) {
+PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
+    : config_(std::move(config)), env_(std::move(env)), order_hook_(std::move(order_hook)) {
   GPUBOX_EXPECTS(config_.runner.sync_mode != SyncMode::kGpubox,
                  "PsTrainer runs the async, sync and geo modes");
   GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
@@ -153,7 +153,8 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             {},
             nullptr,
             nullptr,
-            false});
+            false,
+            1});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   make_workers();
@@ -223,6 +224,7 @@ void PsTrainer::start_job(bool recovery) {
   // A sync job of several trainers: every trainer's pushes of a step are parts of the job's step,
   // summed by the servers before one update (MergedPushes::join_job).
   if (sums_steps) {
+    if (order_hook_) order_hook_("ps/start: read the job's id");
     std::vector<float> job(4, 0.0f);
     throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
                        .with_context("reading the sync job's id"));
@@ -332,9 +334,10 @@ void PsTrainer::fail_at_meeting(const std::exception_ptr& failed, const std::str
                                 const std::string& what, double timeout_s, bool marks, bool meets) {
   State& s = *state_;
   if (marks && env_.trainers > 1) {
-    s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
-                                                message_of(failed), FailureNotice::kAtMeeting)
-                           .ok();
+    s.failure_marked =
+        PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers, message_of(failed),
+                                 FailureNotice::kAtMeeting, s.run)
+            .ok();
   }
   if (meets) {
     try {
@@ -367,6 +370,7 @@ std::vector<float> PsTrainer::dense_values() const {
 
 void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
   if (env_.trainers == 1) return;
+  if (order_hook_) order_hook_("meet " + name);
   const double collective_s = config_.runner.collective_timeout_s;
   std::ostringstream limit;  // seconds as written in a config: 20, 2.5
   if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
@@ -412,7 +416,8 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
     }
     // Another trainer that marked its failure first is what every trainer reports: a second
     // mark would make its watch report this one failed too (and end its process).
-    StatusOr<int> first = PsPeerWatch::failed_peer(*s.servers, env_.trainer_id, env_.trainers);
+    StatusOr<int> first =
+        PsPeerWatch::failed_peer(*s.servers, env_.trainer_id, env_.trainers, s.run);
     if (first.ok() && *first >= 0) {
       GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " does not mark its failure: trainer "
                           << *first << " marked its own first";
@@ -426,12 +431,14 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
       return;
     }
     s.failure_marked = true;
+    std::vector<float> alive_at_mark;
     Status told = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers, reason,
-                                           FailureNotice::kToWatches);
+                                           FailureNotice::kToWatches, s.run, &alive_at_mark);
     // Every other trainer's watch sees the mark at its next beat; this trainer's keeps beating
     // meanwhile (at most runner.peer_timeout_s: past it, the others find it lost anyway).
     if (told.ok() && s.watch != nullptr) {
-      told = s.watch->wait_until_failure_seen(config_.runner.peer_timeout_s, s.hooks.stop_flag);
+      told = s.watch->wait_until_failure_seen(alive_at_mark, config_.runner.peer_timeout_s,
+                                              s.hooks.stop_flag);
     }
     if (!told.ok()) {
       GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " could not tell the other trainers "
@@ -524,12 +531,16 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   if (env_.trainers > 1) {
     PsPeerWatchOptions options;
     options.peer_timeout_s = config_.runner.peer_timeout_s;
+    options.run = s.run;
     watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
   }
   s.watch = watch.get();
-  struct Unwatch {
+  struct Unwatch {  // however train() ends, the next is the job's next run
     State& s;
-    ~Unwatch() { s.watch = nullptr; }
+    ~Unwatch() {
+      s.watch = nullptr;
+      ++s.run;
+    }
   } unwatch{s};
   std::vector<PassReport> reports = run_epochs(*this, config_, start_from, loaded_, hooks);
   if (watch) {
