@@ -240,7 +240,7 @@ TEST_F(PsModes, ASecondTrainIsNotStoppedByTheFirstRunsMark) {
   fs::create_directories(data);  // empty for the first run
   const TrainerConfig cfg = config(
       {"runner.train_data_dir=" + data.string(), "runner.test_data_dir=", "runner.sync_mode=async",
-       "runner.epochs=1", "runner.peer_timeout_s=10", "runner.collective_timeout_s=120"});
+       "runner.epochs=1", "runner.peer_timeout_s=10", "runner.collective_timeout_s=60"});
   Servers shards(cfg, 1);
   Milestones milestones;
   std::vector<std::string> first(2);
