@@ -580,10 +580,10 @@ TEST_F(PsModes, ATrainerFailingAfterAnotherMarkedItsFailureMarksNone) {
   job.trainers[1]->tell_failure(std::runtime_error("pass 0 diverged"));
   job.trainers[0]->tell_failure(std::runtime_error("pass 0 diverged"));
   auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
-  StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1, 2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, -1) << "trainer 0 marked its failure too";
-  flagged = PsPeerWatch::failed_peer(servers, 0, 2);
+  flagged = PsPeerWatch::failed_peer(servers, 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, 1);
   StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 0, 2);

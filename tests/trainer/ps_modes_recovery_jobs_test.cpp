@@ -412,7 +412,7 @@ class PsJobRecovery : public PsModes {
     if (job.trainers[0]) {
       auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
       for (int w = 0; w < 2; ++w) {
-        StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1 - w, 2);
+        StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1 - w, 2, /*run=*/1);
         EXPECT_TRUE(flagged.ok()) << flagged.status().to_string();
         if (flagged.ok()) {
           EXPECT_EQ(*flagged, -1) << "trainer " << w << " marked its failure for the watches";

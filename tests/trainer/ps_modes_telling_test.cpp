@@ -149,6 +149,78 @@ TEST_F(PsPeerWatchTelling, AMarkOfAnEarlierRunIsNeitherReportedNorALoss) {
   EXPECT_EQ(losses.reasons().at(0), "trainer 1 of 2 failed: run 2: diverged");
 }
 
+// Run 1 of the job ended well: both trainers beat and finished (their finished flags set). In run
+// 2 trainer 1 dies (its beats stop, no finish()): trainer 0's watch of run 2 finds it lost, its
+// finished flag being run 1's. And a failed trainer's wait in run 2 waits for a trainer that
+// finished run 1 only and has not beaten past the mark.
+TEST_F(PsPeerWatchTelling, ATrainerThatFinishedTheFirstRunIsLostInTheSecond) {
+  reset(2);
+  for (int w = 0; w < 2; ++w) {
+    PsPeerWatch first_run(*clients_[static_cast<std::size_t>(w)], w, 2, options());
+    ASSERT_TRUE(beaten_after(2, w, {w}, 1)) << "trainer " << w << " did not beat";
+    ASSERT_TRUE(first_run.finish().ok());
+  }
+  const std::vector<float> after_run_1 = alive_table(*clients_[0], 2);
+  ASSERT_EQ(after_run_1.size(), 6u);
+  EXPECT_EQ(after_run_1[2], 1.0f);  // the finished flags hold the run
+  EXPECT_EQ(after_run_1[3], 1.0f);
+  PsPeerWatchOptions second_run = options();
+  second_run.run = 2;
+  {
+    Losses losses;
+    PsPeerWatch survivor(*clients_[0], 0, 2, second_run, losses.callback());
+    // Trainer 0's watch read the counts once (they move for it from there), then trainer 1 beats.
+    ASSERT_TRUE(beaten_after(2, 0, {0}, 1)) << "trainer 0 did not beat";
+    {
+      PsPeerWatch dying(*clients_[1], 1, 2, second_run);
+      ASSERT_TRUE(beaten_after(2, 1, {1}, 1)) << "trainer 1 did not beat";
+    }  // trainer 1's process "dies" in run 2
+    ASSERT_TRUE(losses.wait_for_report()) << "trainer 1, dead in run 2, was never lost";
+    EXPECT_NE(losses.reasons().at(0).find("lost trainer 1 of 2"), std::string::npos)
+        << losses.reasons().at(0);
+  }  // trainer 0's watch stops too
+
+  // Trainer 0 finished run 1 and has not beaten since (stopped): trainer 1's wait for its watch to
+  // see trainer 1's mark of run 2 runs out naming it (a finished flag of run 1 is not run 2's).
+  reset(2);
+  std::vector<float> run_1_ended = {5.0f, 5.0f, 1.0f, 1.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &run_1_ended).ok());
+  PsPeerWatch failing(*clients_[1], 1, 2, second_run);
+  std::vector<float> alive_at_mark;
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "run 2: diverged",
+                                       FailureNotice::kToWatches, /*run=*/2, &alive_at_mark)
+                  .ok());
+  const Status unseen = failing.wait_until_failure_seen(alive_at_mark, kTimeout, nullptr);
+  EXPECT_EQ(unseen.code(), Status::Code::kDeadlineExceeded) << unseen.to_string();
+  EXPECT_NE(unseen.message().find("the watch of trainer(s) 0 did not beat"), std::string::npos)
+      << unseen.to_string();
+}
+
+// Trainer 1's run 1 ended by another's failure (PeerFailed): its count stays above 0, with no
+// finished or failed flag. Trainer 0 begins run 2 and trainer 1 comes more than
+// runner.peer_timeout_s later: trainer 0's watch does not judge it lost meanwhile (its count has
+// not moved in run 2: it has not begun), and once it began and died, does.
+TEST_F(PsPeerWatchTelling, ATrainerBeginningTheSecondRunLateIsNotLost) {
+  reset(2);
+  std::vector<float> run_1_ended = {7.0f, 6.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &run_1_ended).ok());
+  PsPeerWatchOptions second_run = options();
+  second_run.run = 2;
+  Losses losses;
+  PsPeerWatch early(*clients_[0], 0, 2, second_run, losses.callback());
+  ASSERT_TRUE(beaten_after(2, 0, {0}, 2)) << "trainer 0 did not beat";
+  // Past runner.peer_timeout_s of trainer 1's silence (3 timeouts): not lost.
+  EXPECT_EQ(losses.reports_after_quiet_window(), 0u) << losses.reasons().front();
+  EXPECT_EQ(early.lost(), "");
+  {
+    PsPeerWatch late(*clients_[1], 1, 2, second_run);
+    ASSERT_TRUE(beaten_after(2, 1, {1}, 1)) << "trainer 1 did not beat";
+  }  // trainer 1 began run 2 and died
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1, dead in run 2, was never lost";
+  EXPECT_NE(losses.reasons().at(0).find("lost trainer 1 of 2"), std::string::npos)
+      << losses.reasons().at(0);
+}
+
 // A recovery's reset (trainer 0 restarting the job's beats) reads the table and then changes it:
 // trainer 1's mark, made right between (the server's hook), stays, as do the beats it adds.
 TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChange) {
@@ -157,7 +229,9 @@ TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChan
   ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beats_before).ok());
   std::atomic<bool> marked{false};
   between_ = [&] {
-    marked = PsPeerWatch::mark_failed(*clients_[1], 1, 2, "unreadable data",
+    std::vector<float> beat = {0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // trainer 1's watch beats
+    marked = clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok() &&
+             PsPeerWatch::mark_failed(*clients_[1], 1, 2, "unreadable data",
                                       FailureNotice::kToWatches, /*run=*/1)
                  .ok();
   };
@@ -165,7 +239,8 @@ TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChan
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[2], 2, /*keep_failures=*/true).ok());
   ASSERT_EQ(between_client_.load(), 0u) << "the reset sent the server no DENSE request";
   ASSERT_TRUE(marked.load());
-  EXPECT_EQ(alive_table(*clients_[0], 2), std::vector<float>({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f}));
+  // The beat made in between stays counted; the mark stays.
+  EXPECT_EQ(alive_table(*clients_[0], 2), std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f}));
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
@@ -204,6 +279,12 @@ TEST_F(PsPeerWatchTelling, TheWaitForTheMarkToBeSeenCountsABeatBeforeIt) {
   EXPECT_EQ(unseen.code(), Status::Code::kDeadlineExceeded) << unseen.to_string();
   EXPECT_NE(unseen.message().find("the watch of trainer(s) 0 did not beat"), std::string::npos)
       << unseen.to_string();
+  // A wait that ends before its first read names no trainer, and says so.
+  const Status unread = failing.wait_until_failure_seen(alive_at_mark, 0, nullptr);
+  EXPECT_EQ(unread.code(), Status::Code::kDeadlineExceeded) << unread.to_string();
+  EXPECT_NE(unread.message().find("no other trainer's watch was seen to beat within 0 s"),
+            std::string::npos)
+      << unread.to_string();
 }
 
 // The error `train` threw ("" for none).

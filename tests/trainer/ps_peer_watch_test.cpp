@@ -218,11 +218,12 @@ TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
 // flag stays 1; an empty reason gets a wording of its own.
 TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   reset(2);
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure",
+                                       FailureNotice::kToWatches, /*run=*/1)
+                  .ok());
   ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure", FailureNotice::kToWatches)
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches, /*run=*/1)
           .ok());
-  ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches).ok());
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "second");
@@ -231,7 +232,8 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
   EXPECT_EQ(values[5], 1.0f);  // trainer 1's failed flag
-  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting, /*run=*/1).ok());
   mark = PsPeerWatch::failure_of(*clients_[0], 0, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "(it reported no reason)");
@@ -247,19 +249,19 @@ TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack)
   std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
   ASSERT_TRUE(
       clients_[0]->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
-  ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data", FailureNotice::kToWatches)
-          .ok());
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data",
+                                       FailureNotice::kToWatches, /*run=*/1)
+                  .ok());
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2, /*keep_failures=*/true).ok());
   EXPECT_EQ(beats(2), std::vector<float>(2, 0.0f));
-  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, 1);
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
   ASSERT_TRUE(PsPeerWatch::clear_failure(*clients_[0], 1, 2).ok());
-  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, -1);
   mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
@@ -274,23 +276,25 @@ TEST_F(PsPeerWatchTest, AFailingTrainerHearsOfNoOtherTrainersFailure) {
   for (const bool own_flag : {false, true}) {
     SCOPED_TRACE(own_flag ? "its own failed flag set" : "tell_failure began");
     reset(2);
-    StatusOr<int> first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+    StatusOr<int> first = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
     ASSERT_TRUE(first.ok()) << first.status().to_string();
     EXPECT_EQ(*first, -1);
     Losses losses;
     PsPeerWatch failing(*clients_[0], 0, 2, options(), losses.callback());
     if (own_flag) {
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[0], 0, 2, "diverged", FailureNotice::kToWatches).ok());
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "diverged",
+                                           FailureNotice::kToWatches, /*run=*/1)
+                      .ok());
     } else {
       failing.ignore_failed_peers();
     }
     {
       PsPeerWatch other(*clients_[1], 1, 2, options());
       ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "diverged", FailureNotice::kToWatches).ok());
-      first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "diverged",
+                                           FailureNotice::kToWatches, /*run=*/1)
+                      .ok());
+      first = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
       ASSERT_TRUE(first.ok()) << first.status().to_string();
       EXPECT_EQ(*first, 1);
       ASSERT_TRUE(beaten_after(2, 0, {0}, 2)) << "trainer 0 did not beat after the mark";
@@ -311,8 +315,9 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
     {
       Losses losses;
       PsPeerWatch survivor(*clients_[0], 0, 2, o, losses.callback());
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches,
+                                           /*run=*/1)
+                      .ok());
       ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
     }
     std::this_thread::sleep_for(std::chrono::seconds(6));  // 3 times exit_grace_s
@@ -333,7 +338,8 @@ TEST_F(PsPeerWatchTest, TheWaitForAFailureToBeSeenEndsAtTheStopFlag) {
                   ->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat)
                   .ok());  // never again
   ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+      PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches, /*run=*/1)
+          .ok());
   std::atomic<bool> stop{true};
   EXPECT_TRUE(failing.wait_until_failure_seen({}, 600, &stop).ok());  // returns: not 600 s later
 }
@@ -353,7 +359,9 @@ TEST_F(PsPeerWatchTest, AReasonIsCutAtACharactersBoundary) {
   const std::string whole = std::string(508, 'a') + "\u00e9" + std::string(20, 'b');
   EXPECT_EQ(PsPeerWatch::stored_reason(whole), std::string(508, 'a') + "\u00e9...");
   reset(2);
-  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting, /*run=*/1)
+          .ok());
   StatusOr<std::string> read = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_EQ(*read, PsPeerWatch::stored_reason(whole));

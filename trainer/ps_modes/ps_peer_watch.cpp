@@ -99,7 +99,10 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
 Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
                                 int trainers, const std::string& reason, FailureNotice notice,
                                 int run, std::vector<float>* alive_at_mark) {
-  GPUBOX_EXPECTS(run >= 1, "PsPeerWatch::mark_failed: run ", run, " (runs count from 1)");
+  if (notice == FailureNotice::kToWatches && run < 1) {
+    return Status::InvalidArgument("PsPeerWatch::mark_failed: run " + std::to_string(run) +
+                                   " (runs count from 1)");
+  }
   if (alive_at_mark != nullptr) alive_at_mark->clear();
   return set_own_failure(servers, trainer_id, trainers,
                          stored_reason(reason.empty() ? "(it reported no reason)" : reason),
@@ -143,7 +146,9 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   values[at] = flag - held_flag;
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context));
-  if (alive != nullptr && values.size() == zeros(trainers).size()) *alive = std::move(values);
+  if (alive != nullptr && values.size() == 3 * static_cast<std::size_t>(trainers)) {
+    *alive = std::move(values);
+  }
   return Status::OK();
 }
 
@@ -192,9 +197,11 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
     unseen.clear();
     for (std::size_t w = 0; w < n; ++w) {
       // One not beating (not begun, or ended: its count stopped) is not waited for past the
-      // timeout; one finished or failed watches no more; one whose failed flag is of an earlier
-      // run has not begun this one (it takes the flag back first).
-      const bool gone = values[n + w] > 0 || values[2 * n + w] > 0 || values[w] <= 0;
+      // timeout; one finished in this run or failed watches no more; one whose failed flag is of
+      // an earlier run has not begun this one (it takes the flag back first). A finished flag of
+      // an earlier run is stale.
+      const bool gone = values[n + w] == static_cast<float>(options_.run) ||
+                        values[2 * n + w] > 0 || values[w] <= 0;
       if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) {
         unseen += (unseen.empty() ? "" : ", ") + std::to_string(w);
       }
@@ -205,8 +212,12 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
   }
   if (stop != nullptr && stop->load()) return Status::OK();
   std::ostringstream late;
-  late << "the watch of trainer(s) " << unseen << " did not beat within " << timeout_s
-       << " s after trainer " << trainer_id_ << " of " << trainers_ << " marked its failure";
+  // `unseen` is empty when no read came before the deadline (a timeout of 0, or a slow first
+  // read): no watch was seen to beat past the mark.
+  late << (unseen.empty() ? std::string("no other trainer's watch was seen to beat")
+                          : "the watch of trainer(s) " + unseen + " did not beat")
+       << " within " << timeout_s << " s after trainer " << trainer_id_ << " of " << trainers_
+       << " marked its failure";
   return Status::DeadlineExceeded(late.str());
 }
 
@@ -240,11 +251,18 @@ void PsPeerWatch::stop() {
 
 Status PsPeerWatch::finish() {
   stop();  // no beat after the flag: a late one could not matter, but keeps the order plain
+  const std::string context = "telling the other trainers (table " + std::string(kAliveTable) +
+                              ") that trainer " + std::to_string(trainer_id_) + " finished";
+  // The flag holds the run, set by adding it less what the slot holds (an earlier run's flag):
+  // a trainer that finished an earlier train() has not finished this one.
   std::vector<float> mark = zeros(trainers_);
-  mark[static_cast<std::size_t>(trainers_ + trainer_id_)] = 1.0f;
-  return servers_.dense(DenseAction::kAdd, kAliveTable, &mark)
-      .with_context("telling the other trainers (table " + std::string(kAliveTable) +
-                    ") that trainer " + std::to_string(trainer_id_) + " finished");
+  GPUBOX_RETURN_IF_ERROR(
+      servers_.dense(DenseAction::kRead, kAliveTable, &mark).with_context(context));
+  const auto at = static_cast<std::size_t>(trainers_ + trainer_id_);
+  const float held = mark.size() > at ? mark[at] : 0.0f;
+  mark = zeros(trainers_);
+  mark[at] = static_cast<float>(options_.run) - held;
+  return servers_.dense(DenseAction::kAdd, kAliveTable, &mark).with_context(context);
 }
 
 std::string PsPeerWatch::lost() const {
@@ -287,7 +305,13 @@ bool PsPeerWatch::wait_interval() {
 void PsPeerWatch::beat_loop() {
   const auto timeout = millis_of(options_.peer_timeout_s);
   const auto n = static_cast<std::size_t>(trainers_);
-  std::vector<float> last_count(n, -1.0f);
+  // A count is judged only once it moved during this watch: in a later run (train()) it starts
+  // from what the earlier ones left, and a trainer that has not begun this run yet (its count
+  // still the old one) is left to runner.collective_timeout_s. In the first run the counts start
+  // from the job's reset, 0.
+  constexpr float kUnread = -1.0f;
+  std::vector<float> last_count(n, options_.run == 1 ? 0.0f : kUnread);
+  std::vector<bool> moved(n, false);
   std::vector<Clock::time_point> last_move(n, Clock::now());
   std::vector<bool> reported(n, false);
   std::vector<float> values;
@@ -322,25 +346,24 @@ void PsPeerWatch::beat_loop() {
               Loss::kPeerFailed);
     }
     for (std::size_t w = 0; w < n; ++w) {
-      // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
-      // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-      // One that failed is reported by its flag (above), or not at all: never found lost.
-      // One whose failed flag is of an earlier run has not begun this one (it takes the flag
-      // back before its watch starts): not judged either.
-      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || values[2 * n + w] > 0 ||
-          reported[w]) {
-        continue;
-      }
-      if (values[w] <= 0) {
-        last_move[w] = now;
+      // A trainer not yet beating in this run (still starting: its count 0 since the job's
+      // reset, or, in a later run, not moved since this watch first read it) is not judged: one
+      // that never comes is left to the barriers' runner.collective_timeout_s. One that
+      // finished this run is not judged (a finished flag of an earlier run is stale). One that
+      // failed is reported by its flag (above), or not at all: never found lost. One whose
+      // failed flag is of an earlier run has not begun this one (it takes the flag back before
+      // its watch starts): not judged either.
+      if (static_cast<int>(w) == trainer_id_ || values[n + w] == this_run ||
+          values[2 * n + w] > 0 || reported[w]) {
         continue;
       }
       if (values[w] != last_count[w]) {
+        moved[w] = moved[w] || last_count[w] != kUnread;
         last_count[w] = values[w];
         last_move[w] = now;
         continue;
       }
-      if (now - last_move[w] < timeout) continue;
+      if (!moved[w] || values[w] <= 0 || now - last_move[w] < timeout) continue;
       reported[w] = true;
       std::ostringstream reason;
       reason.precision(3);

@@ -2,13 +2,13 @@
 // (PADDLE_TRAINERS_NUM > 1). PS trainers never talk to each other, only to the servers (often
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
-// other trainer's count back in the same request. A trainer that has beaten (its count above 0
-// since the job's reset) and whose count has not moved for
-// runner.peer_timeout_s while this one's requests went through, and that did not say it
-// finished its job (finish()), is lost: its process died or was stopped, or its link to the
-// servers is down. A server silent as long is lost too (ServerPings). Without the watch, such
-// a loss was seen only at the next barrier, runner.collective_timeout_s later (5 minutes by
-// default) — in the async and geo modes, only at the job's end.
+// other trainer's count back in the same request. A trainer that has beaten in this run (its
+// count moved while this watch read it: above 0 since the job's reset, in the first run) and
+// whose count has not moved for runner.peer_timeout_s since, while this one's requests went
+// through, and that did not say it finished this run (finish()), is lost: its process died or was
+// stopped, or its link to the servers is down. A server silent as long is lost too (ServerPings).
+// Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
+// later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
 // A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
 // says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
@@ -18,7 +18,8 @@
 // (wait_until_failure_seen, at most runner.peer_timeout_s) and ends. The flag holds the run it
 // was marked in (which train() of the trainers' objects: PsTrainer counts them alike on every
 // trainer), and a watch reports only a flag of its own run: a mark left by an earlier train()
-// (a Python loop, a job after a failed one) is stale, and must not stop a trainer that began
+// (a C++ program calling PsTrainer::train() again on the same objects, which must call it the
+// same number of times on every trainer) is stale, and must not stop a trainer that began
 // the next train() first: until its trainer takes it back (as its next train() starts, before
 // its watch does), that trainer counts as not yet begun (neither reported nor judged lost).
 // Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
@@ -37,8 +38,8 @@
 // The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
 // a recovery's restart of the job zeroes the beats and finished flags only, in one add that
 // leaves the failed flags alone, since other trainers may mark theirs meanwhile):
-//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1
-//                 (each 0, or the run it was marked in)}
+//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1 (each 0, or the last run
+//                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in)}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
 //
@@ -96,23 +97,23 @@ class PsPeerWatch {
   // written, so that a mark made just before, or meanwhile, is not wiped.
   static Status reset(table::server::RemoteHostTier& servers, int trainers,
                       bool keep_failures = false);
-  // Trainer `trainer_id` of `trainers` failed for good in run `run` (>= 1) with `reason` (""
+  // Trainer `trainer_id` of `trainers` failed for good in run `run` with `reason` (""
   // reads as "(it reported no reason)"): failure_of reads it (a second mark in a job replaces the
   // first); with FailureNotice::kToWatches every other trainer's watch of that run also reports
   // it at its next beat (and ends its process exit_grace_s later, as for a lost trainer), and
   // `*alive_at_mark` (may be null) is kAliveTable as the flag's add left it: every beat counted
-  // past it saw the flag (wait_until_failure_seen). Needs no watch running.
+  // past it saw the flag (wait_until_failure_seen). `run` (the flag's value) must be >= 1 with
+  // kToWatches (InvalidArgument otherwise); kAtMeeting sets no flag. Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
-                            const std::string& reason, FailureNotice notice, int run = 1,
+                            const std::string& reason, FailureNotice notice, int run,
                             std::vector<float>* alive_at_mark = nullptr);
   // Takes back trainer `trainer_id`'s mark (its reason and failed flag zeroed): a new train() of
   // the same trainer, in the job of the old one.
   static Status clear_failure(table::server::RemoteHostTier& servers, int trainer_id, int trainers);
   // The first trainer other than `trainer_id` whose failed flag is set in run `run`
-  // (kToWatches), -1 if none. (Run 1, the default here and in mark_failed: the first train() of
-  // the trainers' objects.)
+  // (kToWatches), -1 if none. (Run 1: the first train() of the trainers' objects.)
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
-                                   int trainers, int run = 1);
+                                   int trainers, int run);
   // What trainer `trainer_id` reported as it failed ("" while it did not).
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
                                           int trainers);
@@ -131,7 +132,8 @@ class PsPeerWatch {
   PsPeerWatch(const PsPeerWatch&) = delete;
   PsPeerWatch& operator=(const PsPeerWatch&) = delete;
 
-  // This trainer ended its job: tells the others (they stop watching it) and stops the watch.
+  // This trainer ended its run (its finished flag set to options.run): tells the others (they
+  // stop watching it) and stops the watch.
   Status finish();
   // The first loss seen ("" while none). Cheap while there is none.
   std::string lost() const;
@@ -141,7 +143,7 @@ class PsPeerWatch {
   // later); its beats go on, as with this trainer's own failed flag set. Any thread.
   void ignore_failed_peers() { failing_.store(true, std::memory_order_release); }
   // After mark_failed for this trainer: waits until every other trainer still in the job (not
-  // finished, not failed in this run, beating) has beaten past `alive_at_mark` (mark_failed's;
+  // finished in this run, not failed, beating) has beaten past `alive_at_mark` (mark_failed's;
   // empty: the table as this wait first reads it), so its watch saw the mark; at most
   // `timeout_s` (then DeadlineExceeded, naming the trainers that did not beat), and not past
   // `*stop` (may be null) turning true (then OK). A peer that saw the mark before this wait
