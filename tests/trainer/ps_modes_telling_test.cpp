@@ -3,6 +3,8 @@
 // fault hook, PsTrainer's order hook, the order the test calls train() in) rather than by sleeps:
 // - a mark left by an earlier train() of the same objects is not reported by a watch of the next
 //   one, which a trainer may begin before the marked trainer takes its mark back;
+// - nor do a finished flag or a beat count an earlier train() left hide a trainer dead in the
+//   next one, or get one beginning it late judged lost (a negative check waits a few timeouts);
 // - a recovery's reset of the beats keeps a mark made between its read and its change;
 // - a failed trainer's wait for the others' watches ends at once when they saw the mark before the
 //   wait began;
@@ -311,7 +313,7 @@ bool trainer_zero_beat_twice(RemoteHostTier& servers, Milestones& milestones,
   return false;
 }
 
-// A Python user's loop: the job's trainers call train() twice on the same objects. In the first
+// A C++ program's loop: the job's trainers call train() twice on the same objects. In the first
 // run trainer 1 fails (its data folder is empty) and marks its failure; trainer 0, failing after
 // it, marks none. Data arrive, and trainer 0 begins the second run first: its watch beats twice
 // before trainer 1 begins it (taking its mark back). The mark is the first run's: trainer 0's
