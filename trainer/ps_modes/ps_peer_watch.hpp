@@ -147,8 +147,10 @@ class PsPeerWatch {
   // empty: the table as this wait first reads it), so its watch saw the mark; at most
   // `timeout_s` (then DeadlineExceeded, naming the trainers that did not beat), and not past
   // `*stop` (may be null) turning true (then OK). A peer that saw the mark before this wait
-  // began counts: the mark's own add set the baseline. An error when the first server does not
-  // answer.
+  // began counts: the mark's own add set the baseline. In a later run a trainer that has not
+  // begun it (its count an earlier run's) cannot be told from one that stopped, and is waited
+  // for up to `timeout_s` (its watch reports the mark as it starts). An error when the first
+  // server does not answer.
   Status wait_until_failure_seen(const std::vector<float>& alive_at_mark, double timeout_s,
                                  const std::atomic<bool>* stop);
 
