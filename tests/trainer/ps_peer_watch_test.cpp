@@ -269,6 +269,14 @@ TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack)
   EXPECT_EQ(*mark, "");
 }
 
+// Runs count from 1: run 0 (before any train()) would take every unflagged trainer as marked.
+TEST_F(PsPeerWatchTest, FailedPeerRefusesRunZero) {
+  reset(2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/0);
+  EXPECT_EQ(flagged.status().code(), Status::Code::kInvalidArgument)
+      << (flagged.ok() ? "trainer " + std::to_string(*flagged) : flagged.status().to_string());
+}
+
 // A failure every trainer hits at once: a trainer that is failing itself (tell_failure began, or
 // its own failed flag is set) hears of no other's failed flag, so its watch reports nothing and
 // arms no forced end of its process; failed_peer names the trainer that marked first.

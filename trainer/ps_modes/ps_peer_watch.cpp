@@ -154,6 +154,11 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
 
 StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
                                        int trainers, int run) {
+  // Run 0 would take every unflagged trainer (its flag 0) as marked.
+  if (run < 1) {
+    return Status::InvalidArgument("PsPeerWatch::failed_peer: run " + std::to_string(run) +
+                                   " (runs count from 1)");
+  }
   const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values)
@@ -229,6 +234,9 @@ PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id,
       trainers_(trainers),
       options_(options),
       on_lost_(std::move(on_lost)) {
+  // Run 0 would read every trainer's finished flag (0) as finished in this run, and every failed
+  // flag (0) as marked in it.
+  GPUBOX_EXPECTS(options_.run >= 1, "PsPeerWatch: run ", options_.run, " (runs count from 1)");
   beat_thread_ = std::thread([this] { beat_loop(); });
   if (servers_.endpoint_count() > 0) ping_thread_ = std::thread([this] { ping_loop(); });
 }

@@ -87,6 +87,11 @@ class PsPeerWatch {
  public:
   static constexpr const char* kAliveTable = "ps_alive";
   static constexpr const char* kFailureTable = "ps_failures";
+  // kAliveTable's sections, each one float per trainer (see the file comment).
+  static constexpr std::size_t kBeatSection = 0;
+  static constexpr std::size_t kFinishedSection = 1;
+  static constexpr std::size_t kFailedSection = 2;
+  static constexpr std::size_t kAliveSections = 3;
   // The longest text of kFailureTable, in bytes.
   static constexpr std::size_t kReasonBytes = 513;
 

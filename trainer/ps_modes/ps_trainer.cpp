@@ -141,9 +141,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
             nullptr,
             {},
             nullptr,
-            nullptr,
-            false,
-            1});
+            nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   make_workers();

@@ -80,6 +80,13 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
     const bool told_of_peer = dynamic_cast<const PeerFailed*>(&error) != nullptr ||
                               (s.watch != nullptr && !s.watch->lost().empty());
     if (told_of_peer || s.failure_marked) return;
+    // Outside any train() (the constructor's meetings) there is no run to mark the failure in,
+    // and no other trainer's watch to read it.
+    if (s.run < 1) {
+      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " does not mark its failure for the "
+                          << "other trainers' watches: it failed before its first train()";
+      return;
+    }
     // A short look first, so that an unreachable first server costs no call deadline.
     const double look_s = std::clamp(config_.runner.peer_timeout_s / 5, 0.2, 2.0);
     bool heard = false;
@@ -118,7 +125,9 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
     }
     if (told.code() == Status::Code::kDeadlineExceeded) {
       GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " marked its failure; "
-                          << told.to_string() << "; those trainers report it at their next beat";
+                          << told.to_string()
+                          << "; a trainer whose watch did not see the mark yet reports it at its "
+                             "next beat";
     } else if (!told.ok()) {
       GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " could not tell the other trainers "
                           << "of its failure (they find it lost by its heartbeat): "
