@@ -5,6 +5,8 @@
 //   one, which a trainer may begin before the marked trainer takes its mark back;
 // - nor do a finished flag or a beat count an earlier train() left hide a trainer dead in the
 //   next one, or get one beginning it late judged lost (a negative check waits a few timeouts);
+// - a trainer whose watch of the run before still beats as another begins the next is not judged
+//   in the next until it begins it (its begun flag); one that began it and never beat again is;
 // - a recovery's reset of the beats keeps a mark made between its read and its change;
 // - a failed trainer's wait for the others' watches ends at once when they saw the mark before the
 //   wait began;
@@ -81,7 +83,7 @@ class Milestones {
 
 // kAliveTable of a job of `trainers` as `servers` reads it (empty when it cannot).
 std::vector<float> alive_table(RemoteHostTier& servers, int trainers) {
-  std::vector<float> values(3 * static_cast<std::size_t>(trainers), 0.0f);
+  std::vector<float> values(PsPeerWatch::kAliveSections * static_cast<std::size_t>(trainers), 0.0f);
   if (!servers.dense(DenseAction::kRead, PsPeerWatch::kAliveTable, &values).ok()) return {};
   return values;
 }
@@ -123,7 +125,7 @@ class PsPeerWatchTelling : public watch_test::PsPeerWatchTest {
 // mark replacing the old one), trainer 0's watch reports that one.
 TEST_F(PsPeerWatchTelling, AMarkOfAnEarlierRunIsNeitherReportedNorALoss) {
   reset(2);
-  std::vector<float> first_run_beats = {0.0f, 3.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> first_run_beats = {0.0f, 3.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f};
   ASSERT_TRUE(
       clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &first_run_beats).ok());
   ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "run 1: unreadable data",
@@ -163,7 +165,7 @@ TEST_F(PsPeerWatchTelling, ATrainerThatFinishedTheFirstRunIsLostInTheSecond) {
     ASSERT_TRUE(first_run.finish().ok());
   }
   const std::vector<float> after_run_1 = alive_table(*clients_[0], 2);
-  ASSERT_EQ(after_run_1.size(), 6u);
+  ASSERT_EQ(after_run_1.size(), 8u);
   EXPECT_EQ(after_run_1[2], 1.0f);  // the finished flags hold the run
   EXPECT_EQ(after_run_1[3], 1.0f);
   PsPeerWatchOptions second_run = options();
@@ -182,10 +184,11 @@ TEST_F(PsPeerWatchTelling, ATrainerThatFinishedTheFirstRunIsLostInTheSecond) {
         << losses.reasons().at(0);
   }  // trainer 0's watch stops too
 
-  // Trainer 0 finished run 1 and has not beaten since (stopped): trainer 1's wait for its watch to
-  // see trainer 1's mark of run 2 runs out naming it (a finished flag of run 1 is not run 2's).
+  // Trainer 0 finished run 1, began run 2 and has not beaten since (stopped): trainer 1's wait for
+  // its watch to see trainer 1's mark of run 2 runs out naming it (a finished flag of run 1 is not
+  // run 2's).
   reset(2);
-  std::vector<float> run_1_ended = {5.0f, 5.0f, 1.0f, 1.0f, 0.0f, 0.0f};
+  std::vector<float> run_1_ended = {5.0f, 5.0f, 1.0f, 1.0f, 0.0f, 0.0f, 2.0f, 0.0f};
   ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &run_1_ended).ok());
   PsPeerWatch failing(*clients_[1], 1, 2, second_run);
   std::vector<float> alive_at_mark;
@@ -204,7 +207,7 @@ TEST_F(PsPeerWatchTelling, ATrainerThatFinishedTheFirstRunIsLostInTheSecond) {
 // not moved in run 2: it has not begun), and once it began and died, does.
 TEST_F(PsPeerWatchTelling, ATrainerBeginningTheSecondRunLateIsNotLost) {
   reset(2);
-  std::vector<float> run_1_ended = {7.0f, 6.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> run_1_ended = {7.0f, 6.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f};
   ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &run_1_ended).ok());
   PsPeerWatchOptions second_run = options();
   second_run.run = 2;
@@ -223,15 +226,62 @@ TEST_F(PsPeerWatchTelling, ATrainerBeginningTheSecondRunLateIsNotLost) {
       << losses.reasons().at(0);
 }
 
+// Trainer 1 is slower to leave run 1 (its last meeting): its watch of run 1 still beats while
+// trainer 0 begins run 2, then stops, and trainer 1 begins run 2 more than runner.peer_timeout_s
+// later. Trainer 0's watch of run 2 saw trainer 1's count move, but trainer 1 had not begun run 2
+// (its begun flag run 1's): not judged, so not lost, until it begins.
+TEST_F(PsPeerWatchTelling, ATrainerStillBeatingInTheRunBeforeIsNotLostInTheNext) {
+  reset(2);
+  PsPeerWatchOptions second_run = options();
+  second_run.run = 2;
+  auto leaving_run_1 = std::make_unique<PsPeerWatch>(*clients_[1], 1, 2, options());
+  ASSERT_TRUE(beaten_after(2, 1, {1}, 1)) << "trainer 1 did not beat";
+  Losses losses;
+  PsPeerWatch early(*clients_[0], 0, 2, second_run, losses.callback());
+  // Trainer 0's watch read trainer 1's count several times as it moved.
+  ASSERT_TRUE(beaten_after(2, 0, {0, 1}, 3)) << "the trainers did not beat";
+  leaving_run_1.reset();  // trainer 1's run 1 ends; it has not begun run 2
+  // Past runner.peer_timeout_s of trainer 1's silence (3 timeouts): not lost.
+  EXPECT_EQ(losses.reports_after_quiet_window(), 0u) << losses.reasons().front();
+  EXPECT_EQ(early.lost(), "");
+  {
+    PsPeerWatch late(*clients_[1], 1, 2, second_run);
+    ASSERT_TRUE(beaten_after(2, 1, {0, 1}, 2)) << "trainer 1 did not beat in run 2";
+    EXPECT_EQ(early.lost(), "");
+    const std::vector<float> table = alive_table(*clients_[0], 2);
+    ASSERT_EQ(table.size(), 8u);
+    EXPECT_EQ(table[PsPeerWatch::kBegunSection * 2 + 1], 2.0f);  // its begun flag: run 2
+  }                                                              // trainer 1 began run 2 and died
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1, dead in run 2, was never lost";
+  EXPECT_NE(losses.reasons().at(0).find("lost trainer 1 of 2"), std::string::npos)
+      << losses.reasons().at(0);
+}
+
+// Trainer 1 began run 2 (its begun flag set) and died before its count moved again: trainer 0's
+// watch of run 2, started after, times its silence from its own start and finds it lost.
+TEST_F(PsPeerWatchTelling, ATrainerThatBeganTheRunAndNeverBeatAgainIsLost) {
+  reset(2);
+  std::vector<float> began_run_2 = {7.0f, 6.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, 2.0f};
+  ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &began_run_2).ok());
+  PsPeerWatchOptions second_run = options();
+  second_run.run = 2;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, second_run, losses.callback());
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1, dead in run 2, was never lost";
+  EXPECT_NE(losses.reasons().at(0).find("lost trainer 1 of 2"), std::string::npos)
+      << losses.reasons().at(0);
+}
+
 // A recovery's reset (trainer 0 restarting the job's beats) reads the table and then changes it:
 // trainer 1's mark, made right between (the server's hook), stays, as do the beats it adds.
 TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChange) {
   reset(2);
-  std::vector<float> beats_before = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> beats_before = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f};
   ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beats_before).ok());
   std::atomic<bool> marked{false};
   between_ = [&] {
-    std::vector<float> beat = {0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // trainer 1's watch beats
+    std::vector<float> beat = {0.0f, 1.0f, 0.0f, 0.0f,
+                               0.0f, 0.0f, 0.0f, 0.0f};  // trainer 1's watch beats
     marked = clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok() &&
              PsPeerWatch::mark_failed(*clients_[1], 1, 2, "unreadable data",
                                       FailureNotice::kToWatches, /*run=*/1)
@@ -242,7 +292,8 @@ TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChan
   ASSERT_EQ(between_client_.load(), 0u) << "the reset sent the server no DENSE request";
   ASSERT_TRUE(marked.load());
   // The beat made in between stays counted; the mark stays.
-  EXPECT_EQ(alive_table(*clients_[0], 2), std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f}));
+  EXPECT_EQ(alive_table(*clients_[0], 2),
+            std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f}));
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
@@ -262,7 +313,7 @@ TEST_F(PsPeerWatchTelling, TheWaitForTheMarkToBeSeenCountsABeatBeforeIt) {
   ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "pass 0 diverged",
                                        FailureNotice::kToWatches, 1, &alive_at_mark)
                   .ok());
-  ASSERT_EQ(alive_at_mark.size(), 6u);
+  ASSERT_EQ(alive_at_mark.size(), 8u);
   EXPECT_EQ(alive_at_mark[5], 1.0f);  // the table as the flag's add left it
   ASSERT_TRUE(losses.wait_for_report()) << "trainer 0's watch never saw the mark";
   survivor.reset();
@@ -272,7 +323,7 @@ TEST_F(PsPeerWatchTelling, TheWaitForTheMarkToBeSeenCountsABeatBeforeIt) {
 
   // A watch that never beat past it: trainer 0 of a new job beat once, then stopped.
   reset(2);
-  std::vector<float> one_beat = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> one_beat = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f};
   ASSERT_TRUE(clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &one_beat).ok());
   ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "pass 0 diverged",
                                        FailureNotice::kToWatches, 1, &alive_at_mark)

@@ -91,7 +91,8 @@ class PsPeerWatchTest : public ::testing::Test {
   // test's own (the watches' clients are theirs).
   std::vector<float> beats(int trainers) {
     if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
-    std::vector<float> values(3 * static_cast<std::size_t>(trainers), 0.0f);
+    std::vector<float> values(PsPeerWatch::kAliveSections * static_cast<std::size_t>(trainers),
+                              0.0f);
     if (!reader_ ||
         !reader_->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
              .ok()) {

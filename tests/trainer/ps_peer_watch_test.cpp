@@ -174,11 +174,11 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
     ASSERT_TRUE(old.finish().ok());
   }
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
-  std::vector<float> values(6, 0.0f);
+  std::vector<float> values(PsPeerWatch::kAliveSections * 2, 0.0f);
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
-  EXPECT_EQ(values, std::vector<float>(6, 0.0f));
+  EXPECT_EQ(values, std::vector<float>(PsPeerWatch::kAliveSections * 2, 0.0f));
   // The old finished flag is gone: a new job's trainer 1 that beats and then stops is lost.
   Losses losses;
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
@@ -227,7 +227,7 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "second");
-  std::vector<float> values(6, 0.0f);
+  std::vector<float> values(PsPeerWatch::kAliveSections * 2, 0.0f);
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
@@ -246,7 +246,7 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
 // just before it; clear_failure (a new train() of the marked trainer) takes the mark back.
 TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack) {
   reset(2);
-  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f};
   ASSERT_TRUE(
       clients_[0]->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
   ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data",
@@ -341,7 +341,8 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
 TEST_F(PsPeerWatchTest, TheWaitForAFailureToBeSeenEndsAtTheStopFlag) {
   reset(2);
   PsPeerWatch failing(*clients_[1], 1, 2, options());
-  std::vector<float> beat = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // trainer 0 beat once, then
+  std::vector<float> beat = {1.0f, 0.0f, 0.0f, 0.0f,
+                             0.0f, 0.0f, 1.0f, 0.0f};  // trainer 0 beat once, then
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat)
                   .ok());  // never again

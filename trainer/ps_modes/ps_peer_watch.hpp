@@ -2,11 +2,14 @@
 // (PADDLE_TRAINERS_NUM > 1). PS trainers never talk to each other, only to the servers (often
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
-// other trainer's count back in the same request. A trainer that has beaten in this run (its
-// count moved while this watch read it: above 0 since the job's reset, in the first run) and
-// whose count has not moved for runner.peer_timeout_s since, while this one's requests went
-// through, and that did not say it finished this run (finish()), is lost: its process died or was
-// stopped, or its link to the servers is down. A server silent as long is lost too (ServerPings).
+// other trainer's count back in the same request; its first beat also sets its begun flag to the
+// run it watches (which train(), see below). A trainer that began this run (its begun flag this
+// run's) and whose count has not moved for runner.peer_timeout_s since this watch first read it
+// so, while this one's requests went through, and that did not say it finished this run
+// (finish()), is lost: its process died or was stopped, or its link to the servers is down. One
+// that has not begun this run (still starting, or its watch of the run before still beating as it
+// leaves that run's last meeting) is not judged: one that never comes is left to the barriers'
+// runner.collective_timeout_s. A server silent as long is lost too (ServerPings).
 // Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
 // later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
@@ -20,8 +23,8 @@
 // trainer), and a watch reports only a flag of its own run: a mark left by an earlier train()
 // (a C++ program calling PsTrainer::train() again on the same objects, which must call it the
 // same number of times on every trainer) is stale, and must not stop a trainer that began
-// the next train() first: until its trainer takes it back (as its next train() starts, before
-// its watch does), that trainer counts as not yet begun (neither reported nor judged lost).
+// the next train() first: its trainer takes it back as its next train() starts, before its watch
+// does (and so before it has begun that run).
 // Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
 // marks: not one atomic step). Neither reports the other; every other trainer reports one of
 // them, the one whose mark its beats saw first (the lower-numbered when one beat saw both), so
@@ -37,9 +40,11 @@
 //
 // The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
 // a recovery's restart of the job zeroes the beats and finished flags only, in one add that
-// leaves the failed flags alone, since other trainers may mark theirs meanwhile):
+// leaves the failed and begun flags alone, since other trainers may mark theirs meanwhile and
+// their watches go on beating in the run):
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1 (each 0, or the last run
-//                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in)}
+//                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in),
+//                 begun flags of 0 .. T-1 (each 0, or the last run its watch beat in)}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
 //
@@ -91,15 +96,17 @@ class PsPeerWatch {
   static constexpr std::size_t kBeatSection = 0;
   static constexpr std::size_t kFinishedSection = 1;
   static constexpr std::size_t kFailedSection = 2;
-  static constexpr std::size_t kAliveSections = 3;
+  static constexpr std::size_t kBegunSection = 3;
+  static constexpr std::size_t kAliveSections = 4;
   // The longest text of kFailureTable, in bytes.
   static constexpr std::size_t kReasonBytes = 513;
 
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
   // servers left). `keep_failures` (a recovery's restart of the job, other trainers' watches
   // beating): only the beats and finished flags go back to 0, by one add of what a read found
-  // there (a beat between the two stays counted); the failed flags and the reasons are not
-  // written, so that a mark made just before, or meanwhile, is not wiped.
+  // there (a beat between the two stays counted); the failed and begun flags and the reasons are
+  // not written, so that a mark made just before, or meanwhile, is not wiped, and the trainers
+  // beating in the run stay begun.
   static Status reset(table::server::RemoteHostTier& servers, int trainers,
                       bool keep_failures = false);
   // Trainer `trainer_id` of `trainers` failed for good in run `run` with `reason` (""
@@ -126,8 +133,9 @@ class PsPeerWatch {
   // ending in "..." when cut. For the tests.
   static std::string stored_reason(const std::string& reason);
 
-  // Starts beating and watching. `on_lost` (may be empty) is called once, on a watch thread,
-  // with the first loss's reason. `servers` must outlive the watch.
+  // Starts beating and watching (the first beat sets this trainer's begun flag to options.run,
+  // which must be >= 1). `on_lost` (may be empty) is called once, on a watch thread, with the
+  // first loss's reason. `servers` must outlive the watch.
   PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
               PsPeerWatchOptions options,
               std::function<void(const std::string&)> on_lost = nullptr);
@@ -152,10 +160,9 @@ class PsPeerWatch {
   // empty: the table as this wait first reads it), so its watch saw the mark; at most
   // `timeout_s` (then DeadlineExceeded, naming the trainers that did not beat), and not past
   // `*stop` (may be null) turning true (then OK). A peer that saw the mark before this wait
-  // began counts: the mark's own add set the baseline. In a later run a trainer that has not
-  // begun it (its count an earlier run's) cannot be told from one that stopped, and is waited
-  // for up to `timeout_s` (its watch reports the mark as it starts). An error when the first
-  // server does not answer.
+  // began counts: the mark's own add set the baseline. A trainer that has not begun this run
+  // (its begun flag an earlier run's) is not waited for: its watch reports the mark as it
+  // starts. An error when the first server does not answer.
   Status wait_until_failure_seen(const std::vector<float>& alive_at_mark, double timeout_s,
                                  const std::atomic<bool>* stop);
 
