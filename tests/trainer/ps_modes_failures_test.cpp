@@ -543,17 +543,17 @@ TEST_F(PsModes, AFailedTrainerIsReportedFailedByTheOthersWithWhatItReported) {
 }
 
 // Job A's trainer 1 failed, leaving its mark on the servers: job B on the same servers starts
-// clean (the job's start resets the marks) and trains without anyone reported failed.
+// clean (the job's start resets the marks) and trains without anyone reported failed. (The mark
+// is made after job A's train(), the run it belongs to: outside any train() nothing is marked.)
 TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
   const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=", "runner.sync_mode=sync",
                                     "runner.epochs=1", "runner.peer_timeout_s=1"});
   Servers shards(cfg, 1);
-  const ps_test::TrainerJob job_a =
-      ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int w) {
-        if (w == 1) trainer.tell_failure(std::runtime_error("job A's trainer 1 failed"));
-      });
-  ASSERT_TRUE(job_a.trainers[0]);
+  const ps_test::TrainerJob job_a = ps_test::run_trainers(
+      cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) { trainer.train(); });
+  ASSERT_TRUE(job_a.trainers[0] && job_a.trainers[1]);
+  job_a.trainers[1]->tell_failure(std::runtime_error("job A's trainer 1 failed"));
   auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job_a.trainers[0]->host_tier());
   StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
@@ -568,24 +568,31 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
 
 // Both trainers fail (a failure they hit at once): trainer 1 tells first, so trainer 0, finding
 // trainer 1's failed flag set, does not mark its own (its watch would report trainer 0 failed,
-// ending its process exit_grace_s later).
+// ending its process exit_grace_s later). Told after their first train() returned, the marks
+// belong to run 1: the first train() of a PsTrainer is run 1 (its flag's value).
 TEST_F(PsModes, ATrainerFailingAfterAnotherMarkedItsFailureMarksNone) {
   const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=", "runner.sync_mode=async",
                                     "runner.epochs=1", "runner.peer_timeout_s=5"});
   Servers shards(cfg, 1);
-  const ps_test::TrainerJob job =
-      ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer&, int) {});
+  const ps_test::TrainerJob job = ps_test::run_trainers(
+      cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) { trainer.train(); });
   ASSERT_TRUE(job.trainers[0] && job.trainers[1]);
   job.trainers[1]->tell_failure(std::runtime_error("pass 0 diverged"));
   job.trainers[0]->tell_failure(std::runtime_error("pass 0 diverged"));
   auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
-  StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1, 2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, -1) << "trainer 0 marked its failure too";
-  flagged = PsPeerWatch::failed_peer(servers, 0, 2);
+  flagged = PsPeerWatch::failed_peer(servers, 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, 1);
+  std::vector<float> alive(PsPeerWatch::kAliveSections * 2, 0.0f);
+  ASSERT_TRUE(
+      servers.dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &alive).ok());
+  ASSERT_EQ(alive.size(), PsPeerWatch::kAliveSections * 2);
+  EXPECT_EQ(alive[PsPeerWatch::kFailedSection * 2 + 1], 1.0f)
+      << "trainer 1's failed flag: the run of its first train()";
   StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 0, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "");

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/status.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
@@ -83,12 +85,13 @@ class PsJobRecoveryRefused : public PsModes {
     // the forced end of its process.
     if (job.trainers[0]) {
       auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job.trainers[0]->host_tier());
-      for (int w = 0; w < 2; ++w) {
-        StatusOr<int> flagged = PsPeerWatch::failed_peer(servers, 1 - w, 2);
-        EXPECT_TRUE(flagged.ok()) << flagged.status().to_string();
-        if (flagged.ok()) {
-          EXPECT_EQ(*flagged, -1) << "trainer " << w << " marked its failure for the watches";
-        }
+      std::vector<float> alive(PsPeerWatch::kAliveSections * 2, 0.0f);
+      EXPECT_TRUE(
+          servers.dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &alive).ok());
+      EXPECT_EQ(alive.size(), PsPeerWatch::kAliveSections * 2);
+      for (std::size_t w = 0; w < 2 && alive.size() == PsPeerWatch::kAliveSections * 2; ++w) {
+        EXPECT_EQ(alive[PsPeerWatch::kFailedSection * 2 + w], 0.0f)
+            << "trainer " << w << " marked its failure for the watches";
       }
     }
     return errors;

@@ -27,6 +27,7 @@
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
+#include "tests/trainer/ps_peer_watch_fixture.hpp"
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/schedule/lost_peers.hpp"
 
@@ -38,109 +39,11 @@ using table::server::testing::connect_client;
 using table::server::testing::FakeHostTier;
 using table::server::testing::start_server;
 using table::server::testing::test_config;
-using Clock = std::chrono::steady_clock;
-
-constexpr double kTimeout =
-    1.0;  // runner.peer_timeout_s of these tests (a loaded machine still beats)
-
-// The losses one watch reported (its callback; the process is never ended: exit_grace_s 0).
-class Losses {
- public:
-  std::function<void(const std::string&)> callback() {
-    return [this](const std::string& reason) {
-      MutexLock lock(mu_);
-      reasons_.push_back(reason);
-    };
-  }
-  std::vector<std::string> reasons() const {
-    MutexLock lock(mu_);
-    return reasons_;
-  }
-  // Waits (up to 10 s: a loaded machine) until a loss was reported; whether one was. A watch
-  // reports once (PsPeerWatch::on_lost): a later loss is only logged.
-  bool wait_for_report() const {
-    const auto until = Clock::now() + std::chrono::seconds(10);
-    while (reasons().empty() && Clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return !reasons().empty();
-  }
-  // The reports after a quiet window (3 timeouts, many beats) that follows wait_for_report():
-  // a second report of the same loss would have come in it. A sleep, as the check is negative.
-  std::size_t reports_after_quiet_window() const {
-    std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout));
-    return reasons().size();
-  }
-
- private:
-  mutable Mutex mu_;
-  std::vector<std::string> reasons_ GPUBOX_GUARDED_BY(mu_);
-};
-
-PsPeerWatchOptions options() {
-  PsPeerWatchOptions o;
-  o.peer_timeout_s = kTimeout;
-  o.exit_grace_s = 0;
-  return o;
-}
-
-class PsPeerWatchTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    server_ = start_server(&table_);
-    ASSERT_TRUE(server_);
-    for (int i = 0; i < 3; ++i) {
-      clients_.push_back(connect_client(client_options(server_->endpoint())));
-      ASSERT_TRUE(clients_.back());
-    }
-  }
-  // The job's start (trainer 0): the table sized for `trainers`.
-  void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
-  // The beat counts of the job's trainers (kAliveTable's first third), read by a client of the
-  // test's own (the watches' clients are theirs).
-  std::vector<float> beats(int trainers) {
-    if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
-    std::vector<float> values(3 * static_cast<std::size_t>(trainers), 0.0f);
-    if (!reader_ ||
-        !reader_->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
-             .ok()) {
-      return {};
-    }
-    values.resize(static_cast<std::size_t>(trainers));
-    return values;
-  }
-  // Waits (10 s at most: a loaded machine) until trainer `beating` of `trainers` has beaten and
-  // then each of `watchers` beat `times` more (so each saw its count above 0); whether they did.
-  bool beaten_after(int trainers, int beating, const std::vector<int>& watchers, float times) {
-    const auto n = static_cast<std::size_t>(trainers);
-    const auto until = Clock::now() + std::chrono::seconds(10);
-    std::vector<float> at_first;
-    while (Clock::now() < until) {
-      const std::vector<float> now = beats(trainers);
-      if (now.size() == n && at_first.empty() && now[static_cast<std::size_t>(beating)] > 0) {
-        at_first = now;
-      }
-      const auto beat = [&](int w) {
-        const auto i = static_cast<std::size_t>(w);
-        return now.size() == n && now[i] >= at_first[i] + times;
-      };
-      if (!at_first.empty() && std::all_of(watchers.begin(), watchers.end(), beat)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
-  // The silence a loss's reason reports ("... stopped S s ago ..."); -1 when it names none.
-  static double silence_s(const std::string& reason) {
-    const auto at = reason.find(" stopped ");
-    if (at == std::string::npos) return -1;
-    return std::stod(reason.substr(at + 9));
-  }
-
-  FakeHostTier table_{test_config()};
-  std::unique_ptr<table::server::Server> server_;
-  std::vector<std::unique_ptr<table::server::RemoteHostTier>> clients_;
-  std::unique_ptr<table::server::RemoteHostTier> reader_;
-};
+using watch_test::Clock;
+using watch_test::kTimeout;
+using watch_test::Losses;
+using watch_test::options;
+using watch_test::PsPeerWatchTest;
 
 TEST_F(PsPeerWatchTest, TrainersThatBeatAreNeverLost) {
   reset(3);
@@ -271,11 +174,11 @@ TEST_F(PsPeerWatchTest, ResetZeroesWhatAnEarlierJobLeft) {
     ASSERT_TRUE(old.finish().ok());
   }
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2).ok());
-  std::vector<float> values(6, 0.0f);
+  std::vector<float> values(PsPeerWatch::kAliveSections * 2, 0.0f);
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
-  EXPECT_EQ(values, std::vector<float>(6, 0.0f));
+  EXPECT_EQ(values, std::vector<float>(PsPeerWatch::kAliveSections * 2, 0.0f));
   // The old finished flag is gone: a new job's trainer 1 that beats and then stops is lost.
   Losses losses;
   PsPeerWatch watch(*clients_[0], 0, 2, options(), losses.callback());
@@ -297,10 +200,12 @@ TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
   {
     PsPeerWatch failing(*clients_[1], 1, 2, options());
     ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+    std::vector<float> alive_at_mark;
     ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "pass 0: no valid instance",
-                                         FailureNotice::kToWatches)
+                                         FailureNotice::kToWatches, 1, &alive_at_mark)
                     .ok());
-    ASSERT_TRUE(failing.wait_until_failure_seen(10, nullptr).ok());
+    const Status seen = failing.wait_until_failure_seen(alive_at_mark, 10, nullptr);
+    ASSERT_TRUE(seen.ok()) << seen.to_string();
   }  // trainer 1 ends without finish()
   ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
   ASSERT_EQ(losses.reports_after_quiet_window(), 1u) << losses.reasons().back();
@@ -313,20 +218,22 @@ TEST_F(PsPeerWatchTest, AFailedTrainerIsReportedWithWhatItReported) {
 // flag stays 1; an empty reason gets a wording of its own.
 TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   reset(2);
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure",
+                                       FailureNotice::kToWatches, /*run=*/1)
+                  .ok());
   ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "first failure", FailureNotice::kToWatches)
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches, /*run=*/1)
           .ok());
-  ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches).ok());
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "second");
-  std::vector<float> values(6, 0.0f);
+  std::vector<float> values(PsPeerWatch::kAliveSections * 2, 0.0f);
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kRead, PsPeerWatch::kAliveTable, &values)
                   .ok());
   EXPECT_EQ(values[5], 1.0f);  // trainer 1's failed flag
-  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting, /*run=*/1).ok());
   mark = PsPeerWatch::failure_of(*clients_[0], 0, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "(it reported no reason)");
@@ -339,27 +246,35 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
 // just before it; clear_failure (a new train() of the marked trainer) takes the mark back.
 TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack) {
   reset(2);
-  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> beat = {3.0f, 4.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f};
   ASSERT_TRUE(
       clients_[0]->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
-  ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data", FailureNotice::kToWatches)
-          .ok());
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, "unreadable data",
+                                       FailureNotice::kToWatches, /*run=*/1)
+                  .ok());
   ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], 2, /*keep_failures=*/true).ok());
   EXPECT_EQ(beats(2), std::vector<float>(2, 0.0f));
-  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, 1);
   StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
   ASSERT_TRUE(PsPeerWatch::clear_failure(*clients_[0], 1, 2).ok());
-  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+  flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, -1);
   mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "");
+}
+
+// Runs count from 1: run 0 (before any train()) would take every unflagged trainer as marked.
+TEST_F(PsPeerWatchTest, FailedPeerRefusesRunZero) {
+  reset(2);
+  StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/0);
+  EXPECT_EQ(flagged.status().code(), Status::Code::kInvalidArgument)
+      << (flagged.ok() ? "trainer " + std::to_string(*flagged) : flagged.status().to_string());
 }
 
 // A failure every trainer hits at once: a trainer that is failing itself (tell_failure began, or
@@ -369,23 +284,25 @@ TEST_F(PsPeerWatchTest, AFailingTrainerHearsOfNoOtherTrainersFailure) {
   for (const bool own_flag : {false, true}) {
     SCOPED_TRACE(own_flag ? "its own failed flag set" : "tell_failure began");
     reset(2);
-    StatusOr<int> first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+    StatusOr<int> first = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
     ASSERT_TRUE(first.ok()) << first.status().to_string();
     EXPECT_EQ(*first, -1);
     Losses losses;
     PsPeerWatch failing(*clients_[0], 0, 2, options(), losses.callback());
     if (own_flag) {
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[0], 0, 2, "diverged", FailureNotice::kToWatches).ok());
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 0, 2, "diverged",
+                                           FailureNotice::kToWatches, /*run=*/1)
+                      .ok());
     } else {
       failing.ignore_failed_peers();
     }
     {
       PsPeerWatch other(*clients_[1], 1, 2, options());
       ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "diverged", FailureNotice::kToWatches).ok());
-      first = PsPeerWatch::failed_peer(*clients_[0], 0, 2);
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "diverged",
+                                           FailureNotice::kToWatches, /*run=*/1)
+                      .ok());
+      first = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
       ASSERT_TRUE(first.ok()) << first.status().to_string();
       EXPECT_EQ(*first, 1);
       ASSERT_TRUE(beaten_after(2, 0, {0}, 2)) << "trainer 0 did not beat after the mark";
@@ -406,8 +323,9 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
     {
       Losses losses;
       PsPeerWatch survivor(*clients_[0], 0, 2, o, losses.callback());
-      ASSERT_TRUE(
-          PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches,
+                                           /*run=*/1)
+                      .ok());
       ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
     }
     std::this_thread::sleep_for(std::chrono::seconds(6));  // 3 times exit_grace_s
@@ -423,14 +341,16 @@ TEST_F(PsPeerWatchTest, TheForcedEndOfAReportedFailureIsCancelledAtTheWatchsEnd)
 TEST_F(PsPeerWatchTest, TheWaitForAFailureToBeSeenEndsAtTheStopFlag) {
   reset(2);
   PsPeerWatch failing(*clients_[1], 1, 2, options());
-  std::vector<float> beat = {1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};  // trainer 0 beat once, then
+  std::vector<float> beat = {1.0f, 0.0f, 0.0f, 0.0f,
+                             0.0f, 0.0f, 1.0f, 0.0f};  // trainer 0 beat once, then
   ASSERT_TRUE(clients_[0]
                   ->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat)
                   .ok());  // never again
   ASSERT_TRUE(
-      PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches).ok());
+      PsPeerWatch::mark_failed(*clients_[1], 1, 2, "failed", FailureNotice::kToWatches, /*run=*/1)
+          .ok());
   std::atomic<bool> stop{true};
-  EXPECT_TRUE(failing.wait_until_failure_seen(600, &stop).ok());  // returns: not 600 s later
+  EXPECT_TRUE(failing.wait_until_failure_seen({}, 600, &stop).ok());  // returns: not 600 s later
 }
 
 // What a failed trainer reported is cut to 513 bytes at a character's boundary (Python decodes it
@@ -448,7 +368,9 @@ TEST_F(PsPeerWatchTest, AReasonIsCutAtACharactersBoundary) {
   const std::string whole = std::string(508, 'a') + "\u00e9" + std::string(20, 'b');
   EXPECT_EQ(PsPeerWatch::stored_reason(whole), std::string(508, 'a') + "\u00e9...");
   reset(2);
-  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting).ok());
+  ASSERT_TRUE(
+      PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting, /*run=*/1)
+          .ok());
   StatusOr<std::string> read = PsPeerWatch::failure_of(*clients_[0], 1, 2);
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_EQ(*read, PsPeerWatch::stored_reason(whole));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -19,9 +20,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using table::server::DenseAction;
 
-// kAliveTable: beats, finished flags, failed flags.
+// kAliveTable: beats, finished flags, failed flags, begun flags.
+constexpr std::size_t kBeats = PsPeerWatch::kBeatSection;
+constexpr std::size_t kFinished = PsPeerWatch::kFinishedSection;
+constexpr std::size_t kFailed = PsPeerWatch::kFailedSection;
+constexpr std::size_t kBegun = PsPeerWatch::kBegunSection;
+constexpr std::size_t kSections = PsPeerWatch::kAliveSections;
+static_assert(kBeats == 0 && kFinished == 1 && kFailed == 2 && kBegun == 3 && kSections == 4);
+
 std::vector<float> zeros(int trainers) {
-  return std::vector<float>(3 * static_cast<std::size_t>(trainers), 0.0f);
+  return std::vector<float>(kSections * static_cast<std::size_t>(trainers), 0.0f);
 }
 
 // Text travels 3 bytes a float (24 bits: exact in a float), up to its first zero byte.
@@ -71,11 +79,21 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
   const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
   if (keep_failures) {
+    // Other trainers beat and may mark their failures meanwhile: a write of what was read would
+    // wipe a mark made between the read and the write. The beats and finished flags are taken
+    // back by what was read instead, in one add that adds 0 to every failed and begun flag (the
+    // watches of the run go on beating: it is still begun).
     GPUBOX_RETURN_IF_ERROR(
         servers.dense(DenseAction::kRead, kAliveTable, &values)
             .with_context("reading the servers' table " + std::string(kAliveTable)));
-    if (values.size() != 3 * n) values = zeros(trainers);
-    std::fill(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(2 * n), 0.0f);
+    if (values.size() == kSections * n) {
+      const auto failed_flags = values.begin() + static_cast<std::ptrdiff_t>(kFailed * n);
+      std::transform(values.begin(), failed_flags, values.begin(), std::negate<float>());
+      std::fill(failed_flags, values.end(), 0.0f);
+      return servers.dense(DenseAction::kAdd, kAliveTable, &values)
+          .with_context("restarting the beats of the servers' table " + std::string(kAliveTable));
+    }
+    values = zeros(trainers);  // none of this job's: written as at the job's start
   }
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kWrite, kAliveTable, &values)
@@ -87,19 +105,27 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
 }
 
 Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& reason, FailureNotice notice) {
+                                int trainers, const std::string& reason, FailureNotice notice,
+                                int run, std::vector<float>* alive_at_mark) {
+  if (notice == FailureNotice::kToWatches && run < 1) {
+    return Status::InvalidArgument("PsPeerWatch::mark_failed: run " + std::to_string(run) +
+                                   " (runs count from 1)");
+  }
+  if (alive_at_mark != nullptr) alive_at_mark->clear();
   return set_own_failure(servers, trainer_id, trainers,
                          stored_reason(reason.empty() ? "(it reported no reason)" : reason),
-                         notice == FailureNotice::kToWatches ? 1.0f : -1.0f);
+                         notice == FailureNotice::kToWatches ? static_cast<float>(run) : -1.0f,
+                         alive_at_mark);
 }
 
 Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
                                   int trainers) {
-  return set_own_failure(servers, trainer_id, trainers, "", 0.0f);
+  return set_own_failure(servers, trainer_id, trainers, "", 0.0f, nullptr);
 }
 
 Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                    int trainers, const std::string& stored, float flag) {
+                                    int trainers, const std::string& stored, float flag,
+                                    std::vector<float>* alive) {
   const std::string context = "telling the other trainers that trainer " +
                               std::to_string(trainer_id) +
                               (stored.empty() ? " did not fail" : " failed");
@@ -122,22 +148,34 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   std::vector<float> values = zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kRead, kAliveTable, &values).with_context(context));
-  const auto at = static_cast<std::size_t>(2 * trainers + trainer_id);
+  const auto at =
+      kFailed * static_cast<std::size_t>(trainers) + static_cast<std::size_t>(trainer_id);
   const float held_flag = values.size() > at ? values[at] : 0.0f;
   values = zeros(trainers);
   values[at] = flag - held_flag;
-  return servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context);
+  GPUBOX_RETURN_IF_ERROR(
+      servers.dense(DenseAction::kAdd, kAliveTable, &values).with_context(context));
+  if (alive != nullptr && values.size() == kSections * static_cast<std::size_t>(trainers)) {
+    *alive = std::move(values);
+  }
+  return Status::OK();
 }
 
 StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
-                                       int trainers) {
+                                       int trainers, int run) {
+  // Run 0 would take every unflagged trainer (its flag 0) as marked.
+  if (run < 1) {
+    return Status::InvalidArgument("PsPeerWatch::failed_peer: run " + std::to_string(run) +
+                                   " (runs count from 1)");
+  }
   const auto n = static_cast<std::size_t>(trainers);
   std::vector<float> values = zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kAliveTable, &values)
                              .with_context("reading the trainers' failed flags"));
-  if (values.size() != 3 * n) return -1;
+  if (values.size() != kSections * n) return -1;
   for (std::size_t w = 0; w < n; ++w) {
-    if (static_cast<int>(w) != trainer_id && values[2 * n + w] > 0) return static_cast<int>(w);
+    const bool failed = values[kFailed * n + w] == static_cast<float>(run);
+    if (static_cast<int>(w) != trainer_id && failed) return static_cast<int>(w);
   }
   return -1;
 }
@@ -151,39 +189,51 @@ StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& ser
   return get_text(all.data() + kReasonFloats * static_cast<std::size_t>(trainer_id), kReasonFloats);
 }
 
-Status PsPeerWatch::wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop) {
+Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_mark,
+                                            double timeout_s, const std::atomic<bool>* stop) {
   const auto n = static_cast<std::size_t>(trainers_);
   const auto deadline = Clock::now() + millis_of(timeout_s);
-  std::vector<float> at_mark;
+  // The beats as the mark's add left them: a watch that beat past them saw the mark, before
+  // this wait's first read too.
+  std::vector<float> at_mark =
+      alive_at_mark.size() == kSections * n ? alive_at_mark : std::vector<float>();
+  std::string unseen;
   auto pause = std::chrono::milliseconds(10);
   while (Clock::now() < deadline && (stop == nullptr || !stop->load())) {
     std::vector<float> values = zeros(trainers_);
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
-    if (values.size() != 3 * n) return Status::OK();
+    if (values.size() != kSections * n) return Status::OK();
     // A count that went down was reset (a recovery's start_job): its beats count from there.
     for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
       if (values[w] < at_mark[w]) at_mark[w] = values[w];
     }
     if (at_mark.empty()) at_mark = values;
-    bool seen = true;
+    unseen.clear();
     for (std::size_t w = 0; w < n; ++w) {
-      // One not beating (not begun, or ended: its count stopped) is not waited for past the
-      // timeout; one finished or failed watches no more.
-      const bool gone = values[n + w] > 0 || values[2 * n + w] > 0 || values[w] <= 0;
-      if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) seen = false;
+      // One that has not begun this run (its begun flag an earlier run's) is not waited for: its
+      // watch reads the mark as it starts. One finished in this run or failed watches no more. One
+      // that began and stopped beating is waited for up to the timeout.
+      const auto run = static_cast<float>(options_.run);
+      const bool gone = values[kBegun * n + w] != run || values[kFinished * n + w] == run ||
+                        values[kFailed * n + w] > 0;
+      if (static_cast<int>(w) != trainer_id_ && !gone && values[w] <= at_mark[w]) {
+        unseen += (unseen.empty() ? "" : ", ") + std::to_string(w);
+      }
     }
-    if (seen) return Status::OK();
+    if (unseen.empty()) return Status::OK();
     std::this_thread::sleep_for(pause);
     pause = std::min(2 * pause, std::chrono::milliseconds(100));
   }
-  if (stop == nullptr || !stop->load()) {
-    GPUBOX_LOG(WARNING) << "trainer " << trainer_id_ << " of " << trainers_
-                        << ": not every other trainer's watch beat within " << timeout_s
-                        << " s after this trainer marked its failure: those find it lost by its "
-                           "heartbeat instead";
-  }
-  return Status::OK();
+  if (stop != nullptr && stop->load()) return Status::OK();
+  std::ostringstream late;
+  // `unseen` is empty when no read came before the deadline (a timeout of 0, or a slow first
+  // read): no watch was seen to beat past the mark.
+  late << (unseen.empty() ? std::string("no other trainer's watch was seen to beat")
+                          : "the watch of trainer(s) " + unseen + " did not beat")
+       << " within " << timeout_s << " s after trainer " << trainer_id_ << " of " << trainers_
+       << " marked its failure";
+  return Status::DeadlineExceeded(late.str());
 }
 
 PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
@@ -194,6 +244,9 @@ PsPeerWatch::PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id,
       trainers_(trainers),
       options_(options),
       on_lost_(std::move(on_lost)) {
+  // Run 0 would read every trainer's finished flag (0) as finished in this run, and every failed
+  // flag (0) as marked in it.
+  GPUBOX_EXPECTS(options_.run >= 1, "PsPeerWatch: run ", options_.run, " (runs count from 1)");
   beat_thread_ = std::thread([this] { beat_loop(); });
   if (servers_.endpoint_count() > 0) ping_thread_ = std::thread([this] { ping_loop(); });
 }
@@ -216,11 +269,19 @@ void PsPeerWatch::stop() {
 
 Status PsPeerWatch::finish() {
   stop();  // no beat after the flag: a late one could not matter, but keeps the order plain
+  const std::string context = "telling the other trainers (table " + std::string(kAliveTable) +
+                              ") that trainer " + std::to_string(trainer_id_) + " finished";
+  // The flag holds the run, set by adding it less what the slot holds (an earlier run's flag):
+  // a trainer that finished an earlier train() has not finished this one.
   std::vector<float> mark = zeros(trainers_);
-  mark[static_cast<std::size_t>(trainers_ + trainer_id_)] = 1.0f;
-  return servers_.dense(DenseAction::kAdd, kAliveTable, &mark)
-      .with_context("telling the other trainers (table " + std::string(kAliveTable) +
-                    ") that trainer " + std::to_string(trainer_id_) + " finished");
+  GPUBOX_RETURN_IF_ERROR(
+      servers_.dense(DenseAction::kRead, kAliveTable, &mark).with_context(context));
+  const auto at =
+      kFinished * static_cast<std::size_t>(trainers_) + static_cast<std::size_t>(trainer_id_);
+  const float held = mark.size() > at ? mark[at] : 0.0f;
+  mark = zeros(trainers_);
+  mark[at] = static_cast<float>(options_.run) - held;
+  return servers_.dense(DenseAction::kAdd, kAliveTable, &mark).with_context(context);
 }
 
 std::string PsPeerWatch::lost() const {
@@ -263,27 +324,49 @@ bool PsPeerWatch::wait_interval() {
 void PsPeerWatch::beat_loop() {
   const auto timeout = millis_of(options_.peer_timeout_s);
   const auto n = static_cast<std::size_t>(trainers_);
-  std::vector<float> last_count(n, -1.0f);
+  const auto own = static_cast<std::size_t>(trainer_id_);
+  const auto this_run = static_cast<float>(options_.run);
+  // A trainer is judged once its begun flag is this run: its silence is timed from when this
+  // watch first read it so (its count as read then), not from anything an earlier run left. One
+  // that has not begun this run (still starting, or its watch of the run before still beating) is
+  // not judged: one that never comes is left to the barriers' runner.collective_timeout_s.
+  std::vector<bool> seen_begun(n, false);
+  std::vector<float> last_count(n, 0.0f);
   std::vector<Clock::time_point> last_move(n, Clock::now());
   std::vector<bool> reported(n, false);
+  bool begun = false;  // this trainer's begun flag is set to this run
   std::vector<float> values;
   do {
     values = zeros(trainers_);
-    values[static_cast<std::size_t>(trainer_id_)] = 1.0f;
+    values[kBeats * n + own] = 1.0f;
+    if (!begun) {
+      // The first beat also sets this trainer's begun flag to the run, by adding the run less what
+      // the slot holds (an earlier run's), read first, as finish() does.
+      std::vector<float> held = zeros(trainers_);
+      if (!servers_.dense(DenseAction::kRead, kAliveTable, &held).ok() ||
+          held.size() != kSections * n) {
+        continue;
+      }
+      values[kBegun * n + own] = this_run - held[kBegun * n + own];
+    }
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
     // this one's count stop, and the ping thread names the server.
-    if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() || values.size() != 3 * n) {
+    if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() ||
+        values.size() != kSections * n) {
       continue;
     }
+    begun = true;
     const auto now = Clock::now();
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
     // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
-    const bool failing = failing_.load(std::memory_order_acquire) ||
-                         values[2 * n + static_cast<std::size_t>(trainer_id_)] > 0;
+    // A failed flag of another run (an earlier train()) is stale: its trainer takes it back as
+    // it begins this run.
+    const bool failing =
+        failing_.load(std::memory_order_acquire) || values[kFailed * n + own] == this_run;
     if (failing) continue;
     for (std::size_t w = 0; w < n; ++w) {
-      if (static_cast<int>(w) == trainer_id_ || values[2 * n + w] <= 0 || reported[w]) continue;
+      if (w == own || values[kFailed * n + w] != this_run || reported[w]) continue;
       reported[w] = true;
       StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
       on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
@@ -293,19 +376,16 @@ void PsPeerWatch::beat_loop() {
               Loss::kPeerFailed);
     }
     for (std::size_t w = 0; w < n; ++w) {
-      // A trainer not yet beating (still starting, its count 0 since the job's reset) is not
-      // judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-      // One that failed is reported by its flag (above), or not at all: never found lost.
-      if (static_cast<int>(w) == trainer_id_ || values[n + w] > 0 || values[2 * n + w] > 0 ||
-          reported[w]) {
+      // Not judged: a trainer that has not begun this run; one that finished it (a finished flag
+      // of an earlier run is stale); one that failed, reported by its flag (above) or not at all
+      // (a failed flag of an earlier run is taken back before its trainer begins this one).
+      if (w == own || values[kBegun * n + w] != this_run || values[kFinished * n + w] == this_run ||
+          values[kFailed * n + w] > 0 || reported[w]) {
         continue;
       }
-      if (values[w] <= 0) {
-        last_move[w] = now;
-        continue;
-      }
-      if (values[w] != last_count[w]) {
-        last_count[w] = values[w];
+      if (!seen_begun[w] || values[kBeats * n + w] != last_count[w]) {
+        seen_begun[w] = true;
+        last_count[w] = values[kBeats * n + w];
         last_move[w] = now;
         continue;
       }

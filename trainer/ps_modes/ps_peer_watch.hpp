@@ -2,20 +2,33 @@
 // (PADDLE_TRAINERS_NUM > 1). PS trainers never talk to each other, only to the servers (often
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
-// other trainer's count back in the same request. A trainer that has beaten (its count above 0
-// since the job's reset) and whose count has not moved for
-// runner.peer_timeout_s while this one's requests went through, and that did not say it
-// finished its job (finish()), is lost: its process died or was stopped, or its link to the
-// servers is down. A server silent as long is lost too (ServerPings). Without the watch, such
-// a loss was seen only at the next barrier, runner.collective_timeout_s later (5 minutes by
-// default) — in the async and geo modes, only at the job's end.
+// other trainer's count back in the same request; its first beat also sets its begun flag to the
+// run it watches (which train(), see below). A trainer that began this run (its begun flag this
+// run's) and whose count has not moved for runner.peer_timeout_s since this watch first read it
+// so, while this one's requests went through, and that did not say it finished this run
+// (finish()), is lost: its process died or was stopped, or its link to the servers is down. One
+// that has not begun this run (still starting, or its watch of the run before still beating as it
+// leaves that run's last meeting) is not judged: one that never comes is left to the barriers'
+// runner.collective_timeout_s. A server silent as long is lost too (ServerPings).
+// Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
+// later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
 // A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
 // says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
 // kFailureTable. Every other trainer's next beat sees the flag and reports the trainer lost with
 // its reason ("trainer 1 of 2 failed: ..."), within one beat, not runner.peer_timeout_s or
 // runner.collective_timeout_s later; the failed trainer waits for those beats
-// (wait_until_failure_seen, at most runner.peer_timeout_s) and ends.
+// (wait_until_failure_seen, at most runner.peer_timeout_s) and ends. The flag holds the run it
+// was marked in (which train() of the trainers' objects: PsTrainer counts them alike on every
+// trainer), and a watch reports only a flag of its own run: a mark left by an earlier train()
+// (a C++ program calling PsTrainer::train() again on the same objects, which must call it the
+// same number of times on every trainer) is stale, and must not stop a trainer that began
+// the next train() first: its trainer takes it back as its next train() starts, before its watch
+// does (and so before it has begun that run).
+// Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
+// marks: not one atomic step). Neither reports the other; every other trainer reports one of
+// them, the one whose mark its beats saw first (the lower-numbered when one beat saw both), so
+// two such trainers may name different ones, each a failure that happened.
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
@@ -26,8 +39,12 @@
 // keeps it: the trainer's teardown may hang in a call to that server.
 //
 // The tables, zeroed by reset() at the job's start (trainer 0, before any trainer's watch starts;
-// a recovery's restart of the job zeroes the beats and finished flags only):
-//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1, failed flags of 0 .. T-1}
+// a recovery's restart of the job zeroes the beats and finished flags only, in one add that
+// leaves the failed and begun flags alone, since other trainers may mark theirs meanwhile and
+// their watches go on beating in the run):
+//   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1 (each 0, or the last run
+//                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in),
+//                 begun flags of 0 .. T-1 (each 0, or the last run its watch beat in)}
 //   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
 //                  character's boundary), 3 bytes a float.
 //
@@ -55,6 +72,7 @@ namespace gpubox::trainer::ps_modes {
 struct PsPeerWatchOptions {
   double peer_timeout_s = 10;  // runner.peer_timeout_s
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
+  int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
 
 // Thrown by a trainer told that another trainer of its job failed (at a meeting, by what that
@@ -74,26 +92,40 @@ class PsPeerWatch {
  public:
   static constexpr const char* kAliveTable = "ps_alive";
   static constexpr const char* kFailureTable = "ps_failures";
+  // kAliveTable's sections, each one float per trainer (see the file comment).
+  static constexpr std::size_t kBeatSection = 0;
+  static constexpr std::size_t kFinishedSection = 1;
+  static constexpr std::size_t kFailedSection = 2;
+  static constexpr std::size_t kBegunSection = 3;
+  static constexpr std::size_t kAliveSections = 4;
   // The longest text of kFailureTable, in bytes.
   static constexpr std::size_t kReasonBytes = 513;
 
   // Zeroes kAliveTable and kFailureTable for a job of `trainers` (whatever an earlier job on these
-  // servers left). `keep_failures` (a recovery's restart of the job): the failed flags and the
-  // reasons stay, so that a mark made just before is not wiped.
+  // servers left). `keep_failures` (a recovery's restart of the job, other trainers' watches
+  // beating): only the beats and finished flags go back to 0, by one add of what a read found
+  // there (a beat between the two stays counted); the failed and begun flags and the reasons are
+  // not written, so that a mark made just before, or meanwhile, is not wiped, and the trainers
+  // beating in the run stay begun.
   static Status reset(table::server::RemoteHostTier& servers, int trainers,
                       bool keep_failures = false);
-  // Trainer `trainer_id` of `trainers` failed for good with `reason` ("" reads as "(it reported
-  // no reason)"): failure_of reads it (a second mark in a job replaces the first); with
-  // FailureNotice::kToWatches every other trainer's watch also reports it at its next beat (and
-  // ends its process exit_grace_s later, as for a lost trainer). Needs no watch running.
+  // Trainer `trainer_id` of `trainers` failed for good in run `run` with `reason` (""
+  // reads as "(it reported no reason)"): failure_of reads it (a second mark in a job replaces the
+  // first); with FailureNotice::kToWatches every other trainer's watch of that run also reports
+  // it at its next beat (and ends its process exit_grace_s later, as for a lost trainer), and
+  // `*alive_at_mark` (may be null) is kAliveTable as the flag's add left it: every beat counted
+  // past it saw the flag (wait_until_failure_seen). `run` (the flag's value) must be >= 1 with
+  // kToWatches (InvalidArgument otherwise); kAtMeeting sets no flag. Needs no watch running.
   static Status mark_failed(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
-                            const std::string& reason, FailureNotice notice);
+                            const std::string& reason, FailureNotice notice, int run,
+                            std::vector<float>* alive_at_mark = nullptr);
   // Takes back trainer `trainer_id`'s mark (its reason and failed flag zeroed): a new train() of
   // the same trainer, in the job of the old one.
   static Status clear_failure(table::server::RemoteHostTier& servers, int trainer_id, int trainers);
-  // The first trainer other than `trainer_id` whose failed flag is set (kToWatches), -1 if none.
+  // The first trainer other than `trainer_id` whose failed flag is set in run `run`
+  // (kToWatches), -1 if none. (Run 1: the first train() of the trainers' objects.)
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
-                                   int trainers);
+                                   int trainers, int run);
   // What trainer `trainer_id` reported as it failed ("" while it did not).
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
                                           int trainers);
@@ -101,8 +133,9 @@ class PsPeerWatch {
   // ending in "..." when cut. For the tests.
   static std::string stored_reason(const std::string& reason);
 
-  // Starts beating and watching. `on_lost` (may be empty) is called once, on a watch thread,
-  // with the first loss's reason. `servers` must outlive the watch.
+  // Starts beating and watching (the first beat sets this trainer's begun flag to options.run,
+  // which must be >= 1). `on_lost` (may be empty) is called once, on a watch thread, with the
+  // first loss's reason. `servers` must outlive the watch.
   PsPeerWatch(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
               PsPeerWatchOptions options,
               std::function<void(const std::string&)> on_lost = nullptr);
@@ -112,7 +145,8 @@ class PsPeerWatch {
   PsPeerWatch(const PsPeerWatch&) = delete;
   PsPeerWatch& operator=(const PsPeerWatch&) = delete;
 
-  // This trainer ended its job: tells the others (they stop watching it) and stops the watch.
+  // This trainer ended its run (its finished flag set to options.run): tells the others (they
+  // stop watching it) and stops the watch.
   Status finish();
   // The first loss seen ("" while none). Cheap while there is none.
   std::string lost() const;
@@ -122,16 +156,22 @@ class PsPeerWatch {
   // later); its beats go on, as with this trainer's own failed flag set. Any thread.
   void ignore_failed_peers() { failing_.store(true, std::memory_order_release); }
   // After mark_failed for this trainer: waits until every other trainer still in the job (not
-  // finished, not failed, beating) has beaten since the mark, so its watch saw it; at most
-  // `timeout_s`, and not past `*stop` (may be null) turning true. An error when the first server
-  // does not answer.
-  Status wait_until_failure_seen(double timeout_s, const std::atomic<bool>* stop);
+  // finished in this run, not failed, beating) has beaten past `alive_at_mark` (mark_failed's;
+  // empty: the table as this wait first reads it), so its watch saw the mark; at most
+  // `timeout_s` (then DeadlineExceeded, naming the trainers that did not beat), and not past
+  // `*stop` (may be null) turning true (then OK). A peer that saw the mark before this wait
+  // began counts: the mark's own add set the baseline. A trainer that has not begun this run
+  // (its begun flag an earlier run's) is not waited for: its watch reports the mark as it
+  // starts. An error when the first server does not answer.
+  Status wait_until_failure_seen(const std::vector<float>& alive_at_mark, double timeout_s,
+                                 const std::atomic<bool>* stop);
 
  private:
   // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
-  // `flag` (see mark_failed).
+  // `flag` (see mark_failed; `*alive` the table after the flag's add, when not null).
   static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& stored, float flag);
+                                int trainers, const std::string& stored, float flag,
+                                std::vector<float>* alive);
   void beat_loop();
   void ping_loop();
   // Waits one interval; false once stopping.

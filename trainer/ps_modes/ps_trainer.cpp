@@ -1,5 +1,6 @@
 // PsTrainer's job (ps_trainer.hpp): connecting the servers, the job's start, the barriers of
-// every trainer, train()'s epochs; the passes are in ps_trainer_pass.cpp.
+// every trainer, train()'s epochs; the passes are in ps_trainer_pass.cpp, the telling of a
+// failure in ps_trainer_telling.cpp.
 #include "trainer/ps_modes/ps_trainer.hpp"
 
 #include <algorithm>
@@ -14,7 +15,6 @@
 #include <thread>
 
 #include "common/error.hpp"
-#include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
@@ -78,17 +78,6 @@ uint64_t job_id_from_floats(const std::vector<float>& values) {
   return job;
 }
 
-// What `failed` tells a user (user_message).
-std::string message_of(const std::exception_ptr& failed) {
-  try {
-    std::rethrow_exception(failed);
-  } catch (const std::exception& e) {
-    return user_message(e);
-  } catch (...) {
-    return "an exception that is not a std::exception";
-  }
-}
-
 uint64_t draw_job_id() {
   std::random_device seed;
   return (uint64_t{seed()} << 32) ^ seed();
@@ -135,8 +124,8 @@ std::string thread_cards(const TrainerConfig& config, const TrainerEnv& env) {
 
 }  // namespace
 
-PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
-    : config_(std::move(config)), env_(std::move(env)) {
+PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
+    : config_(std::move(config)), env_(std::move(env)), order_hook_(std::move(order_hook)) {
   GPUBOX_EXPECTS(config_.runner.sync_mode != SyncMode::kGpubox,
                  "PsTrainer runs the async, sync and geo modes");
   GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
@@ -152,8 +141,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             {},
             nullptr,
-            nullptr,
-            false});
+            nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
   make_workers();
@@ -223,6 +211,7 @@ void PsTrainer::start_job(bool recovery) {
   // A sync job of several trainers: every trainer's pushes of a step are parts of the job's step,
   // summed by the servers before one update (MergedPushes::join_job).
   if (sums_steps) {
+    if (order_hook_) order_hook_("ps/start: read the job's id");
     std::vector<float> job(4, 0.0f);
     throw_if_error(s.servers->dense(DenseAction::kRead, kJobTokenTable, &job)
                        .with_context("reading the sync job's id"));
@@ -328,34 +317,6 @@ void PsTrainer::read_job_token(const std::string& file) {
               "(with runner.resume off, the job stops at a server restart instead)");
 }
 
-void PsTrainer::fail_at_meeting(const std::exception_ptr& failed, const std::string& name,
-                                const std::string& what, double timeout_s, bool marks, bool meets) {
-  State& s = *state_;
-  if (marks && env_.trainers > 1) {
-    s.failure_marked = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers,
-                                                message_of(failed), FailureNotice::kAtMeeting)
-                           .ok();
-  }
-  if (meets) {
-    try {
-      meet(name, what, timeout_s);  // the others learn of the failure now, not at their timeout
-    } catch (const std::exception& e) {
-      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " failed, and then " << e.what();
-    }
-  }
-  std::rethrow_exception(failed);
-}
-
-void PsTrainer::throw_if_marked(int w, const std::string& told,
-                                const std::optional<std::string>& unmarked) {
-  StatusOr<std::string> reported = PsPeerWatch::failure_of(*state_->servers, w, env_.trainers);
-  if (!unmarked) throw_if_error(reported.status());
-  if (reported.ok() && !reported->empty()) {
-    throw PeerFailed(told + "; trainer " + std::to_string(w) + " reported: " + *reported);
-  }
-  if (unmarked) throw PeerFailed(told + *unmarked);
-}
-
 PsTrainer::~PsTrainer() = default;
 
 int PsTrainer::threads() const { return state_->cards.num_local_cards(); }
@@ -367,6 +328,7 @@ std::vector<float> PsTrainer::dense_values() const {
 
 void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
   if (env_.trainers == 1) return;
+  if (order_hook_) order_hook_("meet " + name);
   const double collective_s = config_.runner.collective_timeout_s;
   std::ostringstream limit;  // seconds as written in a config: 20, 2.5
   if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
@@ -380,67 +342,6 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
                                   ": waiting for all " + std::to_string(env_.trainers) +
                                   " trainers " + what + " (" + limit.str() +
                                   "): " + barrier_failure_cause(met)));
-}
-
-void PsTrainer::tell_failure(const std::exception& error) noexcept {
-  State& s = *state_;
-  if (env_.trainers == 1) return;
-  // From here this trainer's watch judges no other trainer (PsPeerWatch::ignore_failed_peers): a
-  // failure every trainer hit at once (divergence, a dead output) must not end this process
-  // exit_grace_s later.
-  if (s.watch != nullptr) s.watch->ignore_failed_peers();
-  try {
-    const std::string reason = user_message(error);
-    // Logged before anything that can wait (or be ended by a watch's forced exit).
-    GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " of " << env_.trainers
-                        << " failed: " << reason;
-    // A trainer that was told of another's failure (PeerFailed, or by its watch), or lost a
-    // trainer or server, does not tell: every trainer hears of those on its own (and the first
-    // server may not answer). Nor one that marked its failure already (at a meeting).
-    const bool told_of_peer = dynamic_cast<const PeerFailed*>(&error) != nullptr ||
-                              (s.watch != nullptr && !s.watch->lost().empty());
-    if (told_of_peer || s.failure_marked) return;
-    // A short look first, so that an unreachable first server costs no call deadline.
-    const double look_s = std::clamp(config_.runner.peer_timeout_s / 5, 0.2, 2.0);
-    bool heard = false;
-    const Status reachable = s.servers->ping(0, look_s, &heard);
-    if (!heard) {
-      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " cannot tell the other trainers "
-                          << "of its failure (they find it lost by its heartbeat): the first "
-                          << "server does not answer: " << reachable.to_string();
-      return;
-    }
-    // Another trainer that marked its failure first is what every trainer reports: a second
-    // mark would make its watch report this one failed too (and end its process).
-    StatusOr<int> first = PsPeerWatch::failed_peer(*s.servers, env_.trainer_id, env_.trainers);
-    if (first.ok() && *first >= 0) {
-      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " does not mark its failure: trainer "
-                          << *first << " marked its own first";
-      // It ends its job: trainer `first`'s wait for its watch to see the mark (which it read
-      // itself) does not wait for it, nor does any watch find it lost.
-      if (s.watch != nullptr) {
-        if (const Status ended = s.watch->finish(); !ended.ok()) {
-          GPUBOX_LOG(WARNING) << ended.to_string();
-        }
-      }
-      return;
-    }
-    s.failure_marked = true;
-    Status told = PsPeerWatch::mark_failed(*s.servers, env_.trainer_id, env_.trainers, reason,
-                                           FailureNotice::kToWatches);
-    // Every other trainer's watch sees the mark at its next beat; this trainer's keeps beating
-    // meanwhile (at most runner.peer_timeout_s: past it, the others find it lost anyway).
-    if (told.ok() && s.watch != nullptr) {
-      told = s.watch->wait_until_failure_seen(config_.runner.peer_timeout_s, s.hooks.stop_flag);
-    }
-    if (!told.ok()) {
-      GPUBOX_LOG(WARNING) << "trainer " << env_.trainer_id << " could not tell the other trainers "
-                          << "of its failure (they find it lost by its heartbeat): "
-                          << told.to_string();
-    }
-  } catch (const std::exception& e) {
-    GPUBOX_LOG(WARNING) << "telling the other trainers of this trainer's failure: " << e.what();
-  }
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
@@ -512,6 +413,9 @@ void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
 
 std::vector<PassReport> PsTrainer::train(const std::string& start_from, const RunHooks& hooks) {
   State& s = *state_;
+  // First: a train() that throws before its watch exists is a run too (every trainer counts
+  // its train() calls alike).
+  const int run = ++s.run;
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
   std::unique_ptr<PsPeerWatch> watch;
@@ -524,10 +428,11 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   if (env_.trainers > 1) {
     PsPeerWatchOptions options;
     options.peer_timeout_s = config_.runner.peer_timeout_s;
+    options.run = run;
     watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
   }
   s.watch = watch.get();
-  struct Unwatch {
+  struct Unwatch {  // however train() ends
     State& s;
     ~Unwatch() { s.watch = nullptr; }
   } unwatch{s};

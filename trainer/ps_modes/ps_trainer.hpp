@@ -132,10 +132,17 @@ class SyncBarriers;
 
 class PsTrainer final : public Schedule {
  public:
+  // Test hook: runs on the trainer's thread at the points where a test orders the trainers of
+  // a job (threads of one process), given the point: "meet <name>" as this trainer comes to
+  // meeting <name>, "ps/start: read the job's id" after the job start's meeting (in the
+  // constructor too), before a sync job's trainer reads the job's id there.
+  using OrderHook = std::function<void(const std::string& point)>;
+
   // Connects to the servers of `env` (required: the PS modes keep no host tier in-process) and
   // makes one training thread per card: runner.thread_num on the cpu backend, the cards of
   // FLAGS_selected_gpus on cuda. Throws naming the servers when they cannot be reached.
-  PsTrainer(TrainerConfig config, TrainerEnv env);
+  // `order_hook`: none but in tests.
+  PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook = nullptr);
   ~PsTrainer() override;
   PsTrainer(const PsTrainer&) = delete;
   PsTrainer& operator=(const PsTrainer&) = delete;
@@ -312,6 +319,7 @@ class PsTrainer final : public Schedule {
   bool restart_agreed_ = false;
   std::string restarts_found_;
   int recoveries_ = 0;  // recover_together's rendezvous so far (the same on every trainer)
+  OrderHook order_hook_;
 };
 
 }  // namespace gpubox::trainer::ps_modes

@@ -68,6 +68,11 @@ struct PsTrainer::State {
   std::unique_ptr<dataset::PassDataCache> pass_cache;  // runner.pass_cache_mb; null when off
   std::unique_ptr<MergedPushes> pushes;  // sync: the threads' pushes of a step merged per key
   bool failure_marked = false;  // this trainer's failure is marked for the job (PsPeerWatch)
+  // How many train() calls of this object began (counted as each begins, before anything that
+  // can throw): while one runs, its number (1 for the first). The same on every trainer of the
+  // job, whose failure marks hold it (PsPeerWatchOptions::run), so that an earlier train()'s
+  // mark is told apart. 0 before the first train() (the constructor's meetings).
+  int run = 0;
 };
 
 }  // namespace gpubox::trainer::ps_modes
