@@ -272,6 +272,25 @@ TEST_F(PsPeerWatchTelling, ATrainerThatBeganTheRunAndNeverBeatAgainIsLost) {
       << losses.reasons().at(0);
 }
 
+// The first server restarted empty (its table recreated with zeros, as the recovery's first read
+// does): every begun flag is lost while both watches beat. Each watch's next beats set its own
+// again, so a trainer that dies after that is still found lost.
+TEST_F(PsPeerWatchTelling, ATrainerIsJudgedAgainAfterTheFirstServerLostTheBegunFlags) {
+  reset(2);
+  Losses losses;
+  PsPeerWatch survivor(*clients_[0], 0, 2, options(), losses.callback());
+  {
+    PsPeerWatch dying(*clients_[1], 1, 2, options());
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+    std::vector<float> emptied(PsPeerWatch::kAliveSections * 2, 0.0f);
+    ASSERT_TRUE(clients_[0]->dense(DenseAction::kWrite, PsPeerWatch::kAliveTable, &emptied).ok());
+    ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat again";
+  }  // trainer 1's process "dies": no finish()
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1 was never lost after the table was emptied";
+  EXPECT_NE(losses.reasons().at(0).find("lost trainer 1 of 2"), std::string::npos)
+      << losses.reasons().at(0);
+}
+
 // A recovery's reset (trainer 0 restarting the job's beats) reads the table and then changes it:
 // trainer 1's mark, made right between (the server's hook), stays, as do the beats it adds.
 TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChange) {

@@ -87,7 +87,7 @@ class PsPeerWatchTest : public ::testing::Test {
   }
   // The job's start (trainer 0): the table sized for `trainers`.
   void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
-  // The beat counts of the job's trainers (kAliveTable's first third), read by a client of the
+  // The beat counts of the job's trainers (kAliveTable's first section), read by a client of the
   // test's own (the watches' clients are theirs).
   std::vector<float> beats(int trainers) {
     if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));

@@ -82,7 +82,8 @@ Status PsPeerWatch::reset(table::server::RemoteHostTier& servers, int trainers,
     // Other trainers beat and may mark their failures meanwhile: a write of what was read would
     // wipe a mark made between the read and the write. The beats and finished flags are taken
     // back by what was read instead, in one add that adds 0 to every failed and begun flag (the
-    // watches of the run go on beating: it is still begun).
+    // watches of the run go on beating: their beats keep their begun flags at the run, and set
+    // them again on a first server restarted empty).
     GPUBOX_RETURN_IF_ERROR(
         servers.dense(DenseAction::kRead, kAliveTable, &values)
             .with_context("reading the servers' table " + std::string(kAliveTable)));
@@ -334,28 +335,35 @@ void PsPeerWatch::beat_loop() {
   std::vector<float> last_count(n, 0.0f);
   std::vector<Clock::time_point> last_move(n, Clock::now());
   std::vector<bool> reported(n, false);
-  bool begun = false;  // this trainer's begun flag is set to this run
+  // What the next beat adds to this trainer's begun flag to make it this run: the run less what
+  // the slot held as last seen (the first beat reads it first, as finish() does). Every beat's
+  // reply shows the slot again, so a flag lost since (a restarted first server recreates the
+  // table with zeros) is set again by the next beat; only this trainer writes its slot.
+  bool begun_known = false;
+  float begun_add = 0.0f;
   std::vector<float> values;
   do {
     values = zeros(trainers_);
     values[kBeats * n + own] = 1.0f;
-    if (!begun) {
-      // The first beat also sets this trainer's begun flag to the run, by adding the run less what
-      // the slot holds (an earlier run's), read first, as finish() does.
+    if (!begun_known) {
       std::vector<float> held = zeros(trainers_);
       if (!servers_.dense(DenseAction::kRead, kAliveTable, &held).ok() ||
           held.size() != kSections * n) {
         continue;
       }
-      values[kBegun * n + own] = this_run - held[kBegun * n + own];
+      begun_add = this_run - held[kBegun * n + own];
     }
+    values[kBegun * n + own] = begun_add;
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
-    // this one's count stop, and the ping thread names the server.
+    // this one's count stop, and the ping thread names the server. Whether its add was applied
+    // is unknown: the next beat reads the begun flag again.
     if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() ||
         values.size() != kSections * n) {
+      begun_known = false;
       continue;
     }
-    begun = true;
+    begun_known = true;
+    begun_add = this_run - values[kBegun * n + own];
     const auto now = Clock::now();
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends

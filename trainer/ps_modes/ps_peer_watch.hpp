@@ -106,7 +106,8 @@ class PsPeerWatch {
   // beating): only the beats and finished flags go back to 0, by one add of what a read found
   // there (a beat between the two stays counted); the failed and begun flags and the reasons are
   // not written, so that a mark made just before, or meanwhile, is not wiped, and the trainers
-  // beating in the run stay begun.
+  // beating in the run stay begun (a watch's beats set its begun flag again when it is lost: a
+  // first server restarted empty).
   static Status reset(table::server::RemoteHostTier& servers, int trainers,
                       bool keep_failures = false);
   // Trainer `trainer_id` of `trainers` failed for good in run `run` with `reason` (""
