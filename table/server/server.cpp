@@ -71,7 +71,8 @@ Status check_deadline_options(const ServerOptions& o) {
       {"barrier_timeout_s", o.barrier_timeout_s},
       {"auth_backoff_max_s", o.auth_backoff_max_s},
       {"dense_write_max_idle_s", o.dense_write_max_idle_s},
-      {"step_max_wait_s", o.step_max_wait_s}};
+      {"step_max_wait_s", o.step_max_wait_s},
+      {"progress_interval_s", o.progress_interval_s}};
   for (const auto& [name, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) {
       return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +
@@ -350,6 +351,9 @@ void Server::Impl::stop() {
 void Server::Impl::wait() {
   std::call_once(joined_, [this] {
     for (auto& t : threads_) t.join();
+    // A SAVE or LOAD under way finishes (the table is the caller's after wait()); queued ones are
+    // dropped, their connections closed below.
+    bulk_.stop();
     // No server thread is left to touch a session: the connections still open are closed now,
     // not when the Server is destroyed, so that a client waiting on a call learns at once.
     for (const auto& session : live_sessions()) session->close_after_stop();

@@ -106,6 +106,13 @@ struct ServerOptions {
   // first, never another client's (gpubox_server --dedup_client_cache_mb).
   std::size_t dedup_max_client_bytes = 0;
 
+  // While a SAVE or LOAD runs (on a worker thread of its own, not a network thread), its
+  // connection gets a PROGRESS frame (protocol.hpp) at most this often, and only when the call
+  // moved since the last one (finished a file operation, or is in one): its client bounds such a
+  // call by the time without progress (Transport::run_with_progress), which must stay well above
+  // this.
+  double progress_interval_s = 0.25;
+
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
   std::function<bool(const FrameHeader&)> drop_reply;

@@ -19,6 +19,7 @@
 #include "common/thread_annotations.hpp"
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
+#include "table/server/bulk_work.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/connection_share.hpp"
 #include "table/server/ps_step_sums.hpp"
@@ -38,6 +39,9 @@ class Session;
 struct RequestOrigin {
   uint64_t connection = 0;
   std::string_view address;  // the session's peer address, which outlives the request
+  // A SAVE or LOAD run on the BulkWorker counts its file operations here (bulk_work.hpp), for
+  // the PROGRESS frames its session sends; null for a call on the session's strand.
+  WorkProgress* progress = nullptr;
 };
 
 // A reply on its way: the whole frame, and what to do once it is written.
@@ -118,6 +122,9 @@ class Server::Impl {
   // Payload bytes one connection may hold: kMaxAuthPayloadBytes before it authenticated.
   std::size_t connection_buffer_limit(bool authenticated) const;
   ByteBudget& budget() { return budget_; }
+  // Where sessions run SAVE and LOAD (off the network threads, so that they send PROGRESS frames
+  // meanwhile).
+  BulkWorker& bulk() { return bulk_; }
   AuthBackoff& auth_backoff() { return auth_backoff_; }
   // A frame's grace (--frame_deadline_s) and the floor rate its bytes must keep after it.
   Clock::duration frame_grace() const { return frame_grace_; }
@@ -228,8 +235,11 @@ class Server::Impl {
              const ReserveReply& reserve);
   Reply push(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply erase(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  // Through data_env_, counted in `progress` when not null (RequestOrigin::progress).
+  Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload,
+             WorkProgress* progress);
+  Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload,
+             WorkProgress* progress);
   Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
@@ -279,6 +289,8 @@ class Server::Impl {
   std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;
+  // After io_: stopped (its job finished) before io_, to which a job's end is posted, goes.
+  BulkWorker bulk_;
   asio::strand<asio::io_context::executor_type> accept_strand_;
   tcp::acceptor acceptor_;                 // used on accept_strand_
   asio::steady_timer accept_pause_timer_;  // used on accept_strand_

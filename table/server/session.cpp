@@ -127,6 +127,7 @@ void Session::on_header() {
   auto header = decode_header(header_bytes_, kHeaderBytes, server_->options().max_payload_bytes);
   if (!header.ok()) return protocol_error(header.status().to_string());
   if (header->response) return protocol_error("a response frame sent to the server");
+  if (header->op == Op::kProgress) return protocol_error("a PROGRESS frame sent to the server");
   header_ = *header;
   if (client_bound_ && header_.client_id != bound_client_id_) return refuse_foreign_client();
   if (!client_bound_ && authenticated_) {  // no token: the first frame names the client
@@ -298,10 +299,14 @@ void Session::on_frame() {
     if (reply) return answer(std::move(*reply));
     return watch_barrier_wait();
   }
+  if (runs_on_bulk_worker(header_.op)) return start_bulk();
   sent_dense_ = sent_dense_ || header_.op == Op::kDense;
-  Reply reply = server_->handle(
+  finish_request(server_->handle(
       header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); },
-      RequestOrigin{serial_, peer_address_});
+      RequestOrigin{serial_, peer_address_, nullptr}));
+}
+
+void Session::finish_request(Reply reply) {
   free_request();
   if (server_->options().drop_reply && server_->options().drop_reply(header_)) {
     GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops the reply to " << op_name(header_.op)

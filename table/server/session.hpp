@@ -14,11 +14,15 @@
 //     within the grace whatever it announced; a reply must be read as fast;
 //   - on a token server, authentication within --auth_timeout_s of connecting;
 //   - between frames, --idle_timeout_s; a BARRIER wait, --barrier_timeout_s.
+// A SAVE or LOAD runs on the server's BulkWorker (session_bulk.cpp, bulk_work.hpp): no deadline of
+// the session's own runs meanwhile (its client bounds the call by the time without PROGRESS
+// frames), but each PROGRESS frame must be read as fast as a reply.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,7 +81,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void close_after_stop();
 
  private:
-  enum class State { kHeader, kPayload, kDraining, kBarrier, kWriting, kLingering, kClosed };
+  // kWorking: a SAVE or LOAD runs on the BulkWorker (session_bulk.cpp).
+  enum class State {
+    kHeader,
+    kPayload,
+    kDraining,
+    kBarrier,
+    kWorking,
+    kWriting,
+    kLingering,
+    kClosed
+  };
   // What deadline_ns_ stands for.
   enum class Watch : uint8_t { kNone, kIdle, kBarrier, kWriting, kLingering };
   enum class Overdue { kNone, kAuth, kFrame, kIdle, kBarrier, kWriting, kLingering };
@@ -92,6 +106,18 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain();
   void on_drained(const boost::system::error_code& ec, std::size_t n);
   void on_frame();
+  // The request's reply: the request's buffer given back, then answered (or dropped, by the
+  // drop_reply test hook).
+  void finish_request(Reply reply);
+  // ---- session_bulk.cpp: SAVE and LOAD on the BulkWorker, with PROGRESS frames ----
+  static bool runs_on_bulk_worker(Op op) { return op == Op::kSave || op == Op::kLoad; }
+  void start_bulk();
+  void schedule_progress();
+  // A PROGRESS frame, when the call moved since the last one and none is being written.
+  void send_progress();
+  void on_progress_written(const boost::system::error_code& ec);
+  // The call's reply (posted to the strand): sent once no PROGRESS frame is being written.
+  void bulk_done(Reply reply);
   // A frame of another protocol version: answered in that version, naming both, then closed.
   void refuse_version(uint16_t version);
   // ---- session_guard.cpp: authentication, BARRIER, deadlines, notices ----
@@ -206,6 +232,14 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> proof_waiting_{false};
   std::string barrier_name_;
   Reply reply_;
+  // The SAVE or LOAD under way (kWorking): the worker's operation count it last looked at
+  // (WorkProgress::moved), the PROGRESS frame being written (at most one at a time) and the
+  // reply that waits for it.
+  uint64_t progress_seen_ = 0;
+  std::unique_ptr<asio::steady_timer> progress_timer_;
+  std::vector<uint8_t> progress_frame_;
+  bool progress_writing_ = false;
+  std::optional<Reply> bulk_reply_;
 };
 
 }  // namespace gpubox::table::server

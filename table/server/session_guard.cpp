@@ -342,7 +342,8 @@ std::string Session::overdue_reason(Overdue kind, Clock::time_point now) const {
     case Overdue::kIdle:
       return "idle for " + seconds_text(o.idle_timeout_s) + " s (--idle_timeout_s)";
     case Overdue::kWriting:
-      return "a reply of " + std::to_string(reply_.frame.size()) +
+      return std::string(progress_writing_ ? "a PROGRESS frame of " : "a reply of ") +
+             std::to_string(progress_writing_ ? progress_frame_.size() : reply_.frame.size()) +
              " bytes was not read within its deadline (--frame_deadline_s " +
              seconds_text(o.frame_deadline_s) + " s, then " + seconds_text(rate_kb) +
              " KiB/s, --min_transfer_kb_s)";
@@ -390,8 +391,8 @@ void Session::on_overdue() {
 // ---- closing ----------------------------------------------------------------------------------
 
 void Session::notice_and_close(const Status& why) {
-  // Not in the middle of a reply's bytes: the notice would garble the frame being written.
-  if (state_ != State::kWriting) send_notice_now(fd_, notice_frame(why));
+  // Not in the middle of a reply's (or a PROGRESS frame's) bytes: the notice would garble it.
+  if (state_ != State::kWriting && !progress_writing_) send_notice_now(fd_, notice_frame(why));
   close();
 }
 
@@ -432,6 +433,7 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
+  if (progress_timer_) progress_timer_->cancel();
   if (proof_waiting_.exchange(false, std::memory_order_relaxed)) {
     if (proof_is_right()) {
       server_->auth_backoff().succeeded(peer_address_, proof_check_);

@@ -1,0 +1,115 @@
+// Internal to gpubox_server_lib: the server's long table calls (SAVE, LOAD) and how they show
+// progress. Such a call runs on the BulkWorker, off the network threads, so that the session
+// waiting for it keeps its strand free to send PROGRESS frames (protocol.hpp); it reaches the
+// files through a ProgressEnv, which counts every file operation it finishes (and every step
+// the table reports between them, FileEnv::note_progress) and knows whether one is under way. A
+// client bounds the call by the time without PROGRESS frames, so they are sent only while the
+// worker moves (WorkProgress::moved): a call stuck outside its file operations (a deadlock, a
+// stopped process) sends none and is reported by its client within its bound, while one that writes
+// gigabytes, or waits on the disk in a long fsync, is never cut. A call queued behind another (say
+// a SAVE retried on a new connection while the first still runs: it then finds the first's reply in
+// the retry cache) reports the worker's progress too.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/thread_annotations.hpp"
+#include "table/io/file_env.hpp"
+#include "table/server/protocol.hpp"
+
+namespace gpubox::table::server {
+
+// What the worker's calls did so far. Thread-safe (the calls' threads count, sessions read).
+class WorkProgress {
+ public:
+  // A file operation of the call runs from begin_io() to end_io(bytes it moved).
+  void begin_io() { in_io_.fetch_add(1, std::memory_order_relaxed); }
+  void end_io(uint64_t bytes) {
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    ops_.fetch_add(1, std::memory_order_release);
+    in_io_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // A step between file operations (FileEnv::note_progress: rows encoded, read from disk).
+  void step() { ops_.fetch_add(1, std::memory_order_release); }
+  ProgressNote note() const {
+    return ProgressNote{ops_.load(std::memory_order_acquire),
+                        bytes_.load(std::memory_order_relaxed)};
+  }
+  // Whether the worker moved since the caller last looked (*seen_ops: the count it saw then,
+  // updated): a file operation or a step finished since, or a file operation is under way (the
+  // kernel works on it).
+  bool moved(uint64_t* seen_ops) const {
+    const uint64_t ops = ops_.load(std::memory_order_acquire);
+    const bool any = ops != *seen_ops || in_io_.load(std::memory_order_relaxed) > 0;
+    *seen_ops = ops;
+    return any;
+  }
+
+ private:
+  std::atomic<uint64_t> ops_{0};
+  std::atomic<uint64_t> bytes_{0};
+  std::atomic<int64_t> in_io_{0};
+};
+
+// `base` with every operation counted in `progress` (both borrowed; they must outlive the env and
+// the files it opened). Thread-safe as `base` is.
+class ProgressEnv final : public io::FileEnv {
+ public:
+  ProgressEnv(io::FileEnv* base, WorkProgress* progress) : base_(base), progress_(progress) {}
+
+  StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(const std::string& path) override;
+  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override;
+  StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
+                                                                uint64_t max_bytes) override;
+  Status create_dir(const std::string& path) override;
+  Status remove_all(const std::string& path) override;
+  Status rename(const std::string& from, const std::string& to) override;
+  Status exchange(const std::string& a, const std::string& b) override;
+  Status sync_dir(const std::string& path) override;
+  bool exists(const std::string& path) override;
+  StatusOr<std::vector<std::string>> list_dir(const std::string& path) override;
+  void note_progress() override {
+    progress_->step();
+    base_->note_progress();
+  }
+
+ private:
+  io::FileEnv* base_;
+  WorkProgress* progress_;
+};
+
+// One thread that runs the server's long table calls, one after the other in arrival order
+// (the table serializes its saves and loads anyway). Thread-safe.
+class BulkWorker {
+ public:
+  BulkWorker() = default;
+  ~BulkWorker() { stop(); }
+  BulkWorker(const BulkWorker&) = delete;
+  BulkWorker& operator=(const BulkWorker&) = delete;
+
+  // Runs `job` on the worker thread (started with the first job). After stop(): dropped.
+  void post(std::function<void()> job);
+  // Lets the job under way finish, drops (destroys) those queued, joins. Idempotent.
+  void stop();
+  // Where the jobs count their file operations (through a ProgressEnv).
+  WorkProgress& progress() { return progress_; }
+
+ private:
+  void run();
+
+  Mutex mu_;
+  CondVar wake_;
+  std::deque<std::function<void()>> jobs_ GPUBOX_GUARDED_BY(mu_);
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // started by the first post(), under mu_
+  WorkProgress progress_;
+};
+
+}  // namespace gpubox::table::server
