@@ -1,0 +1,200 @@
+// SAVE and LOAD longer than the client's bound (issue 32): the server runs them off its network
+// threads and sends PROGRESS frames while they move, and the client bounds each server's share by
+// the time without progress (RemoteHostTierOptions::deadline_s, runner.server_timeout_s), not by
+// the call's total time. A save and a load that take several bounds complete and load back what
+// was saved; one that stops moving is reported within about the bound, naming its server, also
+// while another server keeps moving (each server has its own bound); PROGRESS frames never reach
+// a client that did not wait for one, and the server refuses one from a client.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "table/sparse_table.hpp"
+#include "tests/table/server/server_test_util.hpp"
+#include "tests/table/server/slow_io_tier.hpp"
+
+namespace gpubox::table::server {
+namespace {
+
+using namespace testing;  // NOLINT: the loopback helpers
+using std::chrono::milliseconds;
+
+constexpr double kBoundS = 1.5;  // the client's bound without progress
+// Each file operation of a slowed save or load: well under the bound, so that a call moves.
+constexpr milliseconds kOpDelay{250};
+
+std::unique_ptr<SparseTable> sparse_table() {
+  HostTableConfig cfg;
+  cfg.shards = 4;
+  auto table = SparseTable::open(test_config(), cfg);
+  EXPECT_TRUE(table.ok()) << table.status().to_string();
+  return std::move(table).value();
+}
+
+ServerOptions progress_options(const std::filesystem::path& data_dir) {
+  ServerOptions so;
+  so.data_dir = data_dir.string();
+  so.progress_interval_s = 0.1;
+  return so;
+}
+
+RemoteHostTierOptions bounded_client(const std::string& endpoints) {
+  RemoteHostTierOptions o = client_options(endpoints);
+  o.deadline_s = kBoundS;
+  return o;
+}
+
+// Lets a held tier go at the end of a scope (before its server, declared earlier, waits for its
+// worker), also when an assertion left the test early.
+struct ReleaseAtEnd {
+  SlowIoTier& tier;
+  ~ReleaseAtEnd() { tier.release(); }
+};
+
+// Lets a held tier go after `after`, in case an implementation kept a stuck call alive: the
+// call then ends well, and the test fails on its status instead of hanging.
+class Watchdog {
+ public:
+  Watchdog(SlowIoTier& tier, std::chrono::seconds after)
+      : thread_([&tier, after, this] {
+          const auto until = std::chrono::steady_clock::now() + after;
+          while (!done_.load() && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(milliseconds(20));
+          }
+          tier.release();
+        }) {}
+  ~Watchdog() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+std::vector<float> pull_rows(HostTier& tier, const std::vector<uint64_t>& keys) {
+  std::vector<float> rows(keys.size() * tier.layout().stride());
+  EXPECT_TRUE(tier.pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+  return rows;
+}
+
+TEST(ServerProgress, SaveAndLoadLongerThanTheBoundCompleteAndLoadBack) {
+  TempDir dir("progress_slow");
+  auto table = sparse_table();
+  SlowIoTier slow(*table, kOpDelay);
+  auto server = start_server(&slow, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{slow};
+  auto client = connect_client(bounded_client(server->endpoint()));
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys(300);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + 7 * i;
+  const std::vector<float> saved = pull_rows(*client, keys);
+
+  const int64_t before_save = slow.ops();
+  const Status save = client->save("m", SaveKind::kCheckpoint);  // full rows: loaded back equal
+  ASSERT_TRUE(save.ok()) << save.to_string();
+  const int64_t save_ops = slow.ops() - before_save;
+  // The save spent at least this long in its slowed operations alone (they take turns).
+  const double save_s = static_cast<double>(save_ops) * kOpDelay.count() / 1000.0;
+  std::printf("SAVE: %lld slowed file operations, at least %.2f s, bound %.1f s\n",
+              static_cast<long long>(save_ops), save_s, kBoundS);
+  EXPECT_GE(save_s, 2 * kBoundS);
+
+  // Gone after the save; the load brings the saved rows back.
+  ASSERT_TRUE(client->erase(keys.data(), keys.size()).ok());
+  const int64_t before_load = slow.ops();
+  const Status load = client->load("m");
+  ASSERT_TRUE(load.ok()) << load.to_string();
+  const double load_s = static_cast<double>(slow.ops() - before_load) * kOpDelay.count() / 1000.0;
+  std::printf("LOAD: at least %.2f s, bound %.1f s\n", load_s, kBoundS);
+  EXPECT_GE(load_s, 2 * kBoundS);
+  const std::vector<float> loaded = pull_rows(*client, keys);
+  EXPECT_EQ(loaded, saved);
+}
+
+// A save that stops moving (held before a file operation, as a server stuck in its own code or
+// stopped would be): DeadlineExceeded naming the server, long before the watchdog would let the
+// save go on. The server itself stays usable: its network threads never ran the save.
+TEST(ServerProgress, SaveThatStopsMovingIsReportedNamingTheServer) {
+  TempDir dir("progress_stuck");
+  auto table = sparse_table();
+  SlowIoTier stuck(*table, milliseconds(0));
+  auto server = start_server(&stuck, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{stuck};
+  auto client = connect_client(bounded_client(server->endpoint()));
+  ASSERT_TRUE(client);
+  const std::vector<uint64_t> keys{1, 2, 3};
+  (void)pull_rows(*client, keys);
+  stuck.hold_at(stuck.ops() + 2, SlowIoTier::Hold::kStopped);
+  Watchdog watchdog(stuck, std::chrono::seconds(60));
+  const auto start = std::chrono::steady_clock::now();
+  const Status st = client->save("m", SaveKind::kBase);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("stuck SAVE reported after %.2f s (bound %.1f s): %s\n", took, kBoundS,
+              st.to_string().c_str());
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("SAVE to " + server->endpoint()), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("no progress reported for"), std::string::npos) << st.message();
+  EXPECT_TRUE(stuck.holding());
+  // Other calls are served meanwhile.
+  EXPECT_TRUE(client->stats().ok());
+}
+
+// Two servers: one keeps moving for as long as the test wants, the other stops. The call names
+// the one that stopped while the other still moves: each server has its own bound, which the
+// other's progress does not extend.
+TEST(ServerProgress, OneServerMovingDoesNotHideAnotherThatStopped) {
+  TempDir dir_a("progress_moving"), dir_b("progress_stopped");
+  auto table_a = sparse_table();
+  auto table_b = sparse_table();
+  SlowIoTier moving(*table_a, milliseconds(0));
+  SlowIoTier stopped(*table_b, milliseconds(0));
+  auto a = start_server(&moving, progress_options(dir_a.path()));
+  auto b = start_server(&stopped, progress_options(dir_b.path()));
+  ASSERT_TRUE(a && b);
+  ReleaseAtEnd release_a{moving}, release_b{stopped};
+  auto client = connect_client(bounded_client(a->endpoint() + "," + b->endpoint()));
+  ASSERT_TRUE(client);
+  moving.hold_at(moving.ops() + 1, SlowIoTier::Hold::kMoving);
+  stopped.hold_at(stopped.ops() + 1, SlowIoTier::Hold::kStopped);
+  Watchdog watch_a(moving, std::chrono::seconds(60)), watch_b(stopped, std::chrono::seconds(60));
+  const Status st = client->save("m", SaveKind::kBase);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("SAVE to " + b->endpoint()), std::string::npos) << st.message();
+  EXPECT_TRUE(moving.holding()) << "the moving server's save was not still running";
+}
+
+// A PROGRESS frame from a client is refused: the server closes the connection.
+TEST(ServerProgress, ServerClosesAConnectionThatSendsProgress) {
+  auto table = sparse_table();
+  auto server = start_server(table.get());
+  ASSERT_TRUE(server);
+  auto conn = Connection::open(Endpoint{"127.0.0.1", server->port()},
+                               Clock::now() + std::chrono::seconds(5));
+  ASSERT_TRUE(conn.ok()) << conn.status().to_string();
+  FrameHeader h;
+  h.op = Op::kProgress;
+  h.request_id = 3;
+  h.client_id = 9;
+  std::vector<uint8_t> payload;
+  encode_progress(ProgressNote{1, 2}, &payload);
+  auto reply =
+      conn->call(h, payload, kDefaultMaxPayloadBytes, Clock::now() + std::chrono::seconds(10));
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), Status::Code::kUnavailable) << reply.status().to_string();
+  EXPECT_GE(server->counters().protocol_errors, 1u);
+}
+
+}  // namespace
+}  // namespace gpubox::table::server
