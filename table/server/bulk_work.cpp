@@ -1,5 +1,6 @@
 #include "table/server/bulk_work.hpp"
 
+#include <system_error>
 #include <utility>
 
 namespace gpubox::table::server {
@@ -124,17 +125,78 @@ StatusOr<std::vector<std::string>> ProgressEnv::list_dir(const std::string& path
 
 // ---- BulkWorker -------------------------------------------------------------------------------
 
-void BulkWorker::post(std::function<void()> job) {
+bool BulkWorker::Job::wanted() const {
+  for (const BulkWaiter& w : waiters) {
+    if (!w.abandoned->load(std::memory_order_acquire)) return true;
+  }
+  return false;
+}
+
+Status BulkWorker::start() {
   MutexLock lock(mu_);
-  if (stopping_) return;  // `job` is destroyed here, unrun
+  if (thread_.joinable() || stopping_)
+    return Status::Internal("the SAVE/LOAD worker was started twice");
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (const std::system_error& e) {
+    return Status::Internal(std::string("cannot start the SAVE/LOAD worker thread: ") + e.what());
+  }
+  return Status::OK();
+}
+
+BulkWorker::Admit BulkWorker::submit(const Key& key, std::function<Reply()> work,
+                                     BulkWaiter waiter) {
+  MutexLock lock(mu_);
+  if (stopping_ || !thread_.joinable()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return Admit::kBusy;
+  }
+  std::size_t active = jobs_.size();
+  std::vector<std::shared_ptr<Job>*> all;
+  for (auto& job : jobs_) all.push_back(&job);
+  if (running_) {
+    all.push_back(&running_);
+    ++active;
+  }
+  for (std::shared_ptr<Job>* job : all) {
+    if ((*job)->key == key) {
+      (*job)->waiters.push_back(std::move(waiter));
+      attached_.fetch_add(1, std::memory_order_relaxed);
+      return Admit::kAttached;
+    }
+  }
+  bool client_busy = false;
+  for (std::shared_ptr<Job>* job : all) client_busy |= (*job)->key.client_id == key.client_id;
+  if (client_busy || active >= kMaxJobs) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return Admit::kBusy;
+  }
+  auto job = std::make_shared<Job>();
+  job->key = key;
+  job->work = std::move(work);
+  job->waiters.push_back(std::move(waiter));
   jobs_.push_back(std::move(job));
-  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   wake_.notify_one();
+  return Admit::kQueued;
+}
+
+void BulkWorker::abandoned() {
+  std::vector<std::shared_ptr<Job>> dropped;  // destroyed outside the lock
+  MutexLock lock(mu_);
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if ((*it)->wanted()) {
+      ++it;
+      continue;
+    }
+    dropped.push_back(std::move(*it));
+    it = jobs_.erase(it);
+    skipped_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void BulkWorker::stop() {
   std::thread thread;
-  std::deque<std::function<void()>> dropped;
+  std::deque<std::shared_ptr<Job>> dropped;
   {
     MutexLock lock(mu_);
     stopping_ = true;
@@ -148,15 +210,30 @@ void BulkWorker::stop() {
 
 void BulkWorker::run() {
   for (;;) {
-    std::function<void()> job;
+    std::shared_ptr<Job> job;
     {
       MutexLock lock(mu_);
       while (!stopping_ && jobs_.empty()) wake_.wait(lock);
       if (stopping_) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      if (!job->wanted()) {  // every session waiting for it closed before it started
+        skipped_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      running_ = job;
     }
-    job();
+    runs_.fetch_add(1, std::memory_order_relaxed);
+    const Reply reply = job->work();
+    std::vector<BulkWaiter> waiters;
+    {
+      MutexLock lock(mu_);
+      waiters.swap(job->waiters);  // no session attaches once running_ is reset
+      running_.reset();
+    }
+    for (const BulkWaiter& w : waiters) {
+      if (!w.abandoned->load(std::memory_order_acquire)) w.deliver(reply);
+    }
   }
 }
 

@@ -92,6 +92,16 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
     case RequestWindow::Begin::kNew:
       break;
   }
+  // Ends the entry begun above, forgotten, on every exit that does not finish it below (apply
+  // threw): left in progress, every retry of the request would be answered "retry later".
+  struct Unfinished {
+    RequestWindow* window;
+    const RequestKey* key;
+    bool finished = false;
+    ~Unfinished() {
+      if (!finished) window->finish(*key, Clock::now(), CachedReply{}, false);
+    }
+  } unfinished{&window_, &key};
   Reply reply = apply(header, payload, reserve, origin);
   // Only a success must not repeat: a refused or failed mutation is applied again on retry.
   const bool remember = reply.status == Status::Code::kOk;
@@ -103,6 +113,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
                                  : reply.frame.size();
     cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.begin() + kept);
   }
+  unfinished.finished = true;
   window_.finish(key, Clock::now(), std::move(cached), remember);
   return reply;
 }

@@ -351,12 +351,23 @@ void Server::Impl::stop() {
 void Server::Impl::wait() {
   std::call_once(joined_, [this] {
     for (auto& t : threads_) t.join();
-    // A SAVE or LOAD under way finishes (the table is the caller's after wait()); queued ones are
-    // dropped, their connections closed below.
-    bulk_.stop();
     // No server thread is left to touch a session: the connections still open are closed now,
-    // not when the Server is destroyed, so that a client waiting on a call learns at once.
-    for (const auto& session : live_sessions()) session->close_after_stop();
+    // not when the Server is destroyed, so that a client waiting on a call learns at once. Those
+    // whose SAVE or LOAD is queued or running are closed once the worker stopped: a SAVE under
+    // way finishes first (the table is the caller's after wait()), while its client gets no
+    // PROGRESS frame (the network threads ended): it reports the server after its bound without
+    // progress (runner.server_timeout_s), or gets "server stopped" when the SAVE ended sooner;
+    // either way the SAVE's reply is lost with the server, and its client's call fails.
+    std::vector<std::shared_ptr<Session>> working;
+    for (auto& session : live_sessions()) {
+      if (session->working()) {
+        working.push_back(std::move(session));
+      } else {
+        session->close_after_stop();
+      }
+    }
+    bulk_.stop();  // queued ones are dropped
+    for (const auto& session : working) session->close_after_stop();
   });
 }
 
@@ -391,6 +402,10 @@ ServerCounters Server::Impl::counters() const {
   c.inflight_bytes = budget_.used();
   c.barrier_waiters_dropped = barrier_waiters_dropped.load();
   c.dedup_entries = window_.entries();
+  c.bulk_runs = bulk_.runs();
+  c.bulk_skipped = bulk_.skipped();
+  c.bulk_busy = bulk_.refused();
+  c.bulk_attached = bulk_.attached();
   c.dedup_bytes = window_.bytes();
   c.dense_held_writes = ps_store_.held_writes();
   c.step_held_bytes = ps_step_sums_.held_bytes();
@@ -510,6 +525,7 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
   }
   auto impl = std::make_unique<Impl>(table, std::move(options));
   GPUBOX_RETURN_IF_ERROR(impl->listen());
+  GPUBOX_RETURN_IF_ERROR(impl->bulk().start());
   impl->run_threads();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

@@ -153,6 +153,13 @@ struct ServerCounters {
   uint64_t barrier_waiters_dropped = 0;  // waiters whose client left before the release
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
+  // SAVE and LOAD on the server's worker: run, dropped unrun (every client waiting for one
+  // closed first), refused "server busy" (one per client id, 16 in all, queued or running), and
+  // retries that waited for the same request's call instead of running it again.
+  uint64_t bulk_runs = 0;
+  uint64_t bulk_skipped = 0;
+  uint64_t bulk_busy = 0;
+  uint64_t bulk_attached = 0;
   uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
   uint64_t step_held_bytes = 0;    // the sync mode's held sparse step now (ps_step_sums.hpp)
   uint64_t steps_dropped = 0;      // sync steps dropped unapplied (or whose apply failed)

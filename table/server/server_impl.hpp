@@ -44,15 +44,6 @@ struct RequestOrigin {
   WorkProgress* progress = nullptr;
 };
 
-// A reply on its way: the whole frame, and what to do once it is written.
-struct Reply {
-  std::vector<uint8_t> frame;
-  Status::Code status = Status::Code::kOk;
-  std::string error;  // an error reply's message (error_reply), for the server's own log
-  bool close_after = false;
-  bool stop_server_after = false;
-};
-
 Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint8_t> payload);
 Reply error_reply(const FrameHeader& request, const Status& status);
 // A failed table call's reply, in the op's name. Aborted on the wire means "retry later", so a

@@ -153,6 +153,12 @@ void Session::on_header() {
                           " payload bytes is over the connection's buffer limit of " +
                           std::to_string(server_->connection_buffer_limit(authenticated_)));
   }
+  if (runs_on_bulk_worker(header_.op) && header_.payload_bytes > kMaxBulkPayloadBytes) {
+    return reject_and_close(Status::InvalidArgument(
+        std::string(op_name(header_.op)) + " frame of " + std::to_string(header_.payload_bytes) +
+        " payload bytes is over the limit of " + std::to_string(kMaxBulkPayloadBytes) +
+        " for a SAVE or LOAD request"));
+  }
   payload_got_ = 0;
   payload_ready_ = false;
   read_payload();

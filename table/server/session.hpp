@@ -79,6 +79,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // the connection with a notice "server stopped" (unless a reply was being written), so that
   // its client's call fails at once, naming the server, and may reconnect to a restarted one.
   void close_after_stop();
+  // Its SAVE or LOAD is queued or running on the BulkWorker. Only once the server's threads
+  // ended (Server::Impl::wait), as close_after_stop().
+  bool working() const { return state_ == State::kWorking; }
 
  private:
   // kWorking: a SAVE or LOAD runs on the BulkWorker (session_bulk.cpp).
@@ -111,7 +114,11 @@ class Session : public std::enable_shared_from_this<Session> {
   void finish_request(Reply reply);
   // ---- session_bulk.cpp: SAVE and LOAD on the BulkWorker, with PROGRESS frames ----
   static bool runs_on_bulk_worker(Op op) { return op == Op::kSave || op == Op::kLoad; }
+  // A SAVE or LOAD request names a path and a mode: a larger one is refused from its header.
+  static constexpr std::size_t kMaxBulkPayloadBytes = 64 * 1024;
   void start_bulk();
+  // While kWorking: closes the session as soon as its client closes (or sends bytes).
+  void watch_bulk_client();
   void schedule_progress();
   // A PROGRESS frame, when the call moved since the last one and none is being written.
   void send_progress();
@@ -240,6 +247,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::vector<uint8_t> progress_frame_;
   bool progress_writing_ = false;
   std::optional<Reply> bulk_reply_;
+  // Set when this session closes while its call is queued or running (BulkWaiter).
+  std::shared_ptr<std::atomic<bool>> bulk_abandoned_;
 };
 
 }  // namespace gpubox::table::server

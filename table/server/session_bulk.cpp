@@ -1,8 +1,12 @@
 // Session: a SAVE or LOAD on the server's BulkWorker, and the PROGRESS frames its client gets
 // meanwhile (session.hpp, bulk_work.hpp).
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
+#include "common/logging.hpp"
 #include "table/server/session.hpp"
 
 namespace gpubox::table::server {
@@ -17,25 +21,79 @@ std::chrono::steady_clock::duration seconds(double s) {
 }  // namespace
 
 void Session::start_bulk() {
-  state_ = State::kWorking;
+  // The request is decoded on the worker from a copy no longer charged to the in-flight budget:
+  // it is small (kMaxBulkPayloadBytes, checked from the header), and the worker holds at most
+  // BulkWorker::kMaxJobs of them.
+  std::vector<uint8_t> payload = std::move(payload_);
+  free_request();
   WorkProgress* const progress = &server_->bulk().progress();
-  progress_seen_ = progress->note().steps;  // a PROGRESS frame tells of moves from now on
-  bulk_reply_.reset();
-  // The job reads copies (or the moved payload): the session's members belong to its strand.
-  // The request's bytes stay charged until finish_request().
+  const uint64_t seen = progress->note().steps;  // a PROGRESS frame tells of moves from now on
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
   auto self = shared_from_this();
-  server_->bulk().post([self, progress, strand = socket_.get_executor(), header = header_,
-                        payload = std::move(payload_)]() mutable {
+  BulkWaiter waiter{abandoned, [self, strand = socket_.get_executor()](const Reply& reply) {
+                      asio::post(strand,
+                                 [self, reply]() mutable { self->bulk_done(std::move(reply)); });
+                    }};
+  Server::Impl* const server = server_;
+  auto work = [server, progress, header = header_, payload = std::move(payload),
+               connection = serial_, address = peer_address_]() -> Reply {
     const ReserveReply no_reply_buffer = [](std::size_t) {
       return Status::ResourceExhausted("a SAVE or LOAD reply takes no reply buffer");
     };
-    Reply reply =
-        self->server_->handle(header, payload, no_reply_buffer,
-                              RequestOrigin{self->serial_, self->peer_address_, progress});
-    asio::post(strand,
-               [self, reply = std::move(reply)]() mutable { self->bulk_done(std::move(reply)); });
-  });
+    std::string failure;
+    try {
+      return server->handle(header, payload, no_reply_buffer,
+                            RequestOrigin{connection, address, progress});
+    } catch (const std::exception& e) {
+      failure = e.what();
+    } catch (...) {
+      failure = "an unknown exception";
+    }
+    // As a network thread does with a handler that throws (server.cpp): logged, the server goes
+    // on; the client gets an error instead of waiting for a reply that never comes.
+    GPUBOX_LOG(ERROR) << "gpubox_server: " << op_name(header.op) << " request " << header.request_id
+                      << " of client " << header.client_id << " failed: " << failure;
+    return error_reply(header, Status::Internal(std::string(op_name(header.op)) +
+                                                " failed on the server: " + failure));
+  };
+  const BulkWorker::Key key{header_.client_id, header_.request_id, header_.op};
+  switch (server_->bulk().submit(key, std::move(work), std::move(waiter))) {
+    case BulkWorker::Admit::kBusy: {
+      const std::string why =
+          std::string("server busy: a SAVE or LOAD of this client is queued or running, or ") +
+          std::to_string(BulkWorker::kMaxJobs) + " are; retry";
+      Server::Impl::warn(server_->busy_log, "gpubox_server: " + std::string(op_name(header_.op)) +
+                                                " request " + std::to_string(header_.request_id) +
+                                                " of client " + std::to_string(header_.client_id) +
+                                                " from " + peer_ + ": " + why);
+      return answer(error_reply(header_, Status::Aborted(why)));
+    }
+    case BulkWorker::Admit::kQueued:
+    case BulkWorker::Admit::kAttached:
+      break;
+  }
+  state_ = State::kWorking;
+  bulk_abandoned_ = std::move(abandoned);
+  progress_seen_ = seen;
+  bulk_reply_.reset();
   schedule_progress();
+  watch_bulk_client();
+}
+
+void Session::watch_bulk_client() {
+  // The client sends nothing while it waits: readable means it closed (or broke the protocol).
+  // Either way its call is abandoned at once, so that the worker's slot it holds is freed.
+  auto self = shared_from_this();
+  socket_.async_wait(tcp::socket::wait_read, [self](const boost::system::error_code& ec) {
+    if (ec || self->closed_ || self->state_ != State::kWorking) return;
+    uint8_t byte = 0;
+    const ssize_t k = ::recv(self->fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return self->watch_bulk_client();
+    }
+    if (k > 0) return self->protocol_error("bytes sent while a SAVE or LOAD ran");
+    self->close();  // the client left; a successful reply waits in the retry cache
+  });
 }
 
 void Session::schedule_progress() {
@@ -90,6 +148,7 @@ void Session::on_progress_written(const boost::system::error_code& ec) {
 
 void Session::bulk_done(Reply reply) {
   if (closed_) return;  // the client left; a successful reply waits in the retry cache
+  bulk_abandoned_.reset();
   if (progress_timer_) progress_timer_->cancel();
   if (progress_writing_) {
     bulk_reply_ = std::move(reply);  // sent by on_progress_written

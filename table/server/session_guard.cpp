@@ -434,6 +434,11 @@ void Session::close() {
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
   if (progress_timer_) progress_timer_->cancel();
+  if (bulk_abandoned_) {  // its SAVE or LOAD, if not started yet, is dropped
+    bulk_abandoned_->store(true, std::memory_order_release);
+    bulk_abandoned_.reset();
+    server_->bulk().abandoned();
+  }
   if (proof_waiting_.exchange(false, std::memory_order_relaxed)) {
     if (proof_is_right()) {
       server_->auth_backoff().succeeded(peer_address_, proof_check_);

@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "table/sparse_table.hpp"
+#include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 #include "tests/table/server/slow_io_tier.hpp"
 
@@ -194,6 +197,221 @@ TEST(ServerProgress, ServerClosesAConnectionThatSendsProgress) {
   ASSERT_FALSE(reply.ok());
   EXPECT_EQ(reply.status().code(), Status::Code::kUnavailable) << reply.status().to_string();
   EXPECT_GE(server->counters().protocol_errors, 1u);
+}
+
+// ---- the worker's limits: abandoned calls, caps, failures, retries (h154 review) ----
+
+std::vector<uint8_t> save_payload(const std::string& path) {
+  std::vector<uint8_t> payload;
+  encode_save_request(SaveKind::kBase, path, &payload);
+  return payload;
+}
+
+FrameHeader save_header(uint64_t client_id, uint64_t request_id) {
+  FrameHeader h;
+  h.op = Op::kSave;
+  h.client_id = client_id;
+  h.request_id = request_id;
+  return h;
+}
+
+std::unique_ptr<Connection> open_conn(const Server& server) {
+  auto conn = Connection::open(Endpoint{"127.0.0.1", server.port()},
+                               Clock::now() + std::chrono::seconds(10));
+  EXPECT_TRUE(conn.ok()) << conn.status().to_string();
+  if (!conn.ok()) return nullptr;
+  return std::make_unique<Connection>(std::move(*conn));
+}
+
+// Sends a SAVE and does not wait for its reply.
+void send_save(Connection& conn, uint64_t client_id, uint64_t request_id) {
+  const std::vector<uint8_t> frame =
+      encode_frame(save_header(client_id, request_id), save_payload("m"));
+  ASSERT_TRUE(
+      conn.send_all(frame.data(), frame.size(), Clock::now() + std::chrono::seconds(10)).ok());
+}
+
+StatusOr<std::vector<uint8_t>> call_save(Connection& conn, uint64_t client_id, uint64_t request_id,
+                                         double deadline_s = 60) {
+  return conn.call(save_header(client_id, request_id), save_payload("m"), kDefaultMaxPayloadBytes,
+                   Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(deadline_s)));
+}
+
+// Waits (up to a minute, so that a failure does not hang) until `done` holds.
+template <typename F>
+bool eventually(F done) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+// Clients that send a SAVE and leave, again and again, while one runs: the worker holds at most
+// 16 calls (one per client id), refuses the rest "server busy", and drops those whose client left
+// before they started (they never run, and hold no slot), so a trainer's SAVE afterwards runs at
+// once.
+TEST(ServerProgress, AbandonedSavesAreCappedAndDropped) {
+  TempDir dir("progress_abandoned");
+  auto table = sparse_table();
+  SlowIoTier held(*table, milliseconds(0));
+  auto server = start_server(&held, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{held};
+  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
+  Watchdog watchdog(held, std::chrono::seconds(120));
+  constexpr std::size_t kConns = 24;
+  std::vector<std::unique_ptr<Connection>> conns;
+  for (std::size_t i = 0; i < kConns; ++i) {
+    conns.push_back(open_conn(*server));
+    ASSERT_TRUE(conns.back());
+    send_save(*conns.back(), 100 + i, 1);
+    if (i == 0) {
+      ASSERT_TRUE(eventually([&] { return held.holding(); }));
+    }
+  }
+  // One running, 15 queued, the rest refused at once.
+  ASSERT_TRUE(eventually([&] { return server->counters().bulk_busy >= kConns - 16; }));
+  for (std::size_t i = 16; i < kConns; ++i) {
+    Frame reply;
+    ASSERT_TRUE(
+        conns[i]
+            ->recv_frame(&reply, kDefaultMaxPayloadBytes, Clock::now() + std::chrono::seconds(30))
+            .ok());
+    const Status st = decode_error_reply(reply.header, reply.payload.data(), reply.payload.size());
+    EXPECT_EQ(st.code(), Status::Code::kAborted) << st.to_string();
+    EXPECT_NE(st.message().find("server busy"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(server->counters().bulk_busy, kConns - 16);
+  // Every client leaves; the queued calls are dropped without running.
+  conns.clear();
+  ASSERT_TRUE(eventually([&] { return server->counters().bulk_skipped == 15; }))
+      << server->counters().bulk_skipped;
+  // The slots are free: a trainer's SAVE is queued (not refused) while the held one still runs.
+  auto trainer = open_conn(*server);
+  ASSERT_TRUE(trainer);
+  send_save(*trainer, 7, 1);
+  EXPECT_TRUE(held.holding());
+  held.release();
+  Frame reply;
+  ASSERT_TRUE(
+      trainer->recv_frame(&reply, kDefaultMaxPayloadBytes, Clock::now() + std::chrono::seconds(60))
+          .ok());
+  while (is_progress(reply.header)) {
+    ASSERT_TRUE(
+        trainer
+            ->recv_frame(&reply, kDefaultMaxPayloadBytes, Clock::now() + std::chrono::seconds(60))
+            .ok());
+  }
+  const Status st = decode_error_reply(reply.header, reply.payload.data(), reply.payload.size());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  EXPECT_EQ(server->counters().bulk_runs, 2u);  // the held one and the trainer's
+  EXPECT_EQ(server->counters().bulk_skipped, 15u);
+}
+
+// One client's second SAVE (another request) while its first runs is refused "server busy"; a
+// SAVE or LOAD request over 64 KiB is refused from its header.
+TEST(ServerProgress, OneCallPerClientAndSmallRequests) {
+  TempDir dir("progress_per_client");
+  auto table = sparse_table();
+  SlowIoTier held(*table, milliseconds(0));
+  auto server = start_server(&held, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{held};
+  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
+  Watchdog watchdog(held, std::chrono::seconds(120));
+  auto first = open_conn(*server);
+  auto second = open_conn(*server);
+  ASSERT_TRUE(first && second);
+  send_save(*first, 42, 1);
+  ASSERT_TRUE(eventually([&] { return held.holding(); }));
+  const auto busy = call_save(*second, 42, 2);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.status().code(), Status::Code::kAborted) << busy.status().to_string();
+  EXPECT_NE(busy.status().message().find("server busy"), std::string::npos);
+
+  auto big = open_conn(*server);
+  ASSERT_TRUE(big);
+  std::vector<uint8_t> payload = save_payload("m");
+  payload.resize(64 * 1024 + 1);
+  const auto refused = big->call(save_header(43, 1), payload, kDefaultMaxPayloadBytes,
+                                 Clock::now() + std::chrono::seconds(30));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument)
+      << refused.status().to_string();
+  held.release();
+}
+
+// A SAVE retried on a new connection while the first still runs (its client gave up on the first
+// connection) waits for the first's reply: the save runs once.
+TEST(ServerProgress, RetriedSaveWhileTheFirstRunsRunsOnce) {
+  TempDir dir("progress_retry");
+  auto table = sparse_table();
+  SlowIoTier held(*table, milliseconds(0));
+  auto server = start_server(&held, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{held};
+  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kMoving);
+  Watchdog watchdog(held, std::chrono::seconds(120));
+  auto first = open_conn(*server);
+  ASSERT_TRUE(first);
+  send_save(*first, 77, 5);
+  ASSERT_TRUE(eventually([&] { return held.holding(); }));
+  first.reset();  // the client gave up mid-SAVE: the save goes on
+  auto retry = open_conn(*server);
+  ASSERT_TRUE(retry);
+  std::thread releaser([&] {
+    // Once the retry waits for it, the held save may end.
+    (void)eventually([&] { return server->counters().bulk_attached == 1; });
+    held.release();
+  });
+  const auto reply = call_save(*retry, 77, 5);
+  releaser.join();
+  EXPECT_TRUE(reply.ok()) << reply.status().to_string();
+  EXPECT_EQ(server->counters().bulk_attached, 1u);
+  EXPECT_EQ(server->counters().bulk_runs, 1u);
+}
+
+// A tier whose saves throw: first std::runtime_error, then std::bad_alloc, then they work.
+class ThrowingTier final : public table::testing::ForwardingHostTier {
+ public:
+  explicit ThrowingTier(HostTier& inner) : ForwardingHostTier(inner) {}
+  using HostTier::load;
+  using HostTier::save;
+  Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override {
+    const int call = calls_++;
+    if (call == 0) throw std::runtime_error("a table bug");
+    if (call == 1) throw std::bad_alloc();
+    return inner().save(path, mode, env);
+  }
+
+ private:
+  std::atomic<int> calls_{0};
+};
+
+// A SAVE whose table call throws is answered with an error naming it (the server goes on), and
+// its retry (same request) runs again instead of being answered "still being applied" forever.
+TEST(ServerProgress, SaveThatThrowsIsAnsweredAndItsRetryRuns) {
+  TempDir dir("progress_throw");
+  auto table = sparse_table();
+  ThrowingTier throwing(*table);
+  auto server = start_server(&throwing, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  auto conn = open_conn(*server);
+  ASSERT_TRUE(conn);
+  const auto first = call_save(*conn, 11, 3);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), Status::Code::kInternal) << first.status().to_string();
+  EXPECT_NE(first.status().message().find("a table bug"), std::string::npos)
+      << first.status().to_string();
+  const auto second = call_save(*conn, 11, 3);  // the retry: bad_alloc this time
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Status::Code::kInternal) << second.status().to_string();
+  const auto third = call_save(*conn, 11, 3);
+  EXPECT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(server->counters().bulk_runs, 3u);
 }
 
 }  // namespace
