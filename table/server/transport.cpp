@@ -492,8 +492,9 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
     if (!a.failed) {
       if (!a.retry_later.empty()) {
         state.last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
+        // Not progress: a server busy for longer than the bound (its worker full of other
+        // clients' saves, or the in-flight budget) is given up on as one that does not move.
         state.schedule_retry(a.endpoint);
-        state.progressed(a.endpoint);  // alive, and still applying it (or busy)
       }
       release(a.endpoint, std::move(a.conn));
       continue;

@@ -99,11 +99,13 @@ class Transport {
   // run() for an op the server reports progress on while it works (SAVE, LOAD: PROGRESS frames,
   // protocol.hpp), with retries, one connection per endpoint. An endpoint is given up on
   // (DeadlineExceeded, naming it, the op and "no progress reported for <silence_s> s") only once
-  // `silence_s` (< 0: the options' deadline_s) passed without a sign of progress from it: a
-  // PROGRESS frame, or a "retry later" answer (it still applies the request after a lost
-  // connection, or is busy). The call's total time bounds nothing: a SAVE of any size that keeps
-  // reporting is never cut, while a server that stopped, hung or vanished is found within about
-  // silence_s (a connection the server closed is retried within it, as in run()).
+  // `silence_s` (< 0: the options' deadline_s) passed without a PROGRESS frame from it. A "retry
+  // later" answer (server busy: the in-flight budget, or its SAVE/LOAD worker full) is retried
+  // but is no progress: a server busy for longer is given up on. (A request the server is still
+  // applying after a lost connection is not answered "retry later": its retry waits for the same
+  // reply, with PROGRESS frames.) The call's total time bounds nothing: a SAVE of any size that
+  // keeps reporting is never cut, while a server that stopped, hung or vanished is found within
+  // about silence_s (a connection the server closed is retried within it, as in run()).
   Status run_with_progress(Op op, std::vector<OutgoingRequest>& requests,
                            const ReplyHandler& on_reply, double silence_s);
 

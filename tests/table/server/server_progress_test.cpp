@@ -414,5 +414,34 @@ TEST(ServerProgress, SaveThatThrowsIsAnsweredAndItsRetryRuns) {
   EXPECT_EQ(server->counters().bulk_runs, 3u);
 }
 
+// A server that answers a bounded SAVE "server busy" (its worker full of other clients' calls)
+// for longer than the bound: the SAVE is given up on (a busy answer is no progress), instead of
+// being retried for as long as the others run.
+TEST(ServerProgress, BusyForLongerThanTheBoundIsGivenUpOn) {
+  TempDir dir("progress_busy");
+  auto table = sparse_table();
+  SlowIoTier held(*table, milliseconds(0));
+  auto server = start_server(&held, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{held};
+  auto client = connect_client(bounded_client(server->endpoint()));
+  ASSERT_TRUE(client);
+  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
+  Watchdog watchdog(held, std::chrono::seconds(30));
+  const uint64_t requests = server->counters().requests;
+  std::vector<std::unique_ptr<Connection>> others;  // 16 other clients fill the worker
+  for (uint64_t i = 0; i < 16; ++i) {               // the worker's cap (BulkWorker::kMaxJobs)
+    others.push_back(open_conn(*server));
+    ASSERT_TRUE(others.back());
+    send_save(*others.back(), 1000 + i, 1);
+  }
+  ASSERT_TRUE(eventually([&] { return server->counters().requests >= requests + 16; }));
+  const Status st = client->save("m", SaveKind::kBase);
+  EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
+  EXPECT_NE(st.message().find("server busy"), std::string::npos) << st.message();
+  EXPECT_TRUE(held.holding()) << "the SAVE waited until the others ran";
+  EXPECT_GE(server->counters().bulk_busy, 1u);
+}
+
 }  // namespace
 }  // namespace gpubox::table::server
