@@ -10,7 +10,9 @@ namespace {
 // finished with the bytes it moved.
 class IoScope {
  public:
-  explicit IoScope(WorkProgress* progress) : progress_(progress) { progress_->begin_io(); }
+  IoScope(WorkProgress* progress, const char* what, const std::string& path) : progress_(progress) {
+    progress_->begin_io(what, path);
+  }
   ~IoScope() { progress_->end_io(bytes_); }
   IoScope(const IoScope&) = delete;
   IoScope& operator=(const IoScope&) = delete;
@@ -23,33 +25,36 @@ class IoScope {
 
 class CountedWritableFile final : public io::WritableFile {
  public:
-  CountedWritableFile(std::unique_ptr<io::WritableFile> base, WorkProgress* progress)
-      : base_(std::move(base)), progress_(progress) {}
+  CountedWritableFile(std::unique_ptr<io::WritableFile> base, WorkProgress* progress,
+                      std::string path)
+      : base_(std::move(base)), progress_(progress), path_(std::move(path)) {}
   Status append(const void* data, std::size_t size) override {
-    IoScope io(progress_);
+    IoScope io(progress_, "append to", path_);
     io.moved(size);
     return base_->append(data, size);
   }
   Status sync() override {
-    IoScope io(progress_);
+    IoScope io(progress_, "fsync of", path_);
     return base_->sync();
   }
   Status close() override {
-    IoScope io(progress_);
+    IoScope io(progress_, "close of", path_);
     return base_->close();
   }
 
  private:
   std::unique_ptr<io::WritableFile> base_;
   WorkProgress* progress_;
+  std::string path_;
 };
 
 class CountedSequentialFile final : public io::SequentialFile {
  public:
-  CountedSequentialFile(std::unique_ptr<io::SequentialFile> base, WorkProgress* progress)
-      : base_(std::move(base)), progress_(progress) {}
+  CountedSequentialFile(std::unique_ptr<io::SequentialFile> base, WorkProgress* progress,
+                        std::string path)
+      : base_(std::move(base)), progress_(progress), path_(std::move(path)) {}
   StatusOr<std::size_t> read(void* buf, std::size_t n) override {
-    IoScope io(progress_);
+    IoScope io(progress_, "read of", path_);
     auto got = base_->read(buf, n);
     if (got.ok()) io.moved(*got);
     return got;
@@ -59,21 +64,22 @@ class CountedSequentialFile final : public io::SequentialFile {
  private:
   std::unique_ptr<io::SequentialFile> base_;
   WorkProgress* progress_;
+  std::string path_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<io::WritableFile>> ProgressEnv::new_writable_file(
     const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "create", path);
   auto file = base_->new_writable_file(path);
   if (!file.ok()) return file.status();
   return std::unique_ptr<io::WritableFile>(
-      std::make_unique<CountedWritableFile>(std::move(*file), progress_));
+      std::make_unique<CountedWritableFile>(std::move(*file), progress_, path));
 }
 
 StatusOr<std::string> ProgressEnv::read_file(const std::string& path, uint64_t max_bytes) {
-  IoScope io(progress_);
+  IoScope io(progress_, "read of", path);
   auto text = base_->read_file(path, max_bytes);
   if (text.ok()) io.moved(text->size());
   return text;
@@ -81,45 +87,45 @@ StatusOr<std::string> ProgressEnv::read_file(const std::string& path, uint64_t m
 
 StatusOr<std::unique_ptr<io::SequentialFile>> ProgressEnv::open_sequential(const std::string& path,
                                                                            uint64_t max_bytes) {
-  IoScope io(progress_);
+  IoScope io(progress_, "open of", path);
   auto file = base_->open_sequential(path, max_bytes);
   if (!file.ok()) return file.status();
   return std::unique_ptr<io::SequentialFile>(
-      std::make_unique<CountedSequentialFile>(std::move(*file), progress_));
+      std::make_unique<CountedSequentialFile>(std::move(*file), progress_, path));
 }
 
 Status ProgressEnv::create_dir(const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "mkdir", path);
   return base_->create_dir(path);
 }
 
 Status ProgressEnv::remove_all(const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "remove of", path);
   return base_->remove_all(path);
 }
 
 Status ProgressEnv::rename(const std::string& from, const std::string& to) {
-  IoScope io(progress_);
+  IoScope io(progress_, "rename of", from);
   return base_->rename(from, to);
 }
 
 Status ProgressEnv::exchange(const std::string& a, const std::string& b) {
-  IoScope io(progress_);
+  IoScope io(progress_, "exchange of", a);
   return base_->exchange(a, b);
 }
 
 Status ProgressEnv::sync_dir(const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "fsync of folder", path);
   return base_->sync_dir(path);
 }
 
 bool ProgressEnv::exists(const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "stat of", path);
   return base_->exists(path);
 }
 
 StatusOr<std::vector<std::string>> ProgressEnv::list_dir(const std::string& path) {
-  IoScope io(progress_);
+  IoScope io(progress_, "listing of", path);
   return base_->list_dir(path);
 }
 

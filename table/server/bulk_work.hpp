@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -38,33 +39,66 @@ struct Reply {
 // What the worker's calls did so far. Thread-safe (the calls' threads count, sessions read).
 class WorkProgress {
  public:
-  // A file operation of the call runs from begin_io() to end_io(bytes it moved).
-  void begin_io() { in_io_.fetch_add(1, std::memory_order_relaxed); }
+  using Clock = std::chrono::steady_clock;
+
+  // A file operation of the call (`what` on `path`) runs from begin_io() to end_io(bytes it
+  // moved).
+  void begin_io(const char* what, const std::string& path) {
+    {
+      MutexLock lock(mu_);
+      current_op_ = std::string(what) + " " + path;
+    }
+    changed();
+    in_io_.fetch_add(1, std::memory_order_relaxed);
+  }
   void end_io(uint64_t bytes) {
     bytes_.fetch_add(bytes, std::memory_order_relaxed);
     ops_.fetch_add(1, std::memory_order_release);
     in_io_.fetch_sub(1, std::memory_order_relaxed);
+    changed();
   }
   // A step between file operations (FileEnv::note_progress: rows encoded, read from disk).
-  void step() { ops_.fetch_add(1, std::memory_order_release); }
+  void step() {
+    ops_.fetch_add(1, std::memory_order_release);
+    changed();
+  }
   ProgressNote note() const {
     return ProgressNote{ops_.load(std::memory_order_acquire),
                         bytes_.load(std::memory_order_relaxed)};
   }
   // Whether the worker moved since the caller last looked (*seen_ops: the count it saw then,
   // updated): a file operation or a step finished since, or a file operation is under way (the
-  // kernel works on it).
-  bool moved(uint64_t* seen_ops) const {
+  // kernel works on it) and began, or the last one finished, less than `max_stall` before
+  // `now`: a file operation hung for longer (a dead mount) is no progress. The first time one
+  // is found hung for longer, *stalled (when given) names it (for the log: once per stall).
+  bool moved(uint64_t* seen_ops, Clock::time_point now, Clock::duration max_stall,
+             std::string* stalled = nullptr) {
     const uint64_t ops = ops_.load(std::memory_order_acquire);
-    const bool any = ops != *seen_ops || in_io_.load(std::memory_order_relaxed) > 0;
+    bool any = ops != *seen_ops;
     *seen_ops = ops;
-    return any;
+    if (any || in_io_.load(std::memory_order_relaxed) <= 0) return any;
+    const Clock::time_point last(Clock::duration(last_change_.load(std::memory_order_relaxed)));
+    if (now - last < max_stall) return true;
+    if (stalled != nullptr && !stall_told_.exchange(true, std::memory_order_relaxed)) {
+      MutexLock lock(mu_);
+      *stalled = current_op_;
+    }
+    return false;
   }
 
  private:
+  void changed() {
+    last_change_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    stall_told_.store(false, std::memory_order_relaxed);
+  }
+
   std::atomic<uint64_t> ops_{0};
   std::atomic<uint64_t> bytes_{0};
   std::atomic<int64_t> in_io_{0};
+  std::atomic<Clock::rep> last_change_{0};  // steady-clock ticks of the last begin, end or step
+  std::atomic<bool> stall_told_{false};
+  Mutex mu_;
+  std::string current_op_ GPUBOX_GUARDED_BY(mu_);  // the last file operation begun
 };
 
 // `base` with every operation counted in `progress` (both borrowed; they must outlive the env and

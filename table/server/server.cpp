@@ -72,7 +72,8 @@ Status check_deadline_options(const ServerOptions& o) {
       {"auth_backoff_max_s", o.auth_backoff_max_s},
       {"dense_write_max_idle_s", o.dense_write_max_idle_s},
       {"step_max_wait_s", o.step_max_wait_s},
-      {"progress_interval_s", o.progress_interval_s}};
+      {"progress_interval_s", o.progress_interval_s},
+      {"max_io_stall_s", o.max_io_stall_s}};
   for (const auto& [name, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) {
       return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +

@@ -112,6 +112,10 @@ struct ServerOptions {
   // call by the time without progress (Transport::run_with_progress), which must stay well above
   // this.
   double progress_interval_s = 0.25;
+  // A file operation under way counts as moving only until it has been this long without a
+  // file operation or step beginning or ending (a hung mount): then no PROGRESS frame is sent
+  // and the hang is logged once, naming the operation (gpubox_server --max_io_stall_s).
+  double max_io_stall_s = 600;
 
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.

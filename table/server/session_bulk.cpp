@@ -111,7 +111,18 @@ void Session::schedule_progress() {
 
 void Session::send_progress() {
   WorkProgress& progress = server_->bulk().progress();
-  if (progress_writing_ || !progress.moved(&progress_seen_)) return;
+  if (progress_writing_) return;
+  std::string stalled;
+  if (!progress.moved(&progress_seen_, Clock::now(), seconds(server_->options().max_io_stall_s),
+                      &stalled)) {
+    if (!stalled.empty()) {
+      GPUBOX_LOG(WARNING) << "gpubox_server: " << op_name(header_.op) << " request "
+                          << header_.request_id << ": its " << stalled << " has not finished in "
+                          << server_->options().max_io_stall_s
+                          << " s (--max_io_stall_s): no progress is reported for it any more";
+    }
+    return;
+  }
   FrameHeader h = header_;  // the SAVE or LOAD's request id and client id
   h.op = Op::kProgress;
   h.response = true;

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "table/server/bulk_work.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
@@ -441,6 +442,27 @@ TEST(ServerProgress, BusyForLongerThanTheBoundIsGivenUpOn) {
   EXPECT_NE(st.message().find("server busy"), std::string::npos) << st.message();
   EXPECT_TRUE(held.holding()) << "the SAVE waited until the others ran";
   EXPECT_GE(server->counters().bulk_busy, 1u);
+}
+
+// A file operation under way counts as moving only up to the stall limit (a hung mount is not
+// progress), and the hang is named once.
+TEST(WorkProgress, AHungFileOperationStopsCountingAfterTheStallLimit) {
+  using std::chrono::seconds;
+  WorkProgress progress;
+  uint64_t seen = progress.note().steps;
+  progress.begin_io("fsync of", "m/shard-0");
+  const auto t0 = WorkProgress::Clock::now();
+  EXPECT_TRUE(progress.moved(&seen, t0, seconds(600)));
+  EXPECT_TRUE(progress.moved(&seen, t0 + seconds(500), seconds(600)));
+  std::string stalled;
+  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(601), seconds(600), &stalled));
+  EXPECT_EQ(stalled, "fsync of m/shard-0");
+  stalled.clear();
+  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(700), seconds(600), &stalled));
+  EXPECT_EQ(stalled, "");  // named once
+  progress.end_io(10);     // it finished: progress again
+  EXPECT_TRUE(progress.moved(&seen, t0 + seconds(700), seconds(600)));
+  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(700), seconds(600)));  // idle: nothing moved
 }
 
 }  // namespace
