@@ -154,8 +154,10 @@ struct Transport::Attempt {
       head_got = 0;
       if (progress) {  // the request is still being worked on: its reply comes later
         const auto note = decode_progress(payload.data(), payload.size());
-        if (!note.ok()) {
-          fail(note.status());
+        if (!note.ok() || reply.status != Status::Code::kOk) {
+          fail(note.ok() ? Status::Corruption("a PROGRESS frame with status " +
+                                              std::string(Status::code_name(reply.status)))
+                         : note.status());
           return Status::OK();
         }
         progressed = true;
