@@ -46,19 +46,13 @@ std::size_t half_of_cap_unless(std::size_t value, std::size_t max_connections) {
   return value > 0 ? value : std::max<std::size_t>(1, max_connections / 2);
 }
 
-std::chrono::steady_clock::duration seconds(double s) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
-}
-
 // A quarter of the shortest deadline in force, between 10 ms and 250 ms: how late the sweep may
 // notice one.
 std::chrono::steady_clock::duration sweep_interval(const ServerOptions& o) {
   double shortest = std::min(o.frame_deadline_s, o.barrier_timeout_s);
   if (!o.auth_token.empty()) shortest = std::min(shortest, o.auth_timeout_s);
   if (o.idle_timeout_s > 0) shortest = std::min(shortest, o.idle_timeout_s);
-  return seconds(std::clamp(shortest / 4, 0.01, 0.25));
+  return steady_seconds(std::clamp(shortest / 4, 0.01, 0.25));
 }
 
 // The deadlines and rates of `o` that must be positive and finite, as an error naming the first
@@ -145,15 +139,16 @@ void ByteBudget::give_back(std::size_t n) {
 Server::Impl::Impl(HostTier* table, ServerOptions options)
     : table_(table),
       // From `options` itself: ps_store_ is made before options_.
-      ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s),
+      ps_store_(DenseLimits{options.max_dense_bytes, steady_seconds(options.dense_write_max_idle_s),
                             options.min_transfer_bytes_per_s}),
-      ps_step_sums_(StepSumsLimits{options.max_step_bytes, seconds(options.step_max_wait_s)}),
+      ps_step_sums_(
+          StepSumsLimits{options.max_step_bytes, steady_seconds(options.step_max_wait_s)}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),
       max_unauthenticated_(half_of_cap_unless(options_.max_unauthenticated, max_connections_)),
       max_barrier_waiters_(half_of_cap_unless(options_.max_barrier_waiters, max_connections_)),
-      frame_grace_(seconds(options_.frame_deadline_s)),
+      frame_grace_(steady_seconds(options_.frame_deadline_s)),
       budget_(options_.max_inflight_bytes),
       auth_backoff_(options_.auth_backoff_base_s, options_.auth_backoff_max_s),
       window_(options_.dedup_max_bytes,

@@ -3,6 +3,7 @@
 // does to the table.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -33,6 +34,13 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 class Session;
+
+// `s` seconds as the steady clock's duration, clamped to [0, 100 days]: a larger value would
+// overflow the clock's nanoseconds.
+inline std::chrono::steady_clock::duration steady_seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
+}
 
 // Where a request came from: its connection (the session's serial) and that peer's address
 // (without the port).

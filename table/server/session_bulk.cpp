@@ -2,7 +2,6 @@
 // meanwhile (session.hpp, bulk_work.hpp).
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
@@ -10,15 +9,6 @@
 #include "table/server/session.hpp"
 
 namespace gpubox::table::server {
-namespace {
-
-std::chrono::steady_clock::duration seconds(double s) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
-}
-
-}  // namespace
 
 void Session::start_bulk() {
   // The request is decoded on the worker from a copy no longer charged to the in-flight budget:
@@ -100,7 +90,7 @@ void Session::schedule_progress() {
   if (!progress_timer_) {
     progress_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
   }
-  progress_timer_->expires_after(seconds(server_->options().progress_interval_s));
+  progress_timer_->expires_after(steady_seconds(server_->options().progress_interval_s));
   auto self = shared_from_this();
   progress_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (ec || self->closed_ || self->state_ != State::kWorking || self->bulk_reply_) return;
@@ -113,8 +103,8 @@ void Session::send_progress() {
   WorkProgress& progress = server_->bulk().progress();
   if (progress_writing_) return;
   std::string stalled;
-  if (!progress.moved(&progress_seen_, Clock::now(), seconds(server_->options().max_io_stall_s),
-                      &stalled)) {
+  if (!progress.moved(&progress_seen_, Clock::now(),
+                      steady_seconds(server_->options().max_io_stall_s), &stalled)) {
     if (!stalled.empty()) {
       GPUBOX_LOG(WARNING) << "gpubox_server: " << op_name(header_.op) << " request "
                           << header_.request_id << ": its " << stalled << " has not finished in "

@@ -19,12 +19,6 @@ int64_t ns_of(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-std::chrono::steady_clock::duration seconds(double s) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
-}
-
 std::string seconds_text(double s) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", s);
@@ -210,7 +204,7 @@ void Session::watch_barrier_wait() {
   // protocol), and either way it must not count toward the barrier any more.
   state_ = State::kBarrier;
   barrier_since_ = Clock::now();
-  watch(Watch::kBarrier, barrier_since_ + seconds(server_->options().barrier_timeout_s));
+  watch(Watch::kBarrier, barrier_since_ + steady_seconds(server_->options().barrier_timeout_s));
   if (!scratch_) scratch_.reset(new uint8_t[kScratchBytes]);
   auto self = shared_from_this();
   socket_.async_read_some(asio::buffer(scratch_.get(), 1),
@@ -276,7 +270,7 @@ void Session::watch_idle() {
     idle_since_ns_.compare_exchange_strong(busy, ns_of(Clock::now()));
   }
   const double idle = server_->options().idle_timeout_s;
-  if (idle > 0) return watch(Watch::kIdle, Clock::now() + seconds(idle));
+  if (idle > 0) return watch(Watch::kIdle, Clock::now() + steady_seconds(idle));
   watch(Watch::kNone, {});
 }
 
