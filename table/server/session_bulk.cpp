@@ -71,8 +71,9 @@ void Session::start_bulk() {
 }
 
 void Session::watch_bulk_client() {
-  // The client sends nothing while it waits: readable means it closed (or broke the protocol).
-  // Either way its call is abandoned at once, so that the worker's slot it holds is freed.
+  // Readable while the call runs: the client closed (its call is abandoned at once, so that the
+  // worker's slot it holds is freed), or it pipelined its next request (read after the reply;
+  // a close behind it is then noticed only when the reply is written).
   auto self = shared_from_this();
   socket_.async_wait(tcp::socket::wait_read, [self](const boost::system::error_code& ec) {
     if (ec || self->closed_ || self->state_ != State::kWorking) return;
@@ -81,8 +82,8 @@ void Session::watch_bulk_client() {
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       return self->watch_bulk_client();
     }
-    if (k > 0) return self->protocol_error("bytes sent while a SAVE or LOAD ran");
-    self->close();  // the client left; a successful reply waits in the retry cache
+    if (k > 0) return;  // a pipelined request
+    self->close();      // the client left; a successful reply waits in the retry cache
   });
 }
 

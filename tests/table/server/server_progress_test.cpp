@@ -415,6 +415,42 @@ TEST(ServerProgress, SaveThatThrowsIsAnsweredAndItsRetryRuns) {
   EXPECT_EQ(server->counters().bulk_runs, 3u);
 }
 
+// A request pipelined behind a SAVE on the same connection is answered after it (the session's
+// watch for a closing client leaves its bytes alone).
+TEST(ServerProgress, ARequestPipelinedBehindASaveIsAnswered) {
+  TempDir dir("progress_pipelined");
+  auto table = sparse_table();
+  SlowIoTier held(*table, milliseconds(0));
+  auto server = start_server(&held, progress_options(dir.path()));
+  ASSERT_TRUE(server);
+  ReleaseAtEnd release{held};
+  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
+  Watchdog watchdog(held, std::chrono::seconds(120));
+  auto conn = open_conn(*server);
+  ASSERT_TRUE(conn);
+  send_save(*conn, 55, 1);
+  ASSERT_TRUE(eventually([&] { return held.holding(); }));
+  FrameHeader stats;
+  stats.op = Op::kStats;
+  stats.client_id = 55;
+  stats.request_id = 2;
+  const std::vector<uint8_t> frame = encode_frame(stats, {});
+  ASSERT_TRUE(
+      conn->send_all(frame.data(), frame.size(), Clock::now() + std::chrono::seconds(10)).ok());
+  held.release();
+  std::vector<uint64_t> answered;
+  while (answered.size() < 2) {
+    Frame reply;
+    ASSERT_TRUE(
+        conn->recv_frame(&reply, kDefaultMaxPayloadBytes, Clock::now() + std::chrono::seconds(60))
+            .ok());
+    if (is_progress(reply.header)) continue;
+    EXPECT_EQ(reply.header.status, Status::Code::kOk);
+    answered.push_back(reply.header.request_id);
+  }
+  EXPECT_EQ(answered, (std::vector<uint64_t>{1, 2}));
+}
+
 // A server that answers a bounded SAVE "server busy" (its worker full of other clients' calls)
 // for longer than the bound: the SAVE is given up on (a busy answer is no progress), instead of
 // being retried for as long as the others run.
