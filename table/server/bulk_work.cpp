@@ -171,8 +171,11 @@ BulkWorker::Admit BulkWorker::submit(const Key& key, std::function<Reply()> work
       return Admit::kAttached;
     }
   }
+  // One call a client queued behind what runs: a client's own call still running (a SAVE it gave
+  // up on after another server failed) does not refuse its next one (the reload of a recovery),
+  // which waits behind it with the worker's progress.
   bool client_busy = false;
-  for (std::shared_ptr<Job>* job : all) client_busy |= (*job)->key.client_id == key.client_id;
+  for (const auto& job : jobs_) client_busy |= job->key.client_id == key.client_id;
   if (client_busy || active >= kMaxJobs) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return Admit::kBusy;
