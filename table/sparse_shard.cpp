@@ -422,11 +422,15 @@ ShardStats SparseShard::stats() {
 }
 
 Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_through,
-                             ShardSnapshot* out) {
+                             ShardSnapshot* out, const std::function<void()>& on_progress) {
   MutexLock lock(mu_);
   const RecordKind kind = mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
   std::vector<float> rec(record_floats(kind, layout_));
   const bool delta = mode == SaveKind::kDelta;
+  uint64_t looked_at = 0;
+  auto look = [&] {
+    if (++looked_at % kSnapshotProgressRows == 0 && on_progress) on_progress();
+  };
   auto emit = [&](uint64_t key, const float* row, uint32_t epoch) {
     if (delta && epoch <= saved_through) return;
     // Each row's record at its own width (record_shape reads it back).
@@ -437,12 +441,14 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
   };
   index_.for_each([&](uint64_t key, uint32_t index) {
     mu_.assert_held();
+    look();
     emit(key, arena_.row(index), arena_.epoch(index));
   });
   if (disk_ != nullptr && rows_on_disk_ > 0) {
     // Disk copies of memory rows were emitted from memory.
     GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* row, uint32_t epoch) {
       mu_.assert_held();
+      look();
       if (index_.find(key) == kAbsent) emit(key, row, epoch);
     }));
   }

@@ -93,7 +93,11 @@ class SparseShard {
 
   ShardStats stats();
   // Encodes the rows a save of `mode` holds (delta: changed since epoch `saved_through`).
-  Status snapshot(SaveKind mode, SaveForm form, uint32_t saved_through, ShardSnapshot* out);
+  // `on_progress` (when set) is called every kSnapshotProgressRows rows looked at: a shard of
+  // gigabytes, or of many rows on disk, takes long between file operations.
+  static constexpr uint64_t kSnapshotProgressRows = 65536;
+  Status snapshot(SaveKind mode, SaveForm form, uint32_t saved_through, ShardSnapshot* out,
+                  const std::function<void()>& on_progress = nullptr);
   // Forgets deletions a committed save at epoch `through` has recorded.
   void forget_deletions(uint32_t through);
   // Drops every row and remembered deletion.

@@ -150,7 +150,8 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   GPUBOX_RETURN_IF_ERROR(
       for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
         ShardSnapshot snap;
-        GPUBOX_RETURN_IF_ERROR(shards_[s]->snapshot(mode, form, saved_through, &snap));
+        GPUBOX_RETURN_IF_ERROR(
+            shards_[s]->snapshot(mode, form, saved_through, &snap, [fs] { fs->note_progress(); }));
         GPUBOX_RETURN_IF_ERROR((*staged)->add_file(part_name(s), snap.part, snap.rows));
         if (mode == SaveKind::kDelta) {
           GPUBOX_RETURN_IF_ERROR((*staged)->add_file(delete_name(s), snap.deletes, snap.deleted));

@@ -59,6 +59,10 @@ class FileEnv {
   virtual Status sync_dir(const std::string& path) = 0;
   virtual bool exists(const std::string& path) = 0;
   virtual StatusOr<std::vector<std::string>> list_dir(const std::string& path) = 0;
+  // A long operation through this env (a save or load) still works between its file operations
+  // (a shard being encoded, rows read from a disk tier): an env that reports progress
+  // (gpubox_server's, table/server/bulk_work.hpp) counts it. Default: nothing. Thread-safe.
+  virtual void note_progress() {}
 
   // The process-wide POSIX env (never null, never destroyed).
   static FileEnv* posix();

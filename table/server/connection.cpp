@@ -185,8 +185,10 @@ StatusOr<std::vector<uint8_t>> Connection::call(const FrameHeader& request,
   const std::vector<uint8_t> frame = encode_frame(request, payload);
   GPUBOX_RETURN_IF_ERROR(send_all(frame.data(), frame.size(), deadline));
   Frame reply;
-  GPUBOX_RETURN_IF_ERROR(recv_frame(&reply, max_payload_bytes, deadline));
-  if (heard != nullptr) *heard = true;
+  do {
+    GPUBOX_RETURN_IF_ERROR(recv_frame(&reply, max_payload_bytes, deadline));
+    if (heard != nullptr) *heard = true;
+  } while (is_progress(reply.header) && reply.header.request_id == request.request_id);
   if (is_notice(reply.header)) {
     return notice_status(reply.header, reply.payload.data(), reply.payload.size());
   }

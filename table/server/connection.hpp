@@ -59,8 +59,9 @@ class Connection {
   Status send_all(const uint8_t* data, std::size_t n, Clock::time_point deadline);
   Status recv_frame(Frame* frame, uint32_t max_payload_bytes, Clock::time_point deadline);
   // Sends one request and reads its reply: the reply's payload, or the error it carries (or a
-  // Corruption when it does not answer this request). *heard (when given) is set once a frame
-  // came back, whatever it says.
+  // Corruption when it does not answer this request). PROGRESS frames for it are skipped (the
+  // deadline bounds the whole call). *heard (when given) is set once a frame came back, whatever
+  // it says.
   StatusOr<std::vector<uint8_t>> call(const FrameHeader& request,
                                       const std::vector<uint8_t>& payload,
                                       uint32_t max_payload_bytes, Clock::time_point deadline,
@@ -76,6 +77,10 @@ int ms_until(Clock::time_point deadline);
 // A notice (protocol.hpp): a frame answering no request, sent before the server closes the
 // connection.
 bool is_notice(const FrameHeader& header);
+// A PROGRESS frame (protocol.hpp): a SAVE or LOAD in flight still moves; its reply follows.
+inline bool is_progress(const FrameHeader& header) {
+  return header.response && header.op == Op::kProgress && header.request_id != kNoticeRequestId;
+}
 // What a notice says: the server closes the connection, and why.
 Status notice_status(const FrameHeader& header, const uint8_t* data, std::size_t n);
 

@@ -1,6 +1,7 @@
 // What each op does to the table (Server::Impl::apply and one function per op), and the retry
 // cache in front of the mutations.
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "common/hash.hpp"
@@ -91,6 +92,16 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
     case RequestWindow::Begin::kNew:
       break;
   }
+  // Ends the entry begun above, forgotten, on every exit that does not finish it below (apply
+  // threw): left in progress, every retry of the request would be answered "retry later".
+  struct Unfinished {
+    RequestWindow* window;
+    const RequestKey* key;
+    bool finished = false;
+    ~Unfinished() {
+      if (!finished) window->finish(*key, Clock::now(), CachedReply{}, false);
+    }
+  } unfinished{&window_, &key};
   Reply reply = apply(header, payload, reserve, origin);
   // Only a success must not repeat: a refused or failed mutation is applied again on retry.
   const bool remember = reply.status == Status::Code::kOk;
@@ -102,6 +113,7 @@ Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>
                                  : reply.frame.size();
     cached.payload.assign(reply.frame.begin() + kHeaderBytes, reply.frame.begin() + kept);
   }
+  unfinished.finished = true;
   window_.finish(key, Clock::now(), std::move(cached), remember);
   return reply;
 }
@@ -119,9 +131,9 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kErase:
       return erase(header, payload);
     case Op::kSave:
-      return after_bulk_call(save(header, payload));
+      return after_bulk_call(save(header, payload, origin.progress));
     case Op::kLoad:
-      return after_bulk_call(load(header, payload));
+      return after_bulk_call(load(header, payload, origin.progress));
     case Op::kShrink:
       return after_bulk_call(shrink(header, payload));
     case Op::kStats:
@@ -135,7 +147,8 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kAuth:
     case Op::kAuthProof:
     case Op::kBarrier:
-      break;  // handled by the session
+    case Op::kProgress:  // refused by the session: a server's frame
+      break;             // handled by the session
   }
   return table_error_reply(header, Status::Internal("op not dispatched"));
 }
@@ -291,14 +304,18 @@ Reply Server::Impl::erase(const FrameHeader& header, const std::vector<uint8_t>&
   return make_reply(header, Status::Code::kOk, {});
 }
 
-Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                         WorkProgress* progress) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_save_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, req->path);
   if (!path.ok()) return fail(path.status());
   if (data_env_ == nullptr) return fail(data_env_error_);
-  Status st = table_->save(*path, req->mode, data_env_.get());
+  std::optional<ProgressEnv> counted;
+  io::FileEnv* env = data_env_.get();
+  if (progress != nullptr) env = &counted.emplace(env, progress);
+  Status st = table_->save(*path, req->mode, env);
   if (!st.ok()) return fail(st);
   const uint64_t generation = model_generation(data_env_.get(), *path);
   GPUBOX_LOG(INFO) << "gpubox_server: saved to " << data_env_->root() << "/" << *path
@@ -306,14 +323,18 @@ Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& 
   return u64_reply(header, generation);
 }
 
-Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                         WorkProgress* progress) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_path_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, *req);
   if (!path.ok()) return fail(path.status());
   if (data_env_ == nullptr) return fail(data_env_error_);
-  Status st = table_->load(*path, data_env_.get());
+  std::optional<ProgressEnv> counted;
+  io::FileEnv* env = data_env_.get();
+  if (progress != nullptr) env = &counted.emplace(env, progress);
+  Status st = table_->load(*path, env);
   if (!st.ok()) return fail(st);
   const uint64_t generation = model_generation(data_env_.get(), *path);
   generation_.store(generation);

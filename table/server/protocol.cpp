@@ -69,13 +69,14 @@ const char* op_name(Op op) {
       return "PEEK";
     case Op::kAuthProof:
       return "AUTH_PROOF";
+    case Op::kProgress:
+      return "PROGRESS";
   }
   return "OP#?";
 }
 
 bool is_known_op(uint16_t value) {
-  return value >= static_cast<uint16_t>(Op::kAuth) &&
-         value <= static_cast<uint16_t>(Op::kAuthProof);
+  return value >= static_cast<uint16_t>(Op::kAuth) && value <= static_cast<uint16_t>(Op::kProgress);
 }
 
 Status make_status(Status::Code code, std::string message) {
@@ -517,6 +518,21 @@ StatusOr<uint64_t> decode_u64_reply(const uint8_t* data, std::size_t n) {
   GPUBOX_RETURN_IF_ERROR(r.get_u64(&v));
   GPUBOX_RETURN_IF_ERROR(r.finish());
   return v;
+}
+
+void encode_progress(const ProgressNote& note, std::vector<uint8_t>* out) {
+  PayloadWriter w(out);
+  w.put_u64(note.steps);
+  w.put_u64(note.io_bytes);
+}
+
+StatusOr<ProgressNote> decode_progress(const uint8_t* data, std::size_t n) {
+  PayloadReader r(data, n, "PROGRESS");
+  ProgressNote note;
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&note.steps));
+  GPUBOX_RETURN_IF_ERROR(r.get_u64(&note.io_bytes));
+  GPUBOX_RETURN_IF_ERROR(r.finish());
+  return note;
 }
 
 void encode_stats_reply(const HostTierStats& stats, std::vector<uint8_t>* out) {

@@ -462,14 +462,21 @@ Status RemoteHostTier::run_sync(Op op, const std::vector<uint8_t>& payload) {
   std::vector<uint64_t> tokens(endpoint_count());
   for (std::size_t e = 0; e < tokens.size(); ++e) tokens[e] = identities_.sync_token(e);
   std::vector<uint64_t> generations(endpoint_count(), 0);
-  GPUBOX_RETURN_IF_ERROR(run_on_every_endpoint(
-      op, payload, [&](std::size_t e, const uint8_t* data, std::size_t bytes) -> Status {
+  std::vector<OutgoingRequest> requests;
+  for (uint32_t e = 0; e < endpoint_count(); ++e) {
+    requests.push_back(transport_.make_request(op, e, payload));
+  }
+  // A save or load of any size: bounded by the time a server reports no progress, not in all.
+  GPUBOX_RETURN_IF_ERROR(transport_.run_with_progress(
+      op, requests,
+      [&](std::size_t e, const uint8_t* data, std::size_t bytes) -> Status {
         auto generation = decode_u64_reply(data, bytes);
         if (!generation.ok()) return generation.status();
         identities_.synced(e, tokens[e], *generation);
         generations[e] = *generation;
         return Status::OK();
-      }));
+      },
+      options_.deadline_s));
   MutexLock lock(sync_mu_);
   sync_generations_ = std::move(generations);
   return Status::OK();

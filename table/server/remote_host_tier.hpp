@@ -35,7 +35,9 @@ struct RemoteHostTierOptions {
   // server threads work on it). Keys are dealt to them by a hash, so every key's requests stay
   // on one connection, in order.
   int connections_per_endpoint = 2;
-  double deadline_s = 30.0;  // per call, retries included
+  // Per call, retries included; a SAVE or LOAD: per server, the longest it may report no progress
+  // (a save of any size that keeps reporting is never cut).
+  double deadline_s = 30.0;
   // A call gives up sooner (Unavailable) on a server none of its attempts reached (no TCP
   // connection opened, no frame heard) for this long (< 0: the deadline alone;
   // TransportOptions::unreachable_s; keep it above connect_timeout_s).
@@ -154,7 +156,9 @@ class RemoteHostTier final : public HostTier {
   Status check_servers();
   // The transport's on_connect: INFO on a new connection, checked by identities_.
   Status check_identity(uint32_t endpoint, Connection& connection, Clock::time_point deadline);
-  // SAVE or LOAD on every endpoint; a successful reply's generation syncs identities_.
+  // SAVE or LOAD on every endpoint, each bounded by deadline_s without progress reported by its
+  // server (Transport::run_with_progress), not in all; a successful reply's generation syncs
+  // identities_.
   Status run_sync(Op op, const std::vector<uint8_t>& payload);
   // PULL or PEEK of n keys, chunked over the endpoints; *created = the replies' counts summed.
   Status fetch_rows(Op op, const uint64_t* keys, const int32_t* slots, std::size_t n, float* rows,

@@ -46,19 +46,13 @@ std::size_t half_of_cap_unless(std::size_t value, std::size_t max_connections) {
   return value > 0 ? value : std::max<std::size_t>(1, max_connections / 2);
 }
 
-std::chrono::steady_clock::duration seconds(double s) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
-}
-
 // A quarter of the shortest deadline in force, between 10 ms and 250 ms: how late the sweep may
 // notice one.
 std::chrono::steady_clock::duration sweep_interval(const ServerOptions& o) {
   double shortest = std::min(o.frame_deadline_s, o.barrier_timeout_s);
   if (!o.auth_token.empty()) shortest = std::min(shortest, o.auth_timeout_s);
   if (o.idle_timeout_s > 0) shortest = std::min(shortest, o.idle_timeout_s);
-  return seconds(std::clamp(shortest / 4, 0.01, 0.25));
+  return steady_seconds(std::clamp(shortest / 4, 0.01, 0.25));
 }
 
 // The deadlines and rates of `o` that must be positive and finite, as an error naming the first
@@ -71,7 +65,9 @@ Status check_deadline_options(const ServerOptions& o) {
       {"barrier_timeout_s", o.barrier_timeout_s},
       {"auth_backoff_max_s", o.auth_backoff_max_s},
       {"dense_write_max_idle_s", o.dense_write_max_idle_s},
-      {"step_max_wait_s", o.step_max_wait_s}};
+      {"step_max_wait_s", o.step_max_wait_s},
+      {"progress_interval_s", o.progress_interval_s},
+      {"max_io_stall_s", o.max_io_stall_s}};
   for (const auto& [name, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) {
       return Status::InvalidArgument(std::string(name) + " must be a positive number, not " +
@@ -143,15 +139,16 @@ void ByteBudget::give_back(std::size_t n) {
 Server::Impl::Impl(HostTier* table, ServerOptions options)
     : table_(table),
       // From `options` itself: ps_store_ is made before options_.
-      ps_store_(DenseLimits{options.max_dense_bytes, seconds(options.dense_write_max_idle_s),
+      ps_store_(DenseLimits{options.max_dense_bytes, steady_seconds(options.dense_write_max_idle_s),
                             options.min_transfer_bytes_per_s}),
-      ps_step_sums_(StepSumsLimits{options.max_step_bytes, seconds(options.step_max_wait_s)}),
+      ps_step_sums_(
+          StepSumsLimits{options.max_step_bytes, steady_seconds(options.step_max_wait_s)}),
       options_(std::move(options)),
       instance_id_(random_instance_id()),
       max_connections_(effective_max_connections(options_)),
       max_unauthenticated_(half_of_cap_unless(options_.max_unauthenticated, max_connections_)),
       max_barrier_waiters_(half_of_cap_unless(options_.max_barrier_waiters, max_connections_)),
-      frame_grace_(seconds(options_.frame_deadline_s)),
+      frame_grace_(steady_seconds(options_.frame_deadline_s)),
       budget_(options_.max_inflight_bytes),
       auth_backoff_(options_.auth_backoff_base_s, options_.auth_backoff_max_s),
       window_(options_.dedup_max_bytes,
@@ -351,8 +348,22 @@ void Server::Impl::wait() {
   std::call_once(joined_, [this] {
     for (auto& t : threads_) t.join();
     // No server thread is left to touch a session: the connections still open are closed now,
-    // not when the Server is destroyed, so that a client waiting on a call learns at once.
-    for (const auto& session : live_sessions()) session->close_after_stop();
+    // not when the Server is destroyed, so that a client waiting on a call learns at once. Those
+    // whose SAVE or LOAD is queued or running are closed once the worker stopped: a SAVE under
+    // way finishes first (the table is the caller's after wait()), while its client gets no
+    // PROGRESS frame (the network threads ended): it reports the server after its bound without
+    // progress (runner.server_timeout_s), or gets "server stopped" when the SAVE ended sooner;
+    // either way the SAVE's reply is lost with the server, and its client's call fails.
+    std::vector<std::shared_ptr<Session>> working;
+    for (auto& session : live_sessions()) {
+      if (session->working()) {
+        working.push_back(std::move(session));
+      } else {
+        session->close_after_stop();
+      }
+    }
+    bulk_.stop();  // queued ones are dropped
+    for (const auto& session : working) session->close_after_stop();
   });
 }
 
@@ -387,6 +398,10 @@ ServerCounters Server::Impl::counters() const {
   c.inflight_bytes = budget_.used();
   c.barrier_waiters_dropped = barrier_waiters_dropped.load();
   c.dedup_entries = window_.entries();
+  c.bulk_runs = bulk_.runs();
+  c.bulk_skipped = bulk_.skipped();
+  c.bulk_busy = bulk_.refused();
+  c.bulk_attached = bulk_.attached();
   c.dedup_bytes = window_.bytes();
   c.dense_held_writes = ps_store_.held_writes();
   c.step_held_bytes = ps_step_sums_.held_bytes();
@@ -506,6 +521,7 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
   }
   auto impl = std::make_unique<Impl>(table, std::move(options));
   GPUBOX_RETURN_IF_ERROR(impl->listen());
+  GPUBOX_RETURN_IF_ERROR(impl->bulk().start());
   impl->run_threads();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

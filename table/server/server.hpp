@@ -106,6 +106,17 @@ struct ServerOptions {
   // first, never another client's (gpubox_server --dedup_client_cache_mb).
   std::size_t dedup_max_client_bytes = 0;
 
+  // While a SAVE or LOAD runs (on a worker thread of its own, not a network thread), its
+  // connection gets a PROGRESS frame (protocol.hpp) at most this often, and only when the call
+  // moved since the last one (finished a file operation, or is in one): its client bounds such a
+  // call by the time without progress (Transport::run_with_progress), which must stay well above
+  // this.
+  double progress_interval_s = 0.25;
+  // A file operation under way counts as moving only until it has been this long without a
+  // file operation or step beginning or ending (a hung mount): then no PROGRESS frame is sent
+  // and the hang is logged once, naming the operation (gpubox_server --max_io_stall_s).
+  double max_io_stall_s = 600;
+
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
   std::function<bool(const FrameHeader&)> drop_reply;
@@ -146,6 +157,13 @@ struct ServerCounters {
   uint64_t barrier_waiters_dropped = 0;  // waiters whose client left before the release
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
+  // SAVE and LOAD on the server's worker: run, dropped unrun (every client waiting for one
+  // closed first), refused "server busy" (one per client id, 16 in all, queued or running), and
+  // retries that waited for the same request's call instead of running it again.
+  uint64_t bulk_runs = 0;
+  uint64_t bulk_skipped = 0;
+  uint64_t bulk_busy = 0;
+  uint64_t bulk_attached = 0;
   uint64_t dense_held_writes = 0;  // ranged DENSE writes held now, all clients
   uint64_t step_held_bytes = 0;    // the sync mode's held sparse step now (ps_step_sums.hpp)
   uint64_t steps_dropped = 0;      // sync steps dropped unapplied (or whose apply failed)

@@ -3,6 +3,7 @@
 // does to the table.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "common/thread_annotations.hpp"
 #include "table/io/rooted_env.hpp"
 #include "table/server/auth_backoff.hpp"
+#include "table/server/bulk_work.hpp"
 #include "table/server/connection_limits.hpp"
 #include "table/server/connection_share.hpp"
 #include "table/server/ps_step_sums.hpp"
@@ -33,20 +35,21 @@ using tcp = asio::ip::tcp;
 
 class Session;
 
+// `s` seconds as the steady clock's duration, clamped to [0, 100 days]: a larger value would
+// overflow the clock's nanoseconds.
+inline std::chrono::steady_clock::duration steady_seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
+}
+
 // Where a request came from: its connection (the session's serial) and that peer's address
 // (without the port).
 struct RequestOrigin {
   uint64_t connection = 0;
   std::string_view address;  // the session's peer address, which outlives the request
-};
-
-// A reply on its way: the whole frame, and what to do once it is written.
-struct Reply {
-  std::vector<uint8_t> frame;
-  Status::Code status = Status::Code::kOk;
-  std::string error;  // an error reply's message (error_reply), for the server's own log
-  bool close_after = false;
-  bool stop_server_after = false;
+  // A SAVE or LOAD run on the BulkWorker counts its file operations here (bulk_work.hpp), for
+  // the PROGRESS frames its session sends; null for a call on the session's strand.
+  WorkProgress* progress = nullptr;
 };
 
 Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint8_t> payload);
@@ -118,6 +121,9 @@ class Server::Impl {
   // Payload bytes one connection may hold: kMaxAuthPayloadBytes before it authenticated.
   std::size_t connection_buffer_limit(bool authenticated) const;
   ByteBudget& budget() { return budget_; }
+  // Where sessions run SAVE and LOAD (off the network threads, so that they send PROGRESS frames
+  // meanwhile).
+  BulkWorker& bulk() { return bulk_; }
   AuthBackoff& auth_backoff() { return auth_backoff_; }
   // A frame's grace (--frame_deadline_s) and the floor rate its bytes must keep after it.
   Clock::duration frame_grace() const { return frame_grace_; }
@@ -228,8 +234,11 @@ class Server::Impl {
              const ReserveReply& reserve);
   Reply push(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply erase(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  // Through data_env_, counted in `progress` when not null (RequestOrigin::progress).
+  Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload,
+             WorkProgress* progress);
+  Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload,
+             WorkProgress* progress);
   Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
@@ -279,6 +288,8 @@ class Server::Impl {
   std::atomic<uint64_t> next_serial_{1};
   // Declared before io_: sessions destroyed with the io_context still reach the counters above.
   asio::io_context io_;
+  // After io_: stopped (its job finished) before io_, to which a job's end is posted, goes.
+  BulkWorker bulk_;
   asio::strand<asio::io_context::executor_type> accept_strand_;
   tcp::acceptor acceptor_;                 // used on accept_strand_
   asio::steady_timer accept_pause_timer_;  // used on accept_strand_

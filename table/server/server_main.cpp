@@ -104,6 +104,10 @@ GPUBOX_FLAG_RANGE(max_connections, 0, 1 << 20);
 DEFINE_double(idle_timeout_s, 300.0,
               "close a connection whose client sent no new frame for this long; 0: never");
 GPUBOX_FLAG_RANGE(idle_timeout_s, 0.0, 1e6);
+DEFINE_double(max_io_stall_s, 600.0,
+              "a SAVE or LOAD whose file operation has been under way this long without "
+              "finishing (a hung mount) stops reporting progress, so its client gives up on it");
+GPUBOX_FLAG_RANGE(max_io_stall_s, 0.01, 1e6);
 // Deadlines and shares against slow and hostile peers (ServerOptions, session.hpp).
 DEFINE_double(frame_deadline_s, 10.0,
               "every frame (request or reply) gets this long from its first byte, then its "
@@ -276,6 +280,7 @@ Status apply_limit_flags(ServerOptions* options) {
 Status apply_deadline_flags(ServerOptions* options) {
   // Their ranges are checked with every flag's, by the command-line front end.
   options->frame_deadline_s = FLAGS_frame_deadline_s;
+  options->max_io_stall_s = FLAGS_max_io_stall_s;
   options->min_transfer_bytes_per_s = FLAGS_min_transfer_kb_s * 1024.0;
   options->auth_timeout_s = FLAGS_auth_timeout_s;
   options->max_unauthenticated = static_cast<std::size_t>(FLAGS_max_unauthenticated);

@@ -127,6 +127,7 @@ void Session::on_header() {
   auto header = decode_header(header_bytes_, kHeaderBytes, server_->options().max_payload_bytes);
   if (!header.ok()) return protocol_error(header.status().to_string());
   if (header->response) return protocol_error("a response frame sent to the server");
+  if (header->op == Op::kProgress) return protocol_error("a PROGRESS frame sent to the server");
   header_ = *header;
   if (client_bound_ && header_.client_id != bound_client_id_) return refuse_foreign_client();
   if (!client_bound_ && authenticated_) {  // no token: the first frame names the client
@@ -151,6 +152,12 @@ void Session::on_header() {
                           std::to_string(header_.payload_bytes) +
                           " payload bytes is over the connection's buffer limit of " +
                           std::to_string(server_->connection_buffer_limit(authenticated_)));
+  }
+  if (runs_on_bulk_worker(header_.op) && header_.payload_bytes > kMaxBulkPayloadBytes) {
+    return reject_and_close(Status::InvalidArgument(
+        std::string(op_name(header_.op)) + " frame of " + std::to_string(header_.payload_bytes) +
+        " payload bytes is over the limit of " + std::to_string(kMaxBulkPayloadBytes) +
+        " for a SAVE or LOAD request"));
   }
   payload_got_ = 0;
   payload_ready_ = false;
@@ -298,10 +305,14 @@ void Session::on_frame() {
     if (reply) return answer(std::move(*reply));
     return watch_barrier_wait();
   }
+  if (runs_on_bulk_worker(header_.op)) return start_bulk();
   sent_dense_ = sent_dense_ || header_.op == Op::kDense;
-  Reply reply = server_->handle(
+  finish_request(server_->handle(
       header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); },
-      RequestOrigin{serial_, peer_address_});
+      RequestOrigin{serial_, peer_address_, nullptr}));
+}
+
+void Session::finish_request(Reply reply) {
   free_request();
   if (server_->options().drop_reply && server_->options().drop_reply(header_)) {
     GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops the reply to " << op_name(header_.op)

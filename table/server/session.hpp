@@ -14,11 +14,15 @@
 //     within the grace whatever it announced; a reply must be read as fast;
 //   - on a token server, authentication within --auth_timeout_s of connecting;
 //   - between frames, --idle_timeout_s; a BARRIER wait, --barrier_timeout_s.
+// A SAVE or LOAD runs on the server's BulkWorker (session_bulk.cpp, bulk_work.hpp): no deadline of
+// the session's own runs meanwhile (its client bounds the call by the time without PROGRESS
+// frames), but each PROGRESS frame must be read as fast as a reply.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,9 +79,22 @@ class Session : public std::enable_shared_from_this<Session> {
   // the connection with a notice "server stopped" (unless a reply was being written), so that
   // its client's call fails at once, naming the server, and may reconnect to a restarted one.
   void close_after_stop();
+  // Its SAVE or LOAD is queued or running on the BulkWorker. Only once the server's threads
+  // ended (Server::Impl::wait), as close_after_stop().
+  bool working() const { return state_ == State::kWorking; }
 
  private:
-  enum class State { kHeader, kPayload, kDraining, kBarrier, kWriting, kLingering, kClosed };
+  // kWorking: a SAVE or LOAD runs on the BulkWorker (session_bulk.cpp).
+  enum class State {
+    kHeader,
+    kPayload,
+    kDraining,
+    kBarrier,
+    kWorking,
+    kWriting,
+    kLingering,
+    kClosed
+  };
   // What deadline_ns_ stands for.
   enum class Watch : uint8_t { kNone, kIdle, kBarrier, kWriting, kLingering };
   enum class Overdue { kNone, kAuth, kFrame, kIdle, kBarrier, kWriting, kLingering };
@@ -92,6 +109,22 @@ class Session : public std::enable_shared_from_this<Session> {
   void drain();
   void on_drained(const boost::system::error_code& ec, std::size_t n);
   void on_frame();
+  // The request's reply: the request's buffer given back, then answered (or dropped, by the
+  // drop_reply test hook).
+  void finish_request(Reply reply);
+  // ---- session_bulk.cpp: SAVE and LOAD on the BulkWorker, with PROGRESS frames ----
+  static bool runs_on_bulk_worker(Op op) { return op == Op::kSave || op == Op::kLoad; }
+  // A SAVE or LOAD request names a path and a mode: a larger one is refused from its header.
+  static constexpr std::size_t kMaxBulkPayloadBytes = 64 * 1024;
+  void start_bulk();
+  // While kWorking: closes the session as soon as its client closes (or sends bytes).
+  void watch_bulk_client();
+  void schedule_progress();
+  // A PROGRESS frame, when the call moved since the last one and none is being written.
+  void send_progress();
+  void on_progress_written(const boost::system::error_code& ec);
+  // The call's reply (posted to the strand): sent once no PROGRESS frame is being written.
+  void bulk_done(Reply reply);
   // A frame of another protocol version: answered in that version, naming both, then closed.
   void refuse_version(uint16_t version);
   // ---- session_guard.cpp: authentication, BARRIER, deadlines, notices ----
@@ -206,6 +239,16 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> proof_waiting_{false};
   std::string barrier_name_;
   Reply reply_;
+  // The SAVE or LOAD under way (kWorking): the worker's operation count it last looked at
+  // (WorkProgress::moved), the PROGRESS frame being written (at most one at a time) and the
+  // reply that waits for it.
+  uint64_t progress_seen_ = 0;
+  std::unique_ptr<asio::steady_timer> progress_timer_;
+  std::vector<uint8_t> progress_frame_;
+  bool progress_writing_ = false;
+  std::optional<Reply> bulk_reply_;
+  // Set when this session closes while its call is queued or running (BulkWaiter).
+  std::shared_ptr<std::atomic<bool>> bulk_abandoned_;
 };
 
 }  // namespace gpubox::table::server

@@ -19,12 +19,6 @@ int64_t ns_of(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-std::chrono::steady_clock::duration seconds(double s) {
-  // Clamped to 100 days: a larger value would overflow the clock's nanoseconds.
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::clamp(s, 0.0, 8.64e6)));
-}
-
 std::string seconds_text(double s) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.6g", s);
@@ -210,7 +204,7 @@ void Session::watch_barrier_wait() {
   // protocol), and either way it must not count toward the barrier any more.
   state_ = State::kBarrier;
   barrier_since_ = Clock::now();
-  watch(Watch::kBarrier, barrier_since_ + seconds(server_->options().barrier_timeout_s));
+  watch(Watch::kBarrier, barrier_since_ + steady_seconds(server_->options().barrier_timeout_s));
   if (!scratch_) scratch_.reset(new uint8_t[kScratchBytes]);
   auto self = shared_from_this();
   socket_.async_read_some(asio::buffer(scratch_.get(), 1),
@@ -276,7 +270,7 @@ void Session::watch_idle() {
     idle_since_ns_.compare_exchange_strong(busy, ns_of(Clock::now()));
   }
   const double idle = server_->options().idle_timeout_s;
-  if (idle > 0) return watch(Watch::kIdle, Clock::now() + seconds(idle));
+  if (idle > 0) return watch(Watch::kIdle, Clock::now() + steady_seconds(idle));
   watch(Watch::kNone, {});
 }
 
@@ -342,7 +336,8 @@ std::string Session::overdue_reason(Overdue kind, Clock::time_point now) const {
     case Overdue::kIdle:
       return "idle for " + seconds_text(o.idle_timeout_s) + " s (--idle_timeout_s)";
     case Overdue::kWriting:
-      return "a reply of " + std::to_string(reply_.frame.size()) +
+      return std::string(progress_writing_ ? "a PROGRESS frame of " : "a reply of ") +
+             std::to_string(progress_writing_ ? progress_frame_.size() : reply_.frame.size()) +
              " bytes was not read within its deadline (--frame_deadline_s " +
              seconds_text(o.frame_deadline_s) + " s, then " + seconds_text(rate_kb) +
              " KiB/s, --min_transfer_kb_s)";
@@ -390,8 +385,8 @@ void Session::on_overdue() {
 // ---- closing ----------------------------------------------------------------------------------
 
 void Session::notice_and_close(const Status& why) {
-  // Not in the middle of a reply's bytes: the notice would garble the frame being written.
-  if (state_ != State::kWriting) send_notice_now(fd_, notice_frame(why));
+  // Not in the middle of a reply's (or a PROGRESS frame's) bytes: the notice would garble it.
+  if (state_ != State::kWriting && !progress_writing_) send_notice_now(fd_, notice_frame(why));
   close();
 }
 
@@ -432,6 +427,12 @@ void Session::close() {
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
   if (auth_timer_) auth_timer_->cancel();
+  if (progress_timer_) progress_timer_->cancel();
+  if (bulk_abandoned_) {  // its SAVE or LOAD, if not started yet, is dropped
+    bulk_abandoned_->store(true, std::memory_order_release);
+    bulk_abandoned_.reset();
+    server_->bulk().abandoned();
+  }
   if (proof_waiting_.exchange(false, std::memory_order_relaxed)) {
     if (proof_is_right()) {
       server_->auth_backoff().succeeded(peer_address_, proof_check_);

@@ -61,6 +61,8 @@ struct Transport::Attempt {
   std::vector<std::size_t> retry_later;  // answered "retry later" (server busy, still applying)
   Status retry_reason;                   // the last such answer
   bool notice = false;                   // the frame being read is a notice (protocol.hpp)
+  bool progress = false;                 // ... is a PROGRESS frame (the reply follows it)
+  bool progressed = false;               // a PROGRESS frame came (drive() takes it)
   bool heard = false;                    // a frame from the server came (it is reachable)
   bool failed = false;
   bool cut = false;  // failed because the call's deadline came (drive), not by an error of its own
@@ -127,9 +129,15 @@ struct Transport::Attempt {
         }
         heard = true;
         notice = is_notice(*header);
-        if (!notice && (in_flight.empty() || !header->response || header->op != op ||
+        progress = !notice && is_progress(*header);
+        if (!notice && (in_flight.empty() || !header->response || (header->op != op && !progress) ||
                         header->request_id != requests[in_flight.front()].request_id)) {
           fail(Status::Corruption("reply does not match the request in flight"));
+          return Status::OK();
+        }
+        if (progress && header->payload_bytes != kProgressPayloadBytes) {
+          fail(Status::Corruption("PROGRESS frame of " + std::to_string(header->payload_bytes) +
+                                  " bytes"));
           return Status::OK();
         }
         reply = *header;
@@ -143,10 +151,21 @@ struct Transport::Attempt {
         fail(notice_status(reply, payload.data(), payload.size()));
         return Status::OK();
       }
+      head_got = 0;
+      if (progress) {  // the request is still being worked on: its reply comes later
+        const auto note = decode_progress(payload.data(), payload.size());
+        if (!note.ok() || reply.status != Status::Code::kOk) {
+          fail(note.ok() ? Status::Corruption("a PROGRESS frame with status " +
+                                              std::string(Status::code_name(reply.status)))
+                         : note.status());
+          return Status::OK();
+        }
+        progressed = true;
+        continue;
+      }
       // A whole reply.
       const std::size_t index = in_flight.front();
       in_flight.pop_front();
-      head_got = 0;
       ++replies;
       if (reply.status == Status::Code::kAborted) {
         // The server is busy, or a retried mutation races its original: later.
@@ -243,56 +262,19 @@ void Transport::release(uint32_t endpoint, Connection connection) {
   }
 }
 
-Status Transport::drive(Op op, std::vector<Attempt>& attempts,
-                        std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply,
-                        Clock::time_point deadline) {
-  const std::size_t max_in_flight = static_cast<std::size_t>(options_.max_in_flight);
-  std::vector<pollfd> fds;
-  std::vector<Attempt*> active;
-  for (;;) {
-    fds.clear();
-    active.clear();
-    for (auto& a : attempts) {
-      if (a.finished()) continue;
-      short events = POLLIN;
-      if (a.next_send < a.queue.size() &&
-          (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
-        events |= POLLOUT;
-      }
-      fds.push_back(pollfd{a.conn.fd(), events, 0});
-      active.push_back(&a);
-    }
-    if (active.empty()) return Status::OK();
-    const int wait_ms = ms_until(deadline);
-    const int ready = wait_ms > 0 ? ::poll(fds.data(), fds.size(), wait_ms) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) {
-      for (Attempt* a : active) {
-        a->fail(Status::DeadlineExceeded("no reply before the deadline"));
-        a->cut = true;
-      }
-      return Status::OK();
-    }
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Attempt& a = *active[i];
-      if (fds[i].revents & POLLOUT) a.send_some(requests, max_in_flight);
-      if (a.failed || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      GPUBOX_RETURN_IF_ERROR(a.receive_some(op, requests, options_.max_payload_bytes, on_reply)
-                                 .with_context(std::string(op_name(op)) + " at " +
-                                               endpoints_[a.endpoint].to_string()));
-    }
-  }
-}
-
 // One run() call's retry book: per endpoint, the tries so far, the backoff, when it may be tried
-// again and its last error; per request, whether it is answered.
+// again, its last error and its deadline; per request, whether it is answered.
 struct Transport::RunState {
-  RunState(Op op, bool retry, double budget, std::size_t requests, const Transport& transport)
+  // by_progress: `budget` bounds the time without a sign of progress from an endpoint
+  // (run_with_progress), else the whole call.
+  RunState(Op op, bool retry, double budget, std::size_t requests, const Transport& transport,
+           bool by_progress = false)
       : op(op),
         retry(retry),
         budget(budget),
+        by_progress(by_progress),
         start(Clock::now()),
-        deadline(after(budget)),
+        deadlines(transport.endpoints_.size(), after(budget)),
         done(requests, 0),
         tries(transport.endpoints_.size(), 0),
         backoff(transport.endpoints_.size(), transport.options_.initial_backoff_s),
@@ -331,8 +313,8 @@ struct Transport::RunState {
     const bool cut = last == LastAttempt::kCutByDeadline;
     std::ostringstream msg;
     msg << op_name(op) << " to " << endpoints[e].to_string() << ": gave up after "
-        << seconds_since(start) << " s and " << tries[e] << " attempt(s) (deadline " << budget
-        << " s";
+        << seconds_since(start) << " s and " << tries[e] << " attempt(s) ("
+        << (by_progress ? "no progress reported for " : "deadline ") << budget << " s";
     if (unreachable) msg << "; no attempt reached it for " << unreachable_s << " s";
     msg << "); last error: " << last_error[e].to_string();
     if (!cut_error[e].ok()) {
@@ -369,6 +351,13 @@ struct Transport::RunState {
            seconds_since(unreachable_since[e]) >= unreachable_s;
   }
 
+  // The endpoint's deadline, and a sign of progress from it (a PROGRESS frame, a "retry later"
+  // answer), which moves it on when the call is bounded by progress.
+  Clock::time_point deadline(uint32_t e) const { return deadlines[e]; }
+  void progressed(uint32_t e) {
+    if (by_progress) deadlines[e] = after(budget);
+  }
+
   void schedule_retry(uint32_t e) {
     next_try[e] = after(backoff[e]);
     backoff[e] = std::min(backoff[e] * 2.0, max_backoff_s);
@@ -377,8 +366,9 @@ struct Transport::RunState {
   const Op op;
   const bool retry;
   const double budget;
+  const bool by_progress;
   const Clock::time_point start;
-  const Clock::time_point deadline;
+  std::vector<Clock::time_point> deadlines;  // per endpoint (all alike unless by_progress)
   std::vector<char> done;
   std::vector<int> tries;
   std::vector<double> backoff;
@@ -392,6 +382,63 @@ struct Transport::RunState {
   const double max_backoff_s;
   const double unreachable_s;
 };
+
+Status Transport::drive(RunState& state, std::vector<Attempt>& attempts,
+                        std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply) {
+  const Op op = state.op;
+  const std::size_t max_in_flight = static_cast<std::size_t>(options_.max_in_flight);
+  std::vector<pollfd> fds;
+  std::vector<Attempt*> active;
+  for (;;) {
+    fds.clear();
+    active.clear();
+    auto wake = Clock::time_point::max();
+    for (auto& a : attempts) {
+      if (a.finished()) continue;
+      short events = POLLIN;
+      if (a.next_send < a.queue.size() &&
+          (a.sent_bytes > 0 || a.in_flight.size() < max_in_flight)) {
+        events |= POLLOUT;
+      }
+      fds.push_back(pollfd{a.conn.fd(), events, 0});
+      active.push_back(&a);
+      wake = std::min(wake, state.deadline(a.endpoint));
+    }
+    if (active.empty()) return Status::OK();
+    const int wait_ms = ms_until(wake);
+    const int ready = wait_ms > 0 ? ::poll(fds.data(), fds.size(), wait_ms) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    const auto now = ready < 0 ? Clock::time_point::max() : Clock::now();  // a failed poll: all cut
+    bool any_cut = false;
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      Attempt& a = *active[i];
+      const short revents = ready > 0 ? fds[i].revents : 0;
+      if (revents == 0 && now >= state.deadline(a.endpoint)) {  // cut by the call's deadline
+        a.fail(Status::DeadlineExceeded(state.by_progress ? "no progress before the deadline"
+                                                          : "no reply before the deadline"));
+        a.cut = true;
+        any_cut = true;
+        continue;
+      }
+      if (revents & POLLOUT) a.send_some(requests, max_in_flight);
+      if (a.failed || !(revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      GPUBOX_RETURN_IF_ERROR(a.receive_some(op, requests, options_.max_payload_bytes, on_reply)
+                                 .with_context(std::string(op_name(op)) + " at " +
+                                               endpoints_[a.endpoint].to_string()));
+      if (a.progressed) state.progressed(a.endpoint);
+      a.progressed = false;
+    }
+    if (!any_cut) continue;
+    // The call gives up on the endpoint its deadline passed for (run_until_done): the attempts
+    // still going (other servers', which kept reporting progress) end with it, unpooled.
+    for (Attempt* a : active) {
+      if (a->finished()) continue;
+      a->fail(Status::Aborted("ended with the call, cut at another server's deadline"));
+      a->cut = true;
+    }
+    return Status::OK();
+  }
+}
 
 Status Transport::open_attempts(RunState& state, uint32_t e,
                                 const std::vector<std::size_t>& pending,
@@ -409,12 +456,13 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
     bool heard = false;
     const auto tried_at = Clock::now();
     // Without retries, a pooled connection the server closed meanwhile would fail the call.
-    auto conn = acquire(e, state.deadline, /*allow_pooled=*/state.retry, &reused, &opened, &heard);
+    auto conn =
+        acquire(e, state.deadline(e), /*allow_pooled=*/state.retry, &reused, &opened, &heard);
     if (heard) state.heard[e] = 1;
     // A connection that opened reached a live server, even if its handshake then timed out.
     const bool unreachable = state.note_reach(e, opened || heard, tried_at);
     if (!conn.ok()) {
-      const bool cut = cut_by(conn.status(), state.deadline);
+      const bool cut = cut_by(conn.status(), state.deadline(e));
       state.record(e, conn.status(), cut);
       const auto code = conn.status().code();
       if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
@@ -446,6 +494,8 @@ Status Transport::settle(RunState& state, std::vector<Attempt>& attempts) {
     if (!a.failed) {
       if (!a.retry_later.empty()) {
         state.last_error[a.endpoint] = a.retry_reason;  // e.g. "server busy: in-flight budget"
+        // Not progress: a server busy for longer than the bound (its worker full of other
+        // clients' saves, or the in-flight budget) is given up on as one that does not move.
         state.schedule_retry(a.endpoint);
       }
       release(a.endpoint, std::move(a.conn));
@@ -483,9 +533,16 @@ Status Transport::run(Op op, std::vector<OutgoingRequest>& requests, const Reply
   return st;
 }
 
+Status Transport::run_with_progress(Op op, std::vector<OutgoingRequest>& requests,
+                                    const ReplyHandler& on_reply, double silence_s) {
+  if (requests.empty()) return Status::OK();
+  RunState state(op, /*retry=*/true, silence_s >= 0 ? silence_s : options_.deadline_s,
+                 requests.size(), *this, /*by_progress=*/true);
+  return run_until_done(state, requests, on_reply, /*connections=*/1);
+}
+
 Status Transport::run_until_done(RunState& state, std::vector<OutgoingRequest>& requests,
                                  const ReplyHandler& on_reply, int connections) {
-  const Op op = state.op;
   // Replies are handled as they come, so record them in `done` through the handler.
   const ReplyHandler mark = [&](std::size_t index, const uint8_t* data, std::size_t bytes) {
     GPUBOX_RETURN_IF_ERROR(on_reply(index, data, bytes));
@@ -497,10 +554,8 @@ Status Transport::run_until_done(RunState& state, std::vector<OutgoingRequest>& 
     const auto pending = state.pending(requests, &any);
     if (!any) return Status::OK();
     const auto now = Clock::now();
-    if (now >= state.deadline) {
-      for (uint32_t e = 0; e < pending.size(); ++e) {
-        if (!pending[e].empty()) return state.gave_up(e);
-      }
+    for (uint32_t e = 0; e < pending.size(); ++e) {
+      if (!pending[e].empty() && now >= state.deadline(e)) return state.gave_up(e);
     }
     std::vector<Attempt> attempts;
     for (uint32_t e = 0; e < pending.size(); ++e) {
@@ -508,15 +563,15 @@ Status Transport::run_until_done(RunState& state, std::vector<OutgoingRequest>& 
       GPUBOX_RETURN_IF_ERROR(open_attempts(state, e, pending[e], requests, connections, &attempts));
     }
     if (!attempts.empty()) {
-      GPUBOX_RETURN_IF_ERROR(drive(op, attempts, requests, mark, state.deadline));
+      GPUBOX_RETURN_IF_ERROR(drive(state, attempts, requests, mark));
       GPUBOX_RETURN_IF_ERROR(settle(state, attempts));
     }
-    // Sleep until the earliest endpoint with work left may be retried (never past the deadline).
+    // Sleep until the earliest endpoint with work left may be retried (never past its deadline).
     const auto left = state.pending(requests, &any);
     if (!any) return Status::OK();
-    auto wake = state.deadline;
+    auto wake = Clock::time_point::max();
     for (uint32_t e = 0; e < left.size(); ++e) {
-      if (!left[e].empty()) wake = std::min(wake, state.next_try[e]);
+      if (!left[e].empty()) wake = std::min({wake, state.next_try[e], state.deadline(e)});
     }
     if (wake > Clock::now()) std::this_thread::sleep_until(wake);
   }

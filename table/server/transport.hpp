@@ -96,6 +96,19 @@ class Transport {
              bool retry = true, double deadline_s = -1.0, int connections = 1,
              bool* heard = nullptr);
 
+  // run() for an op the server reports progress on while it works (SAVE, LOAD: PROGRESS frames,
+  // protocol.hpp), with retries, one connection per endpoint. An endpoint is given up on
+  // (DeadlineExceeded, naming it, the op and "no progress reported for <silence_s> s") only once
+  // `silence_s` (< 0: the options' deadline_s) passed without a PROGRESS frame from it. A "retry
+  // later" answer (server busy: the in-flight budget, or its SAVE/LOAD worker full) is retried
+  // but is no progress: a server busy for longer is given up on. (A request the server is still
+  // applying after a lost connection is not answered "retry later": its retry waits for the same
+  // reply, with PROGRESS frames.) The call's total time bounds nothing: a SAVE of any size that
+  // keeps reporting is never cut, while a server that stopped, hung or vanished is found within
+  // about silence_s (a connection the server closed is retried within it, as in run()).
+  Status run_with_progress(Op op, std::vector<OutgoingRequest>& requests,
+                           const ReplyHandler& on_reply, double silence_s);
+
   // Builds a request frame for `op` with a fresh request id.
   OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
 
@@ -110,9 +123,11 @@ class Transport {
   void release(uint32_t endpoint, Connection connection);
   // AUTH and AUTH_PROOF on a new connection.
   Status authenticate(Connection& conn, Clock::time_point deadline, bool* heard);
-  Status drive(Op op, std::vector<Attempt>& attempts, std::vector<OutgoingRequest>& requests,
-               const ReplyHandler& on_reply, Clock::time_point deadline);
   struct RunState;
+  // Sends and reads the attempts' requests until each finished, failed, or was cut by its
+  // endpoint's deadline (RunState::deadline, moved on by PROGRESS frames when by progress).
+  Status drive(RunState& state, std::vector<Attempt>& attempts,
+               std::vector<OutgoingRequest>& requests, const ReplyHandler& on_reply);
   Status run_until_done(RunState& state, std::vector<OutgoingRequest>& requests,
                         const ReplyHandler& on_reply, int connections);
   // Connections for endpoint `e`'s pending requests, one per lane in use, appended to `attempts`.

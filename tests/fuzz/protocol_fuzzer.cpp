@@ -147,6 +147,12 @@ void check_replies(const uint8_t* data, std::size_t n) {
     encode_u64_reply(*value, &out);
     FUZZ_CHECK(same(out, data, n), "u64 reply does not round-trip");
   }
+  if (auto note = decode_progress(data, n); note.ok()) {
+    FUZZ_CHECK(n == kProgressPayloadBytes, "PROGRESS of another size decoded");
+    out.clear();
+    encode_progress(*note, &out);
+    FUZZ_CHECK(same(out, data, n), "PROGRESS does not round-trip");
+  }
   if (n >= 8) {
     uint32_t rows = 0, stride = 0;
     std::memcpy(&rows, data, 4);

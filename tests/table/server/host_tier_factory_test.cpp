@@ -64,8 +64,9 @@ TEST(HostTierConfigFrom, EveryKeyReachesItsField) {
 }
 
 TEST(HostTierConfigFrom, OutOfRangeValuesAreErrorsNamingTheKey) {
-  for (const std::string bad : {"runner.host_table_shards=0", "runner.server_connections=0",
-                                "runner.save_form=csv", "runner.server_timeout_s=0"}) {
+  for (const std::string bad :
+       {"runner.host_table_shards=0", "runner.server_connections=0", "runner.save_form=csv",
+        "runner.server_timeout_s=0", "runner.server_timeout_s=0.5"}) {
     auto doc = config::ConfigDocument::parse("runner:\n  epochs: 1\n", ".", {bad}, "test");
     ASSERT_FALSE(doc.ok()) << bad;
     EXPECT_NE(doc.status().message().find(bad.substr(0, bad.find('='))), std::string::npos)

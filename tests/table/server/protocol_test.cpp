@@ -230,6 +230,33 @@ TEST(Protocol, PushEraseSaveBarrierStatsRoundTrip) {
   EXPECT_EQ(err.message(), "key 5 is missing");
 }
 
+// PROGRESS (protocol 10): a response of its own op carrying the SAVE's request id; exactly 16
+// payload bytes, nothing shorter or longer.
+TEST(Protocol, ProgressRoundTripsAndIsExactlySized) {
+  std::vector<uint8_t> p;
+  encode_progress(ProgressNote{12, 1u << 30}, &p);
+  ASSERT_EQ(p.size(), kProgressPayloadBytes);
+  auto note = decode_progress(p.data(), p.size());
+  ASSERT_TRUE(note.ok()) << note.status().to_string();
+  EXPECT_EQ(note->steps, 12u);
+  EXPECT_EQ(note->io_bytes, 1u << 30);
+  EXPECT_FALSE(decode_progress(p.data(), p.size() - 1).ok());
+  p.push_back(0);
+  EXPECT_FALSE(decode_progress(p.data(), p.size()).ok());
+  FrameHeader h = request(Op::kProgress, 41);
+  h.response = true;
+  p.pop_back();
+  const std::vector<uint8_t> frame = encode_frame(h, p);
+  auto back = decode_frame(frame.data(), frame.size(), kDefaultMaxPayloadBytes);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_TRUE(is_progress(back->header));
+  EXPECT_FALSE(is_notice(back->header));
+  EXPECT_EQ(back->header.request_id, 41u);
+  EXPECT_STREQ(op_name(Op::kProgress), "PROGRESS");
+  EXPECT_TRUE(is_known_op(static_cast<uint16_t>(Op::kProgress)));
+  EXPECT_FALSE(is_known_op(static_cast<uint16_t>(Op::kProgress) + 1));
+}
+
 TEST(Protocol, ForgedCountsFailWithoutAllocating) {
   // n = 2^32-1 keys claimed, 8 bytes present: must be an error, not a 32 GiB resize.
   std::vector<uint8_t> p;
@@ -302,6 +329,7 @@ TEST(Protocol, FuzzRandomBytesNeverCrash) {
     (void)decode_stats_reply(d, n);
     (void)decode_info_reply(d, n);
     (void)decode_u64_reply(d, n);
+    (void)decode_progress(d, n);
     (void)decode_pull_reply(d, n, 2, 3);
     FrameHeader h = request(Op::kPull);
     h.status = Status::Code::kInternal;

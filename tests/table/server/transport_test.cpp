@@ -111,6 +111,43 @@ TEST(Transport, ServerErrorReplyEndsTheCallWithItsMessage) {
   EXPECT_NE(st.message().find("disk full writing part-3"), std::string::npos);
 }
 
+// A PROGRESS frame whose status is not OK is refused: it is no sign of progress (and the reply that
+// follows it on that connection is not taken).
+TEST(Transport, AProgressFrameWithAnErrorStatusIsRefused) {
+  uint16_t port = 0;
+  const int listener = listen_loopback(&port);
+  ASSERT_GE(listener, 0);
+  std::thread peer([&] {
+    Connection conn(::accept(listener, nullptr, nullptr));
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    Frame frame;
+    if (!conn.recv_frame(&frame, kDefaultMaxPayloadBytes, deadline).ok()) return;
+    FrameHeader h = frame.header;
+    h.response = true;
+    h.op = Op::kProgress;
+    h.status = Status::Code::kIOError;
+    std::vector<uint8_t> payload;
+    encode_progress(ProgressNote{1, 2}, &payload);
+    auto progress = encode_frame(h, payload);
+    if (!conn.send_all(progress.data(), progress.size(), deadline).ok()) return;
+    h = frame.header;
+    h.response = true;
+    auto reply = encode_frame(h, {});
+    (void)conn.send_all(reply.data(), reply.size(), deadline);
+  });
+  TransportOptions options;
+  options.initial_backoff_s = 0.01;
+  Transport transport({Endpoint{"127.0.0.1", port}}, options);
+  std::vector<OutgoingRequest> requests{transport.make_request(Op::kSave, 0, {})};
+  Status st = transport.run_with_progress(
+      Op::kSave, requests, [](std::size_t, const uint8_t*, std::size_t) { return Status::OK(); },
+      /*silence_s=*/1.0);
+  peer.join();
+  ::close(listener);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("a PROGRESS frame with status"), std::string::npos) << st.to_string();
+}
+
 // A call that retried until its deadline names why it retried (here "retry later" replies), not
 // the attempt the deadline cut: before, a client refused at a server's connection cap until its
 // deadline reported "no reply: timed out" whenever the deadline fell inside an attempt.
