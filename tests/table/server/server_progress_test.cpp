@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -83,6 +84,26 @@ class Watchdog {
  private:
   std::atomic<bool> done_{false};
   std::thread thread_;
+};
+
+// A server over a table whose next file operation holds (`how`) until it is let go: at the end
+// of the scope (before the server waits for its worker) or by a watchdog after `watchdog_after`.
+struct HeldServer {
+  HeldServer(const char* name, SlowIoTier::Hold how,
+             std::chrono::seconds watchdog_after = std::chrono::seconds(120))
+      : dir(name),
+        table(sparse_table()),
+        held(*table, milliseconds(0)),
+        server(start_server(&held, progress_options(dir.path()))) {
+    held.hold_at(held.ops() + 1, how);
+    watchdog.emplace(held, watchdog_after);
+  }
+  TempDir dir;
+  std::unique_ptr<SparseTable> table;
+  SlowIoTier held;
+  std::unique_ptr<Server> server;
+  ReleaseAtEnd release{held};
+  std::optional<Watchdog> watchdog;
 };
 
 std::vector<float> pull_rows(HostTier& tier, const std::vector<uint64_t>& keys) {
@@ -256,14 +277,10 @@ bool eventually(F done) {
 // before they started (they never run, and hold no slot), so a trainer's SAVE afterwards runs at
 // once.
 TEST(ServerProgress, AbandonedSavesAreCappedAndDropped) {
-  TempDir dir("progress_abandoned");
-  auto table = sparse_table();
-  SlowIoTier held(*table, milliseconds(0));
-  auto server = start_server(&held, progress_options(dir.path()));
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
-  Watchdog watchdog(held, std::chrono::seconds(120));
+  HeldServer h("progress_abandoned", SlowIoTier::Hold::kStopped);
+  ASSERT_TRUE(h.server);
+  SlowIoTier& held = h.held;
+  std::unique_ptr<Server>& server = h.server;
   constexpr std::size_t kConns = 24;
   std::vector<std::unique_ptr<Connection>> conns;
   for (std::size_t i = 0; i < kConns; ++i) {
@@ -317,14 +334,10 @@ TEST(ServerProgress, AbandonedSavesAreCappedAndDropped) {
 // recovery's reload after a SAVE given up on); a third while the second waits is refused "server
 // busy"; a SAVE or LOAD request over 64 KiB is refused from its header.
 TEST(ServerProgress, OneCallPerClientAndSmallRequests) {
-  TempDir dir("progress_per_client");
-  auto table = sparse_table();
-  SlowIoTier held(*table, milliseconds(0));
-  auto server = start_server(&held, progress_options(dir.path()));
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
-  Watchdog watchdog(held, std::chrono::seconds(120));
+  HeldServer h("progress_per_client", SlowIoTier::Hold::kStopped);
+  ASSERT_TRUE(h.server);
+  SlowIoTier& held = h.held;
+  std::unique_ptr<Server>& server = h.server;
   auto first = open_conn(*server);
   auto second = open_conn(*server);
   auto third = open_conn(*server);
@@ -364,14 +377,10 @@ TEST(ServerProgress, OneCallPerClientAndSmallRequests) {
 // A SAVE retried on a new connection while the first still runs (its client gave up on the first
 // connection) waits for the first's reply: the save runs once.
 TEST(ServerProgress, RetriedSaveWhileTheFirstRunsRunsOnce) {
-  TempDir dir("progress_retry");
-  auto table = sparse_table();
-  SlowIoTier held(*table, milliseconds(0));
-  auto server = start_server(&held, progress_options(dir.path()));
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kMoving);
-  Watchdog watchdog(held, std::chrono::seconds(120));
+  HeldServer h("progress_retry", SlowIoTier::Hold::kMoving);
+  ASSERT_TRUE(h.server);
+  SlowIoTier& held = h.held;
+  std::unique_ptr<Server>& server = h.server;
   auto first = open_conn(*server);
   ASSERT_TRUE(first);
   send_save(*first, 77, 5);
@@ -434,14 +443,10 @@ TEST(ServerProgress, SaveThatThrowsIsAnsweredAndItsRetryRuns) {
 // A request pipelined behind a SAVE on the same connection is answered after it (the session's
 // watch for a closing client leaves its bytes alone).
 TEST(ServerProgress, ARequestPipelinedBehindASaveIsAnswered) {
-  TempDir dir("progress_pipelined");
-  auto table = sparse_table();
-  SlowIoTier held(*table, milliseconds(0));
-  auto server = start_server(&held, progress_options(dir.path()));
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  held.hold_at(held.ops() + 1, SlowIoTier::Hold::kStopped);
-  Watchdog watchdog(held, std::chrono::seconds(120));
+  HeldServer h("progress_pipelined", SlowIoTier::Hold::kStopped);
+  ASSERT_TRUE(h.server);
+  SlowIoTier& held = h.held;
+  std::unique_ptr<Server>& server = h.server;
   auto conn = open_conn(*server);
   ASSERT_TRUE(conn);
   send_save(*conn, 55, 1);
