@@ -322,6 +322,25 @@ bool PsPeerWatch::wait_interval() {
   return !stopping_;
 }
 
+// Reports every other trainer whose failed flag (in `values`, the heartbeat table as a beat left
+// it) is this run's, once each (`reported`), with what it reported.
+void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
+                                      std::vector<bool>* reported) {
+  const auto n = static_cast<std::size_t>(trainers_);
+  const auto own = static_cast<std::size_t>(trainer_id_);
+  const auto this_run = static_cast<float>(options_.run);
+  for (std::size_t w = 0; w < n; ++w) {
+    if (w == own || values[kFailed * n + w] != this_run || (*reported)[w]) continue;
+    (*reported)[w] = true;
+    StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
+    on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
+                (reason.ok()
+                     ? *reason
+                     : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
+            Loss::kPeerFailed);
+  }
+}
+
 void PsPeerWatch::beat_loop() {
   const auto timeout = millis_of(options_.peer_timeout_s);
   const auto n = static_cast<std::size_t>(trainers_);
@@ -373,16 +392,7 @@ void PsPeerWatch::beat_loop() {
     const bool failing =
         failing_.load(std::memory_order_acquire) || values[kFailed * n + own] == this_run;
     if (failing) continue;
-    for (std::size_t w = 0; w < n; ++w) {
-      if (w == own || values[kFailed * n + w] != this_run || reported[w]) continue;
-      reported[w] = true;
-      StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
-      on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
-                  (reason.ok()
-                       ? *reason
-                       : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
-              Loss::kPeerFailed);
-    }
+    report_failed_peers(values, &reported);
     for (std::size_t w = 0; w < n; ++w) {
       // Not judged: a trainer that has not begun this run; one that finished it (a finished flag
       // of an earlier run is stale); one that failed, reported by its flag (above) or not at all

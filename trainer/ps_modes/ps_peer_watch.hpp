@@ -174,6 +174,7 @@ class PsPeerWatch {
                                 int trainers, const std::string& stored, float flag,
                                 std::vector<float>* alive);
   void beat_loop();
+  void report_failed_peers(const std::vector<float>& values, std::vector<bool>* reported);
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
