@@ -7,7 +7,14 @@ std::string differences_from_paddlerec(config::ModelKind model) {
     case config::ModelKind::kDeepFefm:
       return "a dense feature's field vector is its value times a learned vector (PaddleRec's net "
              "looks up a key quantised from the value); the dense features' first-order weights "
-             "start at 0 (PaddleRec's at a truncated normal); no dropout, no L2 decay";
+             "start at 0 (PaddleRec's at a truncated normal); its field vectors are "
+             "sparse_feature_dim - 1 wide, the key's first-order weight in the same row "
+             "(PaddleRec's sparse_feature_dim, the first-order weights a second table); no "
+             "dropout (PaddleRec's 0.2 after every DNN layer and every ReLU, the output's too), "
+             "no L2 decay (PaddleRec's 1e-6 on the embeddings and first-order weights, 1e-7 on "
+             "the field-pair matrices and the DNN); its embedding rows step only when their key "
+             "is in the batch (PaddleRec's tables are dense, sparse=False, so its Adam moves "
+             "every row every step, lazy_mode notwithstanding)";
     case config::ModelKind::kDeepFm:
       return "its FM pairs the slots' embeddings only (PaddleRec's also pairs the dense features' "
              "learned vectors x_i v_i, with the slots and with each other); its embeddings are "
