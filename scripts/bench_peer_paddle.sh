@@ -150,6 +150,11 @@ fi
 abs_path() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
 venv="$(abs_path "$venv")" bin="$(abs_path "$bin")" out="$(abs_path "$out")"
 [ "$epochs" -ge 2 ] || echo "bench_peer_paddle: warning: --epochs 1 times a cold epoch (no warm-up)" >&2
+# The held-out AUC of an early epoch depends on the steps taken: with T threads and G = B, GPUBox
+# steps T times less often than Paddle (docs/bench/h164.md: deepfefm's epoch 1 looked 0.007 under
+# Paddle's at --threads 2, and is 0.065 above it at equal steps).
+[ "$mode" != single ] || [ "$threads" = 1 ] || [ "$gpubox_batch" != "$batch" ] ||
+  echo "bench_peer_paddle: note: --threads $threads with --gpubox-batch $batch: GPUBox takes $threads times fewer steps an epoch than Paddle; --gpubox-batch $((batch / threads)) compares the AUC of each epoch at equal steps" >&2
 [ -x "$bin/gpubox_train" ] && [ -x "$bin/gpubox_data" ] ||
   die "--bin '$bin' has no gpubox_train/gpubox_data (build them: scripts/build.sh cpu)"
 command -v python3 >/dev/null || die "python3 not found"

@@ -7,7 +7,14 @@ std::string differences_from_paddlerec(config::ModelKind model) {
     case config::ModelKind::kDeepFefm:
       return "a dense feature's field vector is its value times a learned vector (PaddleRec's net "
              "looks up a key quantised from the value); the dense features' first-order weights "
-             "start at 0 (PaddleRec's at a truncated normal); no dropout, no L2 decay";
+             "start at 0 (PaddleRec's at a truncated normal); its field vectors are "
+             "sparse_feature_dim - 1 wide, the key's first-order weight in the same row "
+             "(PaddleRec's sparse_feature_dim, the first-order weights a second table); no "
+             "dropout (PaddleRec's 0.2 after every DNN layer and every ReLU, the output's too), "
+             "no L2 decay (PaddleRec's 1e-6 on the embeddings and first-order weights, 1e-7 on "
+             "the field-pair matrices and the DNN); its embedding rows step only when their key "
+             "is in the batch (PaddleRec's tables are dense, sparse=False, so its Adam moves "
+             "every row every step, lazy_mode notwithstanding)";
     case config::ModelKind::kDeepFm:
       return "its FM pairs the slots' embeddings only (PaddleRec's also pairs the dense features' "
              "learned vectors x_i v_i, with the slots and with each other); its embeddings are "
@@ -27,14 +34,20 @@ std::string differences_from_paddlerec(config::ModelKind model) {
       return "its cross network's input x0 is the pooled slots and the dense values as they are "
              "(PaddleRec's passes the dense values through a Linear to dense_input_dim x "
              "sparse_feature_dim values first); no dropout (PaddleRec's 0.5 after every DNN "
-             "layer and every ReLU) and no L2 decay; l2_reg_cross is trained as cross_l2 "
+             "layer and every ReLU) and no L2 decay (neither that Linear nor dropout is built: "
+             "without them the held-out AUC after epoch 2 is 0.0011 under Paddle's, the mean of 3 "
+             "seeds at Paddle's step count, docs/bench/h164.md); l2_reg_cross is trained as "
+             "cross_l2 "
              "(PaddleRec's dcn_v2 reads it and adds nothing); its DCN-Mix weights start at "
              "N(0, 1/width) (V, the gate) and N(0, 1/rank) (C, U), PaddleRec's at Xavier normals "
              "over the experts' stacked 3-D shapes (std sqrt(2 / (rank (width + experts))) for "
              "U and V, sqrt(2 / (rank (rank + experts))) for C: 11 to 28 times smaller); its "
              "embedding rows step only when their key is in the batch (PaddleRec's Adam has no "
-             "lazy_mode: every row's moments decay and move it every step), and nothing clips "
-             "the gradients (PaddleRec's clip by global norm optimizer.clip_by_norm, 10)";
+             "lazy_mode: every row's moments decay and move it every step; GPUBox's card tier, as "
+             "Paddle's PSGPU, steps the batch's rows only), and nothing clips the gradients "
+             "(PaddleRec's clip by global norm optimizer.clip_by_norm, 10, which did not act in "
+             "Paddle's 8 steps measured on generated data: global norms 0.20-0.76, "
+             "docs/bench/h158.md)";
     case config::ModelKind::kDcn:
       return "its cross layers share one weight vector and one bias (PaddleRec's net reuses "
              "layer_w and layer_b in every layer; GPUBox's has one pair per layer, as the DCN "
