@@ -333,6 +333,34 @@ TEST(HeterComm, HotKeyWithTensOfThousandsOfOccurrencesMatchesReference) {
                           << " occurrences were not merged into one row";
 }
 
+// Card `owner`'s rows are still those it was given (`rows_before`: its keys of `known`, in
+// order, placed by place_on_owner).
+void expect_owner_rows_untouched(Cluster& cluster, int owner, const std::vector<uint64_t>& known,
+                                 const std::vector<float>& rows_before, const RowLayout& layout) {
+  card_table::CardSparseStore& store = cluster.store(owner);
+  device::Card& card = cluster.cards().card(owner);
+  card.activate();
+  auto keys = card.make_buffer<uint64_t>(0);
+  auto rows = card.make_buffer<float>(0);
+  const std::size_t count = store.collect_all(keys, rows, card.stream());
+  EXPECT_EQ(store.size(), count);
+  std::vector<float> got = device::to_host(rows);
+  std::vector<uint64_t> got_keys = device::to_host(keys);
+  std::unordered_map<uint64_t, std::vector<float>> before;
+  for (std::size_t i = 0, j = 0; i < known.size(); ++i) {
+    if (owner_card(known[i], cluster.size()) != owner) continue;
+    before[known[i]].assign(rows_before.begin() + j * layout.stride(),
+                            rows_before.begin() + (j + 1) * layout.stride());
+    ++j;
+  }
+  ASSERT_EQ(count, before.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<float> row(got.begin() + i * layout.stride(),
+                           got.begin() + (i + 1) * layout.stride());
+    EXPECT_EQ(row, before[got_keys[i]]) << "key " << got_keys[i] << " changed by a failed push";
+  }
+}
+
 // With missing_keys = fail, a key its owner does not hold fails the step with an error naming
 // the key and the owner card; the other cards wake up (the group is aborted) instead of hanging,
 // and the owner's rows are untouched by the failed push.
@@ -397,28 +425,8 @@ TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
 
     if (on_push) {
       // The failing owner applied nothing: its rows are still the inserted ones.
-      card_table::CardSparseStore& store = cluster.store(unknown_owner);
-      device::Card& card = cluster.cards().card(unknown_owner);
-      card.activate();
-      auto keys = card.make_buffer<uint64_t>(0);
-      auto rows = card.make_buffer<float>(0);
-      const std::size_t count = store.collect_all(keys, rows, card.stream());
-      EXPECT_EQ(store.size(), count);
-      std::vector<float> got = device::to_host(rows);
-      std::vector<uint64_t> got_keys = device::to_host(keys);
-      std::unordered_map<uint64_t, std::vector<float>> before;
-      for (std::size_t i = 0, j = 0; i < known.size(); ++i) {
-        if (owner_card(known[i], kCards) != unknown_owner) continue;
-        before[known[i]].assign(rows_before[unknown_owner].begin() + j * layout.stride(),
-                                rows_before[unknown_owner].begin() + (j + 1) * layout.stride());
-        ++j;
-      }
-      ASSERT_EQ(count, before.size());
-      for (std::size_t i = 0; i < count; ++i) {
-        std::vector<float> row(got.begin() + i * layout.stride(),
-                               got.begin() + (i + 1) * layout.stride());
-        EXPECT_EQ(row, before[got_keys[i]]) << "key " << got_keys[i] << " changed by a failed push";
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_owner_rows_untouched(cluster, unknown_owner, known,
+                                                          rows_before[unknown_owner], layout));
     }
   }
 }

@@ -347,6 +347,41 @@ TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
   EXPECT_GT(evicted, 0u);
 }
 
+// Misuse of end_pass(keep), on `passes` 0-2: keeping this pass's own keys, not the next pass's.
+// Eviction spares the dirty rows (the host tier ends equal to the reference's); when too few
+// clean rows are left it fails.
+void expect_misused_keep_spares_dirty_rows(const std::vector<std::vector<uint64_t>>& passes) {
+  PassManagerOptions one_card;
+  one_card.card_row_budget = 300;
+  Engine misused(1, one_card);
+  Engine plain(1, one_card);
+  for (std::size_t p = 0; p < 2; ++p) {
+    misused.manager->begin_pass(passes[p]);
+    plain.manager->begin_pass(passes[p]);
+    misused.train(passes[p], 5000 + p, 4);
+    plain.train(passes[p], 5000 + p, 4);
+    misused.manager->end_pass(passes[p]);
+    plain.manager->end_pass();
+  }
+  misused.manager->sync();
+  const auto want_host = plain.host_rows();
+  for (const auto& [k, row] : misused.host_rows()) {
+    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
+  }
+  misused.manager->begin_pass(passes[2]);
+  misused.train(passes[2], 5002, 4);
+  misused.manager->end_pass(passes[2]);
+  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
+  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
+  std::sort(disjoint.begin(), disjoint.end());
+  try {
+    misused.manager->begin_pass(disjoint);
+    FAIL() << "evicted a dirty row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
+  }
+}
+
 // end_pass(keep): the rows of the next pass's keys stay on the cards, dirty, and the host tier
 // holds their older value until a later end_pass or sync() writes them; the cards (eviction
 // included) and, after the last pass, the host tier equal a run that writes everything back
@@ -407,37 +442,7 @@ TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
   EXPECT_LT(written, written_reference) << "keeping rows saved no write-back";
   EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
 
-  // Misuse: keeping this pass's own keys, not the next pass's. Eviction spares the dirty rows
-  // (the host tier ends equal to the reference's); when too few clean rows are left it fails.
-  PassManagerOptions one_card;
-  one_card.card_row_budget = 300;
-  Engine misused(1, one_card);
-  Engine plain(1, one_card);
-  for (std::size_t p = 0; p < 2; ++p) {
-    misused.manager->begin_pass(passes[p]);
-    plain.manager->begin_pass(passes[p]);
-    misused.train(passes[p], 5000 + p, 4);
-    plain.train(passes[p], 5000 + p, 4);
-    misused.manager->end_pass(passes[p]);
-    plain.manager->end_pass();
-  }
-  misused.manager->sync();
-  const auto want_host = plain.host_rows();
-  for (const auto& [k, row] : misused.host_rows()) {
-    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
-  }
-  misused.manager->begin_pass(passes[2]);
-  misused.train(passes[2], 5002, 4);
-  misused.manager->end_pass(passes[2]);
-  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
-  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
-  std::sort(disjoint.begin(), disjoint.end());
-  try {
-    misused.manager->begin_pass(disjoint);
-    FAIL() << "evicted a dirty row";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_misused_keep_spares_dirty_rows(passes));
 }
 
 // A pass given up (abandon_pass: its write-back failed for a server restart and the schedule
