@@ -93,14 +93,19 @@ std::size_t copy_entries(const RangeEntries& range, std::size_t entries, Listed 
   });
   return static_cast<std::size_t>(end - out);
 }
+// The range [slot_begin, slot_end) of a listing lies within the `capacity` slots of card
+// `card_rank`'s table.
+void expect_slot_range(int card_rank, std::size_t slot_begin, std::size_t slot_end,
+                       std::size_t capacity) {
+  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= capacity, "card ", card_rank, ": slots [",
+                 slot_begin, ", ", slot_end, ") are not in the table's ", capacity);
+}
 }  // namespace
 
 std::size_t CardHashTable::list_slots_async(std::size_t slot_begin, std::size_t slot_end,
                                             uint64_t* keys_out, row_index_t* rows_out,
                                             const device::Stream& stream) const {
-  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
-                 ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
-                 slots_.size());
+  expect_slot_range(card_->rank(), slot_begin, slot_end, slots_.size());
   const std::size_t n = slot_end - slot_begin;
   device::parallel_for(stream, n, ListSlots{slots_.data() + slot_begin, keys_out, rows_out});
   if (slot_end < slots_.size()) return n;
@@ -119,9 +124,7 @@ std::size_t CardHashTable::dump(uint64_t* keys_out, row_index_t* rows_out,
 std::size_t CardHashTable::dump_range(std::size_t slot_begin, std::size_t slot_end,
                                       uint64_t* keys_out, row_index_t* rows_out,
                                       const device::Stream& stream) const {
-  GPUBOX_EXPECTS(slot_begin <= slot_end && slot_end <= slots_.size(), "card ", card_->rank(),
-                 ": slots [", slot_begin, ", ", slot_end, ") are not in the table's ",
-                 slots_.size());
+  expect_slot_range(card_->rank(), slot_begin, slot_end, slots_.size());
   const std::size_t n = slot_end - slot_begin;
   // The reserved keys' side slots follow the range that ends at capacity(); listed on the card
   // with the slots, so no readback of their rows (a pageable copy and a wait) precedes the count.

@@ -342,51 +342,57 @@ double memcpy_limit_gbps(std::size_t bytes) {
   return static_cast<double>(bytes) / median(times) / 1e9;
 }
 
-int run_hotkey(const BenchArgs& args) {
-  args.expect_only({"occurrences", "keys", "zipf", "dim", "threads", "repeats", "json"});
-  const long long occurrences = args.get_int("occurrences", 4096 * 26);
-  const long long universe = args.get_int("keys", 1000000);
-  const double zipf = args.get_double("zipf", 1.05);
-  const int dim = static_cast<int>(args.get_int("dim", 11));
-  const int threads = static_cast<int>(args.get_int("threads", 0));
-  const int repeats = static_cast<int>(args.get_int("repeats", 20));
-  GPUBOX_EXPECTS(occurrences >= 1 && occurrences < (1LL << 31), "--occurrences out of range");
-  GPUBOX_EXPECTS(universe >= 1 && dim >= 1 && repeats >= 1,
-                 "--keys, --dim, --repeats must be >= 1");
+// One card's batch of push records on Zipf keys: their stable key order, one segment per
+// distinct key (start: each segment's first position, then the end), `dim` random floats each.
+struct HotkeyBatch {
+  std::vector<position_t> order;
+  std::vector<position_t> start;
+  std::vector<float> records;
+  position_t hottest = 0;  // the longest segment's occurrences
+  std::size_t occurrences() const { return order.size(); }
+  std::size_t segments() const { return start.size() - 1; }
+};
 
-  // One card's batch: Zipf keys, their stable key order, one segment per distinct key.
+HotkeyBatch make_hotkey_batch(long long occurrences, long long universe, double zipf, int dim) {
   ZipfKeys zipf_keys(static_cast<std::size_t>(universe), zipf, 42);
   std::vector<std::pair<uint64_t, position_t>> keyed(static_cast<std::size_t>(occurrences));
   for (std::size_t i = 0; i < keyed.size(); ++i) keyed[i] = {zipf_keys.next(), position_t(i)};
   std::stable_sort(keyed.begin(), keyed.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<position_t> order(keyed.size()), start;
-  position_t hottest = 0;
+  HotkeyBatch batch;
+  batch.order.resize(keyed.size());
   for (std::size_t p = 0; p < keyed.size(); ++p) {
-    order[p] = keyed[p].second;
-    if (p == 0 || keyed[p].first != keyed[p - 1].first) start.push_back(position_t(p));
+    batch.order[p] = keyed[p].second;
+    if (p == 0 || keyed[p].first != keyed[p - 1].first) batch.start.push_back(position_t(p));
   }
-  start.push_back(position_t(keyed.size()));
-  for (std::size_t u = 0; u + 1 < start.size(); ++u)
-    hottest = std::max(hottest, start[u + 1] - start[u]);
-  const std::size_t segments = start.size() - 1;
-  std::vector<float> records(keyed.size() * dim);
+  batch.start.push_back(position_t(keyed.size()));
+  for (std::size_t u = 0; u + 1 < batch.start.size(); ++u)
+    batch.hottest = std::max(batch.hottest, batch.start[u + 1] - batch.start[u]);
+  batch.records.resize(keyed.size() * dim);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  for (float& v : records) v = value(rng);
+  for (float& v : batch.records) v = value(rng);
+  return batch;
+}
 
-  device::CardSet cards = device::CardSet::from_list("0", 0, 1, threads);
-  device::Card& card = cards.card(0);
-  card.activate();
+// Median seconds of the segment reducer's merge of `batch` (chunked) and of the loop it replaced,
+// one thread per key (serial).
+struct HotkeyTimes {
+  double chunked;
+  double serial;
+};
+
+HotkeyTimes time_hotkey_merges(const HotkeyBatch& batch, int dim, int repeats, device::Card& card) {
   const device::Stream& stream = card.stream();
-  auto d_order = device::to_device(order, card.memory(), stream);
-  auto d_start = device::to_device(start, card.memory(), stream);
-  auto d_records = device::to_device(records, card.memory(), stream);
+  const std::size_t segments = batch.segments();
+  auto d_order = device::to_device(batch.order, card.memory(), stream);
+  auto d_start = device::to_device(batch.start, card.memory(), stream);
+  auto d_records = device::to_device(batch.records, card.memory(), stream);
   auto d_out = card.make_buffer<float>(segments * dim);
   const KeyOrderRecords source{d_records.data(), d_order.data(), dim};
   heter_comm::SegmentReducer<float> reducer(card);
   auto reduce = [&] {
-    reducer.run(d_start.data(), segments, keyed.size(), dim, source,
+    reducer.run(d_start.data(), segments, batch.occurrences(), dim, source,
                 StoreSums{d_out.data(), nullptr, dim}, stream);
   };
   auto one_thread = [&] {
@@ -404,10 +410,31 @@ int run_hotkey(const BenchArgs& args) {
       if (r > 0) times->push_back(t.seconds());
     }
   }
-  const double chunked = median(reduce_times);
-  const double serial = median(one_thread_times);
+  return HotkeyTimes{median(reduce_times), median(one_thread_times)};
+}
+
+int run_hotkey(const BenchArgs& args) {
+  args.expect_only({"occurrences", "keys", "zipf", "dim", "threads", "repeats", "json"});
+  const long long occurrences = args.get_int("occurrences", 4096 * 26);
+  const long long universe = args.get_int("keys", 1000000);
+  const double zipf = args.get_double("zipf", 1.05);
+  const int dim = static_cast<int>(args.get_int("dim", 11));
+  const int threads = static_cast<int>(args.get_int("threads", 0));
+  const int repeats = static_cast<int>(args.get_int("repeats", 20));
+  GPUBOX_EXPECTS(occurrences >= 1 && occurrences < (1LL << 31), "--occurrences out of range");
+  GPUBOX_EXPECTS(universe >= 1 && dim >= 1 && repeats >= 1,
+                 "--keys, --dim, --repeats must be >= 1");
+
+  const HotkeyBatch batch = make_hotkey_batch(occurrences, universe, zipf, dim);
+  const std::size_t segments = batch.segments();
+  device::CardSet cards = device::CardSet::from_list("0", 0, 1, threads);
+  device::Card& card = cards.card(0);
+  card.activate();
+  const HotkeyTimes times = time_hotkey_merges(batch, dim, repeats, card);
+  const double chunked = times.chunked;
+  const double serial = times.serial;
   // Bytes a reduction must move at least: every record and position read, every sum written.
-  const double bytes = double(keyed.size()) * (dim + 1) * sizeof(float) +
+  const double bytes = double(batch.occurrences()) * (dim + 1) * sizeof(float) +
                        double(segments) * (dim + 1) * sizeof(float);
   const double limit = memcpy_limit_gbps(static_cast<std::size_t>(bytes));
   const double chunked_gbps = bytes / chunked / 1e9;
@@ -418,16 +445,16 @@ int run_hotkey(const BenchArgs& args) {
         "\"dim\":%d,\"threads_per_card\":%d,\"chunked_ms\":%.4f,\"one_thread_ms\":%.4f,"
         "\"chunked_gbps\":%.3f,\"one_thread_gbps\":%.3f,\"memcpy_gbps\":%.3f,"
         "\"chunked_fraction_of_memcpy\":%.4f}\n",
-        keyed.size(), segments, hottest, zipf, dim, card.threads(), chunked * 1e3, serial * 1e3,
-        chunked_gbps, serial_gbps, limit, chunked_gbps / limit);
+        batch.occurrences(), segments, batch.hottest, zipf, dim, card.threads(), chunked * 1e3,
+        serial * 1e3, chunked_gbps, serial_gbps, limit, chunked_gbps / limit);
   } else {
     std::printf(
         "hotkey: %zu occurrences of %zu keys (Zipf %.2f over %lld, hottest %u), %d floats each, "
         "%d threads/card\n"
         "  segment reducer    %8.3f ms  %7.2f GB/s  (%.2f of memcpy %.2f GB/s)\n"
         "  one thread per key %8.3f ms  %7.2f GB/s  (the loop it replaced)\n",
-        keyed.size(), segments, zipf, universe, hottest, dim, card.threads(), chunked * 1e3,
-        chunked_gbps, chunked_gbps / limit, limit, serial * 1e3, serial_gbps);
+        batch.occurrences(), segments, zipf, universe, batch.hottest, dim, card.threads(),
+        chunked * 1e3, chunked_gbps, chunked_gbps / limit, limit, serial * 1e3, serial_gbps);
   }
   return 0;
 }

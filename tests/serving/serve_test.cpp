@@ -239,56 +239,137 @@ TEST_F(Serving, PredictionsEqualInferOnTheSameModelAndInstances) {
   for (std::size_t i = 0; i < preds.size(); ++i) EXPECT_NEAR(preds[i], (*infer_)[i], 1e-4) << i;
 }
 
+// The model kinds and settings served, each as its -o overrides.
+std::vector<std::vector<std::string>> every_model_kind() {
+  return {{"hyper_parameters.model=wide_deep"},
+          {"hyper_parameters.model=deepfm"},
+          {"hyper_parameters.model=fm"},
+          // SGD (PaddleRec dlrm's optimizer): a save with no dense optimizer moments.
+          {"hyper_parameters.model=dlrm", "hyper_parameters.optimizer.class=SGD",
+           "hyper_parameters.bot_layer_sizes=[8, 5]"},
+          {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
+           "hyper_parameters.use_cvm=true"},
+          // Batch norm: export, load and serve its running statistics (the manifest names it).
+          {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
+           "hyper_parameters.dnn_batch_norm=true"},
+          {"hyper_parameters.model=dnn", "hyper_parameters.dnn_batch_norm=true"},
+          // PaddleRec dlrm's two-class output (softmax's class 1 served), with its norms and
+          // without.
+          {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
+           "hyper_parameters.dnn_batch_norm=true", "hyper_parameters.dlrm_output=softmax2"},
+          {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
+           "hyper_parameters.dlrm_output=softmax2"},
+          {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
+          {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
+          {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
+           "hyper_parameters.dcn_structure=parallel"},
+          {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=2",
+           "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_experts=3"},
+          {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"},
+          {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"},
+          {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_dnn=[8]",
+           "hyper_parameters.use_cvm=true"},
+          // ffm: rows of one factor per field (the slots and the dense features).
+          {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
+          {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"},
+          {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
+          {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"},
+          // fat_deepffm: ffm's rows, CEN and the DNN (layer_sizes_dnn) over the pairs.
+          {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]"},
+          {"hyper_parameters.model=fat_deepffm", "hyper_parameters.use_cvm=true"},
+          // autoint: without a DNN (PaddleRec's config.yaml), and with one, cvm and no wide part.
+          {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 6]",
+           "hyper_parameters.fc_sizes=[]"},
+          {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4]",
+           "hyper_parameters.head_num=1", "hyper_parameters.use_residual=false",
+           "hyper_parameters.scaling=false", "hyper_parameters.use_wide=false",
+           "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"},
+          // flen: its groups' bi-interaction beside the dnn, with and without cvm.
+          {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[2, 1, 3]",
+           "hyper_parameters.fc_sizes=[8, 4]"},
+          {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[3, 3]",
+           "hyper_parameters.sparse_num_field=2", "hyper_parameters.use_cvm=true"}};
+}
+
+// `cfg`'s save under `save` exported by a config (`overrides` over `config_path`) whose batch norm
+// or output layer is the other choice: refused, naming the save's, and nothing written to
+// `exported`. The save's batch norm and output layer, not the config's, are the model's.
+void expect_export_refuses_other_settings(const trainer::TrainerConfig& cfg,
+                                          const std::string& config_path,
+                                          const std::vector<std::string>& overrides,
+                                          const fs::path& save, const fs::path& exported) {
+  for (const auto& [key, saved, other] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"hyper_parameters.dnn_batch_norm", cfg.hyper.dnn_batch_norm ? "true" : "", "false"},
+           {"hyper_parameters.dlrm_output",
+            cfg.hyper.dlrm_output == trainer::DlrmOutput::kSoftmax2 ? "softmax2" : "", "logit"}}) {
+    if (saved.empty()) continue;
+    std::vector<std::string> changed = overrides;
+    changed.push_back(key + "=" + other);
+    auto plain = load_trainer_config(config_path, changed);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    const auto refused =
+        export_serving_model(*plain, save.string(), exported.string(), ExportOptions{});
+    ASSERT_FALSE(refused.ok()) << "exported a save with " << key << "=" << saved << " as " << other;
+    EXPECT_NE(refused.status().message().find(key + "=" + saved), std::string::npos)
+        << refused.status().to_string();
+    EXPECT_FALSE(fs::exists(exported));
+  }
+}
+
+// The served model's spec names `cfg`'s network and its settings.
+void expect_spec_names_the_network(const ServingModel& served, const trainer::TrainerConfig& cfg) {
+  EXPECT_EQ(served.spec().model.kind, cfg.hyper.model);
+  EXPECT_EQ(served.spec().model.slot_dims, cfg.dense_model_config().slot_dims);
+  if (cfg.hyper.model == trainer::ModelKind::kDcnV2 ||
+      cfg.hyper.model == trainer::ModelKind::kDcn) {
+    EXPECT_EQ(served.spec().model.cross_layers, cfg.hyper.cross_layers);
+  }
+  if (cfg.hyper.model == trainer::ModelKind::kDcnV2) {
+    EXPECT_EQ(served.spec().model.cross_rank, cfg.hyper.cross_rank);
+    EXPECT_EQ(served.spec().model.dcn_structure, cfg.hyper.dcn_structure);
+    EXPECT_EQ(served.spec().model.cross_experts, cfg.dense_model_config().cross_experts);
+  }
+  if (cfg.hyper.model == trainer::ModelKind::kDlrm) {
+    EXPECT_EQ(served.spec().model.bot_layer_sizes, cfg.hyper.bot_layer_sizes);
+    EXPECT_EQ(served.spec().model.dlrm_output, cfg.hyper.dlrm_output);
+  }
+  if (cfg.hyper.model == trainer::ModelKind::kXdeepfm) {
+    EXPECT_EQ(served.spec().model.cin_layer_sizes, cfg.hyper.layer_sizes_cin);
+    EXPECT_EQ(served.spec().model.fc_sizes, cfg.hyper.fc_sizes);
+  }
+  EXPECT_EQ(served.spec().model.mf_dim, cfg.dense_model_config().mf_dim);
+  if (cfg.hyper.model == trainer::ModelKind::kAutoint) {
+    const trainer::DenseModelConfig& want_model = cfg.dense_model_config();
+    EXPECT_EQ(served.spec().model.attn_layer_sizes, want_model.attn_layer_sizes);
+    EXPECT_EQ(served.spec().model.attn_heads, want_model.attn_heads);
+    EXPECT_EQ(served.spec().model.attn_residual, want_model.attn_residual);
+    EXPECT_EQ(served.spec().model.attn_scaling, want_model.attn_scaling);
+    EXPECT_EQ(served.spec().model.attn_use_wide, want_model.attn_use_wide);
+    EXPECT_EQ(served.spec().model.fc_sizes, want_model.fc_sizes);
+  }
+}
+
+// Widths read strictly: a trailing comma in the export's slot_dims (an empty item, skipped
+// before) is refused naming the file and the item.
+void expect_trailing_width_comma_refused(const ServingModel& served,
+                                         const trainer::TrainerConfig& cfg,
+                                         const fs::path& exported) {
+  std::string widths;
+  for (const int dim : cfg.dense_model_config().slot_dims) widths += std::to_string(dim) + ",";
+  ASSERT_TRUE(gpubox::testing::set_manifest_property((exported / "MANIFEST").string(), "slot_dims",
+                                                     widths));
+  const auto refused = ServingModel::load(exported.string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(
+      refused.status().to_string().find("MANIFEST: slot_dims item " +
+                                        std::to_string(served.spec().model.slots + 1) + " ''"),
+      std::string::npos)
+      << refused.status().to_string();
+}
+
 TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
-  for (const std::vector<std::string>& model : std::vector<std::vector<std::string>>{
-           {"hyper_parameters.model=wide_deep"},
-           {"hyper_parameters.model=deepfm"},
-           {"hyper_parameters.model=fm"},
-           // SGD (PaddleRec dlrm's optimizer): a save with no dense optimizer moments.
-           {"hyper_parameters.model=dlrm", "hyper_parameters.optimizer.class=SGD",
-            "hyper_parameters.bot_layer_sizes=[8, 5]"},
-           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
-            "hyper_parameters.use_cvm=true"},
-           // Batch norm: export, load and serve its running statistics (the manifest names it).
-           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
-            "hyper_parameters.dnn_batch_norm=true"},
-           {"hyper_parameters.model=dnn", "hyper_parameters.dnn_batch_norm=true"},
-           // PaddleRec dlrm's two-class output (softmax's class 1 served), with its norms and
-           // without.
-           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
-            "hyper_parameters.dnn_batch_norm=true", "hyper_parameters.dlrm_output=softmax2"},
-           {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[5]",
-            "hyper_parameters.dlrm_output=softmax2"},
-           {"hyper_parameters.model=wide_deep", "hyper_parameters.slot_dims={1: 8, 2: 2}"},
-           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_layers=2"},
-           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=3",
-            "hyper_parameters.dcn_structure=parallel"},
-           {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_rank=2",
-            "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_experts=3"},
-           {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2"},
-           {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"},
-           {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_dnn=[8]",
-            "hyper_parameters.use_cvm=true"},
-           // ffm: rows of one factor per field (the slots and the dense features).
-           {"hyper_parameters.model=ffm", "hyper_parameters.sparse_feature_dim=4"},
-           {"hyper_parameters.model=ffm", "hyper_parameters.use_cvm=true"},
-           {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
-           {"hyper_parameters.model=deepfefm", "hyper_parameters.use_cvm=true"},
-           // fat_deepffm: ffm's rows, CEN and the DNN (layer_sizes_dnn) over the pairs.
-           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]"},
-           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.use_cvm=true"},
-           // autoint: without a DNN (PaddleRec's config.yaml), and with one, cvm and no wide part.
-           {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 6]",
-            "hyper_parameters.fc_sizes=[]"},
-           {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4]",
-            "hyper_parameters.head_num=1", "hyper_parameters.use_residual=false",
-            "hyper_parameters.scaling=false", "hyper_parameters.use_wide=false",
-            "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"},
-           // flen: its groups' bi-interaction beside the dnn, with and without cvm.
-           {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[2, 1, 3]",
-            "hyper_parameters.fc_sizes=[8, 4]"},
-           {"hyper_parameters.model=flen", "hyper_parameters.field_group_sizes=[3, 3]",
-            "hyper_parameters.sparse_num_field=2", "hyper_parameters.use_cvm=true"}}) {
+  for (const std::vector<std::string>& model : every_model_kind()) {
     SCOPED_TRACE(model.back());
     std::vector<std::string> overrides = config_overrides(root_);
     overrides.insert(overrides.end(), model.begin(), model.end());
@@ -306,58 +387,12 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     Trainer infer(*cfg, env());
     infer.load(save.string());
     const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
-    // The save's batch norm and output layer, not the config's, are the model's.
-    for (const auto& [key, saved, other] :
-         std::vector<std::tuple<std::string, std::string, std::string>>{
-             {"hyper_parameters.dnn_batch_norm", cfg->hyper.dnn_batch_norm ? "true" : "", "false"},
-             {"hyper_parameters.dlrm_output",
-              cfg->hyper.dlrm_output == trainer::DlrmOutput::kSoftmax2 ? "softmax2" : "",
-              "logit"}}) {
-      if (saved.empty()) continue;
-      std::vector<std::string> changed = overrides;
-      changed.push_back(key + "=" + other);
-      auto plain = load_trainer_config(config_path_, changed);
-      ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-      const auto refused =
-          export_serving_model(*plain, save.string(), exported.string(), ExportOptions{});
-      ASSERT_FALSE(refused.ok()) << "exported a save with " << key << "=" << saved << " as "
-                                 << other;
-      EXPECT_NE(refused.status().message().find(key + "=" + saved), std::string::npos)
-          << refused.status().to_string();
-      EXPECT_FALSE(fs::exists(exported));
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        expect_export_refuses_other_settings(*cfg, config_path_, overrides, save, exported));
     ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());
     auto served = ServingModel::load(exported.string());
     ASSERT_TRUE(served.ok()) << served.status().to_string();
-    EXPECT_EQ(served->spec().model.kind, cfg->hyper.model);
-    EXPECT_EQ(served->spec().model.slot_dims, cfg->dense_model_config().slot_dims);
-    if (cfg->hyper.model == trainer::ModelKind::kDcnV2 ||
-        cfg->hyper.model == trainer::ModelKind::kDcn) {
-      EXPECT_EQ(served->spec().model.cross_layers, cfg->hyper.cross_layers);
-    }
-    if (cfg->hyper.model == trainer::ModelKind::kDcnV2) {
-      EXPECT_EQ(served->spec().model.cross_rank, cfg->hyper.cross_rank);
-      EXPECT_EQ(served->spec().model.dcn_structure, cfg->hyper.dcn_structure);
-      EXPECT_EQ(served->spec().model.cross_experts, cfg->dense_model_config().cross_experts);
-    }
-    if (cfg->hyper.model == trainer::ModelKind::kDlrm) {
-      EXPECT_EQ(served->spec().model.bot_layer_sizes, cfg->hyper.bot_layer_sizes);
-      EXPECT_EQ(served->spec().model.dlrm_output, cfg->hyper.dlrm_output);
-    }
-    if (cfg->hyper.model == trainer::ModelKind::kXdeepfm) {
-      EXPECT_EQ(served->spec().model.cin_layer_sizes, cfg->hyper.layer_sizes_cin);
-      EXPECT_EQ(served->spec().model.fc_sizes, cfg->hyper.fc_sizes);
-    }
-    EXPECT_EQ(served->spec().model.mf_dim, cfg->dense_model_config().mf_dim);
-    if (cfg->hyper.model == trainer::ModelKind::kAutoint) {
-      const trainer::DenseModelConfig& want_model = cfg->dense_model_config();
-      EXPECT_EQ(served->spec().model.attn_layer_sizes, want_model.attn_layer_sizes);
-      EXPECT_EQ(served->spec().model.attn_heads, want_model.attn_heads);
-      EXPECT_EQ(served->spec().model.attn_residual, want_model.attn_residual);
-      EXPECT_EQ(served->spec().model.attn_scaling, want_model.attn_scaling);
-      EXPECT_EQ(served->spec().model.attn_use_wide, want_model.attn_use_wide);
-      EXPECT_EQ(served->spec().model.fc_sizes, want_model.fc_sizes);
-    }
+    expect_spec_names_the_network(*served, *cfg);
     const std::vector<float> got = served_predictions(*served, options(), test_lines());
     ASSERT_EQ(got.size(), want.size());
     double worst = 0;
@@ -366,19 +401,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     }
     EXPECT_LT(worst, 1e-6) << "largest difference from --mode infer";
     if (!cfg->dense_model_config().slot_dims.empty()) {
-      // Widths read strictly: a trailing comma (an empty item, skipped before) is refused
-      // naming the file and the item.
-      std::string widths;
-      for (const int dim : cfg->dense_model_config().slot_dims) widths += std::to_string(dim) + ",";
-      ASSERT_TRUE(gpubox::testing::set_manifest_property((exported / "MANIFEST").string(),
-                                                         "slot_dims", widths));
-      const auto refused = ServingModel::load(exported.string());
-      ASSERT_FALSE(refused.ok());
-      EXPECT_NE(
-          refused.status().to_string().find("MANIFEST: slot_dims item " +
-                                            std::to_string(served->spec().model.slots + 1) + " ''"),
-          std::string::npos)
-          << refused.status().to_string();
+      ASSERT_NO_FATAL_FAILURE(expect_trailing_width_comma_refused(*served, *cfg, exported));
     }
   }
 }

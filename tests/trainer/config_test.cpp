@@ -1,49 +1,53 @@
 // gpubox_train's config: the shipped configs load with their documented values, the trainer
 // part maps keys onto TrainerConfig, the dataset and table parts arrive through their modules
 // (one derivation of mf_dim and of the sparse seed), and struct defaults equal the key table's.
-// The document itself (unknown keys, types, ranges, overrides, paths) is tested in
-// tests/common/config_document_test.cpp.
+// PaddleRec's model folders (the network they name, batch norm and dlrm's output they choose) are
+// config_paddlerec_test.cpp. The document itself (unknown keys, types, ranges, overrides, paths)
+// is tested in tests/common/config_document_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/config/config_document.hpp"
 #include "table/sparse_config.hpp"
+#include "tests/trainer/config_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
-#include "trainer/config/network_choice.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {
 namespace {
 namespace fs = std::filesystem;
 
-class ConfigTest : public ::testing::Test {
- protected:
-  ConfigTest() {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / ("gpubox_config_test_" + std::to_string(rd()));
-    fs::create_directories(dir_ / "sub");
-  }
-  ~ConfigTest() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
-  // `text` as `folder`/config.yaml under the test's folder, loaded with `overrides`.
-  StatusOr<TrainerConfig> load_in(const std::string& folder, const std::string& text,
-                                  const std::vector<std::string>& overrides = {}) {
-    fs::create_directories(dir_ / folder);
-    return load_trainer_config(write(folder + "/config.yaml", text), overrides);
-  }
-  fs::path dir_;
-};
+using config_test::ConfigTest;
 
-TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
-  const fs::path configs = fs::path(GPUBOX_SOURCE_DIR) / "configs";
-  auto dnn = load_trainer_config((configs / "config_gpubox.yaml").string());
+// The path of configs/`name`.
+std::string shipped_path(const std::string& name) {
+  return (fs::path(GPUBOX_SOURCE_DIR) / "configs" / name).string();
+}
+
+// configs/`name` as gpubox_train loads it, with `overrides`.
+StatusOr<TrainerConfig> load_shipped(const std::string& name,
+                                     const std::vector<std::string>& overrides = {}) {
+  return load_trainer_config(shipped_path(name), overrides);
+}
+
+// Each override of `refusals` refused by configs/`name`, the refusal naming its second.
+void expect_shipped_refuses(const std::string& name,
+                            const std::vector<std::pair<std::string, std::string>>& refusals) {
+  for (const auto& [bad, named] : refusals) {
+    auto refused = load_shipped(name, {bad});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().to_string().find(named), std::string::npos)
+        << refused.status().to_string();
+  }
+}
+
+// config_gpubox.yaml: PaddleRec's dnn on the Criteo sample, its data folder found.
+void expect_shipped_dnn() {
+  auto dnn = load_shipped("config_gpubox.yaml");
   ASSERT_TRUE(dnn.ok()) << dnn.status().to_string();
   EXPECT_EQ(dnn->num_sparse_slots(), 26);
   EXPECT_EQ(dnn->mf_dim(), 8);
@@ -64,17 +68,21 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(model.slots, 26);
   EXPECT_EQ(model.mf_dim, 8);
   EXPECT_EQ(model.dense_dim, 13);
+}
 
-  auto wide = load_trainer_config((configs / "config_wide_deep.yaml").string());
+// config_wide_deep.yaml, and config_deepfm.yaml and config_dcn.yaml over its hidden layers; dcn's
+// cross keys overridden and refused.
+void expect_shipped_wide_deepfm_and_dcn() {
+  auto wide = load_shipped("config_wide_deep.yaml");
   ASSERT_TRUE(wide.ok()) << wide.status().to_string();
   EXPECT_EQ(wide->hyper.model, ModelKind::kWideDeep);
-  auto deepfm = load_trainer_config((configs / "config_deepfm.yaml").string());
+  auto deepfm = load_shipped("config_deepfm.yaml");
   ASSERT_TRUE(deepfm.ok()) << deepfm.status().to_string();
   EXPECT_EQ(deepfm->hyper.model, ModelKind::kDeepFm);
   EXPECT_EQ(deepfm->hyper.fc_sizes, wide->hyper.fc_sizes);
   // Mean steps per hot key: with summed ones deepfm diverges on skewed keys (issue 29).
   EXPECT_TRUE(deepfm->sparse.show_scale);
-  auto dcn = load_trainer_config((configs / "config_dcn.yaml").string());
+  auto dcn = load_shipped("config_dcn.yaml");
   ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
   EXPECT_EQ(dcn->hyper.model, ModelKind::kDcnV2);
   EXPECT_EQ(dcn->hyper.fc_sizes, wide->hyper.fc_sizes);
@@ -83,28 +91,29 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_EQ(dcn->hyper.dcn_structure, DcnStructure::kStacked);
   const DenseModelConfig dcn_model = dcn->dense_model_config();
   EXPECT_EQ(dcn_model.cross_layers, 3);
-  auto low = load_trainer_config(
-      (configs / "config_dcn.yaml").string(),
-      {"hyper_parameters.cross_rank=16", "hyper_parameters.dcn_structure=parallel",
-       "hyper_parameters.cross_layers=2"});
+  auto low = load_shipped("config_dcn.yaml", {"hyper_parameters.cross_rank=16",
+                                              "hyper_parameters.dcn_structure=parallel",
+                                              "hyper_parameters.cross_layers=2"});
   ASSERT_TRUE(low.ok()) << low.status().to_string();
   EXPECT_EQ(low->dense_model_config().cross_rank, 16);
   EXPECT_EQ(low->dense_model_config().cross_layers, 2);
   EXPECT_EQ(low->dense_model_config().dcn_structure, DcnStructure::kParallel);
-  for (const std::string bad : {"hyper_parameters.cross_layers=0", "hyper_parameters.cross_rank=-1",
-                                "hyper_parameters.dcn_structure=mixture"}) {
-    auto refused = load_trainer_config((configs / "config_dcn.yaml").string(), {bad});
-    ASSERT_FALSE(refused.ok()) << bad;
-    EXPECT_NE(refused.status().to_string().find(bad.substr(0, bad.find('='))), std::string::npos)
-        << refused.status().to_string();
-  }
-  auto dlrm = load_trainer_config((configs / "config_dlrm.yaml").string());
+  expect_shipped_refuses(
+      "config_dcn.yaml",
+      {{"hyper_parameters.cross_layers=0", "hyper_parameters.cross_layers"},
+       {"hyper_parameters.cross_rank=-1", "hyper_parameters.cross_rank"},
+       {"hyper_parameters.dcn_structure=mixture", "hyper_parameters.dcn_structure"}});
+}
+
+// config_dlrm.yaml and config_xdeepfm.yaml: their own layers; xdeepfm's one field width.
+void expect_shipped_dlrm_and_xdeepfm() {
+  auto dlrm = load_shipped("config_dlrm.yaml");
   ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
   EXPECT_EQ(dlrm->hyper.model, ModelKind::kDlrm);
   EXPECT_EQ(dlrm->dense_model_config().bot_layer_sizes, (std::vector<int>{512, 256, 64, 16}));
   EXPECT_EQ(dlrm->mf_dim() + 1, 16);  // the bottom output's width
   EXPECT_EQ(dlrm->hyper.fc_sizes, (std::vector<int>{512, 256}));
-  auto xdeepfm = load_trainer_config((configs / "config_xdeepfm.yaml").string());
+  auto xdeepfm = load_shipped("config_xdeepfm.yaml");
   ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
   EXPECT_EQ(xdeepfm->hyper.model, ModelKind::kXdeepfm);
   EXPECT_EQ(xdeepfm->dense_model_config().cin_layer_sizes, (std::vector<int>{128, 32}));
@@ -113,39 +122,45 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_TRUE(xdeepfm->sparse.show_scale);  // the CIN diverges on summed hot-key steps
   // Its fields share one width: slot_dims refused at load, naming the key (it failed only when
   // the model was built, after --print_model_root and the sweep had accepted it).
-  auto xdeepfm_dims = load_trainer_config((configs / "config_xdeepfm.yaml").string(),
-                                          {"hyper_parameters.slot_dims={1: 4}"});
+  auto xdeepfm_dims = load_shipped("config_xdeepfm.yaml", {"hyper_parameters.slot_dims={1: 4}"});
   ASSERT_FALSE(xdeepfm_dims.ok());
   EXPECT_NE(xdeepfm_dims.status().to_string().find("hyper_parameters.slot_dims"), std::string::npos)
       << xdeepfm_dims.status().to_string();
-  // fat_deepffm: ffm's rows, one width for the trainer and the table part (gpubox_server's
-  // loader): PaddleRec's shapes, 39 fields x (sparse_feature_dim 10 - 1).
-  auto fat = load_trainer_config((configs / "config_fat_deepffm.yaml").string());
+}
+
+// config_fat_deepffm.yaml and config_ffm.yaml: one row width for the trainer and the table part
+// (gpubox_server's loader); ffm's field keys refused.
+void expect_shipped_field_aware_rows() {
+  // fat_deepffm: ffm's rows, PaddleRec's shapes, 39 fields x (sparse_feature_dim 10 - 1).
+  auto fat = load_shipped("config_fat_deepffm.yaml");
   ASSERT_TRUE(fat.ok()) << fat.status().to_string();
   EXPECT_EQ(fat->hyper.model, ModelKind::kFatDeepffm);
   EXPECT_EQ(fat->mf_dim(), (26 + 13) * 9);
   EXPECT_EQ(fat->hyper.fc_sizes, (std::vector<int>{1600, 1600}));
-  auto fat_rows = table::load_sparse_config((configs / "config_fat_deepffm.yaml").string());
+  auto fat_rows = table::load_sparse_config(shipped_path("config_fat_deepffm.yaml"));
   ASSERT_TRUE(fat_rows.ok()) << fat_rows.status().to_string();
   EXPECT_EQ(fat_rows->mf_dim, fat->mf_dim());
-  // ffm: the trainer and the table part (gpubox_server's loader) give rows one width.
-  auto ffm = load_trainer_config((configs / "config_ffm.yaml").string());
+  auto ffm = load_shipped("config_ffm.yaml");
   ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
   EXPECT_EQ(ffm->hyper.model, ModelKind::kFfm);
   EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
-  auto ffm_rows = table::load_sparse_config((configs / "config_ffm.yaml").string());
+  auto ffm_rows = table::load_sparse_config(shipped_path("config_ffm.yaml"));
   ASSERT_TRUE(ffm_rows.ok()) << ffm_rows.status().to_string();
   EXPECT_EQ(ffm_rows->mf_dim, ffm->mf_dim());
-  for (const auto& [bad, named] : std::vector<std::pair<std::string, std::string>>{
-           {"hyper_parameters.sparse_feature_dim=40", "hyper_parameters.sparse_feature_dim"},
-           {"hyper_parameters.sparse_feature_dim=1", "hyper_parameters.sparse_feature_dim is 1"},
-           {"hyper_parameters.slot_dims={1: 4}", "hyper_parameters.slot_dims"}}) {
-    auto refused = load_trainer_config((configs / "config_ffm.yaml").string(), {bad});
-    ASSERT_FALSE(refused.ok()) << bad;
-    EXPECT_NE(refused.status().to_string().find(named), std::string::npos)
-        << refused.status().to_string();
-  }
-  auto synthetic = load_trainer_config((configs / "config_synthetic.yaml").string());
+  expect_shipped_refuses(
+      "config_ffm.yaml",
+      {{"hyper_parameters.sparse_feature_dim=40", "hyper_parameters.sparse_feature_dim"},
+       {"hyper_parameters.sparse_feature_dim=1", "hyper_parameters.sparse_feature_dim is 1"},
+       {"hyper_parameters.slot_dims={1: 4}", "hyper_parameters.slot_dims"}});
+}
+
+// Each helper's first failed ASSERT ends the test, as one body's would.
+TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
+  ASSERT_NO_FATAL_FAILURE(expect_shipped_dnn());
+  ASSERT_NO_FATAL_FAILURE(expect_shipped_wide_deepfm_and_dcn());
+  ASSERT_NO_FATAL_FAILURE(expect_shipped_dlrm_and_xdeepfm());
+  ASSERT_NO_FATAL_FAILURE(expect_shipped_field_aware_rows());
+  auto synthetic = load_shipped("config_synthetic.yaml");
   ASSERT_TRUE(synthetic.ok()) << synthetic.status().to_string();
   EXPECT_EQ(synthetic->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam);
   EXPECT_FALSE(synthetic->runner.shuffle);
@@ -340,265 +355,5 @@ TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("runner.geo_step"), std::string::npos);
 }
-
-}  // namespace
-}  // namespace gpubox::trainer
-
-namespace gpubox::trainer {
-namespace {
-
-// A PaddleRec config has no hyper_parameters.model: the network is the one its model folder
-// (workspace, else the models/rank/<name>/ folder it sits in) names, or a refusal naming it.
-TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
-  const std::string yaml = "runner:\n  train_batch_size: 8\n";
-  const auto load = [&](const std::string& folder, const std::string& text,
-                        const std::vector<std::string>& overrides = {}) {
-    return load_in(folder, text, overrides);
-  };
-  auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
-  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
-  EXPECT_EQ(wide_deep->hyper.model, config::ModelKind::kWideDeep);
-  EXPECT_NE(wide_deep->hyper.model_source.find("the config's folder"), std::string::npos);
-  EXPECT_EQ(wide_deep->model_keys.at("hyper_parameters.model"), "wide_deep");
-
-  auto by_workspace = load("elsewhere", "workspace: \"models/rank/deepfm\"\n" + yaml);
-  ASSERT_TRUE(by_workspace.ok()) << by_workspace.status().to_string();
-  EXPECT_EQ(by_workspace->hyper.model, config::ModelKind::kDeepFm);
-  EXPECT_EQ(by_workspace->hyper.model_source,
-            "PaddleRec's model folder (workspace "
-            "models/rank/deepfm)");
-
-  auto fm = load("PaddleRec/models/rank/fm", yaml);
-  ASSERT_TRUE(fm.ok()) << fm.status().to_string();
-  EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
-  // dlrm's bottom output (bot_layer_sizes, [512, 256, 64, 16] by default) and embeddings meet.
-  auto dlrm =
-      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
-  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
-  EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
-
-  auto xdeepfm = load("PaddleRec/models/rank/xdeepfm", yaml);
-  ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
-  EXPECT_EQ(xdeepfm->dense_model_config().kind, config::ModelKind::kXdeepfm);
-
-  auto dcn = load("PaddleRec/models/rank/dcn", yaml);
-  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
-  EXPECT_EQ(dcn->hyper.model, config::ModelKind::kDcn);
-  EXPECT_EQ(dcn->dense_model_config().kind, config::ModelKind::kDcn);
-
-  // ffm's folder: rows of one factor (sparse_feature_dim - 1 = 8) per field, 26 slots and 13
-  // dense features by default.
-  auto ffm = load("PaddleRec/models/rank/ffm", yaml);
-  ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
-  EXPECT_EQ(ffm->hyper.model, config::ModelKind::kFfm);
-  EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
-  EXPECT_EQ(ffm->dense_model_config().mf_dim, (26 + 13) * 8);
-
-  auto deepfefm = load("PaddleRec/models/rank/deepfefm", yaml);
-  ASSERT_TRUE(deepfefm.ok()) << deepfefm.status().to_string();
-  EXPECT_EQ(deepfefm->dense_model_config().kind, config::ModelKind::kDeepFefm);
-  EXPECT_EQ(deepfefm->mf_dim(), 8);  // one embedding per key, as the dnn's
-  // What differs from PaddleRec's net is said at start.
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFefm).find("quantised"),
-            std::string::npos);
-  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
-  // dcn's shared cross weights and dlrm's batch norm and class-blind Adam (their net.py and
-  // static_model.py) are said too.
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcn).find("share one weight vector"),
-            std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm)
-                .find("the 2-wide output layer's too with hyper_parameters.dlrm_output softmax2"),
-            std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDlrm).find("whatever optimizer.class"),
-            std::string::npos);
-  // dcn_v2's dense values without PaddleRec's Linear, no dropout, its non-lazy Adam.
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcnV2).find("no dropout"),
-            std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDcnV2).find("no lazy_mode"),
-            std::string::npos);
-  // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("slots' embeddings only"),
-            std::string::npos);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kDeepFm).find("sparse_feature_dim - 1"),
-            std::string::npos);
-
-  auto autoint = load("PaddleRec/models/rank/autoint", yaml);
-  ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
-  EXPECT_EQ(autoint->dense_model_config().kind, config::ModelKind::kAutoint);
-
-  // fat_deepffm's folder: ffm's rows (8 values per field, 26 slots and 13 dense features).
-  auto fat = load("PaddleRec/models/rank/fat_deepffm", yaml);
-  ASSERT_TRUE(fat.ok()) << fat.status().to_string();
-  EXPECT_EQ(fat->dense_model_config().kind, config::ModelKind::kFatDeepffm);
-  EXPECT_EQ(fat->mf_dim(), (26 + 13) * 8);
-  EXPECT_EQ(fat->dense_model_config().mf_dim, (26 + 13) * 8);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kFatDeepffm).find("no dropout"),
-            std::string::npos);
-  // gpubox_server's loader (the table part) makes the same rows from the folder alone, for ffm's
-  // folder too; another folder's network reads one factor per key, and the key, set, wins.
-  for (const char* folder : {"fat_deepffm", "ffm"}) {
-    auto rows = table::load_sparse_config(
-        (dir_ / "PaddleRec/models/rank" / folder / "config.yaml").string());
-    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
-    EXPECT_EQ(rows->mf_dim, (26 + 13) * 8) << folder;
-  }
-  auto dnn_rows =
-      table::load_sparse_config((dir_ / "PaddleRec/models/rank/fat_deepffm/config.yaml").string(),
-                                {"hyper_parameters.model=dnn"});
-  ASSERT_TRUE(dnn_rows.ok()) << dnn_rows.status().to_string();
-  EXPECT_EQ(dnn_rows->mf_dim, 8);
-
-  // flen's folder: its groups must cover the 26 numbered slots of this config.
-  auto flen = load("PaddleRec/models/rank/flen", yaml);
-  ASSERT_FALSE(flen.ok());
-  EXPECT_NE(flen.status().message().find("field_group_sizes group 22 slots, but the data has 26"),
-            std::string::npos)
-      << flen.status().to_string();
-  flen =
-      load("PaddleRec/models/rank/flen", yaml, {"hyper_parameters.field_group_sizes=[13, 3, 10]"});
-  ASSERT_TRUE(flen.ok()) << flen.status().to_string();
-  EXPECT_EQ(flen->dense_model_config().kind, config::ModelKind::kFlen);
-  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kFlen).find("batch norm"),
-            std::string::npos);
-
-  auto difm = load("PaddleRec/models/rank/difm", yaml);
-  ASSERT_FALSE(difm.ok());
-  const std::string what = difm.status().message();
-  EXPECT_NE(
-      what.find("names PaddleRec's network 'difm', which GPUBox does not build (it builds "
-                "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, "
-                "autoint, flen, fat_deepffm)"),
-      std::string::npos)
-      << what;
-  EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
-  // Set knowingly, the key wins over the folder.
-  auto knowingly = load("PaddleRec/models/rank/difm", yaml, {"hyper_parameters.model=dnn"});
-  ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
-  EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
-  EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");
-
-  auto plain = load("plain", yaml);
-  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-  EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
-  EXPECT_NE(plain->hyper.model_source.find("the default"), std::string::npos);
-}
-
-// PaddleRec's dlrm folder turns batch norm on (its MLPLayer always normalises) and says so at
-// start; other folders and GPUBox's own configs keep none unless they ask; geo and networks
-// without hidden layers refuse it, naming the key.
-TEST_F(ConfigTest, BatchNormIsPaddleRecDlrmsDefaultAndOtherwiseAskedFor) {
-  const std::string yaml = "runner:\n  train_batch_size: 8\n";
-  const auto load = [&](const std::string& folder, const std::string& text,
-                        const std::vector<std::string>& overrides = {}) {
-    return load_in(folder, text, overrides);
-  };
-  auto dlrm =
-      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
-  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
-  // Its MLPLayer always normalises: batch norm unless the key says otherwise; other folders and
-  // GPUBox's configs keep none unless they ask.
-  EXPECT_TRUE(dlrm->dense_model_config().batch_norm);
-  auto dlrm_plain =
-      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n",
-           {"hyper_parameters.dnn_batch_norm=false"});
-  ASSERT_TRUE(dlrm_plain.ok()) << dlrm_plain.status().to_string();
-  EXPECT_FALSE(dlrm_plain->dense_model_config().batch_norm);
-  auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
-  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
-  EXPECT_FALSE(wide_deep->dense_model_config().batch_norm);
-  auto dlrm_gpubox = load("elsewhere", yaml +
-                                           "hyper_parameters:\n  model: dlrm\n  "
-                                           "sparse_feature_dim: 16\n");
-  ASSERT_TRUE(dlrm_gpubox.ok()) << dlrm_gpubox.status().to_string();
-  EXPECT_FALSE(dlrm_gpubox->dense_model_config().batch_norm);
-  auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
-  ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
-  EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
-  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
-  auto geo = load("PaddleRec/models/rank/dlrm",
-                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
-  ASSERT_FALSE(geo.ok());
-  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
-            std::string::npos)
-      << geo.status().to_string();
-  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
-  // A network without hidden layers refuses it, naming the key; autoint only without a dnn.
-  for (const std::vector<std::string>& no_dnn :
-       {std::vector<std::string>{"hyper_parameters.model=wide"},
-        {"hyper_parameters.model=fm"},
-        {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[]"}}) {
-    std::vector<std::string> overrides = no_dnn;
-    overrides.push_back("hyper_parameters.dnn_batch_norm=true");
-    auto refused = load("elsewhere", yaml, overrides);
-    ASSERT_FALSE(refused.ok()) << no_dnn[0];
-    EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true normalises "
-                                              "after every hidden layer"),
-              std::string::npos)
-        << refused.status().to_string();
-  }
-  // gpubox_train's start line says when the folder's default turned it on, and only then.
-  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
-    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
-    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
-    return doc.ok() ? dnn_batch_norm_note(*doc) : std::string();
-  };
-  EXPECT_NE(note("PaddleRec/models/rank/dlrm", {}).find("PaddleRec's dlrm folder's default"),
-            std::string::npos);
-  EXPECT_EQ(note("PaddleRec/models/rank/dlrm", {"hyper_parameters.dnn_batch_norm=true"}), "");
-  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
-  auto autoint_dnn = load("elsewhere", yaml,
-                          {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[8]",
-                           "hyper_parameters.dnn_batch_norm=true"});
-  EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
-}
-
-// top_layer_sizes' last 2 picks PaddleRec's two-class output in its dlrm folder only (where the
-// norm is on); elsewhere it means one logit, as before dlrm_output. The start line says whether
-// the output is normalised, and softmax2 without the norm is warned of (both ReLU'd outputs can
-// die), whether the folder or the key chose it.
-TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOnly) {
-  const std::string yaml =
-      "hyper_parameters:\n  optimizer:\n    class: SGD\n  sparse_feature_dim: 16\n"
-      "  top_layer_sizes: [64, 2]\n";
-  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
-    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
-    return doc.ok() ? dlrm_output_note(*doc) : doc.status().to_string();
-  };
-  const std::string folder = "PaddleRec/models/rank/dlrm";
-  auto paddlerec = load_in(folder, yaml);
-  ASSERT_TRUE(paddlerec.ok()) << paddlerec.status().to_string();
-  EXPECT_EQ(paddlerec->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
-  EXPECT_EQ(paddlerec->hyper.fc_sizes, std::vector<int>{64});
-  EXPECT_EQ(paddlerec->hyper.optimizer.kind, DenseOptimizerKind::kAdam);  // its net's
-  EXPECT_NE(note(folder, {}).find("ReLU'd and batch-normalised"), std::string::npos);
-  EXPECT_EQ(dlrm_output_warning(*paddlerec), "");
-  const std::vector<std::string> no_norm = {"hyper_parameters.dnn_batch_norm=false"};
-  auto plain = load_in(folder, yaml, no_norm);
-  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-  EXPECT_EQ(plain->hyper.dlrm_output, DlrmOutput::kSoftmax2);
-  EXPECT_NE(note(folder, no_norm).find("not batch-normalised"), std::string::npos);
-  EXPECT_NE(dlrm_output_warning(*plain).find("training stalls for good"), std::string::npos);
-  // -o fc_sizes sets the hidden layers only: the file's top_layer_sizes width still chooses.
-  auto resized = load_in(folder, yaml, {"hyper_parameters.fc_sizes=[32]"});
-  ASSERT_TRUE(resized.ok()) << resized.status().to_string();
-  EXPECT_EQ(resized->hyper.fc_sizes, std::vector<int>{32});
-  EXPECT_EQ(resized->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
-  // Elsewhere: GPUBox's dlrm with one logit over the same hidden layers, no line, no warning.
-  auto gpubox = load_in("elsewhere", yaml, {"hyper_parameters.model=dlrm"});
-  ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();
-  EXPECT_EQ(gpubox->dense_model_config().dlrm_output, DlrmOutput::kLogit);
-  EXPECT_EQ(gpubox->hyper.fc_sizes, std::vector<int>{64});
-  EXPECT_EQ(gpubox->hyper.optimizer.kind, DenseOptimizerKind::kSgd);  // as written
-  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
-  EXPECT_EQ(dlrm_output_warning(*gpubox), "");
-  // Asked for there, without the norm: built, and warned of.
-  auto asked = load_in("elsewhere", yaml,
-                       {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2"});
-  ASSERT_TRUE(asked.ok()) << asked.status().to_string();
-  EXPECT_EQ(asked->hyper.dlrm_output, DlrmOutput::kSoftmax2);
-  EXPECT_NE(dlrm_output_warning(*asked).find("without hyper_parameters.dnn_batch_norm"),
-            std::string::npos);
-}
-
 }  // namespace
 }  // namespace gpubox::trainer

@@ -102,28 +102,34 @@ int draw_seed(ModelKind kind) {
 
 class ModelGradientTest : public DenseModelTest, public ::testing::WithParamInterface<ModelCase> {};
 
-TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
+// The small network of `c` whose gradients are checked: 3 slots, 2 dense features, 2 hidden
+// layers, each network's own parts as small.
+DenseModelConfig gradient_check_config(const ModelCase& c) {
   DenseModelConfig cfg;
-  cfg.kind = GetParam().kind;
-  cfg.use_cvm = GetParam().use_cvm;
+  cfg.kind = c.kind;
+  cfg.use_cvm = c.use_cvm;
   cfg.slots = 3;
   cfg.mf_dim = 2;
   cfg.dense_dim = 2;
   cfg.fc_sizes = {6, 4};
   cfg.seed = 17;
   cfg.cross_layers = 2;
-  cfg.cross_rank = GetParam().cross_rank;
-  cfg.dcn_structure = GetParam().structure;
-  cfg.cross_experts = GetParam().cross_experts;
+  cfg.cross_rank = c.cross_rank;
+  cfg.dcn_structure = c.structure;
+  cfg.cross_experts = c.cross_experts;
   cfg.bot_layer_sizes = {4, 1 + cfg.mf_dim};  // dlrm: its output as wide as an embedding
   cfg.cin_layer_sizes = {3, 2};               // xdeepfm
   // ffm: one factor of 2 per field (3 slots + 2 dense features).
   if (cfg.kind == ModelKind::kFfm || cfg.kind == ModelKind::kFatDeepffm) {
     cfg.mf_dim = (cfg.slots + cfg.dense_dim) * 2;  // fat_deepffm: ffm's rows
   }
-  DenseModel model(card_, cfg);
-  std::mt19937_64 rng(cfg.use_cvm * 3 + draw_seed(cfg.kind));
-  HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  return cfg;
+}
+
+// `model`'s parameters set away from where central differences mislead, drawn from `rng`; the
+// values set.
+std::vector<float> start_away_from_kinks(DenseModel& model, const DenseModelConfig& cfg,
+                                         std::mt19937_64& rng) {
   std::vector<float> w = model.parameters().values_to_host();
   // Biases away from zero keep every ReLU pre-activation away from its kink, where central
   // differences are meaningless (e.g. an instance with no keys and small dense values).
@@ -148,6 +154,37 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
     }
     model.parameters().set_values(w);
   }
+  return w;
+}
+
+// Checks analytic gradients against float64 central differences of a loss. A ReLU kink within
+// eps of a pre-activation makes central differences meaningless there; it shows as differences
+// at eps and eps/4 that disagree. Such coordinates are skipped (counted), and may be only a few:
+// a wrong backward disagrees everywhere, not at a few kinks.
+struct KinkAwareGradientCheck {
+  float eps = 1e-3f;
+  std::size_t checked = 0;
+  std::size_t skipped = 0;
+  // The gradient of `loss` by values[index] against `analytic`, named `what` when it fails.
+  void operator()(std::vector<float>& values, std::size_t index, double analytic,
+                  const std::function<double()>& loss, const std::string& what) {
+    const double coarse = central_difference(values, index, eps, loss);
+    const double fine = central_difference(values, index, eps / 4, loss);
+    if (std::fabs(coarse - fine) > 1e-3 + 1e-2 * std::fabs(fine)) {
+      ++skipped;
+      return;
+    }
+    ++checked;
+    expect_gradient_near(analytic, fine, 2e-3, 2e-2, what);
+  }
+};
+
+TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
+  const DenseModelConfig cfg = gradient_check_config(GetParam());
+  DenseModel model(card_, cfg);
+  std::mt19937_64 rng(cfg.use_cvm * 3 + draw_seed(cfg.kind));
+  HostBatch h = make_batch(5, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng);
+  std::vector<float> w = start_away_from_kinks(model, cfg, rng);
   const GradScales scales{1.0f / static_cast<float>(h.batch), 1.0f};
   const std::size_t occurrences = h.offsets.back();
   auto push = card_.make_buffer<float>(occurrences * model.pool().push_dim());
@@ -165,22 +202,7 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
     return model.forward_backward(b.view(cfg.slots, h.batch), scales, scratch.data());
   };
   EXPECT_NEAR(summed_loss(), loss, 1e-6 * loss);
-  // A ReLU kink within eps of a pre-activation makes central differences meaningless there; it
-  // shows as differences at eps and eps/4 that disagree. Such coordinates are skipped, and may
-  // be only a few: a wrong backward disagrees everywhere, not at a few kinks.
-  const float eps = 1e-3f;
-  std::size_t checked = 0, skipped = 0;
-  auto check = [&](std::vector<float>& values, std::size_t index, double analytic,
-                   const std::function<double()>& loss, const std::string& what) {
-    const double coarse = central_difference(values, index, eps, loss);
-    const double fine = central_difference(values, index, eps / 4, loss);
-    if (std::fabs(coarse - fine) > 1e-3 + 1e-2 * std::fabs(fine)) {
-      ++skipped;
-      return;
-    }
-    ++checked;
-    expect_gradient_near(analytic, fine, 2e-3, 2e-2, what);
-  };
+  KinkAwareGradientCheck check;
   for (const ParamBlock& block : model.parameters().blocks()) {
     for (std::size_t k = 0; k < block.count; ++k) {
       check(w, block.offset + k, grads[block.offset + k] * h.batch, summed_loss,
@@ -200,9 +222,10 @@ TEST_P(ModelGradientTest, BackwardMatchesNumericalGradientOfSummedLogLoss) {
           "occurrence " + std::to_string(j) + " field " + std::to_string(k));
     }
   }
-  EXPECT_LE(skipped * 10, checked)
-      << skipped << " of " << checked + skipped << " coordinates sit on a ReLU kink";
-  EXPECT_GT(checked, 0u);
+  EXPECT_LE(check.skipped * 10, check.checked)
+      << check.skipped << " of " << check.checked + check.skipped
+      << " coordinates sit on a ReLU kink";
+  EXPECT_GT(check.checked, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

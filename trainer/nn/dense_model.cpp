@@ -372,6 +372,11 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
   if (normed_pair)
     norms_.back().backward(stream, params_, hidden_.back().data(), spare, dz, n, share);
+  backward_layers(dz, spare, n, unscale, share);
+  backward_parts(batch, scales, unscale, push);
+}
+
+void DenseModel::backward_layers(void* dz, void* spare, int64_t n, float unscale, float share) {
   for (std::size_t l = layers_.size(); l-- > 0;) {
     layers_[l].backward_weights(params_, layer_input(l), dz, n);
     if (l > 0) {
@@ -391,6 +396,12 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, unscale, d_pooled_.data(), n);
     }
   }
+}
+
+void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& scales,
+                                float unscale, float* push) {
+  const int64_t n = batch.batch;
+  const device::Stream& stream = card_->stream();
   if (field_) {
     // After the DNN's backward (it wrote dnn_input_grad(); autoint may have none): the part's
     // gradients, and the pooled part, which it overwrites.

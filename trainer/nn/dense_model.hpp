@@ -162,6 +162,14 @@ class DenseModel {
   // The MLP's backward from hidden layer l's input gradient to layer l - 1's dZ, through its ReLU
   // (and batch norm): into `dz`, using `spare`.
   void backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch, float share);
+  // The MLP's backward from the logit layer's dZ (in `dz`; `spare` the other buffer) down to its
+  // input: into the stacked cross network, the field part's DNN input gradient, or the pooled
+  // gradient (times `unscale`, the dense scale multiplied back out).
+  void backward_layers(void* dz, void* spare, int64_t n, float unscale, float share);
+  // After the MLP's backward: the parts beside it (field, cross, wide, fm, flen, ffm, the bias of
+  // a network without hidden layers), then the pool's backward into `push`.
+  void backward_parts(const DenseBatchView& batch, const GradScales& scales, float unscale,
+                      float* push);
   // What the field part's hooks read for `batch`.
   FieldStep field_step(const DenseBatchView& batch, bool training);
   // step_status()'s verdict and value over the first n gradient floats. Enqueued.

@@ -5,6 +5,9 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
@@ -73,6 +76,113 @@ Data make_data(int cards, int push_dim, Placement placement) {
   return d;
 }
 
+namespace {
+
+// The keys a card holds (owned, or every key when replicated) and their initial rows, on the card
+// for the whole run (their buffers count in the card's memory figures, as any caller's would).
+struct SeededKeys {
+  std::vector<uint64_t> keys;
+  device::device_buffer<uint64_t> on_card;
+  device::device_buffer<float> rows;
+};
+
+// Card `card`'s keys of the universe (all of them when `replicated`; never `absent` when not 0),
+// their rows initialised by `cfg`'s rule and inserted into `store`.
+SeededKeys seed_store(device::Card& card, card_table::CardSparseStore& store, int cards,
+                      bool replicated, uint64_t absent, const AccessorConfig& cfg,
+                      const RowLayout& layout) {
+  const int c = card.local_index();
+  const device::Stream& stream = card.stream();
+  std::vector<uint64_t> mine;
+  std::vector<float> rows;
+  for (uint64_t k : universe()) {
+    if ((!replicated && owner_card(k, cards) != c) || (absent != 0 && k == absent)) continue;
+    mine.push_back(k);
+    rows.resize(rows.size() + layout.stride());
+    table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
+  }
+  auto dk = device::to_device(mine, card.memory(), stream);
+  auto dr = device::to_device(rows, card.memory(), stream);
+  store.insert_rows(dk.data(), dr.data(), mine.size(), stream);
+  return SeededKeys{std::move(mine), std::move(dk), std::move(dr)};
+}
+
+// A step's buffers, sized once for the pass's most occurrences (a graph's capture holds their
+// addresses).
+struct StepBuffers {
+  device::device_buffer<uint64_t> keys;
+  device::device_buffer<float> grads;
+  device::device_buffer<float> pulled;
+  device::device_buffer<uint64_t> n_on_card;
+};
+
+StepBuffers make_step_buffers(device::Card& card, const HeterComm& hc, std::size_t most) {
+  auto keys = card.make_buffer<uint64_t>(std::max<std::size_t>(most, 1));
+  auto grads = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.push_dim());
+  auto pulled = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.pull_dim());
+  auto n_on_card = card.make_buffer<uint64_t>(1);
+  return StepBuffers{std::move(keys), std::move(grads), std::move(pulled), std::move(n_on_card)};
+}
+
+// How run()'s steps go: as planned (`mode`), used (`use`), and step `wrong_step` planned by
+// `wrong_plan` instead of its own.
+struct StepsSpec {
+  Mode mode;
+  Use use;
+  const std::vector<uint64_t>* wrong_plan;
+  int wrong_step;
+};
+
+// Card `card`'s part of data's steps through `hc` (`comm` its communicator; plan rows of
+// `plan_row` entries): every step's pulled records and the last step's counts into `out`.
+void run_card_steps(device::Card& card, HeterComm& hc, comm::Communicator& comm, const Data& data,
+                    std::size_t plan_row, const StepsSpec& spec, StepBuffers& buffers,
+                    RunResult& out) {
+  const int c = card.local_index();
+  const device::Stream& stream = card.stream();
+  for (int s = 0; s < kSteps; ++s) {
+    const std::vector<uint64_t>& k = data.keys[s][c];
+    const uint64_t n = k.size();
+    if (n > 0) {
+      device::copy_async(buffers.keys.data(), k.data(), k.size(), stream);
+      device::copy_async(buffers.grads.data(), data.grads[s][c].data(), data.grads[s][c].size(),
+                         stream);
+    }
+    device::copy_async(buffers.n_on_card.data(), &n, 1, stream);
+    comm.set_step(2, s);
+    const device::DeviceCounts before = card.counts();
+    const uint64_t* plan = s == spec.wrong_step ? spec.wrong_plan->data() : data.plan[s].data();
+    hc.plan_next_step({plan, plan_row},
+                      spec.mode == Mode::kUnpadded ? nullptr : buffers.n_on_card.data());
+    if (spec.use == Use::kPullOnly) {
+      hc.pull_only(buffers.keys.data(), n, buffers.pulled.data(), stream);
+    } else {
+      hc.pull(buffers.keys.data(), n, buffers.pulled.data(), stream);
+    }
+    if (spec.use == Use::kTrain) hc.push_pulled(buffers.grads.data(), stream);
+    out.last_step[c] = card.counts() - before;
+    out.pulled[s][c] = device::to_host(buffers.pulled.data(), n * hc.pull_dim(), stream);
+  }
+}
+
+// A RunResult with room for `cards` cards' figures.
+RunResult sized_result(int cards) {
+  RunResult out;
+  out.pulled.assign(kSteps, std::vector<std::vector<float>>(cards));
+  out.rows.resize(cards);
+  out.last_step.resize(cards);
+  out.memory.resize(cards);
+  out.push_refused.resize(cards);
+  out.table_steps.resize(cards);
+  for (auto* v : {&out.in_use_before, &out.in_use_reserved, &out.in_use_after, &out.peak_reserved,
+                  &out.peak_after}) {
+    v->resize(cards);
+  }
+  return out;
+}
+
+}  // namespace
+
 RunResult run(int cards, Placement placement, Mode mode, const Data& data,
               const std::vector<uint64_t>* wrong_plan, int wrong_step, uint64_t absent, Use use,
               const AccessorConfig& cfg, std::chrono::milliseconds collective_timeout) {
@@ -86,35 +196,16 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
   auto group = comm::make_group(set, collective_timeout);
   std::vector<std::unique_ptr<card_table::CardSparseStore>> stores(cards);
   std::vector<std::unique_ptr<HeterComm>> comms(cards);
-  RunResult out;
-  out.pulled.assign(kSteps, std::vector<std::vector<float>>(cards));
-  out.rows.resize(cards);
-  out.last_step.resize(cards);
-  out.memory.resize(cards);
-  out.push_refused.resize(cards);
-  out.table_steps.resize(cards);
-  for (auto* v : {&out.in_use_before, &out.in_use_reserved, &out.in_use_after, &out.peak_reserved,
-                  &out.peak_after}) {
-    v->resize(cards);
-  }
-  const std::vector<uint64_t> all = universe();
+  RunResult out = sized_result(cards);
+  const StepsSpec spec{mode, use, wrong_plan, wrong_step};
   set.run_on_cards(
       [&](device::Card& card) {
         const int c = card.local_index();
         const device::Stream& stream = card.stream();
         stores[c] = std::make_unique<card_table::CardSparseStore>(card, cfg);
         comms[c] = std::make_unique<HeterComm>(card, *stores[c], group->at(c), options);
-        std::vector<uint64_t> mine;
-        std::vector<float> rows;
-        for (uint64_t k : all) {
-          if ((!replicated && owner_card(k, cards) != c) || (absent != 0 && k == absent)) continue;
-          mine.push_back(k);
-          rows.resize(rows.size() + layout.stride());
-          table::init_row(rows.data() + rows.size() - layout.stride(), layout, cfg, k, 1);
-        }
-        auto dk = device::to_device(mine, card.memory(), stream);
-        auto dr = device::to_device(rows, card.memory(), stream);
-        stores[c]->insert_rows(dk.data(), dr.data(), mine.size(), stream);
+        const SeededKeys mine =
+            seed_store(card, *stores[c], cards, replicated, absent, cfg, layout);
         HeterComm& hc = *comms[c];
         StepBounds bounds = data.bounds;
         if (mode == Mode::kUnpadded) bounds.pair_block = 0;
@@ -122,43 +213,17 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         out.in_use_before[c] = card.memory().bytes_in_use();
         hc.reserve_steps(bounds);
         out.memory[c] = hc.memory();
-        // The step's buffers, sized once (a graph's capture holds their addresses).
-        const std::size_t most = data.bounds.occurrences;
-        auto keys = card.make_buffer<uint64_t>(std::max<std::size_t>(most, 1));
-        auto grads = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.push_dim());
-        auto pulled = card.make_buffer<float>(std::max<std::size_t>(most, 1) * hc.pull_dim());
-        auto n_on_card = card.make_buffer<uint64_t>(1);
+        StepBuffers buffers = make_step_buffers(card, hc, data.bounds.occurrences);
         stream.synchronize();
         out.in_use_reserved[c] = card.memory().bytes_in_use();
         out.peak_reserved[c] = card.memory().peak_bytes();
         const std::size_t row = replicated ? 1 : static_cast<std::size_t>(cards);
-        for (int s = 0; s < kSteps; ++s) {
-          const std::vector<uint64_t>& k = data.keys[s][c];
-          const uint64_t n = k.size();
-          if (n > 0) {
-            device::copy_async(keys.data(), k.data(), k.size(), stream);
-            device::copy_async(grads.data(), data.grads[s][c].data(), data.grads[s][c].size(),
-                               stream);
-          }
-          device::copy_async(n_on_card.data(), &n, 1, stream);
-          group->at(c).set_step(2, s);
-          const device::DeviceCounts before = card.counts();
-          const uint64_t* plan = s == wrong_step ? wrong_plan->data() : data.plan[s].data();
-          hc.plan_next_step({plan, row}, mode == Mode::kUnpadded ? nullptr : n_on_card.data());
-          if (use == Use::kPullOnly) {
-            hc.pull_only(keys.data(), n, pulled.data(), stream);
-          } else {
-            hc.pull(keys.data(), n, pulled.data(), stream);
-          }
-          if (use == Use::kTrain) hc.push_pulled(grads.data(), stream);
-          out.last_step[c] = card.counts() - before;
-          out.pulled[s][c] = device::to_host(pulled.data(), n * hc.pull_dim(), stream);
-        }
+        run_card_steps(card, hc, group->at(c), data, row, spec, buffers, out);
         group->at(c).set_step(-1, -1);
         hc.drain_checks();
         if (use == Use::kPullOnly) {
           try {  // refused before any collective: no peer waits for it
-            hc.push_pulled(grads.data(), stream);
+            hc.push_pulled(buffers.grads.data(), stream);
           } catch (const Error& e) {
             out.push_refused[c] = e.what();
           }
@@ -166,8 +231,8 @@ RunResult run(int cards, Placement placement, Mode mode, const Data& data,
         stream.synchronize();
         out.in_use_after[c] = card.memory().bytes_in_use();
         out.peak_after[c] = card.memory().peak_bytes();
-        auto rows_out = card.make_buffer<float>(mine.size() * layout.stride());
-        stores[c]->read_rows(dk.data(), mine.size(), rows_out.data(), stream);
+        auto rows_out = card.make_buffer<float>(mine.keys.size() * layout.stride());
+        stores[c]->read_rows(mine.on_card.data(), mine.keys.size(), rows_out.data(), stream);
         out.rows[c] = device::to_host(rows_out);
         out.table_steps[c] = comms[c]->table_steps();
         comms[c].reset();

@@ -114,6 +114,101 @@ class ReferenceTable {
 
 class HeterCommClusterTest : public ::testing::TestWithParam<ClusterCase> {};
 
+// Step `step`'s batches of `cards` cards: sizes 0, 1 and a few hundred; step 3 is empty on every
+// card.
+std::vector<Batch> step_batches(BatchMaker& maker, std::mt19937_64& sizes, int cards, int step) {
+  std::vector<Batch> batches(cards);
+  for (int c = 0; c < cards; ++c) {
+    std::size_t n = 1 + sizes() % 400;
+    if (step == 3 || (c + step) % 3 == 2) n = 0;
+    if ((c + step) % 5 == 4) n = 1;
+    batches[c] = maker.make(n);
+  }
+  return batches;
+}
+
+// Every card's records pulled in step `step` against the reference's before the step's push;
+// `pulled_embedx` counts the pulls of keys that had embedx.
+void expect_pulls_match_reference(const std::vector<std::vector<float>>& pulled,
+                                  const std::vector<Batch>& batches, ReferenceTable& ref,
+                                  table::SparseStorage storage, int step,
+                                  std::size_t* pulled_embedx) {
+  const int pull_dim = ref.layout().pull_dim();
+  for (std::size_t c = 0; c < batches.size(); ++c) {
+    ASSERT_EQ(pulled[c].size(), batches[c].keys.size() * pull_dim);
+    for (std::size_t i = 0; i < batches[c].keys.size(); ++i) {
+      const uint64_t key = batches[c].keys[i];
+      const std::vector<float> want = ref.pull_record(key);
+      *pulled_embedx += want[3] != 0.0f;
+      for (int d = 0; d < pull_dim; ++d) {
+        ASSERT_TRUE(close_enough(pulled[c][i * pull_dim + d], want[d], storage))
+            << "step " << step << " card " << c << " key " << key << " field " << d << ": got "
+            << pulled[c][i * pull_dim + d] << ", want " << want[d];
+      }
+    }
+  }
+}
+
+// `bound` as a row of `layout` keeps its embed_w (a clipped weight is its bound so stored).
+float stored_embed_w(const RowLayout& layout, float bound) {
+  std::vector<float> row(layout.stride());
+  table::write_embed_w(row.data(), layout, bound);
+  return table::read_embed_w(row.data(), layout);
+}
+
+// What the final tables' check counts over the cards: the keys seen, the rows the cards created,
+// the reference's weights at a bound.
+struct FinalTableTally {
+  std::unordered_set<uint64_t> seen;
+  std::size_t created = 0;
+  std::size_t clipped = 0;
+};
+
+// Card c's final table: every row dirty (each was created on the card), each key on its owner
+// only and once, one the reference pulled, its row agreeing with the reference's (compared
+// unpacked, as they are with fp32 storage).
+void expect_card_rows_match_reference(Cluster& cluster, int c, const ReferenceTable& ref,
+                                      const AccessorConfig& cfg, FinalTableTally* tally) {
+  const RowLayout& layout = ref.layout();
+  const RowLayout wide = layout.unpacked();
+  std::vector<float> got(wide.stride()), want(wide.stride());
+  const float min_bound = stored_embed_w(layout, cfg.optimizer.min_bound);
+  const float max_bound = stored_embed_w(layout, cfg.optimizer.max_bound);
+  card_table::CardSparseStore& store = cluster.store(c);
+  device::Card& card = cluster.cards().card(c);
+  auto keys = card.make_buffer<uint64_t>(0);
+  auto rows = card.make_buffer<float>(0);
+  const std::size_t count = store.collect_all(keys, rows, card.stream());
+  const auto dirty_count = [&] {
+    auto dk = card.make_buffer<uint64_t>(0);
+    auto dr = card.make_buffer<float>(0);
+    return store.collect_dirty(dk, dr, card.stream());
+  }();
+  EXPECT_EQ(dirty_count, count) << "every row was created on the card, so every row is dirty";
+  const std::vector<uint64_t> host_keys = device::to_host(keys);
+  const std::vector<float> host_rows = device::to_host(rows);
+  tally->created +=
+      cluster.heter_comm(c).stats().created_on_pull + cluster.heter_comm(c).stats().created_on_push;
+  for (std::size_t i = 0; i < count; ++i) {
+    const uint64_t key = host_keys[i];
+    EXPECT_EQ(owner_card(key, cluster.size()), c) << "key " << key << " stored off its owner";
+    EXPECT_TRUE(tally->seen.insert(key).second) << "key " << key << " stored twice";
+    auto it = ref.rows().find(key);
+    ASSERT_NE(it, ref.rows().end()) << "key " << key << " on card " << c << " never pulled";
+    table::convert_row(host_rows.data() + i * layout.stride(), layout, got.data(), wide);
+    table::convert_row(it->second.data(), layout, want.data(), wide);
+    EXPECT_EQ(got[RowLayout::kShow], want[RowLayout::kShow]) << key;
+    EXPECT_EQ(got[RowLayout::kClick], want[RowLayout::kClick]) << key;
+    const float w = want[RowLayout::kEmbedW];
+    tally->clipped += (w == min_bound || w == max_bound);
+    for (int f = 0; f < wide.stride(); ++f) {
+      ASSERT_TRUE(close_enough(got[f], want[f], cfg.storage))
+          << "card " << c << " key " << key << " field " << f << ": got " << got[f] << ", want "
+          << want[f];
+    }
+  }
+}
+
 TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   const ClusterCase param = GetParam();
   GPUBOX_REQUIRE_CARDS(param.cards);
@@ -124,91 +219,28 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
   table_options.initial_capacity = 64;  // the stores grow during the run
   Cluster cluster(param.cards, cfg, {}, table_options);
   ReferenceTable ref(cfg);
-  const int pull_dim = ref.layout().pull_dim();
   BatchMaker maker(/*seed=*/2024, ref.layout().push_dim());
   std::mt19937_64 sizes(7);
 
   constexpr int kSteps = 8;
   std::size_t pulled_embedx = 0;
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<Batch> batches(param.cards);
-    for (int c = 0; c < param.cards; ++c) {
-      // Sizes 0, 1 and a few hundred; step 3 is empty on every card.
-      std::size_t n = 1 + sizes() % 400;
-      if (step == 3 || (c + step) % 3 == 2) n = 0;
-      if ((c + step) % 5 == 4) n = 1;
-      batches[c] = maker.make(n);
-    }
+    const std::vector<Batch> batches = step_batches(maker, sizes, param.cards, step);
     // Odd steps push with push_pulled (reusing the pull's plan and rows): same results.
     const auto pulled = pull_push_step(cluster, batches, /*reuse_pull=*/step % 2 == 1);
-    for (int c = 0; c < param.cards; ++c) {
-      ASSERT_EQ(pulled[c].size(), batches[c].keys.size() * pull_dim);
-      for (std::size_t i = 0; i < batches[c].keys.size(); ++i) {
-        const uint64_t key = batches[c].keys[i];
-        const std::vector<float> want = ref.pull_record(key);
-        pulled_embedx += want[3] != 0.0f;
-        for (int d = 0; d < pull_dim; ++d) {
-          ASSERT_TRUE(close_enough(pulled[c][i * pull_dim + d], want[d], param.storage))
-              << "step " << step << " card " << c << " key " << key << " field " << d << ": got "
-              << pulled[c][i * pull_dim + d] << ", want " << want[d];
-        }
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        expect_pulls_match_reference(pulled, batches, ref, param.storage, step, &pulled_embedx));
     ref.push(batches);
   }
   EXPECT_GT(pulled_embedx, 0u) << "no pulled key had embedx yet: the run misses the creation rule";
 
   // Final tables: each key on its owner only, the union is the reference's key set, rows agree.
-  std::unordered_set<uint64_t> seen;
-  std::size_t created = 0;
-  std::size_t clipped = 0;
-  const RowLayout& layout = ref.layout();
-  // Rows are compared unpacked (the same as they are with fp32 storage); a clipped weight is
-  // its bound as the storage keeps it.
-  const RowLayout wide = layout.unpacked();
-  std::vector<float> got(wide.stride()), want(wide.stride());
-  std::vector<float> bounds(layout.stride());
-  table::write_embed_w(bounds.data(), layout, cfg.optimizer.min_bound);
-  const float min_bound = table::read_embed_w(bounds.data(), layout);
-  table::write_embed_w(bounds.data(), layout, cfg.optimizer.max_bound);
-  const float max_bound = table::read_embed_w(bounds.data(), layout);
+  FinalTableTally tally;
   for (int c = 0; c < param.cards; ++c) {
-    card_table::CardSparseStore& store = cluster.store(c);
-    device::Card& card = cluster.cards().card(c);
-    auto keys = card.make_buffer<uint64_t>(0);
-    auto rows = card.make_buffer<float>(0);
-    const std::size_t count = store.collect_all(keys, rows, card.stream());
-    const auto dirty_count = [&] {
-      auto dk = card.make_buffer<uint64_t>(0);
-      auto dr = card.make_buffer<float>(0);
-      return store.collect_dirty(dk, dr, card.stream());
-    }();
-    EXPECT_EQ(dirty_count, count) << "every row was created on the card, so every row is dirty";
-    const std::vector<uint64_t> host_keys = device::to_host(keys);
-    const std::vector<float> host_rows = device::to_host(rows);
-    created += cluster.heter_comm(c).stats().created_on_pull +
-               cluster.heter_comm(c).stats().created_on_push;
-    for (std::size_t i = 0; i < count; ++i) {
-      const uint64_t key = host_keys[i];
-      EXPECT_EQ(owner_card(key, param.cards), c) << "key " << key << " stored off its owner";
-      EXPECT_TRUE(seen.insert(key).second) << "key " << key << " stored twice";
-      auto it = ref.rows().find(key);
-      ASSERT_NE(it, ref.rows().end()) << "key " << key << " on card " << c << " never pulled";
-      table::convert_row(host_rows.data() + i * layout.stride(), layout, got.data(), wide);
-      table::convert_row(it->second.data(), layout, want.data(), wide);
-      EXPECT_EQ(got[RowLayout::kShow], want[RowLayout::kShow]) << key;
-      EXPECT_EQ(got[RowLayout::kClick], want[RowLayout::kClick]) << key;
-      const float w = want[RowLayout::kEmbedW];
-      clipped += (w == min_bound || w == max_bound);
-      for (int f = 0; f < wide.stride(); ++f) {
-        ASSERT_TRUE(close_enough(got[f], want[f], param.storage))
-            << "card " << c << " key " << key << " field " << f << ": got " << got[f] << ", want "
-            << want[f];
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_card_rows_match_reference(cluster, c, ref, cfg, &tally));
   }
-  EXPECT_EQ(seen.size(), ref.rows().size());
-  EXPECT_EQ(created, ref.rows().size()) << "every key was created on the fly exactly once";
+  EXPECT_EQ(tally.seen.size(), ref.rows().size());
+  EXPECT_EQ(tally.created, ref.rows().size()) << "every key was created on the fly exactly once";
   // per_table: every card counted every step, those it owned no key of (and the empty step 3)
   // included; per_row: no table step.
   EXPECT_EQ(ref.table_steps(), param.per_table ? kSteps : 0);
@@ -216,7 +248,7 @@ TEST_P(HeterCommClusterTest, PullAndFinalTablesMatchSingleTableReference) {
     EXPECT_EQ(cluster.heter_comm(c).table_steps(), ref.table_steps()) << "card " << c;
   }
   if (cfg.optimizer.kind != SparseOptimizerKind::kAdagrad) {
-    EXPECT_GT(clipped, 0u) << "no bound was hit";
+    EXPECT_GT(tally.clipped, 0u) << "no bound was hit";
   }
 }
 
@@ -301,6 +333,34 @@ TEST(HeterComm, HotKeyWithTensOfThousandsOfOccurrencesMatchesReference) {
                           << " occurrences were not merged into one row";
 }
 
+// Card `owner`'s rows are still those it was given (`rows_before`: its keys of `known`, in
+// order, placed by place_on_owner).
+void expect_owner_rows_untouched(Cluster& cluster, int owner, const std::vector<uint64_t>& known,
+                                 const std::vector<float>& rows_before, const RowLayout& layout) {
+  card_table::CardSparseStore& store = cluster.store(owner);
+  device::Card& card = cluster.cards().card(owner);
+  card.activate();
+  auto keys = card.make_buffer<uint64_t>(0);
+  auto rows = card.make_buffer<float>(0);
+  const std::size_t count = store.collect_all(keys, rows, card.stream());
+  EXPECT_EQ(store.size(), count);
+  std::vector<float> got = device::to_host(rows);
+  std::vector<uint64_t> got_keys = device::to_host(keys);
+  std::unordered_map<uint64_t, std::vector<float>> before;
+  for (std::size_t i = 0, j = 0; i < known.size(); ++i) {
+    if (owner_card(known[i], cluster.size()) != owner) continue;
+    before[known[i]].assign(rows_before.begin() + j * layout.stride(),
+                            rows_before.begin() + (j + 1) * layout.stride());
+    ++j;
+  }
+  ASSERT_EQ(count, before.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<float> row(got.begin() + i * layout.stride(),
+                           got.begin() + (i + 1) * layout.stride());
+    EXPECT_EQ(row, before[got_keys[i]]) << "key " << got_keys[i] << " changed by a failed push";
+  }
+}
+
 // With missing_keys = fail, a key its owner does not hold fails the step with an error naming
 // the key and the owner card; the other cards wake up (the group is aborted) instead of hanging,
 // and the owner's rows are untouched by the failed push.
@@ -365,28 +425,8 @@ TEST(HeterComm, MissingKeyFailsNamingKeyAndCard) {
 
     if (on_push) {
       // The failing owner applied nothing: its rows are still the inserted ones.
-      card_table::CardSparseStore& store = cluster.store(unknown_owner);
-      device::Card& card = cluster.cards().card(unknown_owner);
-      card.activate();
-      auto keys = card.make_buffer<uint64_t>(0);
-      auto rows = card.make_buffer<float>(0);
-      const std::size_t count = store.collect_all(keys, rows, card.stream());
-      EXPECT_EQ(store.size(), count);
-      std::vector<float> got = device::to_host(rows);
-      std::vector<uint64_t> got_keys = device::to_host(keys);
-      std::unordered_map<uint64_t, std::vector<float>> before;
-      for (std::size_t i = 0, j = 0; i < known.size(); ++i) {
-        if (owner_card(known[i], kCards) != unknown_owner) continue;
-        before[known[i]].assign(rows_before[unknown_owner].begin() + j * layout.stride(),
-                                rows_before[unknown_owner].begin() + (j + 1) * layout.stride());
-        ++j;
-      }
-      ASSERT_EQ(count, before.size());
-      for (std::size_t i = 0; i < count; ++i) {
-        std::vector<float> row(got.begin() + i * layout.stride(),
-                               got.begin() + (i + 1) * layout.stride());
-        EXPECT_EQ(row, before[got_keys[i]]) << "key " << got_keys[i] << " changed by a failed push";
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_owner_rows_untouched(cluster, unknown_owner, known,
+                                                          rows_before[unknown_owner], layout));
     }
   }
 }

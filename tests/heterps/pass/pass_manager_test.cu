@@ -151,6 +151,99 @@ struct StagingCase {
 
 class PassManagerStagingTest : public ::testing::TestWithParam<StagingCase> {};
 
+using RowsByKey = std::map<uint64_t, std::vector<float>>;
+using StagedAhead = std::map<std::size_t, StagedRows>;  // pass -> its staged rows
+
+// Pass p's begin_pass counters, handed `mine` (its staged rows, or none), against the unstaged
+// begin_pass's: what was pulled unstaged is pulled or prefetched staged.
+void expect_begin_adds_up(const PassStats& got, const PassStats& want, const StagedRows* mine,
+                          const StagingCase& tc, std::size_t p) {
+  EXPECT_EQ(got.hits, want.hits) << "pass " << p;
+  EXPECT_EQ(got.pulled + got.prefetched, want.pulled) << "pass " << p;
+  EXPECT_EQ(got.created, want.created) << "pass " << p;
+  EXPECT_EQ(got.evicted, want.evicted) << "pass " << p;
+  if (mine != nullptr && (tc.depth == 1 || tc.row_budget == 0)) {
+    EXPECT_EQ(got.pulled, 0u) << "pass " << p << ": a missing row was not staged";
+  }
+  if (mine != nullptr && tc.exclude_resident && tc.depth == 1) {
+    EXPECT_EQ(got.prefetched, mine->keys.size()) << "pass " << p << ": a staged row was a hit";
+  }
+}
+
+// `staged` trains pass p while another thread stages pass p + depth into `ahead`, excluding the
+// keys of passes p .. p + depth - 1 (and the cards' keys under exclude_resident); past the last
+// pass it only trains.
+void train_while_staging(Engine& staged, const std::vector<std::vector<uint64_t>>& passes,
+                         std::size_t p, const StagingCase& tc, StagedAhead* ahead) {
+  const auto& keys = passes[p];
+  const std::size_t target = p + static_cast<std::size_t>(tc.depth);
+  if (target >= passes.size()) {
+    staged.train(keys, 2000 + p, 4);
+    return;
+  }
+  std::set<uint64_t> before;
+  for (std::size_t q = p; q < target; ++q) before.insert(passes[q].begin(), passes[q].end());
+  if (tc.exclude_resident) {
+    const std::vector<uint64_t> resident = staged.manager->resident_keys();
+    EXPECT_EQ(resident.size(), staged.card_rows().size()) << "pass " << p;
+    before.insert(resident.begin(), resident.end());
+  }
+  const std::vector<uint64_t> exclude(before.begin(), before.end());
+  auto staging = std::async(
+      std::launch::async, [&] { return staged.manager->stage_rows(passes[target], {}, exclude); });
+  staged.train(keys, 2000 + p, 4);
+  (*ahead)[target] = staging.get();
+  EXPECT_FALSE((*ahead)[target].keys.empty());
+  for (uint64_t k : (*ahead)[target].keys) ASSERT_EQ(before.count(k), 0u) << "excluded key staged";
+}
+
+// The host tiers agree on every row; the staged side also holds rows the staging created for
+// coming passes (`ahead`, rows of `stride` floats), untouched since.
+void expect_host_tiers_agree(const RowsByKey& got_host, const RowsByKey& want_host,
+                             const StagedAhead& ahead, std::size_t stride, std::size_t p) {
+  for (const auto& [k, row] : want_host) {
+    ASSERT_TRUE(got_host.count(k)) << "key " << k << " pass " << p;
+    ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " pass " << p;
+  }
+  std::size_t created_early = 0, created_staging = 0;
+  for (const auto& [q, rows] : ahead) created_staging += rows.created;
+  for (const auto& [k, row] : got_host) {
+    if (want_host.count(k)) continue;
+    bool found = false;
+    for (const auto& [q, rows] : ahead) {
+      const auto at = std::find(rows.keys.begin(), rows.keys.end(), k);  // sorted per card
+      if (at == rows.keys.end()) continue;
+      const auto i = static_cast<std::size_t>(at - rows.keys.begin());
+      ASSERT_TRUE(rows_equal(row, std::vector<float>(rows.rows.begin() + i * stride,
+                                                     rows.rows.begin() + (i + 1) * stride)));
+      found = true;
+    }
+    ASSERT_TRUE(found) << "host row " << k << " neither trained nor staged";
+    ++created_early;
+  }
+  EXPECT_EQ(created_early, created_staging) << "pass " << p;
+}
+
+// The cards agree on every row; and of the rows `unexcluded` staged before pass p trained, some
+// differ from the host's after its end_pass (they would be stale).
+void expect_cards_agree_and_unexcluded_stale(const RowsByKey& got_cards,
+                                             const RowsByKey& want_cards,
+                                             const StagedRows& unexcluded,
+                                             const RowsByKey& got_host, std::size_t stride,
+                                             std::size_t p) {
+  ASSERT_EQ(got_cards.size(), want_cards.size()) << "pass " << p;
+  for (const auto& [k, row] : want_cards) {
+    ASSERT_TRUE(rows_equal(got_cards.at(k), row)) << "card key " << k << " pass " << p;
+  }
+  std::size_t stale = 0;
+  for (std::size_t i = 0; i < unexcluded.keys.size(); ++i) {
+    const std::vector<float> row(unexcluded.rows.begin() + i * stride,
+                                 unexcluded.rows.begin() + (i + 1) * stride);
+    stale += !rows_equal(row, got_host.at(unexcluded.keys[i]));
+  }
+  EXPECT_GT(stale, 0u) << "pass " << p << ": training changed no row it staged";
+}
+
 TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
   const StagingCase tc = GetParam();
   GPUBOX_REQUIRE_CARDS(tc.cards);
@@ -162,93 +255,31 @@ TEST_P(PassManagerStagingTest, StagedPassesMatchUnstagedBitForBit) {
 
   const auto passes = make_passes(7, 240, 78);
   const std::size_t stride = static_cast<std::size_t>(staged.host->layout().stride());
-  std::map<std::size_t, StagedRows> ahead;  // pass -> its staged rows
+  StagedAhead ahead;
   uint64_t prefetched = 0, evicted = 0;
   for (std::size_t p = 0; p < passes.size(); ++p) {
     const auto& keys = passes[p];
     const StagedRows* mine = ahead.count(p) ? &ahead.at(p) : nullptr;
     const PassStats got = staged.manager->begin_pass(keys, {}, mine);
     const PassStats want = reference.manager->begin_pass(keys);
-    EXPECT_EQ(got.hits, want.hits) << "pass " << p;
-    EXPECT_EQ(got.pulled + got.prefetched, want.pulled) << "pass " << p;
-    EXPECT_EQ(got.created, want.created) << "pass " << p;
-    EXPECT_EQ(got.evicted, want.evicted) << "pass " << p;
-    if (mine != nullptr && (tc.depth == 1 || tc.row_budget == 0)) {
-      EXPECT_EQ(got.pulled, 0u) << "pass " << p << ": a missing row was not staged";
-    }
-    if (mine != nullptr && tc.exclude_resident && tc.depth == 1) {
-      EXPECT_EQ(got.prefetched, mine->keys.size()) << "pass " << p << ": a staged row was a hit";
-    }
+    expect_begin_adds_up(got, want, mine, tc, p);
     prefetched += got.prefetched;
     evicted += got.evicted;
 
     // This pass's own rows fetched now would be stale after its end_pass: why each staging
     // excludes the keys of the passes training before it.
     const StagedRows unexcluded = staged.manager->stage_rows(keys, {}, {});
-    // Stage pass p + depth while this one trains.
-    const std::size_t target = p + static_cast<std::size_t>(tc.depth);
-    if (target < passes.size()) {
-      std::set<uint64_t> before;
-      for (std::size_t q = p; q < target; ++q) before.insert(passes[q].begin(), passes[q].end());
-      if (tc.exclude_resident) {
-        const std::vector<uint64_t> resident = staged.manager->resident_keys();
-        EXPECT_EQ(resident.size(), staged.card_rows().size()) << "pass " << p;
-        before.insert(resident.begin(), resident.end());
-      }
-      const std::vector<uint64_t> exclude(before.begin(), before.end());
-      auto staging = std::async(std::launch::async, [&] {
-        return staged.manager->stage_rows(passes[target], {}, exclude);
-      });
-      staged.train(keys, 2000 + p, 4);
-      ahead[target] = staging.get();
-      EXPECT_FALSE(ahead[target].keys.empty());
-      for (uint64_t k : ahead[target].keys) ASSERT_EQ(before.count(k), 0u) << "excluded key staged";
-    } else {
-      staged.train(keys, 2000 + p, 4);
-    }
+    ASSERT_NO_FATAL_FAILURE(train_while_staging(staged, passes, p, tc, &ahead));
     reference.train(keys, 2000 + p, 4);
     staged.manager->end_pass();
     reference.manager->end_pass();
     ahead.erase(p);
 
-    // The host tiers agree on every row; the staged side also holds rows the staging created
-    // for coming passes, untouched since.
     const auto got_host = staged.host_rows();
-    const auto want_host = reference.host_rows();
-    for (const auto& [k, row] : want_host) {
-      ASSERT_TRUE(got_host.count(k)) << "key " << k << " pass " << p;
-      ASSERT_TRUE(rows_equal(got_host.at(k), row)) << "key " << k << " pass " << p;
-    }
-    std::size_t created_early = 0, created_staging = 0;
-    for (const auto& [q, rows] : ahead) created_staging += rows.created;
-    for (const auto& [k, row] : got_host) {
-      if (want_host.count(k)) continue;
-      bool found = false;
-      for (const auto& [q, rows] : ahead) {
-        const auto at = std::find(rows.keys.begin(), rows.keys.end(), k);  // sorted per card
-        if (at == rows.keys.end()) continue;
-        const auto i = static_cast<std::size_t>(at - rows.keys.begin());
-        ASSERT_TRUE(rows_equal(row, std::vector<float>(rows.rows.begin() + i * stride,
-                                                       rows.rows.begin() + (i + 1) * stride)));
-        found = true;
-      }
-      ASSERT_TRUE(found) << "host row " << k << " neither trained nor staged";
-      ++created_early;
-    }
-    EXPECT_EQ(created_early, created_staging) << "pass " << p;
-    const auto got_cards = staged.card_rows();
-    const auto want_cards = reference.card_rows();
-    ASSERT_EQ(got_cards.size(), want_cards.size()) << "pass " << p;
-    for (const auto& [k, row] : want_cards) {
-      ASSERT_TRUE(rows_equal(got_cards.at(k), row)) << "card key " << k << " pass " << p;
-    }
-    std::size_t stale = 0;
-    for (std::size_t i = 0; i < unexcluded.keys.size(); ++i) {
-      const std::vector<float> row(unexcluded.rows.begin() + i * stride,
-                                   unexcluded.rows.begin() + (i + 1) * stride);
-      stale += !rows_equal(row, got_host.at(unexcluded.keys[i]));
-    }
-    EXPECT_GT(stale, 0u) << "pass " << p << ": training changed no row it staged";
+    ASSERT_NO_FATAL_FAILURE(
+        expect_host_tiers_agree(got_host, reference.host_rows(), ahead, stride, p));
+    ASSERT_NO_FATAL_FAILURE(expect_cards_agree_and_unexcluded_stale(
+        staged.card_rows(), reference.card_rows(), unexcluded, got_host, stride, p));
   }
   EXPECT_GT(prefetched, 0u);
   if (tc.row_budget > 0) {
@@ -316,6 +347,41 @@ TEST(PassManager, EvictionRemovesTheLowestScoredRowsOutsideThePass) {
   EXPECT_GT(evicted, 0u);
 }
 
+// Misuse of end_pass(keep), on `passes` 0-2: keeping this pass's own keys, not the next pass's.
+// Eviction spares the dirty rows (the host tier ends equal to the reference's); when too few
+// clean rows are left it fails.
+void expect_misused_keep_spares_dirty_rows(const std::vector<std::vector<uint64_t>>& passes) {
+  PassManagerOptions one_card;
+  one_card.card_row_budget = 300;
+  Engine misused(1, one_card);
+  Engine plain(1, one_card);
+  for (std::size_t p = 0; p < 2; ++p) {
+    misused.manager->begin_pass(passes[p]);
+    plain.manager->begin_pass(passes[p]);
+    misused.train(passes[p], 5000 + p, 4);
+    plain.train(passes[p], 5000 + p, 4);
+    misused.manager->end_pass(passes[p]);
+    plain.manager->end_pass();
+  }
+  misused.manager->sync();
+  const auto want_host = plain.host_rows();
+  for (const auto& [k, row] : misused.host_rows()) {
+    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
+  }
+  misused.manager->begin_pass(passes[2]);
+  misused.train(passes[2], 5002, 4);
+  misused.manager->end_pass(passes[2]);
+  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
+  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
+  std::sort(disjoint.begin(), disjoint.end());
+  try {
+    misused.manager->begin_pass(disjoint);
+    FAIL() << "evicted a dirty row";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
+  }
+}
+
 // end_pass(keep): the rows of the next pass's keys stay on the cards, dirty, and the host tier
 // holds their older value until a later end_pass or sync() writes them; the cards (eviction
 // included) and, after the last pass, the host tier equal a run that writes everything back
@@ -376,37 +442,7 @@ TEST(PassManager, KeptRowsStayDirtyUntilALaterEndPassOrSync) {
   EXPECT_LT(written, written_reference) << "keeping rows saved no write-back";
   EXPECT_GT(evicted, 0u) << "the budget never forced an eviction";
 
-  // Misuse: keeping this pass's own keys, not the next pass's. Eviction spares the dirty rows
-  // (the host tier ends equal to the reference's); when too few clean rows are left it fails.
-  PassManagerOptions one_card;
-  one_card.card_row_budget = 300;
-  Engine misused(1, one_card);
-  Engine plain(1, one_card);
-  for (std::size_t p = 0; p < 2; ++p) {
-    misused.manager->begin_pass(passes[p]);
-    plain.manager->begin_pass(passes[p]);
-    misused.train(passes[p], 5000 + p, 4);
-    plain.train(passes[p], 5000 + p, 4);
-    misused.manager->end_pass(passes[p]);
-    plain.manager->end_pass();
-  }
-  misused.manager->sync();
-  const auto want_host = plain.host_rows();
-  for (const auto& [k, row] : misused.host_rows()) {
-    ASSERT_TRUE(rows_equal(row, want_host.at(k))) << "key " << k << " lost its update";
-  }
-  misused.manager->begin_pass(passes[2]);
-  misused.train(passes[2], 5002, 4);
-  misused.manager->end_pass(passes[2]);
-  std::vector<uint64_t> disjoint;  // none of pass 2's keys: every dirty row is outside it
-  for (uint64_t k : passes[2]) disjoint.push_back(k + 2);
-  std::sort(disjoint.begin(), disjoint.end());
-  try {
-    misused.manager->begin_pass(disjoint);
-    FAIL() << "evicted a dirty row";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kept"), std::string::npos) << e.what();
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_misused_keep_spares_dirty_rows(passes));
 }
 
 // A pass given up (abandon_pass: its write-back failed for a server restart and the schedule

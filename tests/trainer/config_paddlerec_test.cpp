@@ -1,0 +1,283 @@
+// gpubox_train's config from PaddleRec's model folders: the network a folder names (or its
+// refusal), and what differs from PaddleRec's net, said at start; batch norm, the default of the
+// dlrm folder and otherwise asked for; top_layer_sizes' two-class output in that folder only.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/config/config_document.hpp"
+#include "table/sparse_config.hpp"
+#include "tests/trainer/config_test_util.hpp"
+#include "trainer/config/config_loader.hpp"
+#include "trainer/config/network_choice.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using config_test::ConfigTest;
+
+// The networks PaddleRec's rank folders name, by the folder or, from elsewhere, by workspace.
+void expect_rank_folders_name_their_networks(ConfigTest& test, const std::string& yaml) {
+  auto wide_deep = test.load_in("PaddleRec/models/rank/wide_deep", yaml);
+  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
+  EXPECT_EQ(wide_deep->hyper.model, config::ModelKind::kWideDeep);
+  EXPECT_NE(wide_deep->hyper.model_source.find("the config's folder"), std::string::npos);
+  EXPECT_EQ(wide_deep->model_keys.at("hyper_parameters.model"), "wide_deep");
+
+  auto by_workspace = test.load_in("elsewhere", "workspace: \"models/rank/deepfm\"\n" + yaml);
+  ASSERT_TRUE(by_workspace.ok()) << by_workspace.status().to_string();
+  EXPECT_EQ(by_workspace->hyper.model, config::ModelKind::kDeepFm);
+  EXPECT_EQ(by_workspace->hyper.model_source,
+            "PaddleRec's model folder (workspace "
+            "models/rank/deepfm)");
+
+  auto fm = test.load_in("PaddleRec/models/rank/fm", yaml);
+  ASSERT_TRUE(fm.ok()) << fm.status().to_string();
+  EXPECT_EQ(fm->hyper.model, config::ModelKind::kFm);
+  // dlrm's bottom output (bot_layer_sizes, [512, 256, 64, 16] by default) and embeddings meet.
+  auto dlrm = test.load_in("PaddleRec/models/rank/dlrm",
+                           yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  EXPECT_EQ(dlrm->hyper.model, config::ModelKind::kDlrm);
+
+  auto xdeepfm = test.load_in("PaddleRec/models/rank/xdeepfm", yaml);
+  ASSERT_TRUE(xdeepfm.ok()) << xdeepfm.status().to_string();
+  EXPECT_EQ(xdeepfm->dense_model_config().kind, config::ModelKind::kXdeepfm);
+
+  auto dcn = test.load_in("PaddleRec/models/rank/dcn", yaml);
+  ASSERT_TRUE(dcn.ok()) << dcn.status().to_string();
+  EXPECT_EQ(dcn->hyper.model, config::ModelKind::kDcn);
+  EXPECT_EQ(dcn->dense_model_config().kind, config::ModelKind::kDcn);
+
+  auto autoint = test.load_in("PaddleRec/models/rank/autoint", yaml);
+  ASSERT_TRUE(autoint.ok()) << autoint.status().to_string();
+  EXPECT_EQ(autoint->dense_model_config().kind, config::ModelKind::kAutoint);
+}
+
+// The field-aware folders' rows: ffm's and fat_deepffm's one factor (sparse_feature_dim - 1 = 8)
+// per field, 26 slots and 13 dense features by default, from the trainer and from gpubox_server's
+// loader (the table part) alike; deepfefm's one embedding per key.
+void expect_field_aware_folders_rows(ConfigTest& test, const std::string& yaml) {
+  auto ffm = test.load_in("PaddleRec/models/rank/ffm", yaml);
+  ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
+  EXPECT_EQ(ffm->hyper.model, config::ModelKind::kFfm);
+  EXPECT_EQ(ffm->mf_dim(), (26 + 13) * 8);
+  EXPECT_EQ(ffm->dense_model_config().mf_dim, (26 + 13) * 8);
+
+  auto deepfefm = test.load_in("PaddleRec/models/rank/deepfefm", yaml);
+  ASSERT_TRUE(deepfefm.ok()) << deepfefm.status().to_string();
+  EXPECT_EQ(deepfefm->dense_model_config().kind, config::ModelKind::kDeepFefm);
+  EXPECT_EQ(deepfefm->mf_dim(), 8);  // one embedding per key, as the dnn's
+
+  auto fat = test.load_in("PaddleRec/models/rank/fat_deepffm", yaml);
+  ASSERT_TRUE(fat.ok()) << fat.status().to_string();
+  EXPECT_EQ(fat->dense_model_config().kind, config::ModelKind::kFatDeepffm);
+  EXPECT_EQ(fat->mf_dim(), (26 + 13) * 8);
+  EXPECT_EQ(fat->dense_model_config().mf_dim, (26 + 13) * 8);
+  // gpubox_server's loader makes the same rows from the folder alone, for ffm's folder too;
+  // another folder's network reads one factor per key, and the key, set, wins.
+  for (const char* folder : {"fat_deepffm", "ffm"}) {
+    auto rows = table::load_sparse_config(
+        (test.dir() / "PaddleRec/models/rank" / folder / "config.yaml").string());
+    ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+    EXPECT_EQ(rows->mf_dim, (26 + 13) * 8) << folder;
+  }
+  auto dnn_rows = table::load_sparse_config(
+      (test.dir() / "PaddleRec/models/rank/fat_deepffm/config.yaml").string(),
+      {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(dnn_rows.ok()) << dnn_rows.status().to_string();
+  EXPECT_EQ(dnn_rows->mf_dim, 8);
+}
+
+// What differs from PaddleRec's nets is said at start: a phrase of each network's note, and
+// none for the dnn.
+void expect_differences_from_paddlerec_said() {
+  const std::pair<config::ModelKind, const char*> said[] = {
+      {config::ModelKind::kDeepFefm, "quantised"},
+      // dcn's shared cross weights and dlrm's batch norm and class-blind Adam (their net.py and
+      // static_model.py).
+      {config::ModelKind::kDcn, "share one weight vector"},
+      {config::ModelKind::kDlrm,
+       "the 2-wide output layer's too with hyper_parameters.dlrm_output softmax2"},
+      {config::ModelKind::kDlrm, "whatever optimizer.class"},
+      // dcn_v2's dense values without PaddleRec's Linear, no dropout, its non-lazy Adam.
+      {config::ModelKind::kDcnV2, "no dropout"},
+      {config::ModelKind::kDcnV2, "no lazy_mode"},
+      // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
+      {config::ModelKind::kDeepFm, "slots' embeddings only"},
+      {config::ModelKind::kDeepFm, "sparse_feature_dim - 1"},
+      {config::ModelKind::kFatDeepffm, "no dropout"},
+      {config::ModelKind::kFlen, "batch norm"}};
+  for (const auto& [kind, phrase] : said) {
+    EXPECT_NE(differences_from_paddlerec(kind).find(phrase), std::string::npos) << phrase;
+  }
+  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
+}
+
+// flen's folder's groups must cover the config's 26 numbered slots; the folder of a network
+// GPUBox does not build is refused unless the key is set; a folder of no network is the dnn.
+void expect_folders_refused_unless_the_key_says(ConfigTest& test, const std::string& yaml) {
+  auto flen = test.load_in("PaddleRec/models/rank/flen", yaml);
+  ASSERT_FALSE(flen.ok());
+  EXPECT_NE(flen.status().message().find("field_group_sizes group 22 slots, but the data has 26"),
+            std::string::npos)
+      << flen.status().to_string();
+  flen = test.load_in("PaddleRec/models/rank/flen", yaml,
+                      {"hyper_parameters.field_group_sizes=[13, 3, 10]"});
+  ASSERT_TRUE(flen.ok()) << flen.status().to_string();
+  EXPECT_EQ(flen->dense_model_config().kind, config::ModelKind::kFlen);
+
+  auto difm = test.load_in("PaddleRec/models/rank/difm", yaml);
+  ASSERT_FALSE(difm.ok());
+  const std::string what = difm.status().message();
+  EXPECT_NE(
+      what.find("names PaddleRec's network 'difm', which GPUBox does not build (it builds "
+                "dnn, wide_deep, wide, deepfm, dcn_v2, fm, dcn, dlrm, xdeepfm, ffm, deepfefm, "
+                "autoint, flen, fat_deepffm)"),
+      std::string::npos)
+      << what;
+  EXPECT_NE(what.find("-o hyper_parameters.model=dnn"), std::string::npos) << what;
+  // Set knowingly, the key wins over the folder.
+  auto knowingly = test.load_in("PaddleRec/models/rank/difm", yaml, {"hyper_parameters.model=dnn"});
+  ASSERT_TRUE(knowingly.ok()) << knowingly.status().to_string();
+  EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
+  EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");
+
+  auto plain = test.load_in("plain", yaml);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
+  EXPECT_NE(plain->hyper.model_source.find("the default"), std::string::npos);
+}
+
+// A PaddleRec config has no hyper_parameters.model: the network is the one its model folder
+// (workspace, else the models/rank/<name>/ folder it sits in) names, or a refusal naming it. Each
+// helper's first failed ASSERT ends the test, as one body's would.
+TEST_F(ConfigTest, APaddleRecModelFolderNamesTheNetworkOrIsRefused) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  ASSERT_NO_FATAL_FAILURE(expect_rank_folders_name_their_networks(*this, yaml));
+  ASSERT_NO_FATAL_FAILURE(expect_field_aware_folders_rows(*this, yaml));
+  expect_differences_from_paddlerec_said();
+  ASSERT_NO_FATAL_FAILURE(expect_folders_refused_unless_the_key_says(*this, yaml));
+}
+
+// PaddleRec's dlrm folder turns batch norm on (its MLPLayer always normalises) and says so at
+// start; other folders and GPUBox's own configs keep none unless they ask; geo and networks
+// without hidden layers refuse it, naming the key.
+TEST_F(ConfigTest, BatchNormIsPaddleRecDlrmsDefaultAndOtherwiseAskedFor) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto load = [&](const std::string& folder, const std::string& text,
+                        const std::vector<std::string>& overrides = {}) {
+    return load_in(folder, text, overrides);
+  };
+  auto dlrm =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm.ok()) << dlrm.status().to_string();
+  // Its MLPLayer always normalises: batch norm unless the key says otherwise; other folders and
+  // GPUBox's configs keep none unless they ask.
+  EXPECT_TRUE(dlrm->dense_model_config().batch_norm);
+  auto dlrm_plain =
+      load("PaddleRec/models/rank/dlrm", yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n",
+           {"hyper_parameters.dnn_batch_norm=false"});
+  ASSERT_TRUE(dlrm_plain.ok()) << dlrm_plain.status().to_string();
+  EXPECT_FALSE(dlrm_plain->dense_model_config().batch_norm);
+  auto wide_deep = load("PaddleRec/models/rank/wide_deep", yaml);
+  ASSERT_TRUE(wide_deep.ok()) << wide_deep.status().to_string();
+  EXPECT_FALSE(wide_deep->dense_model_config().batch_norm);
+  auto dlrm_gpubox = load("elsewhere", yaml +
+                                           "hyper_parameters:\n  model: dlrm\n  "
+                                           "sparse_feature_dim: 16\n");
+  ASSERT_TRUE(dlrm_gpubox.ok()) << dlrm_gpubox.status().to_string();
+  EXPECT_FALSE(dlrm_gpubox->dense_model_config().batch_norm);
+  auto dnn_bn = load("elsewhere", yaml, {"hyper_parameters.dnn_batch_norm=true"});
+  ASSERT_TRUE(dnn_bn.ok()) << dnn_bn.status().to_string();
+  EXPECT_TRUE(dnn_bn->dense_model_config().batch_norm);
+  // geo's summed moves would overshoot the running statistics: refused, naming both keys.
+  auto geo = load("PaddleRec/models/rank/dlrm",
+                  yaml + "hyper_parameters:\n  sparse_feature_dim: 16\n", {"runner.sync_mode=geo"});
+  ASSERT_FALSE(geo.ok());
+  EXPECT_NE(geo.status().message().find("dnn_batch_norm is not built for runner.sync_mode geo"),
+            std::string::npos)
+      << geo.status().to_string();
+  EXPECT_NE(geo.status().message().find("PaddleRec's dlrm folder"), std::string::npos);
+  // A network without hidden layers refuses it, naming the key; autoint only without a dnn.
+  for (const std::vector<std::string>& no_dnn :
+       {std::vector<std::string>{"hyper_parameters.model=wide"},
+        {"hyper_parameters.model=fm"},
+        {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[]"}}) {
+    std::vector<std::string> overrides = no_dnn;
+    overrides.push_back("hyper_parameters.dnn_batch_norm=true");
+    auto refused = load("elsewhere", yaml, overrides);
+    ASSERT_FALSE(refused.ok()) << no_dnn[0];
+    EXPECT_NE(refused.status().message().find("hyper_parameters.dnn_batch_norm=true normalises "
+                                              "after every hidden layer"),
+              std::string::npos)
+        << refused.status().to_string();
+  }
+  // gpubox_train's start line says when the folder's default turned it on, and only then.
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_batch_norm_note(*doc) : std::string();
+  };
+  EXPECT_NE(note("PaddleRec/models/rank/dlrm", {}).find("PaddleRec's dlrm folder's default"),
+            std::string::npos);
+  EXPECT_EQ(note("PaddleRec/models/rank/dlrm", {"hyper_parameters.dnn_batch_norm=true"}), "");
+  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
+  auto autoint_dnn = load("elsewhere", yaml,
+                          {"hyper_parameters.model=autoint", "hyper_parameters.fc_sizes=[8]",
+                           "hyper_parameters.dnn_batch_norm=true"});
+  EXPECT_TRUE(autoint_dnn.ok()) << autoint_dnn.status().to_string();
+}
+
+// top_layer_sizes' last 2 picks PaddleRec's two-class output in its dlrm folder only (where the
+// norm is on); elsewhere it means one logit, as before dlrm_output. The start line says whether
+// the output is normalised, and softmax2 without the norm is warned of (both ReLU'd outputs can
+// die), whether the folder or the key chose it.
+TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOnly) {
+  const std::string yaml =
+      "hyper_parameters:\n  optimizer:\n    class: SGD\n  sparse_feature_dim: 16\n"
+      "  top_layer_sizes: [64, 2]\n";
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    return doc.ok() ? dlrm_output_note(*doc) : doc.status().to_string();
+  };
+  const std::string folder = "PaddleRec/models/rank/dlrm";
+  auto paddlerec = load_in(folder, yaml);
+  ASSERT_TRUE(paddlerec.ok()) << paddlerec.status().to_string();
+  EXPECT_EQ(paddlerec->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_EQ(paddlerec->hyper.fc_sizes, std::vector<int>{64});
+  EXPECT_EQ(paddlerec->hyper.optimizer.kind, DenseOptimizerKind::kAdam);  // its net's
+  EXPECT_NE(note(folder, {}).find("ReLU'd and batch-normalised"), std::string::npos);
+  EXPECT_EQ(dlrm_output_warning(*paddlerec), "");
+  const std::vector<std::string> no_norm = {"hyper_parameters.dnn_batch_norm=false"};
+  auto plain = load_in(folder, yaml, no_norm);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->hyper.dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_NE(note(folder, no_norm).find("not batch-normalised"), std::string::npos);
+  EXPECT_NE(dlrm_output_warning(*plain).find("training stalls for good"), std::string::npos);
+  // -o fc_sizes sets the hidden layers only: the file's top_layer_sizes width still chooses.
+  auto resized = load_in(folder, yaml, {"hyper_parameters.fc_sizes=[32]"});
+  ASSERT_TRUE(resized.ok()) << resized.status().to_string();
+  EXPECT_EQ(resized->hyper.fc_sizes, std::vector<int>{32});
+  EXPECT_EQ(resized->dense_model_config().dlrm_output, DlrmOutput::kSoftmax2);
+  // Elsewhere: GPUBox's dlrm with one logit over the same hidden layers, no line, no warning.
+  auto gpubox = load_in("elsewhere", yaml, {"hyper_parameters.model=dlrm"});
+  ASSERT_TRUE(gpubox.ok()) << gpubox.status().to_string();
+  EXPECT_EQ(gpubox->dense_model_config().dlrm_output, DlrmOutput::kLogit);
+  EXPECT_EQ(gpubox->hyper.fc_sizes, std::vector<int>{64});
+  EXPECT_EQ(gpubox->hyper.optimizer.kind, DenseOptimizerKind::kSgd);  // as written
+  EXPECT_EQ(note("elsewhere", {"hyper_parameters.model=dlrm"}), "");
+  EXPECT_EQ(dlrm_output_warning(*gpubox), "");
+  // Asked for there, without the norm: built, and warned of.
+  auto asked = load_in("elsewhere", yaml,
+                       {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2"});
+  ASSERT_TRUE(asked.ok()) << asked.status().to_string();
+  EXPECT_EQ(asked->hyper.dlrm_output, DlrmOutput::kSoftmax2);
+  EXPECT_NE(dlrm_output_warning(*asked).find("without hyper_parameters.dnn_batch_norm"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
