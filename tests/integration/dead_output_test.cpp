@@ -3,8 +3,8 @@
 // predictions of steady steps, stops the job naming the pass, the layer and its config keys;
 // a tiny pass, a pass without steady steps, a one-class pass whose predictions vary, a pass of
 // two distinct predictions and an undefined spread (NaN) are not judged dead (the PS modes'
-// job-wide figure: ps_modes_failures_test.cpp). A dlrm with PaddleRec's two-class output and no
-// batch norm under Adam at 1 dies in its first pass (both output units 0 for good): its second
+// job-wide figure: ps_modes_failures_stops_test.cpp). A dlrm with PaddleRec's two-class output and
+// no batch norm under Adam at 1 dies in its first pass (both output units 0 for good): its second
 // pass stops the job before its save; the same network with the norm, or at Adam 0.01, trains
 // every pass.
 #include "trainer/schedule/dead_output.hpp"
