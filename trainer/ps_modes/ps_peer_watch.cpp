@@ -37,8 +37,11 @@ constexpr std::size_t kBytesPerFloat = 3;
 constexpr std::size_t kReasonFloats = PsPeerWatch::kReasonBytes / kBytesPerFloat;
 static_assert(kReasonFloats * kBytesPerFloat == PsPeerWatch::kReasonBytes);
 
+// kFailureTable per trainer: the run its reason was reported in, then the reason's text.
+constexpr std::size_t kFailureFloats = 1 + kReasonFloats;
+
 std::vector<float> failure_zeros(int trainers) {
-  return std::vector<float>(kReasonFloats * static_cast<std::size_t>(trainers), 0.0f);
+  return std::vector<float>(kFailureFloats * static_cast<std::size_t>(trainers), 0.0f);
 }
 
 // `text` into `floats` floats at `out` (zeros), as get_text reads it back.
@@ -114,19 +117,19 @@ Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trai
   }
   if (alive_at_mark != nullptr) alive_at_mark->clear();
   return set_own_failure(servers, trainer_id, trainers,
-                         stored_reason(reason.empty() ? "(it reported no reason)" : reason),
+                         stored_reason(reason.empty() ? "(it reported no reason)" : reason), run,
                          notice == FailureNotice::kToWatches ? static_cast<float>(run) : -1.0f,
                          alive_at_mark);
 }
 
 Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
                                   int trainers) {
-  return set_own_failure(servers, trainer_id, trainers, "", 0.0f, nullptr);
+  return set_own_failure(servers, trainer_id, trainers, "", 0, 0.0f, nullptr);
 }
 
 Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                    int trainers, const std::string& stored, float flag,
-                                    std::vector<float>* alive) {
+                                    int trainers, const std::string& stored, int reason_run,
+                                    float flag, std::vector<float>* alive) {
   const std::string context = "telling the other trainers that trainer " +
                               std::to_string(trainer_id) +
                               (stored.empty() ? " did not fail" : " failed");
@@ -137,10 +140,11 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kRead, kFailureTable, &held).with_context(context));
   std::vector<float> mine = failure_zeros(trainers);
-  const std::size_t first = kReasonFloats * static_cast<std::size_t>(trainer_id);
-  put_text(stored, mine.data() + first);
+  const std::size_t first = kFailureFloats * static_cast<std::size_t>(trainer_id);
+  mine[first] = static_cast<float>(reason_run);
+  put_text(stored, mine.data() + first + 1);
   if (held.size() == mine.size()) {
-    for (std::size_t f = first; f < first + kReasonFloats; ++f) mine[f] -= held[f];
+    for (std::size_t f = first; f < first + kFailureFloats; ++f) mine[f] -= held[f];
   }
   // The reason first: a watch that sees the flag reads it.
   GPUBOX_RETURN_IF_ERROR(
@@ -182,12 +186,26 @@ StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, i
 }
 
 StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& servers,
-                                              int trainer_id, int trainers) {
+                                              int trainer_id, int trainers, int run) {
+  StatusOr<std::vector<std::string>> all = failures(servers, trainers, run);
+  GPUBOX_RETURN_IF_ERROR(all.status());
+  return all->empty() ? std::string() : (*all)[static_cast<std::size_t>(trainer_id)];
+}
+
+StatusOr<std::vector<std::string>> PsPeerWatch::failures(table::server::RemoteHostTier& servers,
+                                                         int trainers, int run) {
   std::vector<float> all = failure_zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kFailureTable, &all)
                              .with_context("reading the trainers' failures"));
-  if (all.size() != failure_zeros(trainers).size()) return std::string();
-  return get_text(all.data() + kReasonFloats * static_cast<std::size_t>(trainer_id), kReasonFloats);
+  if (all.size() != failure_zeros(trainers).size()) return std::vector<std::string>();
+  std::vector<std::string> reasons(static_cast<std::size_t>(trainers));
+  for (std::size_t w = 0; w < reasons.size(); ++w) {
+    const float* slot = all.data() + kFailureFloats * w;
+    // A reason of another run than `run` is stale (an earlier train()'s, not yet taken back).
+    if (run != kAnyRun && slot[0] != static_cast<float>(run)) continue;
+    reasons[w] = get_text(slot + 1, kReasonFloats);
+  }
+  return reasons;
 }
 
 Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_mark,
@@ -295,6 +313,13 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
   {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
+      // Another trainer's failure after a reported one (trainers failing at once whose marks
+      // different beats saw): added to lost(), so that training threads not yet stopped name all.
+      if (loss == Loss::kPeerFailed && lost_peer_failed_) {
+        GPUBOX_LOG(ERROR) << reason;
+        lost_ += "; " + reason;
+        return;
+      }
       GPUBOX_LOG(WARNING) << reason;
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
       // stays (a trainer lost then is mostly one that stopped for that failure).
@@ -323,22 +348,35 @@ bool PsPeerWatch::wait_interval() {
 }
 
 // Reports every other trainer whose failed flag (in `values`, the heartbeat table as a beat left
-// it) is this run's, once each (`reported`), with what it reported.
+// it) is this run's, once each (`reported`), with what it reported in this run: those one beat
+// saw flagged in one report, so that trainers failing at once are all named.
 void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
                                       std::vector<bool>* reported) {
   const auto n = static_cast<std::size_t>(trainers_);
   const auto own = static_cast<std::size_t>(trainer_id_);
   const auto this_run = static_cast<float>(options_.run);
+  std::vector<std::size_t> flagged;
   for (std::size_t w = 0; w < n; ++w) {
-    if (w == own || values[kFailed * n + w] != this_run || (*reported)[w]) continue;
-    (*reported)[w] = true;
-    StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
-    on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
-                (reason.ok()
-                     ? *reason
-                     : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
-            Loss::kPeerFailed);
+    if (w != own && values[kFailed * n + w] == this_run && !(*reported)[w]) flagged.push_back(w);
   }
+  if (flagged.empty()) return;
+  StatusOr<std::vector<std::string>> reasons = failures(servers_, trainers_, options_.run);
+  std::string report;
+  for (const std::size_t w : flagged) {
+    (*reported)[w] = true;
+    std::string reason;
+    if (!reasons.ok()) {
+      reason = "(what it reported cannot be read: " + reasons.status().to_string() + ")";
+    } else if (reasons->empty() || (*reasons)[w].empty()) {
+      // Written before the flag: one missing is another run's (stale) or was lost with the table.
+      reason = "(what it reported in this run is not on the first server)";
+    } else {
+      reason = (*reasons)[w];
+    }
+    report += (report.empty() ? "" : "; ") + std::string("trainer ") + std::to_string(w) + " of " +
+              std::to_string(n) + " failed: " + reason;
+  }
+  on_lost(report, Loss::kPeerFailed);
 }
 
 void PsPeerWatch::beat_loop() {

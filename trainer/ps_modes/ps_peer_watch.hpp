@@ -26,9 +26,10 @@
 // the next train() first: its trainer takes it back as its next train() starts, before its watch
 // does (and so before it has begun that run).
 // Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
-// marks: not one atomic step). Neither reports the other; every other trainer reports one of
-// them, the one whose mark its beats saw first (the lower-numbered when one beat saw both), so
-// two such trainers may name different ones, each a failure that happened.
+// marks: not one atomic step). Neither reports the other; every other trainer reports both: in
+// one report when one beat saw both marks ("trainer 1 of 3 failed: ...; trainer 2 of 3 failed:
+// ..."), else the second, seen at a later beat, is logged and added to lost() (a trainer whose
+// training threads stopped with the first before names only it, its log both).
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
@@ -45,8 +46,9 @@
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1 (each 0, or the last run
 //                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in),
 //                 begun flags of 0 .. T-1 (each 0, or the last run its watch beat in)}
-//   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
-//                  character's boundary), 3 bytes a float.
+//   kFailureTable: per trainer, the run it reported its failure in (0: outside any train()),
+//                  then what it reported (its first 513 bytes, cut at a character's boundary),
+//                  3 bytes a float: 1 + 171 floats. A reason of another run is never reported.
 //
 // Thread-safety: construct, finish() and destroy from one thread; lost() from any.
 #pragma once
@@ -127,9 +129,13 @@ class PsPeerWatch {
   // (kToWatches), -1 if none. (Run 1: the first train() of the trainers' objects.)
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
                                    int trainers, int run);
-  // What trainer `trainer_id` reported as it failed ("" while it did not).
+  // Reads every run's reason (failure_of): a check of what a job's tables hold, not a trainer's.
+  static constexpr int kAnyRun = -1;
+  // What trainer `trainer_id` reported as it failed in run `run` ("" while it did not, or when
+  // what it reported was an earlier run's: a mark of an earlier train() is stale). A mark made
+  // outside any train() (the constructor's meetings) holds run 0.
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
-                                          int trainers);
+                                          int trainers, int run = kAnyRun);
   // `reason` as kFailureTable holds it: cut to kReasonBytes at a UTF-8 character's boundary,
   // ending in "..." when cut. For the tests.
   static std::string stored_reason(const std::string& reason);
@@ -168,11 +174,16 @@ class PsPeerWatch {
                                  const std::atomic<bool>* stop);
 
  private:
-  // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
-  // `flag` (see mark_failed; `*alive` the table after the flag's add, when not null).
+  // Sets trainer `trainer_id`'s reason to `stored`, reported in run `reason_run`, and, unless
+  // `flag` < 0, its failed flag to `flag` (see mark_failed; `*alive` the table after the flag's
+  // add, when not null).
   static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& stored, float flag,
+                                int trainers, const std::string& stored, int reason_run, float flag,
                                 std::vector<float>* alive);
+  // What each trainer reported in run `run` (failure_of), in one read; empty when the table is
+  // not this job's size.
+  static StatusOr<std::vector<std::string>> failures(table::server::RemoteHostTier& servers,
+                                                     int trainers, int run);
   void beat_loop();
   void report_failed_peers(const std::vector<float>& values, std::vector<bool>* reported);
   void ping_loop();
