@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -379,29 +380,91 @@ void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
   on_lost(report, Loss::kPeerFailed);
 }
 
-void PsPeerWatch::beat_loop() {
+// What this watch knows of every trainer, kept by beat_loop between its beats.
+struct PsPeerWatch::Peers {
+  explicit Peers(std::size_t n)
+      : seen_begun(n, false), last_count(n, 0.0f), last_move(n, Clock::now()), reported(n, false) {}
+  // A trainer is judged by its silence once its begun flag is this run, timed from when this
+  // watch first read it so (its count as read then), not from anything an earlier run left.
+  std::vector<bool> seen_begun;
+  std::vector<float> last_count;
+  std::vector<Clock::time_point> last_move;
+  std::vector<bool> reported;  // a loss or failure of it was reported
+  // This watch's first beat that went through: a trainer that has not begun this run by
+  // options.begin_timeout_s later never came.
+  std::optional<Clock::time_point> first_beat;
+};
+
+void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_point now,
+                              Peers* peers) {
+  const auto n = static_cast<std::size_t>(trainers_);
+  const auto this_run = static_cast<float>(options_.run);
   const auto timeout = millis_of(options_.peer_timeout_s);
+  for (std::size_t w = 0; w < n; ++w) {
+    // Not judged: one that finished this run (a finished flag of an earlier run is stale); one
+    // that failed, reported by its flag or not at all (a failed flag of an earlier run is taken
+    // back before its trainer begins this one).
+    if (w == static_cast<std::size_t>(trainer_id_) || values[kFinished * n + w] == this_run ||
+        values[kFailed * n + w] > 0 || peers->reported[w]) {
+      continue;
+    }
+    std::ostringstream reason;
+    reason.precision(3);
+    if (values[kBegun * n + w] != this_run) {
+      // Not begun (still starting, or its watch of the run before still beating as it leaves that
+      // run's last meeting): judged only once it is later than any meeting would wait for it.
+      // One seen begun before lost its flag with the table (a first server restarted empty):
+      // its next beat sets it again.
+      const auto waited = now - *peers->first_beat;
+      if (peers->seen_begun[w] || options_.begin_timeout_s <= 0 ||
+          waited < millis_of(options_.begin_timeout_s)) {
+        continue;
+      }
+      reason << "lost trainer " << w << " of " << n << ": it did not begin training run "
+             << options_.run << " within " << std::chrono::duration<double>(waited).count()
+             << " s of trainer " << trainer_id_
+             << " (runner.collective_timeout_s=" << options_.begin_timeout_s
+             << "; its first beat through server " << servers_.endpoint_name(0)
+             << " marks it begun): its process died or is stuck before it, or its link to the "
+                "servers is down";
+    } else if (!peers->seen_begun[w] || values[kBeats * n + w] != peers->last_count[w]) {
+      // Counts are compared by inequality only: a count that wrapped (kBeatWrap) moved.
+      peers->seen_begun[w] = true;
+      peers->last_count[w] = values[kBeats * n + w];
+      peers->last_move[w] = now;
+      continue;
+    } else if (now - peers->last_move[w] < timeout) {
+      continue;
+    } else {
+      reason << "lost trainer " << w << " of " << n << ": its heartbeat through server "
+             << servers_.endpoint_name(0) << " stopped "
+             << std::chrono::duration<double>(now - peers->last_move[w]).count()
+             << " s ago (runner.peer_timeout_s=" << options_.peer_timeout_s
+             << ") before it finished: its process died or was stopped, or its link to the "
+                "servers is down";
+    }
+    peers->reported[w] = true;
+    on_lost(reason.str(), Loss::kTrainer);
+  }
+}
+
+void PsPeerWatch::beat_loop() {
   const auto n = static_cast<std::size_t>(trainers_);
   const auto own = static_cast<std::size_t>(trainer_id_);
   const auto this_run = static_cast<float>(options_.run);
-  // A trainer is judged once its begun flag is this run: its silence is timed from when this
-  // watch first read it so (its count as read then), not from anything an earlier run left. One
-  // that has not begun this run (still starting, or its watch of the run before still beating) is
-  // not judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-  std::vector<bool> seen_begun(n, false);
-  std::vector<float> last_count(n, 0.0f);
-  std::vector<Clock::time_point> last_move(n, Clock::now());
-  std::vector<bool> reported(n, false);
+  Peers peers(n);
   // What the next beat adds to this trainer's begun flag to make it this run: the run less what
   // the slot held as last seen (the first beat reads it first, as finish() does). Every beat's
   // reply shows the slot again, so a flag lost since (a restarted first server recreates the
   // table with zeros) is set again by the next beat; only this trainer writes its slot.
   bool begun_known = false;
   float begun_add = 0.0f;
+  // What the next beat adds to this trainer's count: 1, or, once the count reached kBeatWrap,
+  // 1 - kBeatWrap, so that it stays exact in a float however long the job runs.
+  float beat_add = 1.0f;
   std::vector<float> values;
   do {
     values = zeros(trainers_);
-    values[kBeats * n + own] = 1.0f;
     if (!begun_known) {
       std::vector<float> held = zeros(trainers_);
       if (!servers_.dense(DenseAction::kRead, kAliveTable, &held).ok() ||
@@ -410,10 +473,12 @@ void PsPeerWatch::beat_loop() {
       }
       begun_add = this_run - held[kBegun * n + own];
     }
+    values[kBeats * n + own] = beat_add;
     values[kBegun * n + own] = begun_add;
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
     // this one's count stop, and the ping thread names the server. Whether its add was applied
-    // is unknown: the next beat reads the begun flag again.
+    // is unknown: the next beat reads the begun flag again (and a wrap applied twice leaves the
+    // count below 0, still exact).
     if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() ||
         values.size() != kSections * n) {
       begun_known = false;
@@ -421,7 +486,11 @@ void PsPeerWatch::beat_loop() {
     }
     begun_known = true;
     begun_add = this_run - values[kBegun * n + own];
+    beat_add = values[kBeats * n + own] >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
     const auto now = Clock::now();
+    // The bound for a trainer not begun counts from this watch's first beat, or from the table's
+    // loss (this trainer's own begun flag gone: a first server restarted empty zeroed every one).
+    if (!peers.first_beat || values[kBegun * n + own] != this_run) peers.first_beat = now;
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
     // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
@@ -430,33 +499,8 @@ void PsPeerWatch::beat_loop() {
     const bool failing =
         failing_.load(std::memory_order_acquire) || values[kFailed * n + own] == this_run;
     if (failing) continue;
-    report_failed_peers(values, &reported);
-    for (std::size_t w = 0; w < n; ++w) {
-      // Not judged: a trainer that has not begun this run; one that finished it (a finished flag
-      // of an earlier run is stale); one that failed, reported by its flag (above) or not at all
-      // (a failed flag of an earlier run is taken back before its trainer begins this one).
-      if (w == own || values[kBegun * n + w] != this_run || values[kFinished * n + w] == this_run ||
-          values[kFailed * n + w] > 0 || reported[w]) {
-        continue;
-      }
-      if (!seen_begun[w] || values[kBeats * n + w] != last_count[w]) {
-        seen_begun[w] = true;
-        last_count[w] = values[kBeats * n + w];
-        last_move[w] = now;
-        continue;
-      }
-      if (now - last_move[w] < timeout) continue;
-      reported[w] = true;
-      std::ostringstream reason;
-      reason.precision(3);
-      reason << "lost trainer " << w << " of " << n << ": its heartbeat through server "
-             << servers_.endpoint_name(0) << " stopped "
-             << std::chrono::duration<double>(now - last_move[w]).count()
-             << " s ago (runner.peer_timeout_s=" << options_.peer_timeout_s
-             << ") before it finished: its process died or was stopped, or its link to the "
-                "servers is down";
-      on_lost(reason.str(), Loss::kTrainer);
-    }
+    report_failed_peers(values, &peers.reported);
+    judge_peers(values, now, &peers);
   } while (wait_interval());
 }
 

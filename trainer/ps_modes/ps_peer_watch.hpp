@@ -3,13 +3,24 @@
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
 // other trainer's count back in the same request; its first beat also sets its begun flag to the
-// run it watches (which train(), see below). A trainer that began this run (its begun flag this
-// run's) and whose count has not moved for runner.peer_timeout_s since this watch first read it
-// so, while this one's requests went through, and that did not say it finished this run
-// (finish()), is lost: its process died or was stopped, or its link to the servers is down. One
-// that has not begun this run (still starting, or its watch of the run before still beating as it
-// leaves that run's last meeting) is not judged: one that never comes is left to the barriers'
-// runner.collective_timeout_s. A server silent as long is lost too (ServerPings).
+// run it watches (which train(), see below). A count that reached kBeatWrap (2^23) goes back by
+// kBeatWrap - 1 at its next beat, and counts are compared by inequality only: a float holds every
+// count exactly however long the job runs (a count kept going past 2^24 would stop there, its
+// trainer then found lost). A trainer that began this run (its begun flag this run's) and whose
+// count has not moved for runner.peer_timeout_s since this watch first read it so, while this
+// one's requests went through, and that did not say it finished this run (finish()), is lost: its
+// process died or was stopped, or its link to the servers is down. One that has not begun this
+// run (still starting, or its watch of the run before still beating as it leaves that run's last
+// meeting) is judged by a longer bound, begin_timeout_s (runner.collective_timeout_s: what any
+// meeting waits for a trainer) after this watch's first beat: every trainer passed the job's
+// start meeting before its train(), so one that has not begun by then died or is stuck before
+// its train(), or cannot reach the first server (named "did not begin training run R"). A slow
+// starter within the bound is not judged; one slower is taken for one that never comes, as a
+// meeting that waited as long would take it (though the run's first meeting, reached later, might
+// still have seen it come: a program must not hold one trainer's train() that long after the
+// others'). Without the bound, one that never came was found at that first meeting's timeout:
+// in the async and geo modes, the end of the first pass. A server silent for
+// runner.peer_timeout_s is lost too (ServerPings).
 // Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
 // later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
@@ -54,6 +65,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -74,6 +86,9 @@ namespace gpubox::trainer::ps_modes {
 struct PsPeerWatchOptions {
   double peer_timeout_s = 10;  // runner.peer_timeout_s
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
+  // runner.collective_timeout_s: a trainer that has not begun this run so long after this watch's
+  // first beat is lost (no meeting waits longer for it); 0: such a trainer is never judged.
+  double begin_timeout_s = 300;
   int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
 
@@ -100,6 +115,8 @@ class PsPeerWatch {
   static constexpr std::size_t kFailedSection = 2;
   static constexpr std::size_t kBegunSection = 3;
   static constexpr std::size_t kAliveSections = 4;
+  // A count at or past this goes back by kBeatWrap - 1 at its next beat (see the file comment).
+  static constexpr float kBeatWrap = 8388608.0f;  // 2^23
   // The longest text of kFailureTable, in bytes.
   static constexpr std::size_t kReasonBytes = 513;
 
@@ -184,8 +201,14 @@ class PsPeerWatch {
   // not this job's size.
   static StatusOr<std::vector<std::string>> failures(table::server::RemoteHostTier& servers,
                                                      int trainers, int run);
+  struct Peers;
   void beat_loop();
   void report_failed_peers(const std::vector<float>& values, std::vector<bool>* reported);
+  // Reports every other trainer lost by `values` (the heartbeat table as a beat at `now` left
+  // it): silent for peer_timeout_s since it began this run, or not begun begin_timeout_s after
+  // this watch's first beat.
+  void judge_peers(const std::vector<float>& values, std::chrono::steady_clock::time_point now,
+                   Peers* peers);
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
