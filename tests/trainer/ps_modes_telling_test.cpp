@@ -315,7 +315,7 @@ TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChan
   // The beat made in between stays counted; the mark stays.
   EXPECT_EQ(alive_table(*clients_[0], 2),
             std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f}));
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
 }

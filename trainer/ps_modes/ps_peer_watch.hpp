@@ -152,7 +152,7 @@ class PsPeerWatch {
   // what it reported was an earlier run's: a mark of an earlier train() is stale). A mark made
   // outside any train() (the constructor's meetings) holds run 0.
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
-                                          int trainers, int run = kAnyRun);
+                                          int trainers, int run);
   // `reason` as kFailureTable holds it: cut to kReasonBytes at a UTF-8 character's boundary,
   // ending in "..." when cut. For the tests.
   static std::string stored_reason(const std::string& reason);
