@@ -315,10 +315,12 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
       // Another trainer's failure after a reported one (trainers failing at once whose marks
-      // different beats saw): added to lost(), so that training threads not yet stopped name all.
+      // different beats saw): added to lost(), so that training threads not yet stopped name all,
+      // and so does the forced end's line.
       if (loss == Loss::kPeerFailed && lost_peer_failed_) {
         GPUBOX_LOG(ERROR) << reason;
         lost_ += "; " + reason;
+        forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
         return;
       }
       GPUBOX_LOG(WARNING) << reason;
@@ -328,14 +330,15 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
       return;
     }
     lost_ = reason;
+    // With lost_, in one step: a server loss reported before the end is armed below clears it.
+    lost_peer_failed_ = loss == Loss::kPeerFailed;
   }
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;
   if (on_lost_) on_lost_(reason);
-  ForcedExit armed = arm_forced_exit(reason, options_.exit_grace_s);
   MutexLock lock(mu_);
-  forced_exit_ = std::move(armed);
-  lost_peer_failed_ = loss == Loss::kPeerFailed;
+  // lost_, not `reason`: a failure added since is named too.
+  forced_exit_ = arm_forced_exit(lost_, options_.exit_grace_s);
 }
 
 bool PsPeerWatch::wait_interval() {

@@ -229,7 +229,7 @@ class PsPeerWatch {
   CondVar stop_cv_;
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
-  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's
+  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's, naming lost()
   bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;
