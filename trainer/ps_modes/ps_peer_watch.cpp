@@ -405,21 +405,24 @@ void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_poin
   const auto timeout = millis_of(options_.peer_timeout_s);
   for (std::size_t w = 0; w < n; ++w) {
     // Not judged: one that finished this run (a finished flag of an earlier run is stale); one
-    // that failed, reported by its flag or not at all (a failed flag of an earlier run is taken
-    // back before its trainer begins this one).
+    // that failed in this run, reported by its flag (report_failed_peers) or not at all. A failed
+    // flag of an earlier run is stale (taken back before its trainer's watch starts): its trainer
+    // is judged as any other.
     if (w == static_cast<std::size_t>(trainer_id_) || values[kFinished * n + w] == this_run ||
-        values[kFailed * n + w] > 0 || peers->reported[w]) {
+        values[kFailed * n + w] == this_run || peers->reported[w]) {
       continue;
     }
     std::ostringstream reason;
     reason.precision(3);
-    if (values[kBegun * n + w] != this_run) {
+    if (values[kBegun * n + w] != this_run && !peers->seen_begun[w]) {
       // Not begun (still starting, or its watch of the run before still beating as it leaves that
-      // run's last meeting): judged only once it is later than any meeting would wait for it.
-      // One seen begun before lost its flag with the table (a first server restarted empty):
-      // its next beat sets it again.
+      // run's last meeting): judged only in run 1 (the trainers met at the job's start just
+      // before it; a later run has no common start) and only once it is later than any meeting
+      // would wait for it. One seen begun before whose flag was lost with the table (a first
+      // server restarted empty) is judged by its silence below: its next beat moves its count
+      // (and sets its flag again).
       const auto waited = now - *peers->first_beat;
-      if (peers->seen_begun[w] || options_.begin_timeout_s <= 0 ||
+      if (options_.run != 1 || options_.begin_timeout_s <= 0 ||
           waited < millis_of(options_.begin_timeout_s)) {
         continue;
       }
@@ -463,8 +466,16 @@ void PsPeerWatch::beat_loop() {
   bool begun_known = false;
   float begun_add = 0.0f;
   // What the next beat adds to this trainer's count: 1, or, once the count reached kBeatWrap,
-  // 1 - kBeatWrap, so that it stays exact in a float however long the job runs.
+  // 1 - kBeatWrap, so that it stays exact in a float however long the job runs. Like the begun
+  // flag's add, taken from the count as last seen: after a failed beat (its add applied or not)
+  // from the count read again, so that a wrap is applied once.
   float beat_add = 1.0f;
+  const auto beat_add_after = [](float count) {
+    return count >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
+  };
+  // This trainer's begun flag, set by an earlier beat, was found gone (a first server restarted
+  // empty: the table recreated with zeros): the bound of trainers not begun starts again.
+  bool table_lost = false;
   std::vector<float> values;
   do {
     values = zeros(trainers_);
@@ -475,13 +486,15 @@ void PsPeerWatch::beat_loop() {
         continue;
       }
       begun_add = this_run - held[kBegun * n + own];
+      beat_add = beat_add_after(held[kBeats * n + own]);
+      table_lost = table_lost || (peers.first_beat && held[kBegun * n + own] != this_run);
     }
     values[kBeats * n + own] = beat_add;
     values[kBegun * n + own] = begun_add;
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
     // this one's count stop, and the ping thread names the server. Whether its add was applied
-    // is unknown: the next beat reads the begun flag again (and a wrap applied twice leaves the
-    // count below 0, still exact).
+    // is unknown: the next beat reads the begun flag and the count again. (An add to a table
+    // the first server lost, restarted empty, fails: NotFound.)
     if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() ||
         values.size() != kSections * n) {
       begun_known = false;
@@ -489,11 +502,16 @@ void PsPeerWatch::beat_loop() {
     }
     begun_known = true;
     begun_add = this_run - values[kBegun * n + own];
-    beat_add = values[kBeats * n + own] >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
+    beat_add = beat_add_after(values[kBeats * n + own]);
     const auto now = Clock::now();
-    // The bound for a trainer not begun counts from this watch's first beat, or from the table's
-    // loss (this trainer's own begun flag gone: a first server restarted empty zeroed every one).
-    if (!peers.first_beat || values[kBegun * n + own] != this_run) peers.first_beat = now;
+    // The bound for a trainer not begun counts from this watch's first beat, and again from
+    // when this trainer's own begun flag was found gone: by the read after a failed beat (this
+    // watch's add reached the restarted server first and failed), or by this add (another
+    // trainer's read recreated the table first: this add left the flag at 0). Either way every
+    // trainer's flag went with the table, to be set again by its next beat.
+    table_lost = table_lost || values[kBegun * n + own] != this_run;
+    if (!peers.first_beat || table_lost) peers.first_beat = now;
+    table_lost = false;
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
     // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.

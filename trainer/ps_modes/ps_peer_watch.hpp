@@ -11,16 +11,20 @@
 // one's requests went through, and that did not say it finished this run (finish()), is lost: its
 // process died or was stopped, or its link to the servers is down. One that has not begun this
 // run (still starting, or its watch of the run before still beating as it leaves that run's last
-// meeting) is judged by a longer bound, begin_timeout_s (runner.collective_timeout_s: what any
-// meeting waits for a trainer) after this watch's first beat: every trainer passed the job's
-// start meeting before its train(), so one that has not begun by then died or is stuck before
-// its train(), or cannot reach the first server (named "did not begin training run R"). A slow
+// meeting) is judged, in run 1 only, by a longer bound, begin_timeout_s
+// (runner.collective_timeout_s: what a meeting waits for a trainer) after this watch's first
+// beat: every trainer passed the job's start meeting (ps/start, PsTrainer's constructor) just
+// before its first train(), so one that has not begun by then died or is stuck before its
+// train(), or cannot reach the first server (named "did not begin training run 1"). A slow
 // starter within the bound is not judged; one slower is taken for one that never comes, as a
 // meeting that waited as long would take it (though the run's first meeting, reached later, might
-// still have seen it come: a program must not hold one trainer's train() that long after the
-// others'). Without the bound, one that never came was found at that first meeting's timeout:
-// in the async and geo modes, the end of the first pass. A server silent for
-// runner.peer_timeout_s is lost too (ServerPings).
+// still have seen it come: a program must not hold one trainer's first train() that long after
+// the others'). A later run (train() called again) has no common start: the trainers come to it
+// from whatever the program does between calls, so one not begun is never judged by a bound; it
+// is found at the run's first meeting's timeout (in the async and geo modes, the end of its first
+// pass), as one that never came to run 1 was before the bound. A trainer seen begun whose flag
+// was then lost with the table (a first server restarted empty) is judged by its silence. A
+// server silent for runner.peer_timeout_s is lost too (ServerPings).
 // Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
 // later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
@@ -35,12 +39,14 @@
 // (a C++ program calling PsTrainer::train() again on the same objects, which must call it the
 // same number of times on every trainer) is stale, and must not stop a trainer that began
 // the next train() first: its trainer takes it back as its next train() starts, before its watch
-// does (and so before it has begun that run).
+// does (and so before it has begun that run). A trainer whose failed flag is an earlier run's is
+// judged as any other.
 // Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
 // marks: not one atomic step). Neither reports the other; every other trainer reports both: in
 // one report when one beat saw both marks ("trainer 1 of 3 failed: ...; trainer 2 of 3 failed:
-// ..."), else the second, seen at a later beat, is logged and added to lost() (a trainer whose
-// training threads stopped with the first before names only it, its log both).
+// ..."), else the second, seen at a later beat, is logged and added to lost() and to the forced
+// end's line (a trainer whose training threads stopped with the first before names only it, its
+// log and that line both).
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
@@ -86,8 +92,9 @@ namespace gpubox::trainer::ps_modes {
 struct PsPeerWatchOptions {
   double peer_timeout_s = 10;  // runner.peer_timeout_s
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
-  // runner.collective_timeout_s: a trainer that has not begun this run so long after this watch's
-  // first beat is lost (no meeting waits longer for it); 0: such a trainer is never judged.
+  // In run 1 only: a trainer that has not begun this run so long after this watch's first beat is
+  // lost (no meeting waits longer for it). PsTrainer passes runner.collective_timeout_s (at least
+  // 1e-3); <= 0 (tests) judges none.
   double begin_timeout_s = 300;
   int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
