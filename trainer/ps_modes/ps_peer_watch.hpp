@@ -19,14 +19,16 @@
 // starter within the bound is not judged; one slower is taken for one that never comes, as a
 // meeting that waited as long would take it (though the run's first meeting, reached later, might
 // still have seen it come: a program must not hold one trainer's first train() that long after
-// the others'). A later run (train() called again) has no common start: the trainers come to it
-// from whatever the program does between calls, so one not begun is never judged by a bound; it
-// is found at the run's first meeting's timeout (in the async and geo modes, the end of its first
-// pass), as one that never came to run 1 was before the bound. A trainer seen begun whose flag
-// was then lost with the table (a first server restarted empty) is judged by its silence. A
-// server silent for runner.peer_timeout_s is lost too (ServerPings).
-// Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
-// later (5 minutes by default) — in the async and geo modes, only at the job's end.
+// the others'); the bound starts again when this watch finds its own begun flag gone (a first
+// server restarted empty: every trainer's flag went with it). A later run (train() called again)
+// has no common start: the trainers come to it from whatever the program does between calls, so one
+// not begun is never judged by a bound; it is found at the run's first meeting's timeout (in the
+// async and geo modes, the end of its first pass), as one that never came to run 1 was before the
+// bound. A trainer seen begun whose flag was then lost with the table (a first server restarted
+// empty) is judged by its silence. A server silent for runner.peer_timeout_s is lost too
+// (ServerPings). Without the watch, such a loss was seen only at the next barrier,
+// runner.collective_timeout_s later (5 minutes by default) — in the async and geo modes, only at
+// the job's end.
 //
 // A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
 // says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
