@@ -6,9 +6,9 @@
 // - nor do a finished flag or a beat count an earlier train() left hide a trainer dead in the
 //   next one, or get one beginning it late judged lost (a negative check waits a few timeouts);
 // - a trainer whose watch of the run before still beats as another begins the next is not judged
-//   by its silence in the next until it begins it (its begun flag; one that never begins is lost
-//   runner.collective_timeout_s later: ps_peer_watch_edges_test); one that began it and never
-//   beat again is;
+//   in the next until it begins it (its begun flag; no bound judges one that never begins a run
+//   after the first, found at that run's first meeting: ps_peer_watch_edges_test); one that began
+//   it and never beat again is;
 // - a recovery's reset of the beats keeps a mark made between its read and its change;
 // - a failed trainer's wait for the others' watches ends at once when they saw the mark before the
 //   wait began;
