@@ -87,7 +87,7 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
   ASSERT_TRUE(job_a.trainers[0] && job_a.trainers[1]);
   job_a.trainers[1]->tell_failure(std::runtime_error("job A's trainer 1 failed"));
   auto& servers = dynamic_cast<table::server::RemoteHostTier&>(job_a.trainers[0]->host_tier());
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   ASSERT_EQ(*mark, "job A's trainer 1 failed");
   const std::vector<std::string> errors =
@@ -125,7 +125,7 @@ TEST_F(PsModes, ATrainerFailingAfterAnotherMarkedItsFailureMarksNone) {
   ASSERT_EQ(alive.size(), PsPeerWatch::kAliveSections * 2);
   EXPECT_EQ(alive[PsPeerWatch::kFailedSection * 2 + 1], 1.0f)
       << "trainer 1's failed flag: the run of its first train()";
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 0, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 0, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "");
 }

@@ -6,7 +6,9 @@
 // - nor do a finished flag or a beat count an earlier train() left hide a trainer dead in the
 //   next one, or get one beginning it late judged lost (a negative check waits a few timeouts);
 // - a trainer whose watch of the run before still beats as another begins the next is not judged
-//   in the next until it begins it (its begun flag); one that began it and never beat again is;
+//   in the next until it begins it (its begun flag; no bound judges one that never begins a run
+//   after the first, found at that run's first meeting: ps_peer_watch_edges_test); one that began
+//   it and never beat again is;
 // - a recovery's reset of the beats keeps a mark made between its read and its change;
 // - a failed trainer's wait for the others' watches ends at once when they saw the mark before the
 //   wait began;
@@ -313,7 +315,7 @@ TEST_F(PsPeerWatchTelling, ARecoverysResetKeepsAMarkMadeBetweenItsReadAndItsChan
   // The beat made in between stays counted; the mark stays.
   EXPECT_EQ(alive_table(*clients_[0], 2),
             std::vector<float>({0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f}));
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
 }

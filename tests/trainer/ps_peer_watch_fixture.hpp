@@ -1,6 +1,7 @@
-// The fixture of PsPeerWatch's tests (ps_peer_watch_test.cpp, ps_modes_telling_test.cpp): a
-// loopback gpubox_server over an in-process table, three clients (one a trainer), the losses a
-// watch reports, and the beat counts read by a client of the test's own.
+// The fixture of PsPeerWatch's tests (ps_peer_watch_test.cpp, ps_peer_watch_edges_test.cpp,
+// ps_modes_telling_test.cpp): a loopback gpubox_server over an in-process table, three clients
+// (one a trainer), the losses a watch reports, the lines logged, and the beat counts read by a
+// client of the test's own.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,12 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/log_sink.hpp"
 #include "common/thread_annotations.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
@@ -64,6 +67,35 @@ class Losses {
  private:
   mutable Mutex mu_;
   std::vector<std::string> reasons_ GPUBOX_GUARDED_BY(mu_);
+};
+
+// The lines logged while it lives (every level; still shown on stderr): a watch logs every loss
+// it sees, the ones after its one report included.
+class LogLines {
+ public:
+  LogLines() {
+    set_log_sink([this](LogLevel, const std::string& line) {
+      std::fprintf(stderr, "%s\n", line.c_str());
+      MutexLock lock(mu_);
+      lines_.push_back(line);
+    });
+  }
+  ~LogLines() { set_log_sink(nullptr); }
+  LogLines(const LogLines&) = delete;
+  LogLines& operator=(const LogLines&) = delete;
+  // The lines that hold `text`.
+  std::vector<std::string> holding(const std::string& text) const {
+    MutexLock lock(mu_);
+    std::vector<std::string> found;
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) found.push_back(line);
+    }
+    return found;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::vector<std::string> lines_ GPUBOX_GUARDED_BY(mu_);
 };
 
 inline PsPeerWatchOptions options() {

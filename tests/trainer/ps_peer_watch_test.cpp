@@ -224,7 +224,7 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   ASSERT_TRUE(
       PsPeerWatch::mark_failed(*clients_[0], 1, 2, "second", FailureNotice::kToWatches, /*run=*/1)
           .ok());
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "second");
   std::vector<float> values(PsPeerWatch::kAliveSections * 2, 0.0f);
@@ -234,10 +234,10 @@ TEST_F(PsPeerWatchTest, ASecondMarkReplacesTheFirst) {
   EXPECT_EQ(values[5], 1.0f);  // trainer 1's failed flag
   ASSERT_TRUE(
       PsPeerWatch::mark_failed(*clients_[0], 0, 2, "", FailureNotice::kAtMeeting, /*run=*/1).ok());
-  mark = PsPeerWatch::failure_of(*clients_[0], 0, 2);
+  mark = PsPeerWatch::failure_of(*clients_[0], 0, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "(it reported no reason)");
-  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "second");
 }
@@ -257,14 +257,14 @@ TEST_F(PsPeerWatchTest, ARecoverysResetKeepsTheMarksAndClearFailureTakesOneBack)
   StatusOr<int> flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, 1);
-  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  StatusOr<std::string> mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "unreadable data");
   ASSERT_TRUE(PsPeerWatch::clear_failure(*clients_[0], 1, 2).ok());
   flagged = PsPeerWatch::failed_peer(*clients_[0], 0, 2, /*run=*/1);
   ASSERT_TRUE(flagged.ok()) << flagged.status().to_string();
   EXPECT_EQ(*flagged, -1);
-  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  mark = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   EXPECT_EQ(*mark, "");
 }
@@ -371,10 +371,10 @@ TEST_F(PsPeerWatchTest, AReasonIsCutAtACharactersBoundary) {
   ASSERT_TRUE(
       PsPeerWatch::mark_failed(*clients_[0], 1, 2, whole, FailureNotice::kAtMeeting, /*run=*/1)
           .ok());
-  StatusOr<std::string> read = PsPeerWatch::failure_of(*clients_[0], 1, 2);
+  StatusOr<std::string> read = PsPeerWatch::failure_of(*clients_[0], 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(read.ok()) << read.status().to_string();
   EXPECT_EQ(*read, PsPeerWatch::stored_reason(whole));
-  StatusOr<std::string> none = PsPeerWatch::failure_of(*clients_[0], 0, 2);
+  StatusOr<std::string> none = PsPeerWatch::failure_of(*clients_[0], 0, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(none.ok()) << none.status().to_string();
   EXPECT_EQ(*none, "");
 }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -37,8 +38,11 @@ constexpr std::size_t kBytesPerFloat = 3;
 constexpr std::size_t kReasonFloats = PsPeerWatch::kReasonBytes / kBytesPerFloat;
 static_assert(kReasonFloats * kBytesPerFloat == PsPeerWatch::kReasonBytes);
 
+// kFailureTable per trainer: the run its reason was reported in, then the reason's text.
+constexpr std::size_t kFailureFloats = 1 + kReasonFloats;
+
 std::vector<float> failure_zeros(int trainers) {
-  return std::vector<float>(kReasonFloats * static_cast<std::size_t>(trainers), 0.0f);
+  return std::vector<float>(kFailureFloats * static_cast<std::size_t>(trainers), 0.0f);
 }
 
 // `text` into `floats` floats at `out` (zeros), as get_text reads it back.
@@ -114,19 +118,19 @@ Status PsPeerWatch::mark_failed(table::server::RemoteHostTier& servers, int trai
   }
   if (alive_at_mark != nullptr) alive_at_mark->clear();
   return set_own_failure(servers, trainer_id, trainers,
-                         stored_reason(reason.empty() ? "(it reported no reason)" : reason),
+                         stored_reason(reason.empty() ? "(it reported no reason)" : reason), run,
                          notice == FailureNotice::kToWatches ? static_cast<float>(run) : -1.0f,
                          alive_at_mark);
 }
 
 Status PsPeerWatch::clear_failure(table::server::RemoteHostTier& servers, int trainer_id,
                                   int trainers) {
-  return set_own_failure(servers, trainer_id, trainers, "", 0.0f, nullptr);
+  return set_own_failure(servers, trainer_id, trainers, "", 0, 0.0f, nullptr);
 }
 
 Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                    int trainers, const std::string& stored, float flag,
-                                    std::vector<float>* alive) {
+                                    int trainers, const std::string& stored, int reason_run,
+                                    float flag, std::vector<float>* alive) {
   const std::string context = "telling the other trainers that trainer " +
                               std::to_string(trainer_id) +
                               (stored.empty() ? " did not fail" : " failed");
@@ -137,10 +141,11 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   GPUBOX_RETURN_IF_ERROR(
       servers.dense(DenseAction::kRead, kFailureTable, &held).with_context(context));
   std::vector<float> mine = failure_zeros(trainers);
-  const std::size_t first = kReasonFloats * static_cast<std::size_t>(trainer_id);
-  put_text(stored, mine.data() + first);
+  const std::size_t first = kFailureFloats * static_cast<std::size_t>(trainer_id);
+  mine[first] = static_cast<float>(reason_run);
+  put_text(stored, mine.data() + first + 1);
   if (held.size() == mine.size()) {
-    for (std::size_t f = first; f < first + kReasonFloats; ++f) mine[f] -= held[f];
+    for (std::size_t f = first; f < first + kFailureFloats; ++f) mine[f] -= held[f];
   }
   // The reason first: a watch that sees the flag reads it.
   GPUBOX_RETURN_IF_ERROR(
@@ -182,12 +187,26 @@ StatusOr<int> PsPeerWatch::failed_peer(table::server::RemoteHostTier& servers, i
 }
 
 StatusOr<std::string> PsPeerWatch::failure_of(table::server::RemoteHostTier& servers,
-                                              int trainer_id, int trainers) {
+                                              int trainer_id, int trainers, int run) {
+  StatusOr<std::vector<std::string>> all = failures(servers, trainers, run);
+  GPUBOX_RETURN_IF_ERROR(all.status());
+  return all->empty() ? std::string() : (*all)[static_cast<std::size_t>(trainer_id)];
+}
+
+StatusOr<std::vector<std::string>> PsPeerWatch::failures(table::server::RemoteHostTier& servers,
+                                                         int trainers, int run) {
   std::vector<float> all = failure_zeros(trainers);
   GPUBOX_RETURN_IF_ERROR(servers.dense(DenseAction::kRead, kFailureTable, &all)
                              .with_context("reading the trainers' failures"));
-  if (all.size() != failure_zeros(trainers).size()) return std::string();
-  return get_text(all.data() + kReasonFloats * static_cast<std::size_t>(trainer_id), kReasonFloats);
+  if (all.size() != failure_zeros(trainers).size()) return std::vector<std::string>();
+  std::vector<std::string> reasons(static_cast<std::size_t>(trainers));
+  for (std::size_t w = 0; w < reasons.size(); ++w) {
+    const float* slot = all.data() + kFailureFloats * w;
+    // A reason of another run than `run` is stale (an earlier train()'s, not yet taken back).
+    if (run != kAnyRun && slot[0] != static_cast<float>(run)) continue;
+    reasons[w] = get_text(slot + 1, kReasonFloats);
+  }
+  return reasons;
 }
 
 Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_mark,
@@ -295,6 +314,15 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
   {
     MutexLock lock(mu_);
     if (!lost_.empty()) {
+      // Another trainer's failure after a reported one (trainers failing at once whose marks
+      // different beats saw): added to lost(), so that training threads not yet stopped name all,
+      // and so does the forced end's line.
+      if (loss == Loss::kPeerFailed && lost_peer_failed_) {
+        GPUBOX_LOG(ERROR) << reason;
+        lost_ += "; " + reason;
+        forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
+        return;
+      }
       GPUBOX_LOG(WARNING) << reason;
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
       // stays (a trainer lost then is mostly one that stopped for that failure).
@@ -302,14 +330,15 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
       return;
     }
     lost_ = reason;
+    // With lost_, in one step: a server loss reported before the end is armed below clears it.
+    lost_peer_failed_ = loss == Loss::kPeerFailed;
   }
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;
   if (on_lost_) on_lost_(reason);
-  ForcedExit armed = arm_forced_exit(reason, options_.exit_grace_s);
   MutexLock lock(mu_);
-  forced_exit_ = std::move(armed);
-  lost_peer_failed_ = loss == Loss::kPeerFailed;
+  // lost_, not `reason`: a failure added since is named too.
+  forced_exit_ = arm_forced_exit(lost_, options_.exit_grace_s);
 }
 
 bool PsPeerWatch::wait_interval() {
@@ -323,47 +352,133 @@ bool PsPeerWatch::wait_interval() {
 }
 
 // Reports every other trainer whose failed flag (in `values`, the heartbeat table as a beat left
-// it) is this run's, once each (`reported`), with what it reported.
+// it) is this run's, once each (`reported`), with what it reported in this run: those one beat
+// saw flagged in one report, so that trainers failing at once are all named.
 void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
                                       std::vector<bool>* reported) {
   const auto n = static_cast<std::size_t>(trainers_);
   const auto own = static_cast<std::size_t>(trainer_id_);
   const auto this_run = static_cast<float>(options_.run);
+  std::vector<std::size_t> flagged;
   for (std::size_t w = 0; w < n; ++w) {
-    if (w == own || values[kFailed * n + w] != this_run || (*reported)[w]) continue;
+    if (w != own && values[kFailed * n + w] == this_run && !(*reported)[w]) flagged.push_back(w);
+  }
+  if (flagged.empty()) return;
+  StatusOr<std::vector<std::string>> reasons = failures(servers_, trainers_, options_.run);
+  std::string report;
+  for (const std::size_t w : flagged) {
     (*reported)[w] = true;
-    StatusOr<std::string> reason = failure_of(servers_, static_cast<int>(w), trainers_);
-    on_lost("trainer " + std::to_string(w) + " of " + std::to_string(n) + " failed: " +
-                (reason.ok()
-                     ? *reason
-                     : "(what it reported cannot be read: " + reason.status().to_string() + ")"),
-            Loss::kPeerFailed);
+    std::string reason;
+    if (!reasons.ok()) {
+      reason = "(what it reported cannot be read: " + reasons.status().to_string() + ")";
+    } else if (reasons->empty() || (*reasons)[w].empty()) {
+      // Written before the flag: one missing is another run's (stale) or was lost with the table.
+      reason = "(what it reported in this run is not on the first server)";
+    } else {
+      reason = (*reasons)[w];
+    }
+    report += (report.empty() ? "" : "; ") + std::string("trainer ") + std::to_string(w) + " of " +
+              std::to_string(n) + " failed: " + reason;
+  }
+  on_lost(report, Loss::kPeerFailed);
+}
+
+// What this watch knows of every trainer, kept by beat_loop between its beats.
+struct PsPeerWatch::Peers {
+  explicit Peers(std::size_t n)
+      : seen_begun(n, false), last_count(n, 0.0f), last_move(n, Clock::now()), reported(n, false) {}
+  // A trainer is judged by its silence once its begun flag is this run, timed from when this
+  // watch first read it so (its count as read then), not from anything an earlier run left.
+  std::vector<bool> seen_begun;
+  std::vector<float> last_count;
+  std::vector<Clock::time_point> last_move;
+  std::vector<bool> reported;  // a loss or failure of it was reported
+  // This watch's first beat that went through: a trainer that has not begun this run by
+  // options.begin_timeout_s later never came.
+  std::optional<Clock::time_point> first_beat;
+};
+
+void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_point now,
+                              Peers* peers) {
+  const auto n = static_cast<std::size_t>(trainers_);
+  const auto this_run = static_cast<float>(options_.run);
+  const auto timeout = millis_of(options_.peer_timeout_s);
+  for (std::size_t w = 0; w < n; ++w) {
+    // Not judged: one that finished this run (a finished flag of an earlier run is stale); one
+    // that failed in this run, reported by its flag (report_failed_peers) or not at all. A failed
+    // flag of an earlier run is stale (taken back before its trainer's watch starts): its trainer
+    // is judged as any other.
+    if (w == static_cast<std::size_t>(trainer_id_) || values[kFinished * n + w] == this_run ||
+        values[kFailed * n + w] == this_run || peers->reported[w]) {
+      continue;
+    }
+    std::ostringstream reason;
+    reason.precision(3);
+    if (values[kBegun * n + w] != this_run && !peers->seen_begun[w]) {
+      // Not begun (still starting, or its watch of the run before still beating as it leaves that
+      // run's last meeting): judged only in run 1 (the trainers met at the job's start just
+      // before it; a later run has no common start) and only once it is later than any meeting
+      // would wait for it. One seen begun before whose flag was lost with the table (a first
+      // server restarted empty) is judged by its silence below: its next beat moves its count
+      // (and sets its flag again).
+      const auto waited = now - *peers->first_beat;
+      if (options_.run != 1 || options_.begin_timeout_s <= 0 ||
+          waited < millis_of(options_.begin_timeout_s)) {
+        continue;
+      }
+      reason << "lost trainer " << w << " of " << n << ": it did not begin training run "
+             << options_.run << " within " << std::chrono::duration<double>(waited).count()
+             << " s of trainer " << trainer_id_
+             << " (runner.collective_timeout_s=" << options_.begin_timeout_s
+             << "; its first beat through server " << servers_.endpoint_name(0)
+             << " marks it begun): its process died or is stuck before it, or its link to the "
+                "servers is down";
+    } else if (!peers->seen_begun[w] || values[kBeats * n + w] != peers->last_count[w]) {
+      // Counts are compared by inequality only: a count that wrapped (kBeatWrap) moved.
+      peers->seen_begun[w] = true;
+      peers->last_count[w] = values[kBeats * n + w];
+      peers->last_move[w] = now;
+      continue;
+    } else if (now - peers->last_move[w] < timeout) {
+      continue;
+    } else {
+      reason << "lost trainer " << w << " of " << n << ": its heartbeat through server "
+             << servers_.endpoint_name(0) << " stopped "
+             << std::chrono::duration<double>(now - peers->last_move[w]).count()
+             << " s ago (runner.peer_timeout_s=" << options_.peer_timeout_s
+             << ") before it finished: its process died or was stopped, or its link to the "
+                "servers is down";
+    }
+    peers->reported[w] = true;
+    on_lost(reason.str(), Loss::kTrainer);
   }
 }
 
 void PsPeerWatch::beat_loop() {
-  const auto timeout = millis_of(options_.peer_timeout_s);
   const auto n = static_cast<std::size_t>(trainers_);
   const auto own = static_cast<std::size_t>(trainer_id_);
   const auto this_run = static_cast<float>(options_.run);
-  // A trainer is judged once its begun flag is this run: its silence is timed from when this
-  // watch first read it so (its count as read then), not from anything an earlier run left. One
-  // that has not begun this run (still starting, or its watch of the run before still beating) is
-  // not judged: one that never comes is left to the barriers' runner.collective_timeout_s.
-  std::vector<bool> seen_begun(n, false);
-  std::vector<float> last_count(n, 0.0f);
-  std::vector<Clock::time_point> last_move(n, Clock::now());
-  std::vector<bool> reported(n, false);
+  Peers peers(n);
   // What the next beat adds to this trainer's begun flag to make it this run: the run less what
   // the slot held as last seen (the first beat reads it first, as finish() does). Every beat's
   // reply shows the slot again, so a flag lost since (a restarted first server recreates the
   // table with zeros) is set again by the next beat; only this trainer writes its slot.
   bool begun_known = false;
   float begun_add = 0.0f;
+  // What the next beat adds to this trainer's count: 1, or, once the count reached kBeatWrap,
+  // 1 - kBeatWrap, so that it stays exact in a float however long the job runs. Like the begun
+  // flag's add, taken from the count as last seen: after a failed beat (its add applied or not)
+  // from the count read again, so that a wrap is applied once.
+  float beat_add = 1.0f;
+  const auto beat_add_after = [](float count) {
+    return count >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
+  };
+  // This trainer's begun flag, set by an earlier beat, was found gone (a first server restarted
+  // empty: the table recreated with zeros): the bound of trainers not begun starts again.
+  bool table_lost = false;
   std::vector<float> values;
   do {
     values = zeros(trainers_);
-    values[kBeats * n + own] = 1.0f;
     if (!begun_known) {
       std::vector<float> held = zeros(trainers_);
       if (!servers_.dense(DenseAction::kRead, kAliveTable, &held).ok() ||
@@ -371,11 +486,15 @@ void PsPeerWatch::beat_loop() {
         continue;
       }
       begun_add = this_run - held[kBegun * n + own];
+      beat_add = beat_add_after(held[kBeats * n + own]);
+      table_lost = table_lost || (peers.first_beat && held[kBegun * n + own] != this_run);
     }
+    values[kBeats * n + own] = beat_add;
     values[kBegun * n + own] = begun_add;
     // A failed beat (this trainer cannot reach the first server) judges nobody: the others see
     // this one's count stop, and the ping thread names the server. Whether its add was applied
-    // is unknown: the next beat reads the begun flag again.
+    // is unknown: the next beat reads the begun flag and the count again. (An add to a table
+    // the first server lost, restarted empty, fails: NotFound.)
     if (!servers_.dense(DenseAction::kAdd, kAliveTable, &values).ok() ||
         values.size() != kSections * n) {
       begun_known = false;
@@ -383,7 +502,16 @@ void PsPeerWatch::beat_loop() {
     }
     begun_known = true;
     begun_add = this_run - values[kBegun * n + own];
+    beat_add = beat_add_after(values[kBeats * n + own]);
     const auto now = Clock::now();
+    // The bound for a trainer not begun counts from this watch's first beat, and again from
+    // when this trainer's own begun flag was found gone: by the read after a failed beat (this
+    // watch's add reached the restarted server first and failed), or by this add (another
+    // trainer's read recreated the table first: this add left the flag at 0). Either way every
+    // trainer's flag went with the table, to be set again by its next beat.
+    table_lost = table_lost || values[kBegun * n + own] != this_run;
+    if (!peers.first_beat || table_lost) peers.first_beat = now;
+    table_lost = false;
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends
     // anyway, and a report would end its process exit_grace_s later). Servers are still pinged.
@@ -392,33 +520,8 @@ void PsPeerWatch::beat_loop() {
     const bool failing =
         failing_.load(std::memory_order_acquire) || values[kFailed * n + own] == this_run;
     if (failing) continue;
-    report_failed_peers(values, &reported);
-    for (std::size_t w = 0; w < n; ++w) {
-      // Not judged: a trainer that has not begun this run; one that finished it (a finished flag
-      // of an earlier run is stale); one that failed, reported by its flag (above) or not at all
-      // (a failed flag of an earlier run is taken back before its trainer begins this one).
-      if (w == own || values[kBegun * n + w] != this_run || values[kFinished * n + w] == this_run ||
-          values[kFailed * n + w] > 0 || reported[w]) {
-        continue;
-      }
-      if (!seen_begun[w] || values[kBeats * n + w] != last_count[w]) {
-        seen_begun[w] = true;
-        last_count[w] = values[kBeats * n + w];
-        last_move[w] = now;
-        continue;
-      }
-      if (now - last_move[w] < timeout) continue;
-      reported[w] = true;
-      std::ostringstream reason;
-      reason.precision(3);
-      reason << "lost trainer " << w << " of " << n << ": its heartbeat through server "
-             << servers_.endpoint_name(0) << " stopped "
-             << std::chrono::duration<double>(now - last_move[w]).count()
-             << " s ago (runner.peer_timeout_s=" << options_.peer_timeout_s
-             << ") before it finished: its process died or was stopped, or its link to the "
-                "servers is down";
-      on_lost(reason.str(), Loss::kTrainer);
-    }
+    report_failed_peers(values, &peers.reported);
+    judge_peers(values, now, &peers);
   } while (wait_interval());
 }
 

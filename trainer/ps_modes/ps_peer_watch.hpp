@@ -3,15 +3,32 @@
 // the only machines every trainer can reach), so they beat through the first server: every
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
 // other trainer's count back in the same request; its first beat also sets its begun flag to the
-// run it watches (which train(), see below). A trainer that began this run (its begun flag this
-// run's) and whose count has not moved for runner.peer_timeout_s since this watch first read it
-// so, while this one's requests went through, and that did not say it finished this run
-// (finish()), is lost: its process died or was stopped, or its link to the servers is down. One
-// that has not begun this run (still starting, or its watch of the run before still beating as it
-// leaves that run's last meeting) is not judged: one that never comes is left to the barriers'
-// runner.collective_timeout_s. A server silent as long is lost too (ServerPings).
-// Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
-// later (5 minutes by default) — in the async and geo modes, only at the job's end.
+// run it watches (which train(), see below). A count that reached kBeatWrap (2^23) goes back by
+// kBeatWrap - 1 at its next beat, and counts are compared by inequality only: a float holds every
+// count exactly however long the job runs (a count kept going past 2^24 would stop there, its
+// trainer then found lost). A trainer that began this run (its begun flag this run's) and whose
+// count has not moved for runner.peer_timeout_s since this watch first read it so, while this
+// one's requests went through, and that did not say it finished this run (finish()), is lost: its
+// process died or was stopped, or its link to the servers is down. One that has not begun this
+// run (still starting, or its watch of the run before still beating as it leaves that run's last
+// meeting) is judged, in run 1 only, by a longer bound, begin_timeout_s
+// (runner.collective_timeout_s: what a meeting waits for a trainer) after this watch's first
+// beat: every trainer passed the job's start meeting (ps/start, PsTrainer's constructor) just
+// before its first train(), so one that has not begun by then died or is stuck before its
+// train(), or cannot reach the first server (named "did not begin training run 1"). A slow
+// starter within the bound is not judged; one slower is taken for one that never comes, as a
+// meeting that waited as long would take it (though the run's first meeting, reached later, might
+// still have seen it come: a program must not hold one trainer's first train() that long after
+// the others'); the bound starts again when this watch finds its own begun flag gone (a first
+// server restarted empty: every trainer's flag went with it). A later run (train() called again)
+// has no common start: the trainers come to it from whatever the program does between calls, so one
+// not begun is never judged by a bound; it is found at the run's first meeting's timeout (in the
+// async and geo modes, the end of its first pass), as one that never came to run 1 was before the
+// bound. A trainer seen begun whose flag was then lost with the table (a first server restarted
+// empty) is judged by its silence. A server silent for runner.peer_timeout_s is lost too
+// (ServerPings). Without the watch, such a loss was seen only at the next barrier,
+// runner.collective_timeout_s later (5 minutes by default) — in the async and geo modes, only at
+// the job's end.
 //
 // A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
 // says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
@@ -24,11 +41,14 @@
 // (a C++ program calling PsTrainer::train() again on the same objects, which must call it the
 // same number of times on every trainer) is stale, and must not stop a trainer that began
 // the next train() first: its trainer takes it back as its next train() starts, before its watch
-// does (and so before it has begun that run).
+// does (and so before it has begun that run). A trainer whose failed flag is an earlier run's is
+// judged as any other.
 // Two trainers failing at once may both mark (PsTrainer::tell_failure looks for a mark, then
-// marks: not one atomic step). Neither reports the other; every other trainer reports one of
-// them, the one whose mark its beats saw first (the lower-numbered when one beat saw both), so
-// two such trainers may name different ones, each a failure that happened.
+// marks: not one atomic step). Neither reports the other; every other trainer reports both: in
+// one report when one beat saw both marks ("trainer 1 of 3 failed: ...; trainer 2 of 3 failed:
+// ..."), else the second, seen at a later beat, is logged and added to lost() and to the forced
+// end's line (a trainer whose training threads stopped with the first before names only it, its
+// log and that line both).
 //
 // A loss is reported once: logged as an error, kept for lost() (the training threads check it
 // between steps and stop with it), and, as the gpubox mode's watch does, the process is ended
@@ -45,13 +65,15 @@
 //   kAliveTable: {beats of trainer 0 .. T-1, finished flags of 0 .. T-1 (each 0, or the last run
 //                 it finished), failed flags of 0 .. T-1 (each 0, or the run it was marked in),
 //                 begun flags of 0 .. T-1 (each 0, or the last run its watch beat in)}
-//   kFailureTable: per trainer, what it reported as it failed (its first 513 bytes, cut at a
-//                  character's boundary), 3 bytes a float.
+//   kFailureTable: per trainer, the run it reported its failure in (0: outside any train()),
+//                  then what it reported (its first 513 bytes, cut at a character's boundary),
+//                  3 bytes a float: 1 + 171 floats. A reason of another run is never reported.
 //
 // Thread-safety: construct, finish() and destroy from one thread; lost() from any.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -72,6 +94,10 @@ namespace gpubox::trainer::ps_modes {
 struct PsPeerWatchOptions {
   double peer_timeout_s = 10;  // runner.peer_timeout_s
   double exit_grace_s = 5;     // after a loss, the longest the process may take to end; 0: never
+  // In run 1 only: a trainer that has not begun this run so long after this watch's first beat is
+  // lost (no meeting waits longer for it). PsTrainer passes runner.collective_timeout_s (at least
+  // 1e-3); <= 0 (tests) judges none.
+  double begin_timeout_s = 300;
   int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
 
@@ -98,6 +124,8 @@ class PsPeerWatch {
   static constexpr std::size_t kFailedSection = 2;
   static constexpr std::size_t kBegunSection = 3;
   static constexpr std::size_t kAliveSections = 4;
+  // A count at or past this goes back by kBeatWrap - 1 at its next beat (see the file comment).
+  static constexpr float kBeatWrap = 8388608.0f;  // 2^23
   // The longest text of kFailureTable, in bytes.
   static constexpr std::size_t kReasonBytes = 513;
 
@@ -127,9 +155,13 @@ class PsPeerWatch {
   // (kToWatches), -1 if none. (Run 1: the first train() of the trainers' objects.)
   static StatusOr<int> failed_peer(table::server::RemoteHostTier& servers, int trainer_id,
                                    int trainers, int run);
-  // What trainer `trainer_id` reported as it failed ("" while it did not).
+  // Reads every run's reason (failure_of): a check of what a job's tables hold, not a trainer's.
+  static constexpr int kAnyRun = -1;
+  // What trainer `trainer_id` reported as it failed in run `run` ("" while it did not, or when
+  // what it reported was an earlier run's: a mark of an earlier train() is stale). A mark made
+  // outside any train() (the constructor's meetings) holds run 0.
   static StatusOr<std::string> failure_of(table::server::RemoteHostTier& servers, int trainer_id,
-                                          int trainers);
+                                          int trainers, int run);
   // `reason` as kFailureTable holds it: cut to kReasonBytes at a UTF-8 character's boundary,
   // ending in "..." when cut. For the tests.
   static std::string stored_reason(const std::string& reason);
@@ -168,13 +200,24 @@ class PsPeerWatch {
                                  const std::atomic<bool>* stop);
 
  private:
-  // Sets trainer `trainer_id`'s reason to `stored` and, unless `flag` < 0, its failed flag to
-  // `flag` (see mark_failed; `*alive` the table after the flag's add, when not null).
+  // Sets trainer `trainer_id`'s reason to `stored`, reported in run `reason_run`, and, unless
+  // `flag` < 0, its failed flag to `flag` (see mark_failed; `*alive` the table after the flag's
+  // add, when not null).
   static Status set_own_failure(table::server::RemoteHostTier& servers, int trainer_id,
-                                int trainers, const std::string& stored, float flag,
+                                int trainers, const std::string& stored, int reason_run, float flag,
                                 std::vector<float>* alive);
+  // What each trainer reported in run `run` (failure_of), in one read; empty when the table is
+  // not this job's size.
+  static StatusOr<std::vector<std::string>> failures(table::server::RemoteHostTier& servers,
+                                                     int trainers, int run);
+  struct Peers;
   void beat_loop();
   void report_failed_peers(const std::vector<float>& values, std::vector<bool>* reported);
+  // Reports every other trainer lost by `values` (the heartbeat table as a beat at `now` left
+  // it): silent for peer_timeout_s since it began this run, or not begun begin_timeout_s after
+  // this watch's first beat.
+  void judge_peers(const std::vector<float>& values, std::chrono::steady_clock::time_point now,
+                   Peers* peers);
   void ping_loop();
   // Waits one interval; false once stopping.
   bool wait_interval();
@@ -195,7 +238,7 @@ class PsPeerWatch {
   CondVar stop_cv_;
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
-  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's
+  ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's, naming lost()
   bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;

@@ -429,6 +429,9 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     PsPeerWatchOptions options;
     options.peer_timeout_s = config_.runner.peer_timeout_s;
     options.run = run;
+    // A trainer that has not begun this train() when a meeting would have given up on it, in
+    // the first train() only (the only one that follows a meeting of every trainer: ps/start).
+    options.begin_timeout_s = config_.runner.collective_timeout_s;
     watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
   }
   s.watch = watch.get();

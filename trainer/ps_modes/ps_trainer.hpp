@@ -155,6 +155,11 @@ class PsTrainer final : public Schedule {
   // `start_from` (--load), else runner.model_init_path, else from scratch; every trainer of
   // the job must start alike. Returns the reports of the passes it trained.
   // `hooks`: what the caller hears of the run and how it stops it (epoch_loop.hpp).
+  // Several trainers: every trainer must call it as often; the first call must follow the
+  // constructor (the job's start meeting) within runner.collective_timeout_s on every trainer,
+  // else the others' watches report that trainer lost ("did not begin training run 1") and end
+  // the job. A later call has no such bound (the program's own work between calls may take any
+  // time): a trainer that never comes to it is found at the run's first meeting.
   std::vector<PassReport> train(const std::string& start_from = "", const RunHooks& hooks = {});
   // One pass over this trainer's share of `files`.
   PassReport train_pass(const std::vector<std::string>& files);

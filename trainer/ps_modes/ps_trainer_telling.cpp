@@ -54,7 +54,9 @@ void PsTrainer::fail_at_meeting(const std::exception_ptr& failed, const std::str
 
 void PsTrainer::throw_if_marked(int w, const std::string& told,
                                 const std::optional<std::string>& unmarked) {
-  StatusOr<std::string> reported = PsPeerWatch::failure_of(*state_->servers, w, env_.trainers);
+  // Only what it reported in this run (a reason of an earlier train() is stale).
+  StatusOr<std::string> reported =
+      PsPeerWatch::failure_of(*state_->servers, w, env_.trainers, state_->run);
   if (!unmarked) throw_if_error(reported.status());
   if (reported.ok() && !reported->empty()) {
     throw PeerFailed(told + "; trainer " + std::to_string(w) + " reported: " + *reported);

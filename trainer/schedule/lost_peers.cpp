@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/status.hpp"
+#include "common/thread_annotations.hpp"
 #include "table/server/remote_host_tier.hpp"
 
 namespace gpubox::trainer {
@@ -16,19 +17,41 @@ std::chrono::milliseconds millis_of(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
 
+struct ForcedExit::Armed {
+  std::atomic<bool> cancelled{false};
+  Mutex mu;
+  std::string reason GPUBOX_GUARDED_BY(mu);
+};
+
+void ForcedExit::cancel() const {
+  if (armed_) armed_->cancelled.store(true);
+}
+
+void ForcedExit::set_reason(const std::string& reason) const {
+  if (!armed_) return;
+  MutexLock lock(armed_->mu);
+  armed_->reason = reason;
+}
+
 ForcedExit arm_forced_exit(const std::string& reason, double grace_s) {
-  ForcedExit armed;
-  if (grace_s <= 0) return armed;
-  armed.cancelled_ = std::make_shared<std::atomic<bool>>(false);
-  std::thread([reason, grace_s, cancelled = armed.cancelled_] {
+  ForcedExit exit;
+  if (grace_s <= 0) return exit;
+  exit.armed_ = std::make_shared<ForcedExit::Armed>();
+  exit.set_reason(reason);
+  std::thread([grace_s, armed = exit.armed_] {
     std::this_thread::sleep_for(millis_of(grace_s));
-    if (cancelled->load()) return;
+    if (armed->cancelled.load()) return;
+    std::string reason;
+    {
+      MutexLock lock(armed->mu);
+      reason = armed->reason;
+    }
     std::fprintf(stderr, "gpubox_train: %s (the trainer had not stopped %.3g s after: ending it)\n",
                  reason.c_str(), grace_s);
     std::fflush(stderr);
     std::_Exit(1);
   }).detach();
-  return armed;
+  return exit;
 }
 
 ServerPings::ServerPings(table::server::RemoteHostTier& servers, double timeout_s)

@@ -2,8 +2,8 @@
 // modes' PsPeerWatch): the ping of every gpubox_server a job uses, and the forced end of a
 // process whose trainer cannot be woken after a loss.
 //
-// Thread-safety: ServerPings is used by one watch thread; arm_forced_exit and
-// ForcedExit::cancel from any thread.
+// Thread-safety: ServerPings is used by one watch thread; arm_forced_exit and ForcedExit's
+// methods from any thread.
 #pragma once
 
 #include <atomic>
@@ -23,20 +23,22 @@ namespace gpubox::trainer {
 // trainer stopped by itself, nothing left blocked); an empty one cancels nothing. Copyable.
 class ForcedExit {
  public:
-  void cancel() const {
-    if (cancelled_) cancelled_->store(true);
-  }
+  void cancel() const;
+  // What the end's stderr line says, from now on (the loss it was armed with and those seen
+  // since: a watch's lost()); an empty one ignores it.
+  void set_reason(const std::string& reason) const;
 
  private:
   friend ForcedExit arm_forced_exit(const std::string& reason, double grace_s);
-  std::shared_ptr<std::atomic<bool>> cancelled_;
+  struct Armed;  // shared with the thread that ends the process
+  std::shared_ptr<Armed> armed_;
 };
 
-// Ends the process `grace_s` from now with `reason` on stderr and exit status 1, unless it ended
-// by itself first or the returned ForcedExit was cancelled; nothing when grace_s <= 0. Detached,
-// holding only its own copy of the reason: it outlives the trainer, whose teardown may be what
-// hangs (a thread in a host-tier call to a server that is no longer reachable, a rank blocked
-// inside a Gloo collective).
+// Ends the process `grace_s` from now with `reason` (or the last ForcedExit::set_reason) on
+// stderr and exit status 1, unless it ended by itself first or the returned ForcedExit was
+// cancelled; nothing when grace_s <= 0. Detached, holding only its own copy of the reason: it
+// outlives the trainer, whose teardown may be what hangs (a thread in a host-tier call to a server
+// that is no longer reachable, a rank blocked inside a Gloo collective).
 ForcedExit arm_forced_exit(const std::string& reason, double grace_s);
 
 // Whole milliseconds, rounded up.

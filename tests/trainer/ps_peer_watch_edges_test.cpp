@@ -1,0 +1,435 @@
+// PsPeerWatch at its edges, against a loopback gpubox_server: a trainer of the job that never
+// begins its first train() is named once runner.collective_timeout_s passed (begin_timeout_s), a
+// slow starter within it is not, nor one of a later train(), whose start is not common; a trainer
+// whose begun flag was lost with the table is judged by its silence, one with a stale failed flag
+// as any other; beat counts wrap at 2^23 and stay exact, a wrap whose reply was lost applied once;
+// a reason of an earlier run is never reported in a later one; trainers failing at once are all
+// named, in lost() and in the forced end's line; a server lost as a failure is reported keeps
+// that end.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.hpp"
+#include "common/thread_annotations.hpp"
+#include "table/server/ps_protocol.hpp"
+#include "tests/trainer/ps_peer_watch_fixture.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
+
+namespace gpubox::trainer::ps_modes {
+namespace {
+
+using table::server::DenseAction;
+using watch_test::Clock;
+using watch_test::kTimeout;
+using watch_test::LogLines;
+using watch_test::Losses;
+using watch_test::options;
+using watch_test::PsPeerWatchTest;
+
+// A window of many beats (3 timeouts) in which a loss a watch must not see would have been seen.
+// A sleep, as the check is negative.
+void quiet_window() { std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout)); }
+
+// Trainers 1 and 2 passed the job's start (its meeting) with trainer 0. Trainer 1 begins its
+// train() a timeout after trainer 0, within the bound (a slow start); trainer 2 never does (it died
+// after the meeting). Trainer 0's watch names trainer 2, not before the bound; so does trainer 1's;
+// and no line names trainer 1. (A trainer that began and died right after is named by its
+// silence: ps_modes_telling_test's ATrainerThatBeganTheRunAndNeverBeatAgainIsLost.)
+TEST_F(PsPeerWatchTest, ATrainerThatNeverBeginsIsLostAfterTheBoundASlowStarterIsNot) {
+  reset(3);
+  LogLines log;
+  PsPeerWatchOptions o = options();
+  o.begin_timeout_s = 4 * kTimeout;
+  Losses first_losses;
+  Losses slow_losses;
+  const auto started = Clock::now();
+  PsPeerWatch first(*clients_[0], 0, 3, o, first_losses.callback());
+  std::this_thread::sleep_for(std::chrono::duration<double>(kTimeout));
+  PsPeerWatch slow(*clients_[1], 1, 3, o, slow_losses.callback());
+  ASSERT_TRUE(first_losses.wait_for_report()) << "trainer 2 was never lost";
+  // Not before the bound (load only delays the report).
+  EXPECT_GE(std::chrono::duration<double>(Clock::now() - started).count(), o.begin_timeout_s);
+  ASSERT_TRUE(slow_losses.wait_for_report()) << "trainer 2 was never lost";
+  for (const Losses* losses : {&first_losses, &slow_losses}) {
+    const std::string reason = losses->reasons().at(0);
+    EXPECT_NE(reason.find("lost trainer 2 of 3: it did not begin training run 1 within "),
+              std::string::npos)
+        << reason;
+    EXPECT_NE(reason.find("runner.collective_timeout_s=4"), std::string::npos) << reason;
+  }
+  // The slow starter is never named, by a report or a logged loss after it (many beats).
+  quiet_window();
+  for (const std::string& line : log.holding("trainer 1 of 3")) ADD_FAILURE() << line;
+}
+
+// Trainer 0 begins the job's second train() (run 2) and trainer 1 only a while after the bound:
+// the trainers met before run 1 only (the program may do anything between its calls), so trainer
+// 1 is not taken for one that never comes; once begun, it is watched as any other.
+TEST_F(PsPeerWatchTest, ATrainerBeginningALaterRunAfterTheBoundIsNotLost) {
+  reset(2);
+  LogLines log;
+  std::vector<float> run_1 = {5.0f, 7.0f, 1.0f, 1.0f, 0.0f, 0.0f, 1.0f, 1.0f};  // both finished
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &run_1).ok());
+  PsPeerWatchOptions o = options();
+  o.run = 2;
+  o.begin_timeout_s = kTimeout / 2;
+  Losses losses;
+  PsPeerWatch first(*clients_[0], 0, 2, o, losses.callback());
+  std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout));  // 6 bounds
+  PsPeerWatch late(*clients_[1], 1, 2, o);
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+  quiet_window();
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+  for (const std::string& line : log.holding("trainer 1 of 2")) ADD_FAILURE() << line;
+}
+
+// Trainer 1's failed flag is run 1's (stale: in PsTrainer its trainer takes it back before its
+// watch of run 2 starts; here it did not). It began run 2 and its count stopped: trainer 0's watch
+// of run 2 judges it as any other, lost by its silence.
+TEST_F(PsPeerWatchTest, ATrainerWithAFailedFlagOfAnEarlierRunIsJudged) {
+  reset(2);
+  std::vector<float> began_run_2 = {0.0f, 3.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 2.0f};
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &began_run_2).ok());
+  PsPeerWatchOptions o = options();
+  o.run = 2;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, o, losses.callback());
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1 was never lost";
+  const std::string reason = losses.reasons().at(0);
+  EXPECT_NE(reason.find("lost trainer 1 of 2: its heartbeat through server "), std::string::npos)
+      << reason;
+}
+
+// Trainers 1 and 2 began (trainer 0's watch saw them so), then their begun flags were lost with the
+// table (a first server restarted empty; their next beats would set them again, here they do not).
+// Trainer 1's count goes on moving: it is not lost, however short the bound. Trainer 2's count
+// stops: it is lost by its silence, not left unjudged.
+TEST_F(PsPeerWatchTest, ABegunFlagLostWithTheTableLeavesItsTrainerJudgedByItsSilence) {
+  reset(3);
+  LogLines log;
+  PsPeerWatchOptions o = options();
+  o.begin_timeout_s = kTimeout / 2;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 3, o, losses.callback());
+  const auto beat_of = [&](std::size_t trainer, float count, float begun) {
+    std::vector<float> beat(PsPeerWatch::kAliveSections * 3, 0.0f);
+    beat[trainer] = count;
+    beat[PsPeerWatch::kBegunSection * 3 + trainer] = begun;
+    return clients_[trainer]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok();
+  };
+  ASSERT_TRUE(beat_of(1, 1.0f, 1.0f));
+  ASSERT_TRUE(beat_of(2, 1.0f, 1.0f));
+  ASSERT_TRUE(beaten_after(3, 2, {0}, 2)) << "trainer 0 did not beat";
+  ASSERT_TRUE(beat_of(1, 0.0f, -1.0f));  // their flags gone
+  ASSERT_TRUE(beat_of(2, 0.0f, -1.0f));
+  std::atomic<bool> stop{false};
+  std::thread live([&] {
+    while (!stop.load() && beat_of(1, 1.0f, 0.0f)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  EXPECT_TRUE(losses.wait_for_report()) << "trainer 2 was never lost";
+  quiet_window();
+  stop.store(true);
+  live.join();
+  const std::vector<std::string> reasons = losses.reasons();
+  ASSERT_FALSE(reasons.empty());
+  EXPECT_NE(reasons[0].find("lost trainer 2 of 3: its heartbeat through server "),
+            std::string::npos)
+      << reasons[0];
+  for (const std::string& line : log.holding("trainer 1 of 3")) ADD_FAILURE() << line;
+}
+
+// A job long enough for its beat counts to reach 2^23 (kBeatWrap; a count kept going stopped at
+// 2^24, the last integer a float holds exactly, and its trainer was found lost); here they start
+// just below it. Each count crosses it and goes back (it wrapped), goes on moving, and nobody is
+// lost.
+TEST_F(PsPeerWatchTest, BeatCountsWrapAt2To23AndGoOnMoving) {
+  reset(2);
+  const float start = PsPeerWatch::kBeatWrap - 2.0f;
+  std::vector<float> long_job = {start, start, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(clients_[2]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &long_job).ok());
+  Losses losses0;
+  Losses losses1;
+  PsPeerWatch watch0(*clients_[0], 0, 2, options(), losses0.callback());
+  PsPeerWatch watch1(*clients_[1], 1, 2, options(), losses1.callback());
+  // Each count reached kBeatWrap, went back below its start, and moved on from there.
+  std::vector<float> peak(2, start);
+  std::vector<float> wrapped_at(2, -1.0f);
+  std::vector<bool> moved_on(2, false);
+  const auto until = Clock::now() + std::chrono::seconds(15);
+  while (Clock::now() < until && !(moved_on[0] && moved_on[1])) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::vector<float> now = beats(2);
+    for (std::size_t w = 0; w < now.size(); ++w) {
+      peak[w] = std::max(peak[w], now[w]);
+      if (wrapped_at[w] < 0 && now[w] < start) wrapped_at[w] = now[w];
+      if (wrapped_at[w] >= 0 && now[w] > wrapped_at[w]) moved_on[w] = true;
+    }
+  }
+  for (std::size_t w = 0; w < 2; ++w) {
+    EXPECT_EQ(peak[w], PsPeerWatch::kBeatWrap) << "trainer " << w;
+    EXPECT_TRUE(moved_on[w]) << "trainer " << w << ": wrapped at " << wrapped_at[w];
+    EXPECT_GE(wrapped_at[w], 1.0f) << "trainer " << w;
+  }
+  quiet_window();  // past a timeout of silence after the old count's stop, several times over
+  EXPECT_TRUE(losses0.reasons().empty()) << losses0.reasons().front();
+  EXPECT_TRUE(losses1.reasons().empty()) << losses1.reasons().front();
+}
+
+// The watch's tests with a server that drops the replies of chosen DENSE requests of one client
+// (after applying them; its retries, deduplicated, are not applied again and are dropped too): a
+// beat whose add was applied fails.
+class PsPeerWatchDroppedBeats : public PsPeerWatchTest {
+ protected:
+  table::server::ServerOptions server_options() override {
+    table::server::ServerOptions o;
+    o.threads = 2;  // one runs `on_drop_` while the other serves what it sends
+    o.drop_reply = [this](const table::server::FrameHeader& header) {
+      if (header.op != table::server::Op::kDense || header.client_id != client_id_.load()) {
+        return false;
+      }
+      std::size_t k = 0;
+      bool first = false;
+      {
+        MutexLock lock(mu_);
+        while (k < requests_.size() && requests_[k] != header.request_id) ++k;
+        first = k == requests_.size();
+        if (first) requests_.push_back(header.request_id);
+      }
+      const bool drop = drop_(k);
+      if (drop && first && on_drop_) on_drop_();
+      return drop;
+    };
+    return o;
+  }
+  // The server stops before this fixture's members go (its threads call the hook).
+  void TearDown() override {
+    if (server_) {
+      server_->stop();
+      server_->wait();
+    }
+  }
+  // A client of its own whose call fails soon after its replies stop (0.3 s), watched by the
+  // hook: its k-th DENSE request (from 0, its retries alike) has its replies dropped when
+  // `drop(k)`, and `on_drop` (may be empty) runs once as the first of them is dropped.
+  std::unique_ptr<table::server::RemoteHostTier> watched_client(
+      std::function<bool(std::size_t)> drop, std::function<void()> on_drop = nullptr) {
+    auto o = watch_test::client_options(server_->endpoint());
+    o.deadline_s = 0.3;
+    auto client = watch_test::connect_client(o);
+    if (!client) return client;
+    drop_ = std::move(drop);
+    on_drop_ = std::move(on_drop);
+    client_id_.store(client->client_id());
+    return client;
+  }
+  std::size_t requests() const {
+    MutexLock lock(mu_);
+    return requests_.size();
+  }
+
+ private:
+  std::function<bool(std::size_t)> drop_;  // set before client_id_
+  std::function<void()> on_drop_;
+  std::atomic<uint64_t> client_id_{0};
+  mutable Mutex mu_;
+  std::vector<uint64_t> requests_ GPUBOX_GUARDED_BY(mu_);
+};
+
+// Trainer 0's count starts below kBeatWrap. Its first beat (a read, then an add) takes it to
+// kBeatWrap; the reply of its next add (the wrap) is lost, and of the adds of the three beats
+// after (each after a read that passes): five adds in all applied, four of them unanswered. The
+// wrap is applied once: the count goes back to 1 and moves on, exact (before, the wrap was sent
+// again after each lost reply: applied four times the count stopped, far below -2^24).
+TEST_F(PsPeerWatchDroppedBeats, ABeatAtTheWrapWhoseReplyIsLostIsAppliedOnce) {
+  reset(2);
+  const float start = PsPeerWatch::kBeatWrap - 1.0f;
+  std::vector<float> long_job = {start, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(clients_[2]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &long_job).ok());
+  // Requests 0 and 1: the first beat's read and add; 2, 4, 6, 8: the adds dropped.
+  auto client = watched_client([](std::size_t k) { return k >= 2 && k <= 8 && k % 2 == 0; });
+  ASSERT_TRUE(client);
+  PsPeerWatch watch(*client, 0, 2, options());
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  while (requests() < 13 && Clock::now() < until) {  // two more beats answered after the last drop
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(requests(), 13u) << "trainer 0 did not beat";
+  const std::vector<float> after = beats(2);
+  ASSERT_EQ(after.size(), 2u);
+  // 1 after the wrap, then one for each add since (its beats after the drops went on meanwhile).
+  EXPECT_GE(after[0], 6.0f);
+  EXPECT_LT(after[0], 100.0f);
+  ASSERT_TRUE(beaten_after(2, 0, {0}, 2)) << "trainer 0's count stopped at " << after[0];
+}
+
+// Trainer 0's first server restarted empty within the bound of run 1 (here: the table zeroed as the
+// reply of one of its beats is lost, every begun flag with it; its add to the missing table failed
+// and its next beat found its own flag gone). The bound starts again from there: trainer 1,
+// beginning after the bound counted from trainer 0's first beat but within it counted from the
+// loss (its flag, had it begun before, was lost too), is not named.
+TEST_F(PsPeerWatchDroppedBeats, TheBoundOfRun1StartsAgainWhenTheTableIsLost) {
+  reset(2);
+  const auto zero_the_table = [this] {
+    std::vector<float> held(PsPeerWatch::kAliveSections * 2, 0.0f);
+    ASSERT_TRUE(clients_[2]->dense(DenseAction::kRead, PsPeerWatch::kAliveTable, &held).ok());
+    for (float& v : held) v = -v;
+    ASSERT_TRUE(clients_[2]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok());
+  };
+  // Request 10: the add of trainer 0's 10th beat, about 2 s after its first.
+  auto client = watched_client([](std::size_t k) { return k == 10; }, zero_the_table);
+  ASSERT_TRUE(client);
+  PsPeerWatchOptions o = options();
+  o.begin_timeout_s = 4 * kTimeout;
+  Losses losses;
+  const auto started = Clock::now();
+  PsPeerWatch first(*client, 0, 2, o, losses.callback());
+  while (requests() <= 12 && Clock::now() < started + std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Else the watch beat too slowly (load) for the loss to come within the bound.
+  ASSERT_LT(Clock::now() - started, std::chrono::duration<double>(o.begin_timeout_s))
+      << "the table was lost too late";
+  std::this_thread::sleep_until(started + std::chrono::duration<double>(5 * kTimeout));
+  PsPeerWatch late(*clients_[1], 1, 2, o);
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
+  quiet_window();
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+}
+
+// Trainer 1 marked a failure at a meeting of run 1 (its reason, no flag) and has not begun run 2,
+// which would take it back. Read for run 2, it is no reason; and a failed flag of run 2 whose
+// reason is not run 2's is reported without that stale reason.
+TEST_F(PsPeerWatchTest, AReasonOfAnEarlierRunIsNotReportedInALaterOne) {
+  reset(2);
+  ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "run 1: unreadable data",
+                                       FailureNotice::kAtMeeting, /*run=*/1)
+                  .ok());
+  for (const int run : {1, 2, PsPeerWatch::kAnyRun}) {
+    StatusOr<std::string> reason = PsPeerWatch::failure_of(*clients_[0], 1, 2, run);
+    ASSERT_TRUE(reason.ok()) << reason.status().to_string();
+    EXPECT_EQ(*reason, run == 2 ? "" : "run 1: unreadable data") << "run " << run;
+  }
+  std::vector<float> flagged_in_run_2 = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.0f, 0.0f, 0.0f};
+  ASSERT_TRUE(
+      clients_[0]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &flagged_in_run_2).ok());
+  PsPeerWatchOptions second_run = options();
+  second_run.run = 2;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, second_run, losses.callback());
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's flag of run 2 was never reported";
+  EXPECT_EQ(losses.reasons().at(0),
+            "trainer 1 of 2 failed: (what it reported in this run is not on the first server)");
+}
+
+// Trainers 1 and 2 fail at the same instant, each marking its failure: trainer 0 names both, in one
+// report when one beat saw both marks, and in what lost() says when a later beat saw the second.
+TEST_F(PsPeerWatchTest, TwoTrainersFailingAtOnceAreBothReported) {
+  const std::string both = "trainer 1 of 3 failed: one; trainer 2 of 3 failed: two";
+  const auto mark = [&](int trainer, const std::string& reason) {
+    return PsPeerWatch::mark_failed(*clients_[static_cast<std::size_t>(trainer)], trainer, 3,
+                                    reason, FailureNotice::kToWatches, /*run=*/1)
+        .ok();
+  };
+  reset(3);
+  ASSERT_TRUE(mark(1, "one"));
+  ASSERT_TRUE(mark(2, "two"));
+  {
+    LogLines log;
+    Losses losses;
+    PsPeerWatch survivor(*clients_[0], 0, 3, options(), losses.callback());
+    ASSERT_TRUE(losses.wait_for_report()) << "the failures were never reported";
+    EXPECT_EQ(losses.reasons().at(0), both);
+    EXPECT_EQ(survivor.lost(), both);
+    quiet_window();  // the failed trainers, silent, are not found lost besides
+    for (const std::string& line : log.holding("lost trainer")) ADD_FAILURE() << line;
+  }
+  reset(3);
+  Losses losses;
+  PsPeerWatch survivor(*clients_[0], 0, 3, options(), losses.callback());
+  ASSERT_TRUE(mark(1, "one"));
+  ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
+  ASSERT_TRUE(mark(2, "two"));
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (survivor.lost() != both && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(survivor.lost(), both);
+}
+
+// As TwoTrainersFailingAtOnceAreBothReported's second half, with the process's forced end armed:
+// the failure seen at a later beat is named in its line too, not the first alone.
+TEST_F(PsPeerWatchTest, TheForcedEndNamesEveryFailureSeenBeforeItFires) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto job = [&] {
+    const auto mark = [&](int trainer, const std::string& reason) {
+      return PsPeerWatch::mark_failed(*clients_[static_cast<std::size_t>(trainer)], trainer, 3,
+                                      reason, FailureNotice::kToWatches, /*run=*/1)
+          .ok();
+    };
+    reset(3);
+    PsPeerWatchOptions o = options();
+    o.exit_grace_s = 5;
+    Losses losses;
+    PsPeerWatch survivor(*clients_[0], 0, 3, o, losses.callback());
+    ASSERT_TRUE(mark(1, "one"));
+    ASSERT_TRUE(losses.wait_for_report()) << "trainer 1's failure was never reported";
+    ASSERT_TRUE(mark(2, "two"));
+    std::this_thread::sleep_for(std::chrono::seconds(20));
+    std::fprintf(stderr, "still running\n");
+    std::fflush(stderr);
+    std::_Exit(7);
+  };
+  EXPECT_EXIT(job(), ::testing::ExitedWithCode(1),
+              "trainer 1 of 3 failed: one; trainer 2 of 3 failed: two \\(the trainer had not");
+}
+
+// A server lost while the watch reports another trainer's failure (its callback running, the
+// forced end not armed yet): the end stays when the watch is destroyed (the teardown may hang on
+// that server), as for a server lost after the end was armed.
+TEST_F(PsPeerWatchTest, AServerLostAsAFailureIsReportedKeepsTheForcedEnd) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto job = [&] {
+    reset(2);
+    LogLines log;
+    PsPeerWatchOptions o = options();
+    o.exit_grace_s = 2;
+    std::atomic<bool> reported{false};
+    const auto server_goes = [&](const std::string&) {
+      server_->stop();
+      server_->wait();
+      const auto until = Clock::now() + std::chrono::seconds(10);
+      while (log.holding("lost server").empty() && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      reported.store(true);
+    };
+    {
+      PsPeerWatch survivor(*clients_[0], 0, 2, o, server_goes);
+      ASSERT_TRUE(PsPeerWatch::mark_failed(*clients_[1], 1, 2, "one", FailureNotice::kToWatches,
+                                           /*run=*/1)
+                      .ok());
+      const auto until = Clock::now() + std::chrono::seconds(20);
+      while (!reported.load() && Clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ASSERT_FALSE(log.holding("lost server").empty()) << "the server was never lost";
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(10));  // 5 times exit_grace_s
+    std::fprintf(stderr, "still running\n");
+    std::fflush(stderr);
+    std::_Exit(7);
+  };
+  EXPECT_EXIT(job(), ::testing::ExitedWithCode(1), "trainer 1 of 2 failed: one \\(the trainer");
+}
+
+}  // namespace
+}  // namespace gpubox::trainer::ps_modes
