@@ -49,6 +49,9 @@ void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> 
 
 bool PassManager::prepare_next_pass(int c) { return next_.prepare(c); }
 
-void PassManager::forget_next_pass() { next_.forget(); }
+void PassManager::clear_cards() {
+  next_.forget();
+  boundary_.clear_cards();
+}
 
 }  // namespace gpubox::pass

@@ -128,6 +128,17 @@ void PassBoundary::abandon_pass() {
   in_pass_ = false;
 }
 
+void PassBoundary::clear_cards() {
+  GPUBOX_EXPECTS(!in_pass_, "clearing the cards during a pass");
+  next_work_.keys_changed();
+  cards_.cards().run_on_cards([&](device::Card& card) {
+    cards_.store(card.local_index()).clear(card.stream());
+    card.stream().synchronize();
+  });
+  // make_room reads it as the dirty rows it must spare: none are left.
+  kept_dirty_ = 0;
+}
+
 uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
   std::vector<uint64_t> written(cards_.num_cards(), 0);
   std::vector<uint64_t> kept(written.size(), 0);
