@@ -10,8 +10,9 @@
 // once, none of the dropped pass's updates left on a server, none of the save lost) and so does
 // the held-out AUC. A recovery refused (runner.resume off, no save yet, the recoveries spent)
 // stops the trainer naming the server, the pass and why; a restart found in the write-back of a
-// pass stopped as asked ends the run stopped. Trainer::set_meeting_hook places the restarts in a
-// phase (the stopped pass's: a step hook).
+// pass stopped as asked ends the run stopped. A device fault in the phase that finds the restart
+// is named beside it in the error the user sees. Trainer::set_meeting_hook places the restarts
+// (and the faults) in a phase (the stopped pass's: a step hook).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/common/test_data_config.hpp"
@@ -67,7 +69,12 @@ struct Ran {
 struct RestartAt {
   std::string at;
   int server = 1;
+  // The phase also fails on this trainer as the server restarts: the hook throws kDeviceFault
+  // there (as a card's fault in the phase would throw), before the phase runs.
+  bool device_fault = false;
 };
+
+constexpr const char* kDeviceFault = "card 0: an injected device fault";
 
 // One gpubox-mode trainer against 2 fresh servers, saving each pass (checkpoint) under `saves`
 // and resuming the newest save there. A server restarts at each of `restart_at` (none: never),
@@ -159,6 +166,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
       restarted[which] = true;
       ++ran.restarts;
       shards.restart(restart_at[which].server);
+      if (restart_at[which].device_fault) throw Error(kDeviceFault);
     };
     const std::function<void()> restart = [&] { restart_once(restart_at.size() - 1); };
     std::atomic<bool> stop{false};
@@ -346,6 +354,51 @@ TEST_F(GpuboxTrainerRecovery, AMissingSaveToLoadAsksNoServer) {
     EXPECT_NE(e.message().find(missing), std::string::npos) << e.message();
   }
   EXPECT_EQ(SaveLineage::describe_restarts(trainer.host_tier()), "");
+}
+
+// A device fault in the phase where the restart is found (the restart's error no longer
+// replaces it, logged at WARNING only): the user sees both, the server first. A direct call
+// that does not recover fails naming the restarted server, the fault and what a rerun does.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartFoundByADirectEvaluationIsNamedWithIt) {
+  TrainerRun run{(root_ / "evaluation_fault").string(),
+                 {{"at the start of an evaluation", 1, /*device_fault=*/true}}};
+  const Ran ran = run_trainer(run);
+  std::printf("evaluation with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.error.rfind("at the start of an evaluation: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed at the start of an "
+                                       "evaluation: ") +
+                           kDeviceFault),
+            std::string::npos)
+      << ran.error;
+  EXPECT_NE(ran.error.find("; rerun to resume from the last save"), std::string::npos) << ran.error;
+}
+
+// The same fault beside a restart found at the end of pass 1: the recovery goes back (the fault
+// logged) and ends as the oracle; refused (runner.resume off), its error names the restarted
+// server, why it stops, and the fault.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartIsRepairedOrNamedWithTheRefusal) {
+  const Ran recovered = ends_as_resumed_from_the_save(
+      "write_back_fault", {"", {{"at the end of pass 1", 1, /*device_fault=*/true}}});
+  EXPECT_NE(recovered.log.find(std::string("this trainer also failed at the end of pass 1: ") +
+                               kDeviceFault),
+            std::string::npos)
+      << recovered.log;
+  TrainerRun refused{(root_ / "resume_off_fault").string(),
+                     {{"at the end of pass 1", 1, /*device_fault=*/true}},
+                     {"runner.resume=off"}};
+  const Ran ran = run_trainer(refused);
+  std::printf("refused with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find("; the trainer stops: runner.resume is off"), std::string::npos)
+      << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed at the end of pass 1: ") +
+                           kDeviceFault),
+            std::string::npos)
+      << ran.error;
+  EXPECT_FALSE(ran.left_in_pass);
 }
 
 TEST_F(GpuboxTrainerRecovery, ResumeOffStopsNamingIt) {

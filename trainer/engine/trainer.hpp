@@ -59,10 +59,18 @@ struct StepPlan;
 // A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
 // every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
 // recover() (it catches Error) and goes back to trainer 0's last save with the others. One
-// trainer throws one for a restart it found in a phase's failure.
+// trainer throws one for a restart it found in a phase's failure. `own_failure`: what else
+// failed on this trainer in that phase (a device fault: a failure that names no restarted
+// server), "" when nothing did; the message holds it, and so does the error of a recovery that
+// is refused or fails (Trainer::recover), so that the user sees both.
 class AgreedRestart : public Error {
  public:
-  explicit AgreedRestart(const std::string& message) : Error(message) {}
+  explicit AgreedRestart(const std::string& message, std::string own_failure = "")
+      : Error(message), own_failure_(std::move(own_failure)) {}
+  const std::string& own_failure() const { return own_failure_; }
+
+ private:
+  std::string own_failure_;
 };
 
 class Trainer final : public Schedule {
@@ -231,7 +239,8 @@ class Trainer final : public Schedule {
   // phase threw. So a trainer that meets a failure there never leaves the others waiting at a
   // later collective. One trainer, a meeting of one: `phase` alone (after the meeting hook); a
   // failure in which it finds a server restart (asking every server who it is only with
-  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message; any
+  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message (a
+  // failure that names no restarted server, a device fault, follows the restarts found); any
   // other is thrown as it is. `where` reads after "failed" ("at the end of pass 3", "writing the
   // save ...").
   void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
@@ -250,6 +259,8 @@ class Trainer final : public Schedule {
   // 0 chooses (agree_on_save) and reloads it with the others, again when a server restarts
   // during the reload.
   std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // recover() but for the error it throws: a recovery alone or together (recover_together).
+  std::optional<int64_t> go_back(const Error& error, int64_t pass);
   // Before a save is reloaded into the servers: the passes read and staged ahead dropped, the
   // open pass (if any) given up unwritten and the cards emptied (CardTier::abandon_pass). No
   // card thread may run.

@@ -6,11 +6,13 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -47,27 +49,61 @@ PhaseTally count_phase_outcomes(const std::vector<int64_t>& told, std::size_t ca
   return tally;
 }
 
+// `failure` (this trainer's, in the phase `where`, where it found a server restart) as a clause
+// of the restart's error, "" when it is the restart's own: the call that found the restart, or
+// one cut off as the server went down, names a restarted server. Any other (a device fault) is
+// this trainer's own and stays beside the restart in what the user sees.
+std::string own_failure_beside_restart(const std::string& failure, const std::string& where,
+                                       table::HostTier& host) {
+  if (const auto* remote = dynamic_cast<table::server::RemoteHostTier*>(&host)) {
+    for (const auto& restart : remote->pending_restarts()) {
+      if (failure.find(restart.where) != std::string::npos) return "";
+    }
+  }
+  return "this trainer also failed " + where + ": " + failure;
+}
+
 // The job agreed on a restart after the phase `where`: this trainer's own failure there, if any
 // (whatever its type), is logged and an AgreedRestart thrown in its place, naming the restarts it
-// found (`restarts`), else the first trainer that found one.
+// found (`restarts`), else the first trainer that found one, and the failure when it is not the
+// restart's (own_failure_beside_restart).
 [[noreturn]] void throw_agreed_restart(const std::exception_ptr& failed, const std::string& where,
-                                       const std::string& restarts, int restarted) {
+                                       const std::string& restarts, int restarted,
+                                       table::HostTier& host) {
+  std::string own;
   if (failed) {
+    std::string failure = "an unknown exception";
     try {
       std::rethrow_exception(failed);
     } catch (const std::exception& e) {
-      GPUBOX_LOG(WARNING) << where << ": " << user_message(e);
+      failure = user_message(e);
     } catch (...) {
-      GPUBOX_LOG(WARNING) << where << ": an unknown exception";
     }
+    GPUBOX_LOG(WARNING) << where << ": " << failure;
+    own = own_failure_beside_restart(failure, where, host);
   }
-  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts);
-  throw AgreedRestart("trainer " + std::to_string(restarted) + " found a server restart " + where);
+  const std::string also = own.empty() ? "" : "; " + own;
+  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own);
+  throw AgreedRestart(
+      "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own);
 }
 
 }  // namespace
 
 std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
+  const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
+  if (agreed == nullptr || agreed->own_failure().empty()) return go_back(error, pass);
+  try {
+    return go_back(error, pass);
+  } catch (const Error& stopped) {
+    // A recovery refused (or failed): the device fault found beside the restart, logged as the
+    // restart was agreed, stays in the error the user sees, after the restart's.
+    if (typeid(stopped) != typeid(Error)) throw;
+    throw Error(stopped.message() + "; " + agreed->own_failure(), stopped.where());
+  }
+}
+
+std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
   // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
   // any other failure is thrown again.
   if (env_.trainers > 1) {
@@ -147,7 +183,13 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       phase();
     } catch (const Error& e) {
       if (!restart_found(/*failed=*/count_held_restarts)) throw;
-      throw AgreedRestart(where + ": " + user_message(e));
+      const std::string failure = user_message(e);
+      const std::string own = own_failure_beside_restart(failure, where, *state_->host);
+      if (own.empty()) throw AgreedRestart(where + ": " + failure);
+      // A device fault beside the restart: the restart named first, with a rerun's advice.
+      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) + "; " +
+                              own + "; rerun to resume from the last save",
+                          own);
     }
     return;
   }
@@ -177,7 +219,7 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
                 tally.failing, ".log under scripts/run_gpubox.sh, names why), so the job stops",
                 restarts.empty() ? "" : "; this trainer found a server restart there: " + restarts);
   }
-  throw_agreed_restart(failed, where, restarts, tally.restarted);
+  throw_agreed_restart(failed, where, restarts, tally.restarted, *state_->host);
 }
 
 SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
