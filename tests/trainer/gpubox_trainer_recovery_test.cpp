@@ -84,8 +84,8 @@ struct TrainerRun {
   std::vector<RestartAt> restart_at = {};
   std::vector<std::string> keys = {};  // added to the config
   bool each_time = false;
-  bool stop_after_pass0 = false;  // the run asked to stop once pass 0 is saved
-  bool stop_at_restart = false;   // restarted at step 5 of pass 1, the stop flag set there too
+  int64_t stop_after_pass = -1;  // the run asked to stop once this pass is saved (-1: never)
+  bool stop_at_restart = false;  // restarted at step 5 of pass 1, the stop flag set there too
 };
 
 class GpuboxTrainerRecovery : public ::testing::Test {
@@ -124,9 +124,9 @@ class GpuboxTrainerRecovery : public ::testing::Test {
   static RunHooks hooks_of(const TrainerRun& run, const std::function<void()>& restart,
                            std::atomic<bool>* stop) {
     RunHooks hooks;
-    if (run.stop_after_pass0) {
-      hooks.on_pass = [stop](const PassReport& report) {
-        if (report.pass == 0) *stop = true;
+    if (run.stop_after_pass >= 0) {
+      hooks.on_pass = [stop, last = run.stop_after_pass](const PassReport& report) {
+        if (report.pass == last) *stop = true;
       };
       hooks.stop_requested = [stop] { return stop->load(); };
     }
@@ -184,7 +184,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
         ran.passes.push_back(report.pass);
       }
       ran.left_in_pass = trainer->card_tier().in_pass();
-      if (!run.stop_after_pass0 && !run.stop_at_restart) {
+      if (run.stop_after_pass < 0 && !run.stop_at_restart) {
         ran.test_auc = trainer->evaluate(data_files((root_ / "test").string()), false).metrics.auc;
       }
     } catch (const std::exception& e) {
@@ -207,7 +207,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     static const Ran resumed = [] {
       const std::string saves = (root_ / "oracle").string();
       TrainerRun first{saves};
-      first.stop_after_pass0 = true;
+      first.stop_after_pass = 0;
       const Ran stopped = run_trainer(first);
       EXPECT_EQ(stopped.error, "") << stopped.log;
       EXPECT_EQ(stopped.passes, (std::vector<int64_t>{0}));
@@ -320,6 +320,42 @@ TEST_F(GpuboxTrainerRecovery, ARestartDuringTheReloadReloadsAgain) {
       /*reloads=*/2);
   EXPECT_EQ(count(ran.log, "The pass's rows on the cards are dropped: reloading "), 1u) << ran.log;
   EXPECT_EQ(count(ran.log, "No pass was open: reloading "), 1u) << ran.log;
+}
+
+// Found by the evaluation at epoch 0's end (runner.epochs 2), after pass 2's save, while pass 3
+// (epoch 1's first) was read and staged ahead as pass 2 trained: the reload of pass 2's save
+// lands right before pass 3, the one recovery after which the pipeline still holds the very
+// pass the run trains next (any other goes back before a pass read ahead, and take() reads
+// that pass again itself). drop_card_work drops it with the cards' work: pass 3 is read and
+// staged again from the servers as the save left them, and the run ends as one resumed from
+// that save. (The rows staged before the restart equal the save's: the staging excluded every
+// key trained before pass 3, and each save waits for the staging under way.)
+TEST_F(GpuboxTrainerRecovery, ARestartFoundAtAnEpochsEndDropsTheNextPassStagedBeforeIt) {
+  const std::vector<std::string> keys = {"runner.epochs=2",
+                                         "runner.test_data_dir=" + (root_ / "test").string()};
+  TrainerRun first{(root_ / "epoch_end_oracle").string(), {}, keys};
+  first.stop_after_pass = 2;
+  const Ran stopped = run_trainer(first);
+  ASSERT_EQ(stopped.error, "") << stopped.log;
+  ASSERT_EQ(stopped.passes, (std::vector<int64_t>{0, 1, 2}));
+  const Ran resumed = run_trainer({first.saves, {}, keys});
+  ASSERT_EQ(resumed.error, "") << resumed.log;
+  ASSERT_EQ(resumed.passes, (std::vector<int64_t>{3, 4, 5}));
+  const Ran recovered =
+      run_trainer({(root_ / "epoch_end").string(), {{"at the start of an evaluation"}}, keys});
+  EXPECT_EQ(recovered.error, "") << recovered.log;
+  EXPECT_EQ(recovered.restarts, 1u);
+  EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1, 2, 3, 4, 5})) << recovered.log;
+  EXPECT_EQ(count(recovered.log, "No pass was open: reloading the last complete save (pass 2, "),
+            1u)
+      << recovered.log;
+  // Passes 1 and 2 were taken as read ahead; pass 3, read ahead too, never is (the run after
+  // the reload reads it in place), and passes 4 and 5 are read ahead again.
+  EXPECT_EQ(count(recovered.log, " was read ahead ("), 4u) << recovered.log;
+  EXPECT_EQ(count(recovered.log, "pass 3 was read ahead ("), 0u) << recovered.log;
+  EXPECT_FALSE(resumed.counts.empty());
+  EXPECT_TRUE(recovered.counts == resumed.counts) << "the rows' show and click counts differ";
+  EXPECT_EQ(recovered.test_auc, resumed.test_auc);
 }
 
 // A direct call that does not recover (an evaluation after train(), as gpubox_train --mode infer
