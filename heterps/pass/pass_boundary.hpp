@@ -39,7 +39,7 @@ class PassBoundary {
   // last write-back kept dirty go with them, and so does their count. Not during a pass.
   void clear_cards();
   // Dirty rows on the cards that the last write-back kept there (its `keep`): what make_room
-  // spares besides the pass's rows. 0 after sync(), clear_cards() or abandon_pass().
+  // spares besides the pass's rows. 0 after sync() or clear_cards(), not abandon_pass().
   uint64_t kept_dirty() const { return kept_dirty_; }
 
   const PassStats& current() const { return current_; }

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/error.hpp"
 #include "heterps/pass/pass_staging.hpp"
 
 namespace gpubox::pass {
@@ -50,7 +51,8 @@ void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> 
 bool PassManager::prepare_next_pass(int c) { return next_.prepare(c); }
 
 void PassManager::clear_cards() {
-  next_.forget();
+  GPUBOX_EXPECTS(!boundary_.in_pass(), "clearing the cards during a pass");
+  next_.forget();  // before the stores are emptied: nothing staged for them stays
   boundary_.clear_cards();
 }
 

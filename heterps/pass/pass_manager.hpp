@@ -203,7 +203,7 @@ class PassManager {
   // work, and the rows the last end_pass kept dirty go with the cards (kept_dirty() is 0).
   void clear_cards();
   // Dirty rows on the cards that the last end_pass kept there (its `keep`), not written back
-  // since: 0 after sync(), clear_cards() or abandon_pass().
+  // since: 0 after sync() or clear_cards() (abandon_pass() leaves it to the clear that follows).
   uint64_t kept_dirty() const { return boundary_.kept_dirty(); }
   // Gives up the open pass (if any) without writing its rows back: a pass whose write-back failed
   // (a restarted server) and whose rows the caller drops with the cards' contents

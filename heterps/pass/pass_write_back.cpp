@@ -124,19 +124,9 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
 void PassBoundary::abandon_pass() {
   next_work_.keys_changed();
   borrowed_.assign(cards_.num_cards(), {});
-  kept_dirty_ = 0;  // the rows an earlier write-back kept go with the cards' contents
+  // kept_dirty_ stays: the caller empties the cards next (clear_cards resets it); a failed
+  // clear leaves a count that is stale but safe (make_room spares more than it must).
   in_pass_ = false;
-}
-
-void PassBoundary::clear_cards() {
-  GPUBOX_EXPECTS(!in_pass_, "clearing the cards during a pass");
-  next_work_.keys_changed();
-  cards_.cards().run_on_cards([&](device::Card& card) {
-    cards_.store(card.local_index()).clear(card.stream());
-    card.stream().synchronize();
-  });
-  // make_room reads it as the dirty rows it must spare: none are left.
-  kept_dirty_ = 0;
 }
 
 uint64_t PassBoundary::write_back_all(const std::vector<uint64_t>& keep) {
