@@ -11,8 +11,9 @@
 // the held-out AUC. A recovery refused (runner.resume off, no save yet, the recoveries spent)
 // stops the trainer naming the server, the pass and why; a restart found in the write-back of a
 // pass stopped as asked ends the run stopped. A device fault in the phase that finds the restart
-// is named beside it in the error the user sees. Trainer::set_meeting_hook places the restarts
-// (and the faults) in a phase (the stopped pass's: a step hook).
+// is named beside it in the error the user sees (a stopped pass then ends with that error).
+// Trainer::set_meeting_hook places the restarts (and the faults) in a phase (the stopped pass's: a
+// step hook).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,7 +69,7 @@ struct Ran {
 // "<saves>" standing for TrainerRun::saves).
 struct RestartAt {
   std::string at;
-  int server = 1;
+  int server = 1;  // -1: none (the fault alone)
   // The phase also fails on this trainer as the server restarts: the hook throws kDeviceFault
   // there (as a card's fault in the phase would throw), before the phase runs.
   bool device_fault = false;
@@ -164,8 +165,10 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     const auto restart_once = [&](std::size_t which) {
       if (restarted[which] && !run.each_time) return;
       restarted[which] = true;
-      ++ran.restarts;
-      shards.restart(restart_at[which].server);
+      if (restart_at[which].server >= 0) {
+        ++ran.restarts;
+        shards.restart(restart_at[which].server);
+      }
       if (restart_at[which].device_fault) throw Error(kDeviceFault);
     };
     const std::function<void()> restart = [&] { restart_once(restart_at.size() - 1); };
@@ -310,6 +313,28 @@ TEST_F(GpuboxTrainerRecovery, ARestartFoundAsThePassStopsEndsStopped) {
   EXPECT_FALSE(ran.left_in_pass);  // the stopped pass is dropped, not left open
 }
 
+// The same stop, and a device fault in the stopped pass's write-back where the restart is found:
+// the fault is not what was asked, so the run ends with it beside the restart (before, it was
+// logged and the run reported stopped as asked), going back to no save, the pass dropped.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartAsThePassStopsEndsWithBoth) {
+  TrainerRun run{(root_ / "stopped_fault").string(),
+                 {{"at the end of pass 1 (stopped)", /*server=*/-1, /*device_fault=*/true}}};
+  run.stop_at_restart = true;
+  const Ran ran = run_trainer(run);
+  std::printf("stopped with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.error.rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed there: ") + kDeviceFault +
+                           "; rerun to resume from the last save"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, "at the end of pass 1 (stopped)"), 1u) << ran.error;
+  EXPECT_EQ(ran.log.find("the run stops as asked"), std::string::npos) << ran.log;
+  EXPECT_EQ(ran.log.find("reloading the last complete save"), std::string::npos) << ran.log;
+  EXPECT_FALSE(ran.left_in_pass);
+}
+
 // Server 1 restarts at the end of pass 1, then server 0 as the save of pass 0 is read for the
 // reload (found by the reload's LOAD; server 1 restarted again there would be adopted quietly:
 // empty as the instance accepted, which nothing was sent to since): the save is reloaded again,
@@ -331,7 +356,8 @@ TEST_F(GpuboxTrainerRecovery, ARestartDuringTheReloadReloadsAgain) {
 // that save. (The rows staged before the restart equal the save's: the staging excluded every
 // key trained before pass 3, and each save waits for the staging under way.)
 TEST_F(GpuboxTrainerRecovery, ARestartFoundAtAnEpochsEndDropsTheNextPassStagedBeforeIt) {
-  const std::vector<std::string> keys = {"runner.epochs=2",
+  // One pass read ahead: the log's count of passes taken as read ahead depends on it.
+  const std::vector<std::string> keys = {"runner.epochs=2", "runner.prefetch_passes=1",
                                          "runner.test_data_dir=" + (root_ / "test").string()};
   TrainerRun first{(root_ / "epoch_end_oracle").string(), {}, keys};
   first.stop_after_pass = 2;
@@ -403,12 +429,11 @@ TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartFoundByADirectEvaluation
   EXPECT_EQ(ran.restarts, 1u);
   EXPECT_EQ(ran.error.rfind("at the start of an evaluation: server ", 0), 0u) << ran.error;
   EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
-  EXPECT_NE(ran.error.find(std::string("; this trainer also failed at the start of an "
-                                       "evaluation: ") +
-                           kDeviceFault),
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed there: ") + kDeviceFault +
+                           "; rerun to resume from the last save"),
             std::string::npos)
       << ran.error;
-  EXPECT_NE(ran.error.find("; rerun to resume from the last save"), std::string::npos) << ran.error;
+  EXPECT_EQ(count(ran.error, "at the start of an evaluation"), 1u) << ran.error;
 }
 
 // The same fault beside a restart found at the end of pass 1: the recovery goes back (the fault
@@ -417,8 +442,7 @@ TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartFoundByADirectEvaluation
 TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartIsRepairedOrNamedWithTheRefusal) {
   const Ran recovered = ends_as_resumed_from_the_save(
       "write_back_fault", {"", {{"at the end of pass 1", 1, /*device_fault=*/true}}});
-  EXPECT_NE(recovered.log.find(std::string("this trainer also failed at the end of pass 1: ") +
-                               kDeviceFault),
+  EXPECT_NE(recovered.log.find(std::string("this trainer also failed there: ") + kDeviceFault),
             std::string::npos)
       << recovered.log;
   TrainerRun refused{(root_ / "resume_off_fault").string(),
@@ -428,12 +452,12 @@ TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartIsRepairedOrNamedWithThe
   std::printf("refused with a device fault: %s\n", ran.error.c_str());
   EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
   EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
-  EXPECT_NE(ran.error.find("; the trainer stops: runner.resume is off"), std::string::npos)
-      << ran.error;
+  // The fault after the restart, before why the trainer stops and what a rerun does; once.
   EXPECT_NE(ran.error.find(std::string("; this trainer also failed at the end of pass 1: ") +
-                           kDeviceFault),
+                           kDeviceFault + "; the trainer stops: runner.resume is off"),
             std::string::npos)
       << ran.error;
+  EXPECT_EQ(count(ran.error, kDeviceFault), 1u) << ran.error;
   EXPECT_FALSE(ran.left_in_pass);
 }
 

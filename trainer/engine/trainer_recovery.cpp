@@ -12,7 +12,6 @@
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
-#include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -49,18 +48,12 @@ PhaseTally count_phase_outcomes(const std::vector<int64_t>& told, std::size_t ca
   return tally;
 }
 
-// `failure` (this trainer's, in the phase `where`, where it found a server restart) as a clause
-// of the restart's error, "" when it is the restart's own: the call that found the restart, or
-// one cut off as the server went down, names a restarted server. Any other (a device fault) is
-// this trainer's own and stays beside the restart in what the user sees.
-std::string own_failure_beside_restart(const std::string& failure, const std::string& where,
-                                       table::HostTier& host) {
-  if (const auto* remote = dynamic_cast<table::server::RemoteHostTier*>(&host)) {
-    for (const auto& restart : remote->pending_restarts()) {
-      if (failure.find(restart.where) != std::string::npos) return "";
-    }
-  }
-  return "this trainer also failed " + where + ": " + failure;
+// `failure` (this trainer's, in the phase where it found a server restart) unless it is the
+// restart's own, "" then: the call that found the restart, or one cut off as the server went
+// down, names a restarted server. Any other (a device fault, another server down) is this
+// trainer's own and stays beside the restart in what the user sees.
+std::string own_failure_beside_restart(const std::string& failure, table::HostTier& host) {
+  return SaveLineage::names_a_restart(failure, host) ? "" : failure;
 }
 
 // The job agreed on a restart after the phase `where`: this trainer's own failure there, if any
@@ -80,25 +73,33 @@ std::string own_failure_beside_restart(const std::string& failure, const std::st
     } catch (...) {
     }
     GPUBOX_LOG(WARNING) << where << ": " << failure;
-    own = own_failure_beside_restart(failure, where, host);
+    own = own_failure_beside_restart(failure, host);
   }
-  const std::string also = own.empty() ? "" : "; " + own;
-  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own);
+  const std::string also = own.empty() ? "" : "; this trainer also failed there: " + own;
+  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own, where);
   throw AgreedRestart(
-      "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own);
+      "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own,
+      where);
 }
 
 }  // namespace
 
 std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
+  // A pass stopped as asked, failed beside a restart: the run ends with it (stop_pass).
+  if (dynamic_cast<const StoppedPassFailed*>(&error) != nullptr) return std::nullopt;
   const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
-  if (agreed == nullptr || agreed->own_failure().empty()) return go_back(error, pass);
+  if (agreed == nullptr || agreed->failure().empty()) return go_back(error, pass);
   try {
     return go_back(error, pass);
   } catch (const Error& stopped) {
-    // A recovery refused (or failed): the device fault found beside the restart, logged as the
-    // restart was agreed, stays in the error the user sees, after the restart's.
-    if (typeid(stopped) != typeid(Error)) throw;
+    // A recovery refused names the failure found beside the restart (logged as the restart was
+    // agreed) before what a rerun does (the restarts' clause, SaveLineage::recover's `beside`);
+    // one that failed otherwise, or the restart's own error thrown again, is named with it here
+    // unless its message holds it already.
+    if (typeid(stopped) != typeid(Error) ||
+        stopped.message().find(agreed->failure()) != std::string::npos) {
+      throw;
+    }
     throw Error(stopped.message() + "; " + agreed->own_failure(), stopped.where());
   }
 }
@@ -106,9 +107,11 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
 std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
   // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
   // any other failure is thrown again.
+  const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
+  const std::string beside = agreed != nullptr ? agreed->own_failure() : "";
   if (env_.trainers > 1) {
-    if (dynamic_cast<const AgreedRestart*>(&error) == nullptr) return std::nullopt;
-    return recover_together(error, pass);
+    if (agreed == nullptr) return std::nullopt;
+    return recover_together(error, pass, beside);
   }
   // A server that restarted: the pass open on the cards (found in its write-back) is dropped as
   // a job drops it, the last save reloaded and the passes after it trained again
@@ -121,7 +124,7 @@ std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
   // on whatever the lineage decides, so the card work is dropped before it is asked, as
   // agree_on_save drops it; a refusal then leaves no pass open nor passes read ahead from the
   // servers as they were.
-  if (dynamic_cast<const AgreedRestart*>(&error) != nullptr) {
+  if (agreed != nullptr) {
     GPUBOX_LOG(WARNING) << error.message();
     drop_card_work();
   }
@@ -133,7 +136,7 @@ std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_card_work(); });
+      [this] { drop_card_work(); }, beside);
   return pass_id_;
 }
 
@@ -184,12 +187,14 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
     } catch (const Error& e) {
       if (!restart_found(/*failed=*/count_held_restarts)) throw;
       const std::string failure = user_message(e);
-      const std::string own = own_failure_beside_restart(failure, where, *state_->host);
+      const std::string own = own_failure_beside_restart(failure, *state_->host);
       if (own.empty()) throw AgreedRestart(where + ": " + failure);
-      // A device fault beside the restart: the restart named first, with a rerun's advice.
-      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) + "; " +
-                              own + "; rerun to resume from the last save",
-                          own);
+      // Another failure beside the restart: the restart named first, the phase once, then the
+      // failure and a rerun's advice.
+      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) +
+                              "; this trainer also failed there: " + own +
+                              "; rerun to resume from the last save",
+                          own, where);
     }
     return;
   }
@@ -222,7 +227,7 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
   throw_agreed_restart(failed, where, restarts, tally.restarted, *state_->host);
 }
 
-SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
+SaveLineage::Recovery Trainer::agree_on_save(int64_t pass, const std::string& beside) {
   State& s = *state_;
   const SaveLineage::OpenPass open =
       s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
@@ -231,6 +236,7 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   SaveLineage::find_restarts(*s.host, config_.host_tier.remote.connect_timeout_s);
   std::string what = SaveLineage::describe_restarts(*s.host);
   if (what.empty()) what = "another trainer of the job found a server restart";
+  if (!beside.empty()) what += "; " + beside;  // named before what a rerun does
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;
   auto refusal = SaveLineage::Refusal::kNone;
@@ -262,11 +268,12 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   return recovery;
 }
 
-std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pass) {
+std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pass,
+                                                 const std::string& beside) {
   GPUBOX_LOG(WARNING) << error.message()
                       << "; going back to the last save with every trainer of the job";
   for (;;) {
-    const SaveLineage::Recovery recovery = agree_on_save(pass);
+    const SaveLineage::Recovery recovery = agree_on_save(pass, beside);
     pass_id_ = recovery.run_pass;
     // Trainer 0 knows the save's folder; another finds it in its lineage (model_save_path), in
     // load()'s first phase, so that one that cannot stops the others at once.
