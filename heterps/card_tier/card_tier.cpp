@@ -209,11 +209,7 @@ bool CardTier::prepare_next_pass(int card) {
 
 void CardTier::clear() {
   GPUBOX_EXPECTS(!pass_manager_->in_pass(), "card tier: clear() during a pass");
-  pass_manager_->forget_next_pass();
-  cards_.run_on_cards([&](device::Card& card) {
-    stores_[card.local_index()]->clear(card.stream());
-    card.stream().synchronize();
-  });
+  pass_manager_->clear_cards();
 }
 
 void CardTier::abandon_pass() {
@@ -222,6 +218,7 @@ void CardTier::abandon_pass() {
 }
 
 bool CardTier::in_pass() const { return pass_manager_->in_pass(); }
+uint64_t CardTier::kept_dirty() const { return pass_manager_->kept_dirty(); }
 const pass::CardTierPlan& CardTier::plan() const { return pass_manager_->plan(); }
 const pass::PassStats& CardTier::current() const { return pass_manager_->current(); }
 

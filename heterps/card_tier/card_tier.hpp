@@ -154,6 +154,9 @@ class CardTier {
                         const std::function<pass::StagingProgress()>& poll);
   bool prepare_next_pass(int card);
   bool in_pass() const;
+  // Dirty rows the last end_pass kept on the cards (its `keep`), not written back since: 0 after
+  // sync(), clear() or abandon_pass() (PassManager::kept_dirty).
+  uint64_t kept_dirty() const;
   // The card tier's footprint per card (rows, bytes per key): the log line at the start.
   const pass::CardTierPlan& plan() const;
   // The counters of the current (or last) pass.

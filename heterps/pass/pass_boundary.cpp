@@ -326,4 +326,15 @@ void PassBoundary::log_begin(const PassStats& stats, const BeginTimes& times) co
                    << " allocations, " << stats.early_launches << " launches)";
 }
 
+void PassBoundary::clear_cards() {
+  GPUBOX_EXPECTS(!in_pass_, "clearing the cards during a pass");
+  cards_.cards().run_on_cards([&](device::Card& card) {
+    cards_.store(card.local_index()).clear(card.stream());
+    card.stream().synchronize();
+  });
+  // make_room reads it as the dirty rows it must spare: none are left. The only reset besides
+  // sync() (abandon_pass leaves it to this).
+  kept_dirty_ = 0;
+}
+
 }  // namespace gpubox::pass

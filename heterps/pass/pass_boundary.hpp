@@ -35,6 +35,12 @@ class PassBoundary {
   uint64_t sync() { return write_back_all({}); }
   // Gives up the open pass without writing it back (PassManager::abandon_pass).
   void abandon_pass();
+  // Empties every card's store, on the card threads (PassManager::clear_cards): the rows the
+  // last write-back kept dirty go with them, and so does their count. Not during a pass.
+  void clear_cards();
+  // Dirty rows on the cards that the last write-back kept there (its `keep`): what make_room
+  // spares besides the pass's rows. 0 after sync() or clear_cards(), not abandon_pass().
+  uint64_t kept_dirty() const { return kept_dirty_; }
 
   const PassStats& current() const { return current_; }
   bool in_pass() const { return in_pass_; }

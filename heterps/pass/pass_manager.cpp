@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/error.hpp"
 #include "heterps/pass/pass_staging.hpp"
 
 namespace gpubox::pass {
@@ -49,6 +50,10 @@ void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> 
 
 bool PassManager::prepare_next_pass(int c) { return next_.prepare(c); }
 
-void PassManager::forget_next_pass() { next_.forget(); }
+void PassManager::clear_cards() {
+  GPUBOX_EXPECTS(!boundary_.in_pass(), "clearing the cards during a pass");
+  next_.forget();  // before the stores are emptied: nothing staged for them stays
+  boundary_.clear_cards();
+}
 
 }  // namespace gpubox::pass

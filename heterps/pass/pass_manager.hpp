@@ -199,8 +199,12 @@ class PassManager {
   // work (above). Returns false when there is none now: not expected, its keys not planned yet,
   // waiting for its rows (looked up and room made), or done.
   bool prepare_next_pass(int c);
-  // Forgets the next pass's work (the cards were emptied: CardTier::clear).
-  void forget_next_pass();
+  // Empties every card's store (CardTier::clear; not during a pass): forgets the next pass's
+  // work, and the rows the last end_pass kept dirty go with the cards (kept_dirty() is 0).
+  void clear_cards();
+  // Dirty rows on the cards that the last end_pass kept there (its `keep`), not written back
+  // since: 0 after sync() or clear_cards() (abandon_pass() leaves it to the clear that follows).
+  uint64_t kept_dirty() const { return boundary_.kept_dirty(); }
   // Gives up the open pass (if any) without writing its rows back: a pass whose write-back failed
   // (a restarted server) and whose rows the caller drops with the cards' contents
   // (CardTier::abandon_pass empties them), reloading a save instead.

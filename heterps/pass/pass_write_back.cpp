@@ -124,7 +124,8 @@ PassStats PassBoundary::end_pass(const std::vector<uint64_t>& keep) {
 void PassBoundary::abandon_pass() {
   next_work_.keys_changed();
   borrowed_.assign(cards_.num_cards(), {});
-  kept_dirty_ = 0;  // the rows an earlier write-back kept go with the cards' contents
+  // kept_dirty_ stays: the caller empties the cards next (clear_cards resets it); a failed
+  // clear leaves a count that is stale but safe (make_room spares more than it must).
   in_pass_ = false;
 }
 

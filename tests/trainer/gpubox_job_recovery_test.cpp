@@ -361,6 +361,51 @@ TEST_F(GpuboxJobRecovery, AnotherTrainerFailingOtherwiseStopsTheJobOverARestart)
   EXPECT_EQ(ran.log.find("going back to the last save"), std::string::npos) << ran.log;
 }
 
+// Trainer 1's card faults at the end of pass 1, where trainer 0's write-back finds the server
+// restart (trainer 1 finds it too, asking every server after its failure): the fault names no
+// restarted server, so it stays beside the restart in trainer 1's AgreedRestart
+// (throw_agreed_restart), the job goes back and ends as the oracle. With runner.resume off,
+// trainer 0 refuses, and trainer 1's error names the fault after the restarts and before why the
+// job stops (agree_on_save), once.
+TEST_F(GpuboxJobRecovery, ADeviceFaultBesideAnAgreedRestartIsLoggedOrNamedWithTheRefusal) {
+  constexpr const char* kFault = "card 0: an injected device fault";
+  const auto fault_on_trainer_1 = [kFault](std::atomic<bool>* thrown) {
+    return [kFault, thrown](int w, Trainer&, Servers&, const std::string& where) {
+      if (w == 1 && where == "at the end of pass 1" && !thrown->exchange(true)) GPUBOX_FAIL(kFault);
+    };
+  };
+  std::atomic<bool> thrown{false};
+  Job job{"device_fault", "", 2, RestartAt::kWithinPass};
+  job.at_meeting = fault_on_trainer_1(&thrown);
+  const JobRan recovered = job_ends_as_resumed_from_the_save(job);
+  EXPECT_TRUE(thrown.load());
+  EXPECT_NE(recovered.log.find(std::string("at the end of pass 1: server ")), std::string::npos)
+      << recovered.log;
+  EXPECT_NE(recovered.log.find(std::string("; this trainer also failed there: ") + kFault +
+                               "; going back to the last save with every trainer of the job"),
+            std::string::npos)
+      << recovered.log;
+
+  std::atomic<bool> thrown_again{false};
+  Job refused{"device_fault_refused",
+              (root_ / "device_fault_refused").string(),
+              2,
+              RestartAt::kWithinPass,
+              {"runner.resume=off"}};
+  refused.at_meeting = fault_on_trainer_1(&thrown_again);
+  const JobRan ran = run_job(refused);
+  for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
+  const std::string& error = ran.errors[1];
+  const auto fault =
+      error.find(std::string("; this trainer also failed at the end of pass 1: ") + kFault +
+                 "; trainer 0 cannot go back to a save (runner.resume is "
+                 "off), so the job stops; ");
+  EXPECT_EQ(error.rfind("pass 1: server ", 0), 0u) << error;
+  EXPECT_NE(fault, std::string::npos) << error;
+  EXPECT_EQ(count(error, kFault), 1u) << error;
+  EXPECT_EQ(ran.errors[0].find(kFault), std::string::npos) << ran.errors[0];
+}
+
 // The run is asked to stop within pass 1 as server 1 restarts: the stopped pass's write-back
 // finds the restart, and both trainers end stopped as asked, pass 0 trained and saved (before,
 // that write-back met no other trainer: each ended with the restart's error).

@@ -10,8 +10,10 @@
 // once, none of the dropped pass's updates left on a server, none of the save lost) and so does
 // the held-out AUC. A recovery refused (runner.resume off, no save yet, the recoveries spent)
 // stops the trainer naming the server, the pass and why; a restart found in the write-back of a
-// pass stopped as asked ends the run stopped. Trainer::set_meeting_hook places the restarts in a
-// phase (the stopped pass's: a step hook).
+// pass stopped as asked ends the run stopped. A device fault in the phase that finds the restart
+// is named beside it in the error the user sees (a stopped pass then ends with that error).
+// Trainer::set_meeting_hook places the restarts (and the faults) in a phase (the stopped pass's: a
+// step hook).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -29,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/common/test_data_config.hpp"
@@ -66,8 +69,13 @@ struct Ran {
 // "<saves>" standing for TrainerRun::saves).
 struct RestartAt {
   std::string at;
-  int server = 1;
+  int server = 1;  // -1: none (the fault alone)
+  // The phase also fails on this trainer as the server restarts: the hook throws kDeviceFault
+  // there (as a card's fault in the phase would throw), before the phase runs.
+  bool device_fault = false;
 };
+
+constexpr const char* kDeviceFault = "card 0: an injected device fault";
 
 // One gpubox-mode trainer against 2 fresh servers, saving each pass (checkpoint) under `saves`
 // and resuming the newest save there. A server restarts at each of `restart_at` (none: never),
@@ -77,8 +85,8 @@ struct TrainerRun {
   std::vector<RestartAt> restart_at = {};
   std::vector<std::string> keys = {};  // added to the config
   bool each_time = false;
-  bool stop_after_pass0 = false;  // the run asked to stop once pass 0 is saved
-  bool stop_at_restart = false;   // restarted at step 5 of pass 1, the stop flag set there too
+  int64_t stop_after_pass = -1;  // the run asked to stop once this pass is saved (-1: never)
+  bool stop_at_restart = false;  // restarted at step 5 of pass 1, the stop flag set there too
 };
 
 class GpuboxTrainerRecovery : public ::testing::Test {
@@ -117,9 +125,9 @@ class GpuboxTrainerRecovery : public ::testing::Test {
   static RunHooks hooks_of(const TrainerRun& run, const std::function<void()>& restart,
                            std::atomic<bool>* stop) {
     RunHooks hooks;
-    if (run.stop_after_pass0) {
-      hooks.on_pass = [stop](const PassReport& report) {
-        if (report.pass == 0) *stop = true;
+    if (run.stop_after_pass >= 0) {
+      hooks.on_pass = [stop, last = run.stop_after_pass](const PassReport& report) {
+        if (report.pass == last) *stop = true;
       };
       hooks.stop_requested = [stop] { return stop->load(); };
     }
@@ -157,8 +165,11 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     const auto restart_once = [&](std::size_t which) {
       if (restarted[which] && !run.each_time) return;
       restarted[which] = true;
-      ++ran.restarts;
-      shards.restart(restart_at[which].server);
+      if (restart_at[which].server >= 0) {
+        ++ran.restarts;
+        shards.restart(restart_at[which].server);
+      }
+      if (restart_at[which].device_fault) throw Error(kDeviceFault);
     };
     const std::function<void()> restart = [&] { restart_once(restart_at.size() - 1); };
     std::atomic<bool> stop{false};
@@ -176,7 +187,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
         ran.passes.push_back(report.pass);
       }
       ran.left_in_pass = trainer->card_tier().in_pass();
-      if (!run.stop_after_pass0 && !run.stop_at_restart) {
+      if (run.stop_after_pass < 0 && !run.stop_at_restart) {
         ran.test_auc = trainer->evaluate(data_files((root_ / "test").string()), false).metrics.auc;
       }
     } catch (const std::exception& e) {
@@ -199,7 +210,7 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     static const Ran resumed = [] {
       const std::string saves = (root_ / "oracle").string();
       TrainerRun first{saves};
-      first.stop_after_pass0 = true;
+      first.stop_after_pass = 0;
       const Ran stopped = run_trainer(first);
       EXPECT_EQ(stopped.error, "") << stopped.log;
       EXPECT_EQ(stopped.passes, (std::vector<int64_t>{0}));
@@ -302,6 +313,28 @@ TEST_F(GpuboxTrainerRecovery, ARestartFoundAsThePassStopsEndsStopped) {
   EXPECT_FALSE(ran.left_in_pass);  // the stopped pass is dropped, not left open
 }
 
+// The same stop, and a device fault in the stopped pass's write-back where the restart is found:
+// the fault is not what was asked, so the run ends with it beside the restart (before, it was
+// logged and the run reported stopped as asked), going back to no save, the pass dropped.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartAsThePassStopsEndsWithBoth) {
+  TrainerRun run{(root_ / "stopped_fault").string(),
+                 {{"at the end of pass 1 (stopped)", /*server=*/-1, /*device_fault=*/true}}};
+  run.stop_at_restart = true;
+  const Ran ran = run_trainer(run);
+  std::printf("stopped with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.error.rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed there: ") + kDeviceFault +
+                           "; rerun to resume from the last save"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, "at the end of pass 1 (stopped)"), 1u) << ran.error;
+  EXPECT_EQ(ran.log.find("the run stops as asked"), std::string::npos) << ran.log;
+  EXPECT_EQ(ran.log.find("reloading the last complete save"), std::string::npos) << ran.log;
+  EXPECT_FALSE(ran.left_in_pass);
+}
+
 // Server 1 restarts at the end of pass 1, then server 0 as the save of pass 0 is read for the
 // reload (found by the reload's LOAD; server 1 restarted again there would be adopted quietly:
 // empty as the instance accepted, which nothing was sent to since): the save is reloaded again,
@@ -312,6 +345,43 @@ TEST_F(GpuboxTrainerRecovery, ARestartDuringTheReloadReloadsAgain) {
       /*reloads=*/2);
   EXPECT_EQ(count(ran.log, "The pass's rows on the cards are dropped: reloading "), 1u) << ran.log;
   EXPECT_EQ(count(ran.log, "No pass was open: reloading "), 1u) << ran.log;
+}
+
+// Found by the evaluation at epoch 0's end (runner.epochs 2), after pass 2's save, while pass 3
+// (epoch 1's first) was read and staged ahead as pass 2 trained: the reload of pass 2's save
+// lands right before pass 3, the one recovery after which the pipeline still holds the very
+// pass the run trains next (any other goes back before a pass read ahead, and take() reads
+// that pass again itself). drop_card_work drops it with the cards' work: pass 3 is read and
+// staged again from the servers as the save left them, and the run ends as one resumed from
+// that save. (The rows staged before the restart equal the save's: the staging excluded every
+// key trained before pass 3, and each save waits for the staging under way.)
+TEST_F(GpuboxTrainerRecovery, ARestartFoundAtAnEpochsEndDropsTheNextPassStagedBeforeIt) {
+  // One pass read ahead: the log's count of passes taken as read ahead depends on it.
+  const std::vector<std::string> keys = {"runner.epochs=2", "runner.prefetch_passes=1",
+                                         "runner.test_data_dir=" + (root_ / "test").string()};
+  TrainerRun first{(root_ / "epoch_end_oracle").string(), {}, keys};
+  first.stop_after_pass = 2;
+  const Ran stopped = run_trainer(first);
+  ASSERT_EQ(stopped.error, "") << stopped.log;
+  ASSERT_EQ(stopped.passes, (std::vector<int64_t>{0, 1, 2}));
+  const Ran resumed = run_trainer({first.saves, {}, keys});
+  ASSERT_EQ(resumed.error, "") << resumed.log;
+  ASSERT_EQ(resumed.passes, (std::vector<int64_t>{3, 4, 5}));
+  const Ran recovered =
+      run_trainer({(root_ / "epoch_end").string(), {{"at the start of an evaluation"}}, keys});
+  EXPECT_EQ(recovered.error, "") << recovered.log;
+  EXPECT_EQ(recovered.restarts, 1u);
+  EXPECT_EQ(recovered.passes, (std::vector<int64_t>{0, 1, 2, 3, 4, 5})) << recovered.log;
+  EXPECT_EQ(count(recovered.log, "No pass was open: reloading the last complete save (pass 2, "),
+            1u)
+      << recovered.log;
+  // Passes 1 and 2 were taken as read ahead; pass 3, read ahead too, never is (the run after
+  // the reload reads it in place), and passes 4 and 5 are read ahead again.
+  EXPECT_EQ(count(recovered.log, " was read ahead ("), 4u) << recovered.log;
+  EXPECT_EQ(count(recovered.log, "pass 3 was read ahead ("), 0u) << recovered.log;
+  EXPECT_FALSE(resumed.counts.empty());
+  EXPECT_TRUE(recovered.counts == resumed.counts) << "the rows' show and click counts differ";
+  EXPECT_EQ(recovered.test_auc, resumed.test_auc);
 }
 
 // A direct call that does not recover (an evaluation after train(), as gpubox_train --mode infer
@@ -346,6 +416,49 @@ TEST_F(GpuboxTrainerRecovery, AMissingSaveToLoadAsksNoServer) {
     EXPECT_NE(e.message().find(missing), std::string::npos) << e.message();
   }
   EXPECT_EQ(SaveLineage::describe_restarts(trainer.host_tier()), "");
+}
+
+// A device fault in the phase where the restart is found (the restart's error no longer
+// replaces it, logged at WARNING only): the user sees both, the server first. A direct call
+// that does not recover fails naming the restarted server, the fault and what a rerun does.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartFoundByADirectEvaluationIsNamedWithIt) {
+  TrainerRun run{(root_ / "evaluation_fault").string(),
+                 {{"at the start of an evaluation", 1, /*device_fault=*/true}}};
+  const Ran ran = run_trainer(run);
+  std::printf("evaluation with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 1u);
+  EXPECT_EQ(ran.error.rfind("at the start of an evaluation: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed there: ") + kDeviceFault +
+                           "; rerun to resume from the last save"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, "at the start of an evaluation"), 1u) << ran.error;
+}
+
+// The same fault beside a restart found at the end of pass 1: the recovery goes back (the fault
+// logged) and ends as the oracle; refused (runner.resume off), its error names the restarted
+// server, why it stops, and the fault.
+TEST_F(GpuboxTrainerRecovery, ADeviceFaultBesideARestartIsRepairedOrNamedWithTheRefusal) {
+  const Ran recovered = ends_as_resumed_from_the_save(
+      "write_back_fault", {"", {{"at the end of pass 1", 1, /*device_fault=*/true}}});
+  EXPECT_NE(recovered.log.find(std::string("this trainer also failed there: ") + kDeviceFault),
+            std::string::npos)
+      << recovered.log;
+  TrainerRun refused{(root_ / "resume_off_fault").string(),
+                     {{"at the end of pass 1", 1, /*device_fault=*/true}},
+                     {"runner.resume=off"}};
+  const Ran ran = run_trainer(refused);
+  std::printf("refused with a device fault: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  // The fault after the restart, before why the trainer stops and what a rerun does; once.
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed at the end of pass 1: ") +
+                           kDeviceFault + "; the trainer stops: runner.resume is off"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, kDeviceFault), 1u) << ran.error;
+  EXPECT_FALSE(ran.left_in_pass);
 }
 
 TEST_F(GpuboxTrainerRecovery, ResumeOffStopsNamingIt) {

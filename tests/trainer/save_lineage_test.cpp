@@ -57,5 +57,25 @@ TEST(SaveLineageRefusal, EncodedAsTheFloatsThePsModesTellAndBack) {
   EXPECT_EQ(SaveLineage::decode(-1.0f), Refusal::kOther);
 }
 
+// Whether a failure names a restarted server (a failure that does not is the trainer's own, kept
+// beside the restart): its "ip:port" as a whole, not within a longer port or host name.
+TEST(SaveLineageNamesServer, TheEndpointAsAWholeOnly) {
+  EXPECT_TRUE(SaveLineage::names_server("h:2901", "h:2901"));
+  EXPECT_TRUE(SaveLineage::names_server("server h:2901 restarted (instance 7)", "h:2901"));
+  EXPECT_TRUE(SaveLineage::names_server("pulling from 10.0.0.1:6000: reset", "10.0.0.1:6000"));
+  EXPECT_TRUE(SaveLineage::names_server("(ps1:6000)", "ps1:6000"));
+  EXPECT_TRUE(SaveLineage::names_server("ps1:6000/table", "ps1:6000"));
+  // Another port that starts with this one, another host that ends with this one.
+  EXPECT_FALSE(SaveLineage::names_server("server h:29011 is down", "h:2901"));
+  EXPECT_FALSE(SaveLineage::names_server("server gpu-ps1:6000 is down", "ps1:6000"));
+  EXPECT_FALSE(SaveLineage::names_server("server gpups1:6000 is down", "ps1:6000"));
+  EXPECT_FALSE(SaveLineage::names_server("server 110.0.0.1:6000 is down", "10.0.0.1:6000"));
+  EXPECT_FALSE(SaveLineage::names_server("server a.ps1:6000 is down", "ps1:6000"));
+  // A later whole mention counts after a partial one.
+  EXPECT_TRUE(SaveLineage::names_server("h:29011 down; h:2901 restarted", "h:2901"));
+  EXPECT_FALSE(SaveLineage::names_server("card 0: an injected device fault", "h:2901"));
+  EXPECT_FALSE(SaveLineage::names_server("anything", ""));
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

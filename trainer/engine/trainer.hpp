@@ -59,10 +59,34 @@ struct StepPlan;
 // A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
 // every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
 // recover() (it catches Error) and goes back to trainer 0's last save with the others. One
-// trainer throws one for a restart it found in a phase's failure.
+// trainer throws one for a restart it found in a phase's failure. `failure`: what else failed
+// on this trainer in that phase (`phase`): any failure naming no restarted server (a device
+// fault, another server down; SaveLineage::names_a_restart), "" when nothing did. The message
+// holds it, and so does the error of a recovery that is refused or fails, or of a pass stopped
+// as asked (Trainer::recover, stop_pass), so that the user sees both. With several cards only
+// the first card's error is seen (CardSet::run_on_cards rethrows the first card's): a fault on
+// another card in the same phase may not appear.
 class AgreedRestart : public Error {
  public:
-  explicit AgreedRestart(const std::string& message) : Error(message) {}
+  explicit AgreedRestart(const std::string& message, std::string failure = "",
+                         std::string phase = "")
+      : Error(message), failure_(std::move(failure)), phase_(std::move(phase)) {}
+  const std::string& failure() const { return failure_; }
+  // "this trainer also failed <phase>: <failure>", "" when nothing else failed.
+  std::string own_failure() const {
+    return failure_.empty() ? "" : "this trainer also failed " + phase_ + ": " + failure_;
+  }
+
+ private:
+  std::string failure_;
+  std::string phase_;
+};
+
+// A pass stopped as asked whose write-back found a server restart beside another failure of
+// this trainer (Trainer::stop_pass): the run ends with it, not going back to the save.
+class StoppedPassFailed : public Error {
+ public:
+  using Error::Error;
 };
 
 class Trainer final : public Schedule {
@@ -231,9 +255,10 @@ class Trainer final : public Schedule {
   // phase threw. So a trainer that meets a failure there never leaves the others waiting at a
   // later collective. One trainer, a meeting of one: `phase` alone (after the meeting hook); a
   // failure in which it finds a server restart (asking every server who it is only with
-  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message; any
-  // other is thrown as it is. `where` reads after "failed" ("at the end of pass 3", "writing the
-  // save ...").
+  // `count_held_restarts`) becomes an AgreedRestart, "`where`: " and the failure's message (any
+  // failure naming no restarted server, a device fault or another server down, follows the
+  // restarts found, "this trainer also failed there: ..."); any other is thrown as it is. `where`
+  // reads after "failed" ("at the end of pass 3", "writing the save ...").
   void agree_on_restarts(const std::function<void()>& phase, const std::string& where,
                          bool count_held_restarts = true);
   // CardTier::begin_pass as a phase of agree_on_restarts (`where`); several trainers: its
@@ -249,7 +274,12 @@ class Trainer final : public Schedule {
   // Several trainers: recover() of an AgreedRestart: every trainer goes back to the save trainer
   // 0 chooses (agree_on_save) and reloads it with the others, again when a server restarts
   // during the reload.
-  std::optional<int64_t> recover_together(const Error& error, int64_t pass);
+  // `beside`: the failure found beside the restart (AgreedRestart::own_failure), named in a
+  // refusal (agree_on_save).
+  std::optional<int64_t> recover_together(const Error& error, int64_t pass,
+                                          const std::string& beside);
+  // recover() but for the error it throws: a recovery alone or together (recover_together).
+  std::optional<int64_t> go_back(const Error& error, int64_t pass);
   // Before a save is reloaded into the servers: the passes read and staged ahead dropped, the
   // open pass (if any) given up unwritten and the cards emptied (CardTier::abandon_pass). No
   // card thread may run.
@@ -257,7 +287,8 @@ class Trainer final : public Schedule {
   // The open pass dropped, every restart accepted; trainer 0 chooses the save (or refuses) and
   // tells the others (a gather): returns that save's run pass (and, on trainer 0, its folder),
   // or throws, on every trainer, its reason.
-  SaveLineage::Recovery agree_on_save(int64_t pass);
+  // `beside` follows the restarts in what it names (recover_together).
+  SaveLineage::Recovery agree_on_save(int64_t pass, const std::string& beside);
 
   TrainerConfig config_;
   TrainerEnv env_;

@@ -6,6 +6,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "common/error.hpp"
@@ -47,32 +48,70 @@ PhaseTally count_phase_outcomes(const std::vector<int64_t>& told, std::size_t ca
   return tally;
 }
 
+// `failure` (this trainer's, in the phase where it found a server restart) unless it is the
+// restart's own, "" then: the call that found the restart, or one cut off as the server went
+// down, names a restarted server. Any other (a device fault, another server down) is this
+// trainer's own and stays beside the restart in what the user sees.
+std::string own_failure_beside_restart(const std::string& failure, table::HostTier& host) {
+  return SaveLineage::names_a_restart(failure, host) ? "" : failure;
+}
+
 // The job agreed on a restart after the phase `where`: this trainer's own failure there, if any
 // (whatever its type), is logged and an AgreedRestart thrown in its place, naming the restarts it
-// found (`restarts`), else the first trainer that found one.
+// found (`restarts`), else the first trainer that found one, and the failure when it is not the
+// restart's (own_failure_beside_restart).
 [[noreturn]] void throw_agreed_restart(const std::exception_ptr& failed, const std::string& where,
-                                       const std::string& restarts, int restarted) {
+                                       const std::string& restarts, int restarted,
+                                       table::HostTier& host) {
+  std::string own;
   if (failed) {
+    std::string failure = "an unknown exception";
     try {
       std::rethrow_exception(failed);
     } catch (const std::exception& e) {
-      GPUBOX_LOG(WARNING) << where << ": " << user_message(e);
+      failure = user_message(e);
     } catch (...) {
-      GPUBOX_LOG(WARNING) << where << ": an unknown exception";
     }
+    GPUBOX_LOG(WARNING) << where << ": " << failure;
+    own = own_failure_beside_restart(failure, host);
   }
-  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts);
-  throw AgreedRestart("trainer " + std::to_string(restarted) + " found a server restart " + where);
+  const std::string also = own.empty() ? "" : "; this trainer also failed there: " + own;
+  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own, where);
+  throw AgreedRestart(
+      "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own,
+      where);
 }
 
 }  // namespace
 
 std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
+  // A pass stopped as asked, failed beside a restart: the run ends with it (stop_pass).
+  if (dynamic_cast<const StoppedPassFailed*>(&error) != nullptr) return std::nullopt;
+  const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
+  if (agreed == nullptr || agreed->failure().empty()) return go_back(error, pass);
+  try {
+    return go_back(error, pass);
+  } catch (const Error& stopped) {
+    // A recovery refused names the failure found beside the restart (logged as the restart was
+    // agreed) before what a rerun does (the restarts' clause, SaveLineage::recover's `beside`);
+    // one that failed otherwise, or the restart's own error thrown again, is named with it here
+    // unless its message holds it already.
+    if (typeid(stopped) != typeid(Error) ||
+        stopped.message().find(agreed->failure()) != std::string::npos) {
+      throw;
+    }
+    throw Error(stopped.message() + "; " + agreed->own_failure(), stopped.where());
+  }
+}
+
+std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
   // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
   // any other failure is thrown again.
+  const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
+  const std::string beside = agreed != nullptr ? agreed->own_failure() : "";
   if (env_.trainers > 1) {
-    if (dynamic_cast<const AgreedRestart*>(&error) == nullptr) return std::nullopt;
-    return recover_together(error, pass);
+    if (agreed == nullptr) return std::nullopt;
+    return recover_together(error, pass, beside);
   }
   // A server that restarted: the pass open on the cards (found in its write-back) is dropped as
   // a job drops it, the last save reloaded and the passes after it trained again
@@ -85,7 +124,7 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // on whatever the lineage decides, so the card work is dropped before it is asked, as
   // agree_on_save drops it; a refusal then leaves no pass open nor passes read ahead from the
   // servers as they were.
-  if (dynamic_cast<const AgreedRestart*>(&error) != nullptr) {
+  if (agreed != nullptr) {
     GPUBOX_LOG(WARNING) << error.message();
     drop_card_work();
   }
@@ -97,7 +136,7 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_card_work(); });
+      [this] { drop_card_work(); }, beside);
   return pass_id_;
 }
 
@@ -147,7 +186,15 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       phase();
     } catch (const Error& e) {
       if (!restart_found(/*failed=*/count_held_restarts)) throw;
-      throw AgreedRestart(where + ": " + user_message(e));
+      const std::string failure = user_message(e);
+      const std::string own = own_failure_beside_restart(failure, *state_->host);
+      if (own.empty()) throw AgreedRestart(where + ": " + failure);
+      // Another failure beside the restart: the restart named first, the phase once, then the
+      // failure and a rerun's advice.
+      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) +
+                              "; this trainer also failed there: " + own +
+                              "; rerun to resume from the last save",
+                          own, where);
     }
     return;
   }
@@ -177,10 +224,10 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
                 tally.failing, ".log under scripts/run_gpubox.sh, names why), so the job stops",
                 restarts.empty() ? "" : "; this trainer found a server restart there: " + restarts);
   }
-  throw_agreed_restart(failed, where, restarts, tally.restarted);
+  throw_agreed_restart(failed, where, restarts, tally.restarted, *state_->host);
 }
 
-SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
+SaveLineage::Recovery Trainer::agree_on_save(int64_t pass, const std::string& beside) {
   State& s = *state_;
   const SaveLineage::OpenPass open =
       s.card_tier->in_pass() ? SaveLineage::OpenPass::kDropped : SaveLineage::OpenPass::kNone;
@@ -189,6 +236,7 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   SaveLineage::find_restarts(*s.host, config_.host_tier.remote.connect_timeout_s);
   std::string what = SaveLineage::describe_restarts(*s.host);
   if (what.empty()) what = "another trainer of the job found a server restart";
+  if (!beside.empty()) what += "; " + beside;  // named before what a rerun does
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;
   auto refusal = SaveLineage::Refusal::kNone;
@@ -220,11 +268,12 @@ SaveLineage::Recovery Trainer::agree_on_save(int64_t pass) {
   return recovery;
 }
 
-std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pass) {
+std::optional<int64_t> Trainer::recover_together(const Error& error, int64_t pass,
+                                                 const std::string& beside) {
   GPUBOX_LOG(WARNING) << error.message()
                       << "; going back to the last save with every trainer of the job";
   for (;;) {
-    const SaveLineage::Recovery recovery = agree_on_save(pass);
+    const SaveLineage::Recovery recovery = agree_on_save(pass, beside);
     pass_id_ = recovery.run_pass;
     // Trainer 0 knows the save's folder; another finds it in its lineage (model_save_path), in
     // load()'s first phase, so that one that cannot stops the others at once.

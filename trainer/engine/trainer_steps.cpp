@@ -302,10 +302,13 @@ PassReport Trainer::run_pass(
     agree_on_restarts([&] { state_->card_tier->end_pass(); },
                       "at the end of pass " + std::to_string(pass) + " (stopped)");
   } catch (const AgreedRestart& restart) {
-    GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
     // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
     // this process, and a rerun reloads the save.
     state_->card_tier->abandon_pass();
+    // Another failure beside the restart (a device fault, another server down) is not what was
+    // asked: the run ends with it and the restart, not stopped (recover() does not go back).
+    if (!restart.failure().empty()) throw StoppedPassFailed(restart.message());
+    GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
   }
   trim_pools();
   pass_id_ = pass;

@@ -178,14 +178,16 @@ void PsTrainer::vote_after_evaluation(int64_t pass) {
       voted = true;
       meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
     } catch (const Error& e) {
-      // The first server restarted since it was asked (every trainer finds that itself), or the
-      // vote is cast and another trainer came late to the meeting: it does not read the vote
-      // when this one waited it out, and finds the restart itself (agree_after_evaluation's
-      // restart_found asks every server who it is); the recovery meeting waits for it. A vote
-      // not cast on a first server still there is heard by nobody: the job stops here.
+      // The restart is known (the caller found it), so this trainer goes back whatever failed
+      // here, as agree_on_restart does. The vote counts only when this trainer reaches the
+      // meeting after it; another that hears neither (the vote not taken, the first server
+      // restarted since it was asked, or this one gone from the meeting before it came) waits
+      // out the meeting after the evaluation and finds the restart itself by asking every
+      // server who it is (agree_after_evaluation's restart_found); the recovery meeting waits
+      // for it (kRecoveryWaits). Every restarted server is found again here (the first one too).
       SaveLineage::find_restarts(*s.servers, timeout_s);
-      if (!voted && !first_server_restarted(*s.servers)) throw;
-      GPUBOX_LOG(WARNING) << e.what() << "; going back to the last save with the others";
+      GPUBOX_LOG(WARNING) << e.what() << (voted ? "" : " (the vote was not cast)")
+                          << "; going back to the last save with the others";
     }
   }
   restart_agreed_ = true;

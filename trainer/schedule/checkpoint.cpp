@@ -1,6 +1,7 @@
 #include "trainer/schedule/checkpoint.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iterator>
 #include <set>
@@ -411,6 +412,30 @@ std::string SaveLineage::describe_restarts(table::HostTier& host) {
   return what;
 }
 
+bool SaveLineage::names_a_restart(const std::string& failure, table::HostTier& host) {
+  auto* remote = as_remote(host);
+  if (remote == nullptr) return false;
+  for (const auto& restart : remote->pending_restarts()) {
+    if (names_server(failure, restart.where)) return true;
+  }
+  return false;
+}
+
+bool SaveLineage::names_server(const std::string& text, const std::string& where) {
+  if (where.empty()) return false;
+  const auto host_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-';
+  };
+  for (auto at = text.find(where); at != std::string::npos; at = text.find(where, at + 1)) {
+    const std::size_t end = at + where.size();
+    const bool starts = at == 0 || !host_char(text[at - 1]);
+    const bool ends =
+        end == text.size() || std::isdigit(static_cast<unsigned char>(text[end])) == 0;
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
 void SaveLineage::find_restarts(table::HostTier& host, double timeout_s) {
   auto* remote = as_remote(host);
   if (remote == nullptr) return;
@@ -446,13 +471,14 @@ std::string SaveLineage::rerun_outcome(bool writes_saves) const {
 }
 
 SaveLineage::Recovery SaveLineage::recover(const Error& error, table::HostTier& host, OpenPass open,
-                                           int64_t pass,
-                                           const std::function<void()>& before_accept) {
+                                           int64_t pass, const std::function<void()>& before_accept,
+                                           const std::string& beside) {
   if (describe_restarts(host).empty()) throw error;
   // The failed call named the first restarted server it met; the others are found now, so that
   // they are all named and accepted together, before one reload.
   find_restarts(host, config_.host_tier.remote.connect_timeout_s);
-  return go_back(describe_restarts(host), host, open, pass, before_accept);
+  return go_back(describe_restarts(host) + (beside.empty() ? "" : "; " + beside), host, open, pass,
+                 before_accept);
 }
 
 SaveLineage::Recovery SaveLineage::go_back(const std::string& what, table::HostTier& host,
@@ -540,9 +566,9 @@ std::string SaveLineage::save_dir_of(int64_t run_pass) const {
 
 SaveLineage::Recovery SaveLineage::recover_and_reload(
     const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
-    const std::function<void(const Recovery&)>& reload,
-    const std::function<void()>& before_accept) {
-  Recovery recovery = recover(error, host, open, pass, before_accept);
+    const std::function<void(const Recovery&)>& reload, const std::function<void()>& before_accept,
+    const std::string& beside) {
+  Recovery recovery = recover(error, host, open, pass, before_accept, beside);
   for (;;) {
     try {
       reload(recovery);

@@ -155,8 +155,10 @@ class SaveLineage {
     std::string dir;
     int64_t run_pass = 0;
   };
+  // `beside`: a clause named after the restarts (what else failed as they were found, "" when
+  // nothing did), so that a refusal names it before what running the command again does.
   Recovery recover(const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
-                   const std::function<void()>& before_accept = {});
+                   const std::function<void()>& before_accept = {}, const std::string& beside = "");
   // recover() once the restarts are known and named by `what` (the restarts this trainer's
   // servers report, or, in a job of several trainers, what another trainer found): the checks
   // (runner.resume, a save to go back to, the run's recoveries), the warning, `before_accept`,
@@ -177,11 +179,19 @@ class SaveLineage {
   // recovery the last reload made. Both trainers recover through it.
   Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
                               int64_t pass, const std::function<void(const Recovery&)>& reload,
-                              const std::function<void()>& before_accept = {});
+                              const std::function<void()>& before_accept = {},
+                              const std::string& beside = "");
   // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
   // in-process tier). Without the rerun advice of a failed call's error
   // (ServerRestart::what_was_lost): the caller says what follows.
   static std::string describe_restarts(table::HostTier& host);
+  // Whether `failure` (an error's message) names a restart `host` found: the failed call that
+  // met it, or one cut off as that server went down, names its "ip:port". Any other failure is
+  // the trainer's own (a device fault, another server down). False for an in-process tier.
+  static bool names_a_restart(const std::string& failure, table::HostTier& host);
+  // Whether `text` names the server `where` ("ip:port") as a whole: not "h:2901" within
+  // "h:29011", nor "ps1:6000" within "gpu-ps1:6000" (names_a_restart).
+  static bool names_server(const std::string& text, const std::string& where);
   // Asks every server who it is (a ping, each bounded by `timeout_s`), so that every restarted
   // server is found, not only the first one a failed call met (a call stops at the first
   // endpoint that answers Aborted), and a server that was down and is back as another instance
