@@ -323,10 +323,17 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
         forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
         return;
       }
-      GPUBOX_LOG(WARNING) << reason;
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
-      // stays (a trainer lost then is mostly one that stopped for that failure).
-      if (loss == Loss::kServer) lost_peer_failed_ = false;
+      // stays, and its line names the server too, as lost() does (before, it named the failure
+      // alone). A trainer lost then is mostly one that stopped for that failure: only logged.
+      if (loss == Loss::kServer && lost_peer_failed_) {
+        GPUBOX_LOG(ERROR) << reason;
+        lost_peer_failed_ = false;
+        lost_ += "; " + reason;
+        forced_exit_.set_reason(lost_);  // armed, or not yet: then armed below with lost_
+        return;
+      }
+      GPUBOX_LOG(WARNING) << reason;
       return;
     }
     lost_ = reason;
