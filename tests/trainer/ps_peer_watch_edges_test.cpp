@@ -184,6 +184,24 @@ TEST_F(PsPeerWatchTest, BeatCountsWrapAt2To23AndGoOnMoving) {
   EXPECT_TRUE(losses1.reasons().empty()) << losses1.reasons().front();
 }
 
+// Trainer 1 (begun in run 1) had reached kBeatWrap when trainer 0 marked its failure; its next
+// beat wrapped its count to 1, a beat past the mark (its watch saw the mark): trainer 0's wait for
+// the others to see it ends at once (before: the fall was taken for a reset of the beats, and the
+// wait went on for the next beat; here there is none, so it timed out).
+TEST_F(PsPeerWatchTest, AWrapPastTheMarkIsABeatThatSawIt) {
+  reset(2);
+  std::vector<float> at_mark = {0.0f, PsPeerWatch::kBeatWrap, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f};
+  std::vector<float> held = at_mark;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok());
+  PsPeerWatch watch(*clients_[0], 0, 2, options());
+  std::vector<float> wrap(PsPeerWatch::kAliveSections * 2, 0.0f);
+  wrap[1] = 1.0f - PsPeerWatch::kBeatWrap;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &wrap).ok());
+  ASSERT_EQ(beats(2).at(1), 1.0f);
+  const Status seen = watch.wait_until_failure_seen(at_mark, 2 * kTimeout, nullptr);
+  EXPECT_TRUE(seen.ok()) << seen.to_string();
+}
+
 // The watch's tests with a server that drops the replies of chosen DENSE requests of one client
 // (after applying them; its retries, deduplicated, are not applied again and are dropped too): a
 // beat whose add was applied fails.

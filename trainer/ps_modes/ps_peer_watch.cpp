@@ -224,9 +224,15 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != kSections * n) return Status::OK();
-    // A count that went down was reset (a recovery's start_job): its beats count from there.
+    // A count that went down by at least kBeatWrap - 1 wrapped (kBeatWrap to 1): that was a beat
+    // past the mark, kept as one (its baseline just below it). One that went down by less was
+    // reset (a recovery's start_job): its beats count from there.
     for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
-      if (values[w] < at_mark[w]) at_mark[w] = values[w];
+      if (at_mark[w] - values[w] >= kBeatWrap - 1.0f) {
+        at_mark[w] = values[w] - 1.0f;
+      } else if (values[w] < at_mark[w]) {
+        at_mark[w] = values[w];
+      }
     }
     if (at_mark.empty()) at_mark = values;
     unseen.clear();

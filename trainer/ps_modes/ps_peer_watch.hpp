@@ -4,8 +4,9 @@
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
 // other trainer's count back in the same request; its first beat also sets its begun flag to the
 // run it watches (which train(), see below). A count that reached kBeatWrap (2^23) goes back by
-// kBeatWrap - 1 at its next beat, and counts are compared by inequality only: a float holds every
-// count exactly however long the job runs (a count kept going past 2^24 would stop there, its
+// kBeatWrap - 1 at its next beat, and the watch compares counts by inequality only
+// (wait_until_failure_seen reads a fall of at least kBeatWrap - 1 as that beat): a float holds
+// every count exactly however long the job runs (a count kept going past 2^24 would stop there, its
 // trainer then found lost). A trainer that began this run (its begun flag this run's) and whose
 // count has not moved for runner.peer_timeout_s since this watch first read it so, while this
 // one's requests went through, and that did not say it finished this run (finish()), is lost: its
