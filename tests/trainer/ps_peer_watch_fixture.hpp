@@ -119,9 +119,9 @@ class PsPeerWatchTest : public ::testing::Test {
   }
   // The job's start (trainer 0): the table sized for `trainers`.
   void reset(int trainers) { ASSERT_TRUE(PsPeerWatch::reset(*clients_[0], trainers).ok()); }
-  // The beat counts of the job's trainers (kAliveTable's first section), read by a client of the
-  // test's own (the watches' clients are theirs).
-  std::vector<float> beats(int trainers) {
+  // kAliveTable of a job of `trainers`, read by a client of the test's own (the watches' clients
+  // are theirs); empty when it cannot be read.
+  std::vector<float> alive(int trainers) {
     if (!reader_) reader_ = connect_client(client_options(server_->endpoint()));
     std::vector<float> values(PsPeerWatch::kAliveSections * static_cast<std::size_t>(trainers),
                               0.0f);
@@ -130,8 +130,35 @@ class PsPeerWatchTest : public ::testing::Test {
              .ok()) {
       return {};
     }
-    values.resize(static_cast<std::size_t>(trainers));
     return values;
+  }
+  // The beat counts of the job's trainers (kAliveTable's first section).
+  std::vector<float> beats(int trainers) {
+    std::vector<float> values = alive(trainers);
+    if (!values.empty()) values.resize(static_cast<std::size_t>(trainers));
+    return values;
+  }
+  // kAliveTable zeroed, as a first server restarted empty recreates it (every begun flag gone):
+  // by adding the negation of what a read found (a beat between the two stays counted, its begun
+  // flag's add, 0 once it is set, too).
+  bool zero_alive_table(int trainers) {
+    std::vector<float> held = alive(trainers);
+    if (held.empty()) return false;
+    for (float& v : held) v = -v;
+    return reader_->dense(table::server::DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok();
+  }
+  // Waits (10 s at most) until trainer `trainer`'s begun flag of a job of `trainers` is `run`
+  // (after zero_alive_table: its watch found the loss and beat again); whether it was.
+  bool begun_again(int trainers, int trainer, float run) {
+    const auto at = PsPeerWatch::kBegunSection * static_cast<std::size_t>(trainers) +
+                    static_cast<std::size_t>(trainer);
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (Clock::now() < until) {
+      const std::vector<float> now = alive(trainers);
+      if (now.size() > at && now[at] == run) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
   }
   // Waits (10 s at most: a loaded machine) until trainer `beating` of `trainers` has beaten and
   // then each of `watchers` beat `times` more (so each saw its count above 0); whether they did.

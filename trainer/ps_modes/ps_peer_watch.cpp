@@ -224,9 +224,15 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != kSections * n) return Status::OK();
-    // A count that went down was reset (a recovery's start_job): its beats count from there.
+    // A count that went down by at least kBeatWrap - 1 wrapped (kBeatWrap to 1): that was a beat
+    // past the mark, kept as one (its baseline just below it). One that went down by less was
+    // reset (a recovery's start_job): its beats count from there.
     for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
-      if (values[w] < at_mark[w]) at_mark[w] = values[w];
+      if (at_mark[w] - values[w] >= kBeatWrap - 1.0f) {
+        at_mark[w] = values[w] - 1.0f;
+      } else if (values[w] < at_mark[w]) {
+        at_mark[w] = values[w];
+      }
     }
     if (at_mark.empty()) at_mark = values;
     unseen.clear();
@@ -323,10 +329,17 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
         forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
         return;
       }
-      GPUBOX_LOG(WARNING) << reason;
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
-      // stays (a trainer lost then is mostly one that stopped for that failure).
-      if (loss == Loss::kServer) lost_peer_failed_ = false;
+      // stays, and its line names the server too, as lost() does (before, it named the failure
+      // alone). A trainer lost then is mostly one that stopped for that failure: only logged.
+      if (loss == Loss::kServer && lost_peer_failed_) {
+        GPUBOX_LOG(ERROR) << reason;
+        lost_peer_failed_ = false;
+        lost_ += "; " + reason;
+        forced_exit_.set_reason(lost_);  // armed, or not yet: then armed below with lost_
+        return;
+      }
+      GPUBOX_LOG(WARNING) << reason;
       return;
     }
     lost_ = reason;
@@ -388,14 +401,18 @@ struct PsPeerWatch::Peers {
   explicit Peers(std::size_t n)
       : seen_begun(n, false), last_count(n, 0.0f), last_move(n, Clock::now()), reported(n, false) {}
   // A trainer is judged by its silence once its begun flag is this run, timed from when this
-  // watch first read it so (its count as read then), not from anything an earlier run left.
+  // watch first read it so (its count as read then), not from anything an earlier run left;
+  // cleared when its flag went with the table (loss_at), until this watch reads it set again.
   std::vector<bool> seen_begun;
   std::vector<float> last_count;
   std::vector<Clock::time_point> last_move;
   std::vector<bool> reported;  // a loss or failure of it was reported
   // This watch's first beat that went through: a trainer that has not begun this run by
-  // options.begin_timeout_s later never came.
+  // options.begin_timeout_s later never came (run 1, no table lost).
   std::optional<Clock::time_point> first_beat;
+  // When this watch last found the table lost (its own begun flag gone): a trainer whose begun
+  // flag is not this run is judged only options.after_loss_timeout_s later.
+  std::optional<Clock::time_point> loss_at;
 };
 
 void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_point now,
@@ -416,23 +433,41 @@ void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_poin
     reason.precision(3);
     if (values[kBegun * n + w] != this_run && !peers->seen_begun[w]) {
       // Not begun (still starting, or its watch of the run before still beating as it leaves that
-      // run's last meeting): judged only in run 1 (the trainers met at the job's start just
-      // before it; a later run has no common start) and only once it is later than any meeting
-      // would wait for it. One seen begun before whose flag was lost with the table (a first
-      // server restarted empty) is judged by its silence below: its next beat moves its count
-      // (and sets its flag again).
-      const auto waited = now - *peers->first_beat;
-      if (options_.run != 1 || options_.begin_timeout_s <= 0 ||
-          waited < millis_of(options_.begin_timeout_s)) {
-        continue;
+      // run's last meeting), or its flag went with the table (a first server restarted empty:
+      // its beats fail until it accepts the restart, which trainers do at different times, at
+      // the latest as they come to the recovery's meeting): not judged by its silence. Once the
+      // table was lost, judged only after_loss_timeout_s after this watch found it so (what that
+      // meeting waits for it), in any run. Else in run 1 only (the trainers met at the job's
+      // start just before it; a later run has no common start), once it is later than any
+      // meeting would wait for it.
+      if (peers->loss_at) {
+        const auto waited = now - *peers->loss_at;
+        if (options_.after_loss_timeout_s <= 0 ||
+            waited < millis_of(options_.after_loss_timeout_s)) {
+          continue;
+        }
+        reason << "lost trainer " << w << " of " << n << ": it did not beat in training run "
+               << options_.run << " within " << std::chrono::duration<double>(waited).count()
+               << " s after trainer " << trainer_id_ << " found the table " << kAliveTable
+               << " of server " << servers_.endpoint_name(0)
+               << " lost (a first server restarted empty; the bound after such a loss: "
+               << options_.after_loss_timeout_s
+               << " s, what the recovery's meeting waits for a trainer): its process died or is "
+                  "stuck, or its link to the servers is down";
+      } else {
+        const auto waited = now - *peers->first_beat;
+        if (options_.run != 1 || options_.begin_timeout_s <= 0 ||
+            waited < millis_of(options_.begin_timeout_s)) {
+          continue;
+        }
+        reason << "lost trainer " << w << " of " << n << ": it did not begin training run "
+               << options_.run << " within " << std::chrono::duration<double>(waited).count()
+               << " s of trainer " << trainer_id_
+               << " (runner.collective_timeout_s=" << options_.begin_timeout_s
+               << "; its first beat through server " << servers_.endpoint_name(0)
+               << " marks it begun): its process died or is stuck before it, or its link to the "
+                  "servers is down";
       }
-      reason << "lost trainer " << w << " of " << n << ": it did not begin training run "
-             << options_.run << " within " << std::chrono::duration<double>(waited).count()
-             << " s of trainer " << trainer_id_
-             << " (runner.collective_timeout_s=" << options_.begin_timeout_s
-             << "; its first beat through server " << servers_.endpoint_name(0)
-             << " marks it begun): its process died or is stuck before it, or its link to the "
-                "servers is down";
     } else if (!peers->seen_begun[w] || values[kBeats * n + w] != peers->last_count[w]) {
       // Counts are compared by inequality only: a count that wrapped (kBeatWrap) moved.
       peers->seen_begun[w] = true;
@@ -474,7 +509,8 @@ void PsPeerWatch::beat_loop() {
     return count >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
   };
   // This trainer's begun flag, set by an earlier beat, was found gone (a first server restarted
-  // empty: the table recreated with zeros): the bound of trainers not begun starts again.
+  // empty: the table recreated with zeros): trainers without their flag are judged by the bound
+  // after a loss.
   bool table_lost = false;
   std::vector<float> values;
   do {
@@ -504,13 +540,20 @@ void PsPeerWatch::beat_loop() {
     begun_add = this_run - values[kBegun * n + own];
     beat_add = beat_add_after(values[kBeats * n + own]);
     const auto now = Clock::now();
-    // The bound for a trainer not begun counts from this watch's first beat, and again from
-    // when this trainer's own begun flag was found gone: by the read after a failed beat (this
-    // watch's add reached the restarted server first and failed), or by this add (another
-    // trainer's read recreated the table first: this add left the flag at 0). Either way every
-    // trainer's flag went with the table, to be set again by its next beat.
+    // The bound for a trainer not begun counts from this watch's first beat. This trainer's own
+    // begun flag found gone, by the read after a failed beat (this watch's add reached the
+    // restarted server first and failed) or by this add (another trainer's read recreated the
+    // table first: this add left the flag at 0), means every trainer's flag went with the table,
+    // to be set again by its next beat that goes through: each trainer whose flag is not back is
+    // judged as one not begun, by the bound after a loss, counted from now.
     table_lost = table_lost || values[kBegun * n + own] != this_run;
-    if (!peers.first_beat || table_lost) peers.first_beat = now;
+    if (!peers.first_beat) peers.first_beat = now;
+    if (table_lost) {
+      peers.loss_at = now;
+      for (std::size_t w = 0; w < n; ++w) {
+        if (values[kBegun * n + w] != this_run) peers.seen_begun[w] = false;
+      }
+    }
     table_lost = false;
     // A trainer that failed itself (its flag, or tell_failure began) judges no other trainer: a
     // failure every trainer hit at once is not its loss, nor one that ended as it did (it ends

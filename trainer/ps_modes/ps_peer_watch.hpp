@@ -4,8 +4,9 @@
 // peer_timeout / 5 each adds 1 to its own count in the dense table kAliveTable and gets every
 // other trainer's count back in the same request; its first beat also sets its begun flag to the
 // run it watches (which train(), see below). A count that reached kBeatWrap (2^23) goes back by
-// kBeatWrap - 1 at its next beat, and counts are compared by inequality only: a float holds every
-// count exactly however long the job runs (a count kept going past 2^24 would stop there, its
+// kBeatWrap - 1 at its next beat, and the watch compares counts by inequality only
+// (wait_until_failure_seen reads a fall of at least kBeatWrap - 1 as that beat): a float holds
+// every count exactly however long the job runs (a count kept going past 2^24 would stop there, its
 // trainer then found lost). A trainer that began this run (its begun flag this run's) and whose
 // count has not moved for runner.peer_timeout_s since this watch first read it so, while this
 // one's requests went through, and that did not say it finished this run (finish()), is lost: its
@@ -19,13 +20,18 @@
 // starter within the bound is not judged; one slower is taken for one that never comes, as a
 // meeting that waited as long would take it (though the run's first meeting, reached later, might
 // still have seen it come: a program must not hold one trainer's first train() that long after
-// the others'); the bound starts again when this watch finds its own begun flag gone (a first
-// server restarted empty: every trainer's flag went with it). A later run (train() called again)
-// has no common start: the trainers come to it from whatever the program does between calls, so one
-// not begun is never judged by a bound; it is found at the run's first meeting's timeout (in the
-// async and geo modes, the end of its first pass), as one that never came to run 1 was before the
-// bound. A trainer seen begun whose flag was then lost with the table (a first server restarted
-// empty) is judged by its silence. A server silent for runner.peer_timeout_s is lost too
+// the others'). A later run (train() called again) has no common start: the trainers come to it
+// from whatever the program does between calls, so one not begun is never judged by a bound; it
+// is found at the run's first meeting's timeout (in the async and geo modes, the end of its first
+// pass), as one that never came to run 1 was before the bound. When this watch finds its own
+// begun flag gone (a first server restarted empty: every trainer's flag went with it), in any
+// run, every trainer whose flag is not back is judged as one not begun, and by one bound only,
+// after_loss_timeout_s from then (PsTrainer: kRecoveryWaits times runner.collective_timeout_s,
+// what the recovery's meeting waits for a trainer): after such a restart a trainer's calls, its
+// watch's beats too, fail until it accepts the restart, which the trainers do at different times
+// (one as it finds the restart, another only as it comes to that meeting), so its count standing
+// still says nothing. Its next beat that goes through sets its flag again, and from there it is
+// judged by its silence. A server silent for runner.peer_timeout_s is lost too
 // (ServerPings). Without the watch, such a loss was seen only at the next barrier,
 // runner.collective_timeout_s later (5 minutes by default) — in the async and geo modes, only at
 // the job's end.
@@ -98,6 +104,12 @@ struct PsPeerWatchOptions {
   // lost (no meeting waits longer for it). PsTrainer passes runner.collective_timeout_s (at least
   // 1e-3); <= 0 (tests) judges none.
   double begin_timeout_s = 300;
+  // After this watch found the first server's table lost (a first server restarted empty: every
+  // begun flag went with it), in any run: a trainer whose begun flag is not this run is lost only
+  // this long after the loss was found (until then it is not judged, by its silence neither: its
+  // beats fail until it accepts the restart). PsTrainer passes PsTrainer::kRecoveryWaits times
+  // runner.collective_timeout_s (what the recovery's meeting waits for it); <= 0 judges none.
+  double after_loss_timeout_s = 900;
   int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
 
@@ -215,7 +227,8 @@ class PsPeerWatch {
   void report_failed_peers(const std::vector<float>& values, std::vector<bool>* reported);
   // Reports every other trainer lost by `values` (the heartbeat table as a beat at `now` left
   // it): silent for peer_timeout_s since it began this run, or not begun begin_timeout_s after
-  // this watch's first beat.
+  // this watch's first beat (run 1), or not begun again after_loss_timeout_s after the table was
+  // found lost.
   void judge_peers(const std::vector<float>& values, std::chrono::steady_clock::time_point now,
                    Peers* peers);
   void ping_loop();

@@ -432,6 +432,9 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     // A trainer that has not begun this train() when a meeting would have given up on it, in
     // the first train() only (the only one that follows a meeting of every trainer: ps/start).
     options.begin_timeout_s = config_.runner.collective_timeout_s;
+    // A trainer whose begun flag went with a restarted first server beats again once it accepts
+    // the restart, at the latest as it comes to the recovery's meeting, which waits this long.
+    options.after_loss_timeout_s = kRecoveryWaits * config_.runner.collective_timeout_s;
     watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
   }
   s.watch = watch.get();

@@ -138,6 +138,14 @@ class PsTrainer final : public Schedule {
   // constructor too), before a sync job's trainer reads the job's id there.
   using OrderHook = std::function<void(const std::string& point)>;
 
+  // How long the trainers of a job wait for each other to go back to the last save after a
+  // server restart, in runner.collective_timeout_s: one for each of the barriers a trainer may
+  // have waited out before it found the restart itself (the pass's vote or the meeting after an
+  // evaluation, where a trainer that found nothing yet gets too late), and one for the meeting.
+  // The watch gives a trainer whose begun flag went with a restarted first server as long
+  // (PsPeerWatchOptions::after_loss_timeout_s): it beats again once it accepts the restart.
+  static constexpr double kRecoveryWaits = 3.0;
+
   // Connects to the servers of `env` (required: the PS modes keep no host tier in-process) and
   // makes one training thread per card: runner.thread_num on the cpu backend, the cards of
   // FLAGS_selected_gpus on cuda. Throws naming the servers when they cannot be reached.

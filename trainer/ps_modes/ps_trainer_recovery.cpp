@@ -31,12 +31,6 @@ constexpr const char* kRestartVotesTable = "ps_restart_votes";
 // kNone, or of why it refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
 constexpr const char* kRecoveryTable = "ps_recovery";
 
-// How long the trainers wait for each other to go back: runner.collective_timeout_s for each of
-// the barriers a trainer may have waited out before it found the restart itself (the pass's vote
-// or the meeting after an evaluation, where a trainer that found nothing yet gets too late), and
-// one for the meeting.
-constexpr double kRecoveryWaits = 3.0;
-
 }  // namespace
 
 std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {

@@ -36,9 +36,10 @@ class ForcedExit {
 
 // Ends the process `grace_s` from now with `reason` (or the last ForcedExit::set_reason) on
 // stderr and exit status 1, unless it ended by itself first or the returned ForcedExit was
-// cancelled; nothing when grace_s <= 0. Detached, holding only its own copy of the reason: it
-// outlives the trainer, whose teardown may be what hangs (a thread in a host-tier call to a server
-// that is no longer reachable, a rank blocked inside a Gloo collective).
+// cancelled; nothing when grace_s <= 0. Detached, holding nothing of the trainer, only the reason
+// it shares with the returned ForcedExit and its copies (set_reason): it outlives the trainer,
+// whose teardown may be what hangs (a thread in a host-tier call to a server that is no longer
+// reachable, a rank blocked inside a Gloo collective).
 ForcedExit arm_forced_exit(const std::string& reason, double grace_s);
 
 // Whole milliseconds, rounded up.
