@@ -1,6 +1,9 @@
 // autoint's field embeddings and interacting layers (AutointPart, autoint_part.hpp): forward and
 // backward. Portable: GEMMs through the card's Blas, the rest parallel_for over items that each
-// own the values they write (no atomics; sums in a fixed order, so runs are deterministic).
+// own the values they write (no atomics; sums in a fixed order, so runs are deterministic). On
+// the cpu a layer's attention runs over chunks of instances, kernel after kernel per chunk
+// (attention_chunk), with the bits of one pass over the batch (each item is one row or value,
+// computed alike whichever chunk holds it).
 //
 // Backward of layer l from G = scale * dL/dH^{l+1} (rows r = b F + i, a = A / heads):
 //   LayerNorm:  xhat = (Y - mean) rstd; dgamma = sum_r G xhat, dbeta = sum_r G;
@@ -10,6 +13,7 @@
 //               dQ_i = [Q_i > 0] sum_j dS_ij K_j;  dK_j = [K_j > 0] sum_i dS_ij Q_i;
 //               dV_j = [V_j > 0] sum_i P_ij dO_i
 //   dW = H^T [dQ | dK | dV | dR],  dH^l = [dQ | dK | dV | dR] W^T.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -22,14 +26,14 @@
 namespace gpubox::trainer {
 namespace {
 
-using detail::GradTimesXhat;
-using detail::LayerShape;
-using detail::MaskProjections;
-using detail::NormBack;
-using detail::ReluInPlace;
-using detail::ResidualNorm;
-using detail::SoftmaxBackRows;
-using detail::SoftmaxRows;
+using detail::autoint_layers::GradTimesXhat;
+using detail::autoint_layers::LayerShape;
+using detail::autoint_layers::MaskProjections;
+using detail::autoint_layers::NormBack;
+using detail::autoint_layers::ReluInPlace;
+using detail::autoint_layers::ResidualNorm;
+using detail::autoint_layers::SoftmaxBackRows;
+using detail::autoint_layers::SoftmaxRows;
 
 // Item (r = b F + f, d): H^0[r, d] = slot f's pooled embedx_w[d], or dense feature i's x_i e_i[d].
 struct BuildFields {
@@ -208,6 +212,79 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
                        device::isa_clones(MaskProjections{pr, dp}));
 }
 
+#if defined(GPUBOX_BACKEND_CUDA)
+// CUDA: the whole batch in one chunk (each kernel and batched GEMM spreads over the card as it
+// is; chunks would only add launches).
+int64_t attention_chunk(const Blas& blas, int64_t batch) {
+  (void)blas;
+  return batch > 0 ? batch : 1;
+}
+#else
+// cpu: instances per thread of the card in one chunk of the attention (forward_chunk,
+// backward_chunk). A chunk's rows (per instance and layer: projections 40 KB, P and dS 12 KB, the
+// 10 KB rows of O, dO and H^{l+1}) stay in the cores' caches from the kernel that writes them to
+// the products and row kernels that read them; over the whole batch (20 MB of projections a
+// layer at 512) each of the six per-head products and the passes between them read their
+// operands from memory again. docs/bench/h163.md timed the products alone at chunks of 4 to 512.
+constexpr int64_t kAttentionInstancesPerThread = 8;
+int64_t attention_chunk(const Blas& blas, int64_t batch) {
+  const int64_t chunk = kAttentionInstancesPerThread * blas.card().threads();
+  return batch < chunk ? (batch > 0 ? batch : 1) : chunk;
+}
+#endif
+
+// One layer's forward buffers, [B F x cols] rows as AutointPart keeps them.
+struct LayerRows {
+  float* proj;   // [Q | K | V | R], proj columns
+  float* att;    // P, heads F x F an instance
+  float* y;      // O, then Y
+  float* stats;  // mean and 1 / std, 2 a row
+  float* out;    // H^{l+1}
+  // The same buffers from instance b0 on (null stays null).
+  LayerRows from(const LayerShape& s, int64_t b0) const {
+    const int64_t r0 = b0 * s.fields;
+    return LayerRows{proj + r0 * s.proj, att + b0 * s.heads * s.fields * s.fields, y + r0 * s.cols,
+                     stats + 2 * r0, out != nullptr ? out + r0 * s.cols : nullptr};
+  }
+};
+
+// One layer's backward buffers: G = scale dL/dH^{l+1}, dO, dS and the projections' gradient.
+struct LayerGradRows {
+  const float* d_out;
+  float* d_o;
+  float* d_s;
+  float* d_proj;
+  LayerGradRows from(const LayerShape& s, int64_t b0) const {
+    const int64_t r0 = b0 * s.fields;
+    return LayerGradRows{d_out + r0 * s.cols, d_o + r0 * s.cols,
+                         d_s + b0 * s.heads * s.fields * s.fields, d_proj + r0 * s.proj};
+  }
+};
+
+// Instances [0, n) of `at` (the projection GEMM's rows written): the projections' ReLUs, the
+// attention and Y's residual, ReLU and LayerNorm. Every item is one row's (or value's) in a
+// chunk as in the whole batch, so a chunked layer gives the same bits as one pass.
+void forward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const LayerRows& at,
+                   const float* gamma, const float* beta) {
+  const device::Stream& stream = blas.stream();
+  const int64_t rows = n * s.fields;
+  device::parallel_for(stream, items(rows, s.proj), device::isa_clones(ReluInPlace{at.proj}));
+  attend(blas, s, n, at.proj, at.att, at.y);
+  device::parallel_for(
+      stream, static_cast<std::size_t>(rows),
+      device::isa_clones(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s}));
+}
+
+// Instances [0, n) of the layer's backward from G (dgamma and dbeta summed beforehand over the
+// batch): dO through the LayerNorm and ReLU, then dQ, dK, dV (and dR) into d_proj.
+void backward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const LayerRows& at,
+                    const LayerGradRows& grad, const float* gamma) {
+  device::parallel_for(
+      blas.stream(), static_cast<std::size_t>(n * s.fields),
+      device::isa_clones(NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s}));
+  attend_backward(blas, s, n, at.proj, at.att, grad.d_o, grad.d_s, grad.d_proj);
+}
+
 }  // namespace
 
 void AutointPart::forward(const Blas& blas, const DenseParameters& params, const InputRows& pooled,
@@ -229,17 +306,17 @@ void AutointPart::forward(const Blas& blas, const DenseParameters& params, const
     const int in = in_cols(l), cols = proj_cols(l), a = sizes_[l] / heads_;
     blas.sgemm(Transpose::kNo, Transpose::kNo, rows, cols, in, 1.0f, layer_input(l), in,
                params.values(w_[l]), cols, 0.0f, proj_[l].data(), cols);
-    device::parallel_for(stream, items(rows, cols),
-                         device::isa_clones(ReluInPlace{proj_[l].data()}));
     const LayerShape shape{fields(), sizes_[l],
                            cols,     heads_,
                            a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                            residual_};
-    attend(blas, shape, batch, proj_[l].data(), att_[l].data(), y_[l].data());
-    device::parallel_for(stream, static_cast<std::size_t>(rows),
-                         device::isa_clones(ResidualNorm{proj_[l].data(), params.values(gamma_[l]),
-                                                         params.values(beta_[l]), y_[l].data(),
-                                                         stats_[l].data(), out_[l].data(), shape}));
+    const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
+                       out_[l].data()};
+    const int64_t chunk = attention_chunk(blas, batch);
+    for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
+      forward_chunk(blas, shape, std::min(chunk, batch - b0), at.from(shape, b0),
+                    params.values(gamma_[l]), params.values(beta_[l]));
+    }
   }
 }
 
@@ -267,12 +344,13 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
              params.grads(gamma_[l]));
   blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_out, sizes_[l], ones_.data(), 0.0f,
              params.grads(beta_[l]));
-  device::parallel_for(
-      stream, static_cast<std::size_t>(rows),
-      device::isa_clones(NormBack{d_out, y_[l].data(), stats_[l].data(), params.values(gamma_[l]),
-                                  d_o_.data(), d_proj_.data(), shape}));
-  attend_backward(blas, shape, batch, proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
-                  d_proj_.data());
+  const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(), nullptr};
+  const LayerGradRows grad{d_out, d_o_.data(), d_s_.data(), d_proj_.data()};
+  const int64_t chunk = attention_chunk(blas, batch);
+  for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
+    backward_chunk(blas, shape, std::min(chunk, batch - b0), at.from(shape, b0),
+                   grad.from(shape, b0), params.values(gamma_[l]));
+  }
   blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
              d_proj_.data(), cols, 0.0f, params.grads(w_[l]), cols);
   blas.sgemm(Transpose::kNo, Transpose::kYes, rows, in, cols, 1.0f, d_proj_.data(), cols,

@@ -15,7 +15,8 @@
 #include "trainer/nn/detail/exp_f_loop.cuh"
 #include "trainer/nn/detail/lane_max.cuh"
 
-namespace gpubox::trainer::detail {
+// Their own namespace: generic names (ReluInPlace, NormBack) of types with external linkage.
+namespace gpubox::trainer::detail::autoint_layers {
 
 constexpr float kLayerNormEps = 1e-8f;  // net.py's LayerNorm(epsilon=1e-08)
 
@@ -290,4 +291,4 @@ struct MaskProjections {
 #endif
 };
 
-}  // namespace gpubox::trainer::detail
+}  // namespace gpubox::trainer::detail::autoint_layers
