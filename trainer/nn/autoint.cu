@@ -171,6 +171,13 @@ struct DenseEmbeddingGrad {
 
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
 
+// parallel_for's serial limit for a row kernel whose item is a row of `width` values: the limit
+// counts values, as it does for the elementwise kernels, so that a chunk's few hundred rows still
+// split over a card of several threads (counted in rows, they ran on one).
+std::size_t row_serial_limit(int width) {
+  return device::kSerialLoopLimit / static_cast<std::size_t>(width);
+}
+
 // O_h = softmax(Q_h K_h^T inv_scale) V_h for every instance and head, into y (P into att).
 void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr, float* att,
             float* y) {
@@ -181,7 +188,7 @@ void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* p
   head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
              HeadBlock<float>{att, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxRows{att, s.fields}));
+                       device::isa_clones(SoftmaxRows{att, s.fields}), row_serial_limit(s.fields));
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo,
              HeadBlock<const float>{att, f, att_stride, f * f}, Transpose::kNo, v,
              HeadBlock<float>{y, cols, f * cols, a});
@@ -200,7 +207,8 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
   head_gemms(blas, s.heads, batch, f, f, a, 1.0f, Transpose::kNo, d_o, Transpose::kYes, v,
              HeadBlock<float>{d_s_p, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}));
+                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}),
+                       row_serial_limit(s.fields));
   // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h, dV_h = P_h^T dO_h; then the ReLUs of Q, K and V.
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo, d_s, Transpose::kNo, k,
              HeadBlock<float>{dp, proj, f * proj, a});
@@ -272,7 +280,8 @@ void forward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const Layer
   attend(blas, s, n, at.proj, at.att, at.y);
   device::parallel_for(
       stream, static_cast<std::size_t>(rows),
-      device::isa_clones(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s}));
+      device::isa_clones(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s}),
+      row_serial_limit(s.cols));
 }
 
 // Instances [0, n) of the layer's backward from G (dgamma and dbeta summed beforehand over the
@@ -281,7 +290,8 @@ void backward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const Laye
                     const LayerGradRows& grad, const float* gamma) {
   device::parallel_for(
       blas.stream(), static_cast<std::size_t>(n * s.fields),
-      device::isa_clones(NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s}));
+      device::isa_clones(NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s}),
+      row_serial_limit(s.cols));
   attend_backward(blas, s, n, at.proj, at.att, grad.d_o, grad.d_s, grad.d_proj);
 }
 
