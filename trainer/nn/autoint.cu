@@ -1,9 +1,9 @@
 // autoint's field embeddings and interacting layers (AutointPart, autoint_part.hpp): forward and
 // backward. Portable: GEMMs through the card's Blas, the rest parallel_for over items that each
 // own the values they write (no atomics; sums in a fixed order, so runs are deterministic). On
-// the cpu a layer's attention runs over chunks of instances, kernel after kernel per chunk
-// (attention_chunk), with the bits of one pass over the batch (each item is one row or value,
-// computed alike whichever chunk holds it).
+// a cpu card of one thread a layer's attention runs over chunks of instances, kernel after kernel
+// per chunk (attention_chunk), with the bits of one pass over the batch (each item is one row or
+// value, computed alike whichever chunk holds it).
 //
 // Backward of layer l from G = scale * dL/dH^{l+1} (rows r = b F + i, a = A / heads):
 //   LayerNorm:  xhat = (Y - mean) rstd; dgamma = sum_r G xhat, dbeta = sum_r G;
@@ -228,16 +228,19 @@ int64_t attention_chunk(const Blas& blas, int64_t batch) {
   return batch > 0 ? batch : 1;
 }
 #else
-// cpu: instances per thread of the card in one chunk of the attention (forward_chunk,
+// cpu, on a card of one thread: instances in one chunk of the attention (forward_chunk,
 // backward_chunk). A chunk's rows (per instance and layer: projections 40 KB, P and dS 12 KB, the
-// 10 KB rows of O, dO and H^{l+1}) stay in the cores' caches from the kernel that writes them to
+// 10 KB rows of O, dO and H^{l+1}) stay in the core's caches from the kernel that writes them to
 // the products and row kernels that read them; over the whole batch (20 MB of projections a
 // layer at 512) each of the six per-head products and the passes between them read their
 // operands from memory again. docs/bench/h163.md timed the products alone at chunks of 4 to 512.
-constexpr int64_t kAttentionInstancesPerThread = 8;
+// On a card of several threads the whole batch is one chunk: chunks of 8 instances per thread
+// there (their row kernels split over the threads) took more CPU than one pass in every round
+// docs/bench/h163.md timed, each kernel a parallel region too short for its threads' hand-offs.
+constexpr int64_t kAttentionChunk = 8;
 int64_t attention_chunk(const Blas& blas, int64_t batch) {
-  const int64_t chunk = kAttentionInstancesPerThread * blas.card().threads();
-  return batch < chunk ? (batch > 0 ? batch : 1) : chunk;
+  const int64_t whole = batch > 0 ? batch : 1;
+  return blas.card().threads() > 1 ? whole : std::min(kAttentionChunk, whole);
 }
 #endif
 
