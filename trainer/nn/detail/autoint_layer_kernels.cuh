@@ -2,8 +2,9 @@
 // header comment): the parallel_for functors of a layer's ReLUs, softmax rows, residual and
 // LayerNorm, and their backward. Each item owns the values it writes; sums keep a fixed order.
 // On the cpu the row functors also have run_range forms taking kRowsAtOnce rows at a time, and
-// autoint.cu runs them through device::isa_clones: include this only from sources built with
-// gpubox_no_fp_contract.
+// autoint.cu runs them through device::isa_clones, whose header below stops g++ builds of a source
+// without gpubox_no_fp_contract. One includer only (autoint.cu): the functors are in an anonymous
+// namespace, so that their isa_clones instances (and the clones' resolvers) stay local to it.
 #pragma once
 
 #include <cmath>
@@ -11,12 +12,14 @@
 #include <cstdint>
 
 #include "common/macros.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/detail/exp_f_loop.cuh"
 #include "trainer/nn/detail/lane_max.cuh"
 
-// Their own namespace: generic names (ReluInPlace, NormBack) of types with external linkage.
+// Their own namespace: generic names (ReluInPlace, NormBack) kept apart from autoint.cu's.
 namespace gpubox::trainer::detail::autoint_layers {
+namespace {
 
 constexpr float kLayerNormEps = 1e-8f;  // net.py's LayerNorm(epsilon=1e-08)
 
@@ -291,4 +294,5 @@ struct MaskProjections {
 #endif
 };
 
+}  // namespace
 }  // namespace gpubox::trainer::detail::autoint_layers
