@@ -182,7 +182,7 @@ std::size_t row_serial_limit(int width) {
 void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr, float* att,
             float* y) {
   const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
-  const int64_t att_stride = s.heads * f * f;
+  const int64_t att_stride = s.att_stride();
   const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
       v{pr + 2 * cols, proj, f * proj, a};
   head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
@@ -199,7 +199,7 @@ void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* p
 void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr,
                      const float* att_p, const float* d_o_p, float* d_s_p, float* dp) {
   const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
-  const int64_t att_stride = s.heads * f * f;
+  const int64_t att_stride = s.att_stride();
   const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
       v{pr + 2 * cols, proj, f * proj, a}, d_o{d_o_p, cols, f * cols, a},
       att{att_p, f, att_stride, f * f}, d_s{d_s_p, f, att_stride, f * f};
@@ -244,6 +244,13 @@ int64_t attention_chunk(const Blas& blas, int64_t batch) {
 }
 #endif
 
+// run(b0, n) for each chunk [b0, b0 + n) of the batch's instances, in order.
+template <class Run>
+void for_each_chunk(const Blas& blas, int64_t batch, Run run) {
+  const int64_t chunk = attention_chunk(blas, batch);
+  for (int64_t b0 = 0; b0 < batch; b0 += chunk) run(b0, std::min(chunk, batch - b0));
+}
+
 // One layer's forward buffers, [B F x cols] rows as AutointPart keeps them.
 struct LayerRows {
   float* proj;   // [Q | K | V | R], proj columns
@@ -254,8 +261,8 @@ struct LayerRows {
   // The same buffers from instance b0 on (null stays null).
   LayerRows from(const LayerShape& s, int64_t b0) const {
     const int64_t r0 = b0 * s.fields;
-    return LayerRows{proj + r0 * s.proj, att + b0 * s.heads * s.fields * s.fields, y + r0 * s.cols,
-                     stats + 2 * r0, out != nullptr ? out + r0 * s.cols : nullptr};
+    return LayerRows{proj + r0 * s.proj, att + b0 * s.att_stride(), y + r0 * s.cols, stats + 2 * r0,
+                     out != nullptr ? out + r0 * s.cols : nullptr};
   }
 };
 
@@ -267,8 +274,8 @@ struct LayerGradRows {
   float* d_proj;
   LayerGradRows from(const LayerShape& s, int64_t b0) const {
     const int64_t r0 = b0 * s.fields;
-    return LayerGradRows{d_out + r0 * s.cols, d_o + r0 * s.cols,
-                         d_s + b0 * s.heads * s.fields * s.fields, d_proj + r0 * s.proj};
+    return LayerGradRows{d_out + r0 * s.cols, d_o + r0 * s.cols, d_s + b0 * s.att_stride(),
+                         d_proj + r0 * s.proj};
   }
 };
 
@@ -325,11 +332,10 @@ void AutointPart::forward(const Blas& blas, const DenseParameters& params, const
                            residual_};
     const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
                        out_[l].data()};
-    const int64_t chunk = attention_chunk(blas, batch);
-    for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
-      forward_chunk(blas, shape, std::min(chunk, batch - b0), at.from(shape, b0),
-                    params.values(gamma_[l]), params.values(beta_[l]));
-    }
+    for_each_chunk(blas, batch, [&](int64_t b0, int64_t n) {
+      forward_chunk(blas, shape, n, at.from(shape, b0), params.values(gamma_[l]),
+                    params.values(beta_[l]));
+    });
   }
 }
 
@@ -359,11 +365,10 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
              params.grads(beta_[l]));
   const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(), nullptr};
   const LayerGradRows grad{d_out, d_o_.data(), d_s_.data(), d_proj_.data()};
-  const int64_t chunk = attention_chunk(blas, batch);
-  for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
-    backward_chunk(blas, shape, std::min(chunk, batch - b0), at.from(shape, b0),
-                   grad.from(shape, b0), params.values(gamma_[l]));
-  }
+  for_each_chunk(blas, batch, [&](int64_t b0, int64_t n) {
+    backward_chunk(blas, shape, n, at.from(shape, b0), grad.from(shape, b0),
+                   params.values(gamma_[l]));
+  });
   blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
              d_proj_.data(), cols, 0.0f, params.grads(w_[l]), cols);
   blas.sgemm(Transpose::kNo, Transpose::kYes, rows, in, cols, 1.0f, d_proj_.data(), cols,

@@ -52,6 +52,8 @@ struct LayerShape {
   int head;
   float inv_scale;  // 1 / sqrt(head) with scaling, else 1
   bool residual;
+  // P's (and dS's) values an instance: heads F x F.
+  GPUBOX_HD int64_t att_stride() const { return static_cast<int64_t>(heads) * fields * fields; }
 };
 
 #if !defined(GPUBOX_BACKEND_CUDA)
