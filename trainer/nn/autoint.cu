@@ -172,8 +172,8 @@ struct DenseEmbeddingGrad {
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
 
 // parallel_for's serial limit for a row kernel whose item is a row of `width` values: the limit
-// counts values, as it does for the elementwise kernels, so that a chunk's few hundred rows still
-// split over a card of several threads (counted in rows, they ran on one).
+// counts values, as it does for the elementwise kernels (counted in rows, a few hundred rows of
+// a small batch ran on one thread of a card of several).
 std::size_t row_serial_limit(int width) {
   return device::kSerialLoopLimit / static_cast<std::size_t>(width);
 }
