@@ -1,10 +1,11 @@
-// parallel_for(stream, n, f): calls f(i) for i in [0, n), ordered on `stream`.
+// parallel_for(stream, n, f[, serial_limit]): calls f(i) for i in [0, n), ordered on `stream`.
 // CUDA: a grid-stride kernel. cpu: an OpenMP loop on the calling card's threads (serial for
-// small n, where a parallel region costs more than it saves). `f` must be trivially copyable,
-// callable on host and device (GPUBOX_HD), and must not throw. Each call with n > 0 counts one
-// launch on the stream's card (counters.hpp), on both backends. While the stream captures a
-// StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs at each replay;
-// under GPUBOX_DEVICE_CHECK=defer it is queued on the stream (deferred.hpp).
+// n < serial_limit, where a parallel region costs more than it saves; kSerialLoopLimit unless the
+// caller's items are each worth many values, as a row of a row kernel is; CUDA ignores it). `f`
+// must be trivially copyable, callable on host and device (GPUBOX_HD), and must not throw. Each
+// call with n > 0 counts one launch on the stream's card (counters.hpp), on both backends. While
+// the stream captures a StepGraph the loop is recorded with a copy of `f` (step_graph.hpp) and runs
+// at each replay; under GPUBOX_DEVICE_CHECK=defer it is queued on the stream (deferred.hpp).
 //
 // cpu hook: an `f` that also has `void run_range(std::size_t begin, std::size_t end) const` gets
 // a thread's items [begin, end) in one call instead of one call per item. That form must do
@@ -29,7 +30,8 @@
 
 namespace gpubox::device {
 
-// Below this many iterations the cpu backend runs the loop in the calling thread.
+// Below this many iterations (of one value's work each) the cpu backend runs the loop in the
+// calling thread.
 inline constexpr std::size_t kSerialLoopLimit = 2048;
 
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -52,10 +54,10 @@ struct HasRunRange<
     F, std::void_t<decltype(std::declval<const F&>().run_range(std::size_t{}, std::size_t{}))>>
     : std::true_type {};
 
-// The cpu backend's loop: in the calling thread for small n, else on its OpenMP threads.
+// The cpu backend's loop: in the calling thread for n < serial_limit, else on its OpenMP threads.
 template <class F>
-void run_loop(std::size_t n, const F& f) {
-  if (n < kSerialLoopLimit || omp_get_max_threads() == 1) {
+void run_loop(std::size_t n, const F& f, std::size_t serial_limit) {
+  if (n < serial_limit || omp_get_max_threads() == 1) {
     if constexpr (HasRunRange<F>::value) {
       f.run_range(0, n);
     } else {
@@ -83,7 +85,8 @@ void run_loop(std::size_t n, const F& f) {
 #endif
 
 template <class F>
-void parallel_for(const Stream& stream, std::size_t n, F f) {
+void parallel_for(const Stream& stream, std::size_t n, F f,
+                  std::size_t serial_limit = kSerialLoopLimit) {
   if (n == 0) return;
   if (CardCounters* counters = stream.counters()) counters->add_launches();
 #if defined(GPUBOX_BACKEND_CUDA)
@@ -92,12 +95,13 @@ void parallel_for(const Stream& stream, std::size_t n, F f) {
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
   detail::parallel_for_kernel<<<grid, kBlock, 0, stream.native()>>>(n, f);
   GPUBOX_CUDA_TRY(cudaGetLastError());
+  (void)serial_limit;
 #else
   if (stream.capturing() != nullptr || stream.deferred() != nullptr) {
-    stream.record("parallel_for", [n, f] { detail::run_loop(n, f); });
+    stream.record("parallel_for", [n, f, serial_limit] { detail::run_loop(n, f, serial_limit); });
     return;
   }
-  detail::run_loop(n, f);
+  detail::run_loop(n, f, serial_limit);
 #endif
 }
 

@@ -149,6 +149,19 @@ TEST_P(AutointTest, PredictionsAndGradientsMatchAFloat64Reference) {
   testing::check_batch_sizes(card_, model, 61 + cfg.fc_sizes.size() + cfg.use_cvm, Reference{cfg});
 }
 
+// A batch of several attention chunks and a shorter last one (a cpu card of one thread runs the
+// attention 8 instances at a time, autoint.cu's attention_chunk; CUDA and cards of more threads
+// the whole batch), on a card of one thread: 19 instances are chunks of 8, 8 and 3, whose rows of
+// P, dS and the projections must be at their own offsets.
+TEST_P(AutointTest, ABatchOfSeveralAttentionChunksMatchesAFloat64Reference) {
+  device::CardSet cards = device::CardSet::from_list("0", 0, 1, 1);
+  device::Card& card = cards.card(0);
+  card.activate();
+  const DenseModelConfig cfg = config();
+  DenseModel model(card, cfg);
+  testing::check_against_reference(card, model, 71 + cfg.fc_sizes.size(), Reference{cfg}, 19);
+}
+
 TEST_P(AutointTest, ShapesAndFlops) {
   const DenseModelConfig cfg = config();
   DenseModel model(card_, cfg);

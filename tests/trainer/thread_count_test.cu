@@ -73,9 +73,12 @@ struct Network {
 };
 
 // Every network, at shapes where each sum over the batch (1536 instances) is long against its
-// output. autoint's batch is 1537: its row kernels take 4 rows at once on the cpu (rows<4>, the
-// rest by rows<1>), and over 1536 x 10 fields every thread's split point is a multiple of 4, so
-// no row would go through a different form on 1, 2 and 3 threads.
+// output. autoint's batch is 1537: on a card of one thread its attention runs over chunks of 8
+// instances (autoint.cu attention_chunk; the last is 1), on cards of 2 and 3 threads over the
+// whole batch, where its row kernels split 15,370 rows (30,740 softmax rows) over the threads.
+// Those kernels take 4 rows at once (rows<4>, the rest rows<1>); over 1536 x 10 fields every
+// split point would be a multiple of 4, over 1537 x 10 none is (7,685; 5,123 and 10,246; softmax
+// 15,370; 10,246 and 20,493), so rows near them go through the other form than on one thread.
 std::vector<Network> networks() {
   DenseModelConfig base;
   base.slots = 6;
@@ -119,32 +122,59 @@ std::vector<Network> networks() {
   };
 }
 
+// Seeded weights in [-0.5, 0.5) for `cfg`'s model.
+std::vector<float> random_weights(const DenseModelConfig& cfg, std::mt19937_64& rng) {
+  device::CardSet cards = device::CardSet::from_list("0", 0, 1, 1);
+  cards.card(0).activate();
+  DenseModel model(cards.card(0), cfg);
+  return testing::random_vector(model.parameters().values_to_host().size(), rng, -0.5f, 0.5f);
+}
+
+// Loss, predictions, dense and pushed gradients of `many` against `one`, bit for bit.
+void expect_same_step(const StepBits& one, const StepBits& many, const std::string& what) {
+  EXPECT_TRUE(same_bits(one.loss, many.loss)) << what << ": loss";
+  EXPECT_TRUE(same_bits(one.preds, many.preds))
+      << what << ": predictions " << first_difference(one.preds, many.preds);
+  EXPECT_TRUE(same_bits(one.grads, many.grads))
+      << what << ": dense gradients " << first_difference(one.grads, many.grads);
+  EXPECT_TRUE(same_bits(one.push, many.push))
+      << what << ": pushed gradients " << first_difference(one.push, many.push);
+}
+
 TEST(ThreadCount, UnderReproducibleGemmsEveryNetworksStepHasTheSameBitsOnOneTwoAndThreeThreads) {
   const ReproducibleGemms reproducible;
   for (const Network& net : networks()) {
     SCOPED_TRACE(net.name);
     std::mt19937_64 rng(11);
     const testing::HostBatch h = testing::make_field_batch(net.batch, net.cfg, rng);
-    std::vector<float> weights;
-    {
-      device::CardSet cards = device::CardSet::from_list("0", 0, 1, 1);
-      cards.card(0).activate();
-      DenseModel model(cards.card(0), net.cfg);
-      weights =
-          testing::random_vector(model.parameters().values_to_host().size(), rng, -0.5f, 0.5f);
-    }
+    const std::vector<float> weights = random_weights(net.cfg, rng);
     const StepBits one = step_on(net.cfg, weights, h, 1);
     for (const int threads : {2, 3}) {
-      const StepBits many = step_on(net.cfg, weights, h, threads);
-      EXPECT_TRUE(same_bits(one.loss, many.loss)) << threads << " threads: loss";
-      EXPECT_TRUE(same_bits(one.preds, many.preds))
-          << threads << " threads: predictions " << first_difference(one.preds, many.preds);
-      EXPECT_TRUE(same_bits(one.grads, many.grads))
-          << threads << " threads: dense gradients " << first_difference(one.grads, many.grads);
-      EXPECT_TRUE(same_bits(one.push, many.push))
-          << threads << " threads: pushed gradients " << first_difference(one.push, many.push);
+      expect_same_step(one, step_on(net.cfg, weights, h, threads),
+                       std::to_string(threads) + " threads");
     }
   }
+}
+
+// autoint's attention at a batch of 50: on a card of one thread in chunks of 8 instances (six,
+// then 2; autoint.cu attention_chunk), on a card of 7 threads in one chunk of the whole batch
+// (as on any card of several threads; and 8 x 7 > 50 were such cards chunked per thread): the
+// same bits, forward and backward.
+TEST(ThreadCount, UnderReproducibleGemmsAutointsAttentionInChunksHasTheBitsOfOneChunk) {
+  const ReproducibleGemms reproducible;
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kAutoint;
+  cfg.slots = 6;
+  cfg.mf_dim = 8;
+  cfg.dense_dim = 4;
+  cfg.fc_sizes = {16};
+  cfg.attn_layer_sizes = {8, 8};
+  cfg.seed = 7;
+  std::mt19937_64 rng(5);
+  const testing::HostBatch h = testing::make_field_batch(50, cfg, rng);
+  const std::vector<float> weights = random_weights(cfg, rng);
+  expect_same_step(step_on(cfg, weights, h, 1), step_on(cfg, weights, h, 7),
+                   "chunks of 8 against one of 50");
 }
 
 struct BlasShape {

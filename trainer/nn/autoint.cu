@@ -1,6 +1,9 @@
 // autoint's field embeddings and interacting layers (AutointPart, autoint_part.hpp): forward and
 // backward. Portable: GEMMs through the card's Blas, the rest parallel_for over items that each
-// own the values they write (no atomics; sums in a fixed order, so runs are deterministic).
+// own the values they write (no atomics; sums in a fixed order, so runs are deterministic). On
+// a cpu card of one thread a layer's attention runs over chunks of instances, kernel after kernel
+// per chunk (attention_chunk), with the bits of one pass over the batch (each item is one row or
+// value, computed alike whichever chunk holds it).
 //
 // Backward of layer l from G = scale * dL/dH^{l+1} (rows r = b F + i, a = A / heads):
 //   LayerNorm:  xhat = (Y - mean) rstd; dgamma = sum_r G xhat, dbeta = sum_r G;
@@ -10,6 +13,7 @@
 //               dQ_i = [Q_i > 0] sum_j dS_ij K_j;  dK_j = [K_j > 0] sum_i dS_ij Q_i;
 //               dV_j = [V_j > 0] sum_i P_ij dO_i
 //   dW = H^T [dQ | dK | dV | dR],  dH^l = [dQ | dK | dV | dR] W^T.
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -17,13 +21,19 @@
 #include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/autoint_part.hpp"
-#include "trainer/nn/detail/exp_f_loop.cuh"
-#include "trainer/nn/detail/lane_max.cuh"
+#include "trainer/nn/detail/autoint_layer_kernels.cuh"
 
 namespace gpubox::trainer {
 namespace {
 
-constexpr float kLayerNormEps = 1e-8f;  // net.py's LayerNorm(epsilon=1e-08)
+using detail::autoint_layers::GradTimesXhat;
+using detail::autoint_layers::LayerShape;
+using detail::autoint_layers::MaskProjections;
+using detail::autoint_layers::NormBack;
+using detail::autoint_layers::ReluInPlace;
+using detail::autoint_layers::ResidualNorm;
+using detail::autoint_layers::SoftmaxBackRows;
+using detail::autoint_layers::SoftmaxRows;
 
 // Item (r = b F + f, d): H^0[r, d] = slot f's pooled embedx_w[d], or dense feature i's x_i e_i[d].
 struct BuildFields {
@@ -66,277 +76,6 @@ struct BuildDnnInput {
     out[b * ld + c] = cvm < 0 ? x0[b * embedding_cols + c]
                               : pooled[b * pooled_ld + (cvm / 2) * slot_width + cvm % 2];
   }
-};
-
-// d[c] = 0 where x[c] is not above 0, for c < n. The select reads and writes d[c] whatever the
-// sign, so that the cpu vectorizes it (a select computed on one side only is a branch per value,
-// mispredicted half the time on a ReLU's signs).
-GPUBOX_HD inline void relu_mask(const float* __restrict__ x, float* __restrict__ d, int n) {
-  for (int c = 0; c < n; ++c) d[c] = x[c] > 0.0f ? d[c] : 0.0f;
-}
-
-struct ReluInPlace {
-  float* x;
-  GPUBOX_HD void operator()(std::size_t item) const { x[item] = x[item] > 0.0f ? x[item] : 0.0f; }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  // cpu: the same selects as one loop over the items, which vectorizes (a select per item, no
-  // data-dependent branch).
-  void run_range(std::size_t begin, std::size_t end) const {
-    float* __restrict__ v = x;
-    for (std::size_t i = begin; i < end; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
-  }
-#endif
-};
-
-// One layer's shapes: proj rows are [Q | K | V | R], each `cols` wide; heads of `head` columns.
-struct LayerShape {
-  int fields;
-  int cols;
-  int proj;
-  int heads;
-  int head;
-  float inv_scale;  // 1 / sqrt(head) with scaling, else 1
-  bool residual;
-};
-
-#if !defined(GPUBOX_BACKEND_CUDA)
-// cpu: how many rows the row functors below (SoftmaxRows, ResidualNorm, NormBack, SoftmaxBackRows)
-// take at once in their run_range forms. Each row's sums keep their order; side by side, the
-// rows' chains of dependent additions overlap instead of one row's chain waiting on the last.
-constexpr int kRowsAtOnce = 4;
-
-// cpu: rows [begin, end) of a row functor, kRowsAtOnce at a time through its rows<kRowsAtOnce>,
-// the rest one by one.
-template <class RowFunctor>
-void run_rows(const RowFunctor& f, std::size_t begin, std::size_t end) {
-  auto r = static_cast<int64_t>(begin);
-  const auto stop = static_cast<int64_t>(end);
-  for (; r + kRowsAtOnce <= stop; r += kRowsAtOnce) f.template rows<kRowsAtOnce>(r);
-  for (; r < stop; ++r) f.template rows<1>(r);
-}
-#endif
-
-// Item (b, h, i): P_h[i, .] = softmax(S_h[i, .]) in place, S_h = Q_h K_h^T inv_scale (made by
-// the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F. rows<n>(i)
-// does items i .. i + n - 1.
-// A row's maximum is taken over kMaxLanes lanes, then across them (detail::lane_max): the same
-// value as a scan (a maximum is exact; of equal zeros either sign gives the same exp(p - top), and
-// NaNs are never taken in either form), in a loop the cpu vectorizes; so do the exponentials
-// (exp_f_loop: glibc's expf bits on cpu, expf on the device). The sums keep their order.
-struct SoftmaxRows {
-  static constexpr int kMaxLanes = 8;
-  float* att;
-  int fields;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
-  template <int kRows>
-  GPUBOX_HD void rows(int64_t i0) const {
-    float* __restrict__ p0 = att + i0 * fields;
-    for (int k = 0; k < kRows; ++k) {
-      float* __restrict__ p = p0 + k * fields;
-      const float top = detail::lane_max<kMaxLanes>(p, fields);
-      for (int j = 0; j < fields; ++j) p[j] = detail::exp_f_loop(p[j] - top);
-    }
-    float sum[kRows];
-    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
-    for (int j = 0; j < fields; ++j) {
-      for (int k = 0; k < kRows; ++k) sum[k] += p0[k * fields + j];
-    }
-    for (int k = 0; k < kRows; ++k) {
-      float* __restrict__ p = p0 + k * fields;
-      for (int j = 0; j < fields; ++j) p[j] /= sum[k];
-    }
-  }
-};
-
-// Item r = b F + i: Y[r] = relu(O[r] + R[r]) in place (O made by the P V GEMMs), H^{l+1}[r] =
-// LayerNorm(Y[r]); mean and 1 / std into stats[r]. rows<n>(r) does items r .. r + n - 1.
-struct ResidualNorm {
-  const float* proj;
-  const float* gamma;
-  const float* beta;
-  float* y;
-  float* stats;
-  float* out;
-  LayerShape s;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
-  // The selects and the output are loops of their own beside the sums (which keep their order),
-  // so that the cpu vectorizes them rather than branching on each value's sign.
-  template <int kRows>
-  GPUBOX_HD void rows(int64_t r0) const {
-    const int64_t cols = s.cols;
-    for (int k = 0; k < kRows; ++k) {
-      const float* __restrict__ rr = proj + (r0 + k) * s.proj + 3 * cols;
-      float* __restrict__ yr = y + (r0 + k) * cols;
-      if (s.residual) {
-        for (int col = 0; col < s.cols; ++col) {
-          const float o = yr[col] + rr[col];
-          yr[col] = o > 0.0f ? o : 0.0f;
-        }
-      } else {
-        for (int col = 0; col < s.cols; ++col) yr[col] = yr[col] > 0.0f ? yr[col] : 0.0f;
-      }
-    }
-    const float* y0 = y + r0 * cols;
-    float mean[kRows], var[kRows];
-    for (int k = 0; k < kRows; ++k) mean[k] = 0.0f;
-    for (int col = 0; col < s.cols; ++col) {
-      for (int k = 0; k < kRows; ++k) mean[k] += y0[k * cols + col];
-    }
-    for (int k = 0; k < kRows; ++k) {
-      mean[k] /= static_cast<float>(s.cols);
-      var[k] = 0.0f;
-    }
-    for (int col = 0; col < s.cols; ++col) {
-      for (int k = 0; k < kRows; ++k) {
-        const float centred = y0[k * cols + col] - mean[k];
-        var[k] += centred * centred;
-      }
-    }
-    for (int k = 0; k < kRows; ++k) {
-      const int64_t r = r0 + k;
-      const float rstd = 1.0f / sqrtf(var[k] / static_cast<float>(s.cols) + kLayerNormEps);
-      stats[2 * r] = mean[k];
-      stats[2 * r + 1] = rstd;
-      const float* __restrict__ yr = y0 + k * cols;
-      float* __restrict__ outr = out + r * cols;
-      for (int col = 0; col < s.cols; ++col) {
-        outr[col] = gamma[col] * (yr[col] - mean[k]) * rstd + beta[col];
-      }
-    }
-  }
-};
-
-// Item (r, c): G[r, c] xhat[r, c], whose column sums are dgamma.
-struct GradTimesXhat {
-  const float* g;
-  const float* y;
-  const float* stats;
-  float* out;
-  int cols;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    const auto r = static_cast<int64_t>(item / static_cast<std::size_t>(cols));
-    out[item] = g[item] * (y[item] - stats[2 * r]) * stats[2 * r + 1];
-  }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  // cpu: a row's statistics read once, its values in one loop that vectorizes.
-  void run_range(std::size_t begin, std::size_t end) const {
-    device::for_row_segments(begin, end, cols, [this](int64_t r, int64_t c0, int64_t c1) {
-      const float mean = stats[2 * r], rstd = stats[2 * r + 1];
-      const float* __restrict__ gr = g + r * cols;
-      const float* __restrict__ yr = y + r * cols;
-      float* __restrict__ outr = out + r * cols;
-      for (int64_t c = c0; c < c1; ++c) outr[c] = gr[c] * (yr[c] - mean) * rstd;
-    });
-  }
-#endif
-};
-
-// Item r = b F + i: dO[r] through the LayerNorm and Y's ReLU, and dR[r] = dO[r] with use_residual
-// (R's ReLU is MaskProjections', which reads the projections anyway: masking here too read R's
-// columns twice, a pass over memory that was most of this kernel's time). rows<n>(r) does items
-// r .. r + n - 1.
-struct NormBack {
-  const float* g;
-  const float* y;
-  const float* stats;
-  const float* gamma;
-  float* d_o;
-  float* d_proj;
-  LayerShape s;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
-  template <int kRows>
-  GPUBOX_HD void rows(int64_t r0) const {
-    const int64_t cols = s.cols;
-    const float* __restrict__ g0 = g + r0 * cols;
-    const float* __restrict__ y0 = y + r0 * cols;
-    float mean[kRows], rstd[kRows], m1[kRows], m2[kRows];
-    for (int k = 0; k < kRows; ++k) {
-      mean[k] = stats[2 * (r0 + k)];
-      rstd[k] = stats[2 * (r0 + k) + 1];
-      m1[k] = 0.0f;
-      m2[k] = 0.0f;
-    }
-    for (int c = 0; c < s.cols; ++c) {
-      for (int k = 0; k < kRows; ++k) {
-        const float dxhat = g0[k * cols + c] * gamma[c];
-        m1[k] += dxhat;
-        m2[k] += dxhat * (y0[k * cols + c] - mean[k]) * rstd[k];
-      }
-    }
-    for (int k = 0; k < kRows; ++k) {
-      const int64_t r = r0 + k;
-      const float* __restrict__ gr = g0 + k * cols;
-      const float* __restrict__ yr = y0 + k * cols;
-      const float mean1 = m1[k] / static_cast<float>(s.cols);
-      const float mean2 = m2[k] / static_cast<float>(s.cols);
-      float* __restrict__ dor = d_o + r * cols;
-      for (int c = 0; c < s.cols; ++c) {
-        const float xhat = (yr[c] - mean[k]) * rstd[k];
-        dor[c] = rstd[k] * (gr[c] * gamma[c] - mean1 - xhat * mean2);
-      }
-      relu_mask(yr, dor, s.cols);
-      if (!s.residual) continue;
-      // dR before R's ReLU: MaskProjections masks it with the Q, K and V columns.
-      float* __restrict__ dpr = d_proj + r * s.proj + 3 * cols;
-      for (int c = 0; c < s.cols; ++c) dpr[c] = dor[c];
-    }
-  }
-};
-
-// Item (b, h, i): dS_h[i, .] = P_h[i, .] (dP_h[i, .] - P_h[i, .] . dP_h[i, .]) inv_scale in
-// place over dP_h = dO_h V_h^T (made by the batched GEMMs beforehand). rows<n>(i) does items
-// i .. i + n - 1.
-struct SoftmaxBackRows {
-  const float* att;
-  float* d_s;
-  int fields;
-  float inv_scale;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
-  template <int kRows>
-  GPUBOX_HD void rows(int64_t i0) const {
-    const float* __restrict__ p0 = att + i0 * fields;
-    float* __restrict__ ds0 = d_s + i0 * fields;
-    float weighted[kRows];
-    for (int k = 0; k < kRows; ++k) weighted[k] = 0.0f;
-    for (int j = 0; j < fields; ++j) {
-      for (int k = 0; k < kRows; ++k) weighted[k] += p0[k * fields + j] * ds0[k * fields + j];
-    }
-    for (int k = 0; k < kRows; ++k) {
-      const float* __restrict__ p = p0 + k * fields;
-      float* __restrict__ ds = ds0 + k * fields;
-      for (int j = 0; j < fields; ++j) ds[j] = p[j] * (ds[j] - weighted[k]) * inv_scale;
-    }
-  }
-};
-
-// Item i of the [rows x proj] projection rows: d_proj[i] through the projection's ReLU, over every
-// column (Q, K, V and R: NormBack leaves dR unmasked), so the items are the flat buffer (no
-// per-item division, a loop the cpu backend vectorizes).
-struct MaskProjections {
-  const float* proj;
-  float* d_proj;
-  GPUBOX_HD void operator()(std::size_t item) const {
-    d_proj[item] = proj[item] > 0.0f ? d_proj[item] : 0.0f;
-  }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const {
-    const float* __restrict__ p = proj;
-    float* __restrict__ d = d_proj;
-    for (std::size_t i = begin; i < end; ++i) d[i] = p[i] > 0.0f ? d[i] : 0.0f;
-  }
-#endif
 };
 
 // One operand of the per-head GEMMs: instance b's head h block starts at
@@ -432,17 +171,24 @@ struct DenseEmbeddingGrad {
 
 std::size_t items(int64_t a, int64_t b) { return static_cast<std::size_t>(a * b); }
 
+// parallel_for's serial limit for a row kernel whose item is a row of `width` values: the limit
+// counts values, as it does for the elementwise kernels (counted in rows, a few hundred rows of
+// a small batch ran on one thread of a card of several).
+std::size_t row_serial_limit(int width) {
+  return device::kSerialLoopLimit / static_cast<std::size_t>(width);
+}
+
 // O_h = softmax(Q_h K_h^T inv_scale) V_h for every instance and head, into y (P into att).
 void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr, float* att,
             float* y) {
   const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
-  const int64_t att_stride = s.heads * f * f;
+  const int64_t att_stride = s.att_stride();
   const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
       v{pr + 2 * cols, proj, f * proj, a};
   head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
              HeadBlock<float>{att, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxRows{att, s.fields}));
+                       device::isa_clones(SoftmaxRows{att, s.fields}), row_serial_limit(s.fields));
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo,
              HeadBlock<const float>{att, f, att_stride, f * f}, Transpose::kNo, v,
              HeadBlock<float>{y, cols, f * cols, a});
@@ -453,7 +199,7 @@ void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* p
 void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const float* pr,
                      const float* att_p, const float* d_o_p, float* d_s_p, float* dp) {
   const int64_t f = s.fields, a = s.head, proj = s.proj, cols = s.cols;
-  const int64_t att_stride = s.heads * f * f;
+  const int64_t att_stride = s.att_stride();
   const HeadBlock<const float> q{pr, proj, f * proj, a}, k{pr + cols, proj, f * proj, a},
       v{pr + 2 * cols, proj, f * proj, a}, d_o{d_o_p, cols, f * cols, a},
       att{att_p, f, att_stride, f * f}, d_s{d_s_p, f, att_stride, f * f};
@@ -461,7 +207,8 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
   head_gemms(blas, s.heads, batch, f, f, a, 1.0f, Transpose::kNo, d_o, Transpose::kYes, v,
              HeadBlock<float>{d_s_p, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}));
+                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}),
+                       row_serial_limit(s.fields));
   // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h, dV_h = P_h^T dO_h; then the ReLUs of Q, K and V.
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo, d_s, Transpose::kNo, k,
              HeadBlock<float>{dp, proj, f * proj, a});
@@ -471,6 +218,91 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
              HeadBlock<float>{dp + 2 * cols, proj, f * proj, a});
   device::parallel_for(blas.stream(), items(batch * f, proj),
                        device::isa_clones(MaskProjections{pr, dp}));
+}
+
+#if defined(GPUBOX_BACKEND_CUDA)
+// CUDA: the whole batch in one chunk (each kernel and batched GEMM spreads over the card as it
+// is; chunks would only add launches).
+int64_t attention_chunk(const Blas& blas, int64_t batch) {
+  (void)blas;
+  return batch > 0 ? batch : 1;
+}
+#else
+// cpu, on a card of one thread: instances in one chunk of the attention (forward_chunk,
+// backward_chunk). A chunk's rows (per instance and layer: projections 40 KB, P and dS 12 KB, the
+// 10 KB rows of O, dO and H^{l+1}) stay in the core's caches from the kernel that writes them to
+// the products and row kernels that read them; over the whole batch (20 MB of projections a
+// layer at 512) each of the six per-head products and the passes between them read their
+// operands from memory again. docs/bench/h163.md timed the products alone at chunks of 4 to 512.
+// On a card of several threads the whole batch is one chunk: chunks of 8 instances per thread
+// there (their row kernels split over the threads) took more CPU than one pass in every round
+// docs/bench/h163.md timed, each kernel a parallel region too short for its threads' hand-offs.
+constexpr int64_t kAttentionChunk = 8;
+int64_t attention_chunk(const Blas& blas, int64_t batch) {
+  const int64_t whole = batch > 0 ? batch : 1;
+  return blas.card().threads() > 1 ? whole : std::min(kAttentionChunk, whole);
+}
+#endif
+
+// run(b0, n) for each chunk [b0, b0 + n) of the batch's instances, in order.
+template <class Run>
+void for_each_chunk(const Blas& blas, int64_t batch, Run run) {
+  const int64_t chunk = attention_chunk(blas, batch);
+  for (int64_t b0 = 0; b0 < batch; b0 += chunk) run(b0, std::min(chunk, batch - b0));
+}
+
+// One layer's forward buffers, [B F x cols] rows as AutointPart keeps them.
+struct LayerRows {
+  float* proj;   // [Q | K | V | R], proj columns
+  float* att;    // P, heads F x F an instance
+  float* y;      // O, then Y
+  float* stats;  // mean and 1 / std, 2 a row
+  float* out;    // H^{l+1}
+  // The same buffers from instance b0 on (null stays null).
+  LayerRows from(const LayerShape& s, int64_t b0) const {
+    const int64_t r0 = b0 * s.fields;
+    return LayerRows{proj + r0 * s.proj, att + b0 * s.att_stride(), y + r0 * s.cols, stats + 2 * r0,
+                     out != nullptr ? out + r0 * s.cols : nullptr};
+  }
+};
+
+// One layer's backward buffers: G = scale dL/dH^{l+1}, dO, dS and the projections' gradient.
+struct LayerGradRows {
+  const float* d_out;
+  float* d_o;
+  float* d_s;
+  float* d_proj;
+  LayerGradRows from(const LayerShape& s, int64_t b0) const {
+    const int64_t r0 = b0 * s.fields;
+    return LayerGradRows{d_out + r0 * s.cols, d_o + r0 * s.cols, d_s + b0 * s.att_stride(),
+                         d_proj + r0 * s.proj};
+  }
+};
+
+// Instances [0, n) of `at` (the projection GEMM's rows written): the projections' ReLUs, the
+// attention and Y's residual, ReLU and LayerNorm. Every item is one row's (or value's) in a
+// chunk as in the whole batch, so a chunked layer gives the same bits as one pass.
+void forward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const LayerRows& at,
+                   const float* gamma, const float* beta) {
+  const device::Stream& stream = blas.stream();
+  const int64_t rows = n * s.fields;
+  device::parallel_for(stream, items(rows, s.proj), device::isa_clones(ReluInPlace{at.proj}));
+  attend(blas, s, n, at.proj, at.att, at.y);
+  device::parallel_for(
+      stream, static_cast<std::size_t>(rows),
+      device::isa_clones(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s}),
+      row_serial_limit(s.cols));
+}
+
+// Instances [0, n) of the layer's backward from G (dgamma and dbeta summed beforehand over the
+// batch): dO through the LayerNorm and ReLU, then dQ, dK, dV (and dR) into d_proj.
+void backward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const LayerRows& at,
+                    const LayerGradRows& grad, const float* gamma) {
+  device::parallel_for(
+      blas.stream(), static_cast<std::size_t>(n * s.fields),
+      device::isa_clones(NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s}),
+      row_serial_limit(s.cols));
+  attend_backward(blas, s, n, at.proj, at.att, grad.d_o, grad.d_s, grad.d_proj);
 }
 
 }  // namespace
@@ -494,17 +326,16 @@ void AutointPart::forward(const Blas& blas, const DenseParameters& params, const
     const int in = in_cols(l), cols = proj_cols(l), a = sizes_[l] / heads_;
     blas.sgemm(Transpose::kNo, Transpose::kNo, rows, cols, in, 1.0f, layer_input(l), in,
                params.values(w_[l]), cols, 0.0f, proj_[l].data(), cols);
-    device::parallel_for(stream, items(rows, cols),
-                         device::isa_clones(ReluInPlace{proj_[l].data()}));
     const LayerShape shape{fields(), sizes_[l],
                            cols,     heads_,
                            a,        scaling_ ? 1.0f / std::sqrt(static_cast<float>(a)) : 1.0f,
                            residual_};
-    attend(blas, shape, batch, proj_[l].data(), att_[l].data(), y_[l].data());
-    device::parallel_for(stream, static_cast<std::size_t>(rows),
-                         device::isa_clones(ResidualNorm{proj_[l].data(), params.values(gamma_[l]),
-                                                         params.values(beta_[l]), y_[l].data(),
-                                                         stats_[l].data(), out_[l].data(), shape}));
+    const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(),
+                       out_[l].data()};
+    for_each_chunk(blas, batch, [&](int64_t b0, int64_t n) {
+      forward_chunk(blas, shape, n, at.from(shape, b0), params.values(gamma_[l]),
+                    params.values(beta_[l]));
+    });
   }
 }
 
@@ -532,12 +363,12 @@ void AutointPart::backward_layer(const Blas& blas, DenseParameters& params, std:
              params.grads(gamma_[l]));
   blas.sgemv(Transpose::kYes, rows, sizes_[l], 1.0f, d_out, sizes_[l], ones_.data(), 0.0f,
              params.grads(beta_[l]));
-  device::parallel_for(
-      stream, static_cast<std::size_t>(rows),
-      device::isa_clones(NormBack{d_out, y_[l].data(), stats_[l].data(), params.values(gamma_[l]),
-                                  d_o_.data(), d_proj_.data(), shape}));
-  attend_backward(blas, shape, batch, proj_[l].data(), att_[l].data(), d_o_.data(), d_s_.data(),
-                  d_proj_.data());
+  const LayerRows at{proj_[l].data(), att_[l].data(), y_[l].data(), stats_[l].data(), nullptr};
+  const LayerGradRows grad{d_out, d_o_.data(), d_s_.data(), d_proj_.data()};
+  for_each_chunk(blas, batch, [&](int64_t b0, int64_t n) {
+    backward_chunk(blas, shape, n, at.from(shape, b0), grad.from(shape, b0),
+                   params.values(gamma_[l]));
+  });
   blas.sgemm(Transpose::kYes, Transpose::kNo, in, cols, rows, 1.0f, layer_input(l), in,
              d_proj_.data(), cols, 0.0f, params.grads(w_[l]), cols);
   blas.sgemm(Transpose::kNo, Transpose::kYes, rows, in, cols, 1.0f, d_proj_.data(), cols,

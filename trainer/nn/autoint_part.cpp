@@ -1,4 +1,5 @@
-// AutointPart (autoint_part.hpp): its blocks and buffers; the kernels are in autoint.cu.
+// AutointPart (autoint_part.hpp): its blocks and buffers; the kernels are in autoint.cu (the
+// layers' functors in detail/autoint_layer_kernels.cuh).
 #include "trainer/nn/autoint_part.hpp"
 
 #include <algorithm>

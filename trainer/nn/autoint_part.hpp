@@ -21,9 +21,11 @@
 // Layout: every per-field matrix is [(B F) x cols] row-major (row b F + f), so each layer's four
 // projections are one GEMM H^l [W_q | W_k | W_v | W_r] over (instance, field) rows; attention's
 // products are batched GEMMs, one per head; softmax, ReLU and LayerNorm are parallel_for items
-// owning the rows they write (no atomics, fixed order: deterministic). Gradients follow the MLP's
-// convention (layers.hpp), fp32: made with the dense scale from the unscaled dlogits; the pooled
-// gradient handed to the sparse side multiplies it back out.
+// owning the rows they write (no atomics, fixed order: deterministic). On a cpu card of one
+// thread the attention runs chunk by chunk of instances, all its kernels on one chunk before the
+// next (autoint.cu's attention_chunk: a chunk stays in cache), the same bits as the whole batch.
+// Gradients follow the MLP's convention (layers.hpp), fp32: made with the dense scale from the
+// unscaled dlogits; the pooled gradient handed to the sparse side multiplies it back out.
 //
 // Owns its parameters' blocks (autoint_<l>.w, autoint_<l>.ln_gamma, autoint_<l>.ln_beta,
 // autoint_out.w, autoint.dense_w in the model's DenseParameters) and every buffer named here.

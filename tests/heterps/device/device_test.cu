@@ -113,6 +113,31 @@ TEST_P(DeviceTest, ParallelForHandsEachThreadOneRangeWhenTheFunctorTakesRanges) 
   omp_set_num_threads(threads_before);
 }
 
+// A caller's serial limit: items whose each is worth many values (a row kernel's rows) split over
+// the threads below kSerialLoopLimit items, and the default keeps such a loop in one call.
+TEST(ParallelFor, SplitsFromTheCallersSerialLimit) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  const std::size_t n = 64;
+  const std::vector<int64_t> host = signed_values(n, 3);
+  auto in = to_device(host, card.memory(), card.stream());
+  const int threads_before = omp_get_max_threads();
+  for (int threads : {2, 3}) {
+    omp_set_num_threads(threads);
+    for (const std::size_t limit : {kSerialLoopLimit, n, n + 1}) {
+      auto out = to_device(std::vector<int64_t>(n, 0), card.memory(), card.stream());
+      std::atomic<int> ranges{0};
+      parallel_for(card.stream(), n, SquarePlusOneInRanges{in.data(), out.data(), &ranges}, limit);
+      const std::vector<int64_t> got = to_host(out);
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], host[i] * host[i] + 1) << i;
+      // Every thread has items (n >= threads) when the loop splits.
+      EXPECT_EQ(ranges.load(), n < limit ? 1 : threads) << threads << " threads, limit " << limit;
+    }
+  }
+  omp_set_num_threads(threads_before);
+}
+
 // a x + b, elementwise; this file builds with -ffp-contract=off (tests/heterps/CMakeLists.txt), as
 // isa_clones.cuh asks of its callers.
 struct MultiplyAdd {
