@@ -135,6 +135,9 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
+  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), from
+  // any thread.
+  uint64_t progress_frames() const { return transport_.progress_frames(); }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
