@@ -220,7 +220,9 @@ class Trainer final : public Schedule {
   std::vector<int64_t> gather_over_job(const std::vector<int64_t>& per_card, const char* what);
   // Trainer 0 runs `part` (the job's single writer), then the job meets: the other trainers
   // fail, naming `what` ("writing the save ..."), when it threw; trainer 0 throws its error
-  // again. A server restart it found is agreed (agree_on_restarts).
+  // again. A server restart it found is agreed (agree_on_restarts). With servers, the others
+  // wait for the part before the meeting, bounded by its progress (trainer_zero_work.hpp): a
+  // part longer than runner.collective_timeout_s that moves is waited for.
   void on_trainer_zero(const std::function<void()>& part, const std::string& what);
   // Several trainers: runs `phase` (host-tier calls, no collective after the last of them), then
   // the job meets (a gather) and every trainer hears whether any of them failed in it, or found
@@ -268,6 +270,7 @@ class Trainer final : public Schedule {
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
   bool wait_for_next_staging_ = false;                    // wait_for_next_staging_before_steps
   std::function<void(const std::string&)> meeting_hook_;  // set_meeting_hook
+  int64_t trainer_zero_parts_ = 0;  // on_trainer_zero calls so far (alike on every trainer)
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the

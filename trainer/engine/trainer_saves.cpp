@@ -5,7 +5,9 @@
 
 #include "common/error.hpp"
 #include "table/io/save_dir.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer_state.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer {
 
@@ -70,11 +72,29 @@ std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_ca
 }
 
 void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
+  State& s = *state_;
+  const int64_t number = ++trainer_zero_parts_;
+  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
+  const double interval_s = TrainerZeroWork::interval_for(config_.runner.collective_timeout_s);
+  // The others wait outside the meeting's collective (whose timeout cannot be moved on) while
+  // trainer 0's part moves.
+  if (env_.trainers > 1 && env_.trainer_id != 0 && servers != nullptr) {
+    TrainerZeroWait wait;
+    wait.part = number;
+    wait.what = what;
+    wait.silence_s = config_.runner.collective_timeout_s;
+    wait.interval_s = interval_s;
+    wait.lost = [&s] { return s.watch != nullptr ? s.watch->lost() : std::string(); };
+    wait_for_trainer_zero(*servers, wait);
+  }
   // Only trainer 0's outcome counts: a restart another trainer's client holds is agreed at its
   // next phase.
   agree_on_restarts(
       [&] {
-        if (env_.trainer_id == 0) part();
+        if (env_.trainer_id != 0) return;
+        std::optional<TrainerZeroWork> shown;
+        if (env_.trainers > 1 && servers != nullptr) shown.emplace(*servers, number, interval_s);
+        part();
       },
       what, /*held_counts=*/false);
 }

@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string_view>
@@ -37,6 +38,7 @@
 #include "trainer/schedule/dense_state.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/pass_data.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -346,10 +348,29 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
+  const int64_t number = ++trainer_zero_parts_;
+  const double interval_s = TrainerZeroWork::interval_for(config_.runner.collective_timeout_s);
+  if (env_.trainers > 1 && env_.trainer_id != 0) {
+    // Before the barrier, whose wait is bounded by runner.collective_timeout_s in all: trainer
+    // 0's part that moves is waited for however long it takes.
+    State& s = *state_;
+    TrainerZeroWait wait;
+    wait.part = number;
+    wait.what = what;
+    wait.silence_s = config_.runner.collective_timeout_s;
+    wait.interval_s = interval_s;
+    wait.lost = [&s] { return s.watch != nullptr ? s.watch->lost() : std::string(); };
+    wait_for_trainer_zero(*s.servers, wait);
+  }
   if (env_.trainer_id == 0) {
+    const auto shown_part = [&] {
+      std::optional<TrainerZeroWork> shown;
+      if (env_.trainers > 1) shown.emplace(*state_->servers, number, interval_s);
+      part();
+    };
     bool restarted = false;
     bool first_restarted = false;  // the first server, which holds the barrier below
-    std::exception_ptr failed = run_part_of_trainer_zero(part, &restarted, &first_restarted);
+    std::exception_ptr failed = run_part_of_trainer_zero(shown_part, &restarted, &first_restarted);
     // The others stop at the barrier below naming what failed (read from the mark); after a
     // restart they go to recover's meeting instead. After a restart of the first server nobody
     // comes to the barrier on its new instance (the others' calls to the old one failed), and

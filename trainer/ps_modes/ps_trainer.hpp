@@ -217,7 +217,9 @@ class PsTrainer final : public Schedule {
   void meet(const std::string& name, const std::string& what, double timeout_s = -1.0);
   // `part` runs on trainer 0 while the others wait at barrier `name`; every trainer then
   // throws when it failed (trainer 0 its error, the others one naming `what`), or when trainer
-  // 0 goes on with another pass than this trainer.
+  // 0 goes on with another pass than this trainer. The others wait for the part before the
+  // barrier, bounded by its progress (trainer_zero_work.hpp): a part longer than
+  // runner.collective_timeout_s that moves is waited for.
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
@@ -316,6 +318,7 @@ class PsTrainer final : public Schedule {
   // A job that repairs together: the job agreed that a server restarted (the pass's vote,
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).
+  int64_t trainer_zero_parts_ = 0;  // on_trainer_zero calls so far (alike on every trainer)
   bool restart_agreed_ = false;
   std::string restarts_found_;
   int recoveries_ = 0;  // recover_together's rendezvous so far (the same on every trainer)
