@@ -94,12 +94,6 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
     }
     const int64_t part = std::llround(table[0]);
     if (part == wait.part && table[1] == TrainerZeroWork::kEnded) return;
-    if (part > wait.part) {
-      GPUBOX_LOG(WARNING) << "trainer 0 published its part " << part << " where this trainer "
-                          << "waits for its part " << wait.part << " (" << wait.what
-                          << "): waiting for it at the meeting";
-      return;
-    }
     const auto now = Clock::now();
     if (table != seen) {
       seen = table;
@@ -110,7 +104,7 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
       GPUBOX_FAIL("trainer 0 made no progress ", wait.what, " for ", silence.str(),
                   " s (runner.collective_timeout_s): ",
                   part == wait.part ? "its part stopped moving"
-                                    : "it did not begin it (it is behind, or stuck before it)",
+                                    : "it did not begin it (it is stuck before it)",
                   " (trainer 0's log, log/worker.0.log under scripts/run_gpubox.sh, names what "
                   "it was doing; its servers' logs name a SAVE or LOAD that hangs)");
     }

@@ -11,10 +11,11 @@
 // (RemoteHostTier::progress_frames: its servers' SAVE or LOAD moved), published again whenever
 // they grew, every interval. A waiter reads the table every interval: part `part` ended, it goes
 // to the meeting (which trainer 0 reached or is about to); the table unchanged for the bound, it
-// throws. A table it cannot read (the first server lost or restarted: the meeting on it fails
-// too), or a later part there (the counts differ: a bug), ends the watching: the waiter goes to
-// the meeting, bounded by runner.collective_timeout_s as before. A failed publish is logged once
-// and otherwise ignored: the waiters then fail at the bound, naming trainer 0.
+// throws. Another part there (an earlier one, or one an earlier job on the same servers left) is
+// a part not begun yet: trainer 0 publishes its own as it begins it. A table it cannot read (the
+// first server lost or restarted: the meeting on it fails too) ends the watching: the waiter
+// goes to the meeting, bounded by runner.collective_timeout_s as before. A failed publish is
+// logged once and otherwise ignored: the waiters then fail at the bound, naming trainer 0.
 //
 // Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own); wait_for_trainer_zero
 // may run on any thread. Both use the thread-safe RemoteHostTier.
