@@ -521,7 +521,7 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
   }
   auto impl = std::make_unique<Impl>(table, std::move(options));
   GPUBOX_RETURN_IF_ERROR(impl->listen());
-  GPUBOX_RETURN_IF_ERROR(impl->bulk().start());
+  GPUBOX_RETURN_IF_ERROR(impl->bulk().start(impl->options().worker_start_fault));
   impl->run_threads();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

@@ -120,6 +120,9 @@ struct ServerOptions {
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
   std::function<bool(const FrameHeader&)> drop_reply;
+  // Fault injection for tests: runs where the SAVE/LOAD worker thread starts; throwing
+  // std::system_error there is that thread failing to start (BulkWorker::start).
+  std::function<void()> worker_start_fault;
 };
 
 struct ServerCounters {
