@@ -151,7 +151,7 @@ void add_runner_keys(std::vector<KeySpec>& t) {
   t.push_back(enum_key(r + "save_mode", kSaveKindNames, SaveKind::kBase, kTrainer, "what each save writes: nothing, the model rows, the rows changed since the last save, or full rows with optimizer state"));
   t.push_back(enum_key(r + "resume", kResumeModeNames, ResumeMode::kAuto, kTrainer, "auto: a training command run again (after a crash) continues from the last complete save under model_save_path, with the pass after it; off: it starts afresh: its saves replace the earlier run's there, and its job's end removes the earlier run's later ones (as every run that does not resume: docs/operations.md; no effect when nothing is saved)"));
   t.push_back(path_key(r + "auth_token_file", "\"\"", kTrainer, "file holding the token of the gpubox_server endpoints (their --auth_token_file); the environment variable GPUBOX_AUTH_TOKEN_FILE wins over it; \"\": none"));
-  t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective"));
+  t.push_back(float_key(r + "collective_timeout_s", "300", 1e-3, 1e6, kTrainer, "longest wait in seconds for the peers of a collective before the job fails naming the card, pass, step and collective; while trainer 0 saves into or loads from the servers, the longest the others wait without its progress (a save that moves is waited for)"));
   t.push_back(float_key(r + "peer_timeout_s", "10", 0.5, 86400, kTrainer, "several trainers: longest silence in seconds of another trainer's heartbeat, or of a gpubox_server's answers, before the job ends naming it by address (a lost link or machine); slow steps are bounded by collective_timeout_s"));
 }
 
