@@ -1,7 +1,8 @@
 // Issue 32, a job of 2 trainers (threads of this process; the PS async mode through the servers,
 // the gpubox mode through Gloo over loopback) whose server's SAVE takes several
 // runner.collective_timeout_s: the other trainer waits for trainer 0's save as long as the save
-// moves (trainer/schedule/trainer_zero_work.hpp), and the job's pass is saved; a save that stops
+// moves (trainer/schedule/trainer_zero_work.hpp), and the job's pass is saved (likewise for
+// trainer 0's LOAD as a new job resumes from that save); a save that stops
 // moving (its server's file operation held, trainer 0's own client patient: a long
 // runner.server_timeout_s) fails the other trainer within about runner.collective_timeout_s,
 // naming trainer 0 and the save. Before, the other trainer waited at the meeting for
@@ -12,10 +13,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,14 +86,15 @@ class SlowJobSaves : public ::testing::TestWithParam<Mode> {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // The job's config: one pass, saved under `saves`; trainer 0's client waits
+  // The job's config: `epochs` passes, each saved under `saves` (resuming the newest save
+  // there); trainer 0's client waits
   // `server_timeout_s` for a server that reports no progress.
-  static TrainerConfig config(const std::string& saves, double server_timeout_s) {
+  static TrainerConfig config(const std::string& saves, double server_timeout_s, int epochs = 1) {
     std::vector<std::string> keys = {
         "runner.train_data_dir=" + (root_ / "train").string(),
         "runner.test_data_dir=",
         "runner.print_interval=1000000",
-        "runner.epochs=1",
+        "runner.epochs=" + std::to_string(epochs),
         "runner.save_mode=checkpoint",
         "runner.model_save_path=" + saves,
         "runner.server_timeout_s=" + std::to_string(server_timeout_s),
@@ -130,6 +134,36 @@ class SlowJobSaves : public ::testing::TestWithParam<Mode> {
   static inline fs::path root_;
 };
 
+// Runs a job of 2 trainers on `server` (rendezvous folder `name`); once the server holds a file
+// operation, lets it go kMovingHold later. Whether the hold came; each trainer's error.
+struct HeldJob {
+  bool held = false;
+  std::string errors[2];
+};
+HeldJob run_held_job(HeldSaveServer& server, const std::string& name,
+                     const std::function<std::string(int, const std::string&)>& train) {
+  HeldJob job;
+  std::atomic<int> ended{0};
+  std::thread releaser([&] {
+    while (!server.holding() && ended.load() < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    job.held = server.holding();
+    if (job.held) std::this_thread::sleep_for(kMovingHold);
+    server.release();
+  });
+  std::vector<std::thread> trainers;
+  for (int w = 0; w < 2; ++w) {
+    trainers.emplace_back([&, w] {
+      job.errors[w] = train(w, name);
+      ++ended;
+    });
+  }
+  for (auto& t : trainers) t.join();
+  releaser.join();
+  return job;
+}
+
 // The save's server holds its first file operation, moving (PROGRESS frames go on), for
 // kMovingHold (4 runner.collective_timeout_s), then lets it go: both trainers end well and
 // the pass's save is complete.
@@ -138,24 +172,40 @@ TEST_P(SlowJobSaves, ASaveLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
   const std::string saves = (root_ / name).string();
   const TrainerConfig cfg = config(saves, 1.5);
   HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
-  std::thread releaser([&] {
-    while (!server.holding()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::this_thread::sleep_for(kMovingHold);
-    server.release();
+  const HeldJob job = run_held_job(server, name, [&](int w, const std::string& job_name) {
+    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + job_name)).string());
   });
-  std::string errors[2];
-  std::vector<std::thread> trainers;
-  for (int w = 0; w < 2; ++w) {
-    trainers.emplace_back([&, w] {
-      errors[w] = train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + name)).string());
-    });
-  }
-  for (auto& t : trainers) t.join();
-  server.release();  // a job that failed before its save
-  releaser.join();
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
+  EXPECT_TRUE(job.held);
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
   EXPECT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
+}
+
+// The same for trainer 0's LOAD into the servers as a job resumes: a job saves pass 0, a new job
+// of 2 trainers resumes from it on a server whose LOAD holds moving for kMovingHold, trains pass
+// 1 and saves it.
+TEST_P(SlowJobSaves, ALoadLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
+  const std::string name = GetParam() == Mode::kPsAsync ? "ps_loading" : "gpubox_loading";
+  const std::string saves = (root_ / name).string();
+  {
+    const TrainerConfig cfg = config(saves, 1.5);
+    HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
+    server.release();
+    const HeldJob job = run_held_job(server, name + "_first", [&](int w, const std::string& n) {
+      return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
+    });
+    ASSERT_EQ(job.errors[0] + job.errors[1], "");
+  }
+  ASSERT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
+  const TrainerConfig cfg = config(saves, 1.5, /*epochs=*/2);
+  HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
+  const HeldJob job = run_held_job(server, name + "_resumed", [&](int w, const std::string& n) {
+    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
+  });
+  EXPECT_TRUE(job.held);
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
+  EXPECT_TRUE(fs::exists(fs::path(saves) / "1" / table::io::kModelManifestName));
 }
 
 // The save's server holds its first file operation, stopped (no PROGRESS frame), and trainer 0's
