@@ -50,6 +50,8 @@ using table::server::RemoteHostTier;
 // succeeded, 2 when it failed on a server restart (kRestartOutcome), else 0; the pass it goes on
 // with}.
 constexpr const char* kOutcomeTable = "ps_outcome";
+// Where trainer 0's log is, named where the others fail because of it.
+constexpr const char* kTrainerZeroLog = "log/workerlog.0 under scripts/launch.sh";
 constexpr float kRestartOutcome = 2.0f;
 // The job's id, drawn by trainer 0 at the job's start: 4 floats of 16 bits each (exact in a
 // float). A sync job's (MergedPushes::join_job), or the token an async or geo job that recovers
@@ -348,24 +350,31 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
-  const int64_t number = ++trainer_zero_parts_;
-  const double interval_s = TrainerZeroWork::interval_for(config_.runner.collective_timeout_s);
+  State& s = *state_;
+  // Trainer 0 draws the job's nonce; the others read it after the first part's meeting (the
+  // job's start, short: the meeting's bound in all), as trainer 0's table shows it there.
+  if (env_.trainer_id == 0 && trainer_zero_parts_.job == 0) {
+    trainer_zero_parts_.job = draw_trainer_zero_job();
+  }
+  // Counted from 1 again in each train() run and each recovery, which every trainer reaches
+  // together: a part one trainer skipped on its way to a recovery shifts no count after it.
+  const TrainerZeroPart number = trainer_zero_parts_.next(s.run, recoveries_);
+  const double collective_s = config_.runner.collective_timeout_s;
   if (env_.trainers > 1 && env_.trainer_id != 0) {
     // Before the barrier, whose wait is bounded by runner.collective_timeout_s in all: trainer
     // 0's part that moves is waited for however long it takes.
-    State& s = *state_;
-    TrainerZeroWait wait;
-    wait.part = number;
-    wait.what = what;
-    wait.silence_s = config_.runner.collective_timeout_s;
-    wait.interval_s = interval_s;
-    wait.lost = [&s] { return s.watch != nullptr ? s.watch->lost() : std::string(); };
-    wait_for_trainer_zero(*s.servers, wait);
+    wait_for_trainer_zero(*s.servers,
+                          TrainerZeroWait::of(number, what, collective_s, kTrainerZeroLog, [&s] {
+                            return s.watch != nullptr ? s.watch->lost() : "";
+                          }));
   }
   if (env_.trainer_id == 0) {
     const auto shown_part = [&] {
       std::optional<TrainerZeroWork> shown;
-      if (env_.trainers > 1) shown.emplace(*state_->servers, number, interval_s);
+      if (env_.trainers > 1) {
+        shown.emplace(*s.servers, number, TrainerZeroWork::interval_for(collective_s),
+                      config_.host_tier.remote.deadline_s);
+      }
       part();
     };
     bool restarted = false;
@@ -381,6 +390,9 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     }
   }
   meet(name, what);
+  if (env_.trainers > 1 && env_.trainer_id != 0 && trainer_zero_parts_.job == 0) {
+    trainer_zero_parts_.job = trainer_zero_job_after(*s.servers, number);
+  }
   if (env_.trainer_id != 0) read_outcome_of_trainer_zero(what);
 }
 
@@ -424,7 +436,7 @@ void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
   }
   if (outcome[0] != 1.0f) {
     throw_if_marked(0, "trainer 0 failed " + what,
-                    std::string(" (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
+                    std::string(" (its log, ") + kTrainerZeroLog + ", names why)");
   }
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
                  std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,

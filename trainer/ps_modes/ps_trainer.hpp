@@ -120,6 +120,7 @@
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::dataset {
 class InMemoryDataset;
@@ -315,10 +316,11 @@ class PsTrainer final : public Schedule {
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
+  // on_trainer_zero's parts so far (alike on every trainer) and the job's nonce.
+  TrainerZeroParts trainer_zero_parts_;
   // A job that repairs together: the job agreed that a server restarted (the pass's vote,
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).
-  int64_t trainer_zero_parts_ = 0;  // on_trainer_zero calls so far (alike on every trainer)
   bool restart_agreed_ = false;
   std::string restarts_found_;
   int recoveries_ = 0;  // recover_together's rendezvous so far (the same on every trainer)

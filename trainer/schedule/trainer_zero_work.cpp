@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <random>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "common/error.hpp"
@@ -16,25 +19,86 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using table::server::DenseAction;
 
-constexpr std::size_t kSlots = 3;  // part, state, moves
-// Moves are published modulo this, exact in a float; a waiter compares them for change only.
-constexpr uint64_t kMovesModulo = uint64_t{1} << 24;
+// Moves and seq are published modulo this, exact in a float; the job as two such halves.
+constexpr uint64_t kExact = uint64_t{1} << 24;
+// The floor of the interval: a small collective_timeout_s does not make the reads a busy loop.
+constexpr double kMinInterval = 0.01;
 
 std::chrono::microseconds micros_of(double seconds) {
   return std::chrono::microseconds(static_cast<int64_t>(std::ceil(seconds * 1e6)));
 }
 
-}  // namespace
+// The table as read.
+struct Row {
+  TrainerZeroPart part;
+  float state = 0;
+  int64_t seq = 0;
+};
 
-double TrainerZeroWork::interval_for(double collective_timeout_s) {
-  return std::min(0.25, collective_timeout_s / 4);
+Row parse(const std::vector<float>& table) {
+  Row row;
+  row.part.job = static_cast<uint64_t>(std::llround(table[0])) % kExact +
+                 (static_cast<uint64_t>(std::llround(table[1])) % kExact) * kExact;
+  row.part.run = std::llround(table[2]);
+  row.part.recovery = std::llround(table[3]);
+  row.part.index = std::llround(table[4]);
+  row.state = table[5];
+  row.seq = std::llround(table[7]);
+  return row;
 }
 
-TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers, int64_t part,
-                                 double interval_s)
-    : servers_(servers), part_(part), interval_s_(interval_s) {
+// <0, 0, >0 as part `a` of a job comes before, is, or comes after part `b`.
+int compare(const TrainerZeroPart& a, const TrainerZeroPart& b) {
+  const auto ka = std::make_tuple(a.run, a.recovery, a.index);
+  const auto kb = std::make_tuple(b.run, b.recovery, b.index);
+  return ka < kb ? -1 : kb < ka ? 1 : 0;
+}
+
+Status read_table(table::server::RemoteHostTier& servers, std::vector<float>* table) {
+  table->assign(TrainerZeroWork::kSlots, 0.0f);
+  return servers.dense(DenseAction::kRead, TrainerZeroWork::kTable, table);
+}
+
+}  // namespace
+
+uint64_t draw_trainer_zero_job() {
+  std::random_device seed;
+  uint64_t job = 0;
+  while (job == 0) job = ((uint64_t{seed()} << 32) ^ seed()) % (kExact * kExact);
+  return job;
+}
+
+TrainerZeroPart TrainerZeroParts::next(int64_t run, int64_t recovery) {
+  if (last_.run != run || last_.recovery != recovery) last_ = TrainerZeroPart{0, run, recovery, 0};
+  ++last_.index;
+  TrainerZeroPart part = last_;
+  part.job = job;
+  return part;
+}
+
+double TrainerZeroWork::interval_for(double collective_timeout_s) {
+  return std::max(kMinInterval, std::min(0.25, collective_timeout_s / 4));
+}
+
+std::vector<float> TrainerZeroWork::row(const TrainerZeroPart& part, float state, uint64_t moves,
+                                        uint64_t seq) {
+  return {static_cast<float>(part.job % kExact), static_cast<float>(part.job / kExact % kExact),
+          static_cast<float>(part.run),          static_cast<float>(part.recovery),
+          static_cast<float>(part.index),        state,
+          static_cast<float>(moves % kExact),    static_cast<float>(seq % kExact)};
+}
+
+TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
+                                 const TrainerZeroPart& part, double interval_s,
+                                 double ended_retry_s)
+    : servers_(servers), part_(part), interval_s_(interval_s), ended_retry_s_(ended_retry_s) {
   publish(kRunning, servers_.progress_frames());
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    publish_ended();  // the part fails (the meeting tells the others): they stop waiting now
+    throw;
+  }
 }
 
 TrainerZeroWork::~TrainerZeroWork() {
@@ -44,47 +108,94 @@ TrainerZeroWork::~TrainerZeroWork() {
   }
   stop_cv_.notify_all();
   thread_.join();
-  publish(kEnded, servers_.progress_frames());
+  publish_ended();
 }
 
-void TrainerZeroWork::publish(float state, uint64_t moves) {
-  std::vector<float> table = {static_cast<float>(part_), state,
-                              static_cast<float>(moves % kMovesModulo)};
+bool TrainerZeroWork::publish(float state, uint64_t moves) {
+  std::vector<float> table = row(part_, state, moves, ++seq_);
   const Status written = servers_.dense(DenseAction::kWrite, kTable, &table);
-  if (written.ok() || warned_) return;
-  warned_ = true;
-  GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_
-                      << " moves (they fail after runner.collective_timeout_s without a move): "
-                      << written.to_string();
+  if (written.ok()) return true;
+  if (!warned_) {
+    warned_ = true;
+    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_.index
+                        << " moves (they fail after runner.collective_timeout_s without a move): "
+                        << written.to_string();
+  }
+  return false;
 }
 
-void TrainerZeroWork::run() {
-  uint64_t published = servers_.progress_frames();
-  MutexLock lock(mu_);
-  while (!stopping_) {
-    const auto until = Clock::now() + micros_of(interval_s_);
-    while (!stopping_ && stop_cv_.wait_until(lock, until) != std::cv_status::timeout) {
+void TrainerZeroWork::publish_ended() {
+  // A lost write of the end would leave the others waiting for a part that does not move while
+  // trainer 0 waits at the meeting; a late write of an earlier state could hide it.
+  try {
+    const auto until = Clock::now() + micros_of(ended_retry_s_);
+    for (;;) {
+      if (publish(kEnded, servers_.progress_frames())) {
+        std::vector<float> table;
+        if (!read_table(servers_, &table).ok()) return;  // the meeting on that server fails too
+        const Row seen = parse(table);
+        const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
+                           seen.seq < static_cast<int64_t>(seq_ % kExact);
+        if (!older) return;
+      }
+      if (Clock::now() >= until) return;
+      std::this_thread::sleep_for(micros_of(interval_s_));
     }
-    if (stopping_) return;
-    const uint64_t moves = servers_.progress_frames();
-    if (moves == published) continue;
-    published = moves;
-    lock.unlock();
-    publish(kRunning, moves);
-    lock.lock();
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers that its part " << part_.index
+                        << " ended: " << e.what();
   }
 }
 
+void TrainerZeroWork::run() {
+  // Nothing here ends trainer 0 (std::terminate): the waiters fail at their bound instead.
+  try {
+    uint64_t published = servers_.progress_frames();
+    MutexLock lock(mu_);
+    while (!stopping_) {
+      const auto until = Clock::now() + micros_of(interval_s_);
+      while (!stopping_ && stop_cv_.wait_until(lock, until) != std::cv_status::timeout) {
+      }
+      if (stopping_) return;
+      const uint64_t moves = servers_.progress_frames();
+      if (moves == published) continue;
+      published = moves;
+      lock.unlock();
+      publish(kRunning, moves);
+      lock.lock();
+    }
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "trainer 0 stops showing the other trainers how its part " << part_.index
+                        << " moves: " << e.what();
+  }
+}
+
+TrainerZeroWait TrainerZeroWait::of(const TrainerZeroPart& part, std::string what,
+                                    double collective_timeout_s, std::string log_hint,
+                                    std::function<std::string()> lost) {
+  TrainerZeroWait wait;
+  wait.part = part;
+  wait.what = std::move(what);
+  wait.silence_s = collective_timeout_s;
+  wait.interval_s = TrainerZeroWork::interval_for(collective_timeout_s);
+  wait.log_hint = std::move(log_hint);
+  wait.lost = std::move(lost);
+  return wait;
+}
+
 void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const TrainerZeroWait& wait) {
+  if (wait.part.job == 0) return;  // the job's nonce unknown: the meeting's bound
   std::vector<float> seen;
+  int64_t highest_seq = -1;  // of this part, as read so far
   auto last_move = Clock::now();
+  const auto interval = micros_of(std::max(kMinInterval, wait.interval_s));
   // Short looks first: most parts end within a few of them.
-  auto pause = std::min(micros_of(wait.interval_s), std::chrono::microseconds(10000));
+  auto pause = std::min(interval, std::chrono::microseconds(10000));
   for (;;) {
     const std::string lost = wait.lost ? wait.lost() : std::string();
     if (!lost.empty()) GPUBOX_FAIL("waiting for trainer 0 ", wait.what, ": ", lost);
-    std::vector<float> table(kSlots, 0.0f);
-    const Status read = servers.dense(DenseAction::kRead, TrainerZeroWork::kTable, &table);
+    std::vector<float> table;
+    const Status read = read_table(servers, &table);
     if (!read.ok()) {
       GPUBOX_LOG(WARNING) << "cannot follow trainer 0 " << wait.what
                           << " (waiting for it at the meeting, within "
@@ -92,25 +203,44 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
                           << read.to_string();
       return;
     }
-    const int64_t part = std::llround(table[0]);
-    if (part == wait.part && table[1] == TrainerZeroWork::kEnded) return;
+    const Row row = parse(table);
+    const bool this_job = row.part.job == wait.part.job;
+    const int order = this_job ? compare(row.part, wait.part) : -1;
+    if (order > 0) return;  // trainer 0 is past it: it reached the meeting
+    // A write of this part older than one already read (applied late) is no move.
+    const bool stale = order == 0 && row.seq < highest_seq;
+    if (order == 0 && !stale) {
+      highest_seq = row.seq;
+      if (row.state == TrainerZeroWork::kEnded) return;
+    }
     const auto now = Clock::now();
-    if (table != seen) {
+    if (!stale && table != seen) {
       seen = table;
       last_move = now;
     } else if (now - last_move >= micros_of(wait.silence_s)) {
       std::ostringstream silence;
       silence << wait.silence_s;
-      GPUBOX_FAIL("trainer 0 made no progress ", wait.what, " for ", silence.str(),
-                  " s (runner.collective_timeout_s): ",
-                  part == wait.part ? "its part stopped moving"
-                                    : "it did not begin it (it is stuck before it)",
-                  " (trainer 0's log, log/worker.0.log under scripts/run_gpubox.sh, names what "
-                  "it was doing; its servers' logs name a SAVE or LOAD that hangs)");
+      GPUBOX_FAIL(
+          "trainer 0 made no progress ", wait.what, " for ", silence.str(),
+          " s (runner.collective_timeout_s): ",
+          order == 0 ? "its part stopped moving" : "it did not begin it (it is stuck before it)",
+          " (trainer 0's log, ", wait.log_hint,
+          ", names what it was doing; its servers' logs name a SAVE or LOAD that hangs)");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, micros_of(wait.interval_s));
+    pause = std::min(pause * 2, interval);
   }
+}
+
+uint64_t trainer_zero_job_after(table::server::RemoteHostTier& servers,
+                                const TrainerZeroPart& part) {
+  std::vector<float> table;
+  if (!read_table(servers, &table).ok()) return 0;
+  const Row row = parse(table);
+  // Trainer 0 may have begun its next part already.
+  const int order = compare(row.part, part);
+  const bool ended = order > 0 || (order == 0 && row.state == TrainerZeroWork::kEnded);
+  return ended ? row.part.job : 0;
 }
 
 }  // namespace gpubox::trainer

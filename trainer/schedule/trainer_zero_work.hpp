@@ -4,18 +4,29 @@
 // runner.collective_timeout_s of its last move, naming trainer 0 and its part, when it stopped
 // moving (its SAVE stuck, the trainer itself stuck), or at once when their watch lost it.
 //
-// Trainer 0 publishes its part in the dense table kTable on the first server: {part, state,
-// moves}, `part` the number of the part (every trainer counts its parts of trainer 0 alike, one
-// per meeting), `state` kRunning or kEnded (whether it succeeded or failed: the meeting that
-// follows tells the others which), `moves` the PROGRESS frames its client received so far
-// (RemoteHostTier::progress_frames: its servers' SAVE or LOAD moved), published again whenever
-// they grew, every interval. A waiter reads the table every interval: part `part` ended, it goes
-// to the meeting (which trainer 0 reached or is about to); the table unchanged for the bound, it
-// throws. Another part there (an earlier one, or one an earlier job on the same servers left) is
+// Trainer 0 publishes its part in the dense table kTable on the first server: {job, part, state,
+// moves, seq}. `job` is the job's nonce (TrainerZeroPart::job: trainer 0 draws it, every trainer
+// of the job learns it), so that a table an earlier job left on long-lived servers (its parts
+// numbered alike from 1) is never taken for this job's. `part` is {stage, index}: every trainer
+// counts its parts of trainer 0 alike, the index from 1 again in each stage (one every trainer
+// reaches together: a PS job's train() run and recovery), so that a part a trainer skipped while
+// failing towards a recovery does not shift the count after it. `state` is kRunning or kEnded
+// (whether it succeeded or failed: the meeting that follows tells the others which), `moves` the
+// PROGRESS frames its client received so far (RemoteHostTier::progress_frames: its servers' SAVE
+// or LOAD moved), published again whenever they grew, every interval; `seq` counts the part's
+// publishes, so that a write applied late (one the client gave up on) is not read as the part's
+// state: a waiter takes the state of the highest seq it saw, and trainer 0 writes its kEnded
+// again, for up to runner.server_timeout_s, until a read shows it (a write applied later still is
+// not defended against).
+//
+// A waiter reads the table every interval: this job's part `part` ended, or a later part of this
+// job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
+// to); the table unchanged for the bound, it throws. Another job's table, or an earlier part, is
 // a part not begun yet: trainer 0 publishes its own as it begins it. A table it cannot read (the
-// first server lost or restarted: the meeting on it fails too) ends the watching: the waiter
-// goes to the meeting, bounded by runner.collective_timeout_s as before. A failed publish is
-// logged once and otherwise ignored: the waiters then fail at the bound, naming trainer 0.
+// first server lost or restarted: the meeting on it fails too), or a job whose nonce it does not
+// know, ends the watching: the waiter goes to the meeting, bounded by runner.collective_timeout_s
+// in all as before. A failed publish is logged once and otherwise ignored: the waiters then fail
+// at the bound, naming trainer 0.
 //
 // Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own); wait_for_trainer_zero
 // may run on any thread. Both use the thread-safe RemoteHostTier.
@@ -25,6 +36,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/thread_annotations.hpp"
 
@@ -34,31 +46,65 @@ class RemoteHostTier;
 
 namespace gpubox::trainer {
 
+// One part of trainer 0 (the file comment).
+struct TrainerZeroPart {
+  uint64_t job = 0;  // the job's nonce (draw_trainer_zero_job); 0 while unknown
+  // The stage every trainer of the job reaches together ({run, recovery} of a PS job), and the
+  // part's number within it, from 1.
+  int64_t run = 0;
+  int64_t recovery = 0;
+  int64_t index = 0;
+};
+
+// A job's nonce: never 0, exact in the table's floats (48 bits).
+uint64_t draw_trainer_zero_job();
+
+// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job).
+class TrainerZeroParts {
+ public:
+  uint64_t job = 0;  // the job's nonce, once known
+  // The next part in stage {run, recovery}: index 1 in a new stage.
+  TrainerZeroPart next(int64_t run = 0, int64_t recovery = 0);
+
+ private:
+  TrainerZeroPart last_;
+};
+
 class TrainerZeroWork {
  public:
   static constexpr const char* kTable = "trainer0_work";
   static constexpr float kRunning = 1.0f;
   static constexpr float kEnded = 2.0f;
+  // The table's floats: job (2), run, recovery, index, state, moves, seq.
+  static constexpr std::size_t kSlots = 8;
 
-  // Trainer 0, as its part number `part` begins: publishes it running now, then its moves every
-  // `interval_s` while they grow. `servers` must outlive this object.
-  TrainerZeroWork(table::server::RemoteHostTier& servers, int64_t part, double interval_s);
+  // Trainer 0, as its part `part` begins: publishes it running now, then its moves every
+  // `interval_s` while they grow; its end is written again for up to `ended_retry_s`
+  // (runner.server_timeout_s) until it is read back. `servers` must outlive this object.
+  TrainerZeroWork(table::server::RemoteHostTier& servers, const TrainerZeroPart& part,
+                  double interval_s, double ended_retry_s);
   // Publishes the part ended (whatever its outcome).
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
 
   // How often trainer 0 publishes and the waiters read, for a bound of `collective_timeout_s`:
-  // a quarter of it, at most 0.25 s.
+  // a quarter of it, at most 0.25 s, at least 10 ms.
   static double interval_for(double collective_timeout_s);
+  // The table's floats for `part` in `state`, `moves`, publish `seq` (tests write it directly).
+  static std::vector<float> row(const TrainerZeroPart& part, float state, uint64_t moves,
+                                uint64_t seq);
 
  private:
-  void publish(float state, uint64_t moves);
+  bool publish(float state, uint64_t moves);
+  void publish_ended();
   void run();
 
   table::server::RemoteHostTier& servers_;
-  const int64_t part_;
+  const TrainerZeroPart part_;
   const double interval_s_;
+  const double ended_retry_s_;
+  uint64_t seq_ = 0;     // publishes so far (the thread's, then the destructor's after the join)
   bool warned_ = false;  // a failed publish was logged
   Mutex mu_;
   CondVar stop_cv_;
@@ -68,17 +114,32 @@ class TrainerZeroWork {
 
 // What a trainer other than trainer 0 waits for (wait_for_trainer_zero).
 struct TrainerZeroWait {
-  int64_t part = 0;          // the part's number (TrainerZeroWork)
-  std::string what;          // what trainer 0 does, for the error: "writing the save DIR"
+  TrainerZeroPart part;      // part.job 0: not watched (the meeting's bound in all)
+  std::string what;          // what trainer 0 does, for the error: "to write the save DIR"
   double silence_s = 300;    // runner.collective_timeout_s: the longest trainer 0 may not move
   double interval_s = 0.25;  // TrainerZeroWork::interval_for
+  // Where trainer 0's log is: "log/worker.0.log under scripts/run_gpubox.sh".
+  std::string log_hint;
   // A loss this trainer's watch saw ("" while none): trainer 0 died, or a server was lost.
   std::function<std::string()> lost;
+
+  // The wait for `part` under runner.collective_timeout_s `collective_timeout_s`.
+  static TrainerZeroWait of(const TrainerZeroPart& part, std::string what,
+                            double collective_timeout_s, std::string log_hint,
+                            std::function<std::string()> lost);
 };
 
-// Returns once trainer 0 ended part `wait.part` (or the watching ended, see the file comment);
-// throws gpubox::Error when trainer 0 did not move for wait.silence_s, naming it and wait.what,
-// or at once when wait.lost() reports a loss.
+// Returns once trainer 0 ended part `wait.part` or went past it (or the watching ended, see the
+// file comment); throws gpubox::Error when trainer 0 did not move for wait.silence_s, naming it
+// and wait.what, or at once when wait.lost() reports a loss.
 void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const TrainerZeroWait& wait);
+
+// The job's nonce as the table shows it after a meeting that follows trainer 0's part `part`
+// (`part` with job 0), which trainer 0 ended (or a later one begun) before the meeting: 0 when
+// the table shows neither (unread, or trainer 0's publishes lost): the later parts are then not
+// watched. (An earlier job's table with a later part, all of trainer 0's publishes lost while
+// the meeting on the same server went well, would be taken for this job's.)
+uint64_t trainer_zero_job_after(table::server::RemoteHostTier& servers,
+                                const TrainerZeroPart& part);
 
 }  // namespace gpubox::trainer

@@ -1,0 +1,175 @@
+// wait_for_trainer_zero and TrainerZeroWork (trainer/schedule/trainer_zero_work.hpp) against a
+// loopback gpubox_server, trainer 0's table written directly: a table an earlier job left (its
+// part numbered as this job's, ended) is a part not begun; a later part of this job is trainer 0
+// past it (a count that drifted); an unreadable table (another size: an earlier build's) or an
+// unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
+// its part; parts count from 1 again in each stage. A waiter that must not return is given a
+// short silence: it throws, naming why, rather than returning (no time is measured).
+#include "trainer/schedule/trainer_zero_work.hpp"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/server/ps_protocol.hpp"
+#include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/server_test_util.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using table::server::DenseAction;
+using table::server::testing::client_options;
+using table::server::testing::connect_client;
+using table::server::testing::FakeHostTier;
+using table::server::testing::start_server;
+
+constexpr uint64_t kJob = 0x123456789abull;
+constexpr uint64_t kEarlierJob = 0x5555aaaaull;
+
+TrainerZeroPart part_of(uint64_t job, int64_t run, int64_t recovery, int64_t index) {
+  TrainerZeroPart part;
+  part.job = job;
+  part.run = run;
+  part.recovery = recovery;
+  part.index = index;
+  return part;
+}
+
+class TrainerZeroWorkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = start_server(&table_);
+    ASSERT_TRUE(server_);
+    client_ = connect_client(client_options(server_->endpoint()));
+    ASSERT_TRUE(client_);
+  }
+  void write(std::vector<float> table) {
+    ASSERT_TRUE(client_->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &table).ok());
+  }
+  void write(const TrainerZeroPart& part, float state, uint64_t seq = 1) {
+    write(TrainerZeroWork::row(part, state, 0, seq));
+  }
+  // Waits for `part` with a short silence; the error ("" when it returned).
+  std::string wait_for(const TrainerZeroPart& part, std::string lost = "") {
+    TrainerZeroWait wait =
+        TrainerZeroWait::of(part, "to write the save S", 0.3, "LOG", [lost] { return lost; });
+    try {
+      wait_for_trainer_zero(*client_, wait);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  FakeHostTier table_{table::server::testing::test_config()};
+  std::unique_ptr<table::server::Server> server_;
+  std::unique_ptr<table::server::RemoteHostTier> client_;
+};
+
+TEST_F(TrainerZeroWorkTest, ThisJobsPartEndedIsWaitedOut) {
+  write(part_of(kJob, 1, 0, 2), TrainerZeroWork::kEnded);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 2)), "");
+}
+
+// A server that outlives its jobs: the earlier job's part 1 ended is not this job's part 1.
+TEST_F(TrainerZeroWorkTest, AnEarlierJobsTableIsAPartNotBegun) {
+  write(part_of(kEarlierJob, 0, 0, 1), TrainerZeroWork::kEnded);
+  const std::string error = wait_for(part_of(kJob, 0, 0, 1));
+  EXPECT_NE(error.find("trainer 0 made no progress to write the save S for 0.3 s "
+                       "(runner.collective_timeout_s): it did not begin it"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("(trainer 0's log, LOG, names"), std::string::npos) << error;
+}
+
+TEST_F(TrainerZeroWorkTest, AnEarlierPartOfThisJobIsAPartNotBegun) {
+  write(part_of(kJob, 1, 0, 1), TrainerZeroWork::kEnded);
+  EXPECT_NE(wait_for(part_of(kJob, 1, 0, 2)).find("it did not begin it"), std::string::npos);
+}
+
+TEST_F(TrainerZeroWorkTest, ThisJobsPartRunningThatStopsMovingFails) {
+  write(part_of(kJob, 1, 0, 2), TrainerZeroWork::kRunning);
+  EXPECT_NE(wait_for(part_of(kJob, 1, 0, 2)).find("its part stopped moving"), std::string::npos);
+}
+
+// A count that drifted (trainer 0 counted one part more before a recovery): trainer 0 past the
+// part waited for, in its index or a later stage, is at the meeting.
+TEST_F(TrainerZeroWorkTest, ALaterPartOfThisJobGoesToTheMeeting) {
+  write(part_of(kJob, 1, 0, 3), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 2)), "");
+  write(part_of(kJob, 1, 1, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 5)), "");
+  write(part_of(kJob, 2, 0, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 3, 7)), "");
+}
+
+// A table of another size (an earlier build's {part, state, moves}) cannot be read: the waiter
+// goes to the meeting (bounded by runner.collective_timeout_s there).
+TEST_F(TrainerZeroWorkTest, AnUnreadableTableEndsTheWatching) {
+  write(std::vector<float>{1.0f, TrainerZeroWork::kRunning, 0.0f});
+  EXPECT_EQ(wait_for(part_of(kJob, 0, 0, 1)), "");
+}
+
+TEST_F(TrainerZeroWorkTest, AnUnknownNonceIsNotWatched) {
+  write(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(0, 0, 0, 1)), "");
+}
+
+TEST_F(TrainerZeroWorkTest, ALossTheWatchSawFailsAtOnce) {
+  write(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning);
+  const std::string error = wait_for(part_of(kJob, 0, 0, 1), "trainer 0 is lost");
+  EXPECT_NE(error.find("waiting for trainer 0 to write the save S: trainer 0 is lost"),
+            std::string::npos)
+      << error;
+}
+
+// Trainer 0's own publishes: running while its TrainerZeroWork lives, ended after; the nonce read
+// after the meeting is the one it published.
+TEST_F(TrainerZeroWorkTest, TrainerZerosPartIsShownRunningThenEnded) {
+  write(part_of(kEarlierJob, 0, 0, 1), TrainerZeroWork::kEnded);
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  {
+    TrainerZeroWork work(*client_, part, 0.01, 1.0);
+    EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
+    EXPECT_EQ(trainer_zero_job_after(*client_, part_of(0, 0, 0, 1)), 0u);
+  }
+  EXPECT_EQ(wait_for(part), "");
+  EXPECT_EQ(trainer_zero_job_after(*client_, part_of(0, 0, 0, 1)), kJob);
+  EXPECT_EQ(trainer_zero_job_after(*client_, part_of(0, 0, 0, 2)), 0u);
+  // Trainer 0 began its next part before this trainer read the table.
+  write(part_of(kJob, 0, 0, 2), TrainerZeroWork::kRunning);
+  EXPECT_EQ(trainer_zero_job_after(*client_, part_of(0, 0, 0, 1)), kJob);
+}
+
+// A drawn nonce (48 bits) reads back whole from the table's floats.
+TEST_F(TrainerZeroWorkTest, TheNonceSurvivesTheFloats) {
+  const uint64_t job = draw_trainer_zero_job();
+  EXPECT_NE(job, 0u);
+  write(part_of(job, 0, 0, 1), TrainerZeroWork::kEnded);
+  EXPECT_EQ(trainer_zero_job_after(*client_, part_of(0, 0, 0, 1)), job);
+}
+
+// Every trainer counts alike; a part one trainer skipped in a stage shifts nothing after the
+// stage every trainer reaches together.
+TEST(TrainerZeroParts, CountFromOneInEachStage) {
+  TrainerZeroParts zero;
+  TrainerZeroParts other;
+  zero.job = kJob;
+  EXPECT_EQ(zero.next(0, 0).index, 1);
+  EXPECT_EQ(zero.next(0, 0).index, 2);
+  EXPECT_EQ(zero.next(0, 0).job, kJob);
+  EXPECT_EQ(other.next(0, 0).index, 1);  // skipped two parts, failing towards a recovery
+  const TrainerZeroPart a = zero.next(0, 1);
+  const TrainerZeroPart b = other.next(0, 1);
+  EXPECT_EQ(a.index, 1);
+  EXPECT_EQ(b.index, 1);
+  EXPECT_EQ(zero.next(1, 1).index, 1);
+  EXPECT_EQ(zero.next(1, 1).index, 2);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
