@@ -362,6 +362,7 @@ void Server::Impl::wait() {
         session->close_after_stop();
       }
     }
+    if (options_.stopping_worker_hook) options_.stopping_worker_hook();
     bulk_.stop();  // queued ones are dropped
     for (const auto& session : working) session->close_after_stop();
   });

@@ -123,6 +123,9 @@ struct ServerOptions {
   // Fault injection for tests: runs where the SAVE/LOAD worker thread starts; throwing
   // std::system_error there is that thread failing to start (BulkWorker::start).
   std::function<void()> worker_start_fault;
+  // For tests: runs in wait() as it stops the SAVE/LOAD worker (after the network threads ended),
+  // before it waits for the SAVE or LOAD under way.
+  std::function<void()> stopping_worker_hook;
 };
 
 struct ServerCounters {

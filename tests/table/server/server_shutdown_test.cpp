@@ -53,6 +53,8 @@ TEST(ServerShutdown, ASaveRunningOnTheWorkerIsFinishedAndItsClientFails) {
   ServerOptions options;
   options.data_dir = dir.path().string();
   options.progress_interval_s = 0.1;
+  std::atomic<bool> stopping_worker{false};  // wait() reached the worker, the SAVE under way
+  options.stopping_worker_hook = [&] { stopping_worker = true; };
   auto server = start_server(&held, options);
   ASSERT_TRUE(server);
   RemoteHostTierOptions client_opts = client_options(server->endpoint());
@@ -78,7 +80,7 @@ TEST(ServerShutdown, ASaveRunningOnTheWorkerIsFinishedAndItsClientFails) {
     waited = true;
   });
   // wait() does not return while the SAVE is under way: it is finished first.
-  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(eventually([&] { return stopping_worker.load(); }, 60.0));
   EXPECT_FALSE(waited.load());
   EXPECT_FALSE(std::filesystem::exists(dir.path() / "m" / io::kManifestName));
   held.release();
