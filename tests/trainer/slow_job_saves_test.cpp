@@ -2,7 +2,8 @@
 // the gpubox mode through Gloo over loopback) whose server's SAVE takes several
 // runner.collective_timeout_s: the other trainer waits for trainer 0's save as long as the save
 // moves (trainer/schedule/trainer_zero_work.hpp), and the job's pass is saved (likewise for
-// trainer 0's LOAD as a new job resumes from that save); a save that stops
+// trainer 0's LOAD as a new job resumes from that save, on a fresh server or on the one whose
+// trainer0_work table the first job left); a save that stops
 // moving (its server's file operation held, trainer 0's own client patient: a long
 // runner.server_timeout_s) fails the other trainer within about runner.collective_timeout_s,
 // naming trainer 0 and the save. Before, the other trainer waited at the meeting for
@@ -40,9 +41,12 @@ namespace {
 namespace fs = std::filesystem;
 using table::server::testing::SlowIoTier;
 
-constexpr double kCollectiveTimeoutS = 2;
-// How long a moving save is held: several runner.collective_timeout_s.
-constexpr std::chrono::seconds kMovingHold{8};
+// Long enough that a trainer thread stalled by a loaded machine does not run out of it.
+constexpr double kCollectiveTimeoutS = 4;
+// Trainer 0's client's patience with a server that reports no progress (a moving hold reports).
+constexpr double kServerTimeoutS = 4;
+// How long a moving save is held: 2.5 runner.collective_timeout_s (the test stays near a minute).
+constexpr std::chrono::seconds kMovingHold{10};
 
 enum class Mode { kPsAsync, kGpubox };
 
@@ -70,6 +74,8 @@ class HeldSaveServer {
   std::string endpoint() const { return server_->endpoint(); }
   bool holding() const { return slow_->holding(); }
   void release() { slow_->release(); }
+  // The next file operation on is held moving again (a later job on the same server).
+  void hold_again() { slow_->hold_again(SlowIoTier::Hold::kMoving); }
 
  private:
   std::unique_ptr<table::SparseTable> table_;
@@ -165,12 +171,12 @@ HeldJob run_held_job(HeldSaveServer& server, const std::string& name,
 }
 
 // The save's server holds its first file operation, moving (PROGRESS frames go on), for
-// kMovingHold (4 runner.collective_timeout_s), then lets it go: both trainers end well and
+// kMovingHold (2.5 runner.collective_timeout_s), then lets it go: both trainers end well and
 // the pass's save is complete.
 TEST_P(SlowJobSaves, ASaveLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
   const std::string name = GetParam() == Mode::kPsAsync ? "ps_moving" : "gpubox_moving";
   const std::string saves = (root_ / name).string();
-  const TrainerConfig cfg = config(saves, 1.5);
+  const TrainerConfig cfg = config(saves, kServerTimeoutS);
   HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
   const HeldJob job = run_held_job(server, name, [&](int w, const std::string& job_name) {
     return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + job_name)).string());
@@ -188,7 +194,7 @@ TEST_P(SlowJobSaves, ALoadLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
   const std::string name = GetParam() == Mode::kPsAsync ? "ps_loading" : "gpubox_loading";
   const std::string saves = (root_ / name).string();
   {
-    const TrainerConfig cfg = config(saves, 1.5);
+    const TrainerConfig cfg = config(saves, kServerTimeoutS);
     HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
     server.release();
     const HeldJob job = run_held_job(server, name + "_first", [&](int w, const std::string& n) {
@@ -197,8 +203,33 @@ TEST_P(SlowJobSaves, ALoadLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
     ASSERT_EQ(job.errors[0] + job.errors[1], "");
   }
   ASSERT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
-  const TrainerConfig cfg = config(saves, 1.5, /*epochs=*/2);
+  const TrainerConfig cfg = config(saves, kServerTimeoutS, /*epochs=*/2);
   HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
+  const HeldJob job = run_held_job(server, name + "_resumed", [&](int w, const std::string& n) {
+    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
+  });
+  EXPECT_TRUE(job.held);
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
+  EXPECT_TRUE(fs::exists(fs::path(saves) / "1" / table::io::kModelManifestName));
+}
+
+// The same on a server that outlives its jobs: the first job leaves trainer 0's table there (its
+// last part ended, numbered as the resumed job numbers its LOAD), yet the resumed job's LOAD,
+// held moving for kMovingHold, is waited for: the table of another job is not this job's.
+TEST_P(SlowJobSaves, ALongLoadIsWaitedForOnAServerAnEarlierJobLeftItsTableOn) {
+  const std::string name = GetParam() == Mode::kPsAsync ? "ps_second_job" : "gpubox_second_job";
+  const std::string saves = (root_ / name).string();
+  const TrainerConfig first = config(saves, kServerTimeoutS);
+  HeldSaveServer server(first, root_, SlowIoTier::Hold::kMoving);
+  server.release();
+  const HeldJob done = run_held_job(server, name + "_first", [&](int w, const std::string& n) {
+    return train(first, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
+  });
+  ASSERT_EQ(done.errors[0] + done.errors[1], "");
+  ASSERT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
+  const TrainerConfig cfg = config(saves, kServerTimeoutS, /*epochs=*/2);
+  server.hold_again();
   const HeldJob job = run_held_job(server, name + "_resumed", [&](int w, const std::string& n) {
     return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
   });
@@ -231,11 +262,9 @@ TEST_P(SlowJobSaves, ASaveThatStopsMovingFailsTheOthersNamingTrainerZero) {
     }
     for (auto& t : trainers) t.join();
   };
-  const std::string writing =
-      GetParam() == Mode::kPsAsync ? "to write the save " : "writing the save ";
   EXPECT_EXIT(job(), ::testing::ExitedWithCode(1),
-              "trainer 1's error: .*trainer 0 made no progress " + writing +
-                  "[^ ]*/0 for 2 s \\(runner.collective_timeout_s\\): its part stopped moving");
+              "trainer 1's error: .*trainer 0 made no progress to write the save "
+              "[^ ]*/0 for 4 s \\(runner.collective_timeout_s\\): its part stopped moving");
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SlowJobSaves, ::testing::Values(Mode::kPsAsync, Mode::kGpubox),
