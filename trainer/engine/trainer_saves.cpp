@@ -88,11 +88,12 @@ void Trainer::on_trainer_zero(const std::function<void()>& part, const std::stri
   }
   const TrainerZeroPart number = trainer_zero_parts_.next();
   const double collective_s = config_.runner.collective_timeout_s;
+  const double server_s = config_.host_tier.remote.deadline_s;
   // The others wait outside the meeting's collective (whose timeout cannot be moved on) while
   // trainer 0's part moves.
   if (shown && env_.trainer_id != 0) {
     wait_for_trainer_zero(
-        *servers, TrainerZeroWait::of(number, waited, collective_s, kTrainerZeroLog,
+        *servers, TrainerZeroWait::of(number, waited, collective_s, server_s, kTrainerZeroLog,
                                       [&s] { return s.watch != nullptr ? s.watch->lost() : ""; }));
   }
   // Only trainer 0's outcome counts: a restart another trainer's client holds is agreed at its
@@ -103,7 +104,7 @@ void Trainer::on_trainer_zero(const std::function<void()>& part, const std::stri
         std::optional<TrainerZeroWork> work;
         if (shown) {
           work.emplace(*servers, number, TrainerZeroWork::interval_for(collective_s),
-                       config_.host_tier.remote.deadline_s);
+                       TrainerZeroWork::call_deadline_for(collective_s, server_s));
         }
         part();
       },

@@ -48,7 +48,7 @@ using table::server::RemoteHostTier;
 
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
 // succeeded, 2 when it failed on a server restart (kRestartOutcome), else 0; the pass it goes on
-// with}.
+// with; the job's nonce as two floats (trainer_zero_job_floats)}.
 constexpr const char* kOutcomeTable = "ps_outcome";
 // Where trainer 0's log is, named where the others fail because of it.
 constexpr const char* kTrainerZeroLog = "log/workerlog.0 under scripts/launch.sh";
@@ -351,8 +351,8 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
   State& s = *state_;
-  // Trainer 0 draws the job's nonce; the others read it after the first part's meeting (the
-  // job's start, short: the meeting's bound in all), as trainer 0's table shows it there.
+  // Trainer 0 draws the job's nonce; the others learn it from trainer 0's outcome of the first
+  // part (the job's start, short: the meeting's bound in all; read_outcome_of_trainer_zero).
   if (env_.trainer_id == 0 && trainer_zero_parts_.job == 0) {
     trainer_zero_parts_.job = draw_trainer_zero_job();
   }
@@ -360,20 +360,21 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
   // together: a part one trainer skipped on its way to a recovery shifts no count after it.
   const TrainerZeroPart number = trainer_zero_parts_.next(s.run, recoveries_);
   const double collective_s = config_.runner.collective_timeout_s;
+  const double server_s = config_.host_tier.remote.deadline_s;
   if (env_.trainers > 1 && env_.trainer_id != 0) {
     // Before the barrier, whose wait is bounded by runner.collective_timeout_s in all: trainer
     // 0's part that moves is waited for however long it takes.
-    wait_for_trainer_zero(*s.servers,
-                          TrainerZeroWait::of(number, what, collective_s, kTrainerZeroLog, [&s] {
-                            return s.watch != nullptr ? s.watch->lost() : "";
-                          }));
+    wait_for_trainer_zero(
+        *s.servers,
+        TrainerZeroWait::of(number, what, collective_s, server_s, kTrainerZeroLog,
+                            [&s] { return s.watch != nullptr ? s.watch->lost() : ""; }));
   }
   if (env_.trainer_id == 0) {
     const auto shown_part = [&] {
       std::optional<TrainerZeroWork> shown;
       if (env_.trainers > 1) {
         shown.emplace(*s.servers, number, TrainerZeroWork::interval_for(collective_s),
-                      config_.host_tier.remote.deadline_s);
+                      TrainerZeroWork::call_deadline_for(collective_s, server_s));
       }
       part();
     };
@@ -390,9 +391,6 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     }
   }
   meet(name, what);
-  if (env_.trainers > 1 && env_.trainer_id != 0 && trainer_zero_parts_.job == 0) {
-    trainer_zero_parts_.job = trainer_zero_job_after(*s.servers, number);
-  }
   if (env_.trainer_id != 0) read_outcome_of_trainer_zero(what);
 }
 
@@ -411,6 +409,8 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
   *restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
   std::vector<float> outcome = {failed ? (*restarted ? kRestartOutcome : 0.0f) : 1.0f,
                                 static_cast<float>(pass_id_)};
+  // The job's nonce, which the others learn here (after the job's first part).
+  for (float half : trainer_zero_job_floats(trainer_zero_parts_.job)) outcome.push_back(half);
   // The restarts are accepted now (this trainer's threads send nothing during a save or a
   // reload; recover reloads the servers), so that the outcome goes to the first server as it is
   // now. The others hear of a restart of the first server at their own call to it (the barrier
@@ -427,9 +427,14 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
 }
 
 void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
-  std::vector<float> outcome(2, 0.0f);
+  std::vector<float> outcome(4, 0.0f);
   throw_if_error(state_->servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
                      .with_context("reading trainer 0's outcome " + what));
+  // Trainer 0 writes its outcome after every part, and this job's tables were reset as it began:
+  // the nonce is this job's (a table trainer0_work an earlier job left on the servers is not).
+  if (trainer_zero_parts_.job == 0) {
+    trainer_zero_parts_.job = trainer_zero_job_of(outcome[2], outcome[3]);
+  }
   if (outcome[0] == kRestartOutcome && repairs_together()) {
     restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
     GPUBOX_FAIL("trainer 0 found a server restart ", what);

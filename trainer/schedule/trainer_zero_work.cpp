@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <tuple>
@@ -37,8 +38,7 @@ struct Row {
 
 Row parse(const std::vector<float>& table) {
   Row row;
-  row.part.job = static_cast<uint64_t>(std::llround(table[0])) % kExact +
-                 (static_cast<uint64_t>(std::llround(table[1])) % kExact) * kExact;
+  row.part.job = trainer_zero_job_of(table[0], table[1]);
   row.part.run = std::llround(table[2]);
   row.part.recovery = std::llround(table[3]);
   row.part.index = std::llround(table[4]);
@@ -54,9 +54,11 @@ int compare(const TrainerZeroPart& a, const TrainerZeroPart& b) {
   return ka < kb ? -1 : kb < ka ? 1 : 0;
 }
 
-Status read_table(table::server::RemoteHostTier& servers, std::vector<float>* table) {
+Status read_table(table::server::RemoteHostTier& servers, double call_s,
+                  std::vector<float>* table) {
   table->assign(TrainerZeroWork::kSlots, 0.0f);
-  return servers.dense(DenseAction::kRead, TrainerZeroWork::kTable, table);
+  return servers.dense(DenseAction::kRead, TrainerZeroWork::kTable, table,
+                       TrainerZeroWork::call_of(call_s));
 }
 
 }  // namespace
@@ -66,6 +68,15 @@ uint64_t draw_trainer_zero_job() {
   uint64_t job = 0;
   while (job == 0) job = ((uint64_t{seed()} << 32) ^ seed()) % (kExact * kExact);
   return job;
+}
+
+std::vector<float> trainer_zero_job_floats(uint64_t job) {
+  return {static_cast<float>(job % kExact), static_cast<float>(job / kExact % kExact)};
+}
+
+uint64_t trainer_zero_job_of(float low, float high) {
+  return static_cast<uint64_t>(std::llround(low)) % kExact +
+         (static_cast<uint64_t>(std::llround(high)) % kExact) * kExact;
 }
 
 TrainerZeroPart TrainerZeroParts::next(int64_t run, int64_t recovery) {
@@ -80,18 +91,29 @@ double TrainerZeroWork::interval_for(double collective_timeout_s) {
   return std::max(kMinInterval, std::min(0.25, collective_timeout_s / 4));
 }
 
+double TrainerZeroWork::call_deadline_for(double collective_timeout_s, double server_timeout_s) {
+  return std::min(server_timeout_s, std::max(kMinInterval, collective_timeout_s / 4));
+}
+
+table::server::DenseCall TrainerZeroWork::call_of(double call_s) {
+  table::server::DenseCall call;
+  call.deadline_s = call_s;
+  call.mutation = false;
+  return call;
+}
+
 std::vector<float> TrainerZeroWork::row(const TrainerZeroPart& part, float state, uint64_t moves,
                                         uint64_t seq) {
-  return {static_cast<float>(part.job % kExact), static_cast<float>(part.job / kExact % kExact),
-          static_cast<float>(part.run),          static_cast<float>(part.recovery),
-          static_cast<float>(part.index),        state,
-          static_cast<float>(moves % kExact),    static_cast<float>(seq % kExact)};
+  std::vector<float> table = trainer_zero_job_floats(part.job);
+  table.insert(table.end(), {static_cast<float>(part.run), static_cast<float>(part.recovery),
+                             static_cast<float>(part.index), state,
+                             static_cast<float>(moves % kExact), static_cast<float>(seq % kExact)});
+  return table;
 }
 
 TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
-                                 const TrainerZeroPart& part, double interval_s,
-                                 double ended_retry_s)
-    : servers_(servers), part_(part), interval_s_(interval_s), ended_retry_s_(ended_retry_s) {
+                                 const TrainerZeroPart& part, double interval_s, double call_s)
+    : servers_(servers), part_(part), interval_s_(interval_s), call_s_(call_s) {
   publish(kRunning, servers_.progress_frames());
   try {
     thread_ = std::thread([this] { run(); });
@@ -113,7 +135,7 @@ TrainerZeroWork::~TrainerZeroWork() {
 
 bool TrainerZeroWork::publish(float state, uint64_t moves) {
   std::vector<float> table = row(part_, state, moves, ++seq_);
-  const Status written = servers_.dense(DenseAction::kWrite, kTable, &table);
+  const Status written = servers_.dense(DenseAction::kWrite, kTable, &table, call_of(call_s_));
   if (written.ok()) return true;
   if (!warned_) {
     warned_ = true;
@@ -125,21 +147,21 @@ bool TrainerZeroWork::publish(float state, uint64_t moves) {
 }
 
 void TrainerZeroWork::publish_ended() {
-  // A lost write of the end would leave the others waiting for a part that does not move while
-  // trainer 0 waits at the meeting; a late write of an earlier state could hide it.
+  // A write of an earlier publish applied late (one the client gave up on) could hide the end:
+  // the end is written again while a read shows one. A write that failed is not (the transport
+  // retried it within call_s_), nor one to a server found restarted (it answers Aborted until
+  // the restart is accepted, after this part): the meeting on that server fails too.
   try {
-    const auto until = Clock::now() + micros_of(ended_retry_s_);
+    const auto until = Clock::now() + micros_of(call_s_);
     for (;;) {
-      if (publish(kEnded, servers_.progress_frames())) {
-        std::vector<float> table;
-        if (!read_table(servers_, &table).ok()) return;  // the meeting on that server fails too
-        const Row seen = parse(table);
-        const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
-                           seen.seq < static_cast<int64_t>(seq_ % kExact);
-        if (!older) return;
-      }
-      if (Clock::now() >= until) return;
-      std::this_thread::sleep_for(micros_of(interval_s_));
+      if (!publish(kEnded, servers_.progress_frames())) return;
+      if (!servers_.pending_restarts().empty()) return;
+      std::vector<float> table;
+      if (!read_table(servers_, call_s_, &table).ok()) return;
+      const Row seen = parse(table);
+      const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
+                         seen.seq < static_cast<int64_t>(seq_ % kExact);
+      if (!older || Clock::now() >= until) return;
     }
   } catch (const std::exception& e) {
     GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers that its part " << part_.index
@@ -171,13 +193,14 @@ void TrainerZeroWork::run() {
 }
 
 TrainerZeroWait TrainerZeroWait::of(const TrainerZeroPart& part, std::string what,
-                                    double collective_timeout_s, std::string log_hint,
-                                    std::function<std::string()> lost) {
+                                    double collective_timeout_s, double server_timeout_s,
+                                    std::string log_hint, std::function<std::string()> lost) {
   TrainerZeroWait wait;
   wait.part = part;
   wait.what = std::move(what);
   wait.silence_s = collective_timeout_s;
   wait.interval_s = TrainerZeroWork::interval_for(collective_timeout_s);
+  wait.call_s = TrainerZeroWork::call_deadline_for(collective_timeout_s, server_timeout_s);
   wait.log_hint = std::move(log_hint);
   wait.lost = std::move(lost);
   return wait;
@@ -188,6 +211,7 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
   std::vector<float> seen;
   int64_t highest_seq = -1;  // of this part, as read so far
   auto last_move = Clock::now();
+  std::optional<Clock::time_point> failing_since;  // the reads have failed since
   const auto interval = micros_of(std::max(kMinInterval, wait.interval_s));
   // Short looks first: most parts end within a few of them.
   auto pause = std::min(interval, std::chrono::microseconds(10000));
@@ -195,14 +219,25 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
     const std::string lost = wait.lost ? wait.lost() : std::string();
     if (!lost.empty()) GPUBOX_FAIL("waiting for trainer 0 ", wait.what, ": ", lost);
     std::vector<float> table;
-    const Status read = read_table(servers, &table);
+    const Status read = read_table(servers, wait.call_s, &table);
     if (!read.ok()) {
-      GPUBOX_LOG(WARNING) << "cannot follow trainer 0 " << wait.what
-                          << " (waiting for it at the meeting, within "
-                             "runner.collective_timeout_s): "
-                          << read.to_string();
-      return;
+      // A server found restarted (Aborted: the meeting on it fails too), or reads failing for
+      // the bound: the meeting's bound in all. Else no move yet (a read lost on the way).
+      const auto now = Clock::now();
+      if (!failing_since) failing_since = now;
+      if (read.code() == Status::Code::kAborted ||
+          now - *failing_since >= micros_of(wait.silence_s)) {
+        GPUBOX_LOG(WARNING) << "cannot follow trainer 0 " << wait.what
+                            << " (waiting for it at the meeting, within "
+                               "runner.collective_timeout_s): "
+                            << read.to_string();
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, interval);
+      continue;
     }
+    failing_since.reset();
     const Row row = parse(table);
     const bool this_job = row.part.job == wait.part.job;
     const int order = this_job ? compare(row.part, wait.part) : -1;
@@ -230,17 +265,6 @@ void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const Trainer
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, interval);
   }
-}
-
-uint64_t trainer_zero_job_after(table::server::RemoteHostTier& servers,
-                                const TrainerZeroPart& part) {
-  std::vector<float> table;
-  if (!read_table(servers, &table).ok()) return 0;
-  const Row row = parse(table);
-  // Trainer 0 may have begun its next part already.
-  const int order = compare(row.part, part);
-  const bool ended = order > 0 || (order == 0 && row.state == TrainerZeroWork::kEnded);
-  return ended ? row.part.job : 0;
 }
 
 }  // namespace gpubox::trainer
