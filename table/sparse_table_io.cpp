@@ -336,7 +336,8 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   }
   if (saved->mode != SaveKind::kDelta) {
     // Each shard cleared is a step (a server's LOAD shows it as progress: a disk tier's clear can
-    // take long).
+    // take long). A shard's clear is not split further: its maps are freed at once and a disk
+    // tier's rows dropped by one range deletion (DiskTier::clear_shard).
     GPUBOX_RETURN_IF_ERROR(for_shards(threads != 1, [&](uint32_t s) {
       const Status cleared = shards_[s]->clear();
       fs->note_progress();

@@ -430,7 +430,7 @@ void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
   std::vector<float> outcome(4, 0.0f);
   throw_if_error(state_->servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
                      .with_context("reading trainer 0's outcome " + what));
-  // Trainer 0 writes its outcome after every part, and this job's tables were reset as it began:
+  // Trainer 0 writes its outcome after every part, before the meeting this trainer just passed:
   // the nonce is this job's (a table trainer0_work an earlier job left on the servers is not).
   if (trainer_zero_parts_.job == 0) {
     trainer_zero_parts_.job = trainer_zero_job_of(outcome[2], outcome[3]);
