@@ -3,10 +3,10 @@
 // part numbered as this job's, ended) is a part not begun; a later part of this job is trainer 0
 // past it (a count that drifted); an unreadable table (another size: an earlier build's) or an
 // unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
-// its part; a late end is no move; a restarted first server ends trainer 0's publishing at once,
-// and its publishes do not keep a restart from the last save from being adopted; parts count
-// from 1 again in each stage. A waiter that must not return is given a
-// short silence: it throws, naming why, rather than returning (no time is measured).
+// its part; a late end is no move, and so is a read that fails for a moment; a restarted first
+// server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
+// save from being adopted; parts count from 1 again in each stage. A waiter that must not return is
+// given a short silence: it throws, naming why, rather than returning (no time is measured).
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 #include <gtest/gtest.h>
@@ -184,6 +184,38 @@ TEST_F(TrainerZeroWorkTest, AStaleEndIsNoMove) {
   }
   EXPECT_GE(looks, 3);
   EXPECT_NE(error.find("its part stopped moving"), std::string::npos) << error;
+}
+
+// A read that fails (the first server down for a moment, not Aborted) is no move: the waiter
+// reads again, and once the server is back (a restart adopted quietly: this client changed
+// nothing on it) it goes on watching, here a table with no part of this job, until it fails
+// naming trainer 0 (before, the first failed read ended the watching).
+TEST(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
+  FakeHostTier first{table::server::testing::test_config()};
+  FakeHostTier second{table::server::testing::test_config()};
+  table::server::ServerOptions options;
+  auto server = start_server(&first, options);
+  ASSERT_TRUE(server);
+  options.port = server->port();
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  int looks = 0;
+  const TrainerZeroWait wait =
+      TrainerZeroWait::of(part_of(kJob, 0, 0, 1), "to write the save S", 1.0, 3.0, "LOG", [&] {
+        ++looks;
+        if (looks == 1) server.reset();  // the first read fails
+        if (looks == 2) server = start_server(&second, options);
+        return std::string();
+      });
+  std::string error;
+  try {
+    wait_for_trainer_zero(*client, wait);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ASSERT_TRUE(server);
+  EXPECT_GE(looks, 3);
+  EXPECT_NE(error.find("it did not begin it"), std::string::npos) << error;
 }
 
 // The first server restarted during trainer 0's part (not accepted until after it: it answers
