@@ -117,8 +117,9 @@ TEST_F(TrainerZeroWorkTest, ALaterPartOfThisJobGoesToTheMeeting) {
   EXPECT_EQ(wait_for(part_of(kJob, 1, 3, 7)), "");
 }
 
-// A table of another size (an earlier build's {part, state, moves}) cannot be read: the waiter
-// goes to the meeting (bounded by runner.collective_timeout_s there).
+// A table of another size (an earlier build's {part, state, moves}) cannot be read: no move, and
+// after the silence the waiter goes to the meeting (bounded by runner.collective_timeout_s there)
+// rather than fail naming trainer 0.
 TEST_F(TrainerZeroWorkTest, AnUnreadableTableEndsTheWatching) {
   write(std::vector<float>{1.0f, TrainerZeroWork::kRunning, 0.0f});
   EXPECT_EQ(wait_for(part_of(kJob, 0, 0, 1)), "");
