@@ -335,8 +335,14 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
                            }).with_context("load"));
   }
   if (saved->mode != SaveKind::kDelta) {
-    GPUBOX_RETURN_IF_ERROR(
-        for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
+    // Each shard cleared is a step (a server's LOAD shows it as progress: a disk tier's clear can
+    // take long). A shard's clear is not split further: its maps are freed at once and a disk
+    // tier's rows dropped by one range deletion (DiskTier::clear_shard).
+    GPUBOX_RETURN_IF_ERROR(for_shards(threads != 1, [&](uint32_t s) {
+      const Status cleared = shards_[s]->clear();
+      fs->note_progress();
+      return cleared;
+    }));
   }
   const RecordKind kind = saved->kind;
   for (bool deletions : {true, false}) {  // a delta's deletions before its rows

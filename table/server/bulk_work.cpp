@@ -138,11 +138,12 @@ bool BulkWorker::Job::wanted() const {
   return false;
 }
 
-Status BulkWorker::start() {
+Status BulkWorker::start(const std::function<void()>& fault) {
   MutexLock lock(mu_);
   if (thread_.joinable() || stopping_)
     return Status::Internal("the SAVE/LOAD worker was started twice");
   try {
+    if (fault) fault();
     thread_ = std::thread([this] { run(); });
   } catch (const std::system_error& e) {
     return Status::Internal(std::string("cannot start the SAVE/LOAD worker thread: ") + e.what());

@@ -162,8 +162,12 @@ class BulkWorker {
   BulkWorker(const BulkWorker&) = delete;
   BulkWorker& operator=(const BulkWorker&) = delete;
 
-  // Starts the worker thread (Server::start). Once.
-  Status start();
+  // Starts the worker thread (Server::start). Once. A thread that cannot be started (the
+  // process or the machine out of threads: std::thread throws std::system_error) is an Internal
+  // status naming the worker; the worker then refuses every call (submit: kBusy). `fault` (tests)
+  // runs first, where the thread would start, and may throw std::system_error as std::thread
+  // does.
+  Status start(const std::function<void()>& fault = nullptr);
   // Queues `work` (its reply goes to `waiter`), attaches `waiter` to the same request already
   // queued or running, or refuses (kBusy: the caps above, or stopped). `work` must not throw
   // (the session's catches what the table throws).

@@ -31,6 +31,11 @@ double transfer_allowance_s(std::size_t bytes) {
   return static_cast<double>(bytes) / static_cast<double>(1u << 20);
 }
 
+// The endpoints a DENSE call changes: the first server's, unless the call is no change.
+std::vector<std::size_t> changed_by(const DenseCall& call) {
+  return call.mutation ? std::vector<std::size_t>{0} : std::vector<std::size_t>{};
+}
+
 }  // namespace
 
 std::size_t RemoteHostTier::frame_payload_limit() const {
@@ -38,7 +43,7 @@ std::size_t RemoteHostTier::frame_payload_limit() const {
 }
 
 Status RemoteHostTier::dense(DenseAction action, const std::string& name,
-                             std::vector<float>* values) {
+                             std::vector<float>* values, const DenseCall& call) {
   const std::size_t n = values->size();
   if (n > UINT32_MAX) {
     return Status::InvalidArgument("dense table '" + name + "' of " + std::to_string(n) +
@@ -54,15 +59,16 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
   if (n > whole) {
     // A ranged read carries no values; an add and a write carry theirs.
     const bool carries = action != DenseAction::kRead;
-    return dense_in_ranges(action, name, values, (limit - head) / bytes_per_value(action, carries));
+    return dense_in_ranges(action, name, values, (limit - head) / bytes_per_value(action, carries),
+                           call);
   }
   // The whole table in one frame (a read creates it from *values when the server has none).
   std::vector<uint8_t> payload;
   encode_dense_request(action, name, values->data(), n, &payload);
   std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
-  MutationScope scope(&identities_, {0});
-  const double deadline_s =
-      options_.deadline_s + transfer_allowance_s(n * bytes_per_value(action, true));
+  MutationScope scope(&identities_, changed_by(call));
+  const double deadline_s = (call.deadline_s >= 0 ? call.deadline_s : options_.deadline_s) +
+                            transfer_allowance_s(n * bytes_per_value(action, true));
   return transport_.run(
       Op::kDense, requests,
       [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
@@ -79,7 +85,8 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
 }
 
 Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& name,
-                                       std::vector<float>* values, std::size_t per_frame) {
+                                       std::vector<float>* values, std::size_t per_frame,
+                                       const DenseCall& call) {
   const std::size_t n = values->size();
   // All or nothing for non-finite values: the server checks each range, but ranges sent before
   // a bad one would already be applied.
@@ -93,17 +100,18 @@ Status RemoteHostTier::dense_in_ranges(DenseAction action, const std::string& na
   // A ranged write the server dropped before it completed (NotFound: another client's write took
   // its slot or its memory, it stalled or idled, the server restarted) is sent again whole once,
   // under a new write id; dropped again, the error names the server and why.
-  Status st = send_ranges(action, name, values, per_frame);
+  Status st = send_ranges(action, name, values, per_frame, call);
   if (action != DenseAction::kWrite || st.code() != Status::Code::kNotFound) return st;
   GPUBOX_LOG(WARNING) << "gpubox: writing dense table '" << name
                       << "' again, once: " << st.message();
-  st = send_ranges(action, name, values, per_frame);
+  st = send_ranges(action, name, values, per_frame, call);
   if (st.code() != Status::Code::kNotFound) return st;
   return st.with_context("dense table '" + name + "' written twice, dropped both times");
 }
 
 Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
-                                   std::vector<float>* values, std::size_t per_frame) {
+                                   std::vector<float>* values, std::size_t per_frame,
+                                   const DenseCall& call) {
   const std::size_t n = values->size();
   DenseRequest head;
   head.action = action;
@@ -121,7 +129,8 @@ Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
   const std::size_t window = 2 * static_cast<std::size_t>(lanes);
   std::vector<OutgoingRequest> requests;
   std::vector<uint8_t> payload;
-  MutationScope scope(&identities_, {0});
+  MutationScope scope(&identities_, changed_by(call));
+  const double deadline_s = call.deadline_s >= 0 ? call.deadline_s : options_.deadline_s;
   std::size_t committed = 0;
   Status st;
   const std::size_t value_bytes = bytes_per_value(action, head.has_values);
@@ -154,7 +163,7 @@ Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
           }
           return Status::OK();
         },
-        /*retry=*/true, options_.deadline_s + transfer_allowance_s(window_bytes),
+        /*retry=*/true, deadline_s + transfer_allowance_s(window_bytes),
         options_.connections_per_endpoint);
   }
   if (!st.ok())

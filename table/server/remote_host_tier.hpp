@@ -57,6 +57,17 @@ struct RemoteHostTierOptions {
 // else "" (no servers: the trainer keeps the host tier in-process).
 std::string endpoints_from_environment();
 
+// How one DENSE call runs (RemoteHostTier::dense).
+struct DenseCall {
+  // Its bound, retries included; < 0: RemoteHostTierOptions::deadline_s. A table's transfer time
+  // is added either way.
+  double deadline_s = -1.0;
+  // Whether it counts as a change to the first server's state: a server restarted from the
+  // last save is adopted quietly only when no change reached it since (ServerIdentityBook). A
+  // table that only shows how a part moves (trainer0_work) is no change of the job's state.
+  bool mutation = true;
+};
+
 class RemoteHostTier final : public HostTier {
  public:
   // Parses the endpoints and checks each server's layout and shard (INFO), retrying until the
@@ -126,7 +137,9 @@ class RemoteHostTier final : public HostTier {
   // own), and *values after an add holds each range's sum as it was when that range was applied.
   // Non-finite values are refused before anything is sent; a range whose sum would not be
   // finite is refused whole, but ranges applied before it stay (the error says which range).
-  Status dense(DenseAction action, const std::string& name, std::vector<float>* values);
+  // `call`: its bound, and whether it counts as a change (DenseCall).
+  Status dense(DenseAction action, const std::string& name, std::vector<float>* values,
+               const DenseCall& call = {});
 
   std::size_t endpoint_count() const { return transport_.endpoints().size(); }
   // "ip:port" of endpoint `e`.
@@ -135,6 +148,9 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
+  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), from
+  // any thread.
+  uint64_t progress_frames() const { return transport_.progress_frames(); }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
@@ -181,10 +197,10 @@ class RemoteHostTier final : public HostTier {
   // DENSE of a table that does not fit in one frame: `per_frame` values per range
   // (remote_dense.cpp).
   Status dense_in_ranges(DenseAction action, const std::string& name, std::vector<float>* values,
-                         std::size_t per_frame);
+                         std::size_t per_frame, const DenseCall& call);
   // One try of dense_in_ranges, under a new write id; NotFound when the server dropped the write.
   Status send_ranges(DenseAction action, const std::string& name, std::vector<float>* values,
-                     std::size_t per_frame);
+                     std::size_t per_frame, const DenseCall& call);
   // The payload bytes a frame to and from the servers may hold.
   std::size_t frame_payload_limit() const;
 

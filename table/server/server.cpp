@@ -362,6 +362,7 @@ void Server::Impl::wait() {
         session->close_after_stop();
       }
     }
+    if (options_.stopping_worker_hook) options_.stopping_worker_hook();
     bulk_.stop();  // queued ones are dropped
     for (const auto& session : working) session->close_after_stop();
   });
@@ -521,7 +522,7 @@ StatusOr<std::unique_ptr<Server>> Server::start(HostTier* table, ServerOptions o
   }
   auto impl = std::make_unique<Impl>(table, std::move(options));
   GPUBOX_RETURN_IF_ERROR(impl->listen());
-  GPUBOX_RETURN_IF_ERROR(impl->bulk().start());
+  GPUBOX_RETURN_IF_ERROR(impl->bulk().start(impl->options().worker_start_fault));
   impl->run_threads();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }

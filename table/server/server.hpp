@@ -120,6 +120,12 @@ struct ServerOptions {
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
   std::function<bool(const FrameHeader&)> drop_reply;
+  // Fault injection for tests: runs where the SAVE/LOAD worker thread starts; throwing
+  // std::system_error there is that thread failing to start (BulkWorker::start).
+  std::function<void()> worker_start_fault;
+  // For tests: runs in wait() as it stops the SAVE/LOAD worker (after the network threads ended),
+  // before it waits for the SAVE or LOAD under way.
+  std::function<void()> stopping_worker_hook;
 };
 
 struct ServerCounters {

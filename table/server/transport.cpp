@@ -425,7 +425,10 @@ Status Transport::drive(RunState& state, std::vector<Attempt>& attempts,
       GPUBOX_RETURN_IF_ERROR(a.receive_some(op, requests, options_.max_payload_bytes, on_reply)
                                  .with_context(std::string(op_name(op)) + " at " +
                                                endpoints_[a.endpoint].to_string()));
-      if (a.progressed) state.progressed(a.endpoint);
+      if (a.progressed) {
+        state.progressed(a.endpoint);
+        progress_frames_.fetch_add(1, std::memory_order_relaxed);
+      }
       a.progressed = false;
     }
     if (!any_cut) continue;

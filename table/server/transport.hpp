@@ -3,6 +3,7 @@
 // with poll(): every wait has a deadline, so a dead or hung server becomes a clear Status.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -112,6 +113,11 @@ class Transport {
   // Builds a request frame for `op` with a fresh request id.
   OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
 
+  // How many PROGRESS frames this transport's calls received so far, from any thread: a count
+  // that moves while a SAVE or LOAD of this client moves on some server (what a trainer shows
+  // the others of its job while they wait for its save, trainer/schedule/trainer_zero_work.hpp).
+  uint64_t progress_frames() const { return progress_frames_.load(std::memory_order_relaxed); }
+
  private:
   struct Pool;
   struct Attempt;
@@ -144,6 +150,7 @@ class Transport {
   std::vector<std::unique_ptr<Pool>> pools_;
   Mutex id_mu_;
   uint64_t next_id_ GPUBOX_GUARDED_BY(id_mu_) = 1;
+  std::atomic<uint64_t> progress_frames_{0};
 };
 
 }  // namespace gpubox::table::server

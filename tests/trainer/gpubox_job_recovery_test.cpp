@@ -310,6 +310,30 @@ TEST_F(GpuboxJobRecovery, ServerRestartedAsTrainerZeroSavesIsRepaired) {
   EXPECT_NE(ran.log.find("writing the save "), std::string::npos) << ran.log;
 }
 
+// Server 0 (which holds trainer0_work) restarts as trainer 0 writes pass 1's save, under a
+// runner.collective_timeout_s well below runner.server_timeout_s: trainer 0 does not go on
+// writing its part's end to the restarted server (which refuses it until the restart is
+// accepted, after the part) for runner.server_timeout_s, so it reaches the meeting within
+// trainer 1's bound, and the job goes back to pass 0's save (before, trainer 1's meeting timed
+// out and the job failed).
+TEST_F(GpuboxJobRecovery, FirstServerRestartedAsTrainerZeroSavesIsRepairedWithinTheMeetingsBound) {
+  Job job{"save0",
+          "",
+          2,
+          RestartAt::kNever,
+          {"runner.server_timeout_s=12", "runner.collective_timeout_s=4"}};
+  std::atomic<bool> restarted{false};
+  job.at_meeting = [&restarted](int w, Trainer&, Servers& shards, const std::string& where) {
+    if (w == 0 && where.rfind("writing the save ", 0) == 0 && where.size() > 2 &&
+        where.substr(where.size() - 2) == "/1" && !restarted.exchange(true)) {
+      shards.restart(0);
+    }
+  };
+  const JobRan ran = job_ends_as_resumed_from_the_save(job);
+  EXPECT_TRUE(restarted.load());
+  EXPECT_NE(ran.log.find("writing the save "), std::string::npos) << ran.log;
+}
+
 // Server 0 restarts too, as trainer 0 has the servers load the save it goes back to: the load
 // finds it, the job agrees on it and goes back again (a second round), then ends as the oracle.
 TEST_F(GpuboxJobRecovery, ServerRestartedDuringTheReloadIsRepairedInASecondRound) {

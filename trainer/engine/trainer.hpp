@@ -36,6 +36,7 @@
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox {
 namespace dataset {
@@ -55,6 +56,10 @@ class PassProgress;
 struct PreparedPass;
 class PassPipeline;
 struct StepPlan;
+
+// Where trainer 0's log is, named where the others fail because of it (why it refused to go back
+// to a save, its part of a meeting that stopped moving).
+inline constexpr const char* kTrainerZeroLog = "log/worker.0.log under scripts/run_gpubox.sh";
 
 // A server restart the trainers of a job agreed on at a meeting (Trainer::agree_on_restarts):
 // every trainer throws one, whatever its own phase threw, so that each reaches the epoch loop's
@@ -244,8 +249,12 @@ class Trainer final : public Schedule {
   std::vector<int64_t> gather_over_job(const std::vector<int64_t>& per_card, const char* what);
   // Trainer 0 runs `part` (the job's single writer), then the job meets: the other trainers
   // fail, naming `what` ("writing the save ..."), when it threw; trainer 0 throws its error
-  // again. A server restart it found is agreed (agree_on_restarts).
-  void on_trainer_zero(const std::function<void()>& part, const std::string& what);
+  // again. A server restart it found is agreed (agree_on_restarts). With servers, the others
+  // wait for the part before the meeting, bounded by its progress (trainer_zero_work.hpp): a
+  // part longer than runner.collective_timeout_s that moves is waited for (`waited` names it
+  // there: "to write the save ...").
+  void on_trainer_zero(const std::function<void()>& part, const std::string& what,
+                       const std::string& waited);
   // Several trainers: runs `phase` (host-tier calls, no collective after the last of them), then
   // the job meets (a gather) and every trainer hears whether any of them failed in it, or found
   // a server restart (its phase's failure, or, with `count_held_restarts`, a restart its client
@@ -299,6 +308,7 @@ class Trainer final : public Schedule {
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
   bool wait_for_next_staging_ = false;                    // wait_for_next_staging_before_steps
   std::function<void(const std::string&)> meeting_hook_;  // set_meeting_hook
+  TrainerZeroParts trainer_zero_parts_;  // on_trainer_zero's parts (alike on every trainer)
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the

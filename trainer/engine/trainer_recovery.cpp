@@ -28,9 +28,6 @@ constexpr int64_t kPhaseFailed = 2;   // it failed otherwise
 // (SaveLineage::Refusal, kNone when it goes back) in the low bits, the save's run pass above.
 constexpr int64_t kRefusalCodes = 8;
 
-// What names why trainer 0 refused (SaveLineage::describe's kOther).
-constexpr const char* kTrainerZeroLog = "log/worker.0.log under scripts/run_gpubox.sh";
-
 // What the trainers told at a meeting after a phase: the first that failed otherwise, the first
 // that found a server restart (-1: none).
 struct PhaseTally {

@@ -5,7 +5,9 @@
 
 #include "common/error.hpp"
 #include "table/io/save_dir.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer_state.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer {
 
@@ -69,12 +71,42 @@ std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_ca
   return gathered;
 }
 
-void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what) {
+void Trainer::on_trainer_zero(const std::function<void()>& part, const std::string& what,
+                              const std::string& waited) {
+  State& s = *state_;
+  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
+  const bool shown = env_.trainers > 1 && servers != nullptr;
+  // The job's nonce, drawn by trainer 0, before its first part (every trainer counts its parts
+  // alike, so every trainer gathers it here together): an earlier job's table on the servers is
+  // not this job's.
+  if (shown && trainer_zero_parts_.job == 0) {
+    const int64_t drawn = env_.trainer_id == 0 ? static_cast<int64_t>(draw_trainer_zero_job()) : 0;
+    trainer_zero_parts_.job = static_cast<uint64_t>(
+        gather_over_job(std::vector<int64_t>(static_cast<std::size_t>(num_cards()), drawn),
+                        "trainer 0's nonce of the job")
+            .at(0));
+  }
+  const TrainerZeroPart number = trainer_zero_parts_.next();
+  const double collective_s = config_.runner.collective_timeout_s;
+  const double server_s = config_.host_tier.remote.deadline_s;
+  // The others wait outside the meeting's collective (whose timeout cannot be moved on) while
+  // trainer 0's part moves.
+  if (shown && env_.trainer_id != 0) {
+    wait_for_trainer_zero(
+        *servers, TrainerZeroWait::of(number, waited, collective_s, server_s, kTrainerZeroLog,
+                                      [&s] { return s.watch != nullptr ? s.watch->lost() : ""; }));
+  }
   // Only trainer 0's outcome counts: a restart another trainer's client holds is agreed at its
   // next phase.
   agree_on_restarts(
       [&] {
-        if (env_.trainer_id == 0) part();
+        if (env_.trainer_id != 0) return;
+        std::optional<TrainerZeroWork> work;
+        if (shown) {
+          work.emplace(*servers, number, TrainerZeroWork::interval_for(collective_s),
+                       TrainerZeroWork::call_deadline_for(collective_s, server_s));
+        }
+        part();
       },
       what, /*held_counts=*/false);
 }
@@ -106,7 +138,7 @@ void Trainer::save(const std::string& dir) {
                    table::io::hex64(static_cast<uint64_t>(all[0])),
                    "): the trainers' dense updates diverged; the save would keep one of them");
   }
-  on_trainer_zero([&] { write_save(dir); }, "writing the save " + dir);
+  on_trainer_zero([&] { write_save(dir); }, "writing the save " + dir, "to write the save " + dir);
 }
 
 void Trainer::write_save(const std::string& dir) {
@@ -163,8 +195,8 @@ std::string Trainer::load_located(const std::function<std::string()>& locate,
   } else {
     agree_on_save_digest(dir, plan.save());
     if (remote) {
-      on_trainer_zero([&] { restore_sparse(*s.host, plan); },
-                      "loading the sparse half of " + dir + " into the servers");
+      const std::string into = "the sparse half of " + dir + " into the servers";
+      on_trainer_zero([&] { restore_sparse(*s.host, plan); }, "loading " + into, "to load " + into);
     } else {
       restore_sparse(*s.host, plan);  // Collective: each trainer's host tier holds the table
     }

@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string_view>
@@ -37,6 +38,7 @@
 #include "trainer/schedule/dense_state.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/pass_data.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -46,8 +48,10 @@ using table::server::RemoteHostTier;
 
 // What trainer 0 tells the others after a part only it runs (a save, a load): {1 when it
 // succeeded, 2 when it failed on a server restart (kRestartOutcome), else 0; the pass it goes on
-// with}.
+// with; the job's nonce as two floats (trainer_zero_job_floats)}.
 constexpr const char* kOutcomeTable = "ps_outcome";
+// Where trainer 0's log is, named where the others fail because of it.
+constexpr const char* kTrainerZeroLog = "log/workerlog.0 under scripts/launch.sh";
 constexpr float kRestartOutcome = 2.0f;
 // The job's id, drawn by trainer 0 at the job's start: 4 floats of 16 bits each (exact in a
 // float). A sync job's (MergedPushes::join_job), or the token an async or geo job that recovers
@@ -346,10 +350,37 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
+  State& s = *state_;
+  // Trainer 0 draws the job's nonce; the others learn it from trainer 0's outcome of the first
+  // part (the job's start, short: the meeting's bound in all; read_outcome_of_trainer_zero).
+  if (env_.trainer_id == 0 && trainer_zero_parts_.job == 0) {
+    trainer_zero_parts_.job = draw_trainer_zero_job();
+  }
+  // Counted from 1 again in each train() run and each recovery, which every trainer reaches
+  // together: a part one trainer skipped on its way to a recovery shifts no count after it.
+  const TrainerZeroPart number = trainer_zero_parts_.next(s.run, recoveries_);
+  const double collective_s = config_.runner.collective_timeout_s;
+  const double server_s = config_.host_tier.remote.deadline_s;
+  if (env_.trainers > 1 && env_.trainer_id != 0) {
+    // Before the barrier, whose wait is bounded by runner.collective_timeout_s in all: trainer
+    // 0's part that moves is waited for however long it takes.
+    wait_for_trainer_zero(
+        *s.servers,
+        TrainerZeroWait::of(number, what, collective_s, server_s, kTrainerZeroLog,
+                            [&s] { return s.watch != nullptr ? s.watch->lost() : ""; }));
+  }
   if (env_.trainer_id == 0) {
+    const auto shown_part = [&] {
+      std::optional<TrainerZeroWork> shown;
+      if (env_.trainers > 1) {
+        shown.emplace(*s.servers, number, TrainerZeroWork::interval_for(collective_s),
+                      TrainerZeroWork::call_deadline_for(collective_s, server_s));
+      }
+      part();
+    };
     bool restarted = false;
     bool first_restarted = false;  // the first server, which holds the barrier below
-    std::exception_ptr failed = run_part_of_trainer_zero(part, &restarted, &first_restarted);
+    std::exception_ptr failed = run_part_of_trainer_zero(shown_part, &restarted, &first_restarted);
     // The others stop at the barrier below naming what failed (read from the mark); after a
     // restart they go to recover's meeting instead. After a restart of the first server nobody
     // comes to the barrier on its new instance (the others' calls to the old one failed), and
@@ -378,6 +409,8 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
   *restarted = failed && !SaveLineage::describe_restarts(*s.servers).empty();
   std::vector<float> outcome = {failed ? (*restarted ? kRestartOutcome : 0.0f) : 1.0f,
                                 static_cast<float>(pass_id_)};
+  // The job's nonce, which the others learn here (after the job's first part).
+  for (float half : trainer_zero_job_floats(trainer_zero_parts_.job)) outcome.push_back(half);
   // The restarts are accepted now (this trainer's threads send nothing during a save or a
   // reload; recover reloads the servers), so that the outcome goes to the first server as it is
   // now. The others hear of a restart of the first server at their own call to it (the barrier
@@ -394,16 +427,21 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
 }
 
 void PsTrainer::read_outcome_of_trainer_zero(const std::string& what) {
-  std::vector<float> outcome(2, 0.0f);
+  std::vector<float> outcome(4, 0.0f);
   throw_if_error(state_->servers->dense(DenseAction::kRead, kOutcomeTable, &outcome)
                      .with_context("reading trainer 0's outcome " + what));
+  // Trainer 0 writes its outcome after every part, before the meeting this trainer just passed:
+  // the nonce is this job's (a table trainer0_work an earlier job left on the servers is not).
+  if (trainer_zero_parts_.job == 0) {
+    trainer_zero_parts_.job = trainer_zero_job_of(outcome[2], outcome[3]);
+  }
   if (outcome[0] == kRestartOutcome && repairs_together()) {
     restart_agreed_ = true;  // recover() goes back to the last save with trainer 0
     GPUBOX_FAIL("trainer 0 found a server restart ", what);
   }
   if (outcome[0] != 1.0f) {
     throw_if_marked(0, "trainer 0 failed " + what,
-                    std::string(" (its log, log/workerlog.0 under scripts/launch.sh, names why)"));
+                    std::string(" (its log, ") + kTrainerZeroLog + ", names why)");
   }
   GPUBOX_EXPECTS(std::lround(outcome[1]) == pass_id_, "trainer 0 goes on with pass ",
                  std::lround(outcome[1]), ", trainer ", env_.trainer_id, " with pass ", pass_id_,

@@ -120,6 +120,7 @@
 #include "trainer/schedule/epoch_loop.hpp"
 #include "trainer/schedule/schedule.hpp"
 #include "trainer/schedule/trainer_env.hpp"
+#include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::dataset {
 class InMemoryDataset;
@@ -230,7 +231,9 @@ class PsTrainer final : public Schedule {
   void meet(const std::string& name, const std::string& what, double timeout_s = -1.0);
   // `part` runs on trainer 0 while the others wait at barrier `name`; every trainer then
   // throws when it failed (trainer 0 its error, the others one naming `what`), or when trainer
-  // 0 goes on with another pass than this trainer.
+  // 0 goes on with another pass than this trainer. The others wait for the part before the
+  // barrier, bounded by its progress (trainer_zero_work.hpp): a part longer than
+  // runner.collective_timeout_s that moves is waited for.
   void on_trainer_zero(const std::function<void()>& part, const std::string& name,
                        const std::string& what);
   void write_save(const std::string& dir);
@@ -326,6 +329,8 @@ class PsTrainer final : public Schedule {
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
+  // on_trainer_zero's parts so far (alike on every trainer) and the job's nonce.
+  TrainerZeroParts trainer_zero_parts_;
   // A job that repairs together: the job agreed that a server restarted (the pass's vote,
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).

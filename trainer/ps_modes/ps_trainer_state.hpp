@@ -52,7 +52,8 @@ inline constexpr const char* kJobDenseTables[] = {kDenseTableName,
                                                   "ps_outcome",
                                                   "ps_sync_job",
                                                   "ps_restart_votes",
-                                                  "ps_recovery"};
+                                                  "ps_recovery",
+                                                  TrainerZeroWork::kTable};
 static_assert(std::size(kJobDenseTables) <= table::server::kMaxDenseTables,
               "a PS job's dense tables must fit on server 0 (kMaxDenseTables)");
 

@@ -41,6 +41,13 @@ class SlowIoTier final : public table::testing::ForwardingHostTier {
     released_ = true;
     released_cv_.notify_all();
   }
+  // After a release(): the next operation on is held again, `how`.
+  void hold_again(Hold how) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_at_ = ops_;
+    hold_ = how;
+    released_ = false;
+  }
   // File operations of saves and loads so far; whether one is held now.
   int64_t ops() const {
     std::lock_guard<std::mutex> lock(mu_);

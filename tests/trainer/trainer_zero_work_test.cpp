@@ -1,0 +1,296 @@
+// wait_for_trainer_zero and TrainerZeroWork (trainer/schedule/trainer_zero_work.hpp) against a
+// loopback gpubox_server, trainer 0's table written directly: a table an earlier job left (its
+// part numbered as this job's, ended) is a part not begun; a later part of this job is trainer 0
+// past it (a count that drifted); an unreadable table (another size: an earlier build's) or an
+// unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
+// its part; a late end is no move, and so is a read that fails for a moment; a restarted first
+// server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
+// save from being adopted; parts count from 1 again in each stage. A waiter that must not return is
+// given a short silence: it throws, naming why, rather than returning (no time is measured).
+#include "trainer/schedule/trainer_zero_work.hpp"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "table/server/ps_protocol.hpp"
+#include "tests/table/server/fake_host_tier.hpp"
+#include "tests/table/server/server_test_util.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using table::server::DenseAction;
+using table::server::testing::client_options;
+using table::server::testing::connect_client;
+using table::server::testing::FakeHostTier;
+using table::server::testing::start_server;
+
+constexpr uint64_t kJob = 0x123456789abull;
+constexpr uint64_t kEarlierJob = 0x5555aaaaull;
+
+TrainerZeroPart part_of(uint64_t job, int64_t run, int64_t recovery, int64_t index) {
+  TrainerZeroPart part;
+  part.job = job;
+  part.run = run;
+  part.recovery = recovery;
+  part.index = index;
+  return part;
+}
+
+class TrainerZeroWorkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = start_server(&table_);
+    ASSERT_TRUE(server_);
+    client_ = connect_client(client_options(server_->endpoint()));
+    ASSERT_TRUE(client_);
+  }
+  void write(std::vector<float> table) {
+    ASSERT_TRUE(client_->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &table).ok());
+  }
+  void write(const TrainerZeroPart& part, float state, uint64_t seq = 1) {
+    write(TrainerZeroWork::row(part, state, 0, seq));
+  }
+  // Waits for `part` with a short silence; the error ("" when it returned).
+  std::string wait_for(const TrainerZeroPart& part, std::string lost = "") {
+    TrainerZeroWait wait =
+        TrainerZeroWait::of(part, "to write the save S", 0.3, 3.0, "LOG", [lost] { return lost; });
+    try {
+      wait_for_trainer_zero(*client_, wait);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // The table as read: its job's nonce and its state.
+  std::pair<uint64_t, float> read() {
+    std::vector<float> table(TrainerZeroWork::kSlots, 0.0f);
+    EXPECT_TRUE(client_->dense(DenseAction::kRead, TrainerZeroWork::kTable, &table).ok());
+    return {trainer_zero_job_of(table[0], table[1]), table[5]};
+  }
+
+  FakeHostTier table_{table::server::testing::test_config()};
+  std::unique_ptr<table::server::Server> server_;
+  std::unique_ptr<table::server::RemoteHostTier> client_;
+};
+
+TEST_F(TrainerZeroWorkTest, ThisJobsPartEndedIsWaitedOut) {
+  write(part_of(kJob, 1, 0, 2), TrainerZeroWork::kEnded);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 2)), "");
+}
+
+// A server that outlives its jobs: the earlier job's part 1 ended is not this job's part 1.
+TEST_F(TrainerZeroWorkTest, AnEarlierJobsTableIsAPartNotBegun) {
+  write(part_of(kEarlierJob, 0, 0, 1), TrainerZeroWork::kEnded);
+  const std::string error = wait_for(part_of(kJob, 0, 0, 1));
+  EXPECT_NE(error.find("trainer 0 made no progress to write the save S for 0.3 s "
+                       "(runner.collective_timeout_s): it did not begin it"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("(trainer 0's log, LOG, names"), std::string::npos) << error;
+}
+
+TEST_F(TrainerZeroWorkTest, AnEarlierPartOfThisJobIsAPartNotBegun) {
+  write(part_of(kJob, 1, 0, 1), TrainerZeroWork::kEnded);
+  EXPECT_NE(wait_for(part_of(kJob, 1, 0, 2)).find("it did not begin it"), std::string::npos);
+}
+
+TEST_F(TrainerZeroWorkTest, ThisJobsPartRunningThatStopsMovingFails) {
+  write(part_of(kJob, 1, 0, 2), TrainerZeroWork::kRunning);
+  EXPECT_NE(wait_for(part_of(kJob, 1, 0, 2)).find("its part stopped moving"), std::string::npos);
+}
+
+// A count that drifted (trainer 0 counted one part more before a recovery): trainer 0 past the
+// part waited for, in its index or a later stage, is at the meeting.
+TEST_F(TrainerZeroWorkTest, ALaterPartOfThisJobGoesToTheMeeting) {
+  write(part_of(kJob, 1, 0, 3), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 2)), "");
+  write(part_of(kJob, 1, 1, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 0, 5)), "");
+  write(part_of(kJob, 2, 0, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(kJob, 1, 3, 7)), "");
+}
+
+// A table of another size (an earlier build's {part, state, moves}) cannot be read: no move, and
+// after the silence the waiter goes to the meeting (bounded by runner.collective_timeout_s there)
+// rather than fail naming trainer 0.
+TEST_F(TrainerZeroWorkTest, AnUnreadableTableEndsTheWatching) {
+  write(std::vector<float>{1.0f, TrainerZeroWork::kRunning, 0.0f});
+  EXPECT_EQ(wait_for(part_of(kJob, 0, 0, 1)), "");
+}
+
+TEST_F(TrainerZeroWorkTest, AnUnknownNonceIsNotWatched) {
+  write(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning);
+  EXPECT_EQ(wait_for(part_of(0, 0, 0, 1)), "");
+}
+
+TEST_F(TrainerZeroWorkTest, ALossTheWatchSawFailsAtOnce) {
+  write(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning);
+  const std::string error = wait_for(part_of(kJob, 0, 0, 1), "trainer 0 is lost");
+  EXPECT_NE(error.find("waiting for trainer 0 to write the save S: trainer 0 is lost"),
+            std::string::npos)
+      << error;
+}
+
+// Trainer 0's own publishes: running while its TrainerZeroWork lives, ended after, under this
+// job's nonce.
+TEST_F(TrainerZeroWorkTest, TrainerZerosPartIsShownRunningThenEnded) {
+  write(part_of(kEarlierJob, 0, 0, 1), TrainerZeroWork::kEnded);
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  {
+    TrainerZeroWork work(*client_, part, 0.01, 1.0);
+    EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
+    EXPECT_EQ(read(), std::make_pair(kJob, TrainerZeroWork::kRunning));
+  }
+  EXPECT_EQ(wait_for(part), "");
+  EXPECT_EQ(read(), std::make_pair(kJob, TrainerZeroWork::kEnded));
+}
+
+// A nonce reads back whole from the table's floats, and from the two floats PS's ps_outcome
+// carries: the largest (2^48 - 1) and a drawn one.
+TEST_F(TrainerZeroWorkTest, TheNonceSurvivesTheFloats) {
+  for (const uint64_t job : {(uint64_t{1} << 48) - 1, draw_trainer_zero_job()}) {
+    EXPECT_NE(job, 0u);
+    EXPECT_LT(job, uint64_t{1} << 48);
+    const std::vector<float> halves = trainer_zero_job_floats(job);
+    ASSERT_EQ(halves.size(), 2u);
+    EXPECT_EQ(trainer_zero_job_of(halves[0], halves[1]), job);
+    write(part_of(job, 0, 0, 1), TrainerZeroWork::kEnded);
+    EXPECT_EQ(read().first, job);
+  }
+}
+
+// An end written late (a publish of the part with a lower seq than one already read, applied
+// after it) is no move: the waiter goes on waiting, and fails when nothing newer comes.
+TEST_F(TrainerZeroWorkTest, AStaleEndIsNoMove) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  write(part, TrainerZeroWork::kRunning, /*seq=*/3);
+  int looks = 0;
+  TrainerZeroWait wait = TrainerZeroWait::of(part, "to write the save S", 0.3, 3.0, "LOG", [&] {
+    // After the first read (seq 3): the end of seq 2 arrives.
+    if (++looks == 2) write(part, TrainerZeroWork::kEnded, /*seq=*/2);
+    return std::string();
+  });
+  std::string error;
+  try {
+    wait_for_trainer_zero(*client_, wait);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_GE(looks, 3);
+  EXPECT_NE(error.find("its part stopped moving"), std::string::npos) << error;
+}
+
+// A read that fails (the first server down for a moment, not Aborted) is no move: the waiter
+// reads again, and once the server is back (a restart adopted quietly: this client changed
+// nothing on it) it goes on watching, here a table with no part of this job, until it fails
+// naming trainer 0 (before, the first failed read ended the watching).
+TEST(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
+  FakeHostTier first{table::server::testing::test_config()};
+  FakeHostTier second{table::server::testing::test_config()};
+  table::server::ServerOptions options;
+  auto server = start_server(&first, options);
+  ASSERT_TRUE(server);
+  options.port = server->port();
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  int looks = 0;
+  const TrainerZeroWait wait =
+      TrainerZeroWait::of(part_of(kJob, 0, 0, 1), "to write the save S", 1.0, 3.0, "LOG", [&] {
+        ++looks;
+        if (looks == 1) server.reset();  // the first read fails
+        if (looks == 2) server = start_server(&second, options);
+        return std::string();
+      });
+  std::string error;
+  try {
+    wait_for_trainer_zero(*client, wait);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  ASSERT_TRUE(server);
+  EXPECT_GE(looks, 3);
+  EXPECT_NE(error.find("it did not begin it"), std::string::npos) << error;
+}
+
+// The first server restarted during trainer 0's part (not accepted until after it: it answers
+// every call Aborted): the end is not written again until call_s (which would keep trainer 0 from
+// the meeting long past runner.collective_timeout_s). Without the fix this test does not end
+// within its ctest timeout.
+TEST(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
+  FakeHostTier first{table::server::testing::test_config()};
+  FakeHostTier second{table::server::testing::test_config()};
+  table::server::ServerOptions options;
+  auto server = start_server(&first, options);
+  ASSERT_TRUE(server);
+  options.port = server->port();
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  // Rows the restart loses: it is not adopted quietly.
+  std::vector<uint64_t> keys{5, 6, 7, 8};
+  std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
+  ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
+  {
+    TrainerZeroWork work(*client, part_of(kJob, 0, 0, 1), 0.01, /*call_s=*/3600.0);
+    server.reset();
+    server = start_server(&second, options);
+    ASSERT_TRUE(server);
+  }
+  EXPECT_FALSE(client->pending_restarts().empty());
+}
+
+// Trainer 0's publishes are no change of the first server's state: restarted from the save
+// written just before them, it is adopted quietly (as with no call since the save).
+TEST(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBeingAdopted) {
+  table::server::testing::TempDir dir("trainer0_work_restart");
+  FakeHostTier first{table::server::testing::test_config()};
+  FakeHostTier second{table::server::testing::test_config()};
+  table::server::ServerOptions options;
+  options.data_dir = dir.path().string();
+  auto server = start_server(&first, options);
+  ASSERT_TRUE(server);
+  options.port = server->port();
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys{5, 6, 7, 8};
+  std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
+  ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
+  ASSERT_TRUE(client->save("ckpt", table::SaveKind::kCheckpoint).ok());
+  { TrainerZeroWork work(*client, part_of(kJob, 0, 0, 1), 0.01, 3.0); }
+  server.reset();
+  auto loaded = table::server::load_before_start(&second, options, "ckpt");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  options.loaded_model = *loaded;
+  server = start_server(&second, options);
+  ASSERT_TRUE(server);
+  const Status pulled = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
+  EXPECT_TRUE(pulled.ok()) << pulled.to_string();
+  EXPECT_TRUE(client->pending_restarts().empty());
+}
+
+// Every trainer counts alike; a part one trainer skipped in a stage shifts nothing after the
+// stage every trainer reaches together.
+TEST(TrainerZeroParts, CountFromOneInEachStage) {
+  TrainerZeroParts zero;
+  TrainerZeroParts other;
+  zero.job = kJob;
+  EXPECT_EQ(zero.next(0, 0).index, 1);
+  EXPECT_EQ(zero.next(0, 0).index, 2);
+  EXPECT_EQ(zero.next(0, 0).job, kJob);
+  EXPECT_EQ(other.next(0, 0).index, 1);  // skipped two parts, failing towards a recovery
+  const TrainerZeroPart a = zero.next(0, 1);
+  const TrainerZeroPart b = other.next(0, 1);
+  EXPECT_EQ(a.index, 1);
+  EXPECT_EQ(b.index, 1);
+  EXPECT_EQ(zero.next(1, 1).index, 1);
+  EXPECT_EQ(zero.next(1, 1).index, 2);
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,270 @@
+#include "trainer/schedule/trainer_zero_work.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "table/server/remote_host_tier.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using table::server::DenseAction;
+
+// Moves and seq are published modulo this, exact in a float; the job as two such halves.
+constexpr uint64_t kExact = uint64_t{1} << 24;
+// The floor of the interval: a small collective_timeout_s does not make the reads a busy loop.
+constexpr double kMinInterval = 0.01;
+
+std::chrono::microseconds micros_of(double seconds) {
+  return std::chrono::microseconds(static_cast<int64_t>(std::ceil(seconds * 1e6)));
+}
+
+// The table as read.
+struct Row {
+  TrainerZeroPart part;
+  float state = 0;
+  int64_t seq = 0;
+};
+
+Row parse(const std::vector<float>& table) {
+  Row row;
+  row.part.job = trainer_zero_job_of(table[0], table[1]);
+  row.part.run = std::llround(table[2]);
+  row.part.recovery = std::llround(table[3]);
+  row.part.index = std::llround(table[4]);
+  row.state = table[5];
+  row.seq = std::llround(table[7]);
+  return row;
+}
+
+// <0, 0, >0 as part `a` of a job comes before, is, or comes after part `b`.
+int compare(const TrainerZeroPart& a, const TrainerZeroPart& b) {
+  const auto ka = std::make_tuple(a.run, a.recovery, a.index);
+  const auto kb = std::make_tuple(b.run, b.recovery, b.index);
+  return ka < kb ? -1 : kb < ka ? 1 : 0;
+}
+
+Status read_table(table::server::RemoteHostTier& servers, double call_s,
+                  std::vector<float>* table) {
+  table->assign(TrainerZeroWork::kSlots, 0.0f);
+  return servers.dense(DenseAction::kRead, TrainerZeroWork::kTable, table,
+                       TrainerZeroWork::call_of(call_s));
+}
+
+}  // namespace
+
+uint64_t draw_trainer_zero_job() {
+  std::random_device seed;
+  uint64_t job = 0;
+  while (job == 0) job = ((uint64_t{seed()} << 32) ^ seed()) % (kExact * kExact);
+  return job;
+}
+
+std::vector<float> trainer_zero_job_floats(uint64_t job) {
+  return {static_cast<float>(job % kExact), static_cast<float>(job / kExact % kExact)};
+}
+
+uint64_t trainer_zero_job_of(float low, float high) {
+  return static_cast<uint64_t>(std::llround(low)) % kExact +
+         (static_cast<uint64_t>(std::llround(high)) % kExact) * kExact;
+}
+
+TrainerZeroPart TrainerZeroParts::next(int64_t run, int64_t recovery) {
+  if (last_.run != run || last_.recovery != recovery) last_ = TrainerZeroPart{0, run, recovery, 0};
+  ++last_.index;
+  TrainerZeroPart part = last_;
+  part.job = job;
+  return part;
+}
+
+double TrainerZeroWork::interval_for(double collective_timeout_s) {
+  return std::max(kMinInterval, std::min(0.25, collective_timeout_s / 4));
+}
+
+double TrainerZeroWork::call_deadline_for(double collective_timeout_s, double server_timeout_s) {
+  return std::min(server_timeout_s, std::max(kMinInterval, collective_timeout_s / 4));
+}
+
+table::server::DenseCall TrainerZeroWork::call_of(double call_s) {
+  table::server::DenseCall call;
+  call.deadline_s = call_s;
+  call.mutation = false;
+  return call;
+}
+
+std::vector<float> TrainerZeroWork::row(const TrainerZeroPart& part, float state, uint64_t moves,
+                                        uint64_t seq) {
+  std::vector<float> table = trainer_zero_job_floats(part.job);
+  table.insert(table.end(), {static_cast<float>(part.run), static_cast<float>(part.recovery),
+                             static_cast<float>(part.index), state,
+                             static_cast<float>(moves % kExact), static_cast<float>(seq % kExact)});
+  return table;
+}
+
+TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
+                                 const TrainerZeroPart& part, double interval_s, double call_s)
+    : servers_(servers), part_(part), interval_s_(interval_s), call_s_(call_s) {
+  publish(kRunning, servers_.progress_frames());
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {
+    publish_ended();  // the part fails (the meeting tells the others): they stop waiting now
+    throw;
+  }
+}
+
+TrainerZeroWork::~TrainerZeroWork() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+  publish_ended();
+}
+
+bool TrainerZeroWork::publish(float state, uint64_t moves) {
+  std::vector<float> table = row(part_, state, moves, ++seq_);
+  const Status written = servers_.dense(DenseAction::kWrite, kTable, &table, call_of(call_s_));
+  if (written.ok()) return true;
+  if (!warned_) {
+    warned_ = true;
+    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_.index
+                        << " moves (they fail after runner.collective_timeout_s without a move): "
+                        << written.to_string();
+  }
+  return false;
+}
+
+void TrainerZeroWork::publish_ended() {
+  // A write of an earlier publish applied late (one the client gave up on) could hide the end:
+  // the end is written again while a read shows one. A write that failed is not (the transport
+  // retried it within call_s_), nor one to a server found restarted (it answers Aborted until
+  // the restart is accepted, after this part): the meeting on that server fails too.
+  try {
+    const auto until = Clock::now() + micros_of(call_s_);
+    for (;;) {
+      if (!publish(kEnded, servers_.progress_frames())) return;
+      if (!servers_.pending_restarts().empty()) return;
+      std::vector<float> table;
+      if (!read_table(servers_, call_s_, &table).ok()) return;
+      const Row seen = parse(table);
+      const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
+                         seen.seq < static_cast<int64_t>(seq_ % kExact);
+      if (!older || Clock::now() >= until) return;
+    }
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers that its part " << part_.index
+                        << " ended: " << e.what();
+  }
+}
+
+void TrainerZeroWork::run() {
+  // Nothing here ends trainer 0 (std::terminate): the waiters fail at their bound instead.
+  try {
+    uint64_t published = servers_.progress_frames();
+    MutexLock lock(mu_);
+    while (!stopping_) {
+      const auto until = Clock::now() + micros_of(interval_s_);
+      while (!stopping_ && stop_cv_.wait_until(lock, until) != std::cv_status::timeout) {
+      }
+      if (stopping_) return;
+      const uint64_t moves = servers_.progress_frames();
+      if (moves == published) continue;
+      published = moves;
+      lock.unlock();
+      publish(kRunning, moves);
+      lock.lock();
+    }
+  } catch (const std::exception& e) {
+    GPUBOX_LOG(WARNING) << "trainer 0 stops showing the other trainers how its part " << part_.index
+                        << " moves: " << e.what();
+  }
+}
+
+TrainerZeroWait TrainerZeroWait::of(const TrainerZeroPart& part, std::string what,
+                                    double collective_timeout_s, double server_timeout_s,
+                                    std::string log_hint, std::function<std::string()> lost) {
+  TrainerZeroWait wait;
+  wait.part = part;
+  wait.what = std::move(what);
+  wait.silence_s = collective_timeout_s;
+  wait.interval_s = TrainerZeroWork::interval_for(collective_timeout_s);
+  wait.call_s = TrainerZeroWork::call_deadline_for(collective_timeout_s, server_timeout_s);
+  wait.log_hint = std::move(log_hint);
+  wait.lost = std::move(lost);
+  return wait;
+}
+
+void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const TrainerZeroWait& wait) {
+  if (wait.part.job == 0) return;  // the job's nonce unknown: the meeting's bound
+  std::vector<float> seen;
+  int64_t highest_seq = -1;  // of this part, as read so far
+  auto last_move = Clock::now();
+  std::optional<Clock::time_point> failing_since;  // the reads have failed since
+  const auto interval = micros_of(std::max(kMinInterval, wait.interval_s));
+  // Short looks first: most parts end within a few of them.
+  auto pause = std::min(interval, std::chrono::microseconds(10000));
+  for (;;) {
+    const std::string lost = wait.lost ? wait.lost() : std::string();
+    if (!lost.empty()) GPUBOX_FAIL("waiting for trainer 0 ", wait.what, ": ", lost);
+    std::vector<float> table;
+    const Status read = read_table(servers, wait.call_s, &table);
+    if (!read.ok()) {
+      // A server found restarted (Aborted: the meeting on it fails too), or reads failing for
+      // the bound: the meeting's bound in all. Else no move yet (a read lost on the way).
+      const auto now = Clock::now();
+      if (!failing_since) failing_since = now;
+      if (read.code() == Status::Code::kAborted ||
+          now - *failing_since >= micros_of(wait.silence_s)) {
+        GPUBOX_LOG(WARNING) << "cannot follow trainer 0 " << wait.what
+                            << " (waiting for it at the meeting, within "
+                               "runner.collective_timeout_s): "
+                            << read.to_string();
+        return;
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, interval);
+      continue;
+    }
+    failing_since.reset();
+    const Row row = parse(table);
+    const bool this_job = row.part.job == wait.part.job;
+    const int order = this_job ? compare(row.part, wait.part) : -1;
+    if (order > 0) return;  // trainer 0 is past it: it reached the meeting
+    // A write of this part older than one already read (applied late) is no move.
+    const bool stale = order == 0 && row.seq < highest_seq;
+    if (order == 0 && !stale) {
+      highest_seq = row.seq;
+      if (row.state == TrainerZeroWork::kEnded) return;
+    }
+    const auto now = Clock::now();
+    if (!stale && table != seen) {
+      seen = table;
+      last_move = now;
+    } else if (now - last_move >= micros_of(wait.silence_s)) {
+      std::ostringstream silence;
+      silence << wait.silence_s;
+      GPUBOX_FAIL(
+          "trainer 0 made no progress ", wait.what, " for ", silence.str(),
+          " s (runner.collective_timeout_s): ",
+          order == 0 ? "its part stopped moving" : "it did not begin it (it is stuck before it)",
+          " (trainer 0's log, ", wait.log_hint,
+          ", names what it was doing; its servers' logs name a SAVE or LOAD that hangs)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, interval);
+  }
+}
+
+}  // namespace gpubox::trainer

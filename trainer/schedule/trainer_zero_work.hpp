@@ -1,0 +1,160 @@
+// Trainer 0's part of a meeting of the trainers of a job (a save, a load into the servers: the
+// others wait while trainer 0 alone works), bounded by its progress rather than its total time
+// (issue 32): the waiters go on waiting while trainer 0's part moves, and fail within
+// runner.collective_timeout_s of its last move, naming trainer 0 and its part, when it stopped
+// moving (its SAVE stuck, the trainer itself stuck), or at once when their watch lost a trainer
+// or a server.
+//
+// Trainer 0 publishes its part in the dense table kTable on the first server: {job, part, state,
+// moves, seq}. `job` is the job's nonce (TrainerZeroPart::job: trainer 0 draws it, every trainer
+// of the job learns it: gathered before the first part, or in PS from trainer 0's ps_outcome), so
+// that a table an earlier job left on long-lived servers (its parts numbered alike from 1) is never
+// taken for this job's. `part` is {stage, index}: every trainer counts its parts of trainer 0
+// alike, the index from 1 again in each stage (one every trainer reaches together: a PS job's
+// train() run and recovery), so that a part a trainer skipped while failing towards a recovery does
+// not shift the count after it. `state` is kRunning or kEnded (whether it succeeded or failed: the
+// meeting that follows tells the others which), `moves` the PROGRESS frames its client received so
+// far (RemoteHostTier::progress_frames: its servers' SAVE or LOAD moved), published again whenever
+// they grew, every interval; `seq` counts the part's publishes, so that a write applied late (one
+// the client gave up on) is not read as the part's state: a waiter takes the state of the highest
+// seq it saw, and trainer 0 writes its kEnded again while a read shows an older publish of the part
+// (a write applied later still is not defended against). Every call to the table is bounded by
+// call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and
+// is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches its
+// meeting within about that bound of its part's end even with the first server lost or restarted,
+// and a first server restarted from the save just written is still adopted quietly.
+//
+// A waiter reads the table every interval: this job's part `part` ended, or a later part of this
+// job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
+// to); the table unchanged for the bound, it throws. Another job's table, or an earlier part, is
+// a part not begun yet: trainer 0 publishes its own as it begins it. A read refused as Aborted
+// (the first server found restarted: the meeting on it fails too), reads failing for
+// runner.collective_timeout_s (until then a failed read is no move), or a job whose nonce the
+// waiter does not know (a PS job's first part), ends the watching: the waiter goes to the
+// meeting, bounded by runner.collective_timeout_s in all as before. A failed publish is logged once
+// and otherwise ignored: the waiters then fail at the bound, naming trainer 0.
+//
+// Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own); wait_for_trainer_zero
+// may run on any thread. Both use the thread-safe RemoteHostTier.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/thread_annotations.hpp"
+
+namespace gpubox::table::server {
+class RemoteHostTier;
+struct DenseCall;
+}  // namespace gpubox::table::server
+
+namespace gpubox::trainer {
+
+// One part of trainer 0 (the file comment).
+struct TrainerZeroPart {
+  uint64_t job = 0;  // the job's nonce (draw_trainer_zero_job); 0 while unknown
+  // The stage every trainer of the job reaches together ({run, recovery} of a PS job), and the
+  // part's number within it, from 1.
+  int64_t run = 0;
+  int64_t recovery = 0;
+  int64_t index = 0;
+};
+
+// A job's nonce: never 0, exact in the table's floats (48 bits).
+uint64_t draw_trainer_zero_job();
+// A nonce as two floats, each exact (24 bits), and back (PS: ps_outcome carries it).
+std::vector<float> trainer_zero_job_floats(uint64_t job);
+uint64_t trainer_zero_job_of(float low, float high);
+
+// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job).
+class TrainerZeroParts {
+ public:
+  uint64_t job = 0;  // the job's nonce, once known
+  // The next part in stage {run, recovery}: index 1 in a new stage.
+  TrainerZeroPart next(int64_t run = 0, int64_t recovery = 0);
+
+ private:
+  TrainerZeroPart last_;
+};
+
+class TrainerZeroWork {
+ public:
+  static constexpr const char* kTable = "trainer0_work";
+  static constexpr float kRunning = 1.0f;
+  static constexpr float kEnded = 2.0f;
+  // The table's floats: job (2), run, recovery, index, state, moves, seq.
+  static constexpr std::size_t kSlots = 8;
+
+  // Trainer 0, as its part `part` begins: publishes it running now, then its moves every
+  // `interval_s` while they grow. Every call to the table is bounded by `call_s`
+  // (call_deadline_for), so that neither this publish nor the end's delays trainer 0 by much
+  // when the first server is lost or restarted. `servers` must outlive this object.
+  TrainerZeroWork(table::server::RemoteHostTier& servers, const TrainerZeroPart& part,
+                  double interval_s, double call_s);
+  // Publishes the part ended (whatever its outcome): a write, a read back, and the write again
+  // while the read shows an older publish of the part (one applied late), for up to call_s; not
+  // again when the write failed (the transport retried it within call_s) or a server restart is
+  // pending (the first server's answers Aborted at once). At worst about 4 call_s in all: the
+  // thread's publish in flight, then the write and read, then one more of each.
+  ~TrainerZeroWork();
+  TrainerZeroWork(const TrainerZeroWork&) = delete;
+  TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
+
+  // How often trainer 0 publishes and the waiters read, for a bound of `collective_timeout_s`:
+  // a quarter of it, at most 0.25 s, at least 10 ms.
+  static double interval_for(double collective_timeout_s);
+  // The bound of each call to the table, for runner.collective_timeout_s and
+  // runner.server_timeout_s: a quarter of the former, at most the latter, at least 10 ms.
+  static double call_deadline_for(double collective_timeout_s, double server_timeout_s);
+  // How a call to the table runs: bounded by `call_s`, and no change of the job's state on the
+  // first server (a restart of it from the last save is still adopted quietly).
+  static table::server::DenseCall call_of(double call_s);
+  // The table's floats for `part` in `state`, `moves`, publish `seq` (tests write it directly).
+  static std::vector<float> row(const TrainerZeroPart& part, float state, uint64_t moves,
+                                uint64_t seq);
+
+ private:
+  bool publish(float state, uint64_t moves);
+  void publish_ended();
+  void run();
+
+  table::server::RemoteHostTier& servers_;
+  const TrainerZeroPart part_;
+  const double interval_s_;
+  const double call_s_;
+  uint64_t seq_ = 0;     // publishes so far (the thread's, then the destructor's after the join)
+  bool warned_ = false;  // a failed publish was logged
+  Mutex mu_;
+  CondVar stop_cv_;
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// What a trainer other than trainer 0 waits for (wait_for_trainer_zero).
+struct TrainerZeroWait {
+  TrainerZeroPart part;      // part.job 0: not watched (the meeting's bound in all)
+  std::string what;          // what trainer 0 does, for the error: "to write the save DIR"
+  double silence_s = 300;    // runner.collective_timeout_s: the longest trainer 0 may not move
+  double interval_s = 0.25;  // TrainerZeroWork::interval_for
+  double call_s = 5;         // TrainerZeroWork::call_deadline_for: each read's bound
+  // Where trainer 0's log is: "log/worker.0.log under scripts/run_gpubox.sh".
+  std::string log_hint;
+  // A loss this trainer's watch saw ("" while none): trainer 0 died, or a server was lost.
+  std::function<std::string()> lost;
+
+  // The wait for `part` under runner.collective_timeout_s `collective_timeout_s` and
+  // runner.server_timeout_s `server_timeout_s`.
+  static TrainerZeroWait of(const TrainerZeroPart& part, std::string what,
+                            double collective_timeout_s, double server_timeout_s,
+                            std::string log_hint, std::function<std::string()> lost);
+};
+
+// Returns once trainer 0 ended part `wait.part` or went past it (or the watching ended, see the
+// file comment); throws gpubox::Error when trainer 0 did not move for wait.silence_s, naming it
+// and wait.what, or at once when wait.lost() reports a loss.
+void wait_for_trainer_zero(table::server::RemoteHostTier& servers, const TrainerZeroWait& wait);
+
+}  // namespace gpubox::trainer
