@@ -579,7 +579,11 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
       // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
-      // at the first round went with it: none is open now.
+      // at the first round went with it: none is open now. Logged as it is: recover() names
+      // the restarts only, and whatever else failed beside them in the reload (a trainer's
+      // AgreedRestart holds it in its message) would be lost.
+      GPUBOX_LOG(WARNING) << "pass " << pass << ", reloading " << recovery.dir << ": "
+                          << again.message();
       recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
     }
   }
