@@ -73,8 +73,11 @@ class AgreedRestart : public Error {
       : Error(message), failure_(std::move(failure)), phase_(std::move(phase)) {}
   const std::string& failure() const { return failure_; }
   // "this trainer also failed <phase>: <failure>", "" when nothing else failed.
-  std::string own_failure() const {
-    return failure_.empty() ? "" : "this trainer also failed " + phase_ + ": " + failure_;
+  std::string own_failure() const { return failure_.empty() ? "" : also_failed(phase_, failure_); }
+  // The one wording of a failure found beside a restart: `phase` is "there" in a message that
+  // starts with the phase, else the phase itself ("at the end of pass 1").
+  static std::string also_failed(const std::string& phase, const std::string& failure) {
+    return "this trainer also failed " + phase + ": " + failure;
   }
 
  private:
@@ -279,7 +282,7 @@ class Trainer final : public Schedule {
   std::optional<int64_t> recover_together(const Error& error, int64_t pass,
                                           const std::string& beside);
   // recover() but for the error it throws: a recovery alone or together (recover_together).
-  std::optional<int64_t> go_back(const Error& error, int64_t pass);
+  std::optional<int64_t> recover_unannotated(const Error& error, int64_t pass);
   // Before a save is reloaded into the servers: the passes read and staged ahead dropped, the
   // open pass (if any) given up unwritten and the cards emptied (CardTier::abandon_pass). No
   // card thread may run.

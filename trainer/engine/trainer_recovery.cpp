@@ -75,7 +75,7 @@ std::string own_failure_beside_restart(const std::string& failure, table::HostTi
     GPUBOX_LOG(WARNING) << where << ": " << failure;
     own = own_failure_beside_restart(failure, host);
   }
-  const std::string also = own.empty() ? "" : "; this trainer also failed there: " + own;
+  const std::string also = own.empty() ? "" : "; " + AgreedRestart::also_failed("there", own);
   if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own, where);
   throw AgreedRestart(
       "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own,
@@ -88,9 +88,9 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // A pass stopped as asked, failed beside a restart: the run ends with it (stop_pass).
   if (dynamic_cast<const StoppedPassFailed*>(&error) != nullptr) return std::nullopt;
   const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
-  if (agreed == nullptr || agreed->failure().empty()) return go_back(error, pass);
+  if (agreed == nullptr || agreed->failure().empty()) return recover_unannotated(error, pass);
   try {
-    return go_back(error, pass);
+    return recover_unannotated(error, pass);
   } catch (const Error& stopped) {
     // A recovery refused names the failure found beside the restart (logged as the restart was
     // agreed) before what a rerun does (the restarts' clause, SaveLineage::recover's `beside`);
@@ -104,7 +104,7 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   }
 }
 
-std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
+std::optional<int64_t> Trainer::recover_unannotated(const Error& error, int64_t pass) {
   // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
   // any other failure is thrown again.
   const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
@@ -191,8 +191,8 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       if (own.empty()) throw AgreedRestart(where + ": " + failure);
       // Another failure beside the restart: the restart named first, the phase once, then the
       // failure and a rerun's advice.
-      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) +
-                              "; this trainer also failed there: " + own +
+      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) + "; " +
+                              AgreedRestart::also_failed("there", own) +
                               "; rerun to resume from the last save",
                           own, where);
     }
