@@ -69,9 +69,15 @@ struct StepPlan;
 class AgreedRestart : public Error {
  public:
   explicit AgreedRestart(const std::string& message, std::string failure = "",
-                         std::string phase = "")
-      : Error(message), failure_(std::move(failure)), phase_(std::move(phase)) {}
+                         std::string phase = "", std::string other_failed = "")
+      : Error(message),
+        failure_(std::move(failure)),
+        phase_(std::move(phase)),
+        other_failed_(std::move(other_failed)) {}
   const std::string& failure() const { return failure_; }
+  // "trainer k also failed there (its log …)": another trainer of the job failed beside the
+  // restart in that phase (this one did not), "" otherwise. The message holds it.
+  const std::string& other_failed() const { return other_failed_; }
   // "this trainer also failed <phase>: <failure>", "" when nothing else failed.
   std::string own_failure() const { return failure_.empty() ? "" : also_failed(phase_, failure_); }
   // The one wording of a failure found beside a restart: `phase` is "there" in a message that
@@ -83,10 +89,12 @@ class AgreedRestart : public Error {
  private:
   std::string failure_;
   std::string phase_;
+  std::string other_failed_;
 };
 
 // A pass stopped as asked whose write-back found a server restart beside another failure of
-// this trainer (Trainer::stop_pass): the run ends with it, not going back to the save.
+// this trainer or of another of the job (Trainer::stop_pass): the run of every trainer ends with
+// it, not going back to the save.
 class StoppedPassFailed : public Error {
  public:
   using Error::Error;

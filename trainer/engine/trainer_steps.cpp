@@ -306,7 +306,8 @@ PassReport Trainer::run_pass(
   } catch (const AgreedRestart& restart) {
     // Another failure beside the restart (a device fault, another server down) is not what was
     // asked: the run ends with it and the restart, not stopped (recover() does not go back).
-    if (!restart.failure().empty()) failed = restart.message();
+    // So is one of another trainer: every trainer's stopped pass ends with it.
+    if (!restart.failure().empty() || !restart.other_failed().empty()) failed = restart.message();
     // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
     // this process, and a rerun reloads the save. Emptying the cards fails on a card that
     // faulted for good: the run ends with that beside the restart, not with that alone.
