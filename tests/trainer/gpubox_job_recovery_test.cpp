@@ -438,13 +438,15 @@ TEST_F(GpuboxJobRecovery, ADeviceFaultAsThePassStopsEndsEveryTrainerWithAnError)
   const JobRan ran = run_job(job);
   for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
   EXPECT_TRUE(thrown.load());
-  EXPECT_NE(ran.errors[1].find(std::string("; this trainer also failed there: ") + kFault),
+  EXPECT_NE(ran.errors[1].find(std::string("; this trainer also failed there: ") + kFault +
+                               "; rerun to resume from the last save"),
             std::string::npos)
       << ran.log;
   EXPECT_EQ(ran.errors[1].rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.errors[1];
   EXPECT_EQ(ran.errors[0].rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.log;
   EXPECT_NE(ran.errors[0].find("; trainer 1 also failed there (its log, log/worker.1.log under "
-                               "scripts/run_gpubox.sh, names why)"),
+                               "scripts/run_gpubox.sh, names why); rerun to resume from the last "
+                               "save"),
             std::string::npos)
       << ran.errors[0];
   EXPECT_EQ(ran.log.find("the run stops as asked"), std::string::npos) << ran.log;

@@ -327,7 +327,10 @@ PassReport Trainer::run_pass(
     } catch (const std::exception& e) {
       GPUBOX_LOG(WARNING) << "trimming the card pools after pass " << pass << ": " << e.what();
     }
-    throw StoppedPassFailed(failed);
+    // A job's AgreedRestart names the restarts without a rerun's advice (a recovery goes back);
+    // one trainer's holds the restart's error, which has it.
+    throw StoppedPassFailed(failed +
+                            (env_.trainers > 1 ? "; rerun to resume from the last save" : ""));
   }
   trim_pools();
   throw PassStopped(pass, tally.stopped_after, tally.steps);
