@@ -51,6 +51,8 @@ void PassManager::expect_next_pass(std::shared_ptr<const std::vector<uint64_t>> 
 bool PassManager::prepare_next_pass(int c) { return next_.prepare(c); }
 
 void PassManager::clear_cards() {
+  // Checked here as well as in PassBoundary::clear_cards: the next pass's work is forgotten
+  // first, which a card thread may be doing during a pass.
   GPUBOX_EXPECTS(!boundary_.in_pass(), "clearing the cards during a pass");
   next_.forget();  // before the stores are emptied: nothing staged for them stays
   boundary_.clear_cards();

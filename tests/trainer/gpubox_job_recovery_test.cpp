@@ -445,6 +445,38 @@ TEST_F(GpuboxJobRecovery, ARestartFoundAsThePassStopsEndsBothStopped) {
   EXPECT_EQ(count(ran.log, "; the run stops as asked"), 2u) << ran.log;
 }
 
+// The same stop, and trainer 1's card faults in the stopped pass's write-back, where the restart
+// is found (trainer 1 finds it too, asking every server after its failure): not what was asked,
+// so every trainer's run ends with an error, trainer 1's naming its fault, trainer 0's naming
+// trainer 1 (before, only trainer 1 failed; trainer 0 ended stopped as asked, exit status 0).
+TEST_F(GpuboxJobRecovery, ADeviceFaultAsThePassStopsEndsEveryTrainerWithAnError) {
+  constexpr const char* kFault = "card 0: an injected device fault";
+  std::atomic<bool> thrown{false};
+  Job job{"stopped_fault", (root_ / "stopped_fault").string(), 2, RestartAt::kWithinPass};
+  job.stop_at_restart = true;
+  job.at_meeting = [&thrown, kFault](int w, Trainer&, Servers&, const std::string& where) {
+    if (w == 1 && where == "at the end of pass 1 (stopped)" && !thrown.exchange(true)) {
+      GPUBOX_FAIL(kFault);
+    }
+  };
+  const JobRan ran = run_job(job);
+  for (int w = 0; w < 2; ++w) std::printf("trainer %d: %s\n", w, ran.errors[w].c_str());
+  EXPECT_TRUE(thrown.load());
+  EXPECT_NE(ran.errors[1].find(std::string("; this trainer also failed there: ") + kFault +
+                               "; rerun to resume from the last save"),
+            std::string::npos)
+      << ran.log;
+  EXPECT_EQ(ran.errors[1].rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.errors[1];
+  EXPECT_EQ(ran.errors[0].rfind("at the end of pass 1 (stopped): server ", 0), 0u) << ran.log;
+  EXPECT_NE(ran.errors[0].find("; trainer 1 also failed there (its log, log/worker.1.log under "
+                               "scripts/run_gpubox.sh, names why); rerun to resume from the last "
+                               "save"),
+            std::string::npos)
+      << ran.errors[0];
+  EXPECT_EQ(ran.log.find("the run stops as asked"), std::string::npos) << ran.log;
+  EXPECT_EQ(ran.log.find("going back to the last save"), std::string::npos) << ran.log;
+}
+
 // Trainer 1 does not see the save folder trainer 0 writes (its model_save_path is another,
 // empty one): it cannot read the save trainer 0 goes back to, and trainer 0 hears why at the
 // meeting (before, it waited at the next collective until trainer 1's end closed it, or for

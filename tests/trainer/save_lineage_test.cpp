@@ -71,6 +71,8 @@ TEST(SaveLineageNamesServer, TheEndpointAsAWholeOnly) {
   EXPECT_FALSE(SaveLineage::names_server("server gpups1:6000 is down", "ps1:6000"));
   EXPECT_FALSE(SaveLineage::names_server("server 110.0.0.1:6000 is down", "10.0.0.1:6000"));
   EXPECT_FALSE(SaveLineage::names_server("server a.ps1:6000 is down", "ps1:6000"));
+  EXPECT_FALSE(SaveLineage::names_server("PUSH to job_ps1:6000: closed", "ps1:6000"));
+  EXPECT_FALSE(SaveLineage::names_server("PUSH to fe80:1::2:6000", "1::2:6000"));
   // A later whole mention counts after a partial one.
   EXPECT_TRUE(SaveLineage::names_server("h:29011 down; h:2901 restarted", "h:2901"));
   EXPECT_FALSE(SaveLineage::names_server("card 0: an injected device fault", "h:2901"));

@@ -74,21 +74,32 @@ inline constexpr const char* kTrainerZeroLog = "log/worker.0.log under scripts/r
 class AgreedRestart : public Error {
  public:
   explicit AgreedRestart(const std::string& message, std::string failure = "",
-                         std::string phase = "")
-      : Error(message), failure_(std::move(failure)), phase_(std::move(phase)) {}
+                         std::string phase = "", std::string other_failed = "")
+      : Error(message),
+        failure_(std::move(failure)),
+        phase_(std::move(phase)),
+        other_failed_(std::move(other_failed)) {}
   const std::string& failure() const { return failure_; }
+  // "trainer k also failed there (its log …)": another trainer of the job failed beside the
+  // restart in that phase (this one did not), "" otherwise. The message holds it.
+  const std::string& other_failed() const { return other_failed_; }
   // "this trainer also failed <phase>: <failure>", "" when nothing else failed.
-  std::string own_failure() const {
-    return failure_.empty() ? "" : "this trainer also failed " + phase_ + ": " + failure_;
+  std::string own_failure() const { return failure_.empty() ? "" : also_failed(phase_, failure_); }
+  // The one wording of a failure found beside a restart: `phase` is "there" in a message that
+  // starts with the phase, else the phase itself ("at the end of pass 1").
+  static std::string also_failed(const std::string& phase, const std::string& failure) {
+    return "this trainer also failed " + phase + ": " + failure;
   }
 
  private:
   std::string failure_;
   std::string phase_;
+  std::string other_failed_;
 };
 
 // A pass stopped as asked whose write-back found a server restart beside another failure of
-// this trainer (Trainer::stop_pass): the run ends with it, not going back to the save.
+// this trainer or of another of the job (Trainer::stop_pass): the run of every trainer ends with
+// it, not going back to the save.
 class StoppedPassFailed : public Error {
  public:
   using Error::Error;
@@ -288,7 +299,7 @@ class Trainer final : public Schedule {
   std::optional<int64_t> recover_together(const Error& error, int64_t pass,
                                           const std::string& beside);
   // recover() but for the error it throws: a recovery alone or together (recover_together).
-  std::optional<int64_t> go_back(const Error& error, int64_t pass);
+  std::optional<int64_t> recover_unannotated(const Error& error, int64_t pass);
   // Before a save is reloaded into the servers: the passes read and staged ahead dropped, the
   // open pass (if any) given up unwritten and the cards emptied (CardTier::abandon_pass). No
   // card thread may run.

@@ -23,26 +23,45 @@ namespace {
 constexpr int64_t kPhaseDone = 0;
 constexpr int64_t kPhaseRestart = 1;  // it found a server restart
 constexpr int64_t kPhaseFailed = 2;   // it failed otherwise
+// It found a server restart and failed otherwise beside it (own_failure_beside_restart): the
+// others name it, so that a pass stopped as asked ends with an error on every trainer.
+constexpr int64_t kPhaseRestartFailed = 3;
 
 // What trainer 0 tells the others of the save it goes back to (agree_on_save): the refusal
 // (SaveLineage::Refusal, kNone when it goes back) in the low bits, the save's run pass above.
 constexpr int64_t kRefusalCodes = 8;
 
 // What the trainers told at a meeting after a phase: the first that failed otherwise, the first
-// that found a server restart (-1: none).
+// that found a server restart, the first that found one and failed otherwise beside it (-1:
+// none).
 struct PhaseTally {
   int failing = -1;
   int restarted = -1;
+  int also_failing = -1;
 };
 
 PhaseTally count_phase_outcomes(const std::vector<int64_t>& told, std::size_t cards) {
   PhaseTally tally;
   for (std::size_t rank = 0; rank < told.size(); rank += cards) {
     const int t = static_cast<int>(rank / cards);
-    if (told[rank] == kPhaseFailed && tally.failing < 0) tally.failing = t;
-    if (told[rank] == kPhaseRestart && tally.restarted < 0) tally.restarted = t;
+    const int64_t said = told[rank];
+    if (said == kPhaseFailed && tally.failing < 0) tally.failing = t;
+    const bool restart = said == kPhaseRestart || said == kPhaseRestartFailed;
+    if (restart && tally.restarted < 0) tally.restarted = t;
+    if (said == kPhaseRestartFailed && tally.also_failing < 0) tally.also_failing = t;
   }
   return tally;
+}
+
+// What `failed` says (whatever its type).
+std::string what_failed(const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    return user_message(e);
+  } catch (...) {
+  }
+  return "an unknown exception";
 }
 
 // `failure` (this trainer's, in the phase where it found a server restart) unless it is the
@@ -53,30 +72,24 @@ std::string own_failure_beside_restart(const std::string& failure, table::HostTi
   return SaveLineage::names_a_restart(failure, host) ? "" : failure;
 }
 
-// The job agreed on a restart after the phase `where`: this trainer's own failure there, if any
-// (whatever its type), is logged and an AgreedRestart thrown in its place, naming the restarts it
-// found (`restarts`), else the first trainer that found one, and the failure when it is not the
-// restart's (own_failure_beside_restart).
-[[noreturn]] void throw_agreed_restart(const std::exception_ptr& failed, const std::string& where,
-                                       const std::string& restarts, int restarted,
-                                       table::HostTier& host) {
-  std::string own;
-  if (failed) {
-    std::string failure = "an unknown exception";
-    try {
-      std::rethrow_exception(failed);
-    } catch (const std::exception& e) {
-      failure = user_message(e);
-    } catch (...) {
-    }
-    GPUBOX_LOG(WARNING) << where << ": " << failure;
-    own = own_failure_beside_restart(failure, host);
+// The job agreed on a restart after the phase `where`: an AgreedRestart is thrown in place of
+// this trainer's own failure there (`own`, already logged, when it is not the restart's), naming
+// the restarts it found (`restarts`), else the first trainer that found one (`tally`), then
+// `own`, or else the first other trainer that failed beside the restart.
+[[noreturn]] void throw_agreed_restart(const std::string& own, const std::string& where,
+                                       const std::string& restarts, const PhaseTally& tally) {
+  std::string also = own.empty() ? "" : "; " + AgreedRestart::also_failed("there", own);
+  std::string other;
+  if (own.empty() && tally.also_failing >= 0) {
+    const std::string k = std::to_string(tally.also_failing);
+    other = "trainer " + k + " also failed there (its log, log/worker." + k +
+            ".log under scripts/run_gpubox.sh, names why)";
+    also = "; " + other;
   }
-  const std::string also = own.empty() ? "" : "; this trainer also failed there: " + own;
-  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own, where);
+  if (!restarts.empty()) throw AgreedRestart(where + ": " + restarts + also, own, where, other);
   throw AgreedRestart(
-      "trainer " + std::to_string(restarted) + " found a server restart " + where + also, own,
-      where);
+      "trainer " + std::to_string(tally.restarted) + " found a server restart " + where + also, own,
+      where, other);
 }
 
 }  // namespace
@@ -85,9 +98,9 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   // A pass stopped as asked, failed beside a restart: the run ends with it (stop_pass).
   if (dynamic_cast<const StoppedPassFailed*>(&error) != nullptr) return std::nullopt;
   const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
-  if (agreed == nullptr || agreed->failure().empty()) return go_back(error, pass);
+  if (agreed == nullptr || agreed->failure().empty()) return recover_unannotated(error, pass);
   try {
-    return go_back(error, pass);
+    return recover_unannotated(error, pass);
   } catch (const Error& stopped) {
     // A recovery refused names the failure found beside the restart (logged as the restart was
     // agreed) before what a rerun does (the restarts' clause, SaveLineage::recover's `beside`);
@@ -101,7 +114,7 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
   }
 }
 
-std::optional<int64_t> Trainer::go_back(const Error& error, int64_t pass) {
+std::optional<int64_t> Trainer::recover_unannotated(const Error& error, int64_t pass) {
   // Several trainers: only a restart the whole job agreed on (every trainer is here with it);
   // any other failure is thrown again.
   const auto* agreed = dynamic_cast<const AgreedRestart*>(&error);
@@ -188,8 +201,8 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       if (own.empty()) throw AgreedRestart(where + ": " + failure);
       // Another failure beside the restart: the restart named first, the phase once, then the
       // failure and a rerun's advice.
-      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) +
-                              "; this trainer also failed there: " + own +
+      throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) + "; " +
+                              AgreedRestart::also_failed("there", own) +
                               "; rerun to resume from the last save",
                           own, where);
     }
@@ -203,7 +216,16 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
     failed = std::current_exception();
   }
   const bool restart = (failed || count_held_restarts) && restart_found(failed != nullptr);
-  const int64_t mine = restart ? kPhaseRestart : failed ? kPhaseFailed : kPhaseDone;
+  // This trainer's failure beside the restart it found (logged as it is), "" when none.
+  std::string own;
+  if (restart && failed) {
+    const std::string failure = what_failed(failed);
+    GPUBOX_LOG(WARNING) << where << ": " << failure;
+    own = own_failure_beside_restart(failure, *state_->host);
+  }
+  const int64_t mine = !restart      ? (failed ? kPhaseFailed : kPhaseDone)
+                       : own.empty() ? kPhaseRestart
+                                     : kPhaseRestartFailed;
   std::vector<int64_t> told;
   try {
     told = gather_over_job(std::vector<int64_t>(static_cast<std::size_t>(num_cards()), mine),
@@ -221,7 +243,7 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
                 tally.failing, ".log under scripts/run_gpubox.sh, names why), so the job stops",
                 restarts.empty() ? "" : "; this trainer found a server restart there: " + restarts);
   }
-  throw_agreed_restart(failed, where, restarts, tally.restarted, *state_->host);
+  throw_agreed_restart(own, where, restarts, tally);
 }
 
 SaveLineage::Recovery Trainer::agree_on_save(int64_t pass, const std::string& beside) {

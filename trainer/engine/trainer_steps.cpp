@@ -298,20 +298,41 @@ PassReport Trainer::run_pass(
   // write-back, so that a server restart found in it ends each one stopped too, not one with an
   // error (one trainer, too: it does not go back to train a pass it was asked to stop in). The
   // saves end with the pass before; a rerun reloads them into the servers.
+  // What ends the run instead of the stop asked for, "" when nothing does.
+  std::string failed;
   try {
     agree_on_restarts([&] { state_->card_tier->end_pass(); },
                       "at the end of pass " + std::to_string(pass) + " (stopped)");
   } catch (const AgreedRestart& restart) {
-    // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
-    // this process, and a rerun reloads the save.
-    state_->card_tier->abandon_pass();
     // Another failure beside the restart (a device fault, another server down) is not what was
     // asked: the run ends with it and the restart, not stopped (recover() does not go back).
-    if (!restart.failure().empty()) throw StoppedPassFailed(restart.message());
-    GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
+    // So is one of another trainer: every trainer's stopped pass ends with it.
+    if (!restart.failure().empty() || !restart.other_failed().empty()) failed = restart.message();
+    // Dropped, not left open (nothing of it stays on the cards); the restart stays pending in
+    // this process, and a rerun reloads the save. Emptying the cards fails on a card that
+    // faulted for good: the run ends with that beside the restart, not with that alone.
+    try {
+      state_->card_tier->abandon_pass();
+    } catch (const std::exception& e) {
+      failed = restart.message() + "; dropping the pass: " + e.what();
+    }
+    if (failed.empty()) GPUBOX_LOG(WARNING) << restart.message() << "; the run stops as asked";
+  }
+  pass_id_ = pass;
+  if (!failed.empty()) {
+    // The pools are trimmed as a stopped pass's; a card that cannot be trimmed does not hide
+    // the failure the run ends with.
+    try {
+      trim_pools();
+    } catch (const std::exception& e) {
+      GPUBOX_LOG(WARNING) << "trimming the card pools after pass " << pass << ": " << e.what();
+    }
+    // A job's AgreedRestart names the restarts without a rerun's advice (a recovery goes back);
+    // one trainer's holds the restart's error, which has it.
+    throw StoppedPassFailed(failed +
+                            (env_.trainers > 1 ? "; rerun to resume from the last save" : ""));
   }
   trim_pools();
-  pass_id_ = pass;
   throw PassStopped(pass, tally.stopped_after, tally.steps);
 }
 

@@ -423,8 +423,11 @@ bool SaveLineage::names_a_restart(const std::string& failure, table::HostTier& h
 
 bool SaveLineage::names_server(const std::string& text, const std::string& where) {
   if (where.empty()) return false;
+  // A char that continues a host name or address before it: job_ps1:6000 and the IPv6
+  // fe80:1::2:6000 are other servers than ps1:6000 and 1::2:6000.
   const auto host_char = [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-';
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '-' || c == '_' ||
+           c == ':';
   };
   for (auto at = text.find(where); at != std::string::npos; at = text.find(where, at + 1)) {
     const std::size_t end = at + where.size();
@@ -576,7 +579,11 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
       // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
-      // at the first round went with it: none is open now.
+      // at the first round went with it: none is open now. Logged as it is: recover() names
+      // the restarts only, and whatever else failed beside them in the reload (a trainer's
+      // AgreedRestart holds it in its message) would be lost.
+      GPUBOX_LOG(WARNING) << "pass " << pass << ", reloading " << recovery.dir << ": "
+                          << again.message();
       recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
     }
   }

@@ -465,8 +465,10 @@ TEST(PassManager, AnAbandonedPassWritesNothingBackAndTheNextPullsFromTheHost) {
   engine.train(passes[1], 6001, 4);
   engine.manager->abandon_pass();
   EXPECT_FALSE(engine.manager->in_pass());
+  EXPECT_GT(engine.manager->kept_dirty(), 0u);  // kept by end_pass, lost with the cards next
   engine.forget_cards();
   EXPECT_TRUE(engine.card_rows().empty());
+  EXPECT_EQ(engine.manager->kept_dirty(), 0u);  // no stale count for make_room to spare
   const auto host_after = engine.host_rows();
   ASSERT_EQ(host_after.size(), host_before.size());
   for (const auto& [k, row] : host_before) {

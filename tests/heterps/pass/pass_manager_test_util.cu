@@ -140,9 +140,9 @@ std::map<uint64_t, std::vector<float>> Engine::host_rows() {
 }
 
 void Engine::forget_cards() {
-  for (int c = 0; c < card_set.num_local_cards(); ++c) {
-    stores[c]->clear(card_set.card(c).stream());
-  }
+  // The manager's own reset: the stores emptied and its count of the dirty rows they kept
+  // (which make_room spares) with them, as a trainer clears its cards.
+  manager->clear_cards();
 }
 
 bool rows_equal(const std::vector<float>& a, const std::vector<float>& b) {

@@ -46,7 +46,8 @@ struct Engine {
   // Every host-tier row (of `inspect` when set), as a record: the row at its own width, zeros
   // after it (as card_rows gives them).
   std::map<uint64_t, std::vector<float>> host_rows();
-  // Empties every card's store (the uncached reference forgets its cards at each end_pass).
+  // Empties every card's store through PassManager::clear_cards (the uncached reference forgets
+  // its cards at each end_pass).
   void forget_cards();
 
   device::CardSet card_set;
