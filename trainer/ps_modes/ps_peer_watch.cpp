@@ -410,8 +410,9 @@ struct PsPeerWatch::Peers {
   // This watch's first beat that went through: a trainer that has not begun this run by
   // options.begin_timeout_s later never came (run 1, no table lost).
   std::optional<Clock::time_point> first_beat;
-  // When this watch last found the table lost (its own begun flag gone): a trainer whose begun
-  // flag is not this run is judged only options.after_loss_timeout_s later.
+  // When this watch last found the table lost (its own begun flag gone, or the first server
+  // another instance): a trainer whose begun flag is not this run is judged only
+  // options.after_loss_timeout_s later.
   std::optional<Clock::time_point> loss_at;
 };
 
@@ -512,6 +513,20 @@ void PsPeerWatch::beat_loop() {
   // empty: the table recreated with zeros): trainers without their flag are judged by the bound
   // after a loss.
   bool table_lost = false;
+  // This trainer's begun flag was read set (this run) since the last loss this watch found: only
+  // then is a flag read missing a new loss (an add that set it again and failed leaves it missing
+  // at the next read, and must not move loss_at again and again).
+  bool own_flag_seen = false;
+  // The first server's instance as this trainer's client knows it. Another one since (its trainer
+  // accepted the first server's restart: PsTrainer, the recovery) means the table was lost, even
+  // when this watch never read its own flag set: its reads and adds failed (Aborted, the restart
+  // pending) from the restart until that acceptance, its first beat among them. (A restart
+  // adopted quietly, that lost nothing of this client's, is taken as a loss too: that only
+  // lengthens the bound for a trainer not begun.)
+  const auto first_server_instance = [this] {
+    return servers_.endpoint_count() > 0 ? servers_.server_identity(0).instance_id : 0;
+  };
+  uint64_t first_server = first_server_instance();
   std::vector<float> values;
   do {
     values = zeros(trainers_);
@@ -523,7 +538,8 @@ void PsPeerWatch::beat_loop() {
       }
       begun_add = this_run - held[kBegun * n + own];
       beat_add = beat_add_after(held[kBeats * n + own]);
-      table_lost = table_lost || (peers.first_beat && held[kBegun * n + own] != this_run);
+      table_lost = table_lost || (own_flag_seen && held[kBegun * n + own] != this_run);
+      own_flag_seen = own_flag_seen && held[kBegun * n + own] == this_run;
     }
     values[kBeats * n + own] = beat_add;
     values[kBegun * n + own] = begun_add;
@@ -543,15 +559,25 @@ void PsPeerWatch::beat_loop() {
     // The bound for a trainer not begun counts from this watch's first beat. This trainer's own
     // begun flag found gone, by the read after a failed beat (this watch's add reached the
     // restarted server first and failed) or by this add (another trainer's read recreated the
-    // table first: this add left the flag at 0), means every trainer's flag went with the table,
-    // to be set again by its next beat that goes through: each trainer whose flag is not back is
+    // table first: this add left the flag at 0), once it was read set since the last loss, or
+    // the first server's instance changed, means every trainer's flag went with the table, to be
+    // set again by its next beat that goes through: each trainer whose flag is not back is
     // judged as one not begun, by the bound after a loss, counted from now.
-    table_lost = table_lost || values[kBegun * n + own] != this_run;
+    table_lost = table_lost || (own_flag_seen && values[kBegun * n + own] != this_run);
+    own_flag_seen = values[kBegun * n + own] == this_run;
+    const uint64_t instance = first_server_instance();
+    table_lost = table_lost || (first_server != 0 && instance != first_server);
+    first_server = instance;
     if (!peers.first_beat) peers.first_beat = now;
     if (table_lost) {
+      // Every count went with the table too: each trainer's silence is timed from now, from its
+      // count as read now (a count of the recreated table equal by chance to the one last read
+      // before is not silence since then).
       peers.loss_at = now;
       for (std::size_t w = 0; w < n; ++w) {
         if (values[kBegun * n + w] != this_run) peers.seen_begun[w] = false;
+        peers.last_count[w] = values[kBeats * n + w];
+        peers.last_move[w] = now;
       }
     }
     table_lost = false;
