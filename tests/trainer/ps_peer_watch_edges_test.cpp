@@ -177,6 +177,29 @@ TEST_F(PsPeerWatchTest,
   for (const std::string& line : log.holding("trainer 1 of 3")) ADD_FAILURE() << line;
 }
 
+// Trainer 1 began run 1 and finished it (its finished flag this run's; it never beats again);
+// then the table is zeroed (a first server restarted empty), its flags with it. Trainer 0's watch,
+// which read it finished, never names it, after the bound after the loss neither (before, its
+// flags gone, it was judged as one not begun and named then).
+TEST_F(PsPeerWatchTest, ATrainerThatFinishedBeforeTheTableIsLostIsNotJudged) {
+  reset(2);
+  PsPeerWatchOptions o = options();
+  o.after_loss_timeout_s = kTimeout;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, o, losses.callback());
+  std::vector<float> finished(PsPeerWatch::kAliveSections * 2, 0.0f);
+  finished[1] = 1.0f;
+  finished[PsPeerWatch::kFinishedSection * 2 + 1] = 1.0f;
+  finished[PsPeerWatch::kBegunSection * 2 + 1] = 1.0f;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &finished).ok());
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "trainer 0 did not beat";
+  ASSERT_TRUE(zero_alive_table(2));
+  ASSERT_TRUE(begun_again(2, 0, 1.0f)) << "trainer 0's watch did not beat after the loss";
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.after_loss_timeout_s));
+  quiet_window();
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+}
+
 // A job long enough for its beat counts to reach 2^23 (kBeatWrap; a count kept going stopped at
 // 2^24, the last integer a float holds exactly, and its trainer was found lost); here they start
 // just below it. Each count crosses it and goes back (it wrapped), goes on moving, and nobody is

@@ -399,7 +399,11 @@ void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
 // What this watch knows of every trainer, kept by beat_loop between its beats.
 struct PsPeerWatch::Peers {
   explicit Peers(std::size_t n)
-      : seen_begun(n, false), last_count(n, 0.0f), last_move(n, Clock::now()), reported(n, false) {}
+      : seen_begun(n, false),
+        last_count(n, 0.0f),
+        last_move(n, Clock::now()),
+        reported(n, false),
+        finished(n, false) {}
   // A trainer is judged by its silence once its begun flag is this run, timed from when this
   // watch first read it so (its count as read then), not from anything an earlier run left;
   // cleared when its flag went with the table (loss_at), until this watch reads it set again.
@@ -407,6 +411,8 @@ struct PsPeerWatch::Peers {
   std::vector<float> last_count;
   std::vector<Clock::time_point> last_move;
   std::vector<bool> reported;  // a loss or failure of it was reported
+  // Its finished flag was read this run: it is judged no more, its flag gone with the table too.
+  std::vector<bool> finished;
   // This watch's first beat that went through: a trainer that has not begun this run by
   // options.begin_timeout_s later never came (run 1, no table lost).
   std::optional<Clock::time_point> first_beat;
@@ -425,8 +431,10 @@ void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_poin
     // Not judged: one that finished this run (a finished flag of an earlier run is stale); one
     // that failed in this run, reported by its flag (report_failed_peers) or not at all. A failed
     // flag of an earlier run is stale (taken back before its trainer's watch starts): its trainer
-    // is judged as any other.
-    if (w == static_cast<std::size_t>(trainer_id_) || values[kFinished * n + w] == this_run ||
+    // is judged as any other. One read finished stays so (a first server restarted empty after
+    // it finished lost its flag: it never beats again).
+    if (values[kFinished * n + w] == this_run) peers->finished[w] = true;
+    if (w == static_cast<std::size_t>(trainer_id_) || peers->finished[w] ||
         values[kFailed * n + w] == this_run || peers->reported[w]) {
       continue;
     }
