@@ -257,6 +257,28 @@ TEST_F(PsPeerWatchTest, AWrapPastTheMarkIsABeatThatSawIt) {
   EXPECT_TRUE(seen.ok()) << seen.to_string();
 }
 
+// As above, but trainer 1 was a beat below kBeatWrap at the mark: its next beats took its count to
+// kBeatWrap, then wrapped it to 1, a fall of kBeatWrap - 2 (both past the mark; the wait reads
+// after both): the wait ends at once (before: a fall of less than kBeatWrap - 1 was taken for a
+// reset, and the wait timed out).
+TEST_F(PsPeerWatchTest, TwoBeatsPastAMarkJustBelowTheWrapAreSeen) {
+  reset(2);
+  std::vector<float> at_mark = {0.0f, PsPeerWatch::kBeatWrap - 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f,
+                                1.0f};
+  std::vector<float> held = at_mark;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok());
+  PsPeerWatch watch(*clients_[0], 0, 2, options());
+  std::vector<float> beat(PsPeerWatch::kAliveSections * 2, 0.0f);
+  beat[1] = 1.0f;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
+  std::vector<float> wrap(PsPeerWatch::kAliveSections * 2, 0.0f);
+  wrap[1] = 1.0f - PsPeerWatch::kBeatWrap;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &wrap).ok());
+  ASSERT_EQ(beats(2).at(1), 1.0f);
+  const Status seen = watch.wait_until_failure_seen(at_mark, 2 * kTimeout, nullptr);
+  EXPECT_TRUE(seen.ok()) << seen.to_string();
+}
+
 // The watch's tests with a server that drops the replies of chosen DENSE requests of one client
 // (after applying them; its retries, deduplicated, are not applied again and are dropped too): a
 // beat whose add was applied fails.

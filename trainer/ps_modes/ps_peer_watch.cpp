@@ -224,11 +224,13 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != kSections * n) return Status::OK();
-    // A count that went down by at least kBeatWrap - 1 wrapped (kBeatWrap to 1): that was a beat
-    // past the mark, kept as one (its baseline just below it). One that went down by less was
+    // A count at least 1 that went down by half kBeatWrap or more wrapped (at kBeatWrap or past
+    // it, back by kBeatWrap - 1; the mark may be a few beats below kBeatWrap): a beat past the
+    // mark, kept as one (its baseline just below it; a reset from such a mark followed by a beat
+    // reads so too, and that beat came after the mark as well). One that went down otherwise was
     // reset (a recovery's start_job): its beats count from there.
     for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
-      if (at_mark[w] - values[w] >= kBeatWrap - 1.0f) {
+      if (values[w] >= 1.0f && at_mark[w] - values[w] >= kBeatWrap / 2) {
         at_mark[w] = values[w] - 1.0f;
       } else if (values[w] < at_mark[w]) {
         at_mark[w] = values[w];
