@@ -325,10 +325,10 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
       // Another trainer's failure after a reported one (trainers failing at once whose marks
       // different beats saw): added to lost(), so that training threads not yet stopped name all,
       // and so does the forced end's line.
-      if (loss == Loss::kPeerFailed && lost_peer_failed_) {
+      if (loss == Loss::kPeerFailed && first_lost_peer_failed_) {
         GPUBOX_LOG(ERROR) << reason;
         lost_ += "; " + reason;
-        forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
+        forced_exit_.set_reason(lost_);  // armed, or not yet: then armed below with lost_
         return;
       }
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
@@ -347,6 +347,7 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
     lost_ = reason;
     // With lost_, in one step: a server loss reported before the end is armed below clears it.
     lost_peer_failed_ = loss == Loss::kPeerFailed;
+    first_lost_peer_failed_ = lost_peer_failed_;
   }
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;

@@ -254,6 +254,9 @@ class PsPeerWatch {
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
   ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's, naming lost()
+  // The first loss was another trainer's reported failure: later ones are added to lost().
+  bool first_lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
+  // ... and no server was lost since: the destructor cancels the forced end.
   bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;
