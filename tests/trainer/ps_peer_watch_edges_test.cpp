@@ -145,8 +145,7 @@ TEST_F(PsPeerWatchTest,
         beat_of(1, 1.0f, 0.0f);
         beat_of(2, 1.0f, 0.0f);
       } else if (phase.load() == kTrainer1Again) {
-        beat_of(1, 1.0f, flag_back ? 0.0f : 1.0f);
-        flag_back = true;
+        flag_back = beat_of(1, 1.0f, flag_back ? 0.0f : 1.0f) || flag_back;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -176,6 +175,29 @@ TEST_F(PsPeerWatchTest,
   // Not before the bound (load only delays the report).
   EXPECT_GE(after_s, o.after_loss_timeout_s) << reason;
   for (const std::string& line : log.holding("trainer 1 of 3")) ADD_FAILURE() << line;
+}
+
+// Trainer 1 began run 1 and finished it (its finished flag this run's; it never beats again);
+// then the table is zeroed (a first server restarted empty), its flags with it. Trainer 0's watch,
+// which read it finished, never names it, after the bound after the loss neither (before, its
+// flags gone, it was judged as one not begun and named then).
+TEST_F(PsPeerWatchTest, ATrainerThatFinishedBeforeTheTableIsLostIsNotJudged) {
+  reset(2);
+  PsPeerWatchOptions o = options();
+  o.after_loss_timeout_s = kTimeout;
+  Losses losses;
+  PsPeerWatch watch(*clients_[0], 0, 2, o, losses.callback());
+  std::vector<float> finished(PsPeerWatch::kAliveSections * 2, 0.0f);
+  finished[1] = 1.0f;
+  finished[PsPeerWatch::kFinishedSection * 2 + 1] = 1.0f;
+  finished[PsPeerWatch::kBegunSection * 2 + 1] = 1.0f;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &finished).ok());
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "trainer 0 did not beat";
+  ASSERT_TRUE(zero_alive_table(2));
+  ASSERT_TRUE(begun_again(2, 0, 1.0f)) << "trainer 0's watch did not beat after the loss";
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.after_loss_timeout_s));
+  quiet_window();
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
 }
 
 // A job long enough for its beat counts to reach 2^23 (kBeatWrap; a count kept going stopped at
@@ -227,6 +249,28 @@ TEST_F(PsPeerWatchTest, AWrapPastTheMarkIsABeatThatSawIt) {
   std::vector<float> held = at_mark;
   ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok());
   PsPeerWatch watch(*clients_[0], 0, 2, options());
+  std::vector<float> wrap(PsPeerWatch::kAliveSections * 2, 0.0f);
+  wrap[1] = 1.0f - PsPeerWatch::kBeatWrap;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &wrap).ok());
+  ASSERT_EQ(beats(2).at(1), 1.0f);
+  const Status seen = watch.wait_until_failure_seen(at_mark, 2 * kTimeout, nullptr);
+  EXPECT_TRUE(seen.ok()) << seen.to_string();
+}
+
+// As above, but trainer 1 was a beat below kBeatWrap at the mark: its next beats took its count to
+// kBeatWrap, then wrapped it to 1, a fall of kBeatWrap - 2 (both past the mark; the wait reads
+// after both): the wait ends at once (before: a fall of less than kBeatWrap - 1 was taken for a
+// reset, and the wait timed out).
+TEST_F(PsPeerWatchTest, TwoBeatsPastAMarkJustBelowTheWrapAreSeen) {
+  reset(2);
+  std::vector<float> at_mark = {0.0f, PsPeerWatch::kBeatWrap - 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f,
+                                1.0f};
+  std::vector<float> held = at_mark;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &held).ok());
+  PsPeerWatch watch(*clients_[0], 0, 2, options());
+  std::vector<float> beat(PsPeerWatch::kAliveSections * 2, 0.0f);
+  beat[1] = 1.0f;
+  ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok());
   std::vector<float> wrap(PsPeerWatch::kAliveSections * 2, 0.0f);
   wrap[1] = 1.0f - PsPeerWatch::kBeatWrap;
   ASSERT_TRUE(clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &wrap).ok());
@@ -325,9 +369,10 @@ TEST_F(PsPeerWatchDroppedBeats, ABeatAtTheWrapWhoseReplyIsLostIsAppliedOnce) {
 // Trainer 0's first server restarted empty within the bound of run 1 (here: the table zeroed as the
 // reply of one of its beats is lost, every begun flag with it; its add to the missing table failed
 // and its next beat found its own flag gone). From there a trainer not begun is judged by the
-// bound after a loss only: trainer 1, beginning 3 timeouts after the loss (past the bound of run 1
+// bound after a loss only: trainer 1, beginning 4 timeouts after the loss (past the bound of run 1
 // counted from trainer 0's first beat, and from the loss: before, that bound started again there),
-// within after_loss_timeout_s of it, is not named.
+// within after_loss_timeout_s of it, is not named. The loss comes at least a timeout within the
+// bound of run 1: the watch finds it only after its call's deadline and a beat or two.
 TEST_F(PsPeerWatchDroppedBeats, AfterTheTableIsLostATrainerNotBegunHasTheBoundAfterALoss) {
   reset(2);
   Mutex mu;
@@ -341,7 +386,7 @@ TEST_F(PsPeerWatchDroppedBeats, AfterTheTableIsLostATrainerNotBegunHasTheBoundAf
   auto client = watched_client([](std::size_t k) { return k == 4; }, zero_the_table);
   ASSERT_TRUE(client);
   PsPeerWatchOptions o = options();
-  o.begin_timeout_s = 2 * kTimeout;
+  o.begin_timeout_s = 3 * kTimeout;
   o.after_loss_timeout_s = 3 * o.begin_timeout_s;
   Losses losses;
   const auto started = Clock::now();
@@ -353,10 +398,10 @@ TEST_F(PsPeerWatchDroppedBeats, AfterTheTableIsLostATrainerNotBegunHasTheBoundAf
     lost_at = zeroed;
   }
   ASSERT_TRUE(lost_at) << "the table was never lost";
-  // Else the watch beat too slowly (load) for the loss to come within the bound of run 1.
-  ASSERT_LT(*lost_at - started, std::chrono::duration<double>(o.begin_timeout_s))
+  // Else the watch beat too slowly (load) for it to find the loss within the bound of run 1.
+  ASSERT_LT(*lost_at - started, std::chrono::duration<double>(o.begin_timeout_s - kTimeout))
       << "the table was lost too late";
-  std::this_thread::sleep_until(*lost_at + std::chrono::duration<double>(3 * kTimeout));
+  std::this_thread::sleep_until(*lost_at + std::chrono::duration<double>(4 * kTimeout));
   PsPeerWatch late(*clients_[1], 1, 2, o);
   ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "the trainers did not beat";
   quiet_window();
@@ -415,6 +460,49 @@ TEST_F(PsPeerWatchDroppedBeats, AWatchWhoseBeatsFailAfterTheTableIsLostIsNotLost
   ASSERT_TRUE(beaten_after(3, 1, {0}, 2)) << "trainer 1 did not beat again";
   quiet_window();
   for (const std::string& line : log.holding("lost trainer 1 of 3")) ADD_FAILURE() << line;
+}
+
+// Trainer 0's watch read trainer 1's count at 3; then its beats fail for 2 timeouts (its calls
+// fail until it accepts the restart) while the table is zeroed (a first server restarted empty)
+// and trainer 1, alive, beats its flag back, its count back to 3 by chance as trainer 0's watch
+// beats again and finds the loss; trainer 1 beats on from there. It is never named: its silence
+// is timed from the loss (before, its count read equal to the one read before the loss, it was
+// named as silent since then, at once).
+TEST_F(PsPeerWatchDroppedBeats, ACountEqualByChanceAfterTheTableIsLostIsNotSilence) {
+  reset(2);
+  LogLines log;
+  auto failing = std::make_shared<std::atomic<bool>>(false);
+  auto client = watched_client([failing](std::size_t) { return failing->load(); });
+  ASSERT_TRUE(client);
+  Losses losses;
+  PsPeerWatch watch(*client, 0, 2, options(), losses.callback());
+  const auto beat_of_1 = [&](float count, float begun) {
+    std::vector<float> beat(PsPeerWatch::kAliveSections * 2, 0.0f);
+    beat[1] = count;
+    beat[PsPeerWatch::kBegunSection * 2 + 1] = begun;
+    return clients_[1]->dense(DenseAction::kAdd, PsPeerWatch::kAliveTable, &beat).ok();
+  };
+  ASSERT_TRUE(beat_of_1(3.0f, 1.0f));
+  ASSERT_TRUE(beaten_after(2, 1, {0}, 2)) << "trainer 0 did not beat";
+  failing->store(true);
+  ASSERT_TRUE(zero_alive_table(2));
+  std::this_thread::sleep_for(std::chrono::duration<double>(2 * kTimeout));
+  ASSERT_TRUE(beat_of_1(3.0f, 1.0f));
+  failing->store(false);
+  const bool found = begun_again(2, 0, 1.0f);  // trainer 0's watch found the loss
+  std::atomic<bool> stop{false};
+  std::thread trainer_1([&] {
+    while (!stop.load()) {
+      beat_of_1(1.0f, 0.0f);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  quiet_window();
+  stop.store(true);
+  trainer_1.join();
+  ASSERT_TRUE(found) << "trainer 0's watch did not beat after the loss";
+  EXPECT_TRUE(losses.reasons().empty()) << losses.reasons().front();
+  for (const std::string& line : log.holding("lost trainer 1 of 2")) ADD_FAILURE() << line;
 }
 
 // Trainer 1 marked a failure at a meeting of run 1 (its reason, no flag) and has not begun run 2,

@@ -224,11 +224,13 @@ Status PsPeerWatch::wait_until_failure_seen(const std::vector<float>& alive_at_m
     GPUBOX_RETURN_IF_ERROR(servers_.dense(DenseAction::kRead, kAliveTable, &values)
                                .with_context("waiting for the other trainers to see the failure"));
     if (values.size() != kSections * n) return Status::OK();
-    // A count that went down by at least kBeatWrap - 1 wrapped (kBeatWrap to 1): that was a beat
-    // past the mark, kept as one (its baseline just below it). One that went down by less was
+    // A count at least 1 that went down by half kBeatWrap or more wrapped (at kBeatWrap or past
+    // it, back by kBeatWrap - 1; the mark may be a few beats below kBeatWrap): a beat past the
+    // mark, kept as one (its baseline just below it; a reset from such a mark followed by a beat
+    // reads so too, and that beat came after the mark as well). One that went down otherwise was
     // reset (a recovery's start_job): its beats count from there.
     for (std::size_t w = 0; w < n && !at_mark.empty(); ++w) {
-      if (at_mark[w] - values[w] >= kBeatWrap - 1.0f) {
+      if (values[w] >= 1.0f && at_mark[w] - values[w] >= kBeatWrap / 2) {
         at_mark[w] = values[w] - 1.0f;
       } else if (values[w] < at_mark[w]) {
         at_mark[w] = values[w];
@@ -323,10 +325,10 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
       // Another trainer's failure after a reported one (trainers failing at once whose marks
       // different beats saw): added to lost(), so that training threads not yet stopped name all,
       // and so does the forced end's line.
-      if (loss == Loss::kPeerFailed && lost_peer_failed_) {
+      if (loss == Loss::kPeerFailed && first_lost_peer_failed_) {
         GPUBOX_LOG(ERROR) << reason;
         lost_ += "; " + reason;
-        forced_exit_.set_reason(lost_);  // not armed yet: armed below with lost_
+        forced_exit_.set_reason(lost_);  // armed, or not yet: then armed below with lost_
         return;
       }
       // A server lost after a reported failure: the teardown may hang on it, so the forced end
@@ -345,6 +347,7 @@ void PsPeerWatch::on_lost(const std::string& reason, Loss loss) {
     lost_ = reason;
     // With lost_, in one step: a server loss reported before the end is armed below clears it.
     lost_peer_failed_ = loss == Loss::kPeerFailed;
+    first_lost_peer_failed_ = lost_peer_failed_;
   }
   any_lost_.store(true, std::memory_order_release);
   GPUBOX_LOG(ERROR) << reason;
@@ -399,7 +402,11 @@ void PsPeerWatch::report_failed_peers(const std::vector<float>& values,
 // What this watch knows of every trainer, kept by beat_loop between its beats.
 struct PsPeerWatch::Peers {
   explicit Peers(std::size_t n)
-      : seen_begun(n, false), last_count(n, 0.0f), last_move(n, Clock::now()), reported(n, false) {}
+      : seen_begun(n, false),
+        last_count(n, 0.0f),
+        last_move(n, Clock::now()),
+        reported(n, false),
+        finished(n, false) {}
   // A trainer is judged by its silence once its begun flag is this run, timed from when this
   // watch first read it so (its count as read then), not from anything an earlier run left;
   // cleared when its flag went with the table (loss_at), until this watch reads it set again.
@@ -407,11 +414,14 @@ struct PsPeerWatch::Peers {
   std::vector<float> last_count;
   std::vector<Clock::time_point> last_move;
   std::vector<bool> reported;  // a loss or failure of it was reported
+  // Its finished flag was read this run: it is judged no more, its flag gone with the table too.
+  std::vector<bool> finished;
   // This watch's first beat that went through: a trainer that has not begun this run by
   // options.begin_timeout_s later never came (run 1, no table lost).
   std::optional<Clock::time_point> first_beat;
-  // When this watch last found the table lost (its own begun flag gone): a trainer whose begun
-  // flag is not this run is judged only options.after_loss_timeout_s later.
+  // When this watch last found the table lost (its own begun flag gone, or the first server
+  // another instance): a trainer whose begun flag is not this run is judged only
+  // options.after_loss_timeout_s later.
   std::optional<Clock::time_point> loss_at;
 };
 
@@ -424,8 +434,10 @@ void PsPeerWatch::judge_peers(const std::vector<float>& values, Clock::time_poin
     // Not judged: one that finished this run (a finished flag of an earlier run is stale); one
     // that failed in this run, reported by its flag (report_failed_peers) or not at all. A failed
     // flag of an earlier run is stale (taken back before its trainer's watch starts): its trainer
-    // is judged as any other.
-    if (w == static_cast<std::size_t>(trainer_id_) || values[kFinished * n + w] == this_run ||
+    // is judged as any other. One read finished stays so (a first server restarted empty after
+    // it finished lost its flag: it never beats again).
+    if (values[kFinished * n + w] == this_run) peers->finished[w] = true;
+    if (w == static_cast<std::size_t>(trainer_id_) || peers->finished[w] ||
         values[kFailed * n + w] == this_run || peers->reported[w]) {
       continue;
     }
@@ -512,6 +524,20 @@ void PsPeerWatch::beat_loop() {
   // empty: the table recreated with zeros): trainers without their flag are judged by the bound
   // after a loss.
   bool table_lost = false;
+  // This trainer's begun flag was read set (this run) since the last loss this watch found: only
+  // then is a flag read missing a new loss (an add that set it again and failed leaves it missing
+  // at the next read, and must not move loss_at again and again).
+  bool own_flag_seen = false;
+  // The first server's instance as this trainer's client knows it. Another one since (its trainer
+  // accepted the first server's restart: PsTrainer, the recovery) means the table was lost, even
+  // when this watch never read its own flag set: its reads and adds failed (Aborted, the restart
+  // pending) from the restart until that acceptance, its first beat among them. (A restart
+  // adopted quietly, that lost nothing of this client's, is taken as a loss too: that only
+  // lengthens the bound for a trainer not begun.)
+  const auto first_server_instance = [this] {
+    return servers_.endpoint_count() > 0 ? servers_.server_identity(0).instance_id : 0;
+  };
+  uint64_t first_server = first_server_instance();
   std::vector<float> values;
   do {
     values = zeros(trainers_);
@@ -523,7 +549,8 @@ void PsPeerWatch::beat_loop() {
       }
       begun_add = this_run - held[kBegun * n + own];
       beat_add = beat_add_after(held[kBeats * n + own]);
-      table_lost = table_lost || (peers.first_beat && held[kBegun * n + own] != this_run);
+      table_lost = table_lost || (own_flag_seen && held[kBegun * n + own] != this_run);
+      own_flag_seen = own_flag_seen && held[kBegun * n + own] == this_run;
     }
     values[kBeats * n + own] = beat_add;
     values[kBegun * n + own] = begun_add;
@@ -543,15 +570,25 @@ void PsPeerWatch::beat_loop() {
     // The bound for a trainer not begun counts from this watch's first beat. This trainer's own
     // begun flag found gone, by the read after a failed beat (this watch's add reached the
     // restarted server first and failed) or by this add (another trainer's read recreated the
-    // table first: this add left the flag at 0), means every trainer's flag went with the table,
-    // to be set again by its next beat that goes through: each trainer whose flag is not back is
+    // table first: this add left the flag at 0), once it was read set since the last loss, or
+    // the first server's instance changed, means every trainer's flag went with the table, to be
+    // set again by its next beat that goes through: each trainer whose flag is not back is
     // judged as one not begun, by the bound after a loss, counted from now.
-    table_lost = table_lost || values[kBegun * n + own] != this_run;
+    table_lost = table_lost || (own_flag_seen && values[kBegun * n + own] != this_run);
+    own_flag_seen = values[kBegun * n + own] == this_run;
+    const uint64_t instance = first_server_instance();
+    table_lost = table_lost || (first_server != 0 && instance != first_server);
+    first_server = instance;
     if (!peers.first_beat) peers.first_beat = now;
     if (table_lost) {
+      // Every count went with the table too: each trainer's silence is timed from now, from its
+      // count as read now (a count of the recreated table equal by chance to the one last read
+      // before is not silence since then).
       peers.loss_at = now;
       for (std::size_t w = 0; w < n; ++w) {
         if (values[kBegun * n + w] != this_run) peers.seen_begun[w] = false;
+        peers.last_count[w] = values[kBeats * n + w];
+        peers.last_move[w] = now;
       }
     }
     table_lost = false;

@@ -23,18 +23,19 @@
 // the others'). A later run (train() called again) has no common start: the trainers come to it
 // from whatever the program does between calls, so one not begun is never judged by a bound; it
 // is found at the run's first meeting's timeout (in the async and geo modes, the end of its first
-// pass), as one that never came to run 1 was before the bound. When this watch finds its own
-// begun flag gone (a first server restarted empty: every trainer's flag went with it), in any
-// run, every trainer whose flag is not back is judged as one not begun, and by one bound only,
-// after_loss_timeout_s from then (PsTrainer: kRecoveryWaits times runner.collective_timeout_s,
-// what the recovery's meeting waits for a trainer): after such a restart a trainer's calls, its
+// pass), as one that never came to run 1 was before the bound. When this watch finds the first
+// server restarted empty (its own begun flag, read set before, gone; or the first server another
+// instance, its trainer having accepted the restart: its beats failed until then), every trainer's
+// flag and count went with it: in any run, every trainer whose flag is not back is judged as one
+// not begun, and by one bound only, after_loss_timeout_s from then (PsTrainer: (kRecoveryWaits + 1)
+// times runner.collective_timeout_s plus runner.peer_timeout_s, what the recovery's meeting waits
+// for a trainer, from its start, later than this): after such a restart a trainer's calls, its
 // watch's beats too, fail until it accepts the restart, which the trainers do at different times
 // (one as it finds the restart, another only as it comes to that meeting), so its count standing
 // still says nothing. Its next beat that goes through sets its flag again, and from there it is
-// judged by its silence. A server silent for runner.peer_timeout_s is lost too
-// (ServerPings). Without the watch, such a loss was seen only at the next barrier,
-// runner.collective_timeout_s later (5 minutes by default) — in the async and geo modes, only at
-// the job's end.
+// judged by its silence. A server silent for runner.peer_timeout_s is lost too (ServerPings).
+// Without the watch, such a loss was seen only at the next barrier, runner.collective_timeout_s
+// later (5 minutes by default) — in the async and geo modes, only at the job's end.
 //
 // A trainer that fails for good (any error of its own: unreadable data, a save it cannot write)
 // says so with its heartbeat (mark_failed): its failed flag in kAliveTable and what it reported in
@@ -107,8 +108,9 @@ struct PsPeerWatchOptions {
   // After this watch found the first server's table lost (a first server restarted empty: every
   // begun flag went with it), in any run: a trainer whose begun flag is not this run is lost only
   // this long after the loss was found (until then it is not judged, by its silence neither: its
-  // beats fail until it accepts the restart). PsTrainer passes PsTrainer::kRecoveryWaits times
-  // runner.collective_timeout_s (what the recovery's meeting waits for it); <= 0 judges none.
+  // beats fail until it accepts the restart). PsTrainer passes (PsTrainer::kRecoveryWaits + 1)
+  // times runner.collective_timeout_s plus runner.peer_timeout_s (what the recovery's meeting
+  // waits for it, from its start, later than the loss found here); <= 0 judges none.
   double after_loss_timeout_s = 900;
   int run = 1;  // the run (train()) of the job it watches: only failed flags of this run count
 };
@@ -252,6 +254,9 @@ class PsPeerWatch {
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string lost_ GPUBOX_GUARDED_BY(mu_);
   ForcedExit forced_exit_ GPUBOX_GUARDED_BY(mu_);  // the first loss's, naming lost()
+  // The first loss was another trainer's reported failure: later ones are added to lost().
+  bool first_lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
+  // ... and no server was lost since: the destructor cancels the forced end.
   bool lost_peer_failed_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread beat_thread_;
   std::thread ping_thread_;

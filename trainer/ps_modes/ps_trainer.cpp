@@ -471,8 +471,15 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
     // the first train() only (the only one that follows a meeting of every trainer: ps/start).
     options.begin_timeout_s = config_.runner.collective_timeout_s;
     // A trainer whose begun flag went with a restarted first server beats again once it accepts
-    // the restart, at the latest as it comes to the recovery's meeting, which waits this long.
-    options.after_loss_timeout_s = kRecoveryWaits * config_.runner.collective_timeout_s;
+    // the restart, at the latest as it comes to the recovery's meeting, which waits
+    // kRecoveryWaits x runner.collective_timeout_s for it. The watch counts from when it found
+    // the loss, earlier than that meeting's start (before it, the recovery drops the training
+    // threads, looks for the restarts, an attempt of runner.server_connect_timeout_s per server
+    // at most, and goes back to the last save), and sees a flag set again up to a beat
+    // (runner.peer_timeout_s / 5) and a read late: one more collective_timeout_s and a
+    // peer_timeout_s, so that a trainer the meeting would still wait for is not named.
+    options.after_loss_timeout_s =
+        (kRecoveryWaits + 1) * config_.runner.collective_timeout_s + config_.runner.peer_timeout_s;
     watch = std::make_unique<PsPeerWatch>(*s.servers, env_.trainer_id, env_.trainers, options);
   }
   s.watch = watch.get();

@@ -143,8 +143,9 @@ class PsTrainer final : public Schedule {
   // server restart, in runner.collective_timeout_s: one for each of the barriers a trainer may
   // have waited out before it found the restart itself (the pass's vote or the meeting after an
   // evaluation, where a trainer that found nothing yet gets too late), and one for the meeting.
-  // The watch gives a trainer whose begun flag went with a restarted first server as long
-  // (PsPeerWatchOptions::after_loss_timeout_s): it beats again once it accepts the restart.
+  // The watch gives a trainer whose begun flag went with a restarted first server as long, and
+  // one more, and runner.peer_timeout_s (PsPeerWatchOptions::after_loss_timeout_s, counted from
+  // before that meeting's start): it beats again once it accepts the restart.
   static constexpr double kRecoveryWaits = 3.0;
 
   // Connects to the servers of `env` (required: the PS modes keep no host tier in-process) and
