@@ -22,7 +22,8 @@
 // call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and
 // is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches its
 // meeting within about that bound of its part's end even with the first server lost or restarted,
-// and a first server restarted from the save just written is still adopted quietly.
+// and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server restarted
+// from the save just written is still adopted quietly.
 //
 // A waiter reads the table every interval: this job's part `part` ended, or a later part of this
 // job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
@@ -110,7 +111,7 @@ class TrainerZeroWork {
   // runner.server_timeout_s: a quarter of the former, at most the latter, at least 10 ms.
   static double call_deadline_for(double collective_timeout_s, double server_timeout_s);
   // How a call to the table runs: bounded by `call_s`, and no change of the job's state on the
-  // first server (a restart of it from the last save is still adopted quietly).
+  // first server (in the gpubox mode a restart of it from the last save is still adopted quietly).
   static table::server::DenseCall call_of(double call_s);
   // The table's floats for `part` in `state`, `moves`, publish `seq` (tests write it directly).
   static std::vector<float> row(const TrainerZeroPart& part, float state, uint64_t moves,
