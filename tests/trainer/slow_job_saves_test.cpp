@@ -83,6 +83,12 @@ class HeldSaveServer {
   std::unique_ptr<table::server::Server> server_;
 };
 
+// A job of 2 trainers held by its server: whether the hold came; each trainer's error.
+struct HeldJob {
+  bool held = false;
+  std::string errors[2];
+};
+
 class SlowJobSaves : public ::testing::TestWithParam<Mode> {
  protected:
   static void SetUpTestSuite() {
@@ -137,15 +143,16 @@ class SlowJobSaves : public ::testing::TestWithParam<Mode> {
     return "";
   }
 
+  // The job of 2 trainers with `cfg` on `server` (rendezvous folder `name`), its hold let go
+  // kMovingHold after it came (run_held_job).
+  static HeldJob train_job(const TrainerConfig& cfg, HeldSaveServer& server,
+                           const std::string& name);
+
   static inline fs::path root_;
 };
 
 // Runs a job of 2 trainers on `server` (rendezvous folder `name`); once the server holds a file
-// operation, lets it go kMovingHold later. Whether the hold came; each trainer's error.
-struct HeldJob {
-  bool held = false;
-  std::string errors[2];
-};
+// operation, lets it go kMovingHold later.
 HeldJob run_held_job(HeldSaveServer& server, const std::string& name,
                      const std::function<std::string(int, const std::string&)>& train) {
   HeldJob job;
@@ -170,6 +177,21 @@ HeldJob run_held_job(HeldSaveServer& server, const std::string& name,
   return job;
 }
 
+HeldJob SlowJobSaves::train_job(const TrainerConfig& cfg, HeldSaveServer& server,
+                                const std::string& name) {
+  return run_held_job(server, name, [&](int w, const std::string& n) {
+    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
+  });
+}
+
+// The job was held, both trainers ended well and save `pass` under `saves` is complete.
+void expect_held_and_saved(const HeldJob& job, const std::string& saves, const char* pass) {
+  EXPECT_TRUE(job.held);
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
+  EXPECT_TRUE(fs::exists(fs::path(saves) / pass / table::io::kModelManifestName));
+}
+
 // The save's server holds its first file operation, moving (PROGRESS frames go on), for
 // kMovingHold (2.5 runner.collective_timeout_s), then lets it go: both trainers end well and
 // the pass's save is complete.
@@ -178,13 +200,8 @@ TEST_P(SlowJobSaves, ASaveLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
   const std::string saves = (root_ / name).string();
   const TrainerConfig cfg = config(saves, kServerTimeoutS);
   HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
-  const HeldJob job = run_held_job(server, name, [&](int w, const std::string& job_name) {
-    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + job_name)).string());
-  });
-  EXPECT_TRUE(job.held);
-  EXPECT_EQ(job.errors[0], "");
-  EXPECT_EQ(job.errors[1], "");
-  EXPECT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
+  const HeldJob job = train_job(cfg, server, name);
+  expect_held_and_saved(job, saves, "0");
 }
 
 // The same for trainer 0's LOAD into the servers as a job resumes: a job saves pass 0, a new job
@@ -197,21 +214,14 @@ TEST_P(SlowJobSaves, ALoadLongerThanTheCollectiveTimeoutThatMovesIsWaitedFor) {
     const TrainerConfig cfg = config(saves, kServerTimeoutS);
     HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
     server.release();
-    const HeldJob job = run_held_job(server, name + "_first", [&](int w, const std::string& n) {
-      return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
-    });
+    const HeldJob job = train_job(cfg, server, name + "_first");
     ASSERT_EQ(job.errors[0] + job.errors[1], "");
   }
   ASSERT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
   const TrainerConfig cfg = config(saves, kServerTimeoutS, /*epochs=*/2);
   HeldSaveServer server(cfg, root_, SlowIoTier::Hold::kMoving);
-  const HeldJob job = run_held_job(server, name + "_resumed", [&](int w, const std::string& n) {
-    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
-  });
-  EXPECT_TRUE(job.held);
-  EXPECT_EQ(job.errors[0], "");
-  EXPECT_EQ(job.errors[1], "");
-  EXPECT_TRUE(fs::exists(fs::path(saves) / "1" / table::io::kModelManifestName));
+  const HeldJob job = train_job(cfg, server, name + "_resumed");
+  expect_held_and_saved(job, saves, "1");
 }
 
 // The same on a server that outlives its jobs: the first job leaves trainer 0's table there (its
@@ -223,20 +233,13 @@ TEST_P(SlowJobSaves, ALongLoadIsWaitedForOnAServerAnEarlierJobLeftItsTableOn) {
   const TrainerConfig first = config(saves, kServerTimeoutS);
   HeldSaveServer server(first, root_, SlowIoTier::Hold::kMoving);
   server.release();
-  const HeldJob done = run_held_job(server, name + "_first", [&](int w, const std::string& n) {
-    return train(first, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
-  });
+  const HeldJob done = train_job(first, server, name + "_first");
   ASSERT_EQ(done.errors[0] + done.errors[1], "");
   ASSERT_TRUE(fs::exists(fs::path(saves) / "0" / table::io::kModelManifestName));
   const TrainerConfig cfg = config(saves, kServerTimeoutS, /*epochs=*/2);
   server.hold_again();
-  const HeldJob job = run_held_job(server, name + "_resumed", [&](int w, const std::string& n) {
-    return train(cfg, server.endpoint(), w, (root_ / ("rendezvous_" + n)).string());
-  });
-  EXPECT_TRUE(job.held);
-  EXPECT_EQ(job.errors[0], "");
-  EXPECT_EQ(job.errors[1], "");
-  EXPECT_TRUE(fs::exists(fs::path(saves) / "1" / table::io::kModelManifestName));
+  const HeldJob job = train_job(cfg, server, name + "_resumed");
+  expect_held_and_saved(job, saves, "1");
 }
 
 // The save's server holds its first file operation, stopped (no PROGRESS frame), and trainer 0's
