@@ -13,6 +13,7 @@
 
 #include "common/logging.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_alive_table.hpp"
 #include "trainer/schedule/lost_peers.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -21,17 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using table::server::DenseAction;
 
-// kAliveTable: beats, finished flags, failed flags, begun flags.
-constexpr std::size_t kBeats = PsPeerWatch::kBeatSection;
-constexpr std::size_t kFinished = PsPeerWatch::kFinishedSection;
-constexpr std::size_t kFailed = PsPeerWatch::kFailedSection;
-constexpr std::size_t kBegun = PsPeerWatch::kBegunSection;
-constexpr std::size_t kSections = PsPeerWatch::kAliveSections;
-static_assert(kBeats == 0 && kFinished == 1 && kFailed == 2 && kBegun == 3 && kSections == 4);
-
-std::vector<float> zeros(int trainers) {
-  return std::vector<float>(kSections * static_cast<std::size_t>(trainers), 0.0f);
-}
+using namespace alive_table;  // NOLINT: the table's sections, this file's vocabulary
 
 // Text travels 3 bytes a float (24 bits: exact in a float), up to its first zero byte.
 constexpr std::size_t kBytesPerFloat = 3;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/ps_modes/ps_alive_table.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/schedule/lost_peers.hpp"
 
@@ -20,16 +21,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using table::server::DenseAction;
 
-// kAliveTable: beats, finished flags, failed flags, begun flags (ps_peer_watch.cpp).
-constexpr std::size_t kBeats = PsPeerWatch::kBeatSection;
-constexpr std::size_t kFinished = PsPeerWatch::kFinishedSection;
-constexpr std::size_t kFailed = PsPeerWatch::kFailedSection;
-constexpr std::size_t kBegun = PsPeerWatch::kBegunSection;
-constexpr std::size_t kSections = PsPeerWatch::kAliveSections;
-
-std::vector<float> zeros(int trainers) {
-  return std::vector<float>(kSections * static_cast<std::size_t>(trainers), 0.0f);
-}
+using namespace alive_table;  // NOLINT: the table's sections, this file's vocabulary
 
 // This trainer's own slot of kAliveTable as beat_loop keeps it between beats: what its next beat
 // adds, and whether the table was found lost.
