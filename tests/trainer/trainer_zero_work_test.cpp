@@ -42,6 +42,16 @@ TrainerZeroPart part_of(uint64_t job, int64_t run, int64_t recovery, int64_t ind
   return part;
 }
 
+// Waits for trainer 0 by `wait` through `client`: the error ("" when it returned).
+std::string error_of_wait(table::server::RemoteHostTier& client, const TrainerZeroWait& wait) {
+  try {
+    wait_for_trainer_zero(client, wait);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 class TrainerZeroWorkTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -58,14 +68,8 @@ class TrainerZeroWorkTest : public ::testing::Test {
   }
   // Waits for `part` with a short silence; the error ("" when it returned).
   std::string wait_for(const TrainerZeroPart& part, std::string lost = "") {
-    TrainerZeroWait wait =
-        TrainerZeroWait::of(part, "to write the save S", 0.3, 3.0, "LOG", [lost] { return lost; });
-    try {
-      wait_for_trainer_zero(*client_, wait);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return error_of_wait(*client_, TrainerZeroWait::of(part, "to write the save S", 0.3, 3.0, "LOG",
+                                                       [lost] { return lost; }));
   }
 
   // The table as read: its job's nonce and its state.
@@ -177,29 +181,37 @@ TEST_F(TrainerZeroWorkTest, AStaleEndIsNoMove) {
     if (++looks == 2) write(part, TrainerZeroWork::kEnded, /*seq=*/2);
     return std::string();
   });
-  std::string error;
-  try {
-    wait_for_trainer_zero(*client_, wait);
-  } catch (const Error& e) {
-    error = e.what();
-  }
+  const std::string error = error_of_wait(*client_, wait);
   EXPECT_GE(looks, 3);
   EXPECT_NE(error.find("its part stopped moving"), std::string::npos) << error;
 }
+
+// A first server that a test stops and starts again (`second`, on the same port) under one
+// client.
+class TrainerZeroWorkRestart : public ::testing::Test {
+ protected:
+  void start(const std::string& data_dir = "") {
+    options.data_dir = data_dir;
+    server = start_server(&first, options);
+    ASSERT_TRUE(server);
+    options.port = server->port();
+    client = connect_client(client_options(server->endpoint()));
+    ASSERT_TRUE(client);
+  }
+
+  FakeHostTier first{table::server::testing::test_config()};
+  FakeHostTier second{table::server::testing::test_config()};
+  table::server::ServerOptions options;
+  std::unique_ptr<table::server::Server> server;
+  std::unique_ptr<table::server::RemoteHostTier> client;
+};
 
 // A read that fails (the first server down for a moment, not Aborted) is no move: the waiter
 // reads again, and once the server is back (a restart adopted quietly: this client changed
 // nothing on it) it goes on watching, here a table with no part of this job, until it fails
 // naming trainer 0 (before, the first failed read ended the watching).
-TEST(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
-  FakeHostTier first{table::server::testing::test_config()};
-  FakeHostTier second{table::server::testing::test_config()};
-  table::server::ServerOptions options;
-  auto server = start_server(&first, options);
-  ASSERT_TRUE(server);
-  options.port = server->port();
-  auto client = connect_client(client_options(server->endpoint()));
-  ASSERT_TRUE(client);
+TEST_F(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
+  ASSERT_NO_FATAL_FAILURE(start());
   int looks = 0;
   const TrainerZeroWait wait =
       TrainerZeroWait::of(part_of(kJob, 0, 0, 1), "to write the save S", 1.0, 3.0, "LOG", [&] {
@@ -208,12 +220,7 @@ TEST(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
         if (looks == 2) server = start_server(&second, options);
         return std::string();
       });
-  std::string error;
-  try {
-    wait_for_trainer_zero(*client, wait);
-  } catch (const Error& e) {
-    error = e.what();
-  }
+  const std::string error = error_of_wait(*client, wait);
   ASSERT_TRUE(server);
   EXPECT_GE(looks, 3);
   EXPECT_NE(error.find("it did not begin it"), std::string::npos) << error;
@@ -223,15 +230,8 @@ TEST(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
 // every call Aborted): the end is not written again until call_s (which would keep trainer 0 from
 // the meeting long past runner.collective_timeout_s). Without the fix this test does not end
 // within its ctest timeout.
-TEST(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
-  FakeHostTier first{table::server::testing::test_config()};
-  FakeHostTier second{table::server::testing::test_config()};
-  table::server::ServerOptions options;
-  auto server = start_server(&first, options);
-  ASSERT_TRUE(server);
-  options.port = server->port();
-  auto client = connect_client(client_options(server->endpoint()));
-  ASSERT_TRUE(client);
+TEST_F(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
+  ASSERT_NO_FATAL_FAILURE(start());
   // Rows the restart loses: it is not adopted quietly.
   std::vector<uint64_t> keys{5, 6, 7, 8};
   std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
@@ -247,17 +247,9 @@ TEST(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
 
 // Trainer 0's publishes are no change of the first server's state: restarted from the save
 // written just before them, it is adopted quietly (as with no call since the save).
-TEST(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBeingAdopted) {
+TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBeingAdopted) {
   table::server::testing::TempDir dir("trainer0_work_restart");
-  FakeHostTier first{table::server::testing::test_config()};
-  FakeHostTier second{table::server::testing::test_config()};
-  table::server::ServerOptions options;
-  options.data_dir = dir.path().string();
-  auto server = start_server(&first, options);
-  ASSERT_TRUE(server);
-  options.port = server->port();
-  auto client = connect_client(client_options(server->endpoint()));
-  ASSERT_TRUE(client);
+  ASSERT_NO_FATAL_FAILURE(start(dir.path().string()));
   std::vector<uint64_t> keys{5, 6, 7, 8};
   std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
   ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
