@@ -12,47 +12,26 @@
 #include <vector>
 
 #include "table/io/file_env.hpp"
+#include "tests/table/forwarding_env.hpp"
 #include "tests/table/save_load_fixture.hpp"
 
 namespace gpubox::table::save_load_test {
 namespace {
 
-// Forwards to `base`, counting the steps noted before the first part file was opened.
-class StepCountingEnv final : public io::FileEnv {
+// Forwards to the POSIX env, counting the steps noted before the first part file was opened.
+class StepCountingEnv final : public testing::ForwardingEnv {
  public:
-  explicit StepCountingEnv(io::FileEnv* base) : base_(base) {}
   int steps_before_first_part() const { return steps_before_first_part_.load(); }
-
-  StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(const std::string& path) override {
-    return base_->new_writable_file(path);
-  }
-  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
-    return base_->read_file(path, max_bytes);
-  }
   StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
                                                                 uint64_t max_bytes) override {
     opened_part_ = true;
-    return base_->open_sequential(path, max_bytes);
-  }
-  Status create_dir(const std::string& path) override { return base_->create_dir(path); }
-  Status remove_all(const std::string& path) override { return base_->remove_all(path); }
-  Status rename(const std::string& from, const std::string& to) override {
-    return base_->rename(from, to);
-  }
-  Status exchange(const std::string& a, const std::string& b) override {
-    return base_->exchange(a, b);
-  }
-  Status sync_dir(const std::string& path) override { return base_->sync_dir(path); }
-  bool exists(const std::string& path) override { return base_->exists(path); }
-  StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
-    return base_->list_dir(path);
+    return ForwardingEnv::open_sequential(path, max_bytes);
   }
   void note_progress() override {
     if (!opened_part_.load()) ++steps_before_first_part_;  // the clear may run a thread a shard
   }
 
  private:
-  io::FileEnv* base_;
   std::atomic<bool> opened_part_{false};
   std::atomic<int> steps_before_first_part_{0};
 };
@@ -67,7 +46,7 @@ TEST(LoadProgress, EachShardClearedBeforeABaseSaveIsAppliedIsAStep) {
     ASSERT_TRUE(f.table->save(base, SaveKind::kBase).ok());
     // An empty table: no check pass opens the parts before the clear.
     std::unique_ptr<SparseTable> target = f.fresh();
-    StepCountingEnv env(io::FileEnv::posix());
+    StepCountingEnv env;
     ASSERT_TRUE(target->load(base, &env).ok());
     EXPECT_EQ(env.steps_before_first_part(), 4);
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "table/io/save_dir.hpp"
+#include "tests/table/forwarding_env.hpp"
 #include "tests/table/save_load_fixture.hpp"
 #include "tests/table/table_test_util.hpp"
 
@@ -101,36 +102,12 @@ TEST(SaveLoad, PartFilesStreamedInChunksParseAsWholeFiles) {
 }
 
 // The POSIX env, counting the steps a save reports between its file operations.
-class StepCountingEnv final : public io::FileEnv {
+class StepCountingEnv final : public testing::ForwardingEnv {
  public:
-  StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(const std::string& path) override {
-    return base_->new_writable_file(path);
-  }
-  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
-    return base_->read_file(path, max_bytes);
-  }
-  StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
-                                                                uint64_t max_bytes) override {
-    return base_->open_sequential(path, max_bytes);
-  }
-  Status create_dir(const std::string& path) override { return base_->create_dir(path); }
-  Status remove_all(const std::string& path) override { return base_->remove_all(path); }
-  Status rename(const std::string& from, const std::string& to) override {
-    return base_->rename(from, to);
-  }
-  Status exchange(const std::string& a, const std::string& b) override {
-    return base_->exchange(a, b);
-  }
-  Status sync_dir(const std::string& path) override { return base_->sync_dir(path); }
-  bool exists(const std::string& path) override { return base_->exists(path); }
-  StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
-    return base_->list_dir(path);
-  }
   void note_progress() override { steps_.fetch_add(1); }
   int64_t steps() const { return steps_.load(); }
 
  private:
-  io::FileEnv* base_ = io::FileEnv::posix();
   std::atomic<int64_t> steps_{0};
 };
 
