@@ -32,6 +32,7 @@ using detail::autoint_layers::MaskProjections;
 using detail::autoint_layers::NormBack;
 using detail::autoint_layers::ReluInPlace;
 using detail::autoint_layers::ResidualNorm;
+using detail::autoint_layers::row_loop;
 using detail::autoint_layers::SoftmaxBackRows;
 using detail::autoint_layers::SoftmaxRows;
 
@@ -188,7 +189,8 @@ void attend(const Blas& blas, const LayerShape& s, int64_t batch, const float* p
   head_gemms(blas, s.heads, batch, f, f, a, s.inv_scale, Transpose::kNo, q, Transpose::kYes, k,
              HeadBlock<float>{att, f, att_stride, f * f});
   device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxRows{att, s.fields}), row_serial_limit(s.fields));
+                       device::isa_clones(row_loop(SoftmaxRows{att, s.fields})),
+                       row_serial_limit(s.fields));
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo,
              HeadBlock<const float>{att, f, att_stride, f * f}, Transpose::kNo, v,
              HeadBlock<float>{y, cols, f * cols, a});
@@ -206,9 +208,10 @@ void attend_backward(const Blas& blas, const LayerShape& s, int64_t batch, const
   // dP_h = dO_h V_h^T, then dS_h through the softmax (in place).
   head_gemms(blas, s.heads, batch, f, f, a, 1.0f, Transpose::kNo, d_o, Transpose::kYes, v,
              HeadBlock<float>{d_s_p, f, att_stride, f * f});
-  device::parallel_for(blas.stream(), items(batch * s.heads, f),
-                       device::isa_clones(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale}),
-                       row_serial_limit(s.fields));
+  device::parallel_for(
+      blas.stream(), items(batch * s.heads, f),
+      device::isa_clones(row_loop(SoftmaxBackRows{att_p, d_s_p, s.fields, s.inv_scale})),
+      row_serial_limit(s.fields));
   // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h, dV_h = P_h^T dO_h; then the ReLUs of Q, K and V.
   head_gemms(blas, s.heads, batch, f, a, f, 1.0f, Transpose::kNo, d_s, Transpose::kNo, k,
              HeadBlock<float>{dp, proj, f * proj, a});
@@ -290,7 +293,7 @@ void forward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const Layer
   attend(blas, s, n, at.proj, at.att, at.y);
   device::parallel_for(
       stream, static_cast<std::size_t>(rows),
-      device::isa_clones(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s}),
+      device::isa_clones(row_loop(ResidualNorm{at.proj, gamma, beta, at.y, at.stats, at.out, s})),
       row_serial_limit(s.cols));
 }
 
@@ -298,10 +301,10 @@ void forward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const Layer
 // batch): dO through the LayerNorm and ReLU, then dQ, dK, dV (and dR) into d_proj.
 void backward_chunk(const Blas& blas, const LayerShape& s, int64_t n, const LayerRows& at,
                     const LayerGradRows& grad, const float* gamma) {
-  device::parallel_for(
-      blas.stream(), static_cast<std::size_t>(n * s.fields),
-      device::isa_clones(NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s}),
-      row_serial_limit(s.cols));
+  device::parallel_for(blas.stream(), static_cast<std::size_t>(n * s.fields),
+                       device::isa_clones(row_loop(
+                           NormBack{grad.d_out, at.y, at.stats, gamma, grad.d_o, grad.d_proj, s})),
+                       row_serial_limit(s.cols));
   attend_backward(blas, s, n, at.proj, at.att, grad.d_o, grad.d_s, grad.d_proj);
 }
 

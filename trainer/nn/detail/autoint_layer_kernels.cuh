@@ -1,10 +1,11 @@
 // autoint's interacting-layer kernels (trainer/nn/autoint.cu runs them; the formulas are in its
 // header comment): the parallel_for functors of a layer's ReLUs, softmax rows, residual and
 // LayerNorm, and their backward. Each item owns the values it writes; sums keep a fixed order.
-// On the cpu the row functors also have run_range forms taking kRowsAtOnce rows at a time, and
-// autoint.cu runs them through device::isa_clones, whose header below stops g++ builds of a source
-// without gpubox_no_fp_contract. One includer only (autoint.cu): the functors are in an anonymous
-// namespace, so that their isa_clones instances (and the clones' resolvers) stay local to it.
+// The row functors say only their rows (rows<n>) and run as a RowLoop, whose cpu run_range takes
+// kRowsAtOnce rows at a time; autoint.cu runs the functors through device::isa_clones, whose
+// header below stops g++ builds of a source without gpubox_no_fp_contract. One includer only
+// (autoint.cu): the functors are in an anonymous namespace, so that their isa_clones instances (and
+// the clones' resolvers) stay local to it.
 #pragma once
 
 #include <cmath>
@@ -57,21 +58,36 @@ struct LayerShape {
 };
 
 #if !defined(GPUBOX_BACKEND_CUDA)
-// cpu: how many rows the row functors below (SoftmaxRows, ResidualNorm, NormBack, SoftmaxBackRows)
-// take at once in their run_range forms. Each row's sums keep their order; side by side, the
-// rows' chains of dependent additions overlap instead of one row's chain waiting on the last.
+// cpu: how many rows a RowLoop's run_range takes at once. Each row's sums keep their order; side
+// by side, the rows' chains of dependent additions overlap instead of one row's chain waiting on
+// the last.
 constexpr int kRowsAtOnce = 4;
-
-// cpu: rows [begin, end) of a row functor, kRowsAtOnce at a time through its rows<kRowsAtOnce>,
-// the rest one by one.
-template <class RowFunctor>
-void run_rows(const RowFunctor& f, std::size_t begin, std::size_t end) {
-  auto r = static_cast<int64_t>(begin);
-  const auto stop = static_cast<int64_t>(end);
-  for (; r + kRowsAtOnce <= stop; r += kRowsAtOnce) f.template rows<kRowsAtOnce>(r);
-  for (; r < stop; ++r) f.template rows<1>(r);
-}
 #endif
+
+// The parallel_for functor of a row body (SoftmaxRows, ResidualNorm, NormBack, SoftmaxBackRows),
+// whose rows<n>(r) does rows r .. r + n - 1 (a row's sums in order, n rows side by side): item r
+// is rows<1>(r); on the cpu, run_range does rows [begin, end) kRowsAtOnce at a time, the rest one
+// by one. The bodies say only their rows; autoint.cu runs them as row_loop(Body{...}).
+template <class Body>
+struct RowLoop {
+  Body body;
+  GPUBOX_HD void operator()(std::size_t item) const {
+    body.template rows<1>(static_cast<int64_t>(item));
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  void run_range(std::size_t begin, std::size_t end) const {
+    auto r = static_cast<int64_t>(begin);
+    const auto stop = static_cast<int64_t>(end);
+    for (; r + kRowsAtOnce <= stop; r += kRowsAtOnce) body.template rows<kRowsAtOnce>(r);
+    for (; r < stop; ++r) body.template rows<1>(r);
+  }
+#endif
+};
+
+template <class Body>
+RowLoop<Body> row_loop(const Body& body) {
+  return RowLoop<Body>{body};
+}
 
 // Item (b, h, i): P_h[i, .] = softmax(S_h[i, .]) in place, S_h = Q_h K_h^T inv_scale (made by
 // the batched GEMMs beforehand): one row of F scores, stored at ((b H + h) F + i) F. rows<n>(i)
@@ -84,10 +100,6 @@ struct SoftmaxRows {
   static constexpr int kMaxLanes = 8;
   float* att;
   int fields;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
   template <int kRows>
   GPUBOX_HD void rows(int64_t i0) const {
     float* __restrict__ p0 = att + i0 * fields;
@@ -118,10 +130,6 @@ struct ResidualNorm {
   float* stats;
   float* out;
   LayerShape s;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
   // The selects and the output are loops of their own beside the sums (which keep their order),
   // so that the cpu vectorizes them rather than branching on each value's sign.
   template <int kRows>
@@ -206,10 +214,6 @@ struct NormBack {
   float* d_o;
   float* d_proj;
   LayerShape s;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
   template <int kRows>
   GPUBOX_HD void rows(int64_t r0) const {
     const int64_t cols = s.cols;
@@ -257,10 +261,6 @@ struct SoftmaxBackRows {
   float* d_s;
   int fields;
   float inv_scale;
-  GPUBOX_HD void operator()(std::size_t item) const { rows<1>(static_cast<int64_t>(item)); }
-#if !defined(GPUBOX_BACKEND_CUDA)
-  void run_range(std::size_t begin, std::size_t end) const { run_rows(*this, begin, end); }
-#endif
   template <int kRows>
   GPUBOX_HD void rows(int64_t i0) const {
     const float* __restrict__ p0 = att + i0 * fields;
