@@ -41,30 +41,30 @@ Status FaultInjectingEnv::step(const char* what, const std::string& path) {
 StatusOr<std::unique_ptr<WritableFile>> FaultInjectingEnv::new_writable_file(
     const std::string& path) {
   GPUBOX_RETURN_IF_ERROR(step("create", path));
-  auto file = base_->new_writable_file(path);
+  auto file = ForwardingEnv::new_writable_file(path);
   if (!file.ok()) return file.status();
   return std::unique_ptr<WritableFile>(new FaultyWritableFile(this, path, std::move(file).value()));
 }
 
 Status FaultInjectingEnv::create_dir(const std::string& path) {
   GPUBOX_RETURN_IF_ERROR(step("create_dir", path));
-  return base_->create_dir(path);
+  return ForwardingEnv::create_dir(path);
 }
 Status FaultInjectingEnv::remove_all(const std::string& path) {
   GPUBOX_RETURN_IF_ERROR(step("remove", path));
-  return base_->remove_all(path);
+  return ForwardingEnv::remove_all(path);
 }
 Status FaultInjectingEnv::rename(const std::string& from, const std::string& to) {
   GPUBOX_RETURN_IF_ERROR(step("rename", from));
-  return base_->rename(from, to);
+  return ForwardingEnv::rename(from, to);
 }
 Status FaultInjectingEnv::exchange(const std::string& a, const std::string& b) {
   GPUBOX_RETURN_IF_ERROR(step("exchange", a));
-  return base_->exchange(a, b);
+  return ForwardingEnv::exchange(a, b);
 }
 Status FaultInjectingEnv::sync_dir(const std::string& path) {
   GPUBOX_RETURN_IF_ERROR(step("sync_dir", path));
-  return real_syncs_ ? base_->sync_dir(path) : Status::OK();
+  return real_syncs_ ? ForwardingEnv::sync_dir(path) : Status::OK();
 }
 
 }  // namespace gpubox::table::io

@@ -1,23 +1,24 @@
 // A FileEnv that fails on purpose, for tests of interrupted saves. Every mutating operation
 // (create, append, sync, close, create_dir, remove, rename, exchange, sync_dir) counts as one
 // step; from step `fail_from` on, every mutating step fails with IOError, like a disk that
-// filled up or a process that died there. Reads never fail.
+// filled up or a process that died there. Reads never fail; they and note_progress are forwarded
+// (ForwardingEnv).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <limits>
 
-#include "table/io/file_env.hpp"
+#include "table/io/forwarding_env.hpp"
 
 namespace gpubox::table::io {
 
-class FaultInjectingEnv final : public FileEnv {
+class FaultInjectingEnv final : public ForwardingEnv {
  public:
   // `base` is borrowed and must outlive this env. With `real_syncs` false, file and folder
   // syncs still count as steps but skip the fsync (tests that take hundreds of saves).
   explicit FaultInjectingEnv(FileEnv* base, bool real_syncs = true)
-      : base_(base), real_syncs_(real_syncs) {}
+      : ForwardingEnv(base), real_syncs_(real_syncs) {}
   bool real_syncs() const { return real_syncs_; }
 
   // Steps 0..fail_from-1 succeed, later ones fail. kNever turns faults off.
@@ -28,13 +29,10 @@ class FaultInjectingEnv final : public FileEnv {
   void reset_steps() { steps_.store(0); }
 
   StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override;
-  StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
-    return base_->read_file(path, max_bytes);
-  }
   StatusOr<std::unique_ptr<SequentialFile>> open_sequential(const std::string& path,
                                                             uint64_t max_bytes) override {
     sequential_opens_.fetch_add(1);
-    return base_->open_sequential(path, max_bytes);
+    return ForwardingEnv::open_sequential(path, max_bytes);
   }
   // Files opened for streamed reading so far (a load's part files, once per read of each).
   int64_t sequential_opens() const { return sequential_opens_.load(); }
@@ -43,16 +41,11 @@ class FaultInjectingEnv final : public FileEnv {
   Status rename(const std::string& from, const std::string& to) override;
   Status exchange(const std::string& a, const std::string& b) override;
   Status sync_dir(const std::string& path) override;
-  bool exists(const std::string& path) override { return base_->exists(path); }
-  StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
-    return base_->list_dir(path);
-  }
 
   // Counts one step; returns the injected failure when this step must fail.
   Status step(const char* what, const std::string& path);
 
  private:
-  FileEnv* base_;
   const bool real_syncs_;
   std::atomic<int64_t> fail_from_{kNever};
   std::atomic<int64_t> steps_{0};

@@ -72,7 +72,7 @@ class CountedSequentialFile final : public io::SequentialFile {
 StatusOr<std::unique_ptr<io::WritableFile>> ProgressEnv::new_writable_file(
     const std::string& path) {
   IoScope io(progress_, "create", path);
-  auto file = base_->new_writable_file(path);
+  auto file = ForwardingEnv::new_writable_file(path);
   if (!file.ok()) return file.status();
   return std::unique_ptr<io::WritableFile>(
       std::make_unique<CountedWritableFile>(std::move(*file), progress_, path));
@@ -80,7 +80,7 @@ StatusOr<std::unique_ptr<io::WritableFile>> ProgressEnv::new_writable_file(
 
 StatusOr<std::string> ProgressEnv::read_file(const std::string& path, uint64_t max_bytes) {
   IoScope io(progress_, "read of", path);
-  auto text = base_->read_file(path, max_bytes);
+  auto text = ForwardingEnv::read_file(path, max_bytes);
   if (text.ok()) io.moved(text->size());
   return text;
 }
@@ -88,7 +88,7 @@ StatusOr<std::string> ProgressEnv::read_file(const std::string& path, uint64_t m
 StatusOr<std::unique_ptr<io::SequentialFile>> ProgressEnv::open_sequential(const std::string& path,
                                                                            uint64_t max_bytes) {
   IoScope io(progress_, "open of", path);
-  auto file = base_->open_sequential(path, max_bytes);
+  auto file = ForwardingEnv::open_sequential(path, max_bytes);
   if (!file.ok()) return file.status();
   return std::unique_ptr<io::SequentialFile>(
       std::make_unique<CountedSequentialFile>(std::move(*file), progress_, path));
@@ -96,37 +96,37 @@ StatusOr<std::unique_ptr<io::SequentialFile>> ProgressEnv::open_sequential(const
 
 Status ProgressEnv::create_dir(const std::string& path) {
   IoScope io(progress_, "mkdir", path);
-  return base_->create_dir(path);
+  return ForwardingEnv::create_dir(path);
 }
 
 Status ProgressEnv::remove_all(const std::string& path) {
   IoScope io(progress_, "remove of", path);
-  return base_->remove_all(path);
+  return ForwardingEnv::remove_all(path);
 }
 
 Status ProgressEnv::rename(const std::string& from, const std::string& to) {
   IoScope io(progress_, "rename of", from);
-  return base_->rename(from, to);
+  return ForwardingEnv::rename(from, to);
 }
 
 Status ProgressEnv::exchange(const std::string& a, const std::string& b) {
   IoScope io(progress_, "exchange of", a);
-  return base_->exchange(a, b);
+  return ForwardingEnv::exchange(a, b);
 }
 
 Status ProgressEnv::sync_dir(const std::string& path) {
   IoScope io(progress_, "fsync of folder", path);
-  return base_->sync_dir(path);
+  return ForwardingEnv::sync_dir(path);
 }
 
 bool ProgressEnv::exists(const std::string& path) {
   IoScope io(progress_, "stat of", path);
-  return base_->exists(path);
+  return ForwardingEnv::exists(path);
 }
 
 StatusOr<std::vector<std::string>> ProgressEnv::list_dir(const std::string& path) {
   IoScope io(progress_, "listing of", path);
-  return base_->list_dir(path);
+  return ForwardingEnv::list_dir(path);
 }
 
 // ---- BulkWorker -------------------------------------------------------------------------------

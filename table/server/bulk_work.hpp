@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/thread_annotations.hpp"
-#include "table/io/file_env.hpp"
+#include "table/io/forwarding_env.hpp"
 #include "table/server/protocol.hpp"
 
 namespace gpubox::table::server {
@@ -103,9 +103,10 @@ class WorkProgress {
 
 // `base` with every operation counted in `progress` (both borrowed; they must outlive the env and
 // the files it opened). Thread-safe as `base` is.
-class ProgressEnv final : public io::FileEnv {
+class ProgressEnv final : public io::ForwardingEnv {
  public:
-  ProgressEnv(io::FileEnv* base, WorkProgress* progress) : base_(base), progress_(progress) {}
+  ProgressEnv(io::FileEnv* base, WorkProgress* progress)
+      : io::ForwardingEnv(base), progress_(progress) {}
 
   StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(const std::string& path) override;
   StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override;
@@ -120,11 +121,10 @@ class ProgressEnv final : public io::FileEnv {
   StatusOr<std::vector<std::string>> list_dir(const std::string& path) override;
   void note_progress() override {
     progress_->step();
-    base_->note_progress();
+    ForwardingEnv::note_progress();
   }
 
  private:
-  io::FileEnv* base_;
   WorkProgress* progress_;
 };
 

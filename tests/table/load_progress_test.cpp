@@ -12,15 +12,16 @@
 #include <vector>
 
 #include "table/io/file_env.hpp"
-#include "tests/table/forwarding_env.hpp"
+#include "table/io/forwarding_env.hpp"
 #include "tests/table/save_load_fixture.hpp"
 
 namespace gpubox::table::save_load_test {
 namespace {
 
 // Forwards to the POSIX env, counting the steps noted before the first part file was opened.
-class StepCountingEnv final : public testing::ForwardingEnv {
+class StepCountingEnv final : public io::ForwardingEnv {
  public:
+  StepCountingEnv() : io::ForwardingEnv(io::FileEnv::posix()) {}
   int steps_before_first_part() const { return steps_before_first_part_.load(); }
   StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
                                                                 uint64_t max_bytes) override {

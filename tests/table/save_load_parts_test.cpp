@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "table/io/forwarding_env.hpp"
 #include "table/io/save_dir.hpp"
-#include "tests/table/forwarding_env.hpp"
 #include "tests/table/save_load_fixture.hpp"
 #include "tests/table/table_test_util.hpp"
 
@@ -102,8 +102,9 @@ TEST(SaveLoad, PartFilesStreamedInChunksParseAsWholeFiles) {
 }
 
 // The POSIX env, counting the steps a save reports between its file operations.
-class StepCountingEnv final : public testing::ForwardingEnv {
+class StepCountingEnv final : public io::ForwardingEnv {
  public:
+  StepCountingEnv() : io::ForwardingEnv(io::FileEnv::posix()) {}
   void note_progress() override { steps_.fetch_add(1); }
   int64_t steps() const { return steps_.load(); }
 

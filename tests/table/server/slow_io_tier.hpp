@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "table/io/file_env.hpp"
+#include "table/io/forwarding_env.hpp"
 #include "tests/table/forwarding_host_tier.hpp"
 
 namespace gpubox::table::server::testing {
@@ -92,61 +92,61 @@ class SlowIoTier final : public table::testing::ForwardingHostTier {
 
   class SlowFile;
   class SlowReader;
-  class SlowEnv final : public io::FileEnv {
+  // Each file operation waits its turn, then goes on to `base` (borrowed); note_progress goes
+  // on at once (ForwardingEnv).
+  class SlowEnv final : public io::ForwardingEnv {
    public:
-    SlowEnv(io::FileEnv* base, SlowIoTier* tier) : base_(base), tier_(tier) {}
+    SlowEnv(io::FileEnv* base, SlowIoTier* tier) : io::ForwardingEnv(base), tier_(tier) {}
     StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(
         const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      auto file = base_->new_writable_file(path);
+      tier_->wait_turn(inner(), path);
+      auto file = inner()->new_writable_file(path);
       if (!file.ok()) return file.status();
       return std::unique_ptr<io::WritableFile>(
-          std::make_unique<SlowFile>(std::move(*file), base_, tier_, path));
+          std::make_unique<SlowFile>(std::move(*file), inner(), tier_, path));
     }
     StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
-      tier_->wait_turn(base_, path);
-      return base_->read_file(path, max_bytes);
+      tier_->wait_turn(inner(), path);
+      return inner()->read_file(path, max_bytes);
     }
     StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
                                                                   uint64_t max_bytes) override {
-      tier_->wait_turn(base_, path);
-      auto file = base_->open_sequential(path, max_bytes);
+      tier_->wait_turn(inner(), path);
+      auto file = inner()->open_sequential(path, max_bytes);
       if (!file.ok()) return file.status();
       return std::unique_ptr<io::SequentialFile>(
-          std::make_unique<SlowReader>(std::move(*file), base_, tier_, path));
+          std::make_unique<SlowReader>(std::move(*file), inner(), tier_, path));
     }
     Status create_dir(const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      return base_->create_dir(path);
+      tier_->wait_turn(inner(), path);
+      return inner()->create_dir(path);
     }
     Status remove_all(const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      return base_->remove_all(path);
+      tier_->wait_turn(inner(), path);
+      return inner()->remove_all(path);
     }
     Status rename(const std::string& from, const std::string& to) override {
-      tier_->wait_turn(base_, from);
-      return base_->rename(from, to);
+      tier_->wait_turn(inner(), from);
+      return inner()->rename(from, to);
     }
     Status exchange(const std::string& a, const std::string& b) override {
-      tier_->wait_turn(base_, a);
-      return base_->exchange(a, b);
+      tier_->wait_turn(inner(), a);
+      return inner()->exchange(a, b);
     }
     Status sync_dir(const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      return base_->sync_dir(path);
+      tier_->wait_turn(inner(), path);
+      return inner()->sync_dir(path);
     }
     bool exists(const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      return base_->exists(path);
+      tier_->wait_turn(inner(), path);
+      return inner()->exists(path);
     }
     StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
-      tier_->wait_turn(base_, path);
-      return base_->list_dir(path);
+      tier_->wait_turn(inner(), path);
+      return inner()->list_dir(path);
     }
-    void note_progress() override { base_->note_progress(); }
 
    private:
-    io::FileEnv* base_;
     SlowIoTier* tier_;
   };
 
