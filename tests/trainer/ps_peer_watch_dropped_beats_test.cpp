@@ -4,38 +4,10 @@
 // the bound after a loss, a live watch whose beats fail meanwhile is not lost (a dead one is,
 // later), and a count equal by chance after the loss is not silence. The other edges:
 // ps_peer_watch_edges_test.cpp.
-#include <gtest/gtest.h>
+#include "tests/trainer/ps_peer_watch_edges.hpp"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <optional>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "common/status.hpp"
-#include "common/thread_annotations.hpp"
-#include "table/server/ps_protocol.hpp"
-#include "tests/trainer/ps_peer_watch_fixture.hpp"
-#include "trainer/ps_modes/ps_peer_watch.hpp"
-
-namespace gpubox::trainer::ps_modes {
+namespace gpubox::trainer::ps_modes::edges_test {
 namespace {
-
-using table::server::DenseAction;
-using watch_test::Clock;
-using watch_test::kTimeout;
-using watch_test::LogLines;
-using watch_test::Losses;
-using watch_test::options;
-using watch_test::PsPeerWatchTest;
-
-// A window of many beats (3 timeouts) in which a loss a watch must not see would have been seen.
-// A sleep, as the check is negative.
-void quiet_window() { std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout)); }
 
 // The watch's tests with a server that drops the replies of chosen DENSE requests of one client
 // (after applying them; its retries, deduplicated, are not applied again and are dropped too): a
@@ -264,4 +236,4 @@ TEST_F(PsPeerWatchDroppedBeats, ACountEqualByChanceAfterTheTableIsLostIsNotSilen
 }
 
 }  // namespace
-}  // namespace gpubox::trainer::ps_modes
+}  // namespace gpubox::trainer::ps_modes::edges_test

@@ -8,38 +8,10 @@
 // as a beat; a reason of an earlier run is never reported in a later one; trainers failing at once
 // are all named, in lost() and in the forced end's line; a server lost as a failure is reported
 // keeps that end, and its line names the server too.
-#include <gtest/gtest.h>
+#include "tests/trainer/ps_peer_watch_edges.hpp"
 
-#include <atomic>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <optional>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "common/status.hpp"
-#include "common/thread_annotations.hpp"
-#include "table/server/ps_protocol.hpp"
-#include "tests/trainer/ps_peer_watch_fixture.hpp"
-#include "trainer/ps_modes/ps_peer_watch.hpp"
-
-namespace gpubox::trainer::ps_modes {
+namespace gpubox::trainer::ps_modes::edges_test {
 namespace {
-
-using table::server::DenseAction;
-using watch_test::Clock;
-using watch_test::kTimeout;
-using watch_test::LogLines;
-using watch_test::Losses;
-using watch_test::options;
-using watch_test::PsPeerWatchTest;
-
-// A window of many beats (3 timeouts) in which a loss a watch must not see would have been seen.
-// A sleep, as the check is negative.
-void quiet_window() { std::this_thread::sleep_for(std::chrono::duration<double>(3 * kTimeout)); }
 
 // Trainers 1 and 2 passed the job's start (its meeting) with trainer 0. Trainer 1 begins its
 // train() a timeout after trainer 0, within the bound (a slow start); trainer 2 never does (it died
@@ -416,4 +388,4 @@ TEST_F(PsPeerWatchTest, AServerLostAsAFailureIsReportedKeepsTheForcedEnd) {
 }
 
 }  // namespace
-}  // namespace gpubox::trainer::ps_modes
+}  // namespace gpubox::trainer::ps_modes::edges_test
