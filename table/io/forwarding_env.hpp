@@ -11,14 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "table/io/file_env.hpp"
 
 namespace gpubox::table::io {
 
 class ForwardingEnv : public FileEnv {
  public:
-  // `inner` is borrowed (never null) and must outlive this env and the files opened through it.
-  explicit ForwardingEnv(FileEnv* inner) : inner_(inner) {}
+  // `inner` is borrowed and must outlive this env and the files opened through it.
+  explicit ForwardingEnv(FileEnv* inner) : inner_(inner) {
+    GPUBOX_EXPECTS(inner != nullptr, "ForwardingEnv needs an inner env");
+  }
 
   StatusOr<std::unique_ptr<WritableFile>> new_writable_file(const std::string& path) override {
     return inner_->new_writable_file(path);

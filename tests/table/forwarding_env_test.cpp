@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "table/io/file_env.hpp"
 #include "tests/table/recording_env.hpp"
 
@@ -75,6 +76,8 @@ TEST(ForwardingEnv, CallFileEnvMethodReachesTheMethodItNames) {
     EXPECT_EQ(inner.methods(), std::vector<std::string>{method});
   }
 }
+
+TEST(ForwardingEnv, RefusesANullInnerEnv) { EXPECT_THROW(ForwardingEnv(nullptr), Error); }
 
 // The virtuals FileEnv declares in file_env.hpp (every `virtual ... name(` between `class FileEnv
 // {` and its closing `};`, the destructor aside).
