@@ -92,61 +92,65 @@ class SlowIoTier final : public table::testing::ForwardingHostTier {
 
   class SlowFile;
   class SlowReader;
-  // Each file operation waits its turn, then goes on to `base` (borrowed); note_progress goes
-  // on at once (ForwardingEnv).
+  // Each file operation waits its turn in `tier`, then goes on to the env the server passed (the
+  // inner env, borrowed; a held operation checks a path through it, so that the server sees the
+  // call move); note_progress goes on at once (ForwardingEnv).
   class SlowEnv final : public io::ForwardingEnv {
    public:
-    SlowEnv(io::FileEnv* base, SlowIoTier* tier) : io::ForwardingEnv(base), tier_(tier) {}
+    SlowEnv(io::FileEnv* server_env, SlowIoTier* tier)
+        : io::ForwardingEnv(server_env), tier_(tier) {}
     StatusOr<std::unique_ptr<io::WritableFile>> new_writable_file(
         const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      auto file = inner()->new_writable_file(path);
+      take_turn(path);
+      auto file = ForwardingEnv::new_writable_file(path);
       if (!file.ok()) return file.status();
       return std::unique_ptr<io::WritableFile>(
-          std::make_unique<SlowFile>(std::move(*file), inner(), tier_, path));
+          std::make_unique<SlowFile>(std::move(*file), ForwardingEnv::inner(), tier_, path));
     }
     StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->read_file(path, max_bytes);
+      take_turn(path);
+      return ForwardingEnv::read_file(path, max_bytes);
     }
     StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
                                                                   uint64_t max_bytes) override {
-      tier_->wait_turn(inner(), path);
-      auto file = inner()->open_sequential(path, max_bytes);
+      take_turn(path);
+      auto file = ForwardingEnv::open_sequential(path, max_bytes);
       if (!file.ok()) return file.status();
       return std::unique_ptr<io::SequentialFile>(
-          std::make_unique<SlowReader>(std::move(*file), inner(), tier_, path));
+          std::make_unique<SlowReader>(std::move(*file), ForwardingEnv::inner(), tier_, path));
     }
     Status create_dir(const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->create_dir(path);
+      take_turn(path);
+      return ForwardingEnv::create_dir(path);
     }
     Status remove_all(const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->remove_all(path);
+      take_turn(path);
+      return ForwardingEnv::remove_all(path);
     }
     Status rename(const std::string& from, const std::string& to) override {
-      tier_->wait_turn(inner(), from);
-      return inner()->rename(from, to);
+      take_turn(from);
+      return ForwardingEnv::rename(from, to);
     }
     Status exchange(const std::string& a, const std::string& b) override {
-      tier_->wait_turn(inner(), a);
-      return inner()->exchange(a, b);
+      take_turn(a);
+      return ForwardingEnv::exchange(a, b);
     }
     Status sync_dir(const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->sync_dir(path);
+      take_turn(path);
+      return ForwardingEnv::sync_dir(path);
     }
     bool exists(const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->exists(path);
+      take_turn(path);
+      return ForwardingEnv::exists(path);
     }
     StatusOr<std::vector<std::string>> list_dir(const std::string& path) override {
-      tier_->wait_turn(inner(), path);
-      return inner()->list_dir(path);
+      take_turn(path);
+      return ForwardingEnv::list_dir(path);
     }
 
    private:
+    void take_turn(const std::string& path) { tier_->wait_turn(ForwardingEnv::inner(), path); }
+
     SlowIoTier* tier_;
   };
 
