@@ -58,6 +58,11 @@ class SlowIoTier final : public table::testing::ForwardingHostTier {
     return holding_;
   }
 
+  // The env a save or load goes through over `server_env` (for the test of its waits).
+  std::unique_ptr<io::FileEnv> slowed(io::FileEnv* server_env) {
+    return std::make_unique<SlowEnv>(server_env, this);
+  }
+
   using HostTier::load;
   using HostTier::save;
   Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override {
