@@ -77,6 +77,12 @@
 #                       own network code (train_paddle_zoo.py), GPUBox the network it builds for
 #                       that folder
 #   --paddlerec DIR     a PaddleRec checkout (needed with --model other than dnn)
+#   --paddle-ffm-init I --model ffm: Paddle's dense feature weights as PaddleRec's net.py starts
+#                       them (paddlerec, the default: 1) or as GPUBox does (gpubox: first order
+#                       0, factors normal with std 0.1/sqrt(k)). PaddleRec's start saturates on
+#                       generated data (dense features in [0, 1]): the first logits are 59..328,
+#                       every prediction exactly 1.0 in fp32, no gradient, AUC 0.5000 at every
+#                       epoch (docs/bench/h170.md); gpubox gives both systems the same start
 # Steps: venv + paddle install → data → GPUBox run → Paddle run → DIR/report.md (also printed).
 set -euo pipefail
 
@@ -89,7 +95,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 lines=200000 test_lines="" files=4 seed=1 vocab=100000 threads=2 epochs=2 batch=512 gpubox_batch=""
 bin="$repo/build/bin" venv="$repo/output/peer-venv" paddle_version=2.6.2
 data="" keep_data=0 out="$repo/output/peer" precisions=fp32 mode=single workers=2 geo_step=100 ps_modes=async,sync,geo
-model=dnn paddlerec="" gpubox_overrides=()  # (KEY=VALUE each)
+model=dnn paddlerec="" paddle_ffm_init=paddlerec gpubox_overrides=()  # (KEY=VALUE each)
 need() { [ $# -ge 2 ] || die "$1 needs a value"; }
 posint() {  # posint FLAG VALUE [allow0]: VALUE must be an integer > 0 (>= 0 with allow0)
   local what="a positive integer"
@@ -123,6 +129,7 @@ while [ $# -gt 0 ]; do
     --ps-modes) need "$@"; ps_modes="$2"; shift 2 ;;
     --model) need "$@"; model="$2"; shift 2 ;;
     --paddlerec) need "$@"; paddlerec="$2"; shift 2 ;;
+    --paddle-ffm-init) need "$@"; paddle_ffm_init="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument '$1'" ;;
   esac
@@ -138,6 +145,10 @@ done
 case "$mode" in single | ps) ;; *) die "--mode '$mode': expected single or ps" ;; esac
 [[ "$ps_modes" =~ ^(async|sync|geo)(,(async|sync|geo))*$ ]] ||
   die "--ps-modes '$ps_modes': expected async, sync, geo or a comma-separated list of them"
+case "$paddle_ffm_init" in paddlerec | gpubox) ;; *) die "--paddle-ffm-init '$paddle_ffm_init': expected paddlerec or gpubox" ;; esac
+[ "$paddle_ffm_init" = paddlerec ] || [ "$model" = ffm ] || die "--paddle-ffm-init: with --model ffm only"
+[ "$model" != ffm ] || [ "$paddle_ffm_init" = gpubox ] ||
+  echo "bench_peer_paddle: note: --model ffm with PaddleRec's dense weights (1): on this data every Paddle prediction is 1.0 and its AUC 0.5000 (--paddle-ffm-init gpubox starts them as GPUBox does)" >&2
 zoo_config=""
 if [ "$model" != dnn ]; then
   [ "$mode" = single ] || die "--model $model: with --mode single only"
@@ -360,7 +371,8 @@ paddle_run() {
 }
 paddle_train=("$repo/scripts/peer/train_paddle.py")
 [ -n "$zoo_config" ] &&
-  paddle_train=("$repo/scripts/peer/train_paddle_zoo.py" --paddlerec "$paddlerec" --model "$model")
+  paddle_train=("$repo/scripts/peer/train_paddle_zoo.py" --paddlerec "$paddlerec" --model "$model"
+    --ffm_init "$paddle_ffm_init")
 run_child paddle_run "$py" "${paddle_train[@]}" --train_dir "$data/train" \
   ${test_dir:+--test_dir "$test_dir"} --threads "$threads" --epochs "$epochs" --batch "$batch" \
   --table_rows "$table_rows" --seed 0 --json "$out/paddle.json" >"$out/paddle.log" 2>&1 ||
@@ -378,6 +390,7 @@ model_meta="model: 26 slots x 1 key, 9 floats per key (sum-pooled), 13 dense, fc
 diff_meta="differences that remain: GPUBox clips weights to [-10,10] and keeps show/click per row, Paddle does neither; Paddle's table is preallocated (every row initialised like a GPUBox row: embed_w 0, embedx U(+-1e-4)), GPUBox creates rows on first sight; synchronous data parallel (GPUBox) vs Hogwild (Paddle), see threads; AUC: Paddle's auc op with 2^20-1 thresholds, GPUBox 2^20 buckets; no shuffle in either"
 if [ -n "$zoo_config" ]; then
   model_meta="model: PaddleRec's models/rank/$model/config.yaml in both systems, unchanged but for the data's shapes (26 slots x 1 key, 13 dense, sparse_feature_number = Paddle's table rows) and the batch: its network, widths, dense optimizer and learning rate; Paddle runs PaddleRec's own network code (its static_model.py, or its dygraph_model.py's layer, loss and optimizer as a static program), GPUBox the network it builds for that folder; Paddle table keys folded: $folded"
+  [ "$paddle_ffm_init" = gpubox ] && model_meta+="; Paddle's ffm dense feature weights restarted as GPUBox starts them (--paddle-ffm-init gpubox: first order 0, factors N(0, 0.1/sqrt(k)); PaddleRec's 1 saturates the sigmoid on this data)"
   diff_meta="differences that remain: the embedding rows: both step them with the network's Adam (GPUBox: its sparse adam at the config's learning rate, which a PaddleRec folder's config without a sparse rule means; dlrm's net trains with Adam whatever its class: SGD says, and so does GPUBox with PaddleRec's output layer, its folder's hyper_parameters.dlrm_output softmax2), but GPUBox runs its gpubox schedule (runner.sync_mode gpubox, Paddle's PSGPU), whose rows correct Adam's bias per row from their first step, where Paddle's static run (its lazy adam op) corrects it by one power per table advanced every step: --gpubox-override hyper_parameters.sparse_optimizer.adam_bias_correction=per_table trains Paddle's form (BENCHMARKS.md: it overfits more in a second epoch, dlrm and deepfm); with Adagrad, flen, GPUBox's sparse_optimizer defaults: Paddle's PS adagrad, embedx from score 10; the rows start at GPUBox's initial ranges (embed_w 0, embedx U(+-1e-4)) rather than the network's initialiser (dcn_v2's folder: uniform with its initialiser's std, +-0.0241), and GPUBox's key gradient is the mean over its occurrences in the batch (show_scale), Paddle's the sum of the mean loss's; GPUBox creates rows on first sight; synchronous data parallel (GPUBox: one step per global batch of threads x its batch) vs Hogwild (Paddle: one step per worker batch, each advancing the shared table's beta powers; threads times GPUBox's steps unless --gpubox-batch is --batch / threads), see threads; no shuffle in either"
 fi
 for prec in "${prec_list[@]}"; do
@@ -387,7 +400,7 @@ for prec in "${prec_list[@]}"; do
     --timed_epoch "$epochs" --out "$out/report_$prec.md" --json "$out/report_$prec.json" \
     --precision "$prec" --load "${load_gpubox[$prec]%% *} / ${load_paddle%% *}" \
     --gpubox_batch "$gpubox_batch" \
-    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
+    --meta "command: scripts/bench_peer_paddle.sh --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --threads $threads --epochs $epochs --batch $batch --gpubox-batch $gpubox_batch --precision $precisions${zoo_config:+ --model $model}$([ "$paddle_ffm_init" = paddlerec ] || printf ' --paddle-ffm-init %s' "$paddle_ffm_init")$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
     --meta "GPUBox hyper_parameters.dense_precision: $prec (what gpubox_train said of it: $(grep -ihE -m1 "bf16|fp32\\)" "$out/gpubox_$prec.log" | cut -c1-200))" \
     --meta "machine: $cpu, $(nproc) cores, $mem; CPU build of GPUBox (commit $commit, $bin); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel from PyPI" \
     --meta "load average before each run (other users share this machine): GPUBox ${load_gpubox[$prec]}, Paddle $load_paddle; whole process (start, load, every epoch, held-out evaluation): GPUBox ${usage_gpubox[$prec]}, Paddle $usage_paddle" \

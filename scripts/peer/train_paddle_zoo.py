@@ -108,6 +108,36 @@ def build_dygraph_as_static(config):
     return [label] + sparse + [dense], test_prog
 
 
+def restart_ffm_dense(program, scope, place, dense, k, seed):
+    """PaddleRec's ffm starts its dense features' weights at 1: dense_w_one [D] (first order) and
+    dense_w [1, D, F*k] (each dense field's factors, times the feature's value). With F = 39
+    fields the 78 dense-dense pairs alone add 9 x_i x_j each: on features in [0, 1] the first
+    logit is 59..328, sigmoid gives exactly 1.0 in fp32, its gradient is 0 and nothing learns
+    (AUC 0.5000). GPUBox starts them as its wide part (0) and its sparse factors (normal, std
+    0.1/sqrt(k), PaddleRec's own scale for the sparse ones); this gives Paddle the same start."""
+    rng = np.random.default_rng(seed)
+    found = {}
+    for param in program.all_parameters():
+        shape = tuple(param.shape)
+        if shape == (dense,):
+            found["first"] = param.name
+        elif len(shape) == 3 and shape[:2] == (1, dense):
+            found["factors"] = param.name
+    if sorted(found) != ["factors", "first"]:
+        sys.exit("train_paddle_zoo: --ffm_init gpubox found no dense weights [%d] and "
+                 "[1, %d, F*k] in the program: %s" % (dense, dense, found))
+    for role, name in sorted(found.items()):
+        tensor = scope.find_var(name).get_tensor()
+        shape = np.array(tensor).shape
+        if role == "first":
+            value = np.zeros(shape, dtype=np.float32)
+        else:
+            value = rng.normal(0.0, 0.1 / np.sqrt(k), size=shape).astype(np.float32)
+        tensor.set(value, place)
+        print("paddle ffm: %s (%s, %s) restarted as GPUBox's" % (
+            name, role, "x".join(map(str, shape))), flush=True)
+
+
 def auc_states(program):
     for op in program.global_block().ops:
         if op.type == "auc":
@@ -129,7 +159,13 @@ def main():
     ap.add_argument("--table_rows", type=int, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--ffm_init", choices=("paddlerec", "gpubox"), default="paddlerec",
+                    help="ffm only: the dense features' weights as PaddleRec's net.py starts them "
+                    "(first-order 1, factors 1) or as GPUBox does (first-order 0, factors "
+                    "N(0, 0.1/sqrt(k)), the sparse factors' scale)")
     args = ap.parse_args()
+    if args.ffm_init != "paddlerec" and args.model != "ffm":
+        sys.exit("train_paddle_zoo: --ffm_init is for --model ffm")
     model_dir = os.path.join(args.paddlerec, "models", "rank", args.model)
     if not os.path.isfile(os.path.join(model_dir, "config.yaml")):
         sys.exit("train_paddle_zoo: %s has no config.yaml" % model_dir)
@@ -166,6 +202,9 @@ def main():
     exe = paddle.static.Executor(place)
     exe.run(startup)
     scope = paddle.static.global_scope()
+    if args.ffm_init == "gpubox":
+        restart_ffm_dense(main_prog, scope, place, args.dense,
+                          int(config["hyper_parameters.sparse_feature_dim"]), args.seed)
     stat_pos, stat_neg = auc_states(main_prog)
 
     def reset_auc():
