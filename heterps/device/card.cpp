@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -226,11 +227,15 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   Mutex mu;
   std::exception_ptr first_error;
   int first_card = -1;
+  // Each card's error, by local index (nullopt when it did not fail); written by that card's
+  // thread, read after the join.
+  std::vector<std::optional<std::string>> failed(cards_.size());
   auto body = [&](Card& card) {
     try {
       card.activate();
       fn(card);
     } catch (const std::exception& e) {
+      failed[static_cast<std::size_t>(card.local_index())] = user_message(e);
       {
         MutexLock lock(mu);
         if (!first_error) {
@@ -249,16 +254,20 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
     for (auto& card : cards_) threads.emplace_back(body, std::ref(*card));
     for (auto& t : threads) t.join();
   }
-  if (first_error) {
-    try {
-      std::rethrow_exception(first_error);
-    } catch (const Error& e) {
-      throw with_context("card " + std::to_string(cards_[first_card]->rank()) + ": ", e);
-    } catch (const std::bad_alloc&) {
-      throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
-    } catch (const std::exception& e) {
-      throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
-    }
+  if (!first_error) return;
+  std::vector<CardsFailed::Failure> failures;
+  for (std::size_t c = 0; c < cards_.size(); ++c) {
+    if (failed[c]) failures.push_back({cards_[c]->rank(), *failed[c]});
+  }
+  const std::string card = "card " + std::to_string(cards_[first_card]->rank()) + ": ";
+  try {
+    std::rethrow_exception(first_error);
+  } catch (const Error& e) {
+    throw CardsFailed(with_context(card, e), std::move(failures));
+  } catch (const std::bad_alloc&) {
+    throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
+  } catch (const std::exception& e) {
+    throw CardsFailed(Error(card + e.what()), std::move(failures));
   }
 }
 

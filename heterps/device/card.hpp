@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/scratch_arena.hpp"
@@ -102,6 +103,25 @@ class Card {
   ScratchArena scratch_;  // after memory_ and stream_, which it uses
 };
 
+// What CardSet::run_on_cards throws when cards failed: the first card's error (its message
+// prefixed with the card, its location kept) with every card that failed, in card order, so
+// that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
+// on another card too. A card whose error repeats another's (a collective aborted by it) is
+// listed as it failed: the caller decides what is a consequence.
+class CardsFailed : public Error {
+ public:
+  struct Failure {
+    int rank = 0;         // the card's global rank
+    std::string message;  // its error's user message, without the card
+  };
+  CardsFailed(const Error& first, std::vector<Failure> failures)
+      : Error(first), failures_(std::move(failures)) {}
+  const std::vector<Failure>& failures() const { return failures_; }
+
+ private:
+  std::vector<Failure> failures_;
+};
+
 class CardSet {
  public:
   // Parses "0,1,2,3" (duplicates, empty entries, non-numbers and, on CUDA, devices that do not
@@ -125,7 +145,8 @@ class CardSet {
   // Runs fn(card) on one host thread per local card (activated) and joins them. When a card
   // throws, `on_failure(message)` runs at once on that card's thread (e.g. to abort the
   // communicator so peers blocked in a collective wake up); after the join the first error is
-  // rethrown, prefixed with the card.
+  // thrown as a CardsFailed (every failed card listed), prefixed with the card; a
+  // std::bad_alloc as it is.
   void run_on_cards(const std::function<void(Card&)>& fn,
                     const std::function<void(const std::string&)>& on_failure = {});
 

@@ -570,7 +570,7 @@ std::string SaveLineage::save_dir_of(int64_t run_pass) const {
 SaveLineage::Recovery SaveLineage::recover_and_reload(
     const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
     const std::function<void(const Recovery&)>& reload, const std::function<void()>& before_accept,
-    const std::string& beside) {
+    const std::string& beside, const ReloadBeside& beside_reload) {
   Recovery recovery = recover(error, host, open, pass, before_accept, beside);
   for (;;) {
     try {
@@ -579,12 +579,12 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
       // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
-      // at the first round went with it: none is open now. Logged as it is: recover() names
-      // the restarts only, and whatever else failed beside them in the reload (a trainer's
-      // AgreedRestart holds it in its message) would be lost.
+      // at the first round went with it: none is open now. Whatever else failed beside the
+      // restarts in the reload is named in a refusal (`beside_reload`), and logged.
       GPUBOX_LOG(WARNING) << "pass " << pass << ", reloading " << recovery.dir << ": "
                           << again.message();
-      recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
+      const std::string also = beside_reload ? beside_reload(again, recovery.dir) : "";
+      recovery = recover(again, host, OpenPass::kNone, pass, before_accept, also);
     }
   }
 }
