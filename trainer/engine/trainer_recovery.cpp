@@ -3,12 +3,10 @@
 // does so wherever it found the restart (its meetings are trivial: the phase alone); the
 // trainers of a job agree after every phase that calls the servers (agree_on_restarts) whether
 // one of them found a restart, and then all go back to the save trainer 0 chooses together.
-#include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
 #include <typeinfo>
-#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -18,6 +16,7 @@
 #include "trainer/engine/trainer.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/restart_beside.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -67,75 +66,13 @@ std::string what_failed(const std::exception_ptr& failed) {
   return "an unknown exception";
 }
 
-// Beside a restart, at most this many distinct card failures are named; the rest are counted.
-constexpr std::size_t kCardFailuresNamed = 4;
-
-// "card 2" or "cards 1, 3".
-std::string cards_named(const std::vector<int>& ranks) {
-  std::string named = ranks.size() == 1 ? "card " : "cards ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    named += (i ? ", " : "") + std::to_string(ranks[i]);
-  }
-  return named;
-}
-
-// The cards' failures of `failures` that name no restart `host` found, each distinct failure
-// once with the cards that met it ("card 0: ...; cards 1, 2: ..."), the first
-// kCardFailuresNamed of them, then how many cards more; "" when none. A card whose error names
-// another card's ("communicator aborted (...): card 0: ...") failed because of it: left out.
-std::string own_card_failures(const std::vector<device::CardsFailed::Failure>& failures,
-                              table::HostTier& host) {
-  std::vector<std::pair<std::vector<int>, std::string>> distinct;
-  for (const auto& failure : failures) {
-    if (SaveLineage::names_a_restart(failure.message, host)) continue;
-    const bool follows = std::any_of(failures.begin(), failures.end(), [&](const auto& other) {
-      return other.rank != failure.rank &&
-             failure.message.find("card " + std::to_string(other.rank) + ": " + other.message) !=
-                 std::string::npos;
-    });
-    if (follows) continue;
-    auto same = std::find_if(distinct.begin(), distinct.end(),
-                             [&](const auto& d) { return d.second == failure.message; });
-    if (same != distinct.end()) {
-      same->first.push_back(failure.rank);
-    } else {
-      distinct.push_back({{failure.rank}, failure.message});
-    }
-  }
-  std::string named;
-  std::size_t more = 0;
-  for (std::size_t i = 0; i < distinct.size(); ++i) {
-    if (i >= kCardFailuresNamed) {
-      more += distinct[i].first.size();
-      continue;
-    }
-    named += (i ? "; " : "") + cards_named(distinct[i].first) + ": " + distinct[i].second;
-  }
-  if (more > 0)
-    named += "; and " + std::to_string(more) + (more == 1 ? " more card" : " more cards");
-  return named;
-}
-
-// What `failure` (this trainer's, in the phase where it found a server restart) holds beside
-// the restart: "" when it is the restart's own (the call that found the restart, or one cut off
-// as the server went down, names a restarted server). Any other (a device fault, another server
-// down) is this trainer's own and stays beside the restart in what the user sees; with several
-// cards (device::CardsFailed), every card's that is (own_card_failures).
-std::string own_failure_beside_restart(const std::exception& failure, table::HostTier& host) {
-  if (const auto* cards = dynamic_cast<const device::CardsFailed*>(&failure)) {
-    return own_card_failures(cards->failures(), host);
-  }
-  const std::string message = user_message(failure);
-  return SaveLineage::names_a_restart(message, host) ? "" : message;
-}
-
-// own_failure_beside_restart of `failed` (whatever its type: one that is no std::exception is
-// named as such).
+// failure_beside_restart (restart_beside.hpp) of `failed`, this trainer's failure in the phase
+// where it found a server restart (one that is no std::exception is named as such).
 std::string own_failure_beside_restart(const std::exception_ptr& failed, table::HostTier& host) {
   try {
     std::rethrow_exception(failed);
   } catch (const std::exception& e) {
-    return own_failure_beside_restart(e, host);
+    return failure_beside_restart(e, host);
   } catch (...) {
   }
   return "an unknown exception";
@@ -273,7 +210,7 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       phase();
     } catch (const Error& e) {
       if (!restart_found(/*failed=*/count_held_restarts)) throw;
-      const std::string own = own_failure_beside_restart(e, *state_->host);
+      const std::string own = failure_beside_restart(e, *state_->host);
       if (own.empty()) throw AgreedRestart(where + ": " + user_message(e));
       // Another failure beside the restart: the restart named first, the phase once, then the
       // failure and a rerun's advice.

@@ -2,6 +2,7 @@
 // alone, or the trainers of a job of several together.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <string>
@@ -10,12 +11,14 @@
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/restart_beside.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -25,7 +28,7 @@ using table::server::DenseAction;
 // Per trainer, pass + 1 of the pass in which it found a server restart (found in an epoch's
 // evaluation, after the epoch's last pass: the next one); 0 while none since the job's start
 // (start_job zeroes it, and a trainer votes at most once before the job starts again after the
-// restart).
+// restart). Then, per trainer, pass + 1 again when its threads also failed otherwise there.
 constexpr const char* kRestartVotesTable = "ps_restart_votes";
 // What trainer 0 tells the others once every trainer met to go back: {SaveLineage::encode of
 // kNone, or of why it refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
@@ -56,7 +59,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_workers(); });
+      [this] { drop_workers(); }, own_failure_in_pass(error, pass));
   GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
                    << "; training again from pass " << pass_id_;
   return pass_id_;
@@ -64,8 +67,28 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
 
 bool PsTrainer::repairs_together() const { return env_.trainers > 1; }
 
+std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass) const {
+  const auto* cards = dynamic_cast<const device::CardsFailed*>(&error);
+  if (cards == nullptr) return "";
+  const std::string own = card_failures_beside_restart(cards->failures(), *state_->servers);
+  return own.empty() ? "" : "this trainer also failed in pass " + std::to_string(pass) + ": " + own;
+}
+
+std::string PsTrainer::other_failed_in_pass(int64_t pass) {
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  std::vector<float> votes(2 * trainers, 0.0f);
+  if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes).ok()) return "";
+  for (std::size_t k = 0; k < trainers && votes.size() == 2 * trainers; ++k) {
+    if (k == static_cast<std::size_t>(env_.trainer_id)) continue;
+    if (votes[trainers + k] != static_cast<float>(pass + 1)) continue;
+    return detail::concat("trainer ", k, " also failed in pass ", pass, " (its log, log/workerlog.",
+                          k, " under scripts/launch.sh, names why)");
+  }
+  return "";
+}
+
 Status PsTrainer::reset_restart_votes() {
-  std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+  std::vector<float> zeros(2 * static_cast<std::size_t>(env_.trainers), 0.0f);
   return state_->servers->dense(DenseAction::kWrite, kRestartVotesTable, &zeros)
       .with_context("resetting the servers' table " + std::string(kRestartVotesTable));
 }
@@ -86,21 +109,26 @@ bool PsTrainer::restart_found() {
   return !SaveLineage::describe_restarts(*s.servers).empty();
 }
 
-void PsTrainer::vote_restart(int64_t pass) {
-  std::vector<float> vote(static_cast<std::size_t>(env_.trainers), 0.0f);
-  vote[static_cast<std::size_t>(env_.trainer_id)] = static_cast<float>(pass + 1);
+void PsTrainer::vote_restart(int64_t pass, bool also_failed) {
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  const auto me = static_cast<std::size_t>(env_.trainer_id);
+  std::vector<float> vote(2 * trainers, 0.0f);
+  vote[me] = static_cast<float>(pass + 1);
+  if (also_failed) vote[trainers + me] = static_cast<float>(pass + 1);
   throw_if_error(
       state_->servers->dense(DenseAction::kAdd, kRestartVotesTable, &vote)
           .with_context("voting that a server restarted in pass " + std::to_string(pass)));
 }
 
 bool PsTrainer::restart_voted(int64_t pass) {
-  std::vector<float> votes(static_cast<std::size_t>(env_.trainers), 0.0f);
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  std::vector<float> votes(2 * trainers, 0.0f);
   throw_if_error(
       state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes)
           .with_context("reading the votes on a server restart in pass " + std::to_string(pass)));
   const float mark = static_cast<float>(pass + 1);
-  return std::any_of(votes.begin(), votes.end(), [mark](float v) { return v == mark; });
+  const auto last = votes.begin() + static_cast<std::ptrdiff_t>(std::min(trainers, votes.size()));
+  return std::any_of(votes.begin(), last, [mark](float v) { return v == mark; });
 }
 
 void PsTrainer::agree_after_evaluation(int64_t pass) {
@@ -125,7 +153,8 @@ void PsTrainer::agree_after_evaluation(int64_t pass) {
               ": another trainer of the job found a server restart in it");
 }
 
-bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all) {
+bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all,
+                                 bool also_failed) {
   State& s = *state_;
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
   try {
@@ -134,7 +163,7 @@ bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<v
       // answer: every trainer finds it at its next call to it (this vote's, at the latest).
       SaveLineage::find_restarts(*s.servers, timeout_s);
       if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
-      vote_restart(pass);
+      vote_restart(pass, also_failed);
     }
     // Every vote is cast before its trainer meets: every trainer reads the same ones.
     meet_all();
@@ -248,7 +277,7 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   return recovery;
 }
 
-SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
+SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass, const std::string& beside) {
   State& s = *state_;
   // From here no thread of any trainer sends anything until the save is reloaded: each trainer
   // drops its threads before it meets the others, and trainer 0 reloads after they met.
@@ -264,8 +293,11 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   const std::string meeting = "to go back to the last save together after " + what;
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;
+  // This trainer's own failure beside the restarts, named in its refusal before what a rerun
+  // does (not in the meeting's name: the others' differ).
+  const std::string named = beside.empty() ? what : what + "; " + beside;
   if (env_.trainer_id == 0) {
-    recovery = choose_save(what, pass, &failed);
+    recovery = choose_save(named, pass, &failed);
   } else {
     s.servers->accept_restarts();
   }
@@ -273,7 +305,7 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   // Trainer 0's refusal, marked for that meeting: the others read it there (read_chosen_save).
   if (failed) fail_at_meeting(failed, name, meeting, wait_s);
   meet(name, meeting, wait_s);
-  if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
+  if (env_.trainer_id != 0) recovery = read_chosen_save(named, pass);
   return recovery;
 }
 
@@ -297,8 +329,10 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
     }
   } remake{*this};
   if (!restart_agreed_) vote_after_evaluation(pass);
+  std::string beside = own_failure_in_pass(error, pass);
+  if (beside.empty()) beside = other_failed_in_pass(pass);
   for (;;) {
-    const SaveLineage::Recovery recovery = meet_to_go_back(pass);
+    const SaveLineage::Recovery recovery = meet_to_go_back(pass, beside);
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
