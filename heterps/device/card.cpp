@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
-#include <optional>
 #include <set>
 #include <thread>
 
@@ -222,20 +221,37 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
   return set;
 }
 
+namespace {
+
+// A card's failure in run_on_cards, from what its thread threw (a std::exception: the thread
+// catches nothing else).
+CardsFailed::Failure failure_of(int rank, const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const FailureTold& e) {
+    return {rank, user_message(e), /*told=*/true};
+  } catch (const std::exception& e) {
+    return {rank, user_message(e), /*told=*/false};
+  }
+}
+
+}  // namespace
+
 void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
                            const std::function<void(const std::string&)>& on_failure) {
   Mutex mu;
   std::exception_ptr first_error;
   int first_card = -1;
-  // Each card's error, by local index (nullopt when it did not fail); written by that card's
-  // thread, read after the join.
-  std::vector<std::optional<std::string>> failed(cards_.size());
+  // Each card's error, by local index (null when it did not fail); written by that card's
+  // thread, read after the join. Kept as it was thrown (copying the pointer allocates nothing,
+  // so nothing can escape the thread here): the messages are made after the join.
+  std::vector<std::exception_ptr> failed(cards_.size());
   auto body = [&](Card& card) {
     try {
       card.activate();
       fn(card);
     } catch (const std::exception& e) {
-      failed[static_cast<std::size_t>(card.local_index())] = user_message(e);
+      failed[static_cast<std::size_t>(card.local_index())] = std::current_exception();
       {
         MutexLock lock(mu);
         if (!first_error) {
@@ -257,7 +273,7 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   if (!first_error) return;
   std::vector<CardsFailed::Failure> failures;
   for (std::size_t c = 0; c < cards_.size(); ++c) {
-    if (failed[c]) failures.push_back({cards_[c]->rank(), *failed[c]});
+    if (failed[c]) failures.push_back(failure_of(cards_[c]->rank(), failed[c]));
   }
   const std::string card = "card " + std::to_string(cards_[first_card]->rank()) + ": ";
   try {

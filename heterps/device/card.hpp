@@ -107,12 +107,22 @@ class Card {
 // prefixed with the card, its location kept) with every card that failed, in card order, so
 // that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
 // on another card too. A card whose error repeats another's (a collective aborted by it) is
-// listed as it failed: the caller decides what is a consequence.
+// listed as it failed (a FailureTold marked so): the caller decides what is a consequence.
+// An error that only tells of a failure found elsewhere (another training thread's, stopping
+// this one; another trainer's step that failed on a server restart, heard at a sync barrier):
+// what failed is named where it happened, so beside a server restart it is left out
+// (trainer/schedule/restart_beside.hpp).
+class FailureTold : public Error {
+ public:
+  using Error::Error;
+};
+
 class CardsFailed : public Error {
  public:
   struct Failure {
     int rank = 0;         // the card's global rank
     std::string message;  // its error's user message, without the card
+    bool told = false;    // its error was a FailureTold: it failed because of another failure
   };
   CardsFailed(const Error& first, std::vector<Failure> failures)
       : Error(first), failures_(std::move(failures)) {}

@@ -27,9 +27,9 @@ std::string card_failures_beside_restart(const std::vector<device::CardsFailed::
                                          table::HostTier& host) {
   std::vector<std::pair<std::vector<int>, std::string>> distinct;
   for (const auto& failure : failures) {
-    if (SaveLineage::names_a_restart(failure.message, host)) continue;
+    if (failure.told || SaveLineage::names_a_restart(failure.message, host)) continue;
     const bool follows = std::any_of(failures.begin(), failures.end(), [&](const auto& other) {
-      return other.rank != failure.rank &&
+      return other.rank != failure.rank && !other.message.empty() &&
              failure.message.find("card " + std::to_string(other.rank) + ": " + other.message) !=
                  std::string::npos;
     });
@@ -61,6 +61,7 @@ std::string failure_beside_restart(const std::exception& failure, table::HostTie
   if (const auto* cards = dynamic_cast<const device::CardsFailed*>(&failure)) {
     return card_failures_beside_restart(cards->failures(), host);
   }
+  if (dynamic_cast<const device::FailureTold*>(&failure) != nullptr) return "";
   const std::string message = user_message(failure);
   return SaveLineage::names_a_restart(message, host) ? "" : message;
 }

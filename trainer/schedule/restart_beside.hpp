@@ -19,15 +19,17 @@ inline constexpr std::size_t kCardFailuresNamed = 4;
 // The failures of `failures` (every card that failed in a phase) that name no restart `host`
 // found, each distinct failure once with the cards that met it ("card 0: ...; cards 1, 2:
 // ..."), the first kCardFailuresNamed of them, then how many cards more ("; and 2 more cards");
-// "" when none. A card whose error names another card's ("stopped: card 0: ...", "communicator
-// aborted (...): card 0: ...") failed because of it: left out.
+// "" when none. A card whose error only tells of another failure (Failure::told: another
+// thread's, another trainer's restart heard at a sync barrier), or names another card's
+// non-empty error ("communicator aborted (...): card 0: ..."), failed because of it: left out.
 std::string card_failures_beside_restart(const std::vector<device::CardsFailed::Failure>& failures,
                                          table::HostTier& host);
 
 // What `failure` (a trainer's, in the phase where it found a server restart) holds beside the
 // restart: "" when it is the restart's own (the call that found the restart, or one cut off as
 // the server went down, names a restarted server: SaveLineage::names_a_restart); with several
-// cards (device::CardsFailed), card_failures_beside_restart; else its message.
+// cards (device::CardsFailed), card_failures_beside_restart; "" for a device::FailureTold;
+// else its message.
 std::string failure_beside_restart(const std::exception& failure, table::HostTier& host);
 
 }  // namespace gpubox::trainer

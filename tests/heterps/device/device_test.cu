@@ -298,6 +298,25 @@ TEST(CardSet, RunOnCardsListsEveryFailedCard) {
   }
 }
 
+// A card whose error only tells of another failure (a FailureTold: stopped by another thread's,
+// another trainer's heard) is marked so, its message made after the join as any other's.
+TEST(CardSet, RunOnCardsMarksAFailureTold) {
+  GPUBOX_REQUIRE_CARDS(2);
+  CardSet cards = CardSet::from_list("0,1");
+  try {
+    cards.run_on_cards([&](Card& card) {
+      if (card.local_index() == 0) GPUBOX_FAIL("fault 0");
+      throw FailureTold("stopped: card 0: fault 0");
+    });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    ASSERT_EQ(e.failures().size(), 2u);
+    EXPECT_FALSE(e.failures()[0].told);
+    EXPECT_TRUE(e.failures()[1].told);
+    EXPECT_EQ(e.failures()[1].message, "stopped: card 0: fault 0");
+  }
+}
+
 TEST(CardSet, PeerAccessCoversEveryPairOfCards) {
   GPUBOX_REQUIRE_CARDS(2);
   CardSet cards = CardSet::from_list("0,1");
