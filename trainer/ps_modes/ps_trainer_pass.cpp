@@ -440,15 +440,13 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   // the sync mode, the others wait at the step's barrier for this trainer: it comes there and
   // tells them (SyncBarriers::hold).
   std::exception_ptr restarted;
-  bool also_failed = false;  // beside the restart (own_failure_in_pass): told with the vote
   try {
     steps_taken = train_threads(data, pass, stop, barriers);
-  } catch (const Error& e) {
+  } catch (const Error&) {
     if (data.stream != nullptr) data.check_stream(pass);
     restart_agreed_ = restart_agreed_ || barriers.heard_restart();
     if (!repairs_together() || !restart_found()) throw;
     restarted = std::current_exception();
-    also_failed = !own_failure_in_pass(e, pass).empty();
     if (sync) barriers.hold();
   }
   const std::string p = std::to_string(pass);
@@ -458,7 +456,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   };
   if (!repairs_together()) {
     meet_at_end();
-  } else if (agree_on_restart(pass, restarted != nullptr, meet_at_end, also_failed)) {
+  } else if (agree_on_restart(pass, restarted, meet_at_end)) {
     barriers.forget_mark();  // every trainer read the marks before the vote's meeting
     if (data.stream != nullptr) data.stream->abort("a server restarted");
     if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read

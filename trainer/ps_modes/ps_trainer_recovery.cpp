@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   // accepted and new threads made. A thread whose server call failed is unusable
   // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
   // resume in a new process starts it, from the save.
+  // Every restarted server known before this trainer's failure is classified (one cut off by a
+  // server of a fleet restart names a restart too); recover() asks again, finding the same.
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  const std::string beside = own_failure_in_pass(error, pass);
   const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
       error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
       [this](const SaveLineage::Recovery& r) {
@@ -59,7 +64,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_workers(); }, own_failure_in_pass(error, pass));
+      [this] { drop_workers(); }, beside);
   GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
                    << "; training again from pass " << pass_id_;
   return pass_id_;
@@ -74,13 +79,33 @@ std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass) con
   return own.empty() ? "" : "this trainer also failed in pass " + std::to_string(pass) + ": " + own;
 }
 
+std::string PsTrainer::own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return own_failure_in_pass(e, pass);
+  } catch (...) {
+  }
+  return "";
+}
+
 std::string PsTrainer::other_failed_in_pass(int64_t pass) {
   const auto trainers = static_cast<std::size_t>(env_.trainers);
   std::vector<float> votes(2 * trainers, 0.0f);
-  if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes).ok()) return "";
-  for (std::size_t k = 0; k < trainers && votes.size() == 2 * trainers; ++k) {
+  // Bounded like a ping: a first server down (it holds the votes) does not hold the recovery.
+  table::server::DenseCall call;
+  call.deadline_s = config_.host_tier.remote.connect_timeout_s;
+  call.mutation = false;
+  if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes, call).ok()) {
+    return "";
+  }
+  const auto mark = static_cast<float>(pass + 1);
+  for (std::size_t k = 0; k < trainers; ++k) {
     if (k == static_cast<std::size_t>(env_.trainer_id)) continue;
-    if (votes[trainers + k] != static_cast<float>(pass + 1)) continue;
+    // With the trainer's vote for the pass: a mark left by an earlier train() of this object
+    // (its recovery refused, the table not reset since) whose vote was added to again is not
+    // this pass's.
+    if (votes[k] != mark || votes[trainers + k] != mark) continue;
     return detail::concat("trainer ", k, " also failed in pass ", pass, " (its log, log/workerlog.",
                           k, " under scripts/launch.sh, names why)");
   }
@@ -127,7 +152,7 @@ bool PsTrainer::restart_voted(int64_t pass) {
       state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes)
           .with_context("reading the votes on a server restart in pass " + std::to_string(pass)));
   const float mark = static_cast<float>(pass + 1);
-  const auto last = votes.begin() + static_cast<std::ptrdiff_t>(std::min(trainers, votes.size()));
+  const auto last = votes.begin() + static_cast<std::ptrdiff_t>(trainers);
   return std::any_of(votes.begin(), last, [mark](float v) { return v == mark; });
 }
 
@@ -153,17 +178,20 @@ void PsTrainer::agree_after_evaluation(int64_t pass) {
               ": another trainer of the job found a server restart in it");
 }
 
-bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all,
-                                 bool also_failed) {
+bool PsTrainer::agree_on_restart(int64_t pass, const std::exception_ptr& restarted,
+                                 const std::function<void()>& meet_all) {
   State& s = *state_;
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  bool found = restarted != nullptr;
   try {
     if (found) {
       // A restart of the first server, which holds the votes and the barriers, is the vote's
       // answer: every trainer finds it at its next call to it (this vote's, at the latest).
       SaveLineage::find_restarts(*s.servers, timeout_s);
       if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
-      vote_restart(pass, also_failed);
+      // Classified once every restarted server is known (a call cut off by another one of a
+      // fleet restart names a restart too).
+      vote_restart(pass, !own_failure_in_pass(restarted, pass).empty());
     }
     // Every vote is cast before its trainer meets: every trainer reads the same ones.
     meet_all();
@@ -277,13 +305,15 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   return recovery;
 }
 
-SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass, const std::string& beside) {
+SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass,
+                                                 const std::function<std::string()>& beside_of) {
   State& s = *state_;
   // From here no thread of any trainer sends anything until the save is reloaded: each trainer
   // drops its threads before it meets the others, and trainer 0 reloads after they met.
   drop_workers();
   SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
   const std::string pending = SaveLineage::describe_restarts(*s.servers);
+  const std::string beside = beside_of();  // once every restarted server is known
   std::string what =
       restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
   if (what.empty()) what = "another trainer of the job found a server restart";
@@ -329,10 +359,16 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
     }
   } remake{*this};
   if (!restart_agreed_) vote_after_evaluation(pass);
-  std::string beside = own_failure_in_pass(error, pass);
-  if (beside.empty()) beside = other_failed_in_pass(pass);
+  // Found at the first round (every restarted server known then) and named at each.
+  std::optional<std::string> beside;
+  const auto beside_of = [&] {
+    if (beside) return *beside;
+    beside = own_failure_in_pass(error, pass);
+    if (beside->empty()) beside = other_failed_in_pass(pass);
+    return *beside;
+  };
   for (;;) {
-    const SaveLineage::Recovery recovery = meet_to_go_back(pass, beside);
+    const SaveLineage::Recovery recovery = meet_to_go_back(pass, beside_of);
     pass_id_ = recovery.run_pass;
     try {
       make_workers();
