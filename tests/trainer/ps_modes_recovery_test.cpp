@@ -515,5 +515,53 @@ TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain
       << log;
 }
 
+// A server that restarts at every reload: the fourth recovery is refused (the restarts spent),
+// and the refusal still names what else failed in the pass (`beside`), once, as the first
+// round's would (before, rounds after the first named the reload's failure alone).
+TEST_F(PsRecovery, ARefusalAfterRestartsDuringTheReloadNamesThePassFailure) {
+  constexpr const char* kBeside = "this trainer also failed in pass 1: card 0: a device fault";
+  const std::string saves = (root_ / "recovery_beside_reload").string();
+  const TrainerConfig cfg =
+      ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
+  Servers shards(cfg, 2);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 2.0;
+  options.connect_timeout_s = 1.0;
+  auto host = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(host.status());
+  SaveLineage lineage(cfg);
+  const std::string dir = saves + "/0";
+  std::filesystem::create_directories(dir);
+  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+  throw_if_error((*host)->shrink().status());
+  shards.restart(0);
+  std::string error;
+  ::testing::internal::CaptureStderr();
+  try {
+    throw_if_error((*host)->stats().status());
+  } catch (const Error& found) {
+    try {
+      lineage.recover_and_reload(
+          found, **host, SaveLineage::OpenPass::kNone, 1,
+          [&](const SaveLineage::Recovery&) {
+            throw_if_error((*host)->shrink().status());  // written to: its restart is not adopted
+            shards.restart(1);
+            throw_if_error((*host)->stats().status());
+          },
+          {}, kBeside);
+      ADD_FAILURE() << "a server restarting at every reload was reloaded for good";
+    } catch (const Error& e) {
+      error = e.message();
+    }
+  }
+  (void)::testing::internal::GetCapturedStderr();
+  EXPECT_NE(error.find("restarted 3 times already in this run"), std::string::npos) << error;
+  EXPECT_NE(error.find(kBeside), std::string::npos) << error;
+  EXPECT_EQ(error.find(kBeside), error.rfind(kBeside)) << error;
+}
+
 }  // namespace
 }  // namespace gpubox::trainer::ps_modes

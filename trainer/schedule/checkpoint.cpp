@@ -578,12 +578,12 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
       return recovery;
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
-      // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
-      // at the first round went with it: none is open now. Whatever else failed beside the
-      // restarts in the reload is named in a refusal (`beside_reload`), and logged.
+      // recover() throws anything else again, and gives up after kMaxRecoveries. No pass is open
+      // now. A refusal names what else failed: in the pass (`beside`), in the reload (logged).
       GPUBOX_LOG(WARNING) << "pass " << pass << ", reloading " << recovery.dir << ": "
                           << again.message();
-      const std::string also = beside_reload ? beside_reload(again, recovery.dir) : "";
+      std::string also = beside_reload ? beside_reload(again, recovery.dir) : "";
+      also = beside.empty() || also.empty() ? beside + also : beside + "; " + also;
       recovery = recover(again, host, OpenPass::kNone, pass, before_accept, also);
     }
   }
