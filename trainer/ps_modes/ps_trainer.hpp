@@ -278,9 +278,10 @@ class PsTrainer final : public Schedule {
   bool restart_voted(int64_t pass);
   // What failed on this trainer's training threads beside a restart found in pass `pass`
   // (`error`, the pass's error: device::CardsFailed when they failed): "this trainer also failed
-  // in pass p: card 0: ..." (restart_beside.hpp), "" when nothing did. Any other error (a
+  // in pass p: card 0: ..." (restart_beside.hpp; "after pass p" when `after`: found after the
+  // pass's vote, in an epoch's evaluation or a save), "" when nothing did. Any other error (a
   // vote's, a meeting's, another trainer's restart told) is the restart's own.
-  std::string own_failure_in_pass(const Error& error, int64_t pass) const;
+  std::string own_failure_in_pass(const Error& error, int64_t pass, bool after = false) const;
   std::string own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const;
   // "trainer k also failed in pass p (its log ... names why)": the first other trainer whose
   // vote for pass `pass` told a failure beside its restart; "" when none did (or the votes

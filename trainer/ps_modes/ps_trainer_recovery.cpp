@@ -72,11 +72,13 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
 
 bool PsTrainer::repairs_together() const { return env_.trainers > 1; }
 
-std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass) const {
+std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass, bool after) const {
   const auto* cards = dynamic_cast<const device::CardsFailed*>(&error);
   if (cards == nullptr) return "";
   const std::string own = card_failures_beside_restart(cards->failures(), *state_->servers);
-  return own.empty() ? "" : "this trainer also failed in pass " + std::to_string(pass) + ": " + own;
+  if (own.empty()) return "";
+  return "this trainer also failed " + std::string(after ? "after" : "in") + " pass " +
+         std::to_string(pass) + ": " + own;
 }
 
 std::string PsTrainer::own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const {
@@ -358,12 +360,14 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
       }
     }
   } remake{*this};
+  // Not agreed at the pass's vote: found after it (an epoch's evaluation, a save).
+  const bool after_pass = !restart_agreed_;
   if (!restart_agreed_) vote_after_evaluation(pass);
   // Found at the first round (every restarted server known then) and named at each.
   std::optional<std::string> beside;
   const auto beside_of = [&] {
     if (beside) return *beside;
-    beside = own_failure_in_pass(error, pass);
+    beside = own_failure_in_pass(error, pass, after_pass);
     if (beside->empty()) beside = other_failed_in_pass(pass);
     return *beside;
   };
