@@ -221,16 +221,37 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
   return set;
 }
 
+namespace {
+
+// A card's failure in run_on_cards, from what its thread threw (a std::exception: the thread
+// catches nothing else).
+CardsFailed::Failure failure_of(int rank, const std::exception_ptr& failed) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const FailureTold& e) {
+    return {rank, user_message(e), /*told=*/true};
+  } catch (const std::exception& e) {
+    return {rank, user_message(e), /*told=*/false};
+  }
+}
+
+}  // namespace
+
 void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
                            const std::function<void(const std::string&)>& on_failure) {
   Mutex mu;
   std::exception_ptr first_error;
   int first_card = -1;
+  // Each card's error, by local index (null when it did not fail); written by that card's
+  // thread, read after the join. Kept as it was thrown (copying the pointer allocates nothing,
+  // so nothing can escape the thread here): the messages are made after the join.
+  std::vector<std::exception_ptr> failed(cards_.size());
   auto body = [&](Card& card) {
     try {
       card.activate();
       fn(card);
     } catch (const std::exception& e) {
+      failed[static_cast<std::size_t>(card.local_index())] = std::current_exception();
       {
         MutexLock lock(mu);
         if (!first_error) {
@@ -249,16 +270,20 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
     for (auto& card : cards_) threads.emplace_back(body, std::ref(*card));
     for (auto& t : threads) t.join();
   }
-  if (first_error) {
-    try {
-      std::rethrow_exception(first_error);
-    } catch (const Error& e) {
-      throw with_context("card " + std::to_string(cards_[first_card]->rank()) + ": ", e);
-    } catch (const std::bad_alloc&) {
-      throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
-    } catch (const std::exception& e) {
-      throw Error("card " + std::to_string(cards_[first_card]->rank()) + ": " + e.what());
-    }
+  if (!first_error) return;
+  std::vector<CardsFailed::Failure> failures;
+  for (std::size_t c = 0; c < cards_.size(); ++c) {
+    if (failed[c]) failures.push_back(failure_of(cards_[c]->rank(), failed[c]));
+  }
+  const std::string card = "card " + std::to_string(cards_[first_card]->rank()) + ": ";
+  try {
+    std::rethrow_exception(first_error);
+  } catch (const Error& e) {
+    throw CardsFailed(with_context(card, e), std::move(failures));
+  } catch (const std::bad_alloc&) {
+    throw;  // as it is: the binaries name what the config asked for (OutOfMemory names the card)
+  } catch (const std::exception& e) {
+    throw CardsFailed(Error(card + e.what()), std::move(failures));
   }
 }
 

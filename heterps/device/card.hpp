@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/counters.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/scratch_arena.hpp"
@@ -102,6 +103,35 @@ class Card {
   ScratchArena scratch_;  // after memory_ and stream_, which it uses
 };
 
+// What CardSet::run_on_cards throws when cards failed: the first card's error (its message
+// prefixed with the card, its location kept) with every card that failed, in card order, so
+// that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
+// on another card too. A card whose error repeats another's (a collective aborted by it) is
+// listed as it failed (a FailureTold marked so): the caller decides what is a consequence.
+// An error that only tells of a failure found elsewhere (another training thread's, stopping
+// this one; another trainer's step that failed on a server restart, heard at a sync barrier):
+// what failed is named where it happened, so beside a server restart it is left out
+// (trainer/schedule/restart_beside.hpp).
+class FailureTold : public Error {
+ public:
+  using Error::Error;
+};
+
+class CardsFailed : public Error {
+ public:
+  struct Failure {
+    int rank = 0;         // the card's global rank
+    std::string message;  // its error's user message, without the card
+    bool told = false;    // its error was a FailureTold: it failed because of another failure
+  };
+  CardsFailed(const Error& first, std::vector<Failure> failures)
+      : Error(first), failures_(std::move(failures)) {}
+  const std::vector<Failure>& failures() const { return failures_; }
+
+ private:
+  std::vector<Failure> failures_;
+};
+
 class CardSet {
  public:
   // Parses "0,1,2,3" (duplicates, empty entries, non-numbers and, on CUDA, devices that do not
@@ -125,7 +155,8 @@ class CardSet {
   // Runs fn(card) on one host thread per local card (activated) and joins them. When a card
   // throws, `on_failure(message)` runs at once on that card's thread (e.g. to abort the
   // communicator so peers blocked in a collective wake up); after the join the first error is
-  // rethrown, prefixed with the card.
+  // thrown as a CardsFailed (every failed card listed), prefixed with the card; a
+  // std::bad_alloc as it is.
   void run_on_cards(const std::function<void(Card&)>& fn,
                     const std::function<void(const std::string&)>& on_failure = {});
 

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +34,7 @@
 
 #include "common/error.hpp"
 #include "heterps/card_tier/card_tier.hpp"
+#include "heterps/device/card.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/dataset/planted_data.hpp"
@@ -73,9 +75,40 @@ struct RestartAt {
   // The phase also fails on this trainer as the server restarts: the hook throws kDeviceFault
   // there (as a card's fault in the phase would throw), before the phase runs.
   bool device_fault = false;
+  // The phase also fails on several cards as the server restarts (one message a card, "" for
+  // one that did not fail; "<server>" stands for the restarted server): the hook throws what
+  // CardSet::run_on_cards throws then.
+  std::vector<std::string> card_faults = {};
+  // The restart is found at once (every server asked who it is), as a call of this trainer's
+  // under way finds it, and the phase fails (device_fault) only when it is found: a server
+  // restarted again before anything was sent to its accepted instance is adopted quietly.
+  bool found_at_once = false;
 };
 
 constexpr const char* kDeviceFault = "card 0: an injected device fault";
+
+// What CardSet::run_on_cards throws when the cards of `faults` failed with them (RestartAt::
+// card_faults; the first that failed first), "<server>" standing for `server`.
+device::CardsFailed cards_failed(const std::vector<std::string>& faults,
+                                 const std::string& server) {
+  std::vector<device::CardsFailed::Failure> failures;
+  for (std::size_t c = 0; c < faults.size(); ++c) {
+    if (faults[c].empty()) continue;
+    std::string message = faults[c];
+    const auto at = message.find("<server>");
+    if (at != std::string::npos) message.replace(at, 8, server);
+    failures.push_back({static_cast<int>(c), message});
+  }
+  const Error first("card " + std::to_string(failures.at(0).rank) + ": " + failures[0].message);
+  return device::CardsFailed(first, failures);
+}
+
+// Server `i`'s "ip:port" in `shards`.
+std::string endpoint_of(const ps_modes::Servers& shards, int i) {
+  std::string rest = shards.endpoints();
+  for (int skip = 0; skip < i; ++skip) rest = rest.substr(rest.find(',') + 1);
+  return rest.substr(0, rest.find(','));
+}
 
 // One gpubox-mode trainer against 2 fresh servers, saving each pass (checkpoint) under `saves`
 // and resuming the newest save there. A server restarts at each of `restart_at` (none: never),
@@ -162,20 +195,29 @@ class GpuboxTrainerRecovery : public ::testing::Test {
     }
     restart_at.push_back({});  // the step hook's (stop_at_restart), at no phase
     std::vector<bool> restarted(restart_at.size(), false);
+    std::unique_ptr<Trainer> trainer;
     const auto restart_once = [&](std::size_t which) {
       if (restarted[which] && !run.each_time) return;
       restarted[which] = true;
-      if (restart_at[which].server >= 0) {
+      const RestartAt& point = restart_at[which];
+      if (point.server >= 0) {
         ++ran.restarts;
-        shards.restart(restart_at[which].server);
+        shards.restart(point.server);
       }
-      if (restart_at[which].device_fault) throw Error(kDeviceFault);
+      bool found = true;
+      if (point.found_at_once) {
+        SaveLineage::find_restarts(trainer->host_tier(), 3.0);
+        found = !SaveLineage::describe_restarts(trainer->host_tier()).empty();
+      }
+      if (point.device_fault && found) throw Error(kDeviceFault);
+      if (!point.card_faults.empty()) {
+        throw cards_failed(point.card_faults, endpoint_of(shards, std::max(point.server, 0)));
+      }
     };
     const std::function<void()> restart = [&] { restart_once(restart_at.size() - 1); };
     std::atomic<bool> stop{false};
     const TrainerEnv env = env_of(shards);
     ::testing::internal::CaptureStderr();
-    std::unique_ptr<Trainer> trainer;
     try {
       trainer = std::make_unique<Trainer>(cfg, env);
       trainer->set_meeting_hook([&](const std::string& where) {
@@ -473,6 +515,57 @@ TEST_F(GpuboxTrainerRecovery, NoSaveYetStopsNamingIt) {
   refused_recovery_stops("no_save", {"runner.model_save_path="},
                          "; the trainer stops: no save was made or loaded yet: running the "
                          "command again starts from scratch");
+}
+
+// Faults on several cards beside a restart found at the end of pass 1, card 0's the restart's
+// own (its call names the restarted server): refused (runner.resume off), the error names every
+// other card's fault, each distinct one once with its cards, one that follows another card's
+// left out, the first four then how many cards more (before, the first card's error alone was
+// seen: the restart's, and no fault beside it).
+TEST_F(GpuboxTrainerRecovery, FaultsOnSeveralCardsBesideARestartAreEachNamedOnce) {
+  RestartAt faults{"at the end of pass 1"};
+  faults.card_faults = {"writing rows back to <server>: the connection was cut",
+                        "fault A",
+                        "",
+                        "fault B",
+                        "fault A",
+                        "communicator aborted (rank 5 in all_to_all): card 1: fault A",
+                        "fault C",
+                        "fault D",
+                        "fault E"};
+  const Ran ran = run_trainer({(root_ / "cards_faults").string(), {faults}, {"runner.resume=off"}});
+  std::printf("refused with faults on several cards: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find("; this trainer also failed at the end of pass 1: cards 1, 4: fault A; "
+                           "card 3: fault B; card 6: fault C; card 7: fault D; and 1 more card; "
+                           "the trainer stops: runner.resume is off"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, "fault A"), 1u) << ran.error;
+  EXPECT_EQ(ran.error.find("the connection was cut"), std::string::npos) << ran.error;
+  EXPECT_FALSE(ran.left_in_pass);
+}
+
+// Server 1 restarts at the end of every run of pass 1, server 0 at every read of the save of
+// pass 0 for the reload, found at once with a device fault beside it: the first reload fails and
+// the second goes through (server 0 restarted again before anything reached it is adopted
+// quietly, and nothing fails); then pass 1 again, its reload failing the same way, is the fourth
+// recovery: the refusal names the server, the save it reloaded and the fault (before, the
+// reload's fault was only logged).
+TEST_F(GpuboxTrainerRecovery, AFaultBesideARestartInTheReloadIsNamedInTheRefusal) {
+  RestartAt reading{"reading the save <saves>/0", 0, /*device_fault=*/true};
+  reading.found_at_once = true;
+  const std::string saves = (root_ / "reload_fault").string();
+  const Ran ran = run_trainer({saves, {{"at the end of pass 1"}, reading}, {}, /*each_time=*/true});
+  std::printf("refused with a fault in the reload: %s\n", ran.error.c_str());
+  EXPECT_EQ(ran.restarts, 5u) << ran.log;
+  EXPECT_EQ(ran.error.rfind("pass 1: server ", 0), 0u) << ran.error;
+  EXPECT_NE(ran.error.find(" restarted (instance "), std::string::npos) << ran.error;
+  EXPECT_NE(ran.error.find(std::string("; this trainer also failed reloading ") + saves + "/0: " +
+                           kDeviceFault + "; the servers restarted 3 times already in this run"),
+            std::string::npos)
+      << ran.error;
+  EXPECT_EQ(count(ran.error, kDeviceFault), 1u) << ran.error;
 }
 
 // Server 1 restarts at the end of every run of pass 1: the trainer goes back three times, then

@@ -27,14 +27,18 @@ using ps_test::PsModes;
 
 class PsJobRecoveryRefused : public PsModes {
  protected:
+  static constexpr const char* kFault = "an injected device fault";
+
   // A job of 2 trainers of runner.sync_mode `mode` whose server 1 restarts at step 20 of pass
   // `restart_pass`, `restarts` times (each recovery trains that pass again), with `keys`: trainer
   // 0 refuses to go back to a save, the other trainer's error names `reason` and what running the
   // job again does (`rerun`), and each trainer keeps its training threads (the object stays
-  // usable). Returns each trainer's error.
+  // usable). Returns each trainer's error. `fault`: trainer 0's training thread also fails there,
+  // beside the restart, with kFault.
   static std::vector<std::string> refused_recovery_is_named_by_every_trainer(
       const std::string& mode, const std::vector<std::string>& keys, const std::string& reason,
-      const std::string& rerun = "", int64_t restart_pass = 1, int restarts = 1) {
+      const std::string& rerun = "", int64_t restart_pass = 1, int restarts = 1,
+      bool fault = false) {
     std::vector<std::string> all = {"runner.train_data_dir=" + (root_ / "train").string(),
                                     "runner.test_data_dir=",
                                     "runner.sync_mode=" + mode,
@@ -55,6 +59,7 @@ class PsJobRecoveryRefused : public PsModes {
                   restarted.load() < restarts) {
                 restarted.fetch_add(1);
                 shards.restart(1);
+                if (fault) throw Error(kFault);
               }
             };
           }
@@ -79,6 +84,11 @@ class PsJobRecoveryRefused : public PsModes {
         << errors[1];
     for (const std::string& error : errors) {
       EXPECT_EQ(error.find("died or is stuck"), std::string::npos) << error;
+      // Nothing but the restart failed: a trainer that heard of it at a sync barrier, or whose
+      // other threads stopped for it, failed no otherwise (device::FailureTold).
+      if (!fault) {
+        EXPECT_EQ(error.find("also failed"), std::string::npos) << error;
+      }
     }
     // Trainer 0 marked its refusal for the meeting only; trainer 1, told of it (PeerFailed), marks
     // nothing in turn: no trainer's failed flag is set, so no watch reported a failure and armed
@@ -148,6 +158,32 @@ TEST_F(PsJobRecoveryRefused, ARecoveryRefusedWithTheRecoveriesSpentIsNamedByEver
   EXPECT_NE(errors[0].find("the servers restarted 3 times already in this run: giving up"),
             std::string::npos)
       << errors[0];
+}
+
+// Trainer 0's training thread fails in pass 1 as server 1 restarts (it finds the restart, asking
+// every server who it is): the fault names no restarted server, so trainer 0's refusal
+// (runner.resume off) names it beside the restarts, before why it stops, once, and trainer 1's
+// error names trainer 0 and its log (told with trainer 0's vote) before the refusal (before,
+// the fault was only logged).
+TEST_F(PsJobRecoveryRefused, AFaultBesideARestartIsNamedWithTheRefusal) {
+  const std::vector<std::string> errors = refused_recovery_is_named_by_every_trainer(
+      "async",
+      {"runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "job_recovery_refused_fault").string(),
+       "runner.resume=off"},
+      "runner.resume is off", "", 1, 1, /*fault=*/true);
+  const std::string& error = errors[0];
+  EXPECT_EQ(error.rfind("pass 1: server ", 0), 0u) << error;
+  EXPECT_NE(error.find(std::string("; this trainer also failed in pass 1: card 0: ") + kFault +
+                       "; the trainer stops: runner.resume is off"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(error.find(kFault), error.rfind(kFault)) << error;
+  EXPECT_NE(errors[1].find("; trainer 0 also failed in pass 1 (its log, log/workerlog.0 under "
+                           "scripts/launch.sh, names why); trainer 0 cannot go back to a save"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_EQ(errors[1].find(kFault), std::string::npos) << errors[1];
 }
 
 }  // namespace

@@ -421,6 +421,46 @@ TEST_F(PsRecovery, AServerThatStaysDownFailsThePassNamingIt) {
   EXPECT_EQ(log.find("reloading"), std::string::npos) << log;
 }
 
+// One trainer's training thread fails in pass 1 as server 1 restarts, found at once (every
+// server asked who it is, as a call under way finds it): the fault names no restarted server, so
+// the refusal (runner.resume off) names it after the restart, before why the trainer stops (before,
+// the restart alone).
+TEST_F(PsRecovery, AFaultBesideARestartIsNamedWithTheRefusal) {
+  constexpr const char* kFault = "an injected device fault";
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=", "runner.sync_mode=async", "runner.save_mode=checkpoint",
+       "runner.resume=off", "runner.model_save_path=" + (root_ / "recovery_fault").string(),
+       "runner.epochs=2", "runner.print_interval=20"});
+  Servers shards(cfg, 2);
+  TrainerEnv env;
+  env.servers = shards.endpoints();
+  PsTrainer trainer(cfg, env);
+  RunHooks hooks;
+  bool restarted = false;
+  hooks.steps.on_progress = [&](const StepProgress& progress) {
+    if (progress.pass != 1 || progress.step != 20 || restarted) return;
+    restarted = true;
+    shards.restart(1);
+    SaveLineage::find_restarts(trainer.host_tier(), 3.0);
+    throw Error(kFault);
+  };
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    trainer.train("", hooks);
+  } catch (const Error& e) {
+    error = e.message();
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(restarted);
+  EXPECT_EQ(error.rfind("pass 1: server ", 0), 0u) << error << log;
+  EXPECT_NE(error.find(std::string("; this trainer also failed in pass 1: card 0: ") + kFault +
+                       "; the trainer stops: runner.resume is off"),
+            std::string::npos)
+      << error;
+}
+
 // A server that restarts while the save is reloaded (a staggered fleet restart: it answered the
 // ping that looked for restarts, then restarted) is accepted and the save reloaded again, by the
 // helper both trainers recover through (SaveLineage::recover_and_reload), not thrown.
@@ -473,6 +513,54 @@ TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain
   EXPECT_NE(log.find("server " + endpoints.substr(endpoints.find(',') + 1) + " restarted"),
             std::string::npos)
       << log;
+}
+
+// A server that restarts at every reload: the fourth recovery is refused (the restarts spent),
+// and the refusal still names what else failed in the pass (`beside`), once, as the first
+// round's would (before, rounds after the first named the reload's failure alone).
+TEST_F(PsRecovery, ARefusalAfterRestartsDuringTheReloadNamesThePassFailure) {
+  constexpr const char* kBeside = "this trainer also failed in pass 1: card 0: a device fault";
+  const std::string saves = (root_ / "recovery_beside_reload").string();
+  const TrainerConfig cfg =
+      ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
+                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
+  Servers shards(cfg, 2);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  options.deadline_s = 2.0;
+  options.connect_timeout_s = 1.0;
+  auto host = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(host.status());
+  SaveLineage lineage(cfg);
+  const std::string dir = saves + "/0";
+  std::filesystem::create_directories(dir);
+  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+  throw_if_error((*host)->shrink().status());
+  shards.restart(0);
+  std::string error;
+  ::testing::internal::CaptureStderr();
+  try {
+    throw_if_error((*host)->stats().status());
+  } catch (const Error& found) {
+    try {
+      lineage.recover_and_reload(
+          found, **host, SaveLineage::OpenPass::kNone, 1,
+          [&](const SaveLineage::Recovery&) {
+            throw_if_error((*host)->shrink().status());  // written to: its restart is not adopted
+            shards.restart(1);
+            throw_if_error((*host)->stats().status());
+          },
+          {}, kBeside);
+      ADD_FAILURE() << "a server restarting at every reload was reloaded for good";
+    } catch (const Error& e) {
+      error = e.message();
+    }
+  }
+  (void)::testing::internal::GetCapturedStderr();
+  EXPECT_NE(error.find("restarted 3 times already in this run"), std::string::npos) << error;
+  EXPECT_NE(error.find(kBeside), std::string::npos) << error;
+  EXPECT_EQ(error.find(kBeside), error.rfind(kBeside)) << error;
 }
 
 }  // namespace

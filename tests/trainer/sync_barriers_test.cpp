@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/card.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 
@@ -91,11 +92,16 @@ class SyncBarriersTest : public ::testing::Test {
     for (auto& r : running) EXPECT_EQ(join(*r), "");
   }
   // What `arrive` threw ("" when nothing).
+  // The error of `t`'s arrival; one that hears of another trainer's restart is told
+  // (device::FailureTold), not the trainer's own failure: a fault beside the restart elsewhere.
   static std::string arrive_error(SyncBarriers& t, const std::string& what) {
     try {
       t.arrive(what);
     } catch (const Error& e) {
-      return e.what();
+      const bool told = dynamic_cast<const device::FailureTold*>(&e) != nullptr;
+      const std::string error = e.what();
+      EXPECT_EQ(told, error.find(kHeard) != std::string::npos) << error;
+      return error;
     }
     return "";
   }

@@ -68,9 +68,11 @@ inline constexpr const char* kTrainerZeroLog = "log/worker.0.log under scripts/r
 // on this trainer in that phase (`phase`): any failure naming no restarted server (a device
 // fault, another server down; SaveLineage::names_a_restart), "" when nothing did. The message
 // holds it, and so does the error of a recovery that is refused or fails, or of a pass stopped
-// as asked (Trainer::recover, stop_pass), so that the user sees both. With several cards only
-// the first card's error is seen (CardSet::run_on_cards rethrows the first card's): a fault on
-// another card in the same phase may not appear.
+// as asked (Trainer::recover, stop_pass), so that the user sees both. With several cards,
+// every card's failure that names no restarted server (device::CardsFailed), each distinct one
+// once with its cards, the first four then how many cards more ("card 1: ...; cards 2, 3: ...");
+// a phase whose card error was raised again above run_on_cards as a plain Error shows its first
+// card's alone.
 class AgreedRestart : public Error {
  public:
   explicit AgreedRestart(const std::string& message, std::string failure = "",

@@ -12,9 +12,11 @@
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "heterps/device/card.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/restart_beside.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -64,12 +66,16 @@ std::string what_failed(const std::exception_ptr& failed) {
   return "an unknown exception";
 }
 
-// `failure` (this trainer's, in the phase where it found a server restart) unless it is the
-// restart's own, "" then: the call that found the restart, or one cut off as the server went
-// down, names a restarted server. Any other (a device fault, another server down) is this
-// trainer's own and stays beside the restart in what the user sees.
-std::string own_failure_beside_restart(const std::string& failure, table::HostTier& host) {
-  return SaveLineage::names_a_restart(failure, host) ? "" : failure;
+// failure_beside_restart (restart_beside.hpp) of `failed`, this trainer's failure in the phase
+// where it found a server restart (one that is no std::exception is named as such).
+std::string own_failure_beside_restart(const std::exception_ptr& failed, table::HostTier& host) {
+  try {
+    std::rethrow_exception(failed);
+  } catch (const std::exception& e) {
+    return failure_beside_restart(e, host);
+  } catch (...) {
+  }
+  return "an unknown exception";
 }
 
 // The job agreed on a restart after the phase `where`: an AgreedRestart is thrown in place of
@@ -106,8 +112,9 @@ std::optional<int64_t> Trainer::recover(const Error& error, int64_t pass) {
     // agreed) before what a rerun does (the restarts' clause, SaveLineage::recover's `beside`);
     // one that failed otherwise, or the restart's own error thrown again, is named with it here
     // unless its message holds it already.
-    if (typeid(stopped) != typeid(Error) ||
-        stopped.message().find(agreed->failure()) != std::string::npos) {
+    const bool plain =
+        typeid(stopped) == typeid(Error) || typeid(stopped) == typeid(device::CardsFailed);
+    if (!plain || stopped.message().find(agreed->failure()) != std::string::npos) {
       throw;
     }
     throw Error(stopped.message() + "; " + agreed->own_failure(), stopped.where());
@@ -146,7 +153,14 @@ std::optional<int64_t> Trainer::recover_unannotated(const Error& error, int64_t 
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_card_work(); }, beside);
+      [this] { drop_card_work(); }, beside,
+      [](const Error& again, const std::string& dir) {
+        // A reload's phase that found a restart beside a failure of this trainer's
+        // (agree_on_restarts): that failure, named with the save it reloaded.
+        const auto* agreed_again = dynamic_cast<const AgreedRestart*>(&again);
+        if (agreed_again == nullptr || agreed_again->failure().empty()) return std::string();
+        return AgreedRestart::also_failed("reloading " + dir, agreed_again->failure());
+      });
   return pass_id_;
 }
 
@@ -196,9 +210,8 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
       phase();
     } catch (const Error& e) {
       if (!restart_found(/*failed=*/count_held_restarts)) throw;
-      const std::string failure = user_message(e);
-      const std::string own = own_failure_beside_restart(failure, *state_->host);
-      if (own.empty()) throw AgreedRestart(where + ": " + failure);
+      const std::string own = failure_beside_restart(e, *state_->host);
+      if (own.empty()) throw AgreedRestart(where + ": " + user_message(e));
       // Another failure beside the restart: the restart named first, the phase once, then the
       // failure and a rerun's advice.
       throw AgreedRestart(where + ": " + SaveLineage::describe_restarts(*state_->host) + "; " +
@@ -219,9 +232,8 @@ void Trainer::agree_on_restarts(const std::function<void()>& phase, const std::s
   // This trainer's failure beside the restart it found (logged as it is), "" when none.
   std::string own;
   if (restart && failed) {
-    const std::string failure = what_failed(failed);
-    GPUBOX_LOG(WARNING) << where << ": " << failure;
-    own = own_failure_beside_restart(failure, *state_->host);
+    GPUBOX_LOG(WARNING) << where << ": " << what_failed(failed);
+    own = own_failure_beside_restart(failed, *state_->host);
   }
   const int64_t mine = !restart      ? (failed ? kPhaseFailed : kPhaseDone)
                        : own.empty() ? kPhaseRestart

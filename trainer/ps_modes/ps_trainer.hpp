@@ -267,12 +267,26 @@ class PsTrainer final : public Schedule {
   // `found` a server restart in the pass; true when any did (or the first server restarted:
   // every trainer finds that at its next call to it), and then recover() goes back.
   // `meet_all` is the pass's meeting at its end (PsPassStop's): every trainer casts its vote
-  // before it, and reads the votes after it.
-  bool agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all);
-  // This trainer's vote for a restart found in pass `pass` (or before it, after the one before),
-  // and whether any trainer voted for one in `pass`.
-  void vote_restart(int64_t pass);
+  // before it, and reads the votes after it. `restarted`: the pass's error when this trainer
+  // found a server restart in it (null when it did not); whether its threads also failed
+  // otherwise there (own_failure_in_pass, once every restarted server is known) its vote tells.
+  bool agree_on_restart(int64_t pass, const std::exception_ptr& restarted,
+                        const std::function<void()>& meet_all);
+  // This trainer's vote for a restart found in pass `pass` (or before it, after the one before;
+  // `also_failed` as above), and whether any trainer voted for one in `pass`.
+  void vote_restart(int64_t pass, bool also_failed = false);
   bool restart_voted(int64_t pass);
+  // What failed on this trainer's training threads beside a restart found in pass `pass`
+  // (`error`, the pass's error: device::CardsFailed when they failed): "this trainer also failed
+  // in pass p: card 0: ..." (restart_beside.hpp; "after pass p" when `after`: found after the
+  // pass's vote, in an epoch's evaluation or a save), "" when nothing did. Any other error (a
+  // vote's, a meeting's, another trainer's restart told) is the restart's own.
+  std::string own_failure_in_pass(const Error& error, int64_t pass, bool after = false) const;
+  std::string own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const;
+  // "trainer k also failed in pass p (its log ... names why)": the first other trainer whose
+  // vote for pass `pass` told a failure beside its restart; "" when none did (or the votes
+  // cannot be read: the first server, which holds them, restarted).
+  std::string other_failed_in_pass(int64_t pass);
   // Whether a server restart is known here: agreed (the vote, trainer 0's outcome), pending in
   // this trainer's client, or found by asking every server who it is.
   bool restart_found();
@@ -291,8 +305,11 @@ class PsTrainer final : public Schedule {
                                     std::exception_ptr* failed);
   SaveLineage::Recovery read_chosen_save(const std::string& what, int64_t pass);
   // One round of recover_together: every trainer drops its threads and accepts the restarts,
-  // all meet, and the save trainer 0 chose is returned (throws when it refused).
-  SaveLineage::Recovery meet_to_go_back(int64_t pass);
+  // all meet, and the save trainer 0 chose is returned (throws when it refused, naming
+  // `beside_of()`, asked once every restarted server is known: what else failed on this trainer
+  // where the restart was found, or on another, "" when nothing did).
+  SaveLineage::Recovery meet_to_go_back(int64_t pass,
+                                        const std::function<std::string()>& beside_of);
   // Trainer 0 at the job's start: the restart votes zeroed.
   Status reset_restart_votes();
   // The training threads dropped (their calls under way waited for, their failures not logged).

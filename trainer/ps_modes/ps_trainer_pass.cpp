@@ -456,7 +456,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   };
   if (!repairs_together()) {
     meet_at_end();
-  } else if (agree_on_restart(pass, restarted != nullptr, meet_at_end)) {
+  } else if (agree_on_restart(pass, restarted, meet_at_end)) {
     barriers.forget_mark();  // every trainer read the marks before the vote's meeting
     if (data.stream != nullptr) data.stream->abort("a server restarted");
     if (data.stream != nullptr) (void)data.stream->finish();  // the rest is not read

@@ -2,20 +2,24 @@
 // alone, or the trainers of a job of several together.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
+#include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/restart_beside.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -25,7 +29,7 @@ using table::server::DenseAction;
 // Per trainer, pass + 1 of the pass in which it found a server restart (found in an epoch's
 // evaluation, after the epoch's last pass: the next one); 0 while none since the job's start
 // (start_job zeroes it, and a trainer votes at most once before the job starts again after the
-// restart).
+// restart). Then, per trainer, pass + 1 again when its threads also failed otherwise there.
 constexpr const char* kRestartVotesTable = "ps_restart_votes";
 // What trainer 0 tells the others once every trainer met to go back: {SaveLineage::encode of
 // kNone, or of why it refuses; the pass of the save it reloads (SaveLineage::Recovery::run_pass)}.
@@ -48,6 +52,10 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
   // accepted and new threads made. A thread whose server call failed is unusable
   // (PsWorker), and the restarted servers lost the job's tables: the job starts again as a
   // resume in a new process starts it, from the save.
+  // Every restarted server known before this trainer's failure is classified (one cut off by a
+  // server of a fleet restart names a restart too); recover() asks again, finding the same.
+  SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
+  const std::string beside = own_failure_in_pass(error, pass);
   const SaveLineage::Recovery recovery = s.lineage->recover_and_reload(
       error, *s.servers, SaveLineage::OpenPass::kRetried, pass,
       [this](const SaveLineage::Recovery& r) {
@@ -56,7 +64,7 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
         pass_id_ = r.run_pass;
         load(r.dir);
       },
-      [this] { drop_workers(); });
+      [this] { drop_workers(); }, beside);
   GPUBOX_LOG(INFO) << "reloaded " << recovery.dir << " into the servers " << env_.servers
                    << "; training again from pass " << pass_id_;
   return pass_id_;
@@ -64,8 +72,50 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
 
 bool PsTrainer::repairs_together() const { return env_.trainers > 1; }
 
+std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass, bool after) const {
+  const auto* cards = dynamic_cast<const device::CardsFailed*>(&error);
+  if (cards == nullptr) return "";
+  const std::string own = card_failures_beside_restart(cards->failures(), *state_->servers);
+  if (own.empty()) return "";
+  return "this trainer also failed " + std::string(after ? "after" : "in") + " pass " +
+         std::to_string(pass) + ": " + own;
+}
+
+std::string PsTrainer::own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    return own_failure_in_pass(e, pass);
+  } catch (...) {
+  }
+  return "";
+}
+
+std::string PsTrainer::other_failed_in_pass(int64_t pass) {
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  std::vector<float> votes(2 * trainers, 0.0f);
+  // Bounded like a ping: a first server down (it holds the votes) does not hold the recovery.
+  table::server::DenseCall call;
+  call.deadline_s = config_.host_tier.remote.connect_timeout_s;
+  call.mutation = false;
+  if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes, call).ok()) {
+    return "";
+  }
+  const auto mark = static_cast<float>(pass + 1);
+  for (std::size_t k = 0; k < trainers; ++k) {
+    if (k == static_cast<std::size_t>(env_.trainer_id)) continue;
+    // With the trainer's vote for the pass: a mark left by an earlier train() of this object
+    // (its recovery refused, the table not reset since) whose vote was added to again is not
+    // this pass's.
+    if (votes[k] != mark || votes[trainers + k] != mark) continue;
+    return detail::concat("trainer ", k, " also failed in pass ", pass, " (its log, log/workerlog.",
+                          k, " under scripts/launch.sh, names why)");
+  }
+  return "";
+}
+
 Status PsTrainer::reset_restart_votes() {
-  std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
+  std::vector<float> zeros(2 * static_cast<std::size_t>(env_.trainers), 0.0f);
   return state_->servers->dense(DenseAction::kWrite, kRestartVotesTable, &zeros)
       .with_context("resetting the servers' table " + std::string(kRestartVotesTable));
 }
@@ -86,21 +136,26 @@ bool PsTrainer::restart_found() {
   return !SaveLineage::describe_restarts(*s.servers).empty();
 }
 
-void PsTrainer::vote_restart(int64_t pass) {
-  std::vector<float> vote(static_cast<std::size_t>(env_.trainers), 0.0f);
-  vote[static_cast<std::size_t>(env_.trainer_id)] = static_cast<float>(pass + 1);
+void PsTrainer::vote_restart(int64_t pass, bool also_failed) {
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  const auto me = static_cast<std::size_t>(env_.trainer_id);
+  std::vector<float> vote(2 * trainers, 0.0f);
+  vote[me] = static_cast<float>(pass + 1);
+  if (also_failed) vote[trainers + me] = static_cast<float>(pass + 1);
   throw_if_error(
       state_->servers->dense(DenseAction::kAdd, kRestartVotesTable, &vote)
           .with_context("voting that a server restarted in pass " + std::to_string(pass)));
 }
 
 bool PsTrainer::restart_voted(int64_t pass) {
-  std::vector<float> votes(static_cast<std::size_t>(env_.trainers), 0.0f);
+  const auto trainers = static_cast<std::size_t>(env_.trainers);
+  std::vector<float> votes(2 * trainers, 0.0f);
   throw_if_error(
       state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes)
           .with_context("reading the votes on a server restart in pass " + std::to_string(pass)));
   const float mark = static_cast<float>(pass + 1);
-  return std::any_of(votes.begin(), votes.end(), [mark](float v) { return v == mark; });
+  const auto last = votes.begin() + static_cast<std::ptrdiff_t>(trainers);
+  return std::any_of(votes.begin(), last, [mark](float v) { return v == mark; });
 }
 
 void PsTrainer::agree_after_evaluation(int64_t pass) {
@@ -125,16 +180,20 @@ void PsTrainer::agree_after_evaluation(int64_t pass) {
               ": another trainer of the job found a server restart in it");
 }
 
-bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<void()>& meet_all) {
+bool PsTrainer::agree_on_restart(int64_t pass, const std::exception_ptr& restarted,
+                                 const std::function<void()>& meet_all) {
   State& s = *state_;
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
+  bool found = restarted != nullptr;
   try {
     if (found) {
       // A restart of the first server, which holds the votes and the barriers, is the vote's
       // answer: every trainer finds it at its next call to it (this vote's, at the latest).
       SaveLineage::find_restarts(*s.servers, timeout_s);
       if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
-      vote_restart(pass);
+      // Classified once every restarted server is known (a call cut off by another one of a
+      // fleet restart names a restart too).
+      vote_restart(pass, !own_failure_in_pass(restarted, pass).empty());
     }
     // Every vote is cast before its trainer meets: every trainer reads the same ones.
     meet_all();
@@ -248,13 +307,15 @@ SaveLineage::Recovery PsTrainer::read_chosen_save(const std::string& what, int64
   return recovery;
 }
 
-SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
+SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass,
+                                                 const std::function<std::string()>& beside_of) {
   State& s = *state_;
   // From here no thread of any trainer sends anything until the save is reloaded: each trainer
   // drops its threads before it meets the others, and trainer 0 reloads after they met.
   drop_workers();
   SaveLineage::find_restarts(*s.servers, config_.host_tier.remote.connect_timeout_s);
   const std::string pending = SaveLineage::describe_restarts(*s.servers);
+  const std::string beside = beside_of();  // once every restarted server is known
   std::string what =
       restarts_found_ + (restarts_found_.empty() || pending.empty() ? "" : "; ") + pending;
   if (what.empty()) what = "another trainer of the job found a server restart";
@@ -264,8 +325,11 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   const std::string meeting = "to go back to the last save together after " + what;
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;
+  // This trainer's own failure beside the restarts, named in its refusal before what a rerun
+  // does (not in the meeting's name: the others' differ).
+  const std::string named = beside.empty() ? what : what + "; " + beside;
   if (env_.trainer_id == 0) {
-    recovery = choose_save(what, pass, &failed);
+    recovery = choose_save(named, pass, &failed);
   } else {
     s.servers->accept_restarts();
   }
@@ -273,7 +337,7 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   // Trainer 0's refusal, marked for that meeting: the others read it there (read_chosen_save).
   if (failed) fail_at_meeting(failed, name, meeting, wait_s);
   meet(name, meeting, wait_s);
-  if (env_.trainer_id != 0) recovery = read_chosen_save(what, pass);
+  if (env_.trainer_id != 0) recovery = read_chosen_save(named, pass);
   return recovery;
 }
 
@@ -296,9 +360,19 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
       }
     }
   } remake{*this};
+  // Not agreed at the pass's vote: found after it (an epoch's evaluation, a save).
+  const bool after_pass = !restart_agreed_;
   if (!restart_agreed_) vote_after_evaluation(pass);
+  // Found at the first round (every restarted server known then) and named at each.
+  std::optional<std::string> beside;
+  const auto beside_of = [&] {
+    if (beside) return *beside;
+    beside = own_failure_in_pass(error, pass, after_pass);
+    if (beside->empty()) beside = other_failed_in_pass(pass);
+    return *beside;
+  };
   for (;;) {
-    const SaveLineage::Recovery recovery = meet_to_go_back(pass);
+    const SaveLineage::Recovery recovery = meet_to_go_back(pass, beside_of);
     pass_id_ = recovery.run_pass;
     try {
       make_workers();

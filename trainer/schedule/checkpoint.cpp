@@ -570,7 +570,7 @@ std::string SaveLineage::save_dir_of(int64_t run_pass) const {
 SaveLineage::Recovery SaveLineage::recover_and_reload(
     const Error& error, table::HostTier& host, OpenPass open, int64_t pass,
     const std::function<void(const Recovery&)>& reload, const std::function<void()>& before_accept,
-    const std::string& beside) {
+    const std::string& beside, const ReloadBeside& beside_reload) {
   Recovery recovery = recover(error, host, open, pass, before_accept, beside);
   for (;;) {
     try {
@@ -578,13 +578,13 @@ SaveLineage::Recovery SaveLineage::recover_and_reload(
       return recovery;
     } catch (const Error& again) {
       // A server that restarted while the save was reloaded: accepted and reloaded again;
-      // recover() throws anything else again, and gives up after kMaxRecoveries. The pass open
-      // at the first round went with it: none is open now. Logged as it is: recover() names
-      // the restarts only, and whatever else failed beside them in the reload (a trainer's
-      // AgreedRestart holds it in its message) would be lost.
+      // recover() throws anything else again, and gives up after kMaxRecoveries. No pass is open
+      // now. A refusal names what else failed: in the pass (`beside`), in the reload (logged).
       GPUBOX_LOG(WARNING) << "pass " << pass << ", reloading " << recovery.dir << ": "
                           << again.message();
-      recovery = recover(again, host, OpenPass::kNone, pass, before_accept);
+      std::string also = beside_reload ? beside_reload(again, recovery.dir) : "";
+      also = beside.empty() || also.empty() ? beside + also : beside + "; " + also;
+      recovery = recover(again, host, OpenPass::kNone, pass, before_accept, also);
     }
   }
 }

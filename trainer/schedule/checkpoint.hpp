@@ -176,11 +176,16 @@ class SaveLineage {
   // not answer find_restarts' ping, or restarted after it answered) goes through recover() again
   // (counted among the run's recoveries; no pass open then, whatever `open` said of the first
   // round) and the reload is made again. Any other error of `reload` is thrown. Returns the
-  // recovery the last reload made. Both trainers recover through it.
+  // recovery the last reload made. Both trainers recover through it. `beside_reload` (when
+  // set): what else failed in a reload's error `again` beside the restart it found, of the save
+  // `dir` ("this trainer also failed reloading <dir>: ...", "" when nothing did), named after
+  // the restarts in the next round's refusal as `beside` is in the first's.
+  using ReloadBeside = std::function<std::string(const Error& again, const std::string& dir)>;
   Recovery recover_and_reload(const Error& error, table::HostTier& host, OpenPass open,
                               int64_t pass, const std::function<void(const Recovery&)>& reload,
                               const std::function<void()>& before_accept = {},
-                              const std::string& beside = "");
+                              const std::string& beside = "",
+                              const ReloadBeside& beside_reload = {});
   // "server A restarted (...); server B ..." for the restarts `host` found; "" when none (or an
   // in-process tier). Without the rerun advice of a failed call's error
   // (ServerRestart::what_was_lost): the caller says what follows.

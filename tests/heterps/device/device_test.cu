@@ -276,6 +276,47 @@ TEST(CardSet, RunOnCardsUsesOneThreadPerCardAndReportsFailures) {
   EXPECT_EQ(failures.load(), 1);
 }
 
+// Every card that failed is listed (in card order, with its own message), not only the one
+// whose error is thrown: a caller naming more than one cause sees them all.
+TEST(CardSet, RunOnCardsListsEveryFailedCard) {
+  GPUBOX_REQUIRE_CARDS(3);
+  CardSet cards = CardSet::from_list("0,1,2");
+  try {
+    cards.run_on_cards([&](Card& card) {
+      if (card.local_index() != 1) GPUBOX_FAIL("fault ", card.local_index());
+    });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    ASSERT_EQ(e.failures().size(), 2u);
+    EXPECT_EQ(e.failures()[0].rank, 0);
+    EXPECT_EQ(e.failures()[0].message, "fault 0");
+    EXPECT_EQ(e.failures()[1].rank, 2);
+    EXPECT_EQ(e.failures()[1].message, "fault 2");
+    // The message is the first failed card's, as before.
+    EXPECT_TRUE(e.message() == "card 0: fault 0" || e.message() == "card 2: fault 2")
+        << e.message();
+  }
+}
+
+// A card whose error only tells of another failure (a FailureTold: stopped by another thread's,
+// another trainer's heard) is marked so, its message made after the join as any other's.
+TEST(CardSet, RunOnCardsMarksAFailureTold) {
+  GPUBOX_REQUIRE_CARDS(2);
+  CardSet cards = CardSet::from_list("0,1");
+  try {
+    cards.run_on_cards([&](Card& card) {
+      if (card.local_index() == 0) GPUBOX_FAIL("fault 0");
+      throw FailureTold("stopped: card 0: fault 0");
+    });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    ASSERT_EQ(e.failures().size(), 2u);
+    EXPECT_FALSE(e.failures()[0].told);
+    EXPECT_TRUE(e.failures()[1].told);
+    EXPECT_EQ(e.failures()[1].message, "stopped: card 0: fault 0");
+  }
+}
+
 TEST(CardSet, PeerAccessCoversEveryPairOfCards) {
   GPUBOX_REQUIRE_CARDS(2);
   CardSet cards = CardSet::from_list("0,1");
