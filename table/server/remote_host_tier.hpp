@@ -11,6 +11,7 @@
 // decides (resume from the last save, or stop), never the client silently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,6 +67,11 @@ struct DenseCall {
   // last save is adopted quietly only when no change reached it since (ServerIdentityBook). A
   // table that only shows how a part moves (trainer0_work) is no change of the job's state.
   bool mutation = true;
+  // Whether each of its frames answered counts in progress_frames(), as a SAVE's or LOAD's
+  // PROGRESS frames do: a dense table read or written as part of a save or a load, so that a long
+  // one shows the others that trainer 0's part moves (trainer_zero_work.hpp). Not for the small
+  // tables other threads call meanwhile (trainer0_work itself, the heartbeats).
+  bool progress = false;
 };
 
 class RemoteHostTier final : public HostTier {
@@ -148,9 +154,11 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
-  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), from
-  // any thread.
-  uint64_t progress_frames() const { return transport_.progress_frames(); }
+  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), and the
+  // frames answered to its DENSE calls made with DenseCall::progress; from any thread.
+  uint64_t progress_frames() const {
+    return transport_.progress_frames() + dense_progress_.load(std::memory_order_relaxed);
+  }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
@@ -215,6 +223,7 @@ class RemoteHostTier final : public HostTier {
   mutable Mutex sync_mu_;
   std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);
   Transport transport_;
+  std::atomic<uint64_t> dense_progress_{0};  // frames answered to DenseCall::progress calls
 };
 
 }  // namespace gpubox::table::server

@@ -1,9 +1,11 @@
 // Saves of the parameter-server modes: a PS save loads in the gpubox mode and back, a stopped job
 // resumes from its last save (a relative save path too), a second job on the same servers starts
-// afresh; the trainers of a job that recovers from saves share its save folder.
+// afresh; the trainers of a job that recovers from saves share its save folder; the others wait
+// for trainer 0's save as long as its dense table's ranges come.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -19,6 +21,8 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/generator.hpp"
+#include "table/server/protocol.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_row/optimizer.hpp"
@@ -308,6 +312,64 @@ TEST_F(PsModes, TheTrainersOfAJobThatRecoversFromSavesShareTheSaveFolder) {
       << job.errors[0];
   EXPECT_FALSE(fs::exists(own[0] / "0"));
   EXPECT_FALSE(fs::exists(own[0] / ".gpubox_job_token"));
+}
+
+// Trainer 0's part of a save whose dense table travels slowly: the servers' frame limit lowered
+// so that the table (about 19,000 floats) goes in about ten ranges, and every range of trainer
+// 0's read of it held a second by the server's fault hook (two at once: about 5 s in all, over
+// runner.collective_timeout_s of 3 s, each range well within it). Each range answered counts as
+// a move of trainer 0's part (DenseCall::progress, as a SAVE's PROGRESS frames do), so trainer 1
+// waits for it and both trainers end well with the save written; no call to trainer0_work failed
+// meanwhile (the server has threads to spare). Before, the dense read showed no move: trainer 1
+// failed after 3 s naming trainer 0 ("made no progress to write the save").
+TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaitedFor) {
+  const fs::path saves = root_ / "slow_dense_saves";
+  const TrainerConfig cfg =
+      config({"runner.sync_mode=async", "runner.model_save_path=" + saves.string(),
+              "runner.collective_timeout_s=3", "runner.server_timeout_s=10"});
+  // One range of a ranged read of the dense table: its request carries no values.
+  table::server::DenseRequest range;
+  range.action = table::server::DenseAction::kRead;
+  range.name = kDenseTableName;
+  range.has_values = false;
+  std::vector<uint8_t> range_request;
+  table::server::encode_dense_range(range, nullptr, &range_request);
+  std::atomic<uint64_t> held_client{0};  // trainer 0's client, once its pass ended
+  std::atomic<int> held{0};
+  table::server::ServerOptions base;
+  base.max_payload_bytes = 8 << 10;
+  // Two threads run the hook (one range a connection), two serve the others meanwhile: trainer
+  // 0's publishes of its part and trainer 1's reads of them.
+  base.threads = 4;
+  base.drop_reply = [&](const table::server::FrameHeader& header) {
+    if (header.op == table::server::Op::kDense && header.client_id == held_client.load() &&
+        header.payload_bytes == range_request.size()) {
+      ++held;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    return false;
+  };
+  Servers shards(cfg, 1, fs::temp_directory_path().string(), base);
+  const auto train = data_files((root_ / "train").string());
+  const std::string dir = (saves / "0").string();
+  ::testing::internal::CaptureStderr();
+  const ps_test::TrainerJob job =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
+        trainer.train_pass(train);
+        // From here trainer 0's client reads the dense table in ranges only in its save.
+        if (w == 0) {
+          held_client =
+              dynamic_cast<table::server::RemoteHostTier&>(trainer.host_tier()).client_id();
+        }
+        trainer.save(dir);
+      });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(job.errors, (std::vector<std::string>{"", ""}));
+  EXPECT_GE(held.load(), 5) << "the dense table did not travel in ranges";
+  // Trainer 1 followed trainer 0's part to its end (it did not fall back to the meeting).
+  EXPECT_EQ(log.find("cannot show the other trainers"), std::string::npos) << log;
+  EXPECT_EQ(log.find("cannot follow trainer 0"), std::string::npos) << log;
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "MODEL_MANIFEST"));
 }
 
 }  // namespace

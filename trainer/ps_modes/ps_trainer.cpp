@@ -190,8 +190,9 @@ void PsTrainer::start_job(bool recovery) {
         PsWorker& first = *s.workers[0];
         first.card().activate();
         std::vector<float> dense = first.model().parameters().values_to_host();
-        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense)
-                           .with_context("writing the servers' dense table"));
+        throw_if_error(
+            s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense, dense_call_of_part())
+                .with_context("writing the servers' dense table"));
         std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kBatchesTable, &zeros)

@@ -36,6 +36,16 @@ inline bool first_server_restarted(const table::server::RemoteHostTier& servers)
   return false;
 }
 
+// How trainer 0 calls the servers' dense table "dense" in its part of a meeting (the job's start,
+// a save, a load): each frame answered counts as the part's progress, as the SAVE's and LOAD's
+// PROGRESS frames do, so that the others waiting for a long one see it move
+// (trainer_zero_work.hpp). Bounded as any call (runner.server_timeout_s a frame window).
+inline table::server::DenseCall dense_call_of_part() {
+  table::server::DenseCall call;
+  call.progress = true;
+  return call;
+}
+
 // Every dense table a PS job keeps on the servers, all on server 0 (it holds every dense table),
 // which holds at most kMaxDenseTables of them: a new table goes into this list, and past the
 // limit a job would be refused its last one. ps_trainer.cpp's kOutcomeTable and kJobTokenTable,
