@@ -5,18 +5,22 @@
 // unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
 // its part; a late end is no move, and so is a read that fails for a moment; a restarted first
 // server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
-// save from being adopted; parts count from 1 again in each stage. A waiter that must not return is
-// given a short silence: it throws, naming why, rather than returning (no time is measured).
+// save from being adopted; another server's restart pending, trainer 0 still reads its end back
+// (a late write overwritten); parts count from 1 again in each stage. A waiter that must not return
+// is given a short silence: it throws, naming why, rather than returning (no time is measured).
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/server/protocol.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
@@ -264,6 +268,71 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
   const Status pulled = client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr);
   EXPECT_TRUE(pulled.ok()) << pulled.to_string();
   EXPECT_TRUE(client->pending_restarts().empty());
+}
+
+// Two servers; the second restarted and found so by a call (its restart pending in the client,
+// as after a SAVE that failed on it), the first answering as before. Between trainer 0's write of
+// its part's end and its read back, another client writes an older publish of the part (seq 1,
+// running), as a publish the client gave up on and the server applied late: trainer 0 reads it
+// back and writes the end again, so the table ends showing the end. Before, any pending restart
+// ended the publishing after the first write, and the table showed the part running: the others
+// waited out runner.collective_timeout_s and named trainer 0 stuck.
+TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestartIsPending) {
+  using table::server::ServerOptions;
+  FakeHostTier first(table::server::testing::test_config());
+  FakeHostTier second(table::server::testing::test_config());
+  FakeHostTier second_again(table::server::testing::test_config());
+  std::function<void()> between;  // set before between_client
+  std::atomic<uint64_t> between_client{0};
+  ServerOptions options0;
+  options0.threads = 2;  // one runs the hook while the other serves what it sends
+  options0.shard_num = 2;
+  options0.drop_reply = [&](const table::server::FrameHeader& header) {
+    uint64_t armed = header.client_id;
+    if (header.op == table::server::Op::kDense && armed != 0 &&
+        between_client.compare_exchange_strong(armed, 0)) {
+      between();
+    }
+    return false;
+  };
+  ServerOptions options1;
+  options1.shard_id = 1;
+  options1.shard_num = 2;
+  auto server0 = start_server(&first, options0);
+  auto server1 = start_server(&second, options1);
+  ASSERT_TRUE(server0 && server1);
+  const std::string endpoints = server0->endpoint() + "," + server1->endpoint();
+  auto client = connect_client(client_options(endpoints));
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys(32);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+  std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
+  ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
+  options1.port = server1->port();
+  server1.reset();
+  server1 = start_server(&second_again, options1);
+  ASSERT_TRUE(server1);
+  EXPECT_FALSE(client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+  ASSERT_EQ(client->pending_restarts().size(), 1u);
+  ASSERT_EQ(client->pending_restarts()[0].endpoint, 1u);
+  auto other = connect_client(client_options(endpoints));
+  ASSERT_TRUE(other);
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  {
+    TrainerZeroWork work(*client, part, 0.01, 3.0);  // publishes seq 1, running
+    between = [&] {
+      std::vector<float> late = TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1);
+      EXPECT_TRUE(other->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &late).ok());
+    };
+    between_client = client->client_id();  // its next DENSE call: the end's write (seq 2)
+  }
+  EXPECT_EQ(between_client.load(), 0u) << "the end was not written";
+  std::vector<float> table(TrainerZeroWork::kSlots, 0.0f);
+  ASSERT_TRUE(other->dense(DenseAction::kRead, TrainerZeroWork::kTable, &table).ok());
+  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
+  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
+  server0->stop();  // its threads call the hook, which uses this test's locals
+  server0->wait();
 }
 
 // Every trainer counts alike; a part one trainer skipped in a stage shifts nothing after the

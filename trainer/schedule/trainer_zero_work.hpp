@@ -65,6 +65,10 @@ struct TrainerZeroPart {
   int64_t index = 0;
 };
 
+// Whether the first server, which holds trainer0_work (and, in the PS modes, the job's barriers
+// and small tables), is among the restarts `servers` found and has not accepted yet.
+bool first_server_restarted(const table::server::RemoteHostTier& servers);
+
 // A job's nonce: never 0, exact in the table's floats (48 bits).
 uint64_t draw_trainer_zero_job();
 // A nonce as two floats, each exact (24 bits), and back (PS: ps_outcome carries it).
@@ -98,8 +102,9 @@ class TrainerZeroWork {
                   double interval_s, double call_s);
   // Publishes the part ended (whatever its outcome): a write, a read back, and the write again
   // while the read shows an older publish of the part (one applied late), for up to call_s; not
-  // again when the write failed (the transport retried it within call_s) or a server restart is
-  // pending (the first server's answers Aborted at once). At worst about 4 call_s in all: the
+  // again when the write failed (the transport retried it within call_s) or a restart of the
+  // first server is pending (its answers Aborted at once; another server's restart pending reads
+  // back as usual). At worst about 4 call_s in all: the
   // thread's publish in flight, then the write and read, then one more of each.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
