@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -335,22 +336,57 @@ TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestart
   server0->wait();
 }
 
+// A part's stage and number, as the waiters compare them.
+std::tuple<int64_t, int64_t, int64_t> place(const TrainerZeroPart& part) {
+  return {part.run, part.recovery, part.index};
+}
+
 // Every trainer counts alike; a part one trainer skipped in a stage shifts nothing after the
-// stage every trainer reaches together.
+// stage every trainer reaches together (a recovery, a run, the end of a run).
 TEST(TrainerZeroParts, CountFromOneInEachStage) {
   TrainerZeroParts zero;
   TrainerZeroParts other;
   zero.job = kJob;
-  EXPECT_EQ(zero.next(0, 0).index, 1);
-  EXPECT_EQ(zero.next(0, 0).index, 2);
-  EXPECT_EQ(zero.next(0, 0).job, kJob);
-  EXPECT_EQ(other.next(0, 0).index, 1);  // skipped two parts, failing towards a recovery
-  const TrainerZeroPart a = zero.next(0, 1);
-  const TrainerZeroPart b = other.next(0, 1);
-  EXPECT_EQ(a.index, 1);
-  EXPECT_EQ(b.index, 1);
-  EXPECT_EQ(zero.next(1, 1).index, 1);
-  EXPECT_EQ(zero.next(1, 1).index, 2);
+  zero.begin_run(1);
+  other.begin_run(1);
+  EXPECT_EQ(zero.next().index, 1);
+  EXPECT_EQ(zero.next().index, 2);
+  EXPECT_EQ(zero.next().job, kJob);
+  EXPECT_EQ(other.next().index, 1);  // skipped two parts, failing towards a recovery
+  EXPECT_EQ(zero.begin_recovery(), 1);
+  EXPECT_EQ(other.begin_recovery(), 1);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(place(zero.next()), std::make_tuple(int64_t{1}, int64_t{1}, int64_t{2}));
+  zero.end_run();
+  EXPECT_EQ(place(zero.next()),
+            std::make_tuple(int64_t{1}, TrainerZeroPart::kAfterRun, int64_t{1}));
+  zero.begin_run(2);
+  EXPECT_EQ(place(zero.next()), std::make_tuple(int64_t{2}, int64_t{0}, int64_t{1}));
+  EXPECT_EQ(zero.next().index, 2);
+}
+
+// A recovery that failed: in run 1 trainer 1 came to a recovery's meeting and trainer 0 failed
+// before it (its run ended, no recovery counted). The parts after the run (a save the program
+// calls between its train() calls) and in the next run are numbered alike on both, and so is the
+// next run's recovery (its meeting's name). With the recoveries counted for the job, trainer 1
+// counted every later part one stage after trainer 0's: it waited for a part trainer 0 never
+// begins and failed after runner.collective_timeout_s.
+TEST(TrainerZeroParts, ARecoveryOnlyOneTrainerBeganShiftsNoPartOfTheNextRun) {
+  TrainerZeroParts zero;
+  TrainerZeroParts other;
+  zero.begin_run(1);
+  other.begin_run(1);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(other.begin_recovery(), 1);
+  other.next();  // the recovery's reload: trainer 1 waits for it, trainer 0 is gone
+  zero.end_run();
+  other.end_run();
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  zero.begin_run(2);
+  other.begin_run(2);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(zero.begin_recovery(), other.begin_recovery());
+  EXPECT_EQ(place(zero.next()), place(other.next()));
 }
 
 }  // namespace

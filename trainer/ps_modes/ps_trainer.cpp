@@ -357,9 +357,10 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
   if (env_.trainer_id == 0 && trainer_zero_parts_.job == 0) {
     trainer_zero_parts_.job = draw_trainer_zero_job();
   }
-  // Counted from 1 again in each train() run and each recovery, which every trainer reaches
-  // together: a part one trainer skipped on its way to a recovery shifts no count after it.
-  const TrainerZeroPart number = trainer_zero_parts_.next(s.run, recoveries_);
+  // Counted from 1 again in each train() run and each recovery of it, which every trainer reaches
+  // together: a part one trainer skipped on its way to a recovery shifts no count after it
+  // (TrainerZeroParts).
+  const TrainerZeroPart number = trainer_zero_parts_.next();
   const double collective_s = config_.runner.collective_timeout_s;
   const double server_s = config_.host_tier.remote.deadline_s;
   if (env_.trainers > 1 && env_.trainer_id != 0) {
@@ -455,6 +456,12 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   // First: a train() that throws before its watch exists is a run too (every trainer counts
   // its train() calls alike).
   const int run = ++s.run;
+  // The stage of trainer 0's parts: this run's, until it ends however it ends.
+  trainer_zero_parts_.begin_run(run);
+  struct EndRun {
+    TrainerZeroParts& parts;
+    ~EndRun() { parts.end_run(); }
+  } end_run{trainer_zero_parts_};
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
   std::unique_ptr<PsPeerWatch> watch;

@@ -260,7 +260,10 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass) {
   if (what.empty()) what = "another trainer of the job found a server restart";
   restarts_found_.clear();
   restart_agreed_ = false;
-  const std::string name = "ps/recover/" + std::to_string(++recoveries_);
+  // Named by the run and the recovery's number in it (TrainerZeroParts), the same on every
+  // trainer that comes: one left by a recovery that failed in an earlier run is another meeting.
+  const std::string name = "ps/recover/" + std::to_string(s.run) + "." +
+                           std::to_string(trainer_zero_parts_.begin_recovery());
   const std::string meeting = "to go back to the last save together after " + what;
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;

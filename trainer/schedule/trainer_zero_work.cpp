@@ -79,8 +79,23 @@ uint64_t trainer_zero_job_of(float low, float high) {
          (static_cast<uint64_t>(std::llround(high)) % kExact) * kExact;
 }
 
-TrainerZeroPart TrainerZeroParts::next(int64_t run, int64_t recovery) {
-  if (last_.run != run || last_.recovery != recovery) last_ = TrainerZeroPart{0, run, recovery, 0};
+void TrainerZeroParts::begin_run(int64_t run) {
+  run_ = run;
+  recovery_ = 0;
+}
+
+void TrainerZeroParts::end_run() { recovery_ = TrainerZeroPart::kAfterRun; }
+
+int64_t TrainerZeroParts::begin_recovery() {
+  GPUBOX_EXPECTS(recovery_ + 1 < TrainerZeroPart::kAfterRun,
+                 "a recovery begins outside a train() run");
+  return ++recovery_;
+}
+
+TrainerZeroPart TrainerZeroParts::next() {
+  if (last_.run != run_ || last_.recovery != recovery_) {
+    last_ = TrainerZeroPart{0, run_, recovery_, 0};
+  }
   ++last_.index;
   TrainerZeroPart part = last_;
   part.job = job;

@@ -57,9 +57,13 @@ namespace gpubox::trainer {
 
 // One part of trainer 0 (the file comment).
 struct TrainerZeroPart {
+  // `recovery` between two train() runs (after `run`, however it ended): after every stage of the
+  // run, exact in the table's floats.
+  static constexpr int64_t kAfterRun = int64_t{1} << 23;
+
   uint64_t job = 0;  // the job's nonce (draw_trainer_zero_job); 0 while unknown
-  // The stage every trainer of the job reaches together ({run, recovery} of a PS job), and the
-  // part's number within it, from 1.
+  // The stage every trainer of the job reaches together ({run, recovery} of a PS job:
+  // TrainerZeroParts), and the part's number within it, from 1.
   int64_t run = 0;
   int64_t recovery = 0;
   int64_t index = 0;
@@ -75,14 +79,32 @@ uint64_t draw_trainer_zero_job();
 std::vector<float> trainer_zero_job_floats(uint64_t job);
 uint64_t trainer_zero_job_of(float low, float high);
 
-// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job).
+// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job), in stages
+// every trainer reaches together, so that a part one trainer skipped (failing towards a recovery)
+// shifts no count after the stage. The gpubox mode counts in one stage; a PS job's stage is
+// {run, recovery}: its train() run (every trainer counts its train() calls alike) and that run's
+// recoveries so far (each a meeting of every trainer, named by its number), or kAfterRun once the
+// run ended. The recoveries are counted per run, not per job: a recovery that failed (a trainer
+// went to its meeting, another failed before it) ends the run on every trainer with the counts
+// apart, and the next run starts them alike again (a count kept for the job would put that
+// trainer's parts one stage after trainer 0's for the rest of the job: it waited for a part
+// trainer 0 never begins, and failed after runner.collective_timeout_s).
 class TrainerZeroParts {
  public:
   uint64_t job = 0;  // the job's nonce, once known
-  // The next part in stage {run, recovery}: index 1 in a new stage.
-  TrainerZeroPart next(int64_t run = 0, int64_t recovery = 0);
+  // Train() run `run` begins: its parts and recoveries count from the start.
+  void begin_run(int64_t run);
+  // The run ends, however it ends: the parts until the next run (a save or a load a program calls
+  // between train() calls) are stage {run, kAfterRun}.
+  void end_run();
+  // A recovery of the run begins: its number in the run, from 1 (its meeting's name).
+  int64_t begin_recovery();
+  // The next part in the current stage: index 1 in a new stage.
+  TrainerZeroPart next();
 
  private:
+  int64_t run_ = 0;
+  int64_t recovery_ = 0;
   TrainerZeroPart last_;
 };
 
