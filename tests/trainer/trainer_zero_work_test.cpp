@@ -6,8 +6,9 @@
 // its part; a late end is no move, and so is a read that fails for a moment; a restarted first
 // server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
 // save from being adopted; another server's restart pending, trainer 0 still reads its end back
-// (a late write overwritten); parts count from 1 again in each stage. A waiter that must not return
-// is given a short silence: it throws, naming why, rather than returning (no time is measured).
+// (a late write of the part or of the previous part overwritten); parts count from 1 again in each
+// stage. A waiter that must not return is given a short silence: it throws, naming why, rather than
+// returning (no time is measured).
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 #include <gtest/gtest.h>
@@ -273,12 +274,10 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
 
 // Two servers; the second restarted and found so by a call (its restart pending in the client,
 // as after a SAVE that failed on it), the first answering as before. Between trainer 0's write of
-// its part's end and its read back, another client writes an older publish of the part (seq 1,
-// running), as a publish the client gave up on and the server applied late: trainer 0 reads it
-// back and writes the end again, so the table ends showing the end. Before, any pending restart
-// ended the publishing after the first write, and the table showed the part running: the others
-// waited out runner.collective_timeout_s and named trainer 0 stuck.
-TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestartIsPending) {
+// part `part`'s end and its read back, another client writes `late`, as a publish the client gave
+// up on and the server applied late. *table: the table as read after trainer 0's part ended.
+void read_after_a_late_write(const TrainerZeroPart& part, const std::vector<float>& late,
+                             std::vector<float>* table) {
   using table::server::ServerOptions;
   FakeHostTier first(table::server::testing::test_config());
   FakeHostTier second(table::server::testing::test_config());
@@ -318,22 +317,49 @@ TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestart
   ASSERT_EQ(client->pending_restarts()[0].endpoint, 1u);
   auto other = connect_client(client_options(endpoints));
   ASSERT_TRUE(other);
-  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
   {
     TrainerZeroWork work(*client, part, 0.01, 3.0);  // publishes seq 1, running
     between = [&] {
-      std::vector<float> late = TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1);
-      EXPECT_TRUE(other->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &late).ok());
+      std::vector<float> written = late;
+      EXPECT_TRUE(other->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &written).ok());
     };
     between_client = client->client_id();  // its next DENSE call: the end's write (seq 2)
   }
   EXPECT_EQ(between_client.load(), 0u) << "the end was not written";
-  std::vector<float> table(TrainerZeroWork::kSlots, 0.0f);
-  ASSERT_TRUE(other->dense(DenseAction::kRead, TrainerZeroWork::kTable, &table).ok());
+  std::vector<float> read(TrainerZeroWork::kSlots, 0.0f);
+  EXPECT_TRUE(other->dense(DenseAction::kRead, TrainerZeroWork::kTable, &read).ok());
+  server0->stop();  // its threads call the hook, which uses this function's locals
+  server0->wait();
+  *table = read;
+}
+
+// A late write of the part (seq 1, running), another server's restart pending: trainer 0 reads it
+// back and writes the end again, so the table ends showing the end. Before, any pending restart
+// ended the publishing after the first write, and the table showed the part running: the others
+// waited out runner.collective_timeout_s and named trainer 0 stuck.
+TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestartIsPending) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  std::vector<float> table;
+  read_after_a_late_write(part, TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                          &table);
+  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
   EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
   EXPECT_GT(table[7], 2.0f) << "the end was not written again";
-  server0->stop();  // its threads call the hook, which uses this test's locals
-  server0->wait();
+}
+
+// A late write of the previous part (running, with a seq above any of this part's: each part
+// counts its own) overwritten alike: the table ends showing this part ended. Before, only a late
+// write of this part was: the table showed the previous part running, and the others failed
+// after runner.collective_timeout_s ("did not begin it").
+TEST(TrainerZeroWorkOtherRestart, ALateWriteOfThePreviousPartIsReadBackAndOverwritten) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 2);
+  std::vector<float> table;
+  read_after_a_late_write(
+      part, TrainerZeroWork::row(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning, 0, 7), &table);
+  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
+  EXPECT_EQ(table[4], 2.0f) << "the previous part's late write was left";
+  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
+  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
 }
 
 // A part's stage and number, as the waiters compare them.

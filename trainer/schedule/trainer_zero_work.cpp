@@ -170,12 +170,13 @@ bool first_server_restarted(const table::server::RemoteHostTier& servers) {
 
 void TrainerZeroWork::publish_ended() {
   // A write of an earlier publish applied late (one the client gave up on) could hide the end:
-  // the end is written again while a read shows one. A write that failed is not (the transport
-  // retried it within call_s_), nor one to a first server found restarted (it answers Aborted
-  // until the restart is accepted, after this part): the meeting on that server fails too. A
-  // restart of another server pending (the part failed on it) changes nothing here: the first
-  // server answers, and a late write is read back and overwritten as without it (before, any
-  // pending restart ended the publishing after one write, and a late write could then hide the
+  // the end is written again while a read shows one, of this part or of an earlier part of the
+  // job (the previous part's last publish landing after this part's end). A write that failed is
+  // not (the transport retried it within call_s_), nor one to a first server found restarted (it
+  // answers Aborted until the restart is accepted, after this part): the meeting on that server
+  // fails too. A restart of another server pending (the part failed on it) changes nothing here:
+  // the first server answers, and a late write is read back and overwritten as without it (before,
+  // any pending restart ended the publishing after one write, and a late write could then hide the
   // end: the others waited out runner.collective_timeout_s and named trainer 0 stuck).
   //
   // Still not defended against (and why it is left): a late write applied after the last read
@@ -186,8 +187,12 @@ void TrainerZeroWork::publish_ended() {
   // older seq. A waiter that read the end first ignores it (the highest seq it read wins); one
   // that had not waits on and fails after runner.collective_timeout_s naming trainer 0, a false
   // stall that ends the job as a real one would. Reading back once more narrows it and never
-  // closes it (every write can land late); closing it takes a publish the server orders by seq
-  // (a compare-and-set of the table), not a plain overwrite.
+  // closes it (every write can land late), of this part or of an earlier one (a late write of the
+  // previous part after the last read back shows that part running: the waiters fail "did not
+  // begin it"); closing it takes a publish the server orders by seq (a compare-and-set of the
+  // table), not a plain overwrite. A cheap way there, not taken yet: publish with kAdd, which the
+  // server applies exactly once per request id, so that running and ended publishes commute (the
+  // seq only grows) and a late one no longer undoes a later one.
   try {
     const auto until = Clock::now() + micros_of(call_s_);
     for (;;) {
@@ -196,8 +201,12 @@ void TrainerZeroWork::publish_ended() {
       std::vector<float> table;
       if (!read_table(servers_, call_s_, &table).ok()) return;
       const Row seen = parse(table);
-      const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
-                         seen.seq < static_cast<int64_t>(seq_ % kExact);
+      // Only trainer 0 writes the table: this job's earlier part, or this part with a lower seq
+      // (each part counts its own), is a late write.
+      const int order = compare(seen.part, part_);
+      const bool older =
+          seen.part.job == part_.job &&
+          (order < 0 || (order == 0 && seen.seq < static_cast<int64_t>(seq_ % kExact)));
       if (!older || Clock::now() >= until) return;
     }
   } catch (const std::exception& e) {
