@@ -315,18 +315,23 @@ TEST_F(PsModes, TheTrainersOfAJobThatRecoversFromSavesShareTheSaveFolder) {
 }
 
 // Trainer 0's part of a save whose dense table travels slowly: the servers' frame limit lowered
-// so that the table (about 19,000 floats) goes in about ten ranges, and every range of trainer
-// 0's read of it held a second by the server's fault hook (two at once: about 5 s in all, over
-// runner.collective_timeout_s of 3 s, each range well within it). Each range answered counts as
-// a move of trainer 0's part (DenseCall::progress, as a SAVE's PROGRESS frames do), so trainer 1
-// waits for it and both trainers end well with the save written; no call to trainer0_work failed
-// meanwhile (the server has threads to spare). Before, the dense read showed no move: trainer 1
-// failed after 3 s naming trainer 0 ("made no progress to write the save").
+// so that the table goes in nine ranges (of 2,028 floats at most: 8 KiB less the heads), and
+// every range of trainer 0's read of it held a second by the server's fault hook (two at once,
+// one a connection, in windows of four: 2 + 2 + 1 s, over runner.collective_timeout_s of 3 s,
+// each range well within it). Each range answered counts as a move of trainer 0's part
+// (DenseCall::progress, as a SAVE's PROGRESS frames do), so trainer 1 waits for it and both
+// trainers end well with the save written. Before, the dense read showed no move: trainer 1
+// failed after 3 s naming trainer 0 ("made no progress to write the save"). Had trainer 1 lost
+// sight of trainer 0's part early in it and waited at the meeting instead (a call to
+// trainer0_work over its bound), the meeting's 3 s would end before the part: the job's errors
+// show that too.
 TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaitedFor) {
   const fs::path saves = root_ / "slow_dense_saves";
+  constexpr int kConnections = 2;  // runner.server_connections: ranges held at once
   const TrainerConfig cfg =
       config({"runner.sync_mode=async", "runner.model_save_path=" + saves.string(),
-              "runner.collective_timeout_s=3", "runner.server_timeout_s=10"});
+              "runner.collective_timeout_s=3", "runner.server_timeout_s=10",
+              "runner.server_connections=" + std::to_string(kConnections)});
   // One range of a ranged read of the dense table: its request carries no values.
   table::server::DenseRequest range;
   range.action = table::server::DenseAction::kRead;
@@ -338,9 +343,9 @@ TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaite
   std::atomic<int> held{0};
   table::server::ServerOptions base;
   base.max_payload_bytes = 8 << 10;
-  // Two threads run the hook (one range a connection), two serve the others meanwhile: trainer
-  // 0's publishes of its part and trainer 1's reads of them.
-  base.threads = 4;
+  // A thread a connection runs the hook (one range held on each), two serve the others
+  // meanwhile: trainer 0's publishes of its part and trainer 1's reads of them.
+  base.threads = kConnections + 2;
   base.drop_reply = [&](const table::server::FrameHeader& header) {
     if (header.op == table::server::Op::kDense && header.client_id == held_client.load() &&
         header.payload_bytes == range_request.size()) {
@@ -352,7 +357,6 @@ TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaite
   Servers shards(cfg, 1, fs::temp_directory_path().string(), base);
   const auto train = data_files((root_ / "train").string());
   const std::string dir = (saves / "0").string();
-  ::testing::internal::CaptureStderr();
   const ps_test::TrainerJob job =
       ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
         trainer.train_pass(train);
@@ -363,12 +367,10 @@ TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaite
         }
         trainer.save(dir);
       });
-  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(job.errors, (std::vector<std::string>{"", ""}));
-  EXPECT_GE(held.load(), 5) << "the dense table did not travel in ranges";
-  // Trainer 1 followed trainer 0's part to its end (it did not fall back to the meeting).
-  EXPECT_EQ(log.find("cannot show the other trainers"), std::string::npos) << log;
-  EXPECT_EQ(log.find("cannot follow trainer 0"), std::string::npos) << log;
+  // Nine ranges held (the read's), two at a time: trainer 0's part lasted about 5 s. Eight would
+  // be 4 s, still over the 3 s bound; five would be about the bound itself.
+  EXPECT_GE(held.load(), 8) << "the dense table did not travel in enough ranges: " << held.load();
   EXPECT_TRUE(fs::exists(fs::path(dir) / "MODEL_MANIFEST"));
 }
 
