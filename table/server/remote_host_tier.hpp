@@ -163,6 +163,14 @@ class RemoteHostTier final : public HostTier {
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
   std::vector<ServerRestart> pending_restarts() const { return identities_.pending_restarts(); }
+  // Whether endpoint `e` is among pending_restarts(). Endpoint 0, the first server, holds
+  // trainer0_work and, in the PS modes, the job's barriers, votes and small tables.
+  bool restart_pending(std::size_t e) const {
+    for (const ServerRestart& restart : pending_restarts()) {
+      if (restart.endpoint == e) return true;
+    }
+    return false;
+  }
   // Adopts the restarted servers as they are now, so calls to them proceed: after the caller
   // restored their state (accept first, then load() the last save), or chose to go on without
   // the lost rows.

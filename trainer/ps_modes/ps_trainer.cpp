@@ -418,7 +418,7 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
   // now. The others hear of a restart of the first server at their own call to it (the barrier
   // after the part, cut or refused), not from the outcome, and go to recover's meeting.
   if (*restarted && repairs_together()) {
-    *first_restarted = first_server_restarted(*s.servers);
+    *first_restarted = s.servers->restart_pending(0);
     restarts_found_ = SaveLineage::describe_restarts(*s.servers);
     restart_agreed_ = true;
     s.servers->accept_restarts();

@@ -133,7 +133,7 @@ bool PsTrainer::agree_on_restart(int64_t pass, bool found, const std::function<v
       // A restart of the first server, which holds the votes and the barriers, is the vote's
       // answer: every trainer finds it at its next call to it (this vote's, at the latest).
       SaveLineage::find_restarts(*s.servers, timeout_s);
-      if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
+      if (s.servers->restart_pending(0)) return restart_agreed_ = true;
       vote_restart(pass);
     }
     // Every vote is cast before its trainer meets: every trainer reads the same ones.
@@ -165,7 +165,7 @@ void PsTrainer::vote_after_evaluation(int64_t pass) {
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
   SaveLineage::find_restarts(*s.servers, timeout_s);
   bool voted = false;
-  if (!first_server_restarted(*s.servers)) {
+  if (!s.servers->restart_pending(0)) {  // the first server (the votes') not restarted
     const std::string p = std::to_string(pass);
     try {
       vote_restart(pass + 1);

@@ -161,13 +161,6 @@ bool TrainerZeroWork::publish(float state, uint64_t moves) {
   return false;
 }
 
-bool first_server_restarted(const table::server::RemoteHostTier& servers) {
-  for (const auto& restart : servers.pending_restarts()) {
-    if (restart.endpoint == 0) return true;
-  }
-  return false;
-}
-
 void TrainerZeroWork::publish_ended() {
   // A write of an earlier publish applied late (one the client gave up on) could hide the end:
   // the end is written again while a read shows one, of this part or of an earlier part of the
@@ -196,8 +189,9 @@ void TrainerZeroWork::publish_ended() {
   try {
     const auto until = Clock::now() + micros_of(call_s_);
     for (;;) {
+      // Written, it reached the first server, not restarted then (it answers Aborted until the
+      // restart is accepted); restarted since, it fails the read back.
       if (!publish(kEnded, servers_.progress_frames())) return;
-      if (first_server_restarted(servers_)) return;
       std::vector<float> table;
       if (!read_table(servers_, call_s_, &table).ok()) return;
       const Row seen = parse(table);

@@ -70,10 +70,6 @@ struct TrainerZeroPart {
   int64_t index = 0;
 };
 
-// Whether the first server, which holds trainer0_work (and, in the PS modes, the job's barriers
-// and small tables), is among the restarts `servers` found and has not accepted yet.
-bool first_server_restarted(const table::server::RemoteHostTier& servers);
-
 // A job's nonce: never 0, exact in the table's floats (48 bits).
 uint64_t draw_trainer_zero_job();
 // A nonce as two floats, each exact (24 bits), and back (PS: ps_outcome carries it).
