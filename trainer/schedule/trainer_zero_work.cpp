@@ -88,7 +88,7 @@ void TrainerZeroParts::end_run() { recovery_ = TrainerZeroPart::kAfterRun; }
 
 int64_t TrainerZeroParts::begin_recovery() {
   GPUBOX_EXPECTS(recovery_ + 1 < TrainerZeroPart::kAfterRun,
-                 "a recovery begins outside a train() run");
+                 "a recovery begins after a train() run ended");
   return ++recovery_;
 }
 
