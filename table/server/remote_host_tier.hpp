@@ -68,9 +68,9 @@ struct DenseCall {
   // table that only shows how a part moves (trainer0_work) is no change of the job's state.
   bool mutation = true;
   // Whether each of its frames answered counts in progress_frames(), as a SAVE's or LOAD's
-  // PROGRESS frames do: a dense table read or written as part of a save or a load, so that a long
-  // one shows the others that trainer 0's part moves (trainer_zero_work.hpp). Not for the small
-  // tables other threads call meanwhile (trainer0_work itself, the heartbeats).
+  // PROGRESS frames do: a dense table read or written in a part of trainer 0 (a save, a load, the
+  // job's start), so that a long one shows the others that the part moves (trainer_zero_work.hpp).
+  // Not for the small tables other threads call meanwhile (trainer0_work itself, the heartbeats).
   bool progress = false;
 };
 

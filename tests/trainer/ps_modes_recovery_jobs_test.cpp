@@ -103,8 +103,9 @@ class Restarter {
   Servers::Shape shape() {
     if (at_ == RestartAt::kAtSecondSave) {
       return [this](int i, table::server::ServerOptions* options) {
-        if (i != server_)
+        if (i != server_) {
           options->drop_reply = [this](const auto& header) { return saved(header); };
+        }
       };
     }
     if (at_ != RestartAt::kCuttingAPush) return nullptr;

@@ -82,7 +82,7 @@ uint64_t trainer_zero_job_of(float low, float high);
 // {run, recovery}: its train() run (every trainer counts its train() calls alike) and that run's
 // recoveries so far (each a meeting of every trainer, named by its number), or kAfterRun once the
 // run ended. The recoveries are counted per run, not per job: a recovery that failed (a trainer
-// went to its meeting, another failed before it) ends the run on every trainer with the counts
+// went to its meeting, another did not come) ends the run on every trainer with the counts
 // apart, and the next run starts them alike again (a count kept for the job would put that
 // trainer's parts one stage after trainer 0's for the rest of the job: it waited for a part
 // trainer 0 never begins, and failed after runner.collective_timeout_s).
@@ -94,7 +94,8 @@ class TrainerZeroParts {
   // The run ends, however it ends: the parts until the next run (a save or a load a program calls
   // between train() calls) are stage {run, kAfterRun}.
   void end_run();
-  // A recovery of the run begins: its number in the run, from 1 (its meeting's name).
+  // A recovery of the run begins: its number in the run, from 1 (its meeting's name). Only
+  // before end_run (a recovery is of a run).
   int64_t begin_recovery();
   // The next part in the current stage: index 1 in a new stage.
   TrainerZeroPart next();
@@ -120,11 +121,11 @@ class TrainerZeroWork {
   TrainerZeroWork(table::server::RemoteHostTier& servers, const TrainerZeroPart& part,
                   double interval_s, double call_s);
   // Publishes the part ended (whatever its outcome): a write, a read back, and the write again
-  // while the read shows an older publish of the part (one applied late), for up to call_s; not
-  // again when the write failed (the transport retried it within call_s) or a restart of the
-  // first server is pending (its answers Aborted at once; another server's restart pending reads
-  // back as usual). At worst about 4 call_s in all: the
-  // thread's publish in flight, then the write and read, then one more of each.
+  // while the read shows an older publish of the part or of an earlier part (one applied late),
+  // for up to call_s; not again when the write or the read failed (the transport retried it
+  // within call_s; a first server restarted answers Aborted at once, while another server's
+  // restart pending reads back as usual). At worst about 4 call_s in all: the thread's publish in
+  // flight, then the write and read, then one more of each.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
