@@ -79,6 +79,7 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
           return Status::Internal("DENSE '" + name + "': the server did not take the write");
         }
         if (!write && n > 0) std::memcpy(values->data(), reply->values, sizeof(float) * n);
+        if (call.progress) dense_progress_.fetch_add(1, std::memory_order_relaxed);
         return Status::OK();
       },
       /*retry=*/true, deadline_s);
@@ -161,6 +162,7 @@ Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
           if (!write && count > 0) {
             std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
           }
+          if (call.progress) dense_progress_.fetch_add(1, std::memory_order_relaxed);
           return Status::OK();
         },
         /*retry=*/true, deadline_s + transfer_allowance_s(window_bytes),

@@ -11,6 +11,7 @@
 // decides (resume from the last save, or stop), never the client silently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,6 +67,11 @@ struct DenseCall {
   // last save is adopted quietly only when no change reached it since (ServerIdentityBook). A
   // table that only shows how a part moves (trainer0_work) is no change of the job's state.
   bool mutation = true;
+  // Whether each of its frames answered counts in progress_frames(), as a SAVE's or LOAD's
+  // PROGRESS frames do: a dense table read or written in a part of trainer 0 (a save, a load, the
+  // job's start), so that a long one shows the others that the part moves (trainer_zero_work.hpp).
+  // Not for the small tables other threads call meanwhile (trainer0_work itself, the heartbeats).
+  bool progress = false;
 };
 
 class RemoteHostTier final : public HostTier {
@@ -148,13 +154,23 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
-  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), from
-  // any thread.
-  uint64_t progress_frames() const { return transport_.progress_frames(); }
+  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), and the
+  // frames answered to its DENSE calls made with DenseCall::progress; from any thread.
+  uint64_t progress_frames() const {
+    return transport_.progress_frames() + dense_progress_.load(std::memory_order_relaxed);
+  }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
   std::vector<ServerRestart> pending_restarts() const { return identities_.pending_restarts(); }
+  // Whether endpoint `e` is among pending_restarts(). Endpoint 0, the first server, holds
+  // trainer0_work and, in the PS modes, the job's barriers, votes and small tables.
+  bool restart_pending(std::size_t e) const {
+    for (const ServerRestart& restart : pending_restarts()) {
+      if (restart.endpoint == e) return true;
+    }
+    return false;
+  }
   // Adopts the restarted servers as they are now, so calls to them proceed: after the caller
   // restored their state (accept first, then load() the last save), or chose to go on without
   // the lost rows.
@@ -215,6 +231,7 @@ class RemoteHostTier final : public HostTier {
   mutable Mutex sync_mu_;
   std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);
   Transport transport_;
+  std::atomic<uint64_t> dense_progress_{0};  // frames answered to DenseCall::progress calls
 };
 
 }  // namespace gpubox::table::server

@@ -1,13 +1,13 @@
 // Issue 32: a server of a PS job of several trainers (async, sync or geo) restarted (same port,
-// empty) within a pass or between passes is repaired in the run: the trainers vote at the pass's
-// end whether any of them found a restart, and all of them go back to trainer 0's last complete
-// save together and train the pass again. In the sync mode a trainer whose step failed first lets
-// the others out of the step's barrier they wait at (SyncBarriers::hold), so every trainer comes
-// to the vote without waiting out runner.collective_timeout_s. The oracle: the same 2-trainer job
-// resumed from that save by new trainers on fresh servers (as a rerun in new processes resumes
-// it). Every row's show and click counts (sums of whole instances, whatever order the pushes
-// arrive in) end equal, so every instance of every pass counted once: none of the failed pass's
-// updates left on a server, and none of the save lost. A sync job of one thread a trainer is
+// empty) within a pass, between passes or as trainer 0 saves is repaired in the run: the trainers
+// vote at the pass's end whether any of them found a restart, and all of them go back to trainer
+// 0's last complete save together and train the pass again. In the sync mode a trainer whose step
+// failed first lets the others out of the step's barrier they wait at (SyncBarriers::hold), so
+// every trainer comes to the vote without waiting out runner.collective_timeout_s. The oracle: the
+// same 2-trainer job resumed from that save by new trainers on fresh servers (as a rerun in new
+// processes resumes it). Every row's show and click counts (sums of whole instances, whatever order
+// the pushes arrive in) end equal, so every instance of every pass counted once: none of the failed
+// pass's updates left on a server, and none of the save lost. A sync job of one thread a trainer is
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
 // modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
 // job after a recovered one on the same servers trains without going back. A recovery refused:
@@ -67,6 +67,9 @@ enum class RestartAt {
   // at that step's barrier (its push applied the step), the server restarts and the push's reply
   // is dropped, so that its trainer's push fails on the restart while the other waits for it.
   kCuttingAPush,
+  // As trainer 0 writes pass 1's save: the other server applied that SAVE (the job's second), and
+  // its reply waits until this server restarted (the other server's fault hook).
+  kAtSecondSave,
 };
 
 // Until a trainer waits at a barrier of the first server, for 60 s at most (a trainer that never
@@ -98,6 +101,13 @@ class Restarter {
     ~JoinRestart() { restarter.join(); }
   };
   Servers::Shape shape() {
+    if (at_ == RestartAt::kAtSecondSave) {
+      return [this](int i, table::server::ServerOptions* options) {
+        if (i != server_) {
+          options->drop_reply = [this](const auto& header) { return saved(header); };
+        }
+      };
+    }
     if (at_ != RestartAt::kCuttingAPush) return nullptr;
     return [this](int i, table::server::ServerOptions* options) {
       if (i == server_) options->drop_reply = [this](const auto& header) { return cut(header); };
@@ -134,6 +144,13 @@ class Restarter {
   void restart_once() {
     if (!restarted_.exchange(true)) shards_->restart(server_);
   }
+  // The other server's fault hook (on one of its threads, after the request was applied, before
+  // its reply): the job's second SAVE restarts this server (another server's threads: it can wait
+  // for them).
+  bool saved(const table::server::FrameHeader& header) {
+    if (header.op == table::server::Op::kSave && saves_.fetch_add(1) + 1 == 2) restart_once();
+    return false;
+  }
   // Server 1's fault hook (on one of its threads, after the request was applied): the first push
   // once armed.
   bool cut(const table::server::FrameHeader& header) {
@@ -161,6 +178,7 @@ class Restarter {
   std::atomic<bool> restarted_{false};
   std::atomic<bool> armed_{false};
   std::atomic<bool> stopping_{false};  // cut(): the old instance stopped taking connections
+  std::atomic<int> saves_{0};          // saved(): the SAVEs the other server applied
   std::thread restarting_;
 };
 
@@ -450,6 +468,18 @@ TEST_F(PsJobRecovery, SyncServerRestartedBetweenPassesIsRepairedByBothTrainers) 
 
 TEST_F(PsJobRecovery, SyncRestartFoundByOneTrainersEvaluationIsRepairedByBothTrainers) {
   job_ends_as_resumed_from_the_save("sync", RestartAt::kAtTrainer0sEvaluation, 1);
+}
+
+// Server 0, which holds trainer0_work, the outcome and the meetings, restarts as trainer 0 writes
+// pass 1's save (the gpubox mode's twin: gpubox_job_recovery_test's
+// FirstServerRestartedAsTrainerZeroSavesIsRepairedWithinTheMeetingsBound): trainer 0's part fails
+// on it, trainer 1's watch of the part is refused (Aborted) and goes to the meeting, which it
+// finds restarted too; both go back to pass 0's save without waiting out a meeting, and the job
+// ends as the one resumed from that save.
+TEST_F(PsJobRecovery, AsyncFirstServerRestartedAsTrainerZeroSavesIsRepairedByBothTrainers) {
+  std::string log;
+  job_ends_as_resumed_from_the_save("async", RestartAt::kAtSecondSave, 0, &log);
+  EXPECT_NE(log.find("to write the save "), std::string::npos) << log;
 }
 
 // A job started from a save (runner.model_init_path, as --load and Python's load()) goes back

@@ -1,9 +1,11 @@
 // Saves of the parameter-server modes: a PS save loads in the gpubox mode and back, a stopped job
 // resumes from its last save (a relative save path too), a second job on the same servers starts
-// afresh; the trainers of a job that recovers from saves share its save folder.
+// afresh; the trainers of a job that recovers from saves share its save folder; the others wait
+// for trainer 0's save as long as its dense table's ranges come.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -19,6 +21,8 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/generator.hpp"
+#include "table/server/protocol.hpp"
+#include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_row/optimizer.hpp"
@@ -308,6 +312,66 @@ TEST_F(PsModes, TheTrainersOfAJobThatRecoversFromSavesShareTheSaveFolder) {
       << job.errors[0];
   EXPECT_FALSE(fs::exists(own[0] / "0"));
   EXPECT_FALSE(fs::exists(own[0] / ".gpubox_job_token"));
+}
+
+// Trainer 0's part of a save whose dense table travels slowly: the servers' frame limit lowered
+// so that the table goes in nine ranges (of 2,028 floats at most: 8 KiB less the heads), and
+// every range of trainer 0's read of it held a second by the server's fault hook (two at once,
+// one a connection, in windows of four: 2 + 2 + 1 s, over runner.collective_timeout_s of 3 s,
+// each range well within it). Each range answered counts as a move of trainer 0's part
+// (DenseCall::progress, as a SAVE's PROGRESS frames do), so trainer 1 waits for it and both
+// trainers end well with the save written. Before, the dense read showed no move: trainer 1
+// failed after 3 s naming trainer 0 ("made no progress to write the save"). Had trainer 1 lost
+// sight of trainer 0's part early in it and waited at the meeting instead (a call to
+// trainer0_work over its bound), the meeting's 3 s would end before the part: the job's errors
+// show that too.
+TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaitedFor) {
+  const fs::path saves = root_ / "slow_dense_saves";
+  constexpr int kConnections = 2;  // runner.server_connections: ranges held at once
+  const TrainerConfig cfg =
+      config({"runner.sync_mode=async", "runner.model_save_path=" + saves.string(),
+              "runner.collective_timeout_s=3", "runner.server_timeout_s=10",
+              "runner.server_connections=" + std::to_string(kConnections)});
+  // One range of a ranged read of the dense table: its request carries no values.
+  table::server::DenseRequest range;
+  range.action = table::server::DenseAction::kRead;
+  range.name = kDenseTableName;
+  range.has_values = false;
+  std::vector<uint8_t> range_request;
+  table::server::encode_dense_range(range, nullptr, &range_request);
+  std::atomic<uint64_t> held_client{0};  // trainer 0's client, once its pass ended
+  std::atomic<int> held{0};
+  table::server::ServerOptions base;
+  base.max_payload_bytes = 8 << 10;
+  // A thread a connection runs the hook (one range held on each), two serve the others
+  // meanwhile: trainer 0's publishes of its part and trainer 1's reads of them.
+  base.threads = kConnections + 2;
+  base.drop_reply = [&](const table::server::FrameHeader& header) {
+    if (header.op == table::server::Op::kDense && header.client_id == held_client.load() &&
+        header.payload_bytes == range_request.size()) {
+      ++held;
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    return false;
+  };
+  Servers shards(cfg, 1, fs::temp_directory_path().string(), base);
+  const auto train = data_files((root_ / "train").string());
+  const std::string dir = (saves / "0").string();
+  const ps_test::TrainerJob job =
+      ps_test::run_trainers(cfg, shards.endpoints(), 2, [&](PsTrainer& trainer, int w) {
+        trainer.train_pass(train);
+        // From here trainer 0's client reads the dense table in ranges only in its save.
+        if (w == 0) {
+          held_client =
+              dynamic_cast<table::server::RemoteHostTier&>(trainer.host_tier()).client_id();
+        }
+        trainer.save(dir);
+      });
+  EXPECT_EQ(job.errors, (std::vector<std::string>{"", ""}));
+  // Nine ranges held (the read's), two at a time: trainer 0's part lasted about 5 s. Eight would
+  // be 4 s, still over the 3 s bound; five would be about the bound itself.
+  EXPECT_GE(held.load(), 8) << "the dense table did not travel in enough ranges: " << held.load();
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "MODEL_MANIFEST"));
 }
 
 }  // namespace

@@ -13,7 +13,9 @@
 // - a failed trainer's wait for the others' watches ends at once when they saw the mark before the
 //   wait began;
 // - a sync job's trainer slower to read the job's id than trainer 0 is to write its token into
-//   runner.model_save_path still joins trainer 0's job (the token is the job's id).
+//   runner.model_save_path still joins trainer 0's job (the token is the job's id);
+// - a trainer that came alone to a recovery's meeting counts trainer 0's parts after the run as
+//   trainer 0 does.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -469,6 +471,63 @@ TEST_F(PsModes, ASyncTrainerSlowToReadTheJobsIdJoinsTrainerZerosJob) {
   EXPECT_TRUE(milestones.reached("trainer 0 wrote the token"));
   EXPECT_EQ(errors[0], "") << "trainer 0";
   EXPECT_EQ(errors[1], "") << "trainer 1";
+}
+
+// A PsTrainer reused after a recovery only one trainer came to. In run 1, trainer 0's outcome of
+// pass 0's save is replaced by a restart's (as if its save had found one) between its write and
+// the meeting after the save (trainer 0's order hook): trainer 1 goes to the recovery's meeting,
+// which trainer 0, whose run ends well, never comes to, and trainer 1's run fails there. Then the
+// program has both trainers save again (save(), between train() calls): trainer 0's part, which
+// trainer 1 waits for as the same part (TrainerZeroParts: the recoveries counted per run, the
+// parts after a run in a stage of their own), and both save well. With the recoveries counted
+// for the job, trainer 1 counted it one stage after trainer 0's, waited for a part trainer 0
+// never begins and failed ("it did not begin it"), and trainer 0 with it at the meeting.
+TEST_F(PsModes, ARecoveryOnlyOneTrainerCameToShiftsNoPartAfterTheRun) {
+  const TrainerConfig cfg =
+      config({"runner.train_data_dir=" + (root_ / "train").string(),
+              "runner.test_data_dir=", "runner.sync_mode=async", "runner.epochs=1",
+              "runner.save_mode=checkpoint", "runner.resume=off",
+              "runner.model_save_path=" + (root_ / "one_sided_recovery").string()});
+  Servers shards(cfg, 1);
+  const fs::path again = root_ / "one_sided_recovery_again";
+  Milestones milestones;
+  std::atomic<bool> replaced{false};
+  std::vector<std::string> first(2);
+  std::vector<std::string> second(2);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      const auto at = static_cast<std::size_t>(w);
+      std::unique_ptr<PsTrainer> trainer;
+      const PsTrainer::OrderHook hook = [&, w](const std::string& point) {
+        if (w != 0 || point != "meet ps/saved/1" || replaced.exchange(true)) return;
+        // PsTrainer's outcome table and its restart's outcome (ps_trainer.cpp).
+        auto& servers = dynamic_cast<RemoteHostTier&>(trainer->host_tier());
+        std::vector<float> outcome(4, 0.0f);
+        EXPECT_TRUE(servers.dense(DenseAction::kRead, "ps_outcome", &outcome).ok());
+        outcome[0] = 2.0f;
+        EXPECT_TRUE(servers.dense(DenseAction::kWrite, "ps_outcome", &outcome).ok());
+      };
+      first[at] = error_of([&] {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        trainer = std::make_unique<PsTrainer>(cfg, env, hook);
+        trainer->train();
+      });
+      milestones.reach("trainer " + std::to_string(w) + " ended run 1");
+      EXPECT_TRUE(milestones.await("trainer " + std::to_string(1 - w) + " ended run 1"));
+      if (trainer) second[at] = error_of([&] { trainer->save(again.string()); });
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_TRUE(replaced.load());
+  EXPECT_EQ(first[0], "") << "trainer 0";
+  EXPECT_NE(first[1].find("to go back to the last save together"), std::string::npos) << first[1];
+  EXPECT_EQ(second[0], "") << "trainer 0";
+  EXPECT_EQ(second[1], "") << "trainer 1";
+  EXPECT_TRUE(fs::exists(again / "MODEL_MANIFEST"));
 }
 
 }  // namespace

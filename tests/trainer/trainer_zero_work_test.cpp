@@ -5,18 +5,24 @@
 // unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
 // its part; a late end is no move, and so is a read that fails for a moment; a restarted first
 // server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
-// save from being adopted; parts count from 1 again in each stage. A waiter that must not return is
-// given a short silence: it throws, naming why, rather than returning (no time is measured).
+// save from being adopted; another server's restart pending, trainer 0 still reads its end back
+// (a late write of the part or of the previous part overwritten); parts count from 1 again in each
+// stage. A waiter that must not return is given a short silence: it throws, naming why, rather than
+// returning (no time is measured).
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/server/protocol.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
@@ -266,22 +272,147 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
   EXPECT_TRUE(client->pending_restarts().empty());
 }
 
+// Two servers; the second restarted and found so by a call (its restart pending in the client,
+// as after a SAVE that failed on it), the first answering as before. Between trainer 0's write of
+// part `part`'s end and its read back, another client writes `late`, as a publish the client gave
+// up on and the server applied late. *table: the table as read after trainer 0's part ended.
+void read_after_a_late_write(const TrainerZeroPart& part, const std::vector<float>& late,
+                             std::vector<float>* table) {
+  using table::server::ServerOptions;
+  FakeHostTier first(table::server::testing::test_config());
+  FakeHostTier second(table::server::testing::test_config());
+  FakeHostTier second_again(table::server::testing::test_config());
+  std::function<void()> between;  // set before between_client
+  std::atomic<uint64_t> between_client{0};
+  ServerOptions options0;
+  options0.threads = 2;  // one runs the hook while the other serves what it sends
+  options0.shard_num = 2;
+  options0.drop_reply = [&](const table::server::FrameHeader& header) {
+    uint64_t armed = header.client_id;
+    if (header.op == table::server::Op::kDense && armed != 0 &&
+        between_client.compare_exchange_strong(armed, 0)) {
+      between();
+    }
+    return false;
+  };
+  ServerOptions options1;
+  options1.shard_id = 1;
+  options1.shard_num = 2;
+  auto server0 = start_server(&first, options0);
+  auto server1 = start_server(&second, options1);
+  ASSERT_TRUE(server0 && server1);
+  const std::string endpoints = server0->endpoint() + "," + server1->endpoint();
+  auto client = connect_client(client_options(endpoints));
+  ASSERT_TRUE(client);
+  std::vector<uint64_t> keys(32);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+  std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
+  ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
+  options1.port = server1->port();
+  server1.reset();
+  server1 = start_server(&second_again, options1);
+  ASSERT_TRUE(server1);
+  EXPECT_FALSE(client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+  ASSERT_EQ(client->pending_restarts().size(), 1u);
+  ASSERT_EQ(client->pending_restarts()[0].endpoint, 1u);
+  auto other = connect_client(client_options(endpoints));
+  ASSERT_TRUE(other);
+  {
+    TrainerZeroWork work(*client, part, 0.01, 3.0);  // publishes seq 1, running
+    between = [&] {
+      std::vector<float> written = late;
+      EXPECT_TRUE(other->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &written).ok());
+    };
+    between_client = client->client_id();  // its next DENSE call: the end's write (seq 2)
+  }
+  EXPECT_EQ(between_client.load(), 0u) << "the end was not written";
+  std::vector<float> read(TrainerZeroWork::kSlots, 0.0f);
+  EXPECT_TRUE(other->dense(DenseAction::kRead, TrainerZeroWork::kTable, &read).ok());
+  server0->stop();  // its threads call the hook, which uses this function's locals
+  server0->wait();
+  *table = read;
+}
+
+// A late write of the part (seq 1, running), another server's restart pending: trainer 0 reads it
+// back and writes the end again, so the table ends showing the end. Before, any pending restart
+// ended the publishing after the first write, and the table showed the part running: the others
+// waited out runner.collective_timeout_s and named trainer 0 stuck.
+TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestartIsPending) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  std::vector<float> table;
+  read_after_a_late_write(part, TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                          &table);
+  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
+  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
+  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
+}
+
+// A late write of the previous part (running, with a seq above any of this part's: each part
+// counts its own) overwritten alike: the table ends showing this part ended. Before, only a late
+// write of this part was: the table showed the previous part running, and the others failed
+// after runner.collective_timeout_s ("did not begin it").
+TEST(TrainerZeroWorkOtherRestart, ALateWriteOfThePreviousPartIsReadBackAndOverwritten) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 2);
+  std::vector<float> table;
+  read_after_a_late_write(
+      part, TrainerZeroWork::row(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning, 0, 7), &table);
+  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
+  EXPECT_EQ(table[4], 2.0f) << "the previous part's late write was left";
+  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
+  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
+}
+
+// A part's stage and number, as the waiters compare them.
+std::tuple<int64_t, int64_t, int64_t> place(const TrainerZeroPart& part) {
+  return {part.run, part.recovery, part.index};
+}
+
 // Every trainer counts alike; a part one trainer skipped in a stage shifts nothing after the
-// stage every trainer reaches together.
+// stage every trainer reaches together (a recovery, a run, the end of a run).
 TEST(TrainerZeroParts, CountFromOneInEachStage) {
   TrainerZeroParts zero;
   TrainerZeroParts other;
   zero.job = kJob;
-  EXPECT_EQ(zero.next(0, 0).index, 1);
-  EXPECT_EQ(zero.next(0, 0).index, 2);
-  EXPECT_EQ(zero.next(0, 0).job, kJob);
-  EXPECT_EQ(other.next(0, 0).index, 1);  // skipped two parts, failing towards a recovery
-  const TrainerZeroPart a = zero.next(0, 1);
-  const TrainerZeroPart b = other.next(0, 1);
-  EXPECT_EQ(a.index, 1);
-  EXPECT_EQ(b.index, 1);
-  EXPECT_EQ(zero.next(1, 1).index, 1);
-  EXPECT_EQ(zero.next(1, 1).index, 2);
+  zero.begin_run(1);
+  other.begin_run(1);
+  EXPECT_EQ(zero.next().index, 1);
+  EXPECT_EQ(zero.next().index, 2);
+  EXPECT_EQ(zero.next().job, kJob);
+  EXPECT_EQ(other.next().index, 1);  // skipped two parts, failing towards a recovery
+  EXPECT_EQ(zero.begin_recovery(), 1);
+  EXPECT_EQ(other.begin_recovery(), 1);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(place(zero.next()), std::make_tuple(int64_t{1}, int64_t{1}, int64_t{2}));
+  zero.end_run();
+  EXPECT_EQ(place(zero.next()),
+            std::make_tuple(int64_t{1}, TrainerZeroPart::kAfterRun, int64_t{1}));
+  zero.begin_run(2);
+  EXPECT_EQ(place(zero.next()), std::make_tuple(int64_t{2}, int64_t{0}, int64_t{1}));
+  EXPECT_EQ(zero.next().index, 2);
+}
+
+// A recovery that failed: in run 1 trainer 1 came to a recovery's meeting and trainer 0 failed
+// before it (its run ended, no recovery counted). The parts after the run (a save the program
+// calls between its train() calls) and in the next run are numbered alike on both, and so is the
+// next run's recovery (its meeting's name). With the recoveries counted for the job, trainer 1
+// counted every later part one stage after trainer 0's: it waited for a part trainer 0 never
+// begins and failed after runner.collective_timeout_s.
+TEST(TrainerZeroParts, ARecoveryOnlyOneTrainerBeganShiftsNoPartOfTheNextRun) {
+  TrainerZeroParts zero;
+  TrainerZeroParts other;
+  zero.begin_run(1);
+  other.begin_run(1);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(other.begin_recovery(), 1);
+  other.next();  // the recovery's reload: trainer 1 waits for it, trainer 0 is gone
+  zero.end_run();
+  other.end_run();
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  zero.begin_run(2);
+  other.begin_run(2);
+  EXPECT_EQ(place(zero.next()), place(other.next()));
+  EXPECT_EQ(zero.begin_recovery(), other.begin_recovery());
+  EXPECT_EQ(place(zero.next()), place(other.next()));
 }
 
 }  // namespace

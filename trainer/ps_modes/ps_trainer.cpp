@@ -190,8 +190,9 @@ void PsTrainer::start_job(bool recovery) {
         PsWorker& first = *s.workers[0];
         first.card().activate();
         std::vector<float> dense = first.model().parameters().values_to_host();
-        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense)
-                           .with_context("writing the servers' dense table"));
+        throw_if_error(
+            s.servers->dense(DenseAction::kWrite, kDenseTableName, &dense, dense_call_of_part())
+                .with_context("writing the servers' dense table"));
         std::vector<float> zeros(static_cast<std::size_t>(env_.trainers), 0.0f);
         throw_if_error(
             s.servers->dense(DenseAction::kWrite, kBatchesTable, &zeros)
@@ -356,9 +357,10 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
   if (env_.trainer_id == 0 && trainer_zero_parts_.job == 0) {
     trainer_zero_parts_.job = draw_trainer_zero_job();
   }
-  // Counted from 1 again in each train() run and each recovery, which every trainer reaches
-  // together: a part one trainer skipped on its way to a recovery shifts no count after it.
-  const TrainerZeroPart number = trainer_zero_parts_.next(s.run, recoveries_);
+  // Counted from 1 again in each train() run and each recovery of it, which every trainer reaches
+  // together: a part one trainer skipped on its way to a recovery shifts no count after it
+  // (TrainerZeroParts).
+  const TrainerZeroPart number = trainer_zero_parts_.next();
   const double collective_s = config_.runner.collective_timeout_s;
   const double server_s = config_.host_tier.remote.deadline_s;
   if (env_.trainers > 1 && env_.trainer_id != 0) {
@@ -416,7 +418,7 @@ std::exception_ptr PsTrainer::run_part_of_trainer_zero(const std::function<void(
   // now. The others hear of a restart of the first server at their own call to it (the barrier
   // after the part, cut or refused), not from the outcome, and go to recover's meeting.
   if (*restarted && repairs_together()) {
-    *first_restarted = first_server_restarted(*s.servers);
+    *first_restarted = s.servers->restart_pending(0);
     restarts_found_ = SaveLineage::describe_restarts(*s.servers);
     restart_agreed_ = true;
     s.servers->accept_restarts();
@@ -454,6 +456,12 @@ std::vector<PassReport> PsTrainer::train(const std::string& start_from, const Ru
   // First: a train() that throws before its watch exists is a run too (every trainer counts
   // its train() calls alike).
   const int run = ++s.run;
+  // The stage of trainer 0's parts: this run's, until it ends however it ends.
+  trainer_zero_parts_.begin_run(run);
+  struct EndRun {
+    TrainerZeroParts& parts;
+    ~EndRun() { parts.end_run(); }
+  } end_run{trainer_zero_parts_};
   // A lost trainer or server ends the job within runner.peer_timeout_s, naming it; the watch
   // stops beating when train() ends, by an error too (the others then see this trainer lost).
   std::unique_ptr<PsPeerWatch> watch;

@@ -347,14 +347,14 @@ class PsTrainer final : public Schedule {
   std::unique_ptr<State> state_;
   int64_t pass_id_ = 0;
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
-  // on_trainer_zero's parts so far (alike on every trainer) and the job's nonce.
+  // on_trainer_zero's parts so far (alike on every trainer), in stages of the train() runs and
+  // their recoveries, and the job's nonce.
   TrainerZeroParts trainer_zero_parts_;
   // A job that repairs together: the job agreed that a server restarted (the pass's vote,
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).
   bool restart_agreed_ = false;
   std::string restarts_found_;
-  int recoveries_ = 0;  // recover_together's rendezvous so far (the same on every trainer)
   OrderHook order_hook_;
 };
 

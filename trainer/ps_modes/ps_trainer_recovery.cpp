@@ -190,7 +190,7 @@ bool PsTrainer::agree_on_restart(int64_t pass, const std::exception_ptr& restart
       // A restart of the first server, which holds the votes and the barriers, is the vote's
       // answer: every trainer finds it at its next call to it (this vote's, at the latest).
       SaveLineage::find_restarts(*s.servers, timeout_s);
-      if (first_server_restarted(*s.servers)) return restart_agreed_ = true;
+      if (s.servers->restart_pending(0)) return restart_agreed_ = true;
       // Classified once every restarted server is known (a call cut off by another one of a
       // fleet restart names a restart too).
       vote_restart(pass, !own_failure_in_pass(restarted, pass).empty());
@@ -224,7 +224,7 @@ void PsTrainer::vote_after_evaluation(int64_t pass) {
   const double timeout_s = config_.host_tier.remote.connect_timeout_s;
   SaveLineage::find_restarts(*s.servers, timeout_s);
   bool voted = false;
-  if (!first_server_restarted(*s.servers)) {
+  if (!s.servers->restart_pending(0)) {  // the first server (the votes') not restarted
     const std::string p = std::to_string(pass);
     try {
       vote_restart(pass + 1);
@@ -321,7 +321,10 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass,
   if (what.empty()) what = "another trainer of the job found a server restart";
   restarts_found_.clear();
   restart_agreed_ = false;
-  const std::string name = "ps/recover/" + std::to_string(++recoveries_);
+  // Named by the run and the recovery's number in it (TrainerZeroParts), the same on every
+  // trainer that comes: one left by a recovery that failed in an earlier run is another meeting.
+  const std::string name = "ps/recover/" + std::to_string(s.run) + "." +
+                           std::to_string(trainer_zero_parts_.begin_recovery());
   const std::string meeting = "to go back to the last save together after " + what;
   SaveLineage::Recovery recovery;
   std::exception_ptr failed;

@@ -42,8 +42,9 @@ void PsTrainer::write_save(const std::string& dir) {
   worker.card().activate();
   DenseState dense =
       DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
-  throw_if_error(s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values)
-                     .with_context("reading the servers' dense table for the save " + dir));
+  throw_if_error(
+      s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values, dense_call_of_part())
+          .with_context("reading the servers' dense table for the save " + dir));
   const uint64_t dense_digest = save_dense_half(dir, dense);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest,
                          worker.model().precision());
@@ -62,8 +63,9 @@ void PsTrainer::load(const std::string& dir) {
       [&] {
         restore_sparse(*s.servers, plan);
         std::vector<float> values = dense.values;
-        throw_if_error(s.servers->dense(DenseAction::kWrite, kDenseTableName, &values)
-                           .with_context("writing the dense half of " + dir + " to the servers"));
+        throw_if_error(
+            s.servers->dense(DenseAction::kWrite, kDenseTableName, &values, dense_call_of_part())
+                .with_context("writing the dense half of " + dir + " to the servers"));
       },
       "ps/load", "to load " + dir + " into the servers");
   for (auto& worker : s.workers) {

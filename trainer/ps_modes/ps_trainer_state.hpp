@@ -27,13 +27,14 @@ namespace gpubox::trainer::ps_modes {
 // trainer takes the same steps); its barriers' table is SyncBarriers'.
 inline constexpr const char* kBatchesTable = "ps_sync_batches";
 
-// Whether the first server, which holds the job's barriers and small tables, is among the
-// restarts `servers` found and has not accepted yet.
-inline bool first_server_restarted(const table::server::RemoteHostTier& servers) {
-  for (const auto& restart : servers.pending_restarts()) {
-    if (restart.endpoint == 0) return true;
-  }
-  return false;
+// How trainer 0 calls the servers' dense table "dense" in its part of a meeting (the job's start,
+// a save, a load): each frame answered counts as the part's progress, as the SAVE's and LOAD's
+// PROGRESS frames do, so that the others waiting for a long one see it move
+// (trainer_zero_work.hpp). Bounded as any call (runner.server_timeout_s a frame window).
+inline table::server::DenseCall dense_call_of_part() {
+  table::server::DenseCall call;
+  call.progress = true;
+  return call;
 }
 
 // Every dense table a PS job keeps on the servers, all on server 0 (it holds every dense table),

@@ -109,7 +109,8 @@ void SyncBarriers::fail_wait(const std::string& what, const Status& waited) {
 }
 
 void SyncBarriers::hold() {
-  if (!next_ || trainers_ == 1 || first_server_restarted(servers_)) return;
+  // Not for a restart of the first server (endpoint 0, the barriers'): every trainer finds it.
+  if (!next_ || trainers_ == 1 || servers_.restart_pending(0)) return;
   const int64_t n = *next_;
   next_.reset();
   // The arrival is counted too, so that a wait at n that runs out does not name this trainer.

@@ -79,8 +79,23 @@ uint64_t trainer_zero_job_of(float low, float high) {
          (static_cast<uint64_t>(std::llround(high)) % kExact) * kExact;
 }
 
-TrainerZeroPart TrainerZeroParts::next(int64_t run, int64_t recovery) {
-  if (last_.run != run || last_.recovery != recovery) last_ = TrainerZeroPart{0, run, recovery, 0};
+void TrainerZeroParts::begin_run(int64_t run) {
+  run_ = run;
+  recovery_ = 0;
+}
+
+void TrainerZeroParts::end_run() { recovery_ = TrainerZeroPart::kAfterRun; }
+
+int64_t TrainerZeroParts::begin_recovery() {
+  GPUBOX_EXPECTS(recovery_ + 1 < TrainerZeroPart::kAfterRun,
+                 "a recovery begins after a train() run ended");
+  return ++recovery_;
+}
+
+TrainerZeroPart TrainerZeroParts::next() {
+  if (last_.run != run_ || last_.recovery != recovery_) {
+    last_ = TrainerZeroPart{0, run_, recovery_, 0};
+  }
   ++last_.index;
   TrainerZeroPart part = last_;
   part.job = job;
@@ -148,19 +163,44 @@ bool TrainerZeroWork::publish(float state, uint64_t moves) {
 
 void TrainerZeroWork::publish_ended() {
   // A write of an earlier publish applied late (one the client gave up on) could hide the end:
-  // the end is written again while a read shows one. A write that failed is not (the transport
-  // retried it within call_s_), nor one to a server found restarted (it answers Aborted until
-  // the restart is accepted, after this part): the meeting on that server fails too.
+  // the end is written again while a read shows one, of this part or of an earlier part of the
+  // job (the previous part's last publish landing after this part's end). A write that failed is
+  // not (the transport retried it within call_s_), nor one to a first server found restarted (it
+  // answers Aborted until the restart is accepted, after this part): the meeting on that server
+  // fails too. A restart of another server pending (the part failed on it) changes nothing here:
+  // the first server answers, and a late write is read back and overwritten as without it (before,
+  // any pending restart ended the publishing after one write, and a late write could then hide the
+  // end: the others waited out runner.collective_timeout_s and named trainer 0 stuck).
+  //
+  // Still not defended against (and why it is left): a late write applied after the last read
+  // back. A late write is a publish the client gave up on after call_s_ that the server applies
+  // later still (a request it read, or that waited in a socket while its threads were busy, after
+  // the connection it came on was given up). The end written again and read back after it covers
+  // one that lands before the read's answer; one that lands later shows the part running with an
+  // older seq. A waiter that read the end first ignores it (the highest seq it read wins); one
+  // that had not waits on and fails after runner.collective_timeout_s naming trainer 0, a false
+  // stall that ends the job as a real one would. Reading back once more narrows it and never
+  // closes it (every write can land late), of this part or of an earlier one (a late write of the
+  // previous part after the last read back shows that part running: the waiters fail "did not
+  // begin it"); closing it takes a publish the server orders by seq (a compare-and-set of the
+  // table), not a plain overwrite. A cheap way there, not taken yet: publish with kAdd, which the
+  // server applies exactly once per request id, so that running and ended publishes commute (the
+  // seq only grows) and a late one no longer undoes a later one.
   try {
     const auto until = Clock::now() + micros_of(call_s_);
     for (;;) {
+      // Written, it reached the first server, not restarted then (it answers Aborted until the
+      // restart is accepted); restarted since, it fails the read back.
       if (!publish(kEnded, servers_.progress_frames())) return;
-      if (!servers_.pending_restarts().empty()) return;
       std::vector<float> table;
       if (!read_table(servers_, call_s_, &table).ok()) return;
       const Row seen = parse(table);
-      const bool older = seen.part.job == part_.job && compare(seen.part, part_) == 0 &&
-                         seen.seq < static_cast<int64_t>(seq_ % kExact);
+      // Only trainer 0 writes the table: this job's earlier part, or this part with a lower seq
+      // (each part counts its own), is a late write.
+      const int order = compare(seen.part, part_);
+      const bool older =
+          seen.part.job == part_.job &&
+          (order < 0 || (order == 0 && seen.seq < static_cast<int64_t>(seq_ % kExact)));
       if (!older || Clock::now() >= until) return;
     }
   } catch (const std::exception& e) {

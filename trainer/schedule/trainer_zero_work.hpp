@@ -11,19 +11,21 @@
 // that a table an earlier job left on long-lived servers (its parts numbered alike from 1) is never
 // taken for this job's. `part` is {stage, index}: every trainer counts its parts of trainer 0
 // alike, the index from 1 again in each stage (one every trainer reaches together: a PS job's
-// train() run and recovery), so that a part a trainer skipped while failing towards a recovery does
-// not shift the count after it. `state` is kRunning or kEnded (whether it succeeded or failed: the
-// meeting that follows tells the others which), `moves` the PROGRESS frames its client received so
-// far (RemoteHostTier::progress_frames: its servers' SAVE or LOAD moved), published again whenever
-// they grew, every interval; `seq` counts the part's publishes, so that a write applied late (one
-// the client gave up on) is not read as the part's state: a waiter takes the state of the highest
-// seq it saw, and trainer 0 writes its kEnded again while a read shows an older publish of the part
-// (a write applied later still is not defended against). Every call to the table is bounded by
-// call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and
-// is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches its
-// meeting within about that bound of its part's end even with the first server lost or restarted,
-// and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server restarted
-// from the save just written is still adopted quietly.
+// train() run, each recovery of that run, and the run's end: TrainerZeroParts), so that a part a
+// trainer skipped while failing towards a recovery does not shift the count after it. `state` is
+// kRunning or kEnded (whether it succeeded or failed: the meeting that follows tells the others
+// which), `moves` the PROGRESS frames its client received so far (RemoteHostTier::progress_frames:
+// its servers' SAVE or LOAD moved; in the PS modes also each frame of the dense table trainer 0's
+// part reads or writes, DenseCall::progress), published again whenever they grew, every interval;
+// `seq` counts the part's publishes, so that a write applied late (one the client gave up on) is
+// not read as the part's state: a waiter takes the state of the highest seq it saw, and trainer 0
+// writes its kEnded again while a read shows an older publish of the part (a write applied later
+// still is not: publish_ended says why). Every call to the table is bounded by call_deadline_for (a
+// quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and is no change of the
+// job's state on the first server (DenseCall::mutation): trainer 0 reaches its meeting within about
+// that bound of its part's end even with the first server lost or restarted, and (gpubox mode; in
+// the PS modes the heartbeat's adds are changes) a first server restarted from the save just
+// written is still adopted quietly.
 //
 // A waiter reads the table every interval: this job's part `part` ended, or a later part of this
 // job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
@@ -56,9 +58,13 @@ namespace gpubox::trainer {
 
 // One part of trainer 0 (the file comment).
 struct TrainerZeroPart {
+  // `recovery` between two train() runs (after `run`, however it ended): after every stage of the
+  // run, exact in the table's floats.
+  static constexpr int64_t kAfterRun = int64_t{1} << 23;
+
   uint64_t job = 0;  // the job's nonce (draw_trainer_zero_job); 0 while unknown
-  // The stage every trainer of the job reaches together ({run, recovery} of a PS job), and the
-  // part's number within it, from 1.
+  // The stage every trainer of the job reaches together ({run, recovery} of a PS job:
+  // TrainerZeroParts), and the part's number within it, from 1.
   int64_t run = 0;
   int64_t recovery = 0;
   int64_t index = 0;
@@ -70,14 +76,33 @@ uint64_t draw_trainer_zero_job();
 std::vector<float> trainer_zero_job_floats(uint64_t job);
 uint64_t trainer_zero_job_of(float low, float high);
 
-// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job).
+// Every trainer's count of its parts of trainer 0 (alike on every trainer of the job), in stages
+// every trainer reaches together, so that a part one trainer skipped (failing towards a recovery)
+// shifts no count after the stage. The gpubox mode counts in one stage; a PS job's stage is
+// {run, recovery}: its train() run (every trainer counts its train() calls alike) and that run's
+// recoveries so far (each a meeting of every trainer, named by its number), or kAfterRun once the
+// run ended. The recoveries are counted per run, not per job: a recovery that failed (a trainer
+// went to its meeting, another did not come) ends the run on every trainer with the counts
+// apart, and the next run starts them alike again (a count kept for the job would put that
+// trainer's parts one stage after trainer 0's for the rest of the job: it waited for a part
+// trainer 0 never begins, and failed after runner.collective_timeout_s).
 class TrainerZeroParts {
  public:
   uint64_t job = 0;  // the job's nonce, once known
-  // The next part in stage {run, recovery}: index 1 in a new stage.
-  TrainerZeroPart next(int64_t run = 0, int64_t recovery = 0);
+  // Train() run `run` begins: its parts and recoveries count from the start.
+  void begin_run(int64_t run);
+  // The run ends, however it ends: the parts until the next run (a save or a load a program calls
+  // between train() calls) are stage {run, kAfterRun}.
+  void end_run();
+  // A recovery of the run begins: its number in the run, from 1 (its meeting's name). Only
+  // before end_run (a recovery is of a run).
+  int64_t begin_recovery();
+  // The next part in the current stage: index 1 in a new stage.
+  TrainerZeroPart next();
 
  private:
+  int64_t run_ = 0;
+  int64_t recovery_ = 0;
   TrainerZeroPart last_;
 };
 
@@ -96,10 +121,11 @@ class TrainerZeroWork {
   TrainerZeroWork(table::server::RemoteHostTier& servers, const TrainerZeroPart& part,
                   double interval_s, double call_s);
   // Publishes the part ended (whatever its outcome): a write, a read back, and the write again
-  // while the read shows an older publish of the part (one applied late), for up to call_s; not
-  // again when the write failed (the transport retried it within call_s) or a server restart is
-  // pending (the first server's answers Aborted at once). At worst about 4 call_s in all: the
-  // thread's publish in flight, then the write and read, then one more of each.
+  // while the read shows an older publish of the part or of an earlier part (one applied late),
+  // for up to call_s; not again when the write or the read failed (the transport retried it
+  // within call_s; a first server restarted answers Aborted at once, while another server's
+  // restart pending reads back as usual). At worst about 4 call_s in all: the thread's publish in
+  // flight, then the write and read, then one more of each.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
