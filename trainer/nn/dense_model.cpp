@@ -104,6 +104,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
     ffm_ = std::make_unique<FfmPart>(params_, pool_, config.dense_dim);
   }
   if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
+  add_dropout();
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
@@ -191,6 +192,20 @@ void DenseModel::add_mlp(int input_dim) {
     if (!logit) add_norm(spec);
     in = spec.out;
   }
+}
+
+// PaddleRec's DNNs drop every hidden layer's output; deepfefm's and fat_deepffm's their 1-wide
+// output too (their DNN's last Linear is followed by the Dropout as well).
+void DenseModel::add_dropout() {
+  GPUBOX_EXPECTS(config_.dnn_dropout == 0.0f || !config_.batch_norm,
+                 "hyper_parameters.dnn_dropout with hyper_parameters.dnn_batch_norm is not built "
+                 "(the normalised output is no ReLU output: its mask would have to be kept)");
+  const int hidden = layers_.empty() ? 0 : static_cast<int>(layers_.size()) - 1;
+  const bool output =
+      !layers_.empty() && !two_class() &&
+      (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
+  dropout_ =
+      std::make_unique<MlpDropout>(*card_, config_.dnn_dropout, config_.seed, hidden, output);
 }
 
 void DenseModel::add_norm(const LinearGemmSpec& layer) {
@@ -281,6 +296,7 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
   reserve(batch.batch);  // no-op when the step already did
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
+  if (training) dropout_->begin_step(stream);  // a new mask every training step, replays too
   pool_.forward(stream, batch.sparse, batch.dense, field_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
@@ -297,6 +313,10 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
   if (field_) field_->forward(field_step(batch, training));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
+    if (training && l + 1 < layers_.size()) {
+      const LinearGemmSpec& spec = layers_[l].spec();
+      dropout_->hidden_forward(stream, l, hidden_[l].data(), spec.output, n, spec.out, spec.y_ld);
+    }
     if (l >= norms_.size()) continue;
     if (training) {
       norms_[l].forward_train(stream, params_, hidden_[l].data(), normed_[l].data(), n);
@@ -310,6 +330,7 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
                                 top < normed_.size() ? normed_[top].data() : hidden_[top].data(),
                                 activation_type_, layers_[top].spec().y_ld, n, logits_.data());
   }
+  if (training) dropout_->output_forward(stream, logits(), n);  // the DNN's output alone
   if (field_) field_->add_logits(field_step(batch, training), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
@@ -372,6 +393,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
   if (normed_pair)
     norms_.back().backward(stream, params_, hidden_.back().data(), spare, dz, n, share);
+  dropout_->output_backward(stream, dz, activation_type_, n);
   backward_layers(dz, spare, n, unscale, share);
   backward_parts(batch, scales, unscale, push);
 }
@@ -443,7 +465,9 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
 void DenseModel::backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch,
                                  float share) {
   if (norms_.empty()) {
-    layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, batch);
+    // Dropout: the ReLU mask of the dropped output is the dropout's mask too; 1/q is alpha.
+    layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1],
+                             dropout_->hidden_grad_scale(l - 1), spare, batch);
     std::swap(dz, spare);
     return;
   }

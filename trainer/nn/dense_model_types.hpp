@@ -45,6 +45,10 @@ struct DenseModelConfig {
   // hidden ones, its outputs u the two classes' logits: prediction softmax(u)[1] =
   // sigmoid(u1 - u0), loss the cross entropy (DenseModel).
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
+  // hyper_parameters.dnn_dropout: PaddleRec's Dropout(p) after every Linear and every ReLU of the
+  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2), and after deepfefm's and
+  // fat_deepffm's 1-wide DNN output; in training only (dropout.hpp). 0: none. Not with batch_norm.
+  float dnn_dropout = 0.0f;
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;
