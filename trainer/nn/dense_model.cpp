@@ -179,6 +179,8 @@ void DenseModel::add_mlp(int input_dim) {
     spec.dx = l == 0 ? ElementType::kF32 : activation_type_;     // the pooled gradient too
     spec.relu = !logit;
     spec.input_is_relu = l > 0 && !config_.batch_norm;  // a norm's output is not masked
+    // Dropout rewrites a hidden output after its forward (add_dropout).
+    spec.output_rewritten = !last && config_.dnn_dropout != 0.0f;
     // The first layer's input gradient is wanted for the pooled slots only (every column of
     // the cross network's output); with a field part, for the columns it hands back (its fields'
     // embeddings, not the cvm columns behind them; dlrm: all of R).
@@ -286,6 +288,11 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   }
   if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
+  if (dropout_->on()) {
+    out << "\n  dropout " << config_.dnn_dropout << ": hidden units kept with probability "
+        << 1.0f / dropout_->mask(0).scale << (dropout_->drops_output() ? ", the output too" : "")
+        << " (in place after each forward, training only; masks hashed per step)";
+  }
   return out.str();
 }
 

@@ -50,8 +50,12 @@ struct LinearGemmSpec {
   ElementType dx = ElementType::kF32;      // dX
   bool relu = false;                       // Y = relu(X W + b)
   bool input_is_relu = false;  // X is the previous layer's ReLU output: backward_data masks dX
-  int dx_cols = 0;             // backward_data computes dX's first dx_cols columns (<= in)
-  int64_t x_ld = 0;            // row strides, in elements
+  // Y is rewritten in place after the forward (dropout zeroes some of its units): a consumer's
+  // backward_data masks by its stored input X > 0, not by the ReLU mask this forward recorded
+  // (cuda; oneDNN always reads X).
+  bool output_rewritten = false;
+  int dx_cols = 0;   // backward_data computes dX's first dx_cols columns (<= in)
+  int64_t x_ld = 0;  // row strides, in elements
   int64_t y_ld = 0;
   int64_t dz_ld = 0;
   int64_t dx_ld = 0;

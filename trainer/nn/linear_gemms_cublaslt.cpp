@@ -496,9 +496,11 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                  " before it (its last: ", producer->plans_->last_forward_batch,
                  "): the ReLU mask is that forward's");
   // DRELU reads the mask the producer's fused forward recorded; where either GEMM fell back to
-  // the plain one, the mask comes from the input itself (x > 0, as oneDNN's path does).
-  const bool recorded =
-      !gemm.plain && !plan_for(*producer->plans_, batch, producer->spec_.name).forward.plain;
+  // the plain one, or the producer's output was rewritten after its forward (dropout: the
+  // recorded mask would let dropped units through), the mask comes from the input itself (x > 0,
+  // as oneDNN's path does).
+  const bool recorded = !gemm.plain && !producer->spec_.output_rewritten &&
+                        !plan_for(*producer->plans_, batch, producer->spec_.name).forward.plain;
   if (!recorded) {
     run_plain(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
     mask_by_relu_input(dx, spec_.dx, spec_.dx_ld, x, spec_.input, spec_.x_ld, batch, spec_.dx_cols,
