@@ -362,11 +362,12 @@ TEST(PaddleRecKeys, KeysPaddleRecsNetworksIgnoreAreAcceptedOnOrOff) {
 }
 
 // What PaddleRec's dcn_v2 does that GPUBox's does not is listed at start with why it is not built
-// (issue 32): the dense Linear and dropout (the held-out AUC meets Paddle's without them), the
+// (issue 32): the dense Linear (the held-out AUC met Paddle's without it and dropout), the
 // non-lazy Adam (the card tier steps the batch's rows) and the clip (it did not act).
 TEST(PaddleRecKeys, DcnV2StartLineSaysWhyEachDifferenceIsNotBuilt) {
   const std::string line = differences_from_paddlerec(ModelKind::kDcnV2);
-  for (const char* part : {"neither that Linear nor dropout is built: without them the held-out",
+  for (const char* part : {"neither is built: without them, and before dropout was built, the",
+                           "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5",
                            "GPUBox's card tier, as Paddle's PSGPU, steps the batch's rows only",
                            "which did not act in Paddle's 8 steps measured"}) {
     EXPECT_TRUE(contains(line, part)) << part << "\n" << line;

@@ -271,7 +271,8 @@ hyper_parameters:
                        "lower after epoch 1"))
       << note;
   const std::string differences = differences_from_paddlerec(config::ModelKind::kDeepFefm);
-  EXPECT_TRUE(contains(differences, "PaddleRec's 0.2 after every DNN layer and every ReLU"))
+  EXPECT_TRUE(
+      contains(differences, "the folder's 0.2 after every DNN Linear and ReLU and the DNN's"))
       << differences;
   EXPECT_TRUE(contains(differences, "sparse=False, so its Adam moves every row every step"))
       << differences;

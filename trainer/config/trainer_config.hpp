@@ -94,6 +94,9 @@ struct HyperParameters {
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
   // hyper_parameters.dnn_batch_norm; not set: true in PaddleRec's dlrm folder only.
   bool dnn_batch_norm = false;
+  // hyper_parameters.dnn_dropout; not set: PaddleRec's rate in its dcn_v2, deepfefm, fat_deepffm
+  // and flen folders (dnn_dropout.hpp), 0 elsewhere.
+  double dnn_dropout = 0.0;
   // hyper_parameters.dlrm_output; not set: softmax2 where PaddleRec's top_layer_sizes ends in 2.
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)

@@ -1,0 +1,72 @@
+#include "trainer/config/dnn_dropout.hpp"
+
+#include <sstream>
+
+#include "common/config/config_document.hpp"
+#include "common/config/network_shape.hpp"
+#include "common/enum_names.hpp"
+
+namespace gpubox::trainer {
+
+namespace {
+constexpr const char* kKey = "hyper_parameters.dnn_dropout";
+
+std::string rate_text(double p) {
+  std::ostringstream out;
+  out << p;
+  return out.str();
+}
+}  // namespace
+
+double paddlerec_dnn_dropout(const std::string& model) {
+  // Their DNNLayer's (DNN's) dropout_rate: a Dropout after every Linear and every ReLU.
+  if (model == "dcn_v2" || model == "fat_deepffm") return 0.5;
+  if (model == "deepfefm" || model == "flen") return 0.2;
+  return 0.0;
+}
+
+double dnn_dropout_of(const config::ConfigDocument& doc) {
+  const double p = doc.get_float(kKey);
+  return doc.is_set(kKey) ? p : paddlerec_dnn_dropout(config::paddlerec_model_name(doc));
+}
+
+Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc) {
+  const double p = c.hyper.dnn_dropout;
+  const std::string from = doc.is_set(kKey) ? std::string(kKey) + " is " + rate_text(p)
+                                            : std::string(kKey) + " is not set, and PaddleRec's " +
+                                                  config::paddlerec_model_name(doc) +
+                                                  " folder's rate is " + rate_text(p);
+  if (!(p >= 0.0 && p < 1.0)) {
+    return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 1) (the " +
+                                   "probability a Dropout zeroes a unit), got " + rate_text(p));
+  }
+  if (p == 0.0) return Status::OK();
+  const ModelKind model = c.hyper.model;
+  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
+                      model == ModelKind::kFfm ||
+                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  if (no_dnn) {
+    return Status::InvalidArgument(doc.source() + ": " + from + ", a dropout after the dnn's " +
+                                   "layers, but " + name_of(kModelKindNames, model) +
+                                   " has no dnn; set " + kKey + "=0");
+  }
+  if (c.hyper.dnn_batch_norm) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + from + ", which is not built with hyper_parameters.dnn_batch_norm " +
+        "(the normalised output is not a ReLU's, whose mask the dropout's backward reuses); set " +
+        kKey + "=0 or hyper_parameters.dnn_batch_norm=false");
+  }
+  return Status::OK();
+}
+
+std::string dnn_dropout_note(const config::ConfigDocument& doc) {
+  const double p = dnn_dropout_of(doc);
+  if (doc.is_set(kKey) || p == 0.0) return "";
+  return std::string(kKey) + ": " + rate_text(p) + ", PaddleRec's " +
+         config::paddlerec_model_name(doc) +
+         " folder's (its net's Dropout after every Linear and every ReLU of the dnn: a hidden "
+         "unit kept with probability " +
+         rate_text((1.0 - p) * (1.0 - p)) + ", in training only); -o " + kKey + "=0 turns it off";
+}
+
+}  // namespace gpubox::trainer

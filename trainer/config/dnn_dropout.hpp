@@ -1,0 +1,33 @@
+// hyper_parameters.dnn_dropout (DenseModelConfig::dnn_dropout, trainer/nn/dropout.hpp): the rate
+// a config asks for or, not set, the one PaddleRec's model folder's network hard-codes, and what
+// the network must have for it.
+#pragma once
+
+#include <string>
+
+#include "common/status.hpp"
+#include "trainer/config/trainer_config.hpp"
+
+namespace gpubox {
+namespace config {
+class ConfigDocument;
+}
+namespace trainer {
+
+// PaddleRec's net's Dropout rate of its DNN in the model folder `model` (paddlerec_model_name):
+// dcn_v2 0.5, deepfefm 0.2, fat_deepffm 0.5, flen 0.2; 0 elsewhere (autoint's net registers a
+// Dropout and never calls it).
+double paddlerec_dnn_dropout(const std::string& model);
+
+// The key when set, else the folder's rate (paddlerec_dnn_dropout). Reads the key either way.
+double dnn_dropout_of(const config::ConfigDocument& doc);
+
+// InvalidArgument naming the key when the rate is not in [0, 1), or is set (or the folder's) for a
+// network without a dnn, or with dnn_batch_norm (not built).
+Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc);
+
+// gpubox_train's start line when the folder's rate (not the config) turned dropout on; "" else.
+std::string dnn_dropout_note(const config::ConfigDocument& doc);
+
+}  // namespace trainer
+}  // namespace gpubox
