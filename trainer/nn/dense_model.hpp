@@ -18,6 +18,9 @@
 // With config.batch_norm every hidden layer of the MLP is Linear -> ReLU -> BatchNorm1D
 // (batch_norm.hpp): forward_backward normalises with the batch's statistics, predict with the
 // running ones, which are statistic blocks of the parameters (saved, loaded and served with them).
+// With config.dnn_dropout every hidden layer's ReLU output is dropped in place in training
+// (forward_backward), never in predict; the next layer's input-gradient GEMM masks by it with
+// alpha 1/q (dropout.hpp).
 // fat_deepffm: an attention over ffm's field-aware vectors, their sum into the logit and the MLP
 // over its pairs' products (fat_deepffm_part.hpp).
 //
