@@ -494,6 +494,9 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.model_keys["hyper_parameters.dlrm_output"] = name_of(kDlrmOutputNames, c.hyper.dlrm_output);
+  // The rate trained (a PaddleRec folder's when unset): a resume goes on only at the save's, and
+  // one made at another (main's in these folders: 0) is told the -o that resumes it.
+  record_dnn_dropout(doc, &c);
   // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
   c.model_keys["hyper_parameters.optimizer.class"] =
       name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);

@@ -1,5 +1,7 @@
 #include "trainer/config/dnn_dropout.hpp"
 
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/config/config_document.hpp"
@@ -57,6 +59,23 @@ Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& d
         kKey + "=0 or hyper_parameters.dnn_batch_norm=false");
   }
   return Status::OK();
+}
+
+std::string dnn_dropout_text(double p) {
+  // As ConfigDocument::value_text writes a float key: the shortest text that reads back as p.
+  char text[32];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof(text), "%.*g", digits, p);
+    if (std::strtod(text, nullptr) == p) break;
+  }
+  return text;
+}
+
+void record_dnn_dropout(const config::ConfigDocument& doc, TrainerConfig* c) {
+  c->model_keys[kKey] = dnn_dropout_text(c->hyper.dnn_dropout);
+  if (doc.is_set(kKey) || c->hyper.dnn_dropout == 0.0) return;
+  c->derived_model_keys[kKey] = "derived when unset from PaddleRec's " +
+                                config::paddlerec_model_name(doc) + " net.py's Dropout rate";
 }
 
 std::string dnn_dropout_note(const config::ConfigDocument& doc) {

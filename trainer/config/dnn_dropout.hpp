@@ -26,6 +26,16 @@ double dnn_dropout_of(const config::ConfigDocument& doc);
 // network without a dnn, or with dnn_batch_norm (not built).
 Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc);
 
+// The rate as a save's MODEL_MANIFEST records it, written as ConfigDocument::value_text writes the
+// key ("0" as a save made before the key, which trained without dropout).
+std::string dnn_dropout_text(double p);
+
+// Records the rate trained in c->model_keys (dnn_dropout_text) and, when the folder's rate set it,
+// in c->derived_model_keys: a resume of a save made at another rate (one made before the key, in
+// these folders, at 0) names the -o that resumes it (check_saved_derived_keys). A load does not
+// compare it (the rate changes no parameter and no prediction).
+void record_dnn_dropout(const config::ConfigDocument& doc, TrainerConfig* c);
+
 // gpubox_train's start line when the folder's rate (not the config) turned dropout on; "" else.
 std::string dnn_dropout_note(const config::ConfigDocument& doc);
 

@@ -128,8 +128,9 @@ struct TrainerConfig {
   // save made with other values is refused naming the keys (trainer/schedule/checkpoint.hpp).
   std::map<std::string, std::string> model_keys;
   // The model_keys recorded at a value the config does not set but derives (a PaddleRec folder's
-  // start ranges, config_loader.cpp's record_keys), each with what derived it: a resume from a
-  // save made at another value names the -o that keeps the save's (check_saved_derived_keys).
+  // start ranges, config_loader.cpp's record_keys, and dropout rate, record_dnn_dropout), each with
+  // what derived it: a resume from a save made at another value names the -o that keeps the save's
+  // (check_saved_derived_keys).
   std::map<std::string, std::string> derived_model_keys;
   // The other keys that shape what a run trains (its schedule, batches, reading, seed: every
   // runner key with an effect but those that only say where it reads, writes, logs or waits,
