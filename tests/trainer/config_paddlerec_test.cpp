@@ -330,11 +330,43 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
           .find("wide has no dnn"),
       std::string::npos);
   const std::string norm =
-      refusal("PaddleRec/models/rank/dcn_v2", {"hyper_parameters.dnn_batch_norm=true"});
-  EXPECT_NE(norm.find("not set, and PaddleRec's dcn_v2 folder's rate is 0.5"), std::string::npos)
-      << norm;
+      refusal("PaddleRec/models/rank/dcn_v2",
+              {"hyper_parameters.dnn_batch_norm=true", "hyper_parameters.dnn_dropout=0.5"});
   EXPECT_NE(norm.find("dnn_dropout=0 or hyper_parameters.dnn_batch_norm=false"), std::string::npos)
       << norm;
+}
+
+// The folder's rate is its net's: another network trained in the folder (dnn in dcn_v2's, fm or
+// ffm in deepfefm's, wide in dcn_v2's) trains without dropout, as before the key, and is not
+// refused; with dnn_batch_norm (dropout not built with it) the folder's rate gives way to 0, said.
+TEST_F(ConfigTest, TheFoldersDropoutRateIsItsNetworksOnlyAndGivesWayToBatchNorm) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto loaded = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto c = load_in(folder, yaml, overrides);
+    EXPECT_TRUE(c.ok()) << folder << ": " << c.status().to_string();
+    return c.ok() ? c->hyper.dnn_dropout : -1.0;
+  };
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_dropout_note(*doc) : std::string();
+  };
+  const std::string dcn_v2 = "PaddleRec/models/rank/dcn_v2";
+  const std::string deepfefm = "PaddleRec/models/rank/deepfefm";
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.model=dnn"}), 0.0);
+  EXPECT_EQ(note(dcn_v2, {"hyper_parameters.model=dnn"}), "");
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.model=wide"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=fm"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=ffm"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=deepfefm"}), 0.2);
+  const std::vector<std::string> flen_norm = {"hyper_parameters.field_group_sizes=[13, 3, 10]",
+                                              "hyper_parameters.dnn_batch_norm=true"};
+  EXPECT_EQ(loaded("PaddleRec/models/rank/flen", flen_norm), 0.0);
+  const std::string said = note("PaddleRec/models/rank/flen", flen_norm);
+  EXPECT_NE(said.find("hyper_parameters.dnn_dropout: 0, not PaddleRec's flen folder's 0.2"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.dnn_batch_norm=true"}), 0.0);
 }
 
 }  // namespace

@@ -27,9 +27,20 @@ double paddlerec_dnn_dropout(const std::string& model) {
   return 0.0;
 }
 
+double folder_dnn_dropout(const config::ConfigDocument& doc) {
+  const std::string folder = config::paddlerec_model_name(doc);
+  const double p = paddlerec_dnn_dropout(folder);
+  if (p == 0.0) return 0.0;
+  // The folder's net's rate, for that net only (its folder names the ModelKind).
+  const StatusOr<config::NetworkChoice> network = config::resolve_network(doc);
+  return network.ok() && name_of(kModelKindNames, network->model) == folder ? p : 0.0;
+}
+
 double dnn_dropout_of(const config::ConfigDocument& doc) {
   const double p = doc.get_float(kKey);
-  return doc.is_set(kKey) ? p : paddlerec_dnn_dropout(config::paddlerec_model_name(doc));
+  if (doc.is_set(kKey)) return p;
+  // Not built with batch norm: the folder's rate gives way (dnn_dropout_note says so).
+  return doc.get_bool("hyper_parameters.dnn_batch_norm") ? 0.0 : folder_dnn_dropout(doc);
 }
 
 Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc) {
@@ -79,8 +90,15 @@ void record_dnn_dropout(const config::ConfigDocument& doc, TrainerConfig* c) {
 }
 
 std::string dnn_dropout_note(const config::ConfigDocument& doc) {
-  const double p = dnn_dropout_of(doc);
-  if (doc.is_set(kKey) || p == 0.0) return "";
+  const double p = doc.is_set(kKey) ? 0.0 : folder_dnn_dropout(doc);
+  if (p == 0.0) return "";
+  if (dnn_dropout_of(doc) == 0.0) {
+    return std::string(kKey) + ": 0, not PaddleRec's " + config::paddlerec_model_name(doc) +
+           " folder's " + rate_text(p) +
+           ": dropout is not built with hyper_parameters.dnn_batch_norm (the normalised output "
+           "is not a ReLU's, whose mask the dropout's backward reuses); "
+           "-o hyper_parameters.dnn_batch_norm=false trains the folder's dropout";
+  }
   return std::string(kKey) + ": " + rate_text(p) + ", PaddleRec's " +
          config::paddlerec_model_name(doc) +
          " folder's (its net's Dropout after every Linear and every ReLU of the dnn: a hidden "

@@ -19,7 +19,12 @@ namespace trainer {
 // Dropout and never calls it).
 double paddlerec_dnn_dropout(const std::string& model);
 
-// The key when set, else the folder's rate (paddlerec_dnn_dropout). Reads the key either way.
+// PaddleRec's folder's rate (paddlerec_dnn_dropout) when the network trained (resolve_network) is
+// the folder's own; 0 for another network (dnn trained in the dcn_v2 folder, fm in deepfefm's).
+double folder_dnn_dropout(const config::ConfigDocument& doc);
+
+// The key when set, else folder_dnn_dropout, or 0 with hyper_parameters.dnn_batch_norm (dropout is
+// not built with it; dnn_dropout_note says so). Reads the key either way.
 double dnn_dropout_of(const config::ConfigDocument& doc);
 
 // InvalidArgument naming the key when the rate is not in [0, 1), or is set (or the folder's) for a
@@ -36,7 +41,8 @@ std::string dnn_dropout_text(double p);
 // compare it (the rate changes no parameter and no prediction).
 void record_dnn_dropout(const config::ConfigDocument& doc, TrainerConfig* c);
 
-// gpubox_train's start line when the folder's rate (not the config) turned dropout on; "" else.
+// gpubox_train's start line when the folder's rate (not the config) turned dropout on, or would
+// have but for hyper_parameters.dnn_batch_norm; "" else.
 std::string dnn_dropout_note(const config::ConfigDocument& doc);
 
 }  // namespace trainer
