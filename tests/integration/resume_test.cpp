@@ -270,6 +270,12 @@ TEST_F(Resume, ADeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   network_resumes_bit_identical("deepfefm", {"hyper_parameters.model=deepfefm"}, 4);
 }
 
+// Dropout: the resumed run's masks go on from the save's step (the same masks as the
+// uninterrupted run's, not the first steps' again).
+TEST_F(Resume, ARunWithDropoutStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical("dropout", {"hyper_parameters.dnn_dropout=0.1"}, 4);
+}
+
 // flen: its bi-interaction's weights in the dense part and PaddleRec's dense Adagrad (its
 // squared-gradient sums saved and restored); rows as the dnn's.
 TEST_F(Resume, AFlenRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
