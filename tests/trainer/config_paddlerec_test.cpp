@@ -115,9 +115,22 @@ void expect_differences_from_paddlerec_said() {
       {config::ModelKind::kAutoint, "never calls it"},
       {config::ModelKind::kFlen, "batch norm"}};
   for (const auto& [kind, phrase] : said) {
-    EXPECT_NE(differences_from_paddlerec(kind).find(phrase), std::string::npos) << phrase;
+    EXPECT_NE(differences_from_paddlerec(kind, 0.5).find(phrase), std::string::npos) << phrase;
   }
-  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
+  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn, 0.0), "");
+  // The dropout clause follows the rate trained: at 0 (-o hyper_parameters.dnn_dropout=0) none.
+  for (const config::ModelKind kind : {config::ModelKind::kDcnV2, config::ModelKind::kDeepFefm,
+                                       config::ModelKind::kFlen, config::ModelKind::kFatDeepffm}) {
+    const std::string on = differences_from_paddlerec(kind, 0.5);
+    const std::string off = differences_from_paddlerec(kind, 0.0);
+    EXPECT_NE(on.find("its dropout (hyper_parameters.dnn_dropout"), std::string::npos) << on;
+    EXPECT_EQ(on.find("no dropout"), std::string::npos) << on;
+    EXPECT_NE(off.find("no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's"),
+              std::string::npos)
+        << off;
+    EXPECT_EQ(off.find("its dropout"), std::string::npos) << off;
+    EXPECT_EQ(off.find("{dropout}"), std::string::npos) << off;
+  }
 }
 
 // flen's folder's groups must cover the config's 26 numbered slots; the folder of a network
@@ -285,7 +298,7 @@ TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOn
 
 // hyper_parameters.dnn_dropout: PaddleRec's rate in the folders whose nets hard-code one (dcn_v2
 // 0.5, deepfefm 0.2, fat_deepffm 0.5, flen 0.2; autoint's Dropout is never called), said at
-// start; 0 elsewhere and whenever the key is set; outside [0, 1), for a network without a dnn
+// start; 0 elsewhere and whenever the key is set; outside [0, 0.999], for a network without a dnn
 // and with dnn_batch_norm refused, naming the key.
 TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
   const std::string yaml = "runner:\n  train_batch_size: 8\n";
@@ -319,12 +332,14 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
     EXPECT_FALSE(c.ok()) << folder;
     return c.ok() ? std::string() : c.status().message();
   };
-  for (const char* bad : {"hyper_parameters.dnn_dropout=1", "hyper_parameters.dnn_dropout=-0.1"}) {
+  for (const char* bad : {"hyper_parameters.dnn_dropout=1", "hyper_parameters.dnn_dropout=-0.1",
+                          "hyper_parameters.dnn_dropout=0.9995"}) {
     EXPECT_NE(refusal("elsewhere", {bad}).find("hyper_parameters.dnn_dropout"), std::string::npos)
         << bad;
   }
-  EXPECT_NE(refusal("elsewhere", {"hyper_parameters.dnn_dropout=1"}).find("[0, 1)"),
+  EXPECT_NE(refusal("elsewhere", {"hyper_parameters.dnn_dropout=0.9995"}).find("[0, 0.999]"),
             std::string::npos);
+  EXPECT_EQ(rate("elsewhere", {"hyper_parameters.dnn_dropout=0.999"}), 0.999f);
   EXPECT_NE(
       refusal("elsewhere", {"hyper_parameters.model=wide", "hyper_parameters.dnn_dropout=0.2"})
           .find("wide has no dnn"),

@@ -275,9 +275,7 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
              : ""));
   }
   // wide, fm and ffm have no dnn; autoint none with fc_sizes: [] (DenseModel's has_mlp).
-  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
-                      model == ModelKind::kFfm ||
-                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  const bool no_dnn = !config::has_dnn(model, c.hyper.fc_sizes.empty());
   if (c.hyper.dnn_batch_norm && no_dnn) {
     return Status::InvalidArgument(
         doc.source() + ": hyper_parameters.dnn_batch_norm=true normalises after every hidden " +

@@ -49,15 +49,15 @@ Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& d
                                             : std::string(kKey) + " is not set, and PaddleRec's " +
                                                   config::paddlerec_model_name(doc) +
                                                   " folder's rate is " + rate_text(p);
-  if (!(p >= 0.0 && p < 1.0)) {
-    return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 1) (the " +
+  // At most 0.999: a hidden unit kept with probability (1-p)^2 >= 1e-6, its scale 1/(1-p)^2 <= 1e6
+  // (a float, as the rate the net is given); nearer 1 the keep rounds toward 0.
+  if (!(p >= 0.0 && p <= kMaxDnnDropout && static_cast<float>(p) <= 0.999f)) {
+    return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 0.999] (the " +
                                    "probability a Dropout zeroes a unit), got " + rate_text(p));
   }
   if (p == 0.0) return Status::OK();
   const ModelKind model = c.hyper.model;
-  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
-                      model == ModelKind::kFfm ||
-                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  const bool no_dnn = !config::has_dnn(model, c.hyper.fc_sizes.empty());
   if (no_dnn) {
     return Status::InvalidArgument(doc.source() + ": " + from + ", a dropout after the dnn's " +
                                    "layers, but " + name_of(kModelKindNames, model) +

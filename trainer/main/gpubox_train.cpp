@@ -334,7 +334,8 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   GPUBOX_LOG(INFO) << "network: "
                    << gpubox::name_of(gpubox::config::kModelKindNames, config.hyper.model)
                    << " (from " << config.hyper.model_source << ")";
-  if (const std::string differs = gpubox::trainer::differences_from_paddlerec(config.hyper.model);
+  if (const std::string differs =
+          gpubox::trainer::differences_from_paddlerec(config.hyper.model, config.hyper.dnn_dropout);
       !differs.empty()) {
     GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
   }
