@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -68,8 +69,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // wide, fm and ffm: the first-order terms and a bias (+ the pairwise term), no MLP.
   // autoint: its DNN only with fc_sizes (PaddleRec's fc_sizes: [] has none).
   const bool autoint = config.kind == ModelKind::kAutoint;
-  const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm &&
-                       config.kind != ModelKind::kFfm && !(autoint && config.fc_sizes.empty());
+  const bool has_mlp = gpubox::config::has_dnn(config.kind, config.fc_sizes.empty());
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   // dlrm, xdeepfm, deepfefm, autoint, fat_deepffm: a field part builds the MLP's input
   // (field_part.hpp).
@@ -179,8 +179,9 @@ void DenseModel::add_mlp(int input_dim) {
     spec.dx = l == 0 ? ElementType::kF32 : activation_type_;     // the pooled gradient too
     spec.relu = !logit;
     spec.input_is_relu = l > 0 && !config_.batch_norm;  // a norm's output is not masked
-    // Dropout rewrites a hidden output after its forward (add_dropout).
+    // Dropout rewrites a hidden output after its forward (add_dropout), the next layer's input.
     spec.output_rewritten = !last && config_.dnn_dropout != 0.0f;
+    spec.input_rewritten = spec.input_is_relu && config_.dnn_dropout != 0.0f;
     // The first layer's input gradient is wanted for the pooled slots only (every column of
     // the cross network's output); with a field part, for the columns it hands back (its fields'
     // embeddings, not the cvm columns behind them; dlrm: all of R).
@@ -206,8 +207,9 @@ void DenseModel::add_dropout() {
   const bool output =
       !layers_.empty() && !two_class() &&
       (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
-  dropout_ =
-      std::make_unique<MlpDropout>(*card_, config_.dnn_dropout, config_.seed, hidden, output);
+  dropout_ = std::make_unique<MlpDropout>(
+      *card_, config_.dnn_dropout, dropout_trainer_seed(config_.seed, config_.dropout_trainer),
+      hidden, output);
 }
 
 void DenseModel::add_norm(const LinearGemmSpec& layer) {
@@ -289,8 +291,12 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
   if (dropout_->on()) {
-    out << "\n  dropout " << config_.dnn_dropout << ": hidden units kept with probability "
-        << 1.0f / dropout_->mask(0).scale << (dropout_->drops_output() ? ", the output too" : "")
+    // mask(0): the first hidden layer's, or the output's when only the output is dropped.
+    const float keep = 1.0f / dropout_->mask(0).scale;
+    const bool hidden = dropout_->hidden() > 0;
+    out << "\n  dropout " << config_.dnn_dropout << ": " << (hidden ? "hidden units" : "the output")
+        << " kept with probability " << keep
+        << (hidden && dropout_->drops_output() ? ", the output too" : "")
         << " (in place after each forward, training only; masks hashed per step)";
   }
   return out.str();

@@ -9,7 +9,8 @@
 
 namespace gpubox::trainer {
 namespace {
-// Unit i of a [rows x cols] block at row stride ld: y *= scale when kept, else 0. The step key is
+// Unit i of a [rows x cols] block at row stride ld: y *= scale when kept, else y *= 0 (0 for a
+// finite y; a NaN or inf stays NaN, as the non-finite check must see it). The step key is
 // computed per unit from *step (one multiply chain; the counter is read where the kernel runs,
 // so a replayed graph reads the step it replays).
 template <class T>
@@ -23,7 +24,8 @@ struct DropUnits {
     const std::size_t row = i / cols;
     const std::size_t at = row * ld + (i - row * cols);
     const bool kept = mask.keeps(mask.step_key(*step), i);
-    store_as(y + at, kept ? to_float(y[at]) * mask.scale : 0.0f);
+    const float v = to_float(y[at]);
+    store_as(y + at, v * (kept ? mask.scale : 0.0f));
   }
 };
 
@@ -47,12 +49,20 @@ uint64_t dropout_layer_key(uint64_t seed, int rank, int layer) {
       key ^ ((static_cast<uint64_t>(static_cast<uint32_t>(layer)) + 1) * 0xA0761D6478BD642Full));
 }
 
+uint64_t dropout_trainer_seed(uint64_t seed, int trainer) {
+  if (trainer == 0) return seed;
+  return dropout_mix(
+      seed ^ ((static_cast<uint64_t>(static_cast<uint32_t>(trainer)) + 1) * 0x8EBC6AF09C88C6E3ull));
+}
+
 DropoutMask make_dropout_mask(uint64_t seed, int rank, int layer, double keep) {
   GPUBOX_EXPECTS(keep > 0.0 && keep <= 1.0, "dropout keep probability ", keep, " outside (0, 1]");
   DropoutMask mask;
   mask.layer_key = dropout_layer_key(seed, rank, layer);
   mask.keep_below = static_cast<uint64_t>(std::llround(keep * 4294967296.0));
   mask.scale = static_cast<float>(1.0 / keep);
+  GPUBOX_EXPECTS(mask.keep_below > 0, "dropout keep probability ", keep,
+                 " rounds to 0 in 32 bits (hyper_parameters.dnn_dropout is at most 0.999)");
   return mask;
 }
 
@@ -80,7 +90,9 @@ void set_dropout_step_async(const device::Stream& stream, uint64_t* step, uint64
 
 MlpDropout::MlpDropout(device::Card& card, double p, uint64_t seed, int hidden, bool output)
     : hidden_(hidden), output_(output) {
-  GPUBOX_EXPECTS(p >= 0.0 && p < 1.0, "hyper_parameters.dnn_dropout must be in [0, 1), got ", p);
+  // The float the config gives (0.999f is a little above 0.999).
+  GPUBOX_EXPECTS(p >= 0.0 && static_cast<float>(p) <= 0.999f,
+                 "hyper_parameters.dnn_dropout must be in [0, 0.999], got ", p);
   step_ = card.make_buffer<uint64_t>(0);
   if (p == 0.0 || (hidden == 0 && !output)) return;
   // PaddleRec's Dropout after the Linear and after the ReLU: a hidden unit kept by both.

@@ -8,14 +8,18 @@
 // In training only: evaluation, prediction, export and serving run the net as it is (inverted
 // dropout needs no scale there). The stored hidden output is A' = relu(z) m / q, so A' > 0 iff
 // z > 0 and m = 1, and the gradient to z is dA' [A' > 0] / q: the ReLU mask the next layer's
-// input-gradient GEMM already applies to its producer's output (LinearGemmSpec::input_is_relu)
-// with alpha 1/q. No mask buffer, no RNG state.
+// input-gradient GEMM applies to its producer's output (LinearGemmSpec::input_is_relu) with alpha
+// 1/q, read from the stored A' (LinearGemmSpec::input_rewritten: on CUDA the GEMM and then the
+// x > 0 mask kernel, not DRELU's fused epilogue over the forward's recorded bit mask, which would
+// let dropped units through; the dropped layer's forward records none). No mask buffer, no RNG
+// state.
 //
 // The mask: a counter-based hash of (seed, card rank, layer, step, row, column), the same
 // __host__ __device__ function on both backends, so cpu and CUDA masks are equal bit for bit.
 // The step is a counter in card memory that the training step itself advances (a captured step
 // graph reads it at replay, as DenseOptimizer's Adam step count), so every replay draws a new
-// mask; the card's global rank makes every card's masks its own.
+// mask; the card's global rank makes every card's masks its own (in the PS modes, whose trainers
+// rank their cards from 0, with the trainer's id mixed into the seed: dropout_trainer_seed).
 #pragma once
 
 #include <cstddef>
@@ -61,6 +65,10 @@ uint64_t dropout_layer_key(uint64_t seed, int rank, int layer);
 // its scale is 1 / keep.
 DropoutMask make_dropout_mask(uint64_t seed, int rank, int layer, double keep);
 
+// The masks' seed of PS trainer `trainer` (DenseModelConfig::dropout_trainer): `seed` for trainer
+// 0, a mix of both for the others (their cards' ranks repeat trainer 0's).
+uint64_t dropout_trainer_seed(uint64_t seed, int trainer);
+
 // y[r, c] = y[r, c] * scale when kept at *step, else 0, for r < rows, c < cols (row stride ld,
 // of `type`; padding untouched). Enqueued; reads *step (card memory) when it runs.
 void apply_dropout_async(const device::Stream& stream, const DropoutMask& mask,
@@ -75,8 +83,9 @@ void set_dropout_step_async(const device::Stream& stream, uint64_t* step, uint64
 // kernel, no counter: today's net bit for bit) when p = 0. Thread-safety: the card's thread.
 class MlpDropout {
  public:
-  // `p`: hyper_parameters.dnn_dropout, 0 <= p < 1; `hidden`: the hidden layers' count (the ones
-  // whose ReLU output is dropped); `output`: the DNN's 1-wide output is dropped too (keep 1 - p).
+  // `p`: hyper_parameters.dnn_dropout, 0 <= p <= 0.999; `hidden`: the hidden layers' count (the
+  // ones whose ReLU output is dropped); `output`: the DNN's 1-wide output is dropped too (keep 1 -
+  // p).
   MlpDropout(device::Card& card, double p, uint64_t seed, int hidden, bool output);
   bool on() const { return !masks_.empty(); }
   // Training forward's first step: the counter moves on (enqueued).
@@ -92,6 +101,8 @@ class MlpDropout {
   // The alpha of the input-gradient GEMM reading hidden layer l's output: 1/q, or 1 when off.
   float hidden_grad_scale(std::size_t l) const { return on() ? masks_.at(l).scale : 1.0f; }
   bool drops_output() const { return on() && output_; }
+  // The hidden layers dropped (mask(0) is the output's when 0).
+  int hidden() const { return hidden_; }
   // The 1-wide output (logits, fp32) in place, and the MLP's top gradient dz (`type`, [rows])
   // through the same mask. No-op unless drops_output().
   void output_forward(const device::Stream& stream, float* logits, int64_t rows) const;
