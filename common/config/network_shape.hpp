@@ -17,6 +17,13 @@ namespace gpubox::config {
 
 class ConfigDocument;
 
+// Whether `model` builds a dnn (an MLP, fc_sizes) with `fc_sizes_empty` as its fc_sizes: wide, fm
+// and ffm never do; autoint only with fc_sizes (PaddleRec's fc_sizes: [] has none).
+inline constexpr bool has_dnn(ModelKind model, bool fc_sizes_empty) {
+  return model != ModelKind::kWide && model != ModelKind::kFm && model != ModelKind::kFfm &&
+         !(model == ModelKind::kAutoint && fc_sizes_empty);
+}
+
 struct NetworkChoice {
   ModelKind model = ModelKind::kDnn;
   std::string source;  // where the choice came from, for the start line

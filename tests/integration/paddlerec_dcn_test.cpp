@@ -265,7 +265,9 @@ TEST(PaddleRecKeys, ASaveRecordsTheDerivedStartRangesAndAnOlderSaveIsNotResumedA
   ASSERT_TRUE(set.ok()) << set.status().to_string();
   EXPECT_EQ(set->model_keys.at(so + "initial_range"), "0");
   EXPECT_EQ(set->model_keys.at(so + "mf_initial_range"), "0.0001");
-  EXPECT_TRUE(set->derived_model_keys.empty());
+  // (The folder's dropout rate stays derived: record_dnn_dropout.)
+  EXPECT_EQ(set->derived_model_keys.count(so + "initial_range"), 0u);
+  EXPECT_EQ(set->derived_model_keys.count(so + "mf_initial_range"), 0u);
   EXPECT_TRUE(check_saved_derived_keys(old_save, set.value(), "/saves/3").ok());
   // dcn's folder records its config's text as before.
   const StatusOr<TrainerConfig> dcn = load_in_folder("dcn", std::string(kDcnRunner) + kDcnHyper);
@@ -362,11 +364,12 @@ TEST(PaddleRecKeys, KeysPaddleRecsNetworksIgnoreAreAcceptedOnOrOff) {
 }
 
 // What PaddleRec's dcn_v2 does that GPUBox's does not is listed at start with why it is not built
-// (issue 32): the dense Linear and dropout (the held-out AUC meets Paddle's without them), the
+// (issue 32): the dense Linear (the held-out AUC met Paddle's without it and dropout), the
 // non-lazy Adam (the card tier steps the batch's rows) and the clip (it did not act).
 TEST(PaddleRecKeys, DcnV2StartLineSaysWhyEachDifferenceIsNotBuilt) {
-  const std::string line = differences_from_paddlerec(ModelKind::kDcnV2);
-  for (const char* part : {"neither that Linear nor dropout is built: without them the held-out",
+  const std::string line = differences_from_paddlerec(ModelKind::kDcnV2, 0.5);
+  for (const char* part : {"neither is built: without them, and before dropout was built, the",
+                           "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5",
                            "GPUBox's card tier, as Paddle's PSGPU, steps the batch's rows only",
                            "which did not act in Paddle's 8 steps measured"}) {
     EXPECT_TRUE(contains(line, part)) << part << "\n" << line;

@@ -270,8 +270,9 @@ hyper_parameters:
                        "sqrt(sparse_feature_dim)) (at its std GPUBox's held-out AUC was 0.01-0.05 "
                        "lower after epoch 1"))
       << note;
-  const std::string differences = differences_from_paddlerec(config::ModelKind::kDeepFefm);
-  EXPECT_TRUE(contains(differences, "PaddleRec's 0.2 after every DNN layer and every ReLU"))
+  const std::string differences = differences_from_paddlerec(config::ModelKind::kDeepFefm, 0.2);
+  EXPECT_TRUE(
+      contains(differences, "the folder's 0.2 after every DNN Linear and ReLU and the DNN's"))
       << differences;
   EXPECT_TRUE(contains(differences, "sparse=False, so its Adam moves every row every step"))
       << differences;

@@ -265,7 +265,8 @@ TEST_F(PlantedModels, FfmLearnsAPlantedFactorizationMachine) {
 // rounding), fm 0.757, dnn 0.746, wide 0.696. deepfefm, like the dnn, peaks early and then
 // overfits these 20,000 lines (per epoch, gpubox_train with these settings: deepfefm 0.722 0.745
 // .. 0.765 at epoch 6 .. 0.739; dnn 0.744 .. 0.773 at epoch 4 .. 0.744; fm still rising, 0.757):
-// PaddleRec's dropout (0.2) and L2 decay, which would hold it back, are not applied.
+// PaddleRec's dropout (0.2; hyper_parameters.dnn_dropout, 0 outside its folder) and L2 decay,
+// which would hold it back, are not applied here.
 TEST_F(PlantedModels, DeepFefmLearnsAPlantedFactorizationMachine) {
   const double planted = fm_planted();
   const double deepfefm = fm_planted_auc("deepfefm");
@@ -326,7 +327,8 @@ TEST_F(PlantedModels, FlenLearnsAPlantedFactorizationMachine) {
 // above: the planted term is a pairwise product, which its pairs' products carry to the DNN.
 // It beats the wide model and stays near the dnn, behind ffm. Measured when written (held-out AUC
 // after 15 epochs): planted 0.796, fat_deepffm 0.739, ffm 0.755, dnn 0.746, wide 0.696 (PaddleRec's
-// dropout 0.5 and L2 decay, which would hold its 121 x 121 attention back, are not applied).
+// dropout 0.5 and L2 decay, which would hold its 121 x 121 attention back, are not applied here:
+// hyper_parameters.dnn_dropout is 0 outside its folder).
 TEST_F(PlantedModels, FatDeepffmLearnsAPlantedFactorizationMachine) {
   const double planted = fm_planted();
   const double fat_deepffm = fm_planted_auc("fat_deepffm");

@@ -38,9 +38,11 @@ class ResumeFixture : public ::testing::Test {
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(root_); }
 
-  // 3 shuffled passes of a small dnn, each saved under `save` (checkpoint: optimizer state too).
+  // 3 shuffled passes of a small dnn, each saved under `save` (checkpoint: optimizer state too),
+  // from configs/config_gpubox.yaml or the config file `yaml`.
   static TrainerConfig config(const std::filesystem::path& save,
-                              const std::vector<std::string>& extra = {}) {
+                              const std::vector<std::string>& extra = {},
+                              const std::string& yaml = "") {
     std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
                                           "runner.model_save_path=" + save.string(),
                                           "runner.save_mode=checkpoint",
@@ -56,8 +58,9 @@ class ResumeFixture : public ::testing::Test {
                                           "hyper_parameters.optimizer.learning_rate=0.01",
                                           "hyper_parameters.sparse_optimizer.learning_rate=0.3"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
+    auto cfg = load_trainer_config(
+        yaml.empty() ? std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml" : yaml,
+        overrides);
     throw_if_error(cfg.status());
     return cfg.value();
   }

@@ -84,6 +84,13 @@ class Resume : public testing::ResumeFixture {
     }
   }
 
+  // `a` then `b`.
+  static std::vector<std::string> with(std::vector<std::string> a,
+                                       const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
   // Sparse adam corrected per table (a small rate: adam's first steps are large).
   static std::vector<std::string> per_table_rows() {
     return {"hyper_parameters.sparse_optimizer.class=adam",
@@ -263,6 +270,12 @@ TEST_F(Resume, ADeepFefmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   network_resumes_bit_identical("deepfefm", {"hyper_parameters.model=deepfefm"}, 4);
 }
 
+// Dropout: the resumed run's masks go on from the save's step (the same masks as the
+// uninterrupted run's, not the first steps' again).
+TEST_F(Resume, ARunWithDropoutStoppedAfterPass0ResumesAndEndsBitIdentical) {
+  network_resumes_bit_identical("dropout", {"hyper_parameters.dnn_dropout=0.1"}, 4);
+}
+
 // flen: its bi-interaction's weights in the dense part and PaddleRec's dense Adagrad (its
 // squared-gradient sums saved and restored); rows as the dnn's.
 TEST_F(Resume, AFlenRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
@@ -373,6 +386,59 @@ TEST_F(Resume, ASaveOfAnotherDlrmOutputIsRefusedNamingTheOverrideThatResumesIt) 
             std::string::npos)
       << what;
   EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
+}
+
+// A save records the dropout rate trained, PaddleRec's deepfefm folder's 0.2 when unset: one made
+// before the key (trained without dropout, recording none) is not resumed at the folder's rate
+// but told the -o that resumes it; the save at the folder's rate resumes unset or at its rate
+// set, and is refused at another rate.
+TEST_F(Resume, ASaveRecordsTheFoldersDropoutRateAndOneMadeWithoutIsToldTheOverride) {
+  const std::vector<std::string> folder = {"workspace=models/rank/deepfefm",
+                                           "hyper_parameters.model=deepfefm"};
+  // config_gpubox.yaml without its dnn_dropout line: the key unset, as in PaddleRec's folder.
+  const std::string yaml = (root_ / "without_dnn_dropout.yaml").string();
+  {
+    std::ifstream in(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml");
+    std::ofstream out(yaml);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("dnn_dropout:") == std::string::npos) out << line << "\n";
+    }
+  }
+  const fs::path before = root_ / "dropout_before_the_key";
+  TrainerConfig older =
+      config(before, with(folder, {"hyper_parameters.dnn_dropout=0", "runner.epochs=1"}), yaml);
+  ASSERT_EQ(older.model_keys.erase("hyper_parameters.dnn_dropout"), 1u);
+  Trainer(older, env()).train();
+  const std::string what = error_of([&] { Trainer(config(before, folder, yaml), env()).train(); });
+  EXPECT_NE(what.find("hyper_parameters.dnn_dropout: saved (not recorded; its default is 0), now "
+                      "0.2"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("add -o hyper_parameters.dnn_dropout=0 to resume this save at its start"),
+            std::string::npos)
+      << what;
+  Trainer off(
+      config(before, with(folder, {"hyper_parameters.dnn_dropout=0", "runner.epochs=2"}), yaml),
+      env());
+  EXPECT_EQ(passes(off.train()), (std::vector<int64_t>{1}));
+
+  const fs::path at_rate = root_ / "dropout_at_the_folders_rate";
+  Trainer(config(at_rate, with(folder, {"runner.epochs=1"}), yaml), env()).train();
+  const auto m = io::read_model_manifest(io::FileEnv::posix(), (at_rate / "0").string());
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ(m->model_keys.at("hyper_parameters.dnn_dropout"), "0.2");
+  const std::string other = error_of([&] {
+    Trainer(config(at_rate, with(folder, {"hyper_parameters.dnn_dropout=0.5", "runner.epochs=2"}),
+                   yaml),
+            env())
+        .train();
+  });
+  EXPECT_NE(other.find("hyper_parameters.dnn_dropout: saved 0.2, now 0.5"), std::string::npos)
+      << other;
+  Trainer same(
+      config(at_rate, with(folder, {"hyper_parameters.dnn_dropout=0.2", "runner.epochs=2"}), yaml),
+      env());
+  EXPECT_EQ(passes(same.train()), (std::vector<int64_t>{1}));
 }
 
 TEST_F(Resume, ASaveOfAConfigBuiltInCodeRecordsNoModelKeysAndIsNotCompared) {

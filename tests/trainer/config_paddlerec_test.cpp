@@ -11,6 +11,7 @@
 #include "table/sparse_config.hpp"
 #include "tests/trainer/config_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 
 namespace gpubox::trainer {
@@ -102,18 +103,34 @@ void expect_differences_from_paddlerec_said() {
       {config::ModelKind::kDlrm,
        "the 2-wide output layer's too with hyper_parameters.dlrm_output softmax2"},
       {config::ModelKind::kDlrm, "whatever optimizer.class"},
-      // dcn_v2's dense values without PaddleRec's Linear, no dropout, its non-lazy Adam.
-      {config::ModelKind::kDcnV2, "no dropout"},
+      // dcn_v2's dense values without PaddleRec's Linear, its dropout drawn as one mask, its
+      // non-lazy Adam.
+      {config::ModelKind::kDcnV2, "draws one mask per hidden unit"},
       {config::ModelKind::kDcnV2, "no lazy_mode"},
       // deepfm's FM over the slots alone and its embeddings one narrower than PaddleRec's.
       {config::ModelKind::kDeepFm, "slots' embeddings only"},
       {config::ModelKind::kDeepFm, "sparse_feature_dim - 1"},
-      {config::ModelKind::kFatDeepffm, "no dropout"},
+      {config::ModelKind::kFatDeepffm, "undropped bias"},
+      {config::ModelKind::kFlen, "not the third after its batch norm"},
+      {config::ModelKind::kAutoint, "never calls it"},
       {config::ModelKind::kFlen, "batch norm"}};
   for (const auto& [kind, phrase] : said) {
-    EXPECT_NE(differences_from_paddlerec(kind).find(phrase), std::string::npos) << phrase;
+    EXPECT_NE(differences_from_paddlerec(kind, 0.5).find(phrase), std::string::npos) << phrase;
   }
-  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn), "");
+  EXPECT_EQ(differences_from_paddlerec(config::ModelKind::kDnn, 0.0), "");
+  // The dropout clause follows the rate trained: at 0 (-o hyper_parameters.dnn_dropout=0) none.
+  for (const config::ModelKind kind : {config::ModelKind::kDcnV2, config::ModelKind::kDeepFefm,
+                                       config::ModelKind::kFlen, config::ModelKind::kFatDeepffm}) {
+    const std::string on = differences_from_paddlerec(kind, 0.5);
+    const std::string off = differences_from_paddlerec(kind, 0.0);
+    EXPECT_NE(on.find("its dropout (hyper_parameters.dnn_dropout"), std::string::npos) << on;
+    EXPECT_EQ(on.find("no dropout"), std::string::npos) << on;
+    EXPECT_NE(off.find("no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's"),
+              std::string::npos)
+        << off;
+    EXPECT_EQ(off.find("its dropout"), std::string::npos) << off;
+    EXPECT_EQ(off.find("{dropout}"), std::string::npos) << off;
+  }
 }
 
 // flen's folder's groups must cover the config's 26 numbered slots; the folder of a network
@@ -277,6 +294,94 @@ TEST_F(ConfigTest, TopLayerSizesLast2IsTheTwoClassOutputInPaddleRecsDlrmFolderOn
   EXPECT_EQ(asked->hyper.dlrm_output, DlrmOutput::kSoftmax2);
   EXPECT_NE(dlrm_output_warning(*asked).find("without hyper_parameters.dnn_batch_norm"),
             std::string::npos);
+}
+
+// hyper_parameters.dnn_dropout: PaddleRec's rate in the folders whose nets hard-code one (dcn_v2
+// 0.5, deepfefm 0.2, fat_deepffm 0.5, flen 0.2; autoint's Dropout is never called), said at
+// start; 0 elsewhere and whenever the key is set; outside [0, 0.999], for a network without a dnn
+// and with dnn_batch_norm refused, naming the key.
+TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto rate = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto c = load_in(folder, yaml, overrides);
+    EXPECT_TRUE(c.ok()) << folder << ": " << c.status().to_string();
+    return c.ok() ? c->dense_model_config().dnn_dropout : -1.0f;
+  };
+  const std::vector<std::string> groups = {"hyper_parameters.field_group_sizes=[13, 3, 10]"};
+  EXPECT_EQ(rate("PaddleRec/models/rank/dcn_v2", {}), 0.5f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/deepfefm", {}), 0.2f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/fat_deepffm", {}), 0.5f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/flen", groups), 0.2f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/autoint", {}), 0.0f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/wide_deep", {}), 0.0f);
+  EXPECT_EQ(rate("elsewhere", {}), 0.0f);
+  EXPECT_EQ(rate("PaddleRec/models/rank/dcn_v2", {"hyper_parameters.dnn_dropout=0"}), 0.0f);
+  EXPECT_EQ(rate("elsewhere", {"hyper_parameters.dnn_dropout=0.3"}), 0.3f);
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_dropout_note(*doc) : std::string();
+  };
+  EXPECT_NE(note("PaddleRec/models/rank/dcn_v2", {}).find("0.5, PaddleRec's dcn_v2 folder's"),
+            std::string::npos)
+      << note("PaddleRec/models/rank/dcn_v2", {});
+  EXPECT_EQ(note("PaddleRec/models/rank/dcn_v2", {"hyper_parameters.dnn_dropout=0.5"}), "");
+  EXPECT_EQ(note("elsewhere", {}), "");
+  const auto refusal = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto c = load_in(folder, yaml, overrides);
+    EXPECT_FALSE(c.ok()) << folder;
+    return c.ok() ? std::string() : c.status().message();
+  };
+  for (const char* bad : {"hyper_parameters.dnn_dropout=1", "hyper_parameters.dnn_dropout=-0.1",
+                          "hyper_parameters.dnn_dropout=0.9995"}) {
+    EXPECT_NE(refusal("elsewhere", {bad}).find("hyper_parameters.dnn_dropout"), std::string::npos)
+        << bad;
+  }
+  EXPECT_NE(refusal("elsewhere", {"hyper_parameters.dnn_dropout=0.9995"}).find("[0, 0.999]"),
+            std::string::npos);
+  EXPECT_EQ(rate("elsewhere", {"hyper_parameters.dnn_dropout=0.999"}), 0.999f);
+  EXPECT_NE(
+      refusal("elsewhere", {"hyper_parameters.model=wide", "hyper_parameters.dnn_dropout=0.2"})
+          .find("wide has no dnn"),
+      std::string::npos);
+  const std::string norm =
+      refusal("PaddleRec/models/rank/dcn_v2",
+              {"hyper_parameters.dnn_batch_norm=true", "hyper_parameters.dnn_dropout=0.5"});
+  EXPECT_NE(norm.find("dnn_dropout=0 or hyper_parameters.dnn_batch_norm=false"), std::string::npos)
+      << norm;
+}
+
+// The folder's rate is its net's: another network trained in the folder (dnn in dcn_v2's, fm or
+// ffm in deepfefm's, wide in dcn_v2's) trains without dropout, as before the key, and is not
+// refused; with dnn_batch_norm (dropout not built with it) the folder's rate gives way to 0, said.
+TEST_F(ConfigTest, TheFoldersDropoutRateIsItsNetworksOnlyAndGivesWayToBatchNorm) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const auto loaded = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto c = load_in(folder, yaml, overrides);
+    EXPECT_TRUE(c.ok()) << folder << ": " << c.status().to_string();
+    return c.ok() ? c->hyper.dnn_dropout : -1.0;
+  };
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? dnn_dropout_note(*doc) : std::string();
+  };
+  const std::string dcn_v2 = "PaddleRec/models/rank/dcn_v2";
+  const std::string deepfefm = "PaddleRec/models/rank/deepfefm";
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.model=dnn"}), 0.0);
+  EXPECT_EQ(note(dcn_v2, {"hyper_parameters.model=dnn"}), "");
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.model=wide"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=fm"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=ffm"}), 0.0);
+  EXPECT_EQ(loaded(deepfefm, {"hyper_parameters.model=deepfefm"}), 0.2);
+  const std::vector<std::string> flen_norm = {"hyper_parameters.field_group_sizes=[13, 3, 10]",
+                                              "hyper_parameters.dnn_batch_norm=true"};
+  EXPECT_EQ(loaded("PaddleRec/models/rank/flen", flen_norm), 0.0);
+  const std::string said = note("PaddleRec/models/rank/flen", flen_norm);
+  EXPECT_NE(said.find("hyper_parameters.dnn_dropout: 0, not PaddleRec's flen folder's 0.2"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.dnn_batch_norm=true"}), 0.0);
 }
 
 }  // namespace

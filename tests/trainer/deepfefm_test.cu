@@ -15,6 +15,7 @@
 
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/dropout_reference.hpp"
 #include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -24,8 +25,11 @@ namespace {
 
 // deepfefm's logit of instance i in float64 (W row-major [in x out]): r_p for every pair (a < b)
 // of fields in itertools.combinations order, as net.py loops them.
+// With `drop`: the dnn's dropout (hyper_parameters.dnn_dropout), its hidden layers' and its
+// output's (PaddleRec's DNN drops after its last Linear too).
 double deepfefm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
-                      const testing::NamedParams& p, const std::vector<double>& rec) {
+                      const testing::NamedParams& p, const std::vector<double>& rec,
+                      const testing::DropoutReference& drop = {}) {
   const std::size_t k = cfg.mf_dim;
   std::vector<std::vector<double>> v;
   std::vector<double> emb, dense_terms, cvm;
@@ -68,6 +72,7 @@ double deepfefm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, 
   if (cfg.use_cvm) x.insert(x.end(), cvm.begin(), cvm.end());
   for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
     x = p.linear("fc_" + std::to_string(l), x, l < cfg.fc_sizes.size());
+    drop(l, l == cfg.fc_sizes.size(), i, x);
   }
   return first + second + x.at(0);
 }
@@ -112,6 +117,28 @@ TEST_P(DeepFefmTest, WideFactorsAndTwoFieldsMatchAFloat64Reference) {
         card_, model, cfg.use_cvm ? 63 : 64,
         [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
             const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, p, rec); });
+  }
+}
+
+// PaddleRec's deepfefm dropout (0.2 after every DNN Linear and ReLU, its output's too): the
+// hidden units and the dnn's output dropped, the first- and second-order terms not, at step 1.
+TEST_P(DeepFefmTest, DropoutMatchesAFloat64ReferenceWithTheSameMask) {
+  for (const float p : {0.2f, 0.5f}) {
+    SCOPED_TRACE("dnn_dropout " + std::to_string(p));
+    DenseModelConfig cfg = config();
+    cfg.fc_sizes = {6, 4};
+    cfg.dnn_dropout = p;
+    DenseModel model(card_, cfg);
+    ASSERT_TRUE(model.dropout().drops_output());
+    for (const int64_t batch : {9, 1}) {
+      model.set_dropout_steps(0);
+      const testing::DropoutReference drop{&model.dropout(), p, 1};
+      testing::check_against_reference(
+          card_, model, 70 + batch,
+          [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& w,
+              const std::vector<double>& rec) { return deepfefm_logit(cfg, h, i, w, rec, drop); },
+          batch);
+    }
   }
 }
 

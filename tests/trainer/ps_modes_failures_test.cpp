@@ -23,6 +23,7 @@
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/nn/dense_model.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
@@ -82,6 +83,29 @@ TEST_F(PsModes, AFailedDenseExchangeLeftAtTheEndIsLoggedNamingTheServer) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find(shards.endpoints()), std::string::npos) << log;
+}
+
+// The PS modes rank a trainer's threads' cards 0.. on every trainer: the worker of trainer 1 of 2
+// on its first card draws other dropout masks than trainer 0's, whose are the gpubox mode's
+// DenseModel's on that card.
+TEST_F(PsModes, EveryTrainersWorkersDrawTheirOwnDropoutMasks) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async", "hyper_parameters.dnn_dropout=0.5"});
+  Servers shards(cfg, 1);
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = cfg.sparse;
+  auto servers = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(servers.status());
+  device::Card card(0, 0, 0, 1);
+  PsWorker zero(card, **servers, cfg, 0);
+  PsWorker one(card, **servers, cfg, 1);
+  const DenseModel gpubox(card, cfg.dense_model_config());
+  ASSERT_TRUE(zero.model().dropout().on());
+  for (std::size_t l = 0; l <= cfg.hyper.fc_sizes.size(); ++l) {  // the hidden layers, the output
+    EXPECT_EQ(zero.model().dropout().mask(l).layer_key, gpubox.dropout().mask(l).layer_key) << l;
+    EXPECT_NE(one.model().dropout().mask(l).layer_key, zero.model().dropout().mask(l).layer_key)
+        << l;
+  }
 }
 
 // In sync mode a trainer that stops coming ends the others' job at the next barrier, after

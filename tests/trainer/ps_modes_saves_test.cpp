@@ -180,35 +180,42 @@ TEST_F(PsModes, AStoppedJobResumesFromItsLastSave) {
 // Issue 32: the sync mode's threads step one dense optimizer with the same moments, which the
 // checkpoint keeps (thread 0's, now every thread's), and its rows' state with the rows: a job of
 // 1 trainer x 2 threads stopped after pass 0 and resumed (fresh servers) ends pass 1 where the job
-// run without a stop ends it, dense and test AUC, with Adam. (Before, each thread had its own
-// moments and a resume gave every thread thread 0's.)
+// run without a stop ends it, dense and test AUC, with Adam, and with dropout. (Before, each thread
+// had its own moments and a resume gave every thread thread 0's.)
 TEST_F(PsModes, AResumedSyncJobEndsWhereTheUninterruptedOneEnds) {
-  const auto run_passes = [&](const std::string& saves, int epochs, bool resume) {
-    const TrainerConfig cfg =
-        config({"runner.train_data_dir=" + (root_ / "train").string(),
-                "runner.test_data_dir=", "runner.sync_mode=sync", "runner.thread_num=2",
-                "runner.save_mode=checkpoint", "runner.model_save_path=" + saves,
-                "runner.epochs=" + std::to_string(epochs), "hyper_parameters.optimizer.class=Adam",
-                std::string("runner.resume=") + (resume ? "auto" : "off")});
-    Servers shards(cfg, 1);
-    TrainerEnv env;
-    env.servers = shards.endpoints();
-    PsTrainer trainer(cfg, env);
-    const std::vector<PassReport> reports = trainer.train();
-    return std::make_pair(reports.empty() ? -1 : reports.back().pass,
-                          Outcome{test_auc(trainer), trainer.dense_values()});
-  };
-  const std::string stopped = (root_ / "sync_resume_saves").string();
-  EXPECT_EQ(run_passes(stopped, 1, false).first, 0);
-  const auto resumed = run_passes(stopped, 2, true);
-  const auto straight = run_passes((root_ / "sync_straight_saves").string(), 2, false);
-  EXPECT_EQ(resumed.first, 1);
-  EXPECT_EQ(straight.first, 1);
-  const double dense_diff = max_abs_diff(resumed.second.dense, straight.second.dense);
-  std::printf("sync, 2 threads: resumed test auc %.6f, uninterrupted %.6f; dense %.3g apart\n",
-              resumed.second.test_auc, straight.second.test_auc, dense_diff);
-  EXPECT_LT(dense_diff, 1e-6);
-  EXPECT_NEAR(resumed.second.test_auc, straight.second.test_auc, 1e-6);
+  // With dropout too: the resumed threads' masks go on from the save's step.
+  for (const std::string dropout : {"0", "0.1"}) {
+    const auto run_passes = [&](const std::string& saves, int epochs, bool resume) {
+      const TrainerConfig cfg = config(
+          {"runner.train_data_dir=" + (root_ / "train").string(),
+           "runner.test_data_dir=", "runner.sync_mode=sync", "runner.thread_num=2",
+           "runner.save_mode=checkpoint", "runner.model_save_path=" + saves,
+           "runner.epochs=" + std::to_string(epochs), "hyper_parameters.optimizer.class=Adam",
+           std::string("runner.resume=") + (resume ? "auto" : "off"),
+           "hyper_parameters.dnn_dropout=" + dropout});
+      Servers shards(cfg, 1);
+      TrainerEnv env;
+      env.servers = shards.endpoints();
+      PsTrainer trainer(cfg, env);
+      const std::vector<PassReport> reports = trainer.train();
+      return std::make_pair(reports.empty() ? -1 : reports.back().pass,
+                            Outcome{test_auc(trainer), trainer.dense_values()});
+    };
+    const std::string stopped = (root_ / ("sync_resume_saves_" + dropout)).string();
+    EXPECT_EQ(run_passes(stopped, 1, false).first, 0);
+    const auto resumed = run_passes(stopped, 2, true);
+    const auto straight =
+        run_passes((root_ / ("sync_straight_saves_" + dropout)).string(), 2, false);
+    EXPECT_EQ(resumed.first, 1);
+    EXPECT_EQ(straight.first, 1);
+    const double dense_diff = max_abs_diff(resumed.second.dense, straight.second.dense);
+    std::printf(
+        "sync, 2 threads, dropout %s: resumed test auc %.6f, uninterrupted %.6f; dense %.3g "
+        "apart\n",
+        dropout.c_str(), resumed.second.test_auc, straight.second.test_auc, dense_diff);
+    EXPECT_LT(dense_diff, 1e-6);
+    EXPECT_NEAR(resumed.second.test_auc, straight.second.test_auc, 1e-6);
+  }
 }
 
 // A relative runner.model_save_path names a folder under the trainer's working directory; the

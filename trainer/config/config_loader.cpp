@@ -11,6 +11,7 @@
 #include "common/config/slot_dims.hpp"
 #include "dataset/dataset_config.hpp"
 #include "table/sparse_config.hpp"
+#include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 
 namespace gpubox::trainer {
@@ -274,9 +275,7 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
              : ""));
   }
   // wide, fm and ffm have no dnn; autoint none with fc_sizes: [] (DenseModel's has_mlp).
-  const bool no_dnn = model == ModelKind::kWide || model == ModelKind::kFm ||
-                      model == ModelKind::kFfm ||
-                      (model == ModelKind::kAutoint && c.hyper.fc_sizes.empty());
+  const bool no_dnn = !config::has_dnn(model, c.hyper.fc_sizes.empty());
   if (c.hyper.dnn_batch_norm && no_dnn) {
     return Status::InvalidArgument(
         doc.source() + ": hyper_parameters.dnn_batch_norm=true normalises after every hidden " +
@@ -464,6 +463,7 @@ Status read_hyper_keys(const config::ConfigDocument& doc, HyperParameters& h) {
   if (Status cross = read_cross_keys(doc, h); !cross.ok()) return cross;
   h.bot_layer_sizes = doc.get_int_list("hyper_parameters.bot_layer_sizes");
   h.dnn_batch_norm = dnn_batch_norm_of(doc);
+  h.dnn_dropout = dnn_dropout_of(doc);
   // PaddleRec's dlrm ends its top MLP (top_layer_sizes) in a 2-wide softmax. Another network
   // keeps its logit (asking otherwise is refused: check_network_parts).
   h.dlrm_output = config::resolve_dlrm_output(doc);
@@ -487,10 +487,14 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   c.sparse = std::move(rows).value();
   c.host_tier = table::host_tier_config_from(doc);
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
+  GPUBOX_RETURN_IF_ERROR(check_dnn_dropout(c, doc));
   record_keys(doc, &c);
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
   c.model_keys["hyper_parameters.dlrm_output"] = name_of(kDlrmOutputNames, c.hyper.dlrm_output);
+  // The rate trained (a PaddleRec folder's when unset): a resume goes on only at the save's, and
+  // one made at another (main's in these folders: 0) is told the -o that resumes it.
+  record_dnn_dropout(doc, &c);
   // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
   c.model_keys["hyper_parameters.optimizer.class"] =
       name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);

@@ -10,9 +10,9 @@ constexpr char kDeepFefmDifferences[] =
     "looks up a key quantised from the value); the dense features' first-order weights "
     "start at 0 (PaddleRec's at a truncated normal); its field vectors are "
     "sparse_feature_dim - 1 wide, the key's first-order weight in the same row "
-    "(PaddleRec's sparse_feature_dim, the first-order weights a second table); no "
-    "dropout (PaddleRec's 0.2 after every DNN layer and every ReLU, the output's too), "
-    "no L2 decay (PaddleRec's 1e-6 on the embeddings and first-order weights, 1e-7 on "
+    "(PaddleRec's sparse_feature_dim, the first-order weights a second table); {dropout}; "
+    "no L2 decay "
+    "(PaddleRec's 1e-6 on the embeddings and first-order weights, 1e-7 on "
     "the field-pair matrices and the DNN); its embedding rows step only when their key "
     "is in the batch (PaddleRec's tables are dense, sparse=False, so its Adam moves "
     "every row every step, lazy_mode notwithstanding)";
@@ -32,15 +32,17 @@ constexpr char kAutointDifferences[] =
     "normalises before the ReLU and has none after the first layer; the attention "
     "weights start at normals of Xavier's variance (PaddleRec's Xavier uniform), the "
     "logit's bias and the dense features' first-order weights at 0 (PaddleRec's output "
-    "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2))";
+    "bias at N(0, 1), its feature_bias rows at N(0, 0.001^2)); PaddleRec's net registers a "
+    "Dropout per DNN layer and never calls it: no dropout in its folder, as GPUBox's "
+    "(hyper_parameters.dnn_dropout 0)";
 
 constexpr char kDcnV2Differences[] =
     "its cross network's input x0 is the pooled slots and the dense values as they are "
     "(PaddleRec's passes the dense values through a Linear to dense_input_dim x "
-    "sparse_feature_dim values first); no dropout (PaddleRec's 0.5 after every DNN "
-    "layer and every ReLU) and no L2 decay (neither that Linear nor dropout is built: "
-    "without them the held-out AUC after epoch 2 is 0.0011 under Paddle's, the mean of 3 "
-    "seeds at Paddle's step count, docs/bench/h164.md); l2_reg_cross is trained as "
+    "sparse_feature_dim values first) and no L2 decay (neither is built: without them, "
+    "and before dropout was built, the held-out AUC after epoch 2 was 0.0011 under "
+    "Paddle's, the mean of 3 seeds at Paddle's step count, docs/bench/h164.md); {dropout}; "
+    "l2_reg_cross is trained as "
     "cross_l2 "
     "(PaddleRec's dcn_v2 reads it and adds nothing); its DCN-Mix weights start at "
     "N(0, 1/width) (V, the gate) and N(0, 1/rank) (C, U), PaddleRec's at Xavier normals "
@@ -79,7 +81,7 @@ constexpr char kDlrmDifferences[] =
     "N(0, 1)";
 
 constexpr char kFlenDifferences[] =
-    "no dropout (PaddleRec's after its fc layers), and batch norm only with "
+    "{dropout}; batch norm only with "
     "hyper_parameters.dnn_batch_norm=true, then after the ReLU of every DNN layer as "
     "PaddleRec's, but not after the bi-interaction's layer; its weights start "
     "at normals of Xavier's variance (PaddleRec's Xavier uniform); the embeddings step "
@@ -87,14 +89,59 @@ constexpr char kFlenDifferences[] =
 
 constexpr char kFatDeepffmDifferences[] =
     "a field's factor has sparse_feature_dim - 1 values (PaddleRec's sparse_feature_dim, "
-    "ffm's rows); no dropout (PaddleRec's 0.5 after every DNN layer, the output's too), "
-    "no L2 decay; CEN's and the DNN's weights start at N(0, 1/fan_in) (PaddleRec's CEN: "
+    "ffm's rows); no L2 decay; {dropout}; CEN's and the DNN's weights start at "
+    "N(0, 1/fan_in) (PaddleRec's CEN: "
     "Paddle's default), the embeddings by the sparse rule; the DNN's output bias stands "
     "for PaddleRec's separate bias";
 
-}  // namespace
+// The {dropout} of a network whose PaddleRec net drops its DNN: what GPUBox draws at
+// hyper_parameters.dnn_dropout > 0 (`on`), and at 0 that it draws none (`off`).
+struct DropoutClause {
+  config::ModelKind model;
+  const char* on;
+  const char* off;
+};
+constexpr DropoutClause kDropoutClauses[] = {
+    {config::ModelKind::kDeepFefm,
+     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.2 after every DNN Linear and "
+     "ReLU and the DNN's output) draws one mask per hidden unit, kept with probability (1-p)^2, "
+     "where PaddleRec's two Dropouts draw two of 1-p (the same distribution)",
+     "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.2 after every DNN Linear and "
+     "ReLU, the output's too)"},
+    {config::ModelKind::kDcnV2,
+     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5 after every DNN Linear and "
+     "ReLU) draws one mask per hidden unit, kept with probability (1-p)^2, where PaddleRec's "
+     "two Dropouts draw two of 1-p (the same distribution)",
+     "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.5 after every DNN Linear and "
+     "ReLU)"},
+    {config::ModelKind::kFlen,
+     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.2) follows the DNN's hidden "
+     "layers only, one mask of keep (1-p)^2 for PaddleRec's two Dropouts after the Linear and "
+     "the ReLU (the same distribution), not the third after its batch norm (with "
+     "hyper_parameters.dnn_batch_norm the folder's rate gives way to 0, and a rate set is "
+     "refused) nor the one after the bi-interaction's layer",
+     "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.2 after its DNN's Linear, ReLU "
+     "and batch norm and after the bi-interaction's layer)"},
+    {config::ModelKind::kFatDeepffm,
+     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5 after every DNN Linear and "
+     "ReLU, the output's too) drops the DNN's output bias, which stands for PaddleRec's "
+     "separate, undropped bias too",
+     "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.5 after every DNN Linear and "
+     "ReLU, the output's too)"}};
 
-std::string differences_from_paddlerec(config::ModelKind model) {
+std::string with_dropout_clause(std::string text, config::ModelKind model, double dnn_dropout) {
+  const std::string mark = "{dropout}";
+  const std::size_t at = text.find(mark);
+  if (at == std::string::npos) return text;
+  for (const DropoutClause& clause : kDropoutClauses) {
+    if (clause.model == model) {
+      return text.replace(at, mark.size(), dnn_dropout > 0.0 ? clause.on : clause.off);
+    }
+  }
+  return text;
+}
+
+std::string differences_text(config::ModelKind model) {
   switch (model) {
     case config::ModelKind::kDeepFefm:
       return kDeepFefmDifferences;
@@ -115,6 +162,12 @@ std::string differences_from_paddlerec(config::ModelKind model) {
     default:
       return "";
   }
+}
+
+}  // namespace
+
+std::string differences_from_paddlerec(config::ModelKind model, double dnn_dropout) {
+  return with_dropout_clause(differences_text(model), model, dnn_dropout);
 }
 
 }  // namespace gpubox::trainer

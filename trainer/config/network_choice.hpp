@@ -18,7 +18,8 @@ using config::NetworkChoice;
 using config::paddlerec_model_name;
 
 // Where GPUBox's build of `model` differs from PaddleRec's net of the same name, for the start
-// line; "" where it computes what PaddleRec's does.
-std::string differences_from_paddlerec(config::ModelKind model);
+// line; "" where it computes what PaddleRec's does. Its dropout clause says what `dnn_dropout`
+// (hyper_parameters.dnn_dropout as trained) draws, or at 0 that none is drawn.
+std::string differences_from_paddlerec(config::ModelKind model, double dnn_dropout);
 
 }  // namespace gpubox::trainer

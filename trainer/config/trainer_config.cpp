@@ -30,6 +30,7 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   model.cross_l2 = static_cast<float>(hyper.cross_l2);
   model.bot_layer_sizes = hyper.bot_layer_sizes;
   model.batch_norm = hyper.dnn_batch_norm;
+  model.dnn_dropout = static_cast<float>(hyper.dnn_dropout);
   model.dlrm_output = hyper.model == ModelKind::kDlrm ? hyper.dlrm_output : DlrmOutput::kLogit;
   model.cin_layer_sizes = hyper.layer_sizes_cin;
   model.attn_layer_sizes = hyper.attn_layer_sizes;

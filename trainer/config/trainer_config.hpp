@@ -94,6 +94,9 @@ struct HyperParameters {
   std::vector<int> bot_layer_sizes;  // hyper_parameters.bot_layer_sizes (dlrm)
   // hyper_parameters.dnn_batch_norm; not set: true in PaddleRec's dlrm folder only.
   bool dnn_batch_norm = false;
+  // hyper_parameters.dnn_dropout; not set: PaddleRec's rate in its dcn_v2, deepfefm, fat_deepffm
+  // and flen folders (dnn_dropout.hpp), 0 elsewhere.
+  double dnn_dropout = 0.0;
   // hyper_parameters.dlrm_output; not set: softmax2 where PaddleRec's top_layer_sizes ends in 2.
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)
@@ -125,8 +128,9 @@ struct TrainerConfig {
   // save made with other values is refused naming the keys (trainer/schedule/checkpoint.hpp).
   std::map<std::string, std::string> model_keys;
   // The model_keys recorded at a value the config does not set but derives (a PaddleRec folder's
-  // start ranges, config_loader.cpp's record_keys), each with what derived it: a resume from a
-  // save made at another value names the -o that keeps the save's (check_saved_derived_keys).
+  // start ranges, config_loader.cpp's record_keys, and dropout rate, record_dnn_dropout), each with
+  // what derived it: a resume from a save made at another value names the -o that keeps the save's
+  // (check_saved_derived_keys).
   std::map<std::string, std::string> derived_model_keys;
   // The other keys that shape what a run trains (its schedule, batches, reading, seed: every
   // runner key with an effect but those that only say where it reads, writes, logs or waits,

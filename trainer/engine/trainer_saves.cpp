@@ -236,6 +236,8 @@ void Trainer::put_dense(const DenseState& dense, const std::string& dir, SaveKin
     card.activate();
     worker->model().parameters().set_values(dense.values);
     dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
+    // Dropout's masks go on from the save's step rather than drawing the first steps' again.
+    worker->model().set_dropout_steps(static_cast<uint64_t>(dense.steps));
     s.card_tier->heter_comm(card.local_index())
         .set_table_steps(table_steps_kept(mode, dense.table_steps));
   }

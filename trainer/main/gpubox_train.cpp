@@ -35,6 +35,7 @@
 #include "serving/serving_model.hpp"
 #include "table/sparse_config.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -333,13 +334,14 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   GPUBOX_LOG(INFO) << "network: "
                    << gpubox::name_of(gpubox::config::kModelKindNames, config.hyper.model)
                    << " (from " << config.hyper.model_source << ")";
-  if (const std::string differs = gpubox::trainer::differences_from_paddlerec(config.hyper.model);
+  if (const std::string differs =
+          gpubox::trainer::differences_from_paddlerec(config.hyper.model, config.hyper.dnn_dropout);
       !differs.empty()) {
     GPUBOX_LOG(INFO) << "network: unlike PaddleRec's: " << differs;
   }
   for (const std::string& note :
-       {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::trainer::dlrm_output_note(doc),
-        gpubox::config::dense_optimizer_note(doc),
+       {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::trainer::dnn_dropout_note(doc),
+        gpubox::trainer::dlrm_output_note(doc), gpubox::config::dense_optimizer_note(doc),
         gpubox::table::paddlerec_rows_rule_note(doc, config.sparse)}) {
     if (!note.empty()) GPUBOX_LOG(INFO) << note;
   }

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -68,8 +69,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // wide, fm and ffm: the first-order terms and a bias (+ the pairwise term), no MLP.
   // autoint: its DNN only with fc_sizes (PaddleRec's fc_sizes: [] has none).
   const bool autoint = config.kind == ModelKind::kAutoint;
-  const bool has_mlp = config.kind != ModelKind::kWide && config.kind != ModelKind::kFm &&
-                       config.kind != ModelKind::kFfm && !(autoint && config.fc_sizes.empty());
+  const bool has_mlp = gpubox::config::has_dnn(config.kind, config.fc_sizes.empty());
   const bool dcn = config.kind == ModelKind::kDcnV2 || config.kind == ModelKind::kDcn;
   // dlrm, xdeepfm, deepfefm, autoint, fat_deepffm: a field part builds the MLP's input
   // (field_part.hpp).
@@ -104,6 +104,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
     ffm_ = std::make_unique<FfmPart>(params_, pool_, config.dense_dim);
   }
   if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
+  add_dropout();
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
@@ -178,6 +179,9 @@ void DenseModel::add_mlp(int input_dim) {
     spec.dx = l == 0 ? ElementType::kF32 : activation_type_;     // the pooled gradient too
     spec.relu = !logit;
     spec.input_is_relu = l > 0 && !config_.batch_norm;  // a norm's output is not masked
+    // Dropout rewrites a hidden output after its forward (add_dropout), the next layer's input.
+    spec.output_rewritten = !last && config_.dnn_dropout != 0.0f;
+    spec.input_rewritten = spec.input_is_relu && config_.dnn_dropout != 0.0f;
     // The first layer's input gradient is wanted for the pooled slots only (every column of
     // the cross network's output); with a field part, for the columns it hands back (its fields'
     // embeddings, not the cvm columns behind them; dlrm: all of R).
@@ -191,6 +195,21 @@ void DenseModel::add_mlp(int input_dim) {
     if (!logit) add_norm(spec);
     in = spec.out;
   }
+}
+
+// PaddleRec's DNNs drop every hidden layer's output; deepfefm's and fat_deepffm's their 1-wide
+// output too (their DNN's last Linear is followed by the Dropout as well).
+void DenseModel::add_dropout() {
+  GPUBOX_EXPECTS(config_.dnn_dropout == 0.0f || !config_.batch_norm,
+                 "hyper_parameters.dnn_dropout with hyper_parameters.dnn_batch_norm is not built "
+                 "(the normalised output is no ReLU output: its mask would have to be kept)");
+  const int hidden = layers_.empty() ? 0 : static_cast<int>(layers_.size()) - 1;
+  const bool output =
+      !layers_.empty() && !two_class() &&
+      (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
+  dropout_ = std::make_unique<MlpDropout>(
+      *card_, config_.dnn_dropout, dropout_trainer_seed(config_.seed, config_.dropout_trainer),
+      hidden, output);
 }
 
 void DenseModel::add_norm(const LinearGemmSpec& layer) {
@@ -271,6 +290,15 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   }
   if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
+  if (dropout_->on()) {
+    // mask(0): the first hidden layer's, or the output's when only the output is dropped.
+    const float keep = 1.0f / dropout_->mask(0).scale;
+    const bool hidden = dropout_->hidden() > 0;
+    out << "\n  dropout " << config_.dnn_dropout << ": " << (hidden ? "hidden units" : "the output")
+        << " kept with probability " << keep
+        << (hidden && dropout_->drops_output() ? ", the output too" : "")
+        << " (in place after each forward, training only; masks hashed per step)";
+  }
   return out.str();
 }
 
@@ -281,6 +309,7 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
   reserve(batch.batch);  // no-op when the step already did
   const device::Stream& stream = card_->stream();
   const int64_t n = batch.batch;
+  if (training) dropout_->begin_step(stream);  // a new mask every training step, replays too
   pool_.forward(stream, batch.sparse, batch.dense, field_ ? 0 : config_.dense_dim, input_rows());
   if (layers_.empty()) {
     // wide, fm, ffm: logits = bias (a rank-1 broadcast), the wide and (f)fm parts add the rest.
@@ -297,6 +326,10 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
   if (field_) field_->forward(field_step(batch, training));
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
+    if (training && l + 1 < layers_.size()) {
+      const LinearGemmSpec& spec = layers_[l].spec();
+      dropout_->hidden_forward(stream, l, hidden_[l].data(), spec.output, n, spec.out, spec.y_ld);
+    }
     if (l >= norms_.size()) continue;
     if (training) {
       norms_[l].forward_train(stream, params_, hidden_[l].data(), normed_[l].data(), n);
@@ -310,6 +343,7 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
                                 top < normed_.size() ? normed_[top].data() : hidden_[top].data(),
                                 activation_type_, layers_[top].spec().y_ld, n, logits_.data());
   }
+  if (training) dropout_->output_forward(stream, logits(), n);  // the DNN's output alone
   if (field_) field_->add_logits(field_step(batch, training), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
@@ -372,6 +406,7 @@ void DenseModel::forward_backward_async(const DenseBatchView& batch, const GradS
       loss_partials_.data(), params_.loss_slot(), stop_vote ? 1.0f : 0.0f);
   if (normed_pair)
     norms_.back().backward(stream, params_, hidden_.back().data(), spare, dz, n, share);
+  dropout_->output_backward(stream, dz, activation_type_, n);
   backward_layers(dz, spare, n, unscale, share);
   backward_parts(batch, scales, unscale, push);
 }
@@ -443,7 +478,9 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
 void DenseModel::backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch,
                                  float share) {
   if (norms_.empty()) {
-    layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1], 1.0f, spare, batch);
+    // Dropout: the ReLU mask of the dropped output is the dropout's mask too; 1/q is alpha.
+    layers_[l].backward_data(params_, dz, layer_input(l), &layers_[l - 1],
+                             dropout_->hidden_grad_scale(l - 1), spare, batch);
     std::swap(dz, spare);
     return;
   }

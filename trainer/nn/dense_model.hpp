@@ -18,6 +18,9 @@
 // With config.batch_norm every hidden layer of the MLP is Linear -> ReLU -> BatchNorm1D
 // (batch_norm.hpp): forward_backward normalises with the batch's statistics, predict with the
 // running ones, which are statistic blocks of the parameters (saved, loaded and served with them).
+// With config.dnn_dropout every hidden layer's ReLU output is dropped in place in training
+// (forward_backward), never in predict; the next layer's input-gradient GEMM masks by it with
+// alpha 1/q (dropout.hpp).
 // fat_deepffm: an attention over ffm's field-aware vectors, their sum into the logit and the MLP
 // over its pairs' products (fat_deepffm_part.hpp).
 //
@@ -58,6 +61,7 @@
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dense_parameters.hpp"
+#include "trainer/nn/dropout.hpp"
 #include "trainer/nn/field_part.hpp"
 #include "trainer/nn/flen_part.hpp"
 #include "trainer/nn/layers.hpp"
@@ -140,6 +144,11 @@ class DenseModel {
   // The step status on the card (loss, verdict); the veto word HeterComm::push_pulled takes is
   // &step_status()->first_non_finite.
   DenseStepStatus* step_status() { return status_.data(); }
+  // Dropout's training steps taken (hyper_parameters.dnn_dropout; dropout.hpp): the next
+  // forward_backward draws the masks of step `steps` + 1. Enqueued; no-op without dropout. A mask
+  // is a function of (seed, card rank, layer, step): the same step draws the same mask.
+  void set_dropout_steps(uint64_t steps) { dropout_->set_steps(card_->stream(), steps); }
+  const MlpDropout& dropout() const { return *dropout_; }
   // Predictions of the last predict/forward_backward, [batch] floats in card memory.
   const float* predictions() const { return preds_.data(); }
 
@@ -155,6 +164,8 @@ class DenseModel {
   // Construction steps: what the GEMMs compute in, and the fc layers (registered in params_).
   void choose_precision(const char* fp32_only, bool has_mlp);
   void add_mlp(int input_dim);
+  // The MLP's dropout (config_.dnn_dropout), after the layers are registered.
+  void add_dropout();
   // A batch norm after hidden layer l (config_.batch_norm).
   void add_norm(const LinearGemmSpec& layer);
   // `training`: batch norms with the batch's statistics (forward_backward), else the running ones.
@@ -216,11 +227,12 @@ class DenseModel {
   std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
   // kDlrm, kXdeepfm, kDeepFefm, kAutoint, kFatDeepffm: the MLP's input (field_part.hpp).
   std::unique_ptr<FieldPart> field_;
-  std::unique_ptr<FfmPart> ffm_;    // kFfm only
-  std::unique_ptr<FlenPart> flen_;  // kFlen only
-  std::size_t wide_bias_ = 0;       // kWide, kFm, kFfm and autoint without fc_sizes
-  int64_t x0_ld_ = 0;               // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;     // the batch whose kernel report was logged (-1: none yet)
+  std::unique_ptr<FfmPart> ffm_;         // kFfm only
+  std::unique_ptr<FlenPart> flen_;       // kFlen only
+  std::unique_ptr<MlpDropout> dropout_;  // off unless config_.dnn_dropout > 0
+  std::size_t wide_bias_ = 0;            // kWide, kFm, kFfm and autoint without fc_sizes
+  int64_t x0_ld_ = 0;                    // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;          // the batch whose kernel report was logged (-1: none yet)
 
   // Activations (raw bytes): x0 = the pooled rows and dense features (x0_type_), one output per
   // linear layer (the last is the fp32 logit column), and the MLP's gradients dZ ping-ponging

@@ -45,6 +45,14 @@ struct DenseModelConfig {
   // hidden ones, its outputs u the two classes' logits: prediction softmax(u)[1] =
   // sigmoid(u1 - u0), loss the cross entropy (DenseModel).
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
+  // hyper_parameters.dnn_dropout: PaddleRec's Dropout(p) after every Linear and every ReLU of the
+  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2), and after deepfefm's and
+  // fat_deepffm's 1-wide DNN output; in training only (dropout.hpp). 0: none. Not with batch_norm.
+  float dnn_dropout = 0.0f;
+  // The PS modes' trainer (PADDLE_TRAINER_ID), mixed into the dropout masks' seed: their threads'
+  // cards are ranked 0.. on every trainer, and equal ranks would draw equal masks. 0 elsewhere (the
+  // gpubox mode's ranks are global): the masks of the seed itself (dropout_trainer_seed).
+  int dropout_trainer = 0;
   uint64_t seed = 0;  // initial weights: identical on every card for the same seed
   // Asked for; bf16 runs only where the card has bf16 GEMMs (DenseModel says which it uses).
   DensePrecision precision = DensePrecision::kFp32;

@@ -15,7 +15,8 @@
 // PaddleRec's FieldWiseBiInteraction also computes an FM module within the groups (h_fm), but its
 // forward returns h_mf alone: h_fm reaches nothing, so it is not built here.
 //
-// Not built (GPUBox's networks have neither): the batch norm after the ReLU and the dropout.
+// Not built: the batch norm after the bi-interaction layer's ReLU and the dropout after it (the
+// DNN's dropout is the MLP's: hyper_parameters.dnn_dropout).
 //
 // Portable: parallel_for over (instance, column) items (the group sums and h, the ReLU, the
 // pooled gradient) and (instance, pair) items; the k x k layer, its gradients and every sum over

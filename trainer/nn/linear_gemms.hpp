@@ -50,8 +50,15 @@ struct LinearGemmSpec {
   ElementType dx = ElementType::kF32;      // dX
   bool relu = false;                       // Y = relu(X W + b)
   bool input_is_relu = false;  // X is the previous layer's ReLU output: backward_data masks dX
-  int dx_cols = 0;             // backward_data computes dX's first dx_cols columns (<= in)
-  int64_t x_ld = 0;            // row strides, in elements
+  // Y is rewritten in place after the forward (dropout zeroes some of its units): the forward
+  // records no ReLU mask (cuda: RELU_BIAS, no aux bit mask; oneDNN records none either way).
+  bool output_rewritten = false;
+  // X is such a rewritten output (its producer's output_rewritten): backward_data masks dX by the
+  // stored X > 0 (cuda: the input-gradient GEMM, then the mask kernel, not DRELU's fused epilogue,
+  // whose recorded mask would let dropped units through; oneDNN always reads X).
+  bool input_rewritten = false;
+  int dx_cols = 0;   // backward_data computes dX's first dx_cols columns (<= in)
+  int64_t x_ld = 0;  // row strides, in elements
   int64_t y_ld = 0;
   int64_t dz_ld = 0;
   int64_t dx_ld = 0;

@@ -7,14 +7,17 @@
 // in cuBLASLt's column-major terms:
 //   forward   Y^T [out x B]     = W^T [out x in]   X^T [in x B]         A = W, B = X, both N
 //             epilogue RELU_AUX_BIAS (hidden) or BIAS (logit): bias of length out = D's rows;
-//             RELU_AUX_BIAS also writes the ReLU bit mask of D, aux ld = out rounded up to 128.
+//             RELU_AUX_BIAS also writes the ReLU bit mask of D, aux ld = out rounded up to 128;
+//             a hidden output rewritten after the forward (dropout, output_rewritten) RELU_BIAS,
+//             no mask: nothing would read it.
 //   weights   dW^T [out x in]   = dZ^T [out x B]   (X^T)^T [B x in]     A = dZ (N), B = X (T)
 //             epilogue BGRADA: db = row sums of A over k = B, the batch (length out = D's rows);
 //             where cuBLASLt offers no BGRADA algorithm, no epilogue and db^T [out x 1] =
 //             dZ^T [out x B] 1 [B x 1], a GEMM of its own (the oneDNN path's ones GEMM).
 //   data      dX^T [dxc x B]    = (W^T [out x dxc])^T  dZ^T [out x B]   A = W (T), B = dZ (N)
 //             with alpha; epilogue DRELU with the producer's bit mask when the input is a ReLU
-//             output (D [in x B] here is the producer's forward D, so the mask lines up).
+//             output (D [in x B] here is the producer's forward D, so the mask lines up); a
+//             rewritten input (input_rewritten): no epilogue, then the x > 0 mask kernel.
 // W's first dx_cols rows are the first dx_cols columns of its column-major view: same pointer.
 //
 // Types: A and B in the layer's input type (bf16: tensor cores), D in its output / dx type,
@@ -138,6 +141,8 @@ const char* epilogue_name(cublasLtEpilogue_t epilogue) {
   switch (epilogue) {
     case CUBLASLT_EPILOGUE_RELU_AUX_BIAS:
       return "RELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS:
+      return "RELU_BIAS";
     case CUBLASLT_EPILOGUE_BIAS:
       return "BIAS";
     case CUBLASLT_EPILOGUE_BGRADA:
@@ -183,13 +188,16 @@ LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
                  "layer ", spec.name, ": a row stride is shorter than its row");
   GPUBOX_EXPECTS(!spec.input_is_relu || spec.dx_cols == spec.in, "layer ", spec.name,
                  ": the ReLU mask covers whole input rows");
+  GPUBOX_EXPECTS(!spec.input_rewritten || spec.input_is_relu, "layer ", spec.name,
+                 ": a rewritten input is masked as a ReLU output");
   const bool wants_bf16 = spec.input == ElementType::kBf16 || spec.output == ElementType::kBf16 ||
                           spec.dx == ElementType::kBf16;
   GPUBOX_EXPECTS(!wants_bf16 || blas.bf16() == Bf16Support::kHardware, "layer ", spec.name,
                  ": bf16 GEMMs asked for on a GPU without bf16 tensor cores (", blas.isa(), ")");
   plans_->mask = blas.card().make_buffer<char>(0);
   plans_->ones = blas.card().make_buffer<char>(0);
-  plans_->mask_ld = spec.relu ? mask_ld_bits(spec.out) : 0;
+  // A rewritten output's ReLU mask is never read (the consumer masks by its input): none recorded.
+  plans_->mask_ld = spec.relu && !spec.output_rewritten ? mask_ld_bits(spec.out) : 0;
 }
 
 LinearGemms::~LinearGemms() = default;
@@ -395,8 +403,11 @@ void LinearGemms::prepare(int64_t batch) {
   plan.batch = batch;
   const GemmShape forward = shape_of(CUBLAS_OP_N, CUBLAS_OP_N, in, s.out, s.in, s.out, in, s.in,
                                      rows, s.x_ld, cuda_type(s.output), s.out, rows, s.y_ld);
+  // A rewritten output (dropout) records no mask: RELU_BIAS, and mask_ld is 0.
+  const cublasLtEpilogue_t activation =
+      s.output_rewritten ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
   make_gemm(plan.forward, backend, s.name, "forward", forward,
-            s.relu ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS, p.mask_ld);
+            s.relu ? activation : CUBLASLT_EPILOGUE_BIAS, p.mask_ld);
   // BGRADA is not offered for every type and shape by every cuBLASLt version: without it, the
   // weight gradient runs with no epilogue and db = dZ^T 1 is a GEMM of its own.
   const GemmShape weights = shape_of(CUBLAS_OP_N, CUBLAS_OP_T, in, s.out, rows, s.dz_ld, in, s.in,
@@ -414,12 +425,14 @@ void LinearGemms::prepare(int64_t batch) {
     if (p.ones_count < ones_ld) fill_ones(p, s.input, ones_ld, blas_->stream());
   }
   if (s.dx_cols > 0) {
-    // The mask's leading dimension is the producer's: D [in x B] is its forward D.
+    // The mask's leading dimension is the producer's: D [in x B] is its forward D. A rewritten
+    // input has no recorded mask: no epilogue, and backward_data masks by X > 0 after the GEMM.
+    const bool drelu = s.input_is_relu && !s.input_rewritten;
     make_gemm(plan.data, backend, s.name, "input gradient",
               shape_of(CUBLAS_OP_T, CUBLAS_OP_N, in, s.out, s.dx_cols, s.out, in, s.out, rows,
                        s.dz_ld, cuda_type(s.dx), s.dx_cols, rows, s.dx_ld),
-              s.input_is_relu ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT,
-              s.input_is_relu ? mask_ld_bits(s.in) : 0);
+              drelu ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT,
+              drelu ? mask_ld_bits(s.in) : 0);
   }
   // The mask buffer, sized now (before the step's collectives): mask_ld bits per row.
   const std::size_t mask_bytes = static_cast<std::size_t>(p.mask_ld / 8 * rows);
@@ -456,7 +469,7 @@ void LinearGemms::forward(const void* x, const void* w, const float* bias, const
   }
   const void* bias_ptr = bf16_bias ? static_cast<const void*>(bias_bf16) : bias;
   gemm.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias_ptr);
-  if (spec_.relu)
+  if (spec_.relu && !spec_.output_rewritten)
     gemm.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.mask.data()));
   run(gemm, blas_->backend(), blas_->stream(), 1.0f, w, x, y);
 }
@@ -495,12 +508,21 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
                  ": its producer ", producer->spec_.name, " ran no forward of batch ", batch,
                  " before it (its last: ", producer->plans_->last_forward_batch,
                  "): the ReLU mask is that forward's");
+  GPUBOX_EXPECTS(producer->spec_.output_rewritten == spec_.input_rewritten, "layer ", spec_.name,
+                 ": its producer ", producer->spec_.name,
+                 " disagrees on whether its output is rewritten after the forward");
   // DRELU reads the mask the producer's fused forward recorded; where either GEMM fell back to
-  // the plain one, the mask comes from the input itself (x > 0, as oneDNN's path does).
-  const bool recorded =
-      !gemm.plain && !plan_for(*producer->plans_, batch, producer->spec_.name).forward.plain;
+  // the plain one, or the input was rewritten after its forward (dropout: no mask recorded, the
+  // GEMM built without DRELU), the mask comes from the input itself (x > 0, as oneDNN's path
+  // does): the GEMM, then the mask kernel.
+  const bool recorded = !gemm.plain && !spec_.input_rewritten &&
+                        !plan_for(*producer->plans_, batch, producer->spec_.name).forward.plain;
   if (!recorded) {
-    run_plain(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
+    if (gemm.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+      run(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);  // plain or not
+    } else {
+      run_plain(gemm, blas_->backend(), blas_->stream(), alpha, w, dz, dx);
+    }
     mask_by_relu_input(dx, spec_.dx, spec_.dx_ld, x, spec_.input, spec_.x_ld, batch, spec_.dx_cols,
                        blas_->stream());
     return;
@@ -517,7 +539,12 @@ std::string LinearGemms::describe(int64_t batch) const {
   };
   std::string line = "forward " + name(plan.forward) + ", weight grad " + name(plan.weights);
   if (plan.weights.epilogue != CUBLASLT_EPILOGUE_BGRADA) line += " + bias GEMM of ones";
-  if (spec_.dx_cols > 0) line += ", input grad " + name(plan.data);
+  if (spec_.dx_cols > 0) {
+    // A rewritten input: the GEMM (no epilogue), then the x > 0 mask kernel.
+    line += ", input grad " + (spec_.input_rewritten && !plan.data.plain
+                                   ? std::string("GEMM + x>0 mask")
+                                   : name(plan.data));
+  }
   line += " (cuBLASLt, " + blas_->isa() + ", " + element_type_name(spec_.input) +
           (spec_.input == ElementType::kBf16 ? " tensor cores)" : ")");
   return line;

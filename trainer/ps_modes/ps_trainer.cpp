@@ -164,7 +164,8 @@ void PsTrainer::make_workers() {
   State& s = *state_;
   s.workers.clear();  // the old threads' cards are free before the new ones allocate
   for (int t = 0; t < s.cards.num_local_cards(); ++t) {
-    s.workers.push_back(std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_));
+    s.workers.push_back(
+        std::make_unique<PsWorker>(s.cards.card(t), *s.servers, config_, env_.trainer_id));
   }
   s.pushes.reset();
   if (config_.runner.sync_mode == SyncMode::kSync) {

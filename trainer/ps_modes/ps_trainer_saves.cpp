@@ -72,6 +72,7 @@ void PsTrainer::load(const std::string& dir) {
     device::Card& card = worker->card();
     card.activate();
     dense.restore_optimizer(worker->optimizer(), card.stream(), dir);
+    worker->model().set_dropout_steps(static_cast<uint64_t>(dense.steps));  // masks go on
     card.stream().synchronize();
     worker->sync_dense(0.0f);  // the dense half, from the servers' table
   }

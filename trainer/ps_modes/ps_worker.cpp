@@ -33,7 +33,7 @@ struct PsWorker::Buffers {
 };
 
 PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
-                   const TrainerConfig& config)
+                   const TrainerConfig& config, int trainer_id)
     : card_(card),
       servers_(servers),
       config_(config),
@@ -41,7 +41,10 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
       uploaded_(card.device(), card.stream().counters(), device::EventTiming::kOff,
                 device::EventReader::kHost) {
   card_.activate();
-  model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
+  DenseModelConfig model = config.dense_model_config();
+  // The threads' cards are ranked 0.. on every trainer: the trainer tells their masks apart.
+  model.dropout_trainer = trainer_id;
+  model_ = std::make_unique<DenseModel>(card, model);
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);

@@ -104,7 +104,9 @@ class PsWorker {
  public:
   // Starts from the dense net's initial values; sync_dense(0) then adopts the servers' dense
   // table (PsTrainer writes it at a job's start).
-  PsWorker(device::Card& card, table::server::RemoteHostTier& servers, const TrainerConfig& config);
+  // `trainer_id`: this trainer's (PADDLE_TRAINER_ID), which its dropout masks mix in.
+  PsWorker(device::Card& card, table::server::RemoteHostTier& servers, const TrainerConfig& config,
+           int trainer_id = 0);
   ~PsWorker();
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;

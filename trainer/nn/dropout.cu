@@ -1,0 +1,134 @@
+// Dropout (dropout.hpp): the masks' keys, the in-place kernels and the step counter. Portable:
+// parallel_for over a layer's units, the same hash on both backends.
+#include <cmath>
+
+#include "common/error.hpp"
+#include "heterps/device/parallel_for.cuh"
+#include "trainer/nn/bf16.hpp"
+#include "trainer/nn/dropout.hpp"
+
+namespace gpubox::trainer {
+namespace {
+// Unit i of a [rows x cols] block at row stride ld: y *= scale when kept, else y *= 0 (0 for a
+// finite y; a NaN or inf stays NaN, as the non-finite check must see it). The step key is
+// computed per unit from *step (one multiply chain; the counter is read where the kernel runs,
+// so a replayed graph reads the step it replays).
+template <class T>
+struct DropUnits {
+  DropoutMask mask;
+  const uint64_t* step;
+  T* y;
+  std::size_t cols;
+  std::size_t ld;
+  GPUBOX_HD void operator()(std::size_t i) const {
+    const std::size_t row = i / cols;
+    const std::size_t at = row * ld + (i - row * cols);
+    const bool kept = mask.keeps(mask.step_key(*step), i);
+    const float v = to_float(y[at]);
+    store_as(y + at, v * (kept ? mask.scale : 0.0f));
+  }
+};
+
+struct AdvanceStep {
+  uint64_t* step;
+  GPUBOX_HD void operator()(std::size_t) const { *step += 1; }
+};
+
+struct SetStep {
+  uint64_t* step;
+  uint64_t value;
+  GPUBOX_HD void operator()(std::size_t) const { *step = value; }
+};
+}  // namespace
+
+uint64_t dropout_layer_key(uint64_t seed, int rank, int layer) {
+  uint64_t key = dropout_mix(seed * DropoutMask::kGolden + 0x5D0B3A1F2C6E4897ull);
+  key = dropout_mix(
+      key ^ ((static_cast<uint64_t>(static_cast<uint32_t>(rank)) + 1) * 0xD6E8FEB86659FD93ull));
+  return dropout_mix(
+      key ^ ((static_cast<uint64_t>(static_cast<uint32_t>(layer)) + 1) * 0xA0761D6478BD642Full));
+}
+
+uint64_t dropout_trainer_seed(uint64_t seed, int trainer) {
+  if (trainer == 0) return seed;
+  return dropout_mix(
+      seed ^ ((static_cast<uint64_t>(static_cast<uint32_t>(trainer)) + 1) * 0x8EBC6AF09C88C6E3ull));
+}
+
+DropoutMask make_dropout_mask(uint64_t seed, int rank, int layer, double keep) {
+  GPUBOX_EXPECTS(keep > 0.0 && keep <= 1.0, "dropout keep probability ", keep, " outside (0, 1]");
+  DropoutMask mask;
+  mask.layer_key = dropout_layer_key(seed, rank, layer);
+  mask.keep_below = static_cast<uint64_t>(std::llround(keep * 4294967296.0));
+  mask.scale = static_cast<float>(1.0 / keep);
+  GPUBOX_EXPECTS(mask.keep_below > 0, "dropout keep probability ", keep,
+                 " rounds to 0 in 32 bits (hyper_parameters.dnn_dropout is at most 0.999)");
+  return mask;
+}
+
+void apply_dropout_async(const device::Stream& stream, const DropoutMask& mask,
+                         const uint64_t* step, void* y, ElementType type, int64_t rows, int cols,
+                         int64_t ld) {
+  const auto n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols);
+  const auto c = static_cast<std::size_t>(cols);
+  const auto stride = static_cast<std::size_t>(ld);
+  if (type == ElementType::kBf16) {
+    device::parallel_for(stream, n, DropUnits<Bf16>{mask, step, static_cast<Bf16*>(y), c, stride});
+  } else {
+    device::parallel_for(stream, n,
+                         DropUnits<float>{mask, step, static_cast<float*>(y), c, stride});
+  }
+}
+
+void advance_dropout_step_async(const device::Stream& stream, uint64_t* step) {
+  device::parallel_for(stream, 1, AdvanceStep{step});
+}
+
+void set_dropout_step_async(const device::Stream& stream, uint64_t* step, uint64_t value) {
+  device::parallel_for(stream, 1, SetStep{step, value});
+}
+
+MlpDropout::MlpDropout(device::Card& card, double p, uint64_t seed, int hidden, bool output)
+    : hidden_(hidden), output_(output) {
+  // The float the config gives (0.999f is a little above 0.999).
+  GPUBOX_EXPECTS(p >= 0.0 && static_cast<float>(p) <= 0.999f,
+                 "hyper_parameters.dnn_dropout must be in [0, 0.999], got ", p);
+  step_ = card.make_buffer<uint64_t>(0);
+  if (p == 0.0 || (hidden == 0 && !output)) return;
+  // PaddleRec's Dropout after the Linear and after the ReLU: a hidden unit kept by both.
+  const double keep = 1.0 - p;
+  for (int l = 0; l < hidden; ++l) {
+    masks_.push_back(make_dropout_mask(seed, card.rank(), l, keep * keep));
+  }
+  masks_.push_back(make_dropout_mask(seed, card.rank(), hidden, keep));  // the output's
+  step_ = card.make_buffer<uint64_t>(1);
+  set_dropout_step_async(card.stream(), step_.data(), 0);
+}
+
+void MlpDropout::begin_step(const device::Stream& stream) {
+  if (on()) advance_dropout_step_async(stream, step_.data());
+}
+
+void MlpDropout::set_steps(const device::Stream& stream, uint64_t steps) {
+  if (on()) set_dropout_step_async(stream, step_.data(), steps);
+}
+
+void MlpDropout::hidden_forward(const device::Stream& stream, std::size_t l, void* y,
+                                ElementType type, int64_t rows, int cols, int64_t ld) const {
+  if (!on()) return;
+  apply_dropout_async(stream, masks_.at(l), step_.data(), y, type, rows, cols, ld);
+}
+
+void MlpDropout::output_forward(const device::Stream& stream, float* logits, int64_t rows) const {
+  if (!drops_output()) return;
+  apply_dropout_async(stream, masks_.back(), step_.data(), logits, ElementType::kF32, rows, 1, 1);
+}
+
+void MlpDropout::output_backward(const device::Stream& stream, void* dz, ElementType type,
+                                 int64_t rows) const {
+  if (!drops_output()) return;
+  // d(m y / q)/dy = m / q: the same units, the same scale.
+  apply_dropout_async(stream, masks_.back(), step_.data(), dz, type, rows, 1, 1);
+}
+
+}  // namespace gpubox::trainer
