@@ -88,8 +88,12 @@ class SparseShard {
   }
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
-  // `cold_after_days` (> 0) to disk. Returns the number of rows deleted.
-  StatusOr<uint64_t> shrink(int32_t cold_after_days);
+  // `cold_after_days` (> 0) to disk. Returns the number of rows deleted. `on_progress` (when set)
+  // is called every kShrinkProgressRows rows aged, on disk or in memory (under the shard's lock,
+  // which the whole shrink of the shard holds): a shard of many rows takes long.
+  static constexpr uint64_t kShrinkProgressRows = 65536;
+  StatusOr<uint64_t> shrink(int32_t cold_after_days,
+                            const std::function<void()>& on_progress = nullptr);
 
   ShardStats stats();
   // Encodes the rows a save of `mode` holds (delta: changed since epoch `saved_through`).
@@ -168,7 +172,8 @@ class SparseShard {
   bool age_row(float* row) const;
   // shrink's part on disk: ages the rows only on disk (not those with a memory row, aged in
   // memory), deleting those the rules delete; returns how many.
-  StatusOr<uint64_t> age_disk_rows() GPUBOX_REQUIRES(mu_);
+  // `aged` is called once per row aged (shrink's progress count).
+  StatusOr<uint64_t> age_disk_rows(const std::function<void()>& aged) GPUBOX_REQUIRES(mu_);
   // A memory row leaving for the disk tier.
   struct Victim {
     uint64_t key;

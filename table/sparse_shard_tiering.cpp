@@ -15,7 +15,7 @@ bool SparseShard::age_row(float* row) const {
          row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days;
 }
 
-StatusOr<uint64_t> SparseShard::age_disk_rows() {
+StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged) {
   const uint32_t now = epochs_->current.load();
   const int32_t stride = layout_.stride();
   DiskTier::Batch batch;
@@ -39,6 +39,7 @@ StatusOr<uint64_t> SparseShard::age_disk_rows() {
     // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
     if (!st.ok() || index_.find(key) != KeyIndexMap::kAbsent) return;
     std::memcpy(row.data(), r, sizeof(float) * stride);
+    aged();
     if (age_row(row.data())) {
       batch.erase(id_, key);
       deleted_keys.push_back(key);
@@ -53,12 +54,17 @@ StatusOr<uint64_t> SparseShard::age_disk_rows() {
   return deleted;
 }
 
-StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
+StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
+                                       const std::function<void()>& on_progress) {
   MutexLock lock(mu_);
   uint64_t deleted = 0;
+  uint64_t aged = 0;
+  const auto age = [&] {
+    if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
+  };
   // Disk rows first, so that rows moved to disk below are aged once, not twice.
   if (disk_ != nullptr && rows_on_disk_ > 0) {
-    StatusOr<uint64_t> on_disk = age_disk_rows();
+    StatusOr<uint64_t> on_disk = age_disk_rows(age);
     GPUBOX_RETURN_IF_ERROR(on_disk.status());
     deleted += *on_disk;
   }
@@ -71,6 +77,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     float* row = arena_.row(index);
     // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
     mark(index);
+    age();
     if (age_row(row)) {
       dead.emplace_back(key, index);
       continue;
