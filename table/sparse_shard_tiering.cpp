@@ -36,10 +36,11 @@ StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged)
   std::vector<float> row(stride);
   GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
     mu_.assert_held();
-    // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
-    if (!st.ok() || index_.find(key) != KeyIndexMap::kAbsent) return;
-    std::memcpy(row.data(), r, sizeof(float) * stride);
+    if (!st.ok()) return;
     aged();
+    // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
+    if (index_.find(key) != KeyIndexMap::kAbsent) return;
+    std::memcpy(row.data(), r, sizeof(float) * stride);
     if (age_row(row.data())) {
       batch.erase(id_, key);
       deleted_keys.push_back(key);
@@ -61,6 +62,10 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
   uint64_t aged = 0;
   const auto age = [&] {
     if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
+  };
+  // A disk batch written (up to kDiskBatchEntries erases or rows) is a step too.
+  const auto wrote_batch = [&] {
+    if (on_progress) on_progress();
   };
   // Disk rows first, so that rows moved to disk below are aged once, not twice.
   if (disk_ != nullptr && rows_on_disk_ > 0) {
@@ -88,12 +93,13 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
     }
   }
   std::sort(dead.begin(), dead.end());
-  GPUBOX_RETURN_IF_ERROR(delete_rows(dead));
+  GPUBOX_RETURN_IF_ERROR(delete_rows(dead, wrote_batch));
   for (const auto& entry : dead) note_deleted(entry.first);
   deleted += dead.size();
   std::sort(cold.begin(), cold.end(),
             [](const Victim& a, const Victim& b) { return a.key < b.key; });
-  GPUBOX_RETURN_IF_ERROR(evict(cold));  // each marked above: none has a clean disk copy
+  // Each marked above: none has a clean disk copy.
+  GPUBOX_RETURN_IF_ERROR(evict(cold, wrote_batch));
   return deleted;
 }
 
@@ -196,7 +202,8 @@ std::vector<SparseShard::Victim> SparseShard::coldest_rows(std::size_t rows, uin
   return out;
 }
 
-Status SparseShard::evict(const std::vector<Victim>& victims) {
+Status SparseShard::evict(const std::vector<Victim>& victims,
+                          const std::function<void()>& on_batch) {
   for (std::size_t begin = 0; begin < victims.size(); begin += kDiskBatchEntries) {
     const std::size_t end = std::min(victims.size(), begin + kDiskBatchEntries);
     DiskTier::Batch batch;
@@ -207,6 +214,7 @@ Status SparseShard::evict(const std::vector<Victim>& victims) {
       batch.put(id_, victims[i].key, arena_.row(index), arena_.epoch(index), arena_.stride(index));
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    if (on_batch) on_batch();
     rows_evicted_clean_ += (end - begin) - batch.count();
     for (std::size_t i = begin; i < end; ++i) {
       remove_row(victims[i].key, victims[i].index);
