@@ -193,7 +193,8 @@ class RemoteHostTier final : public HostTier {
                              std::vector<uint64_t>* chunk_keys, std::vector<int32_t>* chunk_slots,
                              std::vector<float>* chunk_values);
   OutgoingRequest make_group_request(Op op, std::size_t group, const std::vector<uint8_t>& payload);
-  // One request with an empty payload-less op per endpoint (STATS, SHUTDOWN, ...).
+  // One request of `op` with `payload` (empty for STATS, SHUTDOWN, ...; a BARRIER's for end_job)
+  // per endpoint.
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
                                const ReplyHandler& on_reply, bool retry = true,
                                double timeout_s = -1.0);
