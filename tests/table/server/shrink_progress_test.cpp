@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -27,146 +28,44 @@
 #include "table/sparse_table.hpp"
 #include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
+#include "tests/table/server/shrink_test_util.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table::server {
 namespace {
 
-using namespace testing;  // NOLINT: the loopback helpers
-using std::chrono::milliseconds;
-
-constexpr double kBoundS = 1.5;  // the client's bound without progress
-// Each step of a slowed shrink: well under the bound, so that the shrink moves.
-constexpr milliseconds kStepDelay{250};
-
-// A tier whose SHRINK steps (the table's progress calls: a shard done, a chunk of rows aged) each
-// wait `delay` first (one at a time, so a shrink of n steps takes at least n times it), and from
-// step `hold_at` on are held until release(): kStopped reports nothing meanwhile (a server stuck
-// in its own code), kMoving reports the step every 50 ms (a shrink that moves for as long as the
-// test wants). A held step lets go by itself after a minute, so that a test that went wrong
-// fails instead of hanging.
-class SlowShrinkTier final : public table::testing::ForwardingHostTier {
- public:
-  enum class Hold { kStopped, kMoving };
-
-  SlowShrinkTier(HostTier& inner, milliseconds delay) : ForwardingHostTier(inner), delay_(delay) {}
-  ~SlowShrinkTier() override { release(); }
-
-  void hold_at(int64_t step, Hold how) {
-    std::lock_guard<std::mutex> lock(mu_);
-    hold_at_ = step;
-    hold_ = how;
-  }
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    released_ = true;
-    released_cv_.notify_all();
-  }
-  int64_t steps() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return steps_;
-  }
-  bool holding() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return holding_;
-  }
-
-  using HostTier::shrink;
-  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override {
-    return inner().shrink([&] { step(on_progress); });
-  }
-
- private:
-  void step(const std::function<void()>& on_progress) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int64_t at = steps_++;
-    std::this_thread::sleep_for(delay_);  // under the lock: the steps take turns
-    if (hold_at_ >= 0 && at >= hold_at_ && !released_) hold(lock, on_progress);
-    lock.unlock();
-    if (on_progress) on_progress();
-  }
-  void hold(std::unique_lock<std::mutex>& lock, const std::function<void()>& on_progress) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    holding_ = true;
-    while (!released_ && std::chrono::steady_clock::now() < until) {
-      if (hold_ == Hold::kStopped) {
-        released_cv_.wait_until(lock, until);
-        continue;
-      }
-      lock.unlock();
-      if (on_progress) on_progress();  // still moving: the server sees the shrink step on
-      std::this_thread::sleep_for(milliseconds(50));
-      lock.lock();
-    }
-    holding_ = false;
-  }
-
-  const milliseconds delay_;
-  mutable std::mutex mu_;
-  std::condition_variable released_cv_;
-  int64_t steps_ = 0;
-  int64_t hold_at_ = -1;
-  Hold hold_ = Hold::kStopped;
-  bool released_ = false;
-  bool holding_ = false;
-};
-
-// Lets a held tier go at the end of a scope, before the server declared earlier waits for its
-// worker (also when an assertion left the test early).
-struct ReleaseAtEnd {
-  SlowShrinkTier& tier;
-  ~ReleaseAtEnd() { tier.release(); }
-};
-
-std::unique_ptr<SparseTable> sparse_table(uint32_t shards, const AccessorConfig& cfg) {
-  HostTableConfig table_cfg;
-  table_cfg.shards = shards;
-  auto table = SparseTable::open(cfg, table_cfg);
-  EXPECT_TRUE(table.ok()) << table.status().to_string();
-  return std::move(table).value();
-}
-
-ServerOptions progress_options() {
-  ServerOptions so;
-  so.progress_interval_s = 0.1;
-  return so;
-}
-
-RemoteHostTierOptions bounded_client(const std::string& endpoints, const AccessorConfig& cfg) {
-  RemoteHostTierOptions o = client_options(endpoints);
-  o.config = cfg;
-  o.deadline_s = kBoundS;
-  o.chunk_rows = 4096;
-  return o;
-}
-
-std::vector<uint64_t> spread_keys(std::size_t n, uint64_t first) {
-  std::vector<uint64_t> keys(n);
-  for (std::size_t i = 0; i < n; ++i) keys[i] = (first + i) * 0x9e3779b97f4a7c15ULL;
-  return keys;
-}
+using namespace testing;      // NOLINT: the loopback helpers
+using namespace shrink_test;  // NOLINT: the slowed tier, tables, servers, clients
 
 TEST(ShrinkProgress, AShrinkLongerThanTheBoundThatMovesCompletes) {
   auto table = sparse_table(16, test_config());
-  SlowShrinkTier slow(*table, kStepDelay);
-  auto server = start_server(&slow, progress_options());
+  SlowShrinkTier moving(*table, milliseconds(0));
+  auto server = start_server(&moving, progress_options());
   ASSERT_TRUE(server);
-  ReleaseAtEnd release{slow};
+  ReleaseAtEnd release{moving};
   auto client = connect_client(bounded_client(server->endpoint(), test_config()));
   ASSERT_TRUE(client);
   const std::vector<uint64_t> keys = spread_keys(300, 1);
   std::vector<float> rows(keys.size() * client->layout().stride());
   ASSERT_TRUE(client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
 
-  StatusOr<uint64_t> deleted = client->shrink();
+  // Held after its first shard, moving (a step every 50 ms), for 2.5 bounds, then let go.
+  moving.hold_at(1, SlowShrinkTier::Hold::kMoving);
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<uint64_t> deleted = Status::Internal("not run");
+  std::thread shrinking([&] { deleted = client->shrink(); });
+  std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kBoundS));
+  moving.release();
+  shrinking.join();
+  const double took_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("SHRINK: %lld steps, %.2f s, bound %.1f s\n", static_cast<long long>(moving.steps()),
+              took_s, kBoundS);
   ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
   EXPECT_EQ(*deleted, 0u);  // test_config keeps every row (delete_threshold 0)
-  // One step per shard, each slowed: the shrink took at least this long, several bounds.
-  const double took_s = static_cast<double>(slow.steps()) * kStepDelay.count() / 1000.0;
-  std::printf("SHRINK: %lld slowed steps, at least %.2f s, bound %.1f s\n",
-              static_cast<long long>(slow.steps()), took_s, kBoundS);
-  EXPECT_EQ(slow.steps(), 16);
-  EXPECT_GE(took_s, 2 * kBoundS);
+  // The call outlived its bound: the client bounded it by progress, not by its total time.
+  EXPECT_GT(took_s, 2 * kBoundS);
+  EXPECT_EQ(moving.steps(), 16);  // one per shard
   EXPECT_GT(client->progress_frames(), 0u);
   EXPECT_EQ(server->counters().bulk_runs, 1u);
 }
@@ -222,6 +121,21 @@ class ShrinkOracle {
     return deleted;
   }
   std::size_t size() const { return rows_.size(); }
+  std::vector<uint64_t> keys() const {
+    std::vector<uint64_t> out;
+    for (const auto& entry : rows_) out.push_back(entry.first);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // Moves the rows of `keys` (all of them when null) to `to`; `seen`: as a PULL leaves them,
+  // unseen for no day.
+  void move_to(ShrinkOracle* to, const std::vector<uint64_t>* keys, bool seen) {
+    for (uint64_t key : keys != nullptr ? *keys : this->keys()) {
+      std::vector<float>& row = to->rows_[key] = std::move(rows_.at(key));
+      if (seen) row[RowLayout::kUnseenDays] = 0.0f;
+      rows_.erase(key);
+    }
+  }
 
  private:
   AccessorConfig cfg_;
@@ -303,6 +217,90 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4u, std::size_t{4}), std::make_tuple(4u, std::size_t{5}),
                       std::make_tuple(1u, std::size_t{SparseShard::kShrinkProgressRows}),
                       std::make_tuple(1u, std::size_t{SparseShard::kShrinkProgressRows + 1})));
+
+// The steps of one shard's shrink with a disk tier: one per kShrinkProgressRows entries looked at
+// (`scanned` disk entries, copies of memory rows too, and `aged` memory rows), one per disk batch
+// of the `dead` memory rows' erases (each with a disk copy) and of the `cold` rows written, and
+// one for the shard done.
+int64_t disk_shrink_steps(std::size_t scanned, std::size_t aged, std::size_t dead,
+                          std::size_t cold) {
+  constexpr std::size_t kRows = SparseShard::kShrinkProgressRows;
+  constexpr std::size_t kBatch = std::size_t{1} << 16;  // SparseShard::kDiskBatchEntries
+  const auto batches = [](std::size_t n) { return (n + kBatch - 1) / kBatch; };
+  return static_cast<int64_t>((scanned + aged) / kRows + batches(dead) + batches(cold) + 1);
+}
+
+// One shard with a disk tier (cold_after_days 1): its rows move to disk on the first day, half
+// come back by a PULL (each then in memory with a disk copy), and the following days age them
+// on disk and in memory. The rows deleted match the oracle's, and the steps are exact: every disk
+// entry scanned counts, and every disk batch written is a step.
+class DiskShrinkOracleTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(DiskShrinkOracleTest, DeletedRowsAndStepsMatchTheOracle) {
+  const std::size_t n = GetParam();
+  const AccessorConfig cfg = deleting_config();
+  table::testing::ScratchDir dir;
+  auto table = sparse_table(1, cfg, dir.sub("rocksdb"));
+  CountingTier counting(*table);
+  auto server = start_server(&counting, progress_options());
+  ASSERT_TRUE(server);
+  RemoteHostTierOptions options = bounded_client(server->endpoint(), cfg);
+  options.deadline_s = 60;
+  auto client = connect_client(options);
+  ASSERT_TRUE(client);
+  const std::size_t stride = client->layout().stride();
+  std::mt19937_64 rng(20261202 + n);
+  const std::vector<uint64_t> keys = spread_keys(n, rng() % 1000);
+  std::vector<float> rows;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::vector<float> row = table::testing::random_row(rng, client->layout());
+    rows.insert(rows.end(), row.begin(), row.end());
+  }
+  ASSERT_TRUE(client->push(keys.data(), n, rows.data()).ok());
+  ShrinkOracle memory(cfg);
+  ShrinkOracle disk(cfg);
+  memory.push(keys, rows, stride);
+  const auto shrink_and_check = [&](int day, int64_t steps) {
+    StatusOr<uint64_t> deleted = client->shrink();
+    ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
+    const uint64_t expected = disk.shrink() + memory.shrink();
+    EXPECT_EQ(*deleted, expected) << "day " << day;
+    EXPECT_EQ(counting.steps.load(), steps) << "day " << day;
+    std::printf("day %d: %llu deleted, %lld steps\n", day,
+                static_cast<unsigned long long>(expected), static_cast<long long>(steps));
+    memory.move_to(&disk, nullptr, /*seen=*/false);  // every survivor is a day unseen: cold
+    StatusOr<HostTierStats> stats = client->stats();
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_EQ(stats->rows_in_memory, 0u) << "day " << day;
+    EXPECT_EQ(stats->rows_on_disk, disk.size()) << "day " << day;
+  };
+  // Day 0: every row aged in memory, the survivors written to disk.
+  {
+    ShrinkOracle probe = memory;
+    probe.shrink();
+    shrink_and_check(0, disk_shrink_steps(0, n, 0, probe.size()));
+  }
+  // Half the rows on disk come back to memory; their disk copies stay.
+  const std::size_t entries = disk.size();
+  std::vector<uint64_t> back = disk.keys();
+  back.resize(back.size() / 2);
+  std::vector<float> pulled(back.size() * stride);
+  ASSERT_TRUE(client->pull(back.data(), nullptr, back.size(), pulled.data(), nullptr).ok());
+  disk.move_to(&memory, &back, /*seen=*/true);
+  {
+    ShrinkOracle probe = memory;
+    const std::size_t dead = probe.shrink();
+    shrink_and_check(1, disk_shrink_steps(entries, back.size(), dead, probe.size()));
+  }
+  for (int day = 2; day < 6 && disk.size() > 0; ++day) {
+    shrink_and_check(day, disk_shrink_steps(disk.size(), 0, 0, 0));
+  }
+  EXPECT_EQ(disk.size(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(DiskTier, DiskShrinkOracleTest,
+                         ::testing::Values(std::size_t{200},
+                                           std::size_t{SparseShard::kShrinkProgressRows + 1}));
 
 // What Server::stop and wait (SIGTERM, SHUTDOWN) do to a SHRINK under way, as to a SAVE: wait()
 // reaches the worker while the shrink runs (it is not on a network thread, which wait() would
