@@ -1,16 +1,14 @@
 // The wire protocol's messages (protocol.hpp, ps_protocol.hpp): headers and frames, each
 // request's and reply's round trip and refusals, forged counts that would allocate, random and
 // mutated bytes through every decoder, and the endpoint lists (transport.hpp). Rows on the wire:
-// protocol_rows_test.cpp; the retry cache: request_window_test.cpp.
+// protocol_rows_test.cpp; the retry cache: request_window_test.cpp; the fuzzer's seed frames:
+// protocol_seeds_test.cpp.
 #include "table/server/protocol.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -275,36 +273,6 @@ TEST(Protocol, ForgedCountsFailWithoutAllocating) {
   EXPECT_FALSE(decode_save_request(p.data(), p.size()).ok());
   EXPECT_FALSE(decode_path_request(p.data(), p.size()).ok());
   EXPECT_FALSE(decode_barrier_request(p.data(), p.size()).ok());
-}
-
-// The protocol fuzzer's seed frames (tests/fuzz/corpus/fuzz_protocol) are of this version and
-// decode, so that it starts from frames the server takes; a seed named *_v<N> is a frame of an
-// older version N, which must be refused naming it.
-TEST(Protocol, FuzzSeedFramesAreOfThisVersion) {
-  const std::filesystem::path corpus =
-      std::filesystem::path(GPUBOX_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_protocol";
-  int frames = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(corpus)) {
-    std::ifstream in(entry.path(), std::ios::binary);
-    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                                     std::istreambuf_iterator<char>());
-    const uint16_t version = header_version(bytes.data(), bytes.size());
-    if (version == 0) continue;  // raw payload bytes
-    ++frames;
-    const std::string name = entry.path().filename().string();
-    const auto frame = decode_frame(bytes.data(), bytes.size(), kDefaultMaxPayloadBytes);
-    const std::size_t old = name.rfind("_v");
-    if (old != std::string::npos) {
-      EXPECT_EQ(std::to_string(version), name.substr(old + 2)) << name;
-      ASSERT_FALSE(frame.ok()) << name;
-      EXPECT_NE(frame.status().message().find(std::to_string(version)), std::string::npos)
-          << frame.status().to_string();
-      continue;
-    }
-    EXPECT_EQ(version, kProtocolVersion) << name;
-    EXPECT_TRUE(frame.ok()) << name << ": " << frame.status().to_string();
-  }
-  EXPECT_GT(frames, 20);
 }
 
 // Random bytes and randomly mutated valid frames through every decoder: never a crash, and a
