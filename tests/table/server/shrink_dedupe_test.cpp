@@ -38,11 +38,12 @@ void send_request(Connection& conn, const FrameHeader& h, const std::vector<uint
   ASSERT_TRUE(conn.send_all(frame.data(), frame.size(), seconds_from_now(10)).ok());
 }
 
-// The reply to the request on `conn` (PROGRESS frames skipped), within a minute.
+// The reply to the request on `conn` (PROGRESS frames skipped), within a minute in all.
 Frame reply_of(Connection& conn) {
+  const Clock::time_point deadline = seconds_from_now(60);
   Frame reply;
   do {
-    const Status st = conn.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(60));
+    const Status st = conn.recv_frame(&reply, kDefaultMaxPayloadBytes, deadline);
     EXPECT_TRUE(st.ok()) << st.to_string();
     if (!st.ok()) return reply;
   } while (is_progress(reply.header));
