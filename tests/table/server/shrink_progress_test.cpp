@@ -3,8 +3,10 @@
 // rows aged: HostTier::shrink), so that its client bounds it by the time without progress, not by
 // its total time. A shrink that takes several bounds but moves completes; one that stops moving is
 // reported within about the bound, naming the server and SHRINK; the rows it deletes are the
-// oracle's at the table's edge sizes; a server stopped under a shrink finishes it and loses no
-// accepted row; a client of protocol 10 is refused with both versions named.
+// oracle's at the table's edge sizes, and with a disk tier, where its steps count every disk
+// entry scanned and every disk batch written; a server stopped under a shrink finishes it and
+// loses no accepted row; a client of protocol 10 is refused with both versions named. A retried
+// SHRINK runs once: shrink_dedupe_test.cpp.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
