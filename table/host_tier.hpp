@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "common/config/config_enums.hpp"
@@ -99,7 +100,16 @@ class HostTier {
 
   // Decays show/click, ages unseen rows, deletes rows under delete_threshold or unseen longer
   // than delete_after_unseen_days. Returns how many rows were deleted.
-  virtual StatusOr<uint64_t> shrink() = 0;
+  StatusOr<uint64_t> shrink() { return shrink(nullptr); }
+  // The same, calling `on_progress` (when set) after each step of bounded work it finished (a
+  // shard of the in-process table, or a bounded chunk of a shard's rows), from the thread that
+  // did it (several at once): gpubox_server counts them for the PROGRESS frames of a SHRINK, so
+  // it must be cheap and thread-safe. It may run under a shard's lock: it must not block, nor
+  // call back into the table. A remote tier does not call it (its servers report to it).
+  // The steps bound a SHRINK by progress only while the server's network threads, which send the
+  // PROGRESS frames, are not all blocked on the shard being shrunk (a PULL or PUSH of it waits
+  // for its whole shrink): trainers shrink at pass boundaries, when no batch is in flight.
+  virtual StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) = 0;
   // Model save/load under `path` (a folder; for servers, a folder on the server's machine),
   // through the tier's own file system (the in-process table's HostTableConfig::env).
   Status save(const std::string& path, SaveKind mode) { return save(path, mode, nullptr); }

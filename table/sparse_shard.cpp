@@ -108,7 +108,8 @@ void SparseShard::remove_row(uint64_t key, uint32_t index) {
   arena_.release(index);
 }
 
-Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) {
+Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows,
+                                const std::function<void()>& on_batch) {
   DiskTier::Batch batch;
   std::size_t committed = 0;  // rows[0..committed) have no disk copy left
   // A batch's rows lose their disk-copy flag as it commits: when a later batch fails they stay
@@ -116,7 +117,10 @@ Status SparseShard::delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>
   // copy deleted, would be written nowhere and lost).
   const auto commit = [&](std::size_t end) -> Status {
     mu_.assert_held();
-    if (batch.count() > 0) GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    if (batch.count() > 0) {
+      GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+      if (on_batch) on_batch();
+    }
     batch.clear();
     for (; committed < end; ++committed) {
       const uint32_t index = rows[committed].second;

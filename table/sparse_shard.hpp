@@ -88,8 +88,14 @@ class SparseShard {
   }
   Status erase(const uint64_t* keys, const uint32_t* pos, std::size_t m);
   // Decay, age and delete (see HostTier::shrink); then moves rows unseen for at least
-  // `cold_after_days` (> 0) to disk. Returns the number of rows deleted.
-  StatusOr<uint64_t> shrink(int32_t cold_after_days);
+  // `cold_after_days` (> 0) to disk. Returns the number of rows deleted. `on_progress` (when set)
+  // is called every kShrinkProgressRows entries looked at (disk entries scanned, memory rows
+  // aged) and after each disk batch written (deletions, cold rows), under the shard's lock, which
+  // the whole shrink of the shard holds: a shard of many rows takes long, and a PULL or PUSH of
+  // the shard waits for it.
+  static constexpr uint64_t kShrinkProgressRows = 65536;
+  StatusOr<uint64_t> shrink(int32_t cold_after_days,
+                            const std::function<void()>& on_progress = nullptr);
 
   ShardStats stats();
   // Encodes the rows a save of `mode` holds (delta: changed since epoch `saved_through`).
@@ -129,8 +135,10 @@ class SparseShard {
   void remove_row(uint64_t key, uint32_t index) GPUBOX_REQUIRES(mu_);
   // Deletes rows (key, handle) from memory and their disk copies from disk, disk first in
   // batches. When a batch fails, every row stays in memory; those whose copies an earlier batch
-  // deleted have no disk copy on record any more.
-  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows) GPUBOX_REQUIRES(mu_);
+  // deleted have no disk copy on record any more. `on_batch` (when set) is called after each
+  // batch written (shrink's progress: one batch is up to kDiskBatchEntries erases).
+  Status delete_rows(const std::vector<std::pair<uint64_t, uint32_t>>& rows,
+                     const std::function<void()>& on_batch = nullptr) GPUBOX_REQUIRES(mu_);
   void note_deleted(uint64_t key) GPUBOX_REQUIRES(mu_);
   // Reserves the maps at their planned sizes (index_reserve_, write_through_reserve_).
   void reserve_maps() GPUBOX_REQUIRES(mu_);
@@ -168,7 +176,9 @@ class SparseShard {
   bool age_row(float* row) const;
   // shrink's part on disk: ages the rows only on disk (not those with a memory row, aged in
   // memory), deleting those the rules delete; returns how many.
-  StatusOr<uint64_t> age_disk_rows() GPUBOX_REQUIRES(mu_);
+  // `aged` is called once per disk entry scanned, a copy of a memory row too (shrink's progress
+  // count: a disk tier of many copies is a long scan that ages nothing).
+  StatusOr<uint64_t> age_disk_rows(const std::function<void()>& aged) GPUBOX_REQUIRES(mu_);
   // A memory row leaving for the disk tier.
   struct Victim {
     uint64_t key;
@@ -180,8 +190,9 @@ class SparseShard {
   std::vector<Victim> coldest_rows(std::size_t rows, uint64_t bytes) GPUBOX_REQUIRES(mu_);
   // Writes `victims` (in key order: RocksDB's memtable inserts walk forward, and its files come
   // out with fewer overlaps to compact) to disk in batches, a clean disk copy left as it is, and
-  // drops their memory rows.
-  Status evict(const std::vector<Victim>& victims) GPUBOX_REQUIRES(mu_);
+  // drops their memory rows. `on_batch` (when set) is called after each batch written.
+  Status evict(const std::vector<Victim>& victims, const std::function<void()>& on_batch = nullptr)
+      GPUBOX_REQUIRES(mu_);
   // Disk batches are written in pieces of this many entries, so a shrink over a large disk tier
   // does not build one huge batch.
   static constexpr std::size_t kDiskBatchEntries = 1 << 16;

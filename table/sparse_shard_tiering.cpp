@@ -15,7 +15,7 @@ bool SparseShard::age_row(float* row) const {
          row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days;
 }
 
-StatusOr<uint64_t> SparseShard::age_disk_rows() {
+StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged) {
   const uint32_t now = epochs_->current.load();
   const int32_t stride = layout_.stride();
   DiskTier::Batch batch;
@@ -36,8 +36,10 @@ StatusOr<uint64_t> SparseShard::age_disk_rows() {
   std::vector<float> row(stride);
   GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
     mu_.assert_held();
+    if (!st.ok()) return;
+    aged();
     // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
-    if (!st.ok() || index_.find(key) != KeyIndexMap::kAbsent) return;
+    if (index_.find(key) != KeyIndexMap::kAbsent) return;
     std::memcpy(row.data(), r, sizeof(float) * stride);
     if (age_row(row.data())) {
       batch.erase(id_, key);
@@ -53,12 +55,21 @@ StatusOr<uint64_t> SparseShard::age_disk_rows() {
   return deleted;
 }
 
-StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
+StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
+                                       const std::function<void()>& on_progress) {
   MutexLock lock(mu_);
   uint64_t deleted = 0;
+  uint64_t aged = 0;
+  const auto age = [&] {
+    if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
+  };
+  // A disk batch written (up to kDiskBatchEntries erases or rows) is a step too.
+  const auto wrote_batch = [&] {
+    if (on_progress) on_progress();
+  };
   // Disk rows first, so that rows moved to disk below are aged once, not twice.
   if (disk_ != nullptr && rows_on_disk_ > 0) {
-    StatusOr<uint64_t> on_disk = age_disk_rows();
+    StatusOr<uint64_t> on_disk = age_disk_rows(age);
     GPUBOX_RETURN_IF_ERROR(on_disk.status());
     deleted += *on_disk;
   }
@@ -71,6 +82,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     float* row = arena_.row(index);
     // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
     mark(index);
+    age();
     if (age_row(row)) {
       dead.emplace_back(key, index);
       continue;
@@ -81,12 +93,13 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days) {
     }
   }
   std::sort(dead.begin(), dead.end());
-  GPUBOX_RETURN_IF_ERROR(delete_rows(dead));
+  GPUBOX_RETURN_IF_ERROR(delete_rows(dead, wrote_batch));
   for (const auto& entry : dead) note_deleted(entry.first);
   deleted += dead.size();
   std::sort(cold.begin(), cold.end(),
             [](const Victim& a, const Victim& b) { return a.key < b.key; });
-  GPUBOX_RETURN_IF_ERROR(evict(cold));  // each marked above: none has a clean disk copy
+  // Each marked above: none has a clean disk copy.
+  GPUBOX_RETURN_IF_ERROR(evict(cold, wrote_batch));
   return deleted;
 }
 
@@ -189,7 +202,8 @@ std::vector<SparseShard::Victim> SparseShard::coldest_rows(std::size_t rows, uin
   return out;
 }
 
-Status SparseShard::evict(const std::vector<Victim>& victims) {
+Status SparseShard::evict(const std::vector<Victim>& victims,
+                          const std::function<void()>& on_batch) {
   for (std::size_t begin = 0; begin < victims.size(); begin += kDiskBatchEntries) {
     const std::size_t end = std::min(victims.size(), begin + kDiskBatchEntries);
     DiskTier::Batch batch;
@@ -200,6 +214,7 @@ Status SparseShard::evict(const std::vector<Victim>& victims) {
       batch.put(id_, victims[i].key, arena_.row(index), arena_.epoch(index), arena_.stride(index));
     }
     GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+    if (on_batch) on_batch();
     rows_evicted_clean_ += (end - begin) - batch.count();
     for (std::size_t i = begin; i < end; ++i) {
       remove_row(victims[i].key, victims[i].index);

@@ -218,12 +218,13 @@ uint64_t SparseTable::rows_now() {
   return rows;
 }
 
-StatusOr<uint64_t> SparseTable::shrink() {
+StatusOr<uint64_t> SparseTable::shrink(const std::function<void()>& on_progress) {
   std::vector<uint64_t> deleted(shards_.size(), 0);
   GPUBOX_RETURN_IF_ERROR(for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
-    auto d = shards_[s]->shrink(config_.cold_after_days);
+    auto d = shards_[s]->shrink(config_.cold_after_days, on_progress);
     if (!d.ok()) return d.status();
     deleted[s] = *d;
+    if (on_progress) on_progress();  // outside the shard's lock
     return Status::OK();
   }));
   day_.fetch_add(1);

@@ -65,8 +65,12 @@ class SparseTable final : public HostTier {
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;
   // One day passes: decay, age, delete (HostTier::shrink), then rows unseen for at least
-  // cold_after_days move to disk. Advances day().
-  StatusOr<uint64_t> shrink() override;
+  // cold_after_days move to disk. Advances day(). `on_progress`: after each shard, and within one
+  // (under its lock) every SparseShard::kShrinkProgressRows entries and after each disk batch.
+  // A shard is locked for its whole shrink: PULL and PUSH of it wait, on the server's network
+  // threads; when they all wait, no PROGRESS frame is sent (see HostTier::shrink).
+  using HostTier::shrink;
+  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override;
 
   using HostTier::load;
   using HostTier::save;

@@ -1,14 +1,16 @@
-// Internal to gpubox_server_lib: the server's long table calls (SAVE, LOAD) and how they show
-// progress. Such a call runs on the BulkWorker, off the network threads, so that the session
-// waiting for it keeps its strand free to send PROGRESS frames (protocol.hpp); it reaches the
-// files through a ProgressEnv, which counts every file operation it finishes (and every step
-// the table reports between them, FileEnv::note_progress) and knows whether one is under way. A
-// client bounds the call by the time without PROGRESS frames, so they are sent only while the
-// worker moves (WorkProgress::moved): a call stuck outside its file operations (a deadlock, a
-// stopped process) sends none and is reported by its client within its bound, while one that writes
-// gigabytes, or waits on the disk in a long fsync, is never cut. A call queued behind another
-// reports the worker's progress too; a SAVE retried on a new connection while the first is queued
-// or running waits for the first's reply (BulkWorker::submit), it never runs twice.
+// Internal to gpubox_server_lib: the server's long table calls (SAVE, LOAD, SHRINK) and how they
+// show progress. Such a call runs on the BulkWorker, off the network threads, so that the session
+// waiting for it keeps its strand free to send PROGRESS frames (protocol.hpp); a SAVE or LOAD
+// reaches the files through a ProgressEnv, which counts every file operation it finishes (and every
+// step the table reports between them, FileEnv::note_progress) and knows whether one is under way;
+// a SHRINK counts each step the table reports (a shard done, a chunk of rows aged:
+// HostTier::shrink, WorkProgress::step). A client bounds the call by the time without PROGRESS
+// frames, so they are sent only while the worker moves (WorkProgress::moved): a call stuck outside
+// its file operations (a deadlock, a stopped process) sends none and is reported by its client
+// within its bound, while one that writes gigabytes, or waits on the disk in a long fsync, is never
+// cut. A call queued behind another reports the worker's progress too; a SAVE retried on a new
+// connection while the first is queued or running waits for the first's reply (BulkWorker::submit),
+// it never runs twice.
 #pragma once
 
 #include <atomic>
@@ -57,7 +59,8 @@ class WorkProgress {
     in_io_.fetch_sub(1, std::memory_order_relaxed);
     changed();
   }
-  // A step between file operations (FileEnv::note_progress: rows encoded, read from disk).
+  // A step between file operations (FileEnv::note_progress: rows encoded, read from disk), or of
+  // a SHRINK (a shard done, a chunk of rows aged).
   void step() {
     ops_.fetch_add(1, std::memory_order_release);
     changed();
@@ -128,8 +131,8 @@ class ProgressEnv final : public io::ForwardingEnv {
   WorkProgress* progress_;
 };
 
-// Who waits for a SAVE or LOAD on the BulkWorker: the session that sent it, and any that sent the
-// same request again (a retry on a new connection) while it was queued or running.
+// Who waits for a SAVE, LOAD or SHRINK on the BulkWorker: the session that sent it, and any that
+// sent the same request again (a retry on a new connection) while it was queued or running.
 struct BulkWaiter {
   // Set when the session closed: it no longer wants the reply (a job none still wants, not
   // started yet, is dropped: a retry then runs as a new call).
@@ -139,11 +142,11 @@ struct BulkWaiter {
 };
 
 // One thread that runs the server's long table calls, one after the other in arrival order
-// (the table serializes its saves and loads anyway). Bounded: at most kMaxJobs queued or
-// running, and one per client id (a client's saves and loads take turns in its own trainer);
-// a request over that is refused "busy" (the client retries it). A request that is already
-// queued or running (same client id, request id and op) is not queued again: its session waits
-// for the same reply. Thread-safe.
+// (the table serializes its saves and loads anyway; a SHRINK waits for them, and they for it).
+// Bounded: at most kMaxJobs queued or running, and one per client id (a client's calls take turns
+// in its own trainer); a request over that is refused "busy" (the client retries it). A request
+// that is already queued or running (same client id, request id and op) is not queued again: its
+// session waits for the same reply. Thread-safe.
 class BulkWorker {
  public:
   static constexpr std::size_t kMaxJobs = 16;

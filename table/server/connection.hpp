@@ -77,7 +77,7 @@ int ms_until(Clock::time_point deadline);
 // A notice (protocol.hpp): a frame answering no request, sent before the server closes the
 // connection.
 bool is_notice(const FrameHeader& header);
-// A PROGRESS frame (protocol.hpp): a SAVE or LOAD in flight still moves; its reply follows.
+// A PROGRESS frame (protocol.hpp): a SAVE, LOAD or SHRINK in flight still moves; its reply follows.
 inline bool is_progress(const FrameHeader& header) {
   return header.response && header.op == Op::kProgress && header.request_id != kNoticeRequestId;
 }

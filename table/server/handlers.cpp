@@ -135,7 +135,7 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kLoad:
       return after_bulk_call(load(header, payload, origin.progress));
     case Op::kShrink:
-      return after_bulk_call(shrink(header, payload));
+      return after_bulk_call(shrink(header, payload, origin.progress));
     case Op::kStats:
       return stats(header);
     case Op::kShutdown:
@@ -343,11 +343,15 @@ Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& 
   return u64_reply(header, generation);
 }
 
-Reply Server::Impl::shrink(const FrameHeader& header, const std::vector<uint8_t>& payload) {
+Reply Server::Impl::shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
+                           WorkProgress* progress) {
   if (!payload.empty()) {
     return table_error_reply(header, Status::Corruption("SHRINK request carries a payload"));
   }
-  auto deleted = table_->shrink();
+  // Each shard (or bounded chunk of a shard's rows) the table finished is a step of the worker.
+  std::function<void()> on_progress;
+  if (progress != nullptr) on_progress = [progress] { progress->step(); };
+  auto deleted = table_->shrink(on_progress);
   if (!deleted.ok()) return table_error_reply(header, deleted.status());
   return u64_reply(header, *deleted);
 }

@@ -23,8 +23,8 @@
 // A response with request id 0 (kNoticeRequestId; clients number requests from 1) answers no
 // request: it is the server's notice about the connection (at its connection cap, evicted,
 // another protocol version, a deadline passed), sent just before the server closes it; its status
-// and message are the reason. A PROGRESS frame (a response, status OK, the request id of the SAVE
-// or LOAD in flight) answers nothing either: the server sends it while that SAVE or LOAD still
+// and message are the reason. A PROGRESS frame (a response, status OK, the request id of the SAVE,
+// LOAD or SHRINK in flight) answers nothing either: the server sends it while that call still
 // makes progress, at most every ServerOptions::progress_interval_s, and the request's reply
 // follows later on the same connection; a client never sends one (the server closes a connection
 // that does). A frame of another protocol version is answered with such a notice
@@ -64,7 +64,10 @@ inline constexpr uint32_t kFrameMagic = 0x58425047;  // "GPBX" as bytes on the w
 //    server, then applied once (ps_protocol.hpp, ps_step_sums.hpp).
 // 10: PROGRESS frames while a SAVE or LOAD makes progress, so that a client bounds such a call by
 //    the time without progress instead of its total time.
-inline constexpr uint16_t kProtocolVersion = 10;
+// 11: SHRINK too runs on the server's SAVE/LOAD worker and sends PROGRESS frames (a step per shard
+//    of the table, or per bounded chunk of a shard's rows); its client bounds it by the time
+//    without progress. Request and reply are as in 10 (no payload; u64 deleted).
+inline constexpr uint16_t kProtocolVersion = 11;
 inline constexpr uint64_t kNoticeRequestId = 0;
 inline constexpr std::size_t kHeaderBytes = 32;
 inline constexpr uint16_t kResponseBit = 0x8000;
@@ -92,7 +95,7 @@ enum class Op : uint16_t {
   kDense = 13,   // PS modes: read or add to a named dense vector (ps_protocol.hpp)
   kPeek = 14,    // PULL's request and reply, read-only (HostTier::peek): created = unknown keys
   kAuthProof = 15,  // the HMAC of AUTH's challenge under the token (auth_handshake.hpp)
-  kProgress = 16,   // server -> client only: a SAVE or LOAD in flight still makes progress
+  kProgress = 16,   // server -> client only: a SAVE, LOAD or SHRINK in flight still moves
 };
 
 // "PULL", "PUSH", ... ("OP#<n>" for an unknown value).
@@ -320,9 +323,10 @@ StatusOr<uint64_t> decode_u64_reply(const uint8_t* data, std::size_t n);
 void encode_stats_reply(const HostTierStats& stats, std::vector<uint8_t>* out);
 StatusOr<HostTierStats> decode_stats_reply(const uint8_t* data, std::size_t n);
 
-// PROGRESS payload: u64 steps, u64 io_bytes: the steps the server's SAVE and LOAD worker took so
-// far (file operations finished, and the table's steps between them) and the bytes its file
-// operations moved; exactly 16 bytes. Informative: the frame's arrival is what counts.
+// PROGRESS payload: u64 steps, u64 io_bytes: the steps the server's SAVE/LOAD/SHRINK worker took
+// so far (file operations finished, the table's steps between them, a SHRINK's shards and chunks
+// of rows) and the bytes its file operations moved; exactly 16 bytes. Informative: the frame's
+// arrival is what counts.
 struct ProgressNote {
   uint64_t steps = 0;
   uint64_t io_bytes = 0;

@@ -444,16 +444,24 @@ StatusOr<HostTierStats> RemoteHostTier::stats() {
   return total;
 }
 
-StatusOr<uint64_t> RemoteHostTier::shrink() {
+StatusOr<uint64_t> RemoteHostTier::shrink(const std::function<void()>& on_progress) {
+  (void)on_progress;  // the servers' PROGRESS frames count in progress_frames()
   MutationScope scope(&identities_, all_endpoints(endpoint_count()));
+  std::vector<OutgoingRequest> requests;
+  for (uint32_t e = 0; e < endpoint_count(); ++e) {
+    requests.push_back(transport_.make_request(Op::kShrink, e, {}));
+  }
   uint64_t deleted = 0;
-  Status st = run_on_every_endpoint(
-      Op::kShrink, {}, [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
+  // A shrink of any size: bounded by the time a server reports no progress, not in all.
+  Status st = transport_.run_with_progress(
+      Op::kShrink, requests,
+      [&](std::size_t, const uint8_t* data, std::size_t bytes) -> Status {
         auto d = decode_u64_reply(data, bytes);
         if (!d.ok()) return d.status();
         deleted += *d;
         return Status::OK();
-      });
+      },
+      options_.deadline_s);
   if (!st.ok()) return st;
   return deleted;
 }

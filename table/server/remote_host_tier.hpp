@@ -36,8 +36,8 @@ struct RemoteHostTierOptions {
   // server threads work on it). Keys are dealt to them by a hash, so every key's requests stay
   // on one connection, in order.
   int connections_per_endpoint = 2;
-  // Per call, retries included; a SAVE or LOAD: per server, the longest it may report no progress
-  // (a save of any size that keeps reporting is never cut).
+  // Per call, retries included; a SAVE, LOAD or SHRINK: per server, the longest it may report no
+  // progress (a save of any size that keeps reporting is never cut).
   double deadline_s = 30.0;
   // A call gives up sooner (Unavailable) on a server none of its attempts reached (no TCP
   // connection opened, no frame heard) for this long (< 0: the deadline alone;
@@ -93,7 +93,10 @@ class RemoteHostTier final : public HostTier {
   Status push(const uint64_t* keys, std::size_t n, const float* rows) override;
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;  // summed over the servers
-  StatusOr<uint64_t> shrink() override;      // rows deleted, summed
+  // SHRINK on every server, each bounded by deadline_s without progress reported by it (its
+  // PROGRESS frames, as a SAVE's), not in all; rows deleted, summed. `on_progress` is not called.
+  using HostTier::shrink;
+  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override;
   // Every server saves its share under `path` on its own machine (see resolve_model_path).
   using HostTier::load;
   using HostTier::save;
@@ -154,8 +157,8 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
-  // The PROGRESS frames this client's SAVE and LOAD calls received so far (Transport), and the
-  // frames answered to its DENSE calls made with DenseCall::progress; from any thread.
+  // The PROGRESS frames this client's SAVE, LOAD and SHRINK calls received so far (Transport), and
+  // the frames answered to its DENSE calls made with DenseCall::progress; from any thread.
   uint64_t progress_frames() const {
     return transport_.progress_frames() + dense_progress_.load(std::memory_order_relaxed);
   }
@@ -206,7 +209,8 @@ class RemoteHostTier final : public HostTier {
                              std::vector<uint64_t>* chunk_keys, std::vector<int32_t>* chunk_slots,
                              std::vector<float>* chunk_values);
   OutgoingRequest make_group_request(Op op, std::size_t group, const std::vector<uint8_t>& payload);
-  // One request with an empty payload-less op per endpoint (STATS, SHRINK, ...).
+  // One request of `op` with `payload` (empty for STATS, SHUTDOWN, ...; a BARRIER's for end_job)
+  // per endpoint.
   Status run_on_every_endpoint(Op op, const std::vector<uint8_t>& payload,
                                const ReplyHandler& on_reply, bool retry = true,
                                double timeout_s = -1.0);

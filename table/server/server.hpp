@@ -106,11 +106,11 @@ struct ServerOptions {
   // first, never another client's (gpubox_server --dedup_client_cache_mb).
   std::size_t dedup_max_client_bytes = 0;
 
-  // While a SAVE or LOAD runs (on a worker thread of its own, not a network thread), its
+  // While a SAVE, LOAD or SHRINK runs (on a worker thread of its own, not a network thread), its
   // connection gets a PROGRESS frame (protocol.hpp) at most this often, and only when the call
-  // moved since the last one (finished a file operation, or is in one): its client bounds such a
-  // call by the time without progress (Transport::run_with_progress), which must stay well above
-  // this.
+  // moved since the last one (finished a file operation or a step, or is in a file operation): its
+  // client bounds such a call by the time without progress (Transport::run_with_progress), which
+  // must stay well above this.
   double progress_interval_s = 0.25;
   // A file operation under way counts as moving only until it has been this long without a
   // file operation or step beginning or ending (a hung mount): then no PROGRESS frame is sent
@@ -163,7 +163,7 @@ struct ServerCounters {
   uint64_t barrier_waiters_dropped = 0;  // waiters whose client left before the release
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
-  // SAVE and LOAD on the server's worker: run, dropped unrun (every client waiting for one
+  // SAVE, LOAD and SHRINK on the server's worker: run, dropped unrun (every client waiting for one
   // closed first), refused "server busy" (one per client id, 16 in all, queued or running), and
   // retries that waited for the same request's call instead of running it again.
   uint64_t bulk_runs = 0;

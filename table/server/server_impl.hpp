@@ -47,7 +47,7 @@ inline std::chrono::steady_clock::duration steady_seconds(double s) {
 struct RequestOrigin {
   uint64_t connection = 0;
   std::string_view address;  // the session's peer address, which outlives the request
-  // A SAVE or LOAD run on the BulkWorker counts its file operations here (bulk_work.hpp), for
+  // A SAVE, LOAD or SHRINK run on the BulkWorker counts its steps here (bulk_work.hpp), for
   // the PROGRESS frames its session sends; null for a call on the session's strand.
   WorkProgress* progress = nullptr;
 };
@@ -121,8 +121,8 @@ class Server::Impl {
   // Payload bytes one connection may hold: kMaxAuthPayloadBytes before it authenticated.
   std::size_t connection_buffer_limit(bool authenticated) const;
   ByteBudget& budget() { return budget_; }
-  // Where sessions run SAVE and LOAD (off the network threads, so that they send PROGRESS frames
-  // meanwhile).
+  // Where sessions run SAVE, LOAD and SHRINK (off the network threads, so that they send PROGRESS
+  // frames meanwhile).
   BulkWorker& bulk() { return bulk_; }
   AuthBackoff& auth_backoff() { return auth_backoff_; }
   // A frame's grace (--frame_deadline_s) and the floor rate its bytes must keep after it.
@@ -239,7 +239,9 @@ class Server::Impl {
              WorkProgress* progress);
   Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload,
              WorkProgress* progress);
-  Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload);
+  // Each step the table reports (HostTier::shrink) counted in `progress` when not null.
+  Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
+               WorkProgress* progress);
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----

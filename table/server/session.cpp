@@ -157,7 +157,7 @@ void Session::on_header() {
     return reject_and_close(Status::InvalidArgument(
         std::string(op_name(header_.op)) + " frame of " + std::to_string(header_.payload_bytes) +
         " payload bytes is over the limit of " + std::to_string(kMaxBulkPayloadBytes) +
-        " for a SAVE or LOAD request"));
+        " for a SAVE, LOAD or SHRINK request"));
   }
   payload_got_ = 0;
   payload_ready_ = false;

@@ -14,9 +14,9 @@
 //     within the grace whatever it announced; a reply must be read as fast;
 //   - on a token server, authentication within --auth_timeout_s of connecting;
 //   - between frames, --idle_timeout_s; a BARRIER wait, --barrier_timeout_s.
-// A SAVE or LOAD runs on the server's BulkWorker (session_bulk.cpp, bulk_work.hpp): no deadline of
-// the session's own runs meanwhile (its client bounds the call by the time without PROGRESS
-// frames), but each PROGRESS frame must be read as fast as a reply.
+// A SAVE, LOAD or SHRINK runs on the server's BulkWorker (session_bulk.cpp, bulk_work.hpp): no
+// deadline of the session's own runs meanwhile (its client bounds the call by the time without
+// PROGRESS frames), but each PROGRESS frame must be read as fast as a reply.
 #pragma once
 
 #include <atomic>
@@ -79,12 +79,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // the connection with a notice "server stopped" (unless a reply was being written), so that
   // its client's call fails at once, naming the server, and may reconnect to a restarted one.
   void close_after_stop();
-  // Its SAVE or LOAD is queued or running on the BulkWorker. Only once the server's threads
+  // Its SAVE, LOAD or SHRINK is queued or running on the BulkWorker. Only once the server's threads
   // ended (Server::Impl::wait), as close_after_stop().
   bool working() const { return state_ == State::kWorking; }
 
  private:
-  // kWorking: a SAVE or LOAD runs on the BulkWorker (session_bulk.cpp).
+  // kWorking: a SAVE, LOAD or SHRINK runs on the BulkWorker (session_bulk.cpp).
   enum class State {
     kHeader,
     kPayload,
@@ -112,9 +112,12 @@ class Session : public std::enable_shared_from_this<Session> {
   // The request's reply: the request's buffer given back, then answered (or dropped, by the
   // drop_reply test hook).
   void finish_request(Reply reply);
-  // ---- session_bulk.cpp: SAVE and LOAD on the BulkWorker, with PROGRESS frames ----
-  static bool runs_on_bulk_worker(Op op) { return op == Op::kSave || op == Op::kLoad; }
-  // A SAVE or LOAD request names a path and a mode: a larger one is refused from its header.
+  // ---- session_bulk.cpp: SAVE, LOAD and SHRINK on the BulkWorker, with PROGRESS frames ----
+  static bool runs_on_bulk_worker(Op op) {
+    return op == Op::kSave || op == Op::kLoad || op == Op::kShrink;
+  }
+  // A SAVE or LOAD request names a path and a mode (a SHRINK carries nothing): a larger one is
+  // refused from its header.
   static constexpr std::size_t kMaxBulkPayloadBytes = 64 * 1024;
   void start_bulk();
   // While kWorking: closes the session as soon as its client closes (or sends bytes).

@@ -1,5 +1,5 @@
-// Session: a SAVE or LOAD on the server's BulkWorker, and the PROGRESS frames its client gets
-// meanwhile (session.hpp, bulk_work.hpp).
+// Session: a SAVE, LOAD or SHRINK on the server's BulkWorker, and the PROGRESS frames its client
+// gets meanwhile (session.hpp, bulk_work.hpp).
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -28,7 +28,7 @@ void Session::start_bulk() {
   auto work = [server, progress, header = header_, payload = std::move(payload),
                connection = serial_, address = peer_address_]() -> Reply {
     const ReserveReply no_reply_buffer = [](std::size_t) {
-      return Status::ResourceExhausted("a SAVE or LOAD reply takes no reply buffer");
+      return Status::ResourceExhausted("a SAVE, LOAD or SHRINK reply takes no reply buffer");
     };
     std::string failure;
     try {
@@ -50,7 +50,8 @@ void Session::start_bulk() {
   switch (server_->bulk().submit(key, std::move(work), std::move(waiter))) {
     case BulkWorker::Admit::kBusy: {
       const std::string why =
-          std::string("server busy: a SAVE or LOAD of this client is queued or running, or ") +
+          std::string(
+              "server busy: a SAVE, LOAD or SHRINK of this client is queued or running, or ") +
           std::to_string(BulkWorker::kMaxJobs) + " are; retry";
       Server::Impl::warn(server_->busy_log, "gpubox_server: " + std::string(op_name(header_.op)) +
                                                 " request " + std::to_string(header_.request_id) +
@@ -114,7 +115,7 @@ void Session::send_progress() {
     }
     return;
   }
-  FrameHeader h = header_;  // the SAVE or LOAD's request id and client id
+  FrameHeader h = header_;  // the call's request id and client id
   h.op = Op::kProgress;
   h.response = true;
   h.status = Status::Code::kOk;

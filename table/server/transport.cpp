@@ -351,8 +351,8 @@ struct Transport::RunState {
            seconds_since(unreachable_since[e]) >= unreachable_s;
   }
 
-  // The endpoint's deadline, and a sign of progress from it (a PROGRESS frame, a "retry later"
-  // answer), which moves it on when the call is bounded by progress.
+  // The endpoint's deadline, and a sign of progress from it (a PROGRESS frame; not a "retry
+  // later" answer, see settle()), which moves it on when the call is bounded by progress.
   Clock::time_point deadline(uint32_t e) const { return deadlines[e]; }
   void progressed(uint32_t e) {
     if (by_progress) deadlines[e] = after(budget);

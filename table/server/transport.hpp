@@ -97,8 +97,8 @@ class Transport {
              bool retry = true, double deadline_s = -1.0, int connections = 1,
              bool* heard = nullptr);
 
-  // run() for an op the server reports progress on while it works (SAVE, LOAD: PROGRESS frames,
-  // protocol.hpp), with retries, one connection per endpoint. An endpoint is given up on
+  // run() for an op the server reports progress on while it works (SAVE, LOAD, SHRINK: PROGRESS
+  // frames, protocol.hpp), with retries, one connection per endpoint. An endpoint is given up on
   // (DeadlineExceeded, naming it, the op and "no progress reported for <silence_s> s") only once
   // `silence_s` (< 0: the options' deadline_s) passed without a PROGRESS frame from it. A "retry
   // later" answer (server busy: the in-flight budget, or its SAVE/LOAD worker full) is retried
@@ -114,8 +114,9 @@ class Transport {
   OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
 
   // How many PROGRESS frames this transport's calls received so far, from any thread: a count
-  // that moves while a SAVE or LOAD of this client moves on some server (what a trainer shows
-  // the others of its job while they wait for its save, trainer/schedule/trainer_zero_work.hpp).
+  // that moves while a SAVE, LOAD or SHRINK of this client moves on some server (what a trainer
+  // shows the others of its job while they wait for its save,
+  // trainer/schedule/trainer_zero_work.hpp).
   uint64_t progress_frames() const { return progress_frames_.load(std::memory_order_relaxed); }
 
  private:

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "table/host_tier.hpp"
@@ -33,7 +34,10 @@ class ForwardingHostTier : public HostTier {
   // fails.
   Status erase(const uint64_t* keys, std::size_t n) override { return inner_.erase(keys, n); }
   StatusOr<HostTierStats> stats() override { return inner_.stats(); }
-  StatusOr<uint64_t> shrink() override { return inner_.shrink(); }
+  using HostTier::shrink;
+  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override {
+    return inner_.shrink(on_progress);
+  }
   using HostTier::load;
   using HostTier::save;
   Status save(const std::string& path, SaveKind mode, io::FileEnv* env) override {

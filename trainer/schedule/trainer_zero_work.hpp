@@ -15,17 +15,17 @@
 // trainer skipped while failing towards a recovery does not shift the count after it. `state` is
 // kRunning or kEnded (whether it succeeded or failed: the meeting that follows tells the others
 // which), `moves` the PROGRESS frames its client received so far (RemoteHostTier::progress_frames:
-// its servers' SAVE or LOAD moved; in the PS modes also each frame of the dense table trainer 0's
-// part reads or writes, DenseCall::progress), published again whenever they grew, every interval;
-// `seq` counts the part's publishes, so that a write applied late (one the client gave up on) is
-// not read as the part's state: a waiter takes the state of the highest seq it saw, and trainer 0
-// writes its kEnded again while a read shows an older publish of the part (a write applied later
-// still is not: publish_ended says why). Every call to the table is bounded by call_deadline_for (a
-// quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and is no change of the
-// job's state on the first server (DenseCall::mutation): trainer 0 reaches its meeting within about
-// that bound of its part's end even with the first server lost or restarted, and (gpubox mode; in
-// the PS modes the heartbeat's adds are changes) a first server restarted from the save just
-// written is still adopted quietly.
+// its servers' SAVE, LOAD or SHRINK moved; in the PS modes also each frame of the dense table
+// trainer 0's part reads or writes, DenseCall::progress), published again whenever they grew, every
+// interval; `seq` counts the part's publishes, so that a write applied late (one the client gave up
+// on) is not read as the part's state: a waiter takes the state of the highest seq it saw, and
+// trainer 0 writes its kEnded again while a read shows an older publish of the part (a write
+// applied later still is not: publish_ended says why). Every call to the table is bounded by
+// call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and
+// is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches its
+// meeting within about that bound of its part's end even with the first server lost or restarted,
+// and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server restarted from
+// the save just written is still adopted quietly.
 //
 // A waiter reads the table every interval: this job's part `part` ended, or a later part of this
 // job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -91,7 +92,9 @@ class FakeHostTier final : public HostTier {
   }
 
   // Decays show/click and deletes rows whose score falls under delete_threshold.
-  StatusOr<uint64_t> shrink() override {
+  using HostTier::shrink;
+  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override {
+    (void)on_progress;  // one step: it holds few rows
     MutexLock lock(mu_);
     uint64_t deleted = 0;
     for (auto it = rows_.begin(); it != rows_.end();) {

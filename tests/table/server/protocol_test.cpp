@@ -1,7 +1,8 @@
 // The wire protocol's messages (protocol.hpp, ps_protocol.hpp): headers and frames, each
 // request's and reply's round trip and refusals, forged counts that would allocate, random and
 // mutated bytes through every decoder, and the endpoint lists (transport.hpp). Rows on the wire:
-// protocol_rows_test.cpp; the retry cache: request_window_test.cpp.
+// protocol_rows_test.cpp; the retry cache: request_window_test.cpp; the fuzzer's seed frames:
+// protocol_seeds_test.cpp.
 #include "table/server/protocol.hpp"
 
 #include <gtest/gtest.h>
