@@ -310,5 +310,19 @@ TEST_F(PsModes, TheTrainersOfAJobThatRecoversFromSavesShareTheSaveFolder) {
   EXPECT_FALSE(fs::exists(own[0] / ".gpubox_job_token"));
 }
 
+// runner.shrink_every in the PS modes: trainer 0 alone shrinks the servers, once per pass (each
+// server's table one day a pass, not one a trainer), the others waiting as for a save.
+TEST_F(PsModes, TrainerZeroShrinksTheServersOncePerPass) {
+  const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.epochs=2", "runner.shrink_every=pass"});
+  Servers shards(cfg, 2);
+  run_job(
+      cfg, shards.endpoints(), 2,
+      [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 2u); },
+      [](PsTrainer&) { return 0; });
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(shards.table(s).day(), 2) << "server " << s;
+}
+
 }  // namespace
 }  // namespace gpubox::trainer::ps_modes

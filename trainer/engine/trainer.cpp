@@ -307,8 +307,11 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
   // keep their rows dirty on the cards when it trains right after this one: same epoch (no
   // evaluation between), no save between (its sync would write them anyway), one trainer (with
   // several, a card's next keys come from every trainer).
+  // A shrink after this pass (runner.shrink_every) writes every row back and empties the cards,
+  // as a save's sync writes them.
   const bool saving =
-      !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
+      (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) ||
+      shrinks_after(config_.runner, plan.ends_epoch(k));
   return run_pass(
       *prepared,
       [&] {

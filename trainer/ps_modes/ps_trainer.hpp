@@ -181,6 +181,9 @@ class PsTrainer final : public Schedule {
   void save(const std::string& dir) override;
   // Every trainer of the job: the servers and every thread start from save `dir`.
   void load(const std::string& dir) override;
+  // Every trainer of the job: after every trainer's updates are on the servers, trainer 0 alone
+  // shrinks them (runner.shrink_every) while the others wait, as for a save.
+  void shrink(int64_t pass) override;
 
   int threads() const;
   // Thread 0's dense parameters (host copy).

@@ -27,6 +27,16 @@ void PsTrainer::save(const std::string& dir) {
   on_trainer_zero([&] { write_save(dir); }, "ps/saved/" + pass, "to write the save " + dir);
 }
 
+void PsTrainer::shrink(int64_t pass) {
+  // As a save: every trainer's updates are on the servers first, and none lands until the
+  // shrink is done.
+  const std::string done = std::to_string(pass_id_);
+  const std::string after = "after pass " + std::to_string(pass);
+  meet("ps/shrink/" + done, "to end pass " + std::to_string(pass) + " before the shrink");
+  on_trainer_zero([&] { shrink_logged(*state_->servers, pass); }, "ps/shrunk/" + done,
+                  "to shrink the servers' tables " + after);
+}
+
 void PsTrainer::write_save(const std::string& dir) {
   State& s = *state_;
   std::filesystem::create_directories(dir);

@@ -216,7 +216,8 @@ void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& 
 }
 
 // Pass k of the run: trained, judged for divergence and a dead output (either stops the job
-// before the pass's save: the pass is recorded, then the job fails), saved when `saving`, then
+// before the pass's save: the pass is recorded, then the job fails), shrunk when
+// runner.shrink_every says so, saved when `saving`, then
 // recorded (record_pass). A save that fails (a server restart found during it, which the loop
 // repairs by training the pass again) leaves the pass unrecorded: each completed pass is
 // recorded once, with the metrics of the training its save holds. Its line is logged
@@ -233,11 +234,17 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp); the
   // examples' count holds the line for any path that did not: no save of a pass that trained
   // nothing (record_pass then ends the job).
-  if (saving && !verdict.stop && !dead && report.metrics.examples > 0) {
-    schedule.settle();  // the save sees no staging under way
+  // runner.shrink_every: the shrink before the save, so that the save (and a resume from it)
+  // holds the shrunk table and its day counter.
+  const bool shrinking = shrinks_after(runner, plan.ends_epoch(k));
+  if ((saving || shrinking) && !verdict.stop && !dead && report.metrics.examples > 0) {
     try {
-      schedule.save(
-          (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+      if (shrinking) schedule.shrink(report.pass);
+      if (saving) {
+        schedule.settle();  // the save sees no staging under way
+        schedule.save(
+            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+      }
     } catch (...) {
       log_unrecorded_pass(runner, report, verdict);
       throw;
