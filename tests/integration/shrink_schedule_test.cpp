@@ -136,6 +136,32 @@ TEST_F(ShrinkSchedule, EachPassShrinksAsTheOracleSays) {
   }
 }
 
+// A row the shrink deleted is not kept on the cards: seen again, it starts afresh. Passes 0, 1,
+// 0: the keys of pass 0 that pass 1 lacks are deleted by the shrink after pass 1 (unseen 2 > 1);
+// in the third pass (pass 0's data again) their rows are new, so their show and click are
+// those of one pass over that data (a run of pass 0 alone: the counts depend on the data only),
+// not of two (what a card still holding the deleted row would write back).
+TEST_F(ShrinkSchedule, ADeletedRowSeenAgainStartsAfresh) {
+  const std::vector<std::string> rule = {
+      "hyper_parameters.sparse_optimizer.delete_threshold=-1",
+      "hyper_parameters.sparse_optimizer.show_click_decay_rate=1",
+      "hyper_parameters.sparse_optimizer.delete_after_unseen_days=1", "runner.shrink_every=pass"};
+  const RunResult once = run({0}, {});
+  const RunResult second = run({1}, {});
+  const RunResult got = run({0, 1, 0}, rule);
+  std::size_t checked = 0;
+  for (const auto& [key, row] : once.rows) {
+    if (second.rows.count(key)) continue;
+    ASSERT_TRUE(got.rows.count(key)) << "key " << key;
+    EXPECT_EQ(got.rows.at(key)[table::RowLayout::kShow], row[table::RowLayout::kShow])
+        << "key " << key;
+    EXPECT_EQ(got.rows.at(key)[table::RowLayout::kClick], row[table::RowLayout::kClick])
+        << "key " << key;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+}
+
 // runner.shrink_every=epoch over one epoch of 3 passes: one shrink, after the last pass.
 TEST_F(ShrinkSchedule, EpochShrinksOncePerEpoch) {
   EXPECT_EQ(run({0, 1, 2}, {"runner.shrink_every=epoch"}).day, 1);
