@@ -162,6 +162,18 @@ TEST_F(ShrinkSchedule, ADeletedRowSeenAgainStartsAfresh) {
   EXPECT_GT(checked, 0u);
 }
 
+// The shrink comes before the pass's save, and the save keeps the table's day counter: a run
+// resumed from it counts on (pass 0 and its shrink saved, then pass 1 and its shrink: day 2).
+TEST_F(ShrinkSchedule, AResumedRunCountsDaysOn) {
+  const std::vector<std::string> saving = {"runner.shrink_every=pass",
+                                           "runner.model_save_path=" + (root_ / "saves").string(),
+                                           "runner.save_mode=checkpoint", "runner.resume=auto"};
+  EXPECT_EQ(run({0}, saving).day, 1);
+  std::vector<std::string> again = saving;
+  again.push_back("runner.epochs=2");
+  EXPECT_EQ(run({0}, again).day, 2);
+}
+
 // runner.shrink_every=epoch over one epoch of 3 passes: one shrink, after the last pass.
 TEST_F(ShrinkSchedule, EpochShrinksOncePerEpoch) {
   EXPECT_EQ(run({0, 1, 2}, {"runner.shrink_every=epoch"}).day, 1);
