@@ -20,6 +20,7 @@
 #include "table/sparse_table.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
+#include "trainer/schedule/table_shrink.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -32,6 +33,7 @@ struct RunResult {
   std::vector<float> dense;
   std::map<uint64_t, std::vector<float>> rows;
   int64_t day = 0;
+  std::vector<PassReport> reports;
 };
 
 class ShrinkSchedule : public ::testing::Test {
@@ -86,8 +88,8 @@ class ShrinkSchedule : public ::testing::Test {
     env.selected_cards = "0";
     env.threads_per_card = 1;
     Trainer trainer(config(passes, extra), env);
-    trainer.train();
     RunResult out;
+    out.reports = trainer.train();
     out.dense = trainer.dense_values(0);
     auto* table = dynamic_cast<table::SparseTable*>(&trainer.host_tier());
     EXPECT_NE(table, nullptr);
@@ -98,6 +100,18 @@ class ShrinkSchedule : public ::testing::Test {
       out.rows[key] = std::vector<float>(row, row + stride);
     }));
     return out;
+  }
+
+  // Pass report `p`'s counter `name` (rows staged ahead: "prefetched").
+  static double extra(const RunResult& result, std::size_t p, const std::string& name) {
+    if (p >= result.reports.size()) {
+      ADD_FAILURE() << "no pass " << p;
+      return -1;
+    }
+    for (const auto& [key, value] : result.reports[p].extra)
+      if (key == name) return value;
+    ADD_FAILURE() << "pass report has no " << name;
+    return -1;
   }
 
   static fs::path root_;
@@ -174,9 +188,42 @@ TEST_F(ShrinkSchedule, AResumedRunCountsDaysOn) {
   EXPECT_EQ(run({0}, again).day, 2);
 }
 
-// runner.shrink_every=epoch over one epoch of 3 passes: one shrink, after the last pass.
+// runner.shrink_every=epoch over one epoch of 3 passes: one shrink, after the last pass, so
+// every row (each seen in some pass of the epoch) is unseen for exactly one day (a shrink after
+// an earlier pass would leave the later passes' keys at 0). The passes after the first were
+// staged ahead (none follows a shrink).
 TEST_F(ShrinkSchedule, EpochShrinksOncePerEpoch) {
-  EXPECT_EQ(run({0, 1, 2}, {"runner.shrink_every=epoch"}).day, 1);
+  const RunResult got =
+      run({0, 1, 2},
+          {"runner.shrink_every=epoch", "hyper_parameters.sparse_optimizer.delete_threshold=-1",
+           "hyper_parameters.sparse_optimizer.show_click_decay_rate=1"});
+  EXPECT_EQ(got.day, 1);
+  ASSERT_FALSE(got.rows.empty());
+  for (const auto& [key, row] : got.rows)
+    EXPECT_EQ(row[table::RowLayout::kUnseenDays], 1.0f) << "key " << key;
+  for (std::size_t p = 1; p < kPasses; ++p) EXPECT_GT(extra(got, p, "prefetched"), 0) << p;
+}
+
+// Which passes may be staged ahead while pass k trains: up to the next shrink (the oracle:
+// the passes after k up to the first shrink point at or after k).
+TEST(ShrinkStagedAhead, StopsAtTheNextShrink) {
+  RunnerConfig runner;
+  for (const auto every : {ShrinkEvery::kNever, ShrinkEvery::kPass, ShrinkEvery::kEpoch}) {
+    runner.shrink_every = every;
+    constexpr int64_t kPerEpoch = 3;
+    constexpr int64_t kTotal = 7;  // the last epoch cut short
+    for (int64_t k = 0; k < kTotal; ++k) {
+      int64_t want = kTotal;
+      for (int64_t j = k; j < kTotal; ++j) {
+        if (shrinks_after(runner, (j + 1) % kPerEpoch == 0)) {
+          want = j + 1;
+          break;
+        }
+      }
+      EXPECT_EQ(staged_ahead_end(runner, kPerEpoch, kTotal, k), want)
+          << "pass " << k << " shrink_every " << static_cast<int>(every);
+    }
+  }
 }
 
 // never (the default) changes nothing: the same weights and rows as a run without the key.
@@ -188,6 +235,13 @@ TEST_F(ShrinkSchedule, NeverIsTheDefaultBitForBit) {
             0);
   EXPECT_EQ(never.rows, plain.rows);
   EXPECT_EQ(never.day, 0);
+  // never stages every pass after the first ahead (config_gpubox.yaml: prefetch_passes 1); a
+  // shrink after every pass stages none.
+  const RunResult each = run({0, 1, 2}, {"runner.shrink_every=pass"});
+  for (std::size_t p = 1; p < kPasses; ++p) {
+    EXPECT_GT(extra(never, p, "prefetched"), 0) << "pass " << p;
+    EXPECT_EQ(extra(each, p, "prefetched"), 0) << "pass " << p;
+  }
 }
 
 }  // namespace

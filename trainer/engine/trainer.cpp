@@ -308,13 +308,14 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
   // evaluation between), no save between (its sync would write them anyway), one trainer (with
   // several, a card's next keys come from every trainer).
   // A shrink after this pass (runner.shrink_every) writes every row back and empties the cards,
-  // as a save's sync writes them; nor is a pass after it started ahead: its staging would pull
-  // (see) its rows before the shrink ages them, so a row unseen until then would escape it.
+  // as a save's sync writes them; nor is a pass after the next shrink started ahead (this
+  // pass's or a later one's): its staging would pull (see) its rows before the shrink ages
+  // them, so a row unseen until then would escape it.
   const bool shrinking = shrinks_after(config_.runner, plan.ends_epoch(k));
   const bool saving =
       (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) ||
       shrinking;
-  const int64_t ahead_end = shrinking ? k + 1 : plan.total;
+  const int64_t ahead_end = staged_ahead_end(config_.runner, plan.per_epoch, plan.total, k);
   return run_pass(
       *prepared,
       [&] {

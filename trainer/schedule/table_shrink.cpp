@@ -1,5 +1,6 @@
 #include "trainer/schedule/table_shrink.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -28,6 +29,20 @@ bool shrinks_after(const RunnerConfig& runner, bool ends_epoch) {
       return ends_epoch;
   }
   return false;
+}
+
+int64_t staged_ahead_end(const RunnerConfig& runner, int64_t per_epoch, int64_t total,
+                         int64_t pass) {
+  switch (runner.shrink_every) {
+    case ShrinkEvery::kNever:
+      return total;
+    case ShrinkEvery::kPass:
+      return std::min(total, pass + 1);
+    case ShrinkEvery::kEpoch:
+      // The shrink follows the epoch's last pass, (pass / per_epoch + 1) * per_epoch - 1.
+      return std::min(total, (pass / per_epoch + 1) * per_epoch);
+  }
+  return total;
 }
 
 ShrinkOutcome shrink_logged(table::HostTier& tier, int64_t pass) {

@@ -22,6 +22,12 @@ struct ShrinkOutcome {
 // epoch's last).
 bool shrinks_after(const RunnerConfig& runner, bool ends_epoch);
 
+// The end (exclusive) of the passes that may be read and staged while pass `pass` trains: the
+// first pass after the next shrink (staging pulls rows, which resets their unseen days before
+// the shrink ages them), or `total` when none comes. Passes `per_epoch` an epoch.
+int64_t staged_ahead_end(const RunnerConfig& runner, int64_t per_epoch, int64_t total,
+                         int64_t pass);
+
 // Shrinks `tier` once (one day), after pass `pass`, and logs what it did at INFO. Throws
 // gpubox::Error naming the pass when the tier fails. The caller makes sure that no card holds
 // rows the tier would delete (they are written back and dropped first).
