@@ -184,15 +184,15 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
-// A pass whose save failed, said in the log only (the pass line at WARNING, with its divergence
-// note and warning, as print_pass_line gives them): the failure may end the job (not repaired),
-// and the pass would leave no trace; a repaired one trains the pass again, whose record
+// A pass whose shrink or save failed, said in the log only (the pass line at WARNING, with its
+// divergence note and warning, as print_pass_line gives them): the failure may end the job (not
+// repaired), and the pass would leave no trace; a repaired one trains the pass again, whose record
 // (record_pass) is then its only one.
 void log_unrecorded_pass(const RunnerConfig& runner, const PassReport& report,
                          const DivergenceVerdict& verdict) {
   const std::string note = divergence_note(report.pass, runner.print_interval, verdict);
   if (!note.empty()) GPUBOX_LOG(INFO) << note;
-  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its save failed: not recorded)";
+  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its shrink or save failed: not recorded)";
   if (verdict.warn && !verdict.stop) {
     GPUBOX_LOG(WARNING) << divergence_warning(report.pass, runner.print_interval, verdict);
   }
@@ -218,8 +218,8 @@ void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& 
 // Pass k of the run: trained, judged for divergence and a dead output (either stops the job
 // before the pass's save: the pass is recorded, then the job fails), shrunk when
 // runner.shrink_every says so, saved when `saving`, then
-// recorded (record_pass). A save that fails (a server restart found during it, which the loop
-// repairs by training the pass again) leaves the pass unrecorded: each completed pass is
+// recorded (record_pass). A shrink or save that fails (a server restart found during it, which
+// the loop repairs by training the pass again) leaves the pass unrecorded: each completed pass is
 // recorded once, with the metrics of the training its save holds. Its line is logged
 // (log_unrecorded_pass) before the failure goes on.
 PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
