@@ -216,8 +216,7 @@ void Trainer::shrink(int64_t pass) {
   agree_on_restarts([&] { s.card_tier->sync(); }, "writing its rows back for the shrink " + after);
   if (s.pipeline) s.pipeline->clear();
   s.card_tier->clear();
-  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
-  if (env_.trainers == 1 || servers == nullptr) {
+  if (env_.trainers == 1 || !host_is_remote(*s.host)) {
     agree_on_restarts([&] { shrink_logged(*s.host, pass); }, "shrinking the table " + after);
     return;
   }
