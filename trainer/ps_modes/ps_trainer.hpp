@@ -186,6 +186,8 @@ class PsTrainer final : public Schedule {
   void shrink(int64_t pass) override;
 
   int threads() const;
+  // Geo: the rows every training thread holds locally, summed (PsWorker::geo_rows).
+  std::size_t geo_rows() const;
   // Thread 0's dense parameters (host copy).
   std::vector<float> dense_values() const;
   // Allocations so far of every training thread's steps and dense syncs

@@ -118,6 +118,8 @@ class PsWorker {
   // next pass pulls every row it touches from the servers again (after a shrink, which may
   // have deleted or decayed them there). Only between passes: a pass's end synced every row.
   void forget_rows();
+  // Geo: the rows held locally (0 in the other modes).
+  std::size_t geo_rows() const;
 
   // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
   // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call
