@@ -10,6 +10,7 @@
 #include "common/config/config_enums.hpp"
 #include "common/config/detail/paddlerec_tables.hpp"
 #include "common/config/detail/parse_value.hpp"
+#include "common/config/shrink_every.hpp"
 #include "common/config/slot_dims.hpp"
 #include "common/error.hpp"
 
@@ -131,7 +132,8 @@ void add_runner_keys(std::vector<KeySpec>& t) {
   t.push_back(path_key(r + "rocksdb_path", "\"\"", kTable, "disk tier (RocksDB) folder under the host table, working storage wiped at start; gpubox_server shard i of n > 1 uses <path>/shard-i; \"\": no disk tier"));
   t.push_back(int_key(r + "host_memory_row_budget", "0", 0, kInt64Max, kTable, "rows the host table keeps in memory, the lowest-score ones go to the disk tier (needs rocksdb_path); 0 = all"));
   t.push_back(int_key(r + "host_memory_mb", "0", 0, kInt64Max >> 20, kTable, "MiB of host memory for the host table's rows and index and, when the table is in-process, the next pass's card work's pinned buffers (the card tier's plan line says how much; the table gets the rest); the lowest-score rows beyond go to the disk tier (needs rocksdb_path); with host_memory_row_budget the smaller wins; 0 = no limit"));
-  t.push_back(int_key(r + "cold_after_days", "0", 0, kInt32Max, kTable, "shrink moves rows unseen this many days to the disk tier (needs rocksdb_path); 0 = never"));
+  t.push_back(int_key(r + "cold_after_days", "0", 0, kInt32Max, kTable, "shrink moves rows unseen this many days (shrinks, runner.shrink_every) to the disk tier (needs rocksdb_path); 0 = never; > 0 needs shrink_every other than never (refused at start)"));
+  t.push_back(enum_key(r + "shrink_every", kShrinkEveryNames, ShrinkEvery::kNever, kTrainer, "when the training run shrinks the sparse table (show/click decay, deletion by sparse_optimizer.delete_threshold and delete_after_unseen_days, rows unseen cold_after_days to disk): never, after every pass, or after each epoch's last pass, before that pass's save; each shrink is one day of the *_days keys; it writes the cards' rows back and empties the cards first (the next pass pulls all its rows), and trainer 0 alone shrinks gpubox_server tables"));
   t.push_back(float_key(r + "server_timeout_s", "30", 1, 1e6, kTable, "longest a host-tier call to the gpubox_server processes may take, retries included, before the job fails naming the server; a SAVE or LOAD: longest a server may report no progress (one that keeps reporting is never cut)"));
   t.push_back(float_key(r + "server_connect_timeout_s", "2", 1e-3, 1e6, kTable, "longest one connection attempt to a gpubox_server may take (it is retried until server_timeout_s)"));
   t.push_back(int_key(r + "server_connections", "2", 1, 64, kTable, "connections per gpubox_server that one host-tier call spreads its requests over"));
@@ -232,9 +234,9 @@ void add_sparse_optimizer_keys(std::vector<KeySpec>& t) {
   t.push_back(bool_key(s + "show_scale", "true", kTable, "a key's gradient, summed over its occurrences in a batch, is divided by their count (Paddle's ctr_accessor_param.show_scale); false: the sum"));
   t.push_back(float_key(s + "embed_threshold", "0.0", 0, kFloatMax, kTable, "when > 0, embed_w learns only once the score reaches this: rarer keys are counted, not learned (GPUBox's; 0 = always, as Paddle)"));
   t.push_back(float_key(s + "embedx_threshold", "10.0", -kFloatMax, kFloatMax, kTable, "embedx is created once the score reaches this (Paddle's embedx_threshold / mf_create_thresholds)"));
-  t.push_back(float_key(s + "show_click_decay_rate", "0.98", 0, 1, kTable, "show/click decay per shrink"));
-  t.push_back(float_key(s + "delete_threshold", "0.8", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this"));
-  t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for longer"));
+  t.push_back(float_key(s + "show_click_decay_rate", "0.98", 0, 1, kTable, "show/click decay per shrink (only when runner.shrink_every is not never)"));
+  t.push_back(float_key(s + "delete_threshold", "0.8", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this (only when runner.shrink_every is not never)"));
+  t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for more than this many shrinks (days; only when runner.shrink_every is not never)"));
   t.push_back(seed_key(s + "seed", kTable, "embedding initialisation seed (a hash of key and seed), xor runner.seed"));
 }
 // clang-format on

@@ -355,5 +355,30 @@ TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
   ASSERT_FALSE(zero.ok());
   EXPECT_NE(zero.status().message().find("runner.geo_step"), std::string::npos);
 }
+
+// runner.shrink_every: never by default (runs as before), pass and epoch read, anything else
+// refused naming the key; runner.cold_after_days acts only through a shrink, so with never it is
+// refused naming both keys, not left a silent no-op.
+TEST(TrainerConfigTest, ShrinkEveryAndColdAfterDays) {
+  auto plain = load_shipped("config_gpubox.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  EXPECT_EQ(plain->runner.shrink_every, ShrinkEvery::kNever);
+  auto pass = load_shipped("config_gpubox.yaml", {"runner.shrink_every=pass"});
+  ASSERT_TRUE(pass.ok()) << pass.status().to_string();
+  EXPECT_EQ(pass->runner.shrink_every, ShrinkEvery::kPass);
+  auto epoch =
+      load_shipped("config_gpubox.yaml", {"runner.shrink_every=epoch", "runner.cold_after_days=3"});
+  ASSERT_TRUE(epoch.ok()) << epoch.status().to_string();
+  EXPECT_EQ(epoch->runner.shrink_every, ShrinkEvery::kEpoch);
+  expect_shipped_refuses("config_gpubox.yaml",
+                         {{"runner.shrink_every=day", "runner.shrink_every"}});
+  for (const char* never : {"runner.shrink_every=never", "runner.epochs=1"}) {
+    auto cold = load_shipped("config_gpubox.yaml", {never, "runner.cold_after_days=3"});
+    ASSERT_FALSE(cold.ok()) << never;
+    EXPECT_NE(cold.status().message().find("runner.cold_after_days"), std::string::npos);
+    EXPECT_NE(cold.status().message().find("runner.shrink_every"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -47,6 +47,7 @@ class ForwardingSchedule : public Schedule {
   }
   void agree_after_evaluation(int64_t pass) override { inner_.agree_after_evaluation(pass); }
   void save(const std::string& dir) override { inner_.save(dir); }
+  void shrink(int64_t pass) override { inner_.shrink(pass); }
   void load(const std::string& dir) override { inner_.load(dir); }
   std::optional<int64_t> recover(const Error& error, int64_t pass) override {
     return inner_.recover(error, pass);

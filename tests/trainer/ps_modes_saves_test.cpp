@@ -381,5 +381,43 @@ TEST_F(PsModes, ASaveWhoseDenseTableTravelsLongerThanTheCollectiveTimeoutIsWaite
   EXPECT_TRUE(fs::exists(fs::path(dir) / "MODEL_MANIFEST"));
 }
 
+// runner.shrink_every in the PS modes: trainer 0 alone shrinks the servers, once per pass (each
+// server's table one day a pass, not one a trainer), the others waiting as for a save.
+TEST_F(PsModes, TrainerZeroShrinksTheServersOncePerPass) {
+  const TrainerConfig cfg = config({"runner.train_data_dir=" + (root_ / "train").string(),
+                                    "runner.test_data_dir=", "runner.sync_mode=async",
+                                    "runner.epochs=2", "runner.shrink_every=pass"});
+  Servers shards(cfg, 2);
+  run_job(
+      cfg, shards.endpoints(), 2,
+      [](PsTrainer& trainer, int) { EXPECT_EQ(trainer.train().size(), 2u); },
+      [](PsTrainer&) { return 0; });
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(shards.table(s).day(), 2) << "server " << s;
+}
+
+// Geo: after a shrink no thread keeps its local rows (the servers may have deleted or decayed
+// them): a run that shrinks after its last pass ends holding none, one that never shrinks
+// holds the rows it trained.
+TEST_F(PsModes, GeoThreadsDropTheirRowsAfterAShrink) {
+  for (const char* every : {"pass", "never"}) {
+    const TrainerConfig cfg =
+        config({"runner.train_data_dir=" + (root_ / "train").string(),
+                "runner.test_data_dir=", "runner.sync_mode=geo", "runner.epochs=2",
+                std::string("runner.shrink_every=") + every});
+    Servers shards(cfg, 2);
+    run_job(
+        cfg, shards.endpoints(), 1,
+        [every](PsTrainer& trainer, int) {
+          EXPECT_EQ(trainer.train().size(), 2u);
+          if (std::string(every) == "pass") {
+            EXPECT_EQ(trainer.geo_rows(), 0u);
+          } else {
+            EXPECT_GT(trainer.geo_rows(), 0u);
+          }
+        },
+        [](PsTrainer&) { return 0; });
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::trainer::ps_modes

@@ -401,6 +401,7 @@ Status read_runner_keys(const config::ConfigDocument& doc, RunnerConfig& r) {
   r.auc_buckets_log2 = doc.get_int("runner.auc_buckets_log2");
   r.save_mode = doc.get_enum("runner.save_mode", table::kSaveKindNames);
   r.resume = doc.get_enum("runner.resume", config::kResumeModeNames);
+  r.shrink_every = doc.get_enum("runner.shrink_every", config::kShrinkEveryNames);
   r.auth_token_file = doc.get_string("runner.auth_token_file");
   r.collective_timeout_s = doc.get_float("runner.collective_timeout_s");
   r.peer_timeout_s = doc.get_float("runner.peer_timeout_s");
@@ -486,6 +487,14 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   if (!rows.ok()) return rows.status();
   c.sparse = std::move(rows).value();
   c.host_tier = table::host_tier_config_from(doc);
+  // cold_after_days acts only through a shrink: without one it would be a silent no-op.
+  if (c.runner.shrink_every == ShrinkEvery::kNever && c.host_tier.table.cold_after_days > 0) {
+    return Status::InvalidArgument(
+        doc.source() + ": runner.cold_after_days is " +
+        std::to_string(c.host_tier.table.cold_after_days) +
+        " but runner.shrink_every is never: rows move to disk only in a shrink; set "
+        "runner.shrink_every to pass or epoch, or runner.cold_after_days to 0");
+  }
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
   GPUBOX_RETURN_IF_ERROR(check_dnn_dropout(c, doc));
   record_keys(doc, &c);

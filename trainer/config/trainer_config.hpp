@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/shrink_every.hpp"
 #include "common/status.hpp"
 #include "dataset/dataset_types.hpp"
 #include "table/host_table_types.hpp"
@@ -29,6 +30,8 @@ using ResumeMode = config::ResumeMode;
 // runner.sync_mode: gpubox | async | sync | geo.
 using SyncMode = config::SyncMode;
 using ReaderType = config::ReaderType;
+// runner.shrink_every: never | pass | epoch.
+using ShrinkEvery = config::ShrinkEvery;
 
 struct RunnerConfig {
   // Paths: relative ones in the config file are resolved against the config file's folder; in
@@ -62,9 +65,10 @@ struct RunnerConfig {
   int auc_buckets_log2 = 0;              // runner.auc_buckets_log2: AUC histogram size, >= 20
   SaveKind save_mode = SaveKind::kNone;  // runner.save_mode: none | base | delta | checkpoint
   ResumeMode resume = ResumeMode::kOff;  // runner.resume: auto | off
-  std::string auth_token_file;           // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
-  double collective_timeout_s = 0;       // runner.collective_timeout_s
-  double peer_timeout_s = 0;             // runner.peer_timeout_s: a lost trainer or server
+  ShrinkEvery shrink_every = ShrinkEvery::kNever;  // runner.shrink_every: never | pass | epoch
+  std::string auth_token_file;             // runner.auth_token_file (GPUBOX_AUTH_TOKEN_FILE wins)
+  double collective_timeout_s = 0;         // runner.collective_timeout_s
+  double peer_timeout_s = 0;               // runner.peer_timeout_s: a lost trainer or server
   SyncMode sync_mode = SyncMode::kGpubox;  // runner.sync_mode (with runner.use_fleet, use_gpu)
   // Collective mode: runner.use_fleet and use_gpu with no runner.sync_mode. The gpubox schedule
   // with the embedding table replicated on every card (heter_comm::Placement::kReplicated).

@@ -307,14 +307,21 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
   // keep their rows dirty on the cards when it trains right after this one: same epoch (no
   // evaluation between), no save between (its sync would write them anyway), one trainer (with
   // several, a card's next keys come from every trainer).
+  // A shrink after this pass (runner.shrink_every) writes every row back and empties the cards,
+  // as a save's sync writes them; nor is a pass after the next shrink started ahead (this
+  // pass's or a later one's): its staging would pull (see) its rows before the shrink ages
+  // them, so a row unseen until then would escape it.
+  const bool shrinking = shrinks_after(config_.runner, plan.ends_epoch(k));
   const bool saving =
-      !config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone;
+      (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) ||
+      shrinking;
+  const int64_t ahead_end = staged_ahead_end(config_.runner, plan.per_epoch, plan.total, k);
   return run_pass(
       *prepared,
       [&] {
-        pipeline.start_after(*prepared, plan.total);
+        pipeline.start_after(*prepared, ahead_end);
         // The next pass's card work while this one trains, from when its keys are known.
-        if (k + 1 < plan.total) {
+        if (k + 1 < ahead_end) {
           s.card_tier->expect_next_pass(prepared->sorted_keys, pipeline.staged_poll(k + 1));
           if (wait_for_next_staging_) pipeline.wait_for(k + 1);
         }

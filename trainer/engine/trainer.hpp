@@ -156,6 +156,11 @@ class Trainer final : public Schedule {
   // servers, the job meets after it (all fail when it failed), then every trainer puts the
   // dense half it read with the check onto its cards.
   void load(const std::string& dir) override;
+  // The shrink after pass `pass` (runner.shrink_every): every trainer writes its cards' dirty
+  // rows back and empties its cards and the passes staged ahead (rows read before the shrink),
+  // then the host tier shrinks: trainer 0 alone for servers (on_trainer_zero: the others wait,
+  // by its progress), each trainer its own in-process table. The next pass pulls all its rows.
+  void shrink(int64_t pass) override;
 
   const TrainerConfig& config() const { return config_; }
   table::HostTier& host_tier() override;

@@ -207,6 +207,23 @@ std::string Trainer::load_located(const std::function<std::string()>& locate,
   return dir;
 }
 
+void Trainer::shrink(int64_t pass) {
+  State& s = *state_;
+  const std::string after = "after pass " + std::to_string(pass);
+  settle();
+  // No card holds a row the shrink may delete (it would come back at its write-back), nor does
+  // a pass staged ahead hold rows read before it.
+  agree_on_restarts([&] { s.card_tier->sync(); }, "writing its rows back for the shrink " + after);
+  if (s.pipeline) s.pipeline->clear();
+  s.card_tier->clear();
+  if (env_.trainers == 1 || !host_is_remote(*s.host)) {
+    agree_on_restarts([&] { shrink_logged(*s.host, pass); }, "shrinking the table " + after);
+    return;
+  }
+  on_trainer_zero([&] { shrink_logged(*s.host, pass); }, "shrinking the servers' tables " + after,
+                  "to shrink the servers' tables " + after);
+}
+
 void Trainer::agree_on_save_digest(const std::string& dir, const SavePoint& save) {
   State& s = *state_;
   // Every trainer loads the same save (its manifest's digest; the folder's name may differ

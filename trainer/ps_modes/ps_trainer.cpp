@@ -327,6 +327,12 @@ PsTrainer::~PsTrainer() = default;
 
 int PsTrainer::threads() const { return state_->cards.num_local_cards(); }
 
+std::size_t PsTrainer::geo_rows() const {
+  std::size_t rows = 0;
+  for (const auto& worker : state_->workers) rows += worker->geo_rows();
+  return rows;
+}
+
 std::vector<float> PsTrainer::dense_values() const {
   state_->workers.at(0)->card().activate();
   return state_->workers.at(0)->model().parameters().values_to_host();

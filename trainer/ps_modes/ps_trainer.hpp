@@ -181,8 +181,13 @@ class PsTrainer final : public Schedule {
   void save(const std::string& dir) override;
   // Every trainer of the job: the servers and every thread start from save `dir`.
   void load(const std::string& dir) override;
+  // Every trainer of the job: after every trainer's updates are on the servers, trainer 0 alone
+  // shrinks them (runner.shrink_every) while the others wait, as for a save.
+  void shrink(int64_t pass) override;
 
   int threads() const;
+  // Geo: the rows every training thread holds locally, summed (PsWorker::geo_rows).
+  std::size_t geo_rows() const;
   // Thread 0's dense parameters (host copy).
   std::vector<float> dense_values() const;
   // Allocations so far of every training thread's steps and dense syncs

@@ -27,6 +27,21 @@ void PsTrainer::save(const std::string& dir) {
   on_trainer_zero([&] { write_save(dir); }, "ps/saved/" + pass, "to write the save " + dir);
 }
 
+void PsTrainer::shrink(int64_t pass) {
+  // As a save: every trainer's updates are on the servers first, and none lands until the
+  // shrink is done.
+  const std::string done = std::to_string(pass_id_);
+  const std::string after = "after pass " + std::to_string(pass);
+  meet("ps/shrink/" + done, "to end pass " + std::to_string(pass) + " before the shrink");
+  on_trainer_zero([&] { shrink_logged(*state_->servers, pass); }, "ps/shrunk/" + done,
+                  "to shrink the servers' tables " + after);
+  // Geo: every thread's local rows are the servers' as they were before the shrink (a deleted
+  // row would be trained from its stale copy and its delta recreate it as initial values plus
+  // delta, decayed show and click read undecayed), so they are dropped and pulled again. Every
+  // trainer's threads are idle here (the shrink is done), and the pass's end synced every row.
+  for (auto& worker : state_->workers) worker->forget_rows();
+}
+
 void PsTrainer::write_save(const std::string& dir) {
   State& s = *state_;
   std::filesystem::create_directories(dir);

@@ -59,6 +59,12 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
   read_dense(&synced_dense_);
 }
 
+void PsWorker::forget_rows() {
+  if (geo_) geo_ = std::make_unique<GeoRows>(servers_);
+}
+
+std::size_t PsWorker::geo_rows() const { return geo_ ? geo_->size() : 0; }
+
 // An exchange still under way here was started by a dense step after which nothing took it: the
 // pass's last sync_dense() (which throws its error) did not run, so the thread is unwinding from
 // an earlier error, which is the one reported. A destructor cannot return this one, so it is

@@ -116,6 +116,12 @@ class PsWorker {
   // nothing of this worker reaches the servers once abandon() returns; their failures,
   // expected, are not logged (nor by the destructor). Only the destructor is left to call.
   void abandon();
+  // Geo: drops the local copies of the rows (GeoRows) and their optimizer state, so that the
+  // next pass pulls every row it touches from the servers again (after a shrink, which may
+  // have deleted or decayed them there). Only between passes: a pass's end synced every row.
+  void forget_rows();
+  // Geo: the rows held locally (0 in the other modes).
+  std::size_t geo_rows() const;
 
   // One training step on `batch` (see the file comment); an empty batch does nothing. Returns
   // the batch's summed log loss. Throws on a non-finite loss or gradient, or a failed server call

@@ -184,15 +184,15 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
   std::fflush(stdout);
 }
 
-// A pass whose save failed, said in the log only (the pass line at WARNING, with its divergence
-// note and warning, as print_pass_line gives them): the failure may end the job (not repaired),
-// and the pass would leave no trace; a repaired one trains the pass again, whose record
+// A pass whose shrink or save failed, said in the log only (the pass line at WARNING, with its
+// divergence note and warning, as print_pass_line gives them): the failure may end the job (not
+// repaired), and the pass would leave no trace; a repaired one trains the pass again, whose record
 // (record_pass) is then its only one.
 void log_unrecorded_pass(const RunnerConfig& runner, const PassReport& report,
                          const DivergenceVerdict& verdict) {
   const std::string note = divergence_note(report.pass, runner.print_interval, verdict);
   if (!note.empty()) GPUBOX_LOG(INFO) << note;
-  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its save failed: not recorded)";
+  GPUBOX_LOG(WARNING) << format_pass_line(report) << " (its shrink or save failed: not recorded)";
   if (verdict.warn && !verdict.stop) {
     GPUBOX_LOG(WARNING) << divergence_warning(report.pass, runner.print_interval, verdict);
   }
@@ -216,9 +216,10 @@ void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& 
 }
 
 // Pass k of the run: trained, judged for divergence and a dead output (either stops the job
-// before the pass's save: the pass is recorded, then the job fails), saved when `saving`, then
-// recorded (record_pass). A save that fails (a server restart found during it, which the loop
-// repairs by training the pass again) leaves the pass unrecorded: each completed pass is
+// before the pass's save: the pass is recorded, then the job fails), shrunk when
+// runner.shrink_every says so, saved when `saving`, then
+// recorded (record_pass). A shrink or save that fails (a server restart found during it, which
+// the loop repairs by training the pass again) leaves the pass unrecorded: each completed pass is
 // recorded once, with the metrics of the training its save holds. Its line is logged
 // (log_unrecorded_pass) before the failure goes on.
 PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
@@ -233,11 +234,17 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   // Every schedule refuses data without a valid instance as it reads it (pass_data.hpp); the
   // examples' count holds the line for any path that did not: no save of a pass that trained
   // nothing (record_pass then ends the job).
-  if (saving && !verdict.stop && !dead && report.metrics.examples > 0) {
-    schedule.settle();  // the save sees no staging under way
+  // runner.shrink_every: the shrink before the save, so that the save (and a resume from it)
+  // holds the shrunk table and its day counter.
+  const bool shrinking = shrinks_after(runner, plan.ends_epoch(k));
+  if ((saving || shrinking) && !verdict.stop && !dead && report.metrics.examples > 0) {
     try {
-      schedule.save(
-          (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+      if (shrinking) schedule.shrink(report.pass);
+      if (saving) {
+        schedule.settle();  // the save sees no staging under way
+        schedule.save(
+            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+      }
     } catch (...) {
       log_unrecorded_pass(runner, report, verdict);
       throw;

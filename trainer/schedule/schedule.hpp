@@ -22,6 +22,7 @@
 #include "table/host_tier.hpp"
 #include "trainer/metrics/metric_values.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/table_shrink.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::dataset {
@@ -158,6 +159,15 @@ class Schedule {
   virtual void agree_after_evaluation(int64_t pass) { (void)pass; }
   virtual void save(const std::string& dir) = 0;
   virtual void load(const std::string& dir) = 0;
+  // The sparse table's shrink after pass `pass` (runner.shrink_every; table_shrink.hpp), after
+  // the pass ended and before its save and the next pass begins: no card may hold a row the
+  // shrink would delete (a schedule with cards writes them back and empties them first), and
+  // with servers trainer 0 alone shrinks them while the others wait. Default: background work
+  // settled, then the host tier shrunk here.
+  virtual void shrink(int64_t pass) {
+    settle();
+    shrink_logged(host_tier(), pass);
+  }
 
   // The run fails on this trainer with `error` (run_epochs, before it throws it on): a schedule
   // of several trainers tells the others, so that they stop naming it rather than at their
