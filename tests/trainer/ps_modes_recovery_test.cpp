@@ -461,26 +461,42 @@ TEST_F(PsRecovery, AFaultBesideARestartIsNamedWithTheRefusal) {
       << error;
 }
 
+// Two servers, a client of them with short bounds, and a lineage whose pass 0 save is `dir`:
+// the reload tests' start.
+struct ReloadStart {
+  ReloadStart(const TrainerConfig& config, const std::string& saves)
+      : cfg(config), shards(cfg, 2), lineage(cfg), dir(saves + "/0") {
+    table::server::RemoteHostTierOptions options;
+    options.endpoints = shards.endpoints();
+    options.config = cfg.sparse;
+    options.deadline_s = 2.0;
+    options.connect_timeout_s = 1.0;
+    auto connected = table::server::RemoteHostTier::connect(std::move(options));
+    throw_if_error(connected.status());
+    host = std::move(*connected);
+    std::filesystem::create_directories(dir);
+    lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+  }
+  const TrainerConfig cfg;
+  Servers shards;
+  std::unique_ptr<table::server::RemoteHostTier> host;
+  SaveLineage lineage;
+  const std::string dir;
+};
+
 // A server that restarts while the save is reloaded (a staggered fleet restart: it answered the
 // ping that looked for restarts, then restarted) is accepted and the save reloaded again, by the
 // helper both trainers recover through (SaveLineage::recover_and_reload), not thrown.
 TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain) {
-  const std::string saves = (root_ / "recovery_during_reload").string();
-  const TrainerConfig cfg =
+  ReloadStart start(
       ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
-                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
-  Servers shards(cfg, 2);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  options.deadline_s = 2.0;
-  options.connect_timeout_s = 1.0;
-  auto host = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(host.status());
-  SaveLineage lineage(cfg);
-  const std::string dir = saves + "/0";
-  std::filesystem::create_directories(dir);
-  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+                      "runner.save_mode=checkpoint",
+                      "runner.model_save_path=" + (root_ / "recovery_during_reload").string()}),
+      (root_ / "recovery_during_reload").string());
+  Servers& shards = start.shards;
+  auto* host = &start.host;
+  SaveLineage& lineage = start.lineage;
+  const std::string& dir = start.dir;
   // Both servers known and written to since (a restart that loses nothing is adopted quietly).
   throw_if_error((*host)->shrink().status());
   shards.restart(0);
@@ -520,22 +536,14 @@ TEST_F(PsRecovery, ARestartFoundDuringTheReloadIsAcceptedAndTheSaveReloadedAgain
 // round's would (before, rounds after the first named the reload's failure alone).
 TEST_F(PsRecovery, ARefusalAfterRestartsDuringTheReloadNamesThePassFailure) {
   constexpr const char* kBeside = "this trainer also failed in pass 1: card 0: a device fault";
-  const std::string saves = (root_ / "recovery_beside_reload").string();
-  const TrainerConfig cfg =
+  ReloadStart start(
       ps_test_config({"runner.train_data_dir=" + (root_ / "train").string(),
-                      "runner.save_mode=checkpoint", "runner.model_save_path=" + saves});
-  Servers shards(cfg, 2);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  options.deadline_s = 2.0;
-  options.connect_timeout_s = 1.0;
-  auto host = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(host.status());
-  SaveLineage lineage(cfg);
-  const std::string dir = saves + "/0";
-  std::filesystem::create_directories(dir);
-  lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
+                      "runner.save_mode=checkpoint",
+                      "runner.model_save_path=" + (root_ / "recovery_beside_reload").string()}),
+      (root_ / "recovery_beside_reload").string());
+  Servers& shards = start.shards;
+  auto* host = &start.host;
+  SaveLineage& lineage = start.lineage;
   throw_if_error((*host)->shrink().status());
   shards.restart(0);
   std::string error;
