@@ -10,10 +10,10 @@
 // pass's training logloss ends above the constant predictor's: divergence.hpp) and one JSON line
 // in runner.metrics_path (this trainer's: trainer_metrics_path): once per completed pass, so a
 // pass trained again after a failed save (a server restart found during it) is recorded once,
-// and a pass whose save failed has its line logged at WARNING ("(its save failed: not
-// recorded)"): a failure not repaired ends the job, which then still names the pass's figures;
-// per epoch PaddleRec's two lines over the epoch's passes (their metrics merged exactly), then
-// the evaluation of runner.test_data_dir with its line and JSON line.
+// and a pass whose shrink or save failed has its line logged at WARNING ("(its shrink or save
+// failed: not recorded)"): a failure not repaired ends the job, which then still names the pass's
+// figures; per epoch PaddleRec's two lines over the epoch's passes (their metrics merged exactly),
+// then the evaluation of runner.test_data_dir with its line and JSON line.
 #pragma once
 
 #include <atomic>
