@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "tests/table/shrink_oracle.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -51,23 +52,7 @@ class OracleTable {
   void erase(const std::vector<uint64_t>& keys) {
     for (uint64_t k : keys) rows_.erase(k);
   }
-  uint64_t shrink() {
-    uint64_t deleted = 0;
-    for (auto it = rows_.begin(); it != rows_.end();) {
-      float* row = it->second.data();
-      row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
-      row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
-      row[RowLayout::kUnseenDays] += 1.0f;
-      if (row_score(row, cfg_) < cfg_.delete_threshold ||
-          row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days) {
-        it = rows_.erase(it);
-        ++deleted;
-      } else {
-        ++it;
-      }
-    }
-    return deleted;
-  }
+  uint64_t shrink() { return gpubox::table::testing::shrink_rows(&rows_, cfg_); }
   RowMap rows() const { return RowMap(rows_.begin(), rows_.end()); }
   std::size_t size() const { return rows_.size(); }
 

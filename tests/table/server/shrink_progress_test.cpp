@@ -31,6 +31,7 @@
 #include "tests/table/forwarding_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
 #include "tests/table/server/shrink_test_util.hpp"
+#include "tests/table/shrink_oracle.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table::server {
@@ -105,23 +106,7 @@ class ShrinkOracle {
       rows_[keys[i]].assign(rows.begin() + i * stride, rows.begin() + (i + 1) * stride);
     }
   }
-  uint64_t shrink() {
-    uint64_t deleted = 0;
-    for (auto it = rows_.begin(); it != rows_.end();) {
-      float* row = it->second.data();
-      row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
-      row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
-      row[RowLayout::kUnseenDays] += 1.0f;
-      if (row_score(row, cfg_) < cfg_.delete_threshold ||
-          row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days) {
-        it = rows_.erase(it);
-        ++deleted;
-      } else {
-        ++it;
-      }
-    }
-    return deleted;
-  }
+  uint64_t shrink() { return gpubox::table::testing::shrink_rows(&rows_, cfg_); }
   std::size_t size() const { return rows_.size(); }
   std::vector<uint64_t> keys() const {
     std::vector<uint64_t> out;
