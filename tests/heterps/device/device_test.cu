@@ -10,12 +10,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/error.hpp"
+#include "common/thread_annotations.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/isa_clones.cuh"
@@ -274,6 +277,34 @@ TEST(CardSet, RunOnCardsUsesOneThreadPerCardAndReportsFailures) {
     EXPECT_NE(std::string(e.what()).find("card 1"), std::string::npos) << e.what();
   }
   EXPECT_EQ(failures.load(), 1);
+}
+
+// on_failure runs in the failed card's thread, and its copies of the message can fail to
+// allocate (most likely when the card itself ran out of memory): it is told again with a literal
+// that needs no allocation, so the peers still wake and the failure is thrown from run_on_cards;
+// before, the bad_alloc escaped the card's thread (std::terminate).
+TEST(CardSet, RunOnCardsTellsAFailureWhoseMessageCannotBeCopied) {
+  GPUBOX_REQUIRE_CARDS(3);
+  CardSet cards = CardSet::from_list("0,1,2");
+  std::vector<std::string> told;
+  Mutex mu;
+  try {
+    cards.run_on_cards(
+        [&](Card& card) {
+          if (card.local_index() == 1) GPUBOX_FAIL("boom on purpose");
+        },
+        [&](const std::string& why) {
+          MutexLock lock(mu);
+          told.push_back(why);
+          if (told.size() == 1) throw std::bad_alloc();
+        });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    EXPECT_EQ(e.message(), "card 1: boom on purpose");
+  }
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[0], "card 1: boom on purpose");
+  EXPECT_EQ(told[1], "out of memory");
 }
 
 // Every card that failed is listed (in card order, with its own message), not only the one
