@@ -8,6 +8,7 @@
 #include <exception>
 #include <new>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "common/error_report.hpp"
@@ -290,7 +291,26 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   } else {
     std::vector<std::thread> threads;
     threads.reserve(cards_.size());
-    for (auto& card : cards_) threads.emplace_back(body, std::ref(*card));
+    try {
+      for (auto& card : cards_) {
+        if (thread_start_fault_) thread_start_fault_(card->local_index());
+        threads.emplace_back(body, std::ref(*card));
+      }
+    } catch (const std::system_error& e) {
+      // The next card's thread did not start: that is the card's failure. The started cards
+      // may wait for it in a collective, so on_failure wakes them before the join; the cards
+      // after it never run.
+      const std::size_t c = threads.size();
+      failed[c] = std::current_exception();
+      {
+        MutexLock lock(mu);
+        if (!first_error) {
+          first_error = failed[c];
+          first_card = static_cast<int>(c);
+        }
+      }
+      if (on_failure) tell_failure(on_failure, cards_[c]->rank(), e);
+    }
     for (auto& t : threads) t.join();
   }
   if (!first_error) return;
