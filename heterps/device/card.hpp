@@ -108,15 +108,6 @@ class Card {
 // that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
 // on another card too. A card whose error repeats another's (a collective aborted by it) is
 // listed as it failed (a FailureTold marked so): the caller decides what is a consequence.
-// An error that only tells of a failure found elsewhere (another training thread's, stopping
-// this one; another trainer's step that failed on a server restart, heard at a sync barrier):
-// what failed is named where it happened, so beside a server restart it is left out
-// (trainer/schedule/restart_beside.hpp).
-class FailureTold : public Error {
- public:
-  using Error::Error;
-};
-
 class CardsFailed : public Error {
  public:
   struct Failure {
