@@ -26,6 +26,16 @@ class Error : public std::runtime_error {
   std::string where_;  // "" when none was given
 };
 
+// An error that only tells of a failure found elsewhere (another training thread's, stopping
+// this one; another trainer's step that failed on a server restart, heard at a sync barrier):
+// what failed is named where it happened, so beside a server restart it is left out
+// (trainer/schedule/restart_beside.hpp). Error's constructors: a location (`where`) is kept
+// when one is given.
+class FailureTold : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message,
                               const char* expectation = nullptr);

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "common/error_report.hpp"
@@ -235,6 +237,27 @@ CardsFailed::Failure failure_of(int rank, const std::exception_ptr& failed) {
   }
 }
 
+// Tells on_failure, from a card's thread, that the card failed: peers blocked in a collective
+// wait for it. Building the message (and on_failure's copies of it) allocates, and can fail, most
+// likely when the card threw bad_alloc; then a short literal that fits a std::string without
+// allocating is told instead, so on_failure still runs and no bad_alloc escapes the thread (an
+// exception escaping a std::thread is std::terminate).
+void tell_failure(const std::function<void(const std::string&)>& on_failure, int rank,
+                  const std::exception& e) {
+  static const char* const kOutOfMemory = "out of memory";
+  std::string why;
+  try {
+    why = "card " + std::to_string(rank) + ": " + user_message(e);
+  } catch (...) {
+    why = kOutOfMemory;
+  }
+  try {
+    on_failure(why);
+  } catch (const std::bad_alloc&) {
+    on_failure(kOutOfMemory);
+  }
+}
+
 }  // namespace
 
 void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
@@ -243,8 +266,9 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   std::exception_ptr first_error;
   int first_card = -1;
   // Each card's error, by local index (null when it did not fail); written by that card's
-  // thread, read after the join. Kept as it was thrown (copying the pointer allocates nothing,
-  // so nothing can escape the thread here): the messages are made after the join.
+  // thread, read after the join. Kept as it was thrown (copying the pointer allocates nothing):
+  // the messages are made after the join; on_failure's is made by tell_failure, which falls
+  // back to a literal when it cannot allocate, so nothing escapes the thread.
   std::vector<std::exception_ptr> failed(cards_.size());
   auto body = [&](Card& card) {
     try {
@@ -259,7 +283,7 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
           first_card = card.local_index();
         }
       }
-      if (on_failure) on_failure("card " + std::to_string(card.rank()) + ": " + user_message(e));
+      if (on_failure) tell_failure(on_failure, card.rank(), e);
     }
   };
   if (cards_.size() == 1) {
@@ -267,7 +291,26 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   } else {
     std::vector<std::thread> threads;
     threads.reserve(cards_.size());
-    for (auto& card : cards_) threads.emplace_back(body, std::ref(*card));
+    try {
+      for (auto& card : cards_) {
+        if (thread_start_fault_) thread_start_fault_(card->local_index());
+        threads.emplace_back(body, std::ref(*card));
+      }
+    } catch (const std::system_error& e) {
+      // The next card's thread did not start: that is the card's failure. The started cards
+      // may wait for it in a collective, so on_failure wakes them before the join; the cards
+      // after it never run.
+      const std::size_t c = threads.size();
+      failed[c] = std::current_exception();
+      {
+        MutexLock lock(mu);
+        if (!first_error) {
+          first_error = failed[c];
+          first_card = static_cast<int>(c);
+        }
+      }
+      if (on_failure) tell_failure(on_failure, cards_[c]->rank(), e);
+    }
     for (auto& t : threads) t.join();
   }
   if (!first_error) return;

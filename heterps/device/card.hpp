@@ -108,15 +108,6 @@ class Card {
 // that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
 // on another card too. A card whose error repeats another's (a collective aborted by it) is
 // listed as it failed (a FailureTold marked so): the caller decides what is a consequence.
-// An error that only tells of a failure found elsewhere (another training thread's, stopping
-// this one; another trainer's step that failed on a server restart, heard at a sync barrier):
-// what failed is named where it happened, so beside a server restart it is left out
-// (trainer/schedule/restart_beside.hpp).
-class FailureTold : public Error {
- public:
-  using Error::Error;
-};
-
 class CardsFailed : public Error {
  public:
   struct Failure {
@@ -156,11 +147,18 @@ class CardSet {
   // throws, `on_failure(message)` runs at once on that card's thread (e.g. to abort the
   // communicator so peers blocked in a collective wake up); after the join the first error is
   // thrown as a CardsFailed (every failed card listed), prefixed with the card; a
-  // std::bad_alloc as it is.
+  // std::bad_alloc as it is. A card whose thread cannot start fails so (the cards after it do
+  // not run; on_failure wakes those started).
   void run_on_cards(const std::function<void(Card&)>& fn,
                     const std::function<void(const std::string&)>& on_failure = {});
+  // For tests: called (with the card's local index) before each card's thread of run_on_cards
+  // starts; what it throws (a std::system_error) stands for a thread that cannot start.
+  void set_thread_start_fault(std::function<void(int)> fault) {
+    thread_start_fault_ = std::move(fault);
+  }
 
  private:
+  std::function<void(int)> thread_start_fault_;
   int trainer_id_ = 0;
   int trainer_count_ = 1;
   std::vector<std::unique_ptr<Card>> cards_;

@@ -546,6 +546,20 @@ TEST_F(GpuboxTrainerRecovery, FaultsOnSeveralCardsBesideARestartAreEachNamedOnce
   EXPECT_FALSE(ran.left_in_pass);
 }
 
+// A fleet restart found in part: server 1's is known (every server asked) when server 0 restarts
+// and cuts the phase's call to it. The failure names a restart once every server is asked again
+// (before, it was classified with server 1's alone and named 'also failed').
+TEST_F(GpuboxTrainerRecovery, ACallCutOffByAServerOfAFleetRestartIsNotAlsoFailed) {
+  RestartAt first{"at the end of pass 1"};
+  first.found_at_once = true;
+  RestartAt second{"at the end of pass 1", /*server=*/0};
+  second.card_faults = {"writing rows back to <server>: the connection was cut"};
+  const Ran ran =
+      run_trainer({(root_ / "fleet_cut").string(), {first, second}, {"runner.resume=off"}});
+  EXPECT_NE(ran.error.find("runner.resume is off"), std::string::npos) << ran.error;
+  EXPECT_EQ(ran.error.find("also failed"), std::string::npos) << ran.error;
+}
+
 // Server 1 restarts at the end of every run of pass 1, server 0 at every read of the save of
 // pass 0 for the reload, found at once with a device fault beside it: the first reload fails and
 // the second goes through (server 0 restarted again before anything reached it is adopted

@@ -85,7 +85,7 @@ class PsJobRecoveryRefused : public PsModes {
     for (const std::string& error : errors) {
       EXPECT_EQ(error.find("died or is stuck"), std::string::npos) << error;
       // Nothing but the restart failed: a trainer that heard of it at a sync barrier, or whose
-      // other threads stopped for it, failed no otherwise (device::FailureTold).
+      // other threads stopped for it, failed no otherwise (FailureTold).
       if (!fault) {
         EXPECT_EQ(error.find("also failed"), std::string::npos) << error;
       }

@@ -70,7 +70,7 @@ TEST_F(RestartBeside, TheCardsPastTheFirstFailuresAreCounted) {
 
 // A lone error: told is nothing beside the restart, any other its message.
 TEST_F(RestartBeside, ALoneErrorToldIsNothingBesideTheRestart) {
-  EXPECT_EQ(failure_beside_restart(device::FailureTold("stopped: another"), host_), "");
+  EXPECT_EQ(failure_beside_restart(FailureTold("stopped: another"), host_), "");
   EXPECT_EQ(failure_beside_restart(Error("a device fault"), host_), "a device fault");
 }
 

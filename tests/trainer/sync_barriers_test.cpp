@@ -93,12 +93,12 @@ class SyncBarriersTest : public ::testing::Test {
   }
   // What `arrive` threw ("" when nothing).
   // The error of `t`'s arrival; one that hears of another trainer's restart is told
-  // (device::FailureTold), not the trainer's own failure: a fault beside the restart elsewhere.
+  // (FailureTold), not the trainer's own failure: a fault beside the restart elsewhere.
   static std::string arrive_error(SyncBarriers& t, const std::string& what) {
     try {
       t.arrive(what);
     } catch (const Error& e) {
-      const bool told = dynamic_cast<const device::FailureTold*>(&e) != nullptr;
+      const bool told = dynamic_cast<const FailureTold*>(&e) != nullptr;
       const std::string error = e.what();
       EXPECT_EQ(told, error.find(kHeard) != std::string::npos) << error;
       return error;

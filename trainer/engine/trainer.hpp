@@ -295,8 +295,8 @@ class Trainer final : public Schedule {
                                     const std::vector<int32_t>& slots,
                                     const pass::StagedRows* staged, pass::PassAccess access,
                                     const std::string& where);
-  // Whether this trainer's client holds a server restart; after a failed call (`failed`) that
-  // saw none, every server is asked who it is first.
+  // Whether this trainer's client holds a server restart; after a failed call (`failed`) every
+  // server is asked who it is first, so the failure is classified with every restart known.
   bool restart_found(bool failed);
   // Several trainers: recover() of an AgreedRestart: every trainer goes back to the save trainer
   // 0 chooses (agree_on_save) and reloads it with the others, again when a server restarts

@@ -188,11 +188,12 @@ pass::PassStats Trainer::begin_pass_agreed(const std::vector<uint64_t>& keys,
 
 bool Trainer::restart_found(bool failed) {
   table::HostTier& host = *state_->host;
-  if (!SaveLineage::describe_restarts(host).empty()) return true;
-  if (!failed) return false;
-  // A call cut off as its server went down and came back saw no restart itself: every server is
-  // asked who it is now.
-  SaveLineage::find_restarts(host, config_.host_tier.remote.connect_timeout_s);
+  // After a failed call every server is asked who it is now (within a connect timeout), even
+  // when a restart is already known: a call cut off as its server went down and came back saw
+  // no restart itself, and the failure is classified (failure_beside_restart) once every
+  // restarted server is known, so one cut off by another server of a fleet restart is not
+  // 'also failed'. The PS modes do the same.
+  if (failed) SaveLineage::find_restarts(host, config_.host_tier.remote.connect_timeout_s);
   return !SaveLineage::describe_restarts(host).empty();
 }
 

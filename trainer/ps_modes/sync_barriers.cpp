@@ -6,7 +6,6 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "heterps/device/card.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 
@@ -76,9 +75,8 @@ void SyncBarriers::arrive(const std::string& what) {
   heard_ = mark.has_value();
   const auto throw_heard = [&] {
     // Told, not this trainer's failure: the restart is named by the one that found it.
-    throw device::FailureTold(
-        detail::concat("sync mode, pass ", pass_, ", ", what,
-                       ": another trainer's step failed on a server restart"));
+    throw FailureTold(detail::concat("sync mode, pass ", pass_, ", ", what,
+                                     ": another trainer's step failed on a server restart"));
   };
   if (mark && *mark < n) throw_heard();
   const Status met = servers_.barrier(name(n), static_cast<uint32_t>(trainers_), timeout_s_);

@@ -9,19 +9,18 @@
 
 #include "common/error.hpp"
 #include "common/thread_annotations.hpp"
-#include "heterps/device/card.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
 // The threads of one trainer meeting at each sync step. abort() wakes every waiter with the
-// failure of another thread (a device::FailureTold: that thread's error names it), so no thread
+// failure of another thread (a FailureTold: that thread's error names it), so no thread
 // waits for one that has died.
 class ThreadBarrier {
  public:
   explicit ThreadBarrier(int parties) : parties_(parties) {}
   void wait() {
     MutexLock lock(mu_);
-    if (!aborted_.empty()) throw device::FailureTold("stopped: " + aborted_);
+    if (!aborted_.empty()) throw FailureTold("stopped: " + aborted_);
     const uint64_t generation = generation_;
     if (++arrived_ == parties_) {
       arrived_ = 0;
@@ -30,7 +29,7 @@ class ThreadBarrier {
       return;
     }
     while (generation_ == generation && aborted_.empty()) cv_.wait(lock);
-    if (generation_ == generation) throw device::FailureTold("stopped: " + aborted_);
+    if (generation_ == generation) throw FailureTold("stopped: " + aborted_);
   }
   void abort(const std::string& why) {
     MutexLock lock(mu_);

@@ -61,7 +61,7 @@ std::string failure_beside_restart(const std::exception& failure, table::HostTie
   if (const auto* cards = dynamic_cast<const device::CardsFailed*>(&failure)) {
     return card_failures_beside_restart(cards->failures(), host);
   }
-  if (dynamic_cast<const device::FailureTold*>(&failure) != nullptr) return "";
+  if (dynamic_cast<const FailureTold*>(&failure) != nullptr) return "";
   const std::string message = user_message(failure);
   return SaveLineage::names_a_restart(message, host) ? "" : message;
 }

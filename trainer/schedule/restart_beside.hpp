@@ -28,7 +28,7 @@ std::string card_failures_beside_restart(const std::vector<device::CardsFailed::
 // What `failure` (a trainer's, in the phase where it found a server restart) holds beside the
 // restart: "" when it is the restart's own (the call that found the restart, or one cut off as
 // the server went down, names a restarted server: SaveLineage::names_a_restart); with several
-// cards (device::CardsFailed), card_failures_beside_restart; "" for a device::FailureTold;
+// cards (device::CardsFailed), card_failures_beside_restart; "" for a FailureTold;
 // else its message.
 std::string failure_beside_restart(const std::exception& failure, table::HostTier& host);
 

@@ -8,14 +8,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <new>
 #include <numeric>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <vector>
 
 #include "common/error.hpp"
+#include "common/thread_annotations.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/isa_clones.cuh"
@@ -274,6 +279,72 @@ TEST(CardSet, RunOnCardsUsesOneThreadPerCardAndReportsFailures) {
     EXPECT_NE(std::string(e.what()).find("card 1"), std::string::npos) << e.what();
   }
   EXPECT_EQ(failures.load(), 1);
+}
+
+// on_failure runs in the failed card's thread, and its copies of the message can fail to
+// allocate (most likely when the card itself ran out of memory): it is told again with a literal
+// that needs no allocation, so the peers still wake and the failure is thrown from run_on_cards;
+// before, the bad_alloc escaped the card's thread (std::terminate).
+TEST(CardSet, RunOnCardsTellsAFailureWhoseMessageCannotBeCopied) {
+  GPUBOX_REQUIRE_CARDS(3);
+  CardSet cards = CardSet::from_list("0,1,2");
+  std::vector<std::string> told;
+  Mutex mu;
+  try {
+    cards.run_on_cards(
+        [&](Card& card) {
+          if (card.local_index() == 1) GPUBOX_FAIL("boom on purpose");
+        },
+        [&](const std::string& why) {
+          MutexLock lock(mu);
+          told.push_back(why);
+          if (told.size() == 1) throw std::bad_alloc();
+        });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    EXPECT_EQ(e.message(), "card 1: boom on purpose");
+  }
+  ASSERT_EQ(told.size(), 2u);
+  EXPECT_EQ(told[0], "card 1: boom on purpose");
+  EXPECT_EQ(told[1], "out of memory");
+}
+
+// A card whose thread cannot start (std::system_error) is that card's failure: the cards
+// started, waiting for it in a collective, are woken by on_failure and joined, and the error is
+// thrown from run_on_cards; before, the vector of joinable threads was destroyed
+// (std::terminate), or the started cards waited for the one that never ran.
+TEST(CardSet, RunOnCardsFailsACardWhoseThreadCannotStart) {
+  GPUBOX_REQUIRE_CARDS(3);
+  CardSet cards = CardSet::from_list("0,1,2");
+  cards.set_thread_start_fault([](int local_index) {
+    if (local_index == 2) throw std::system_error(EAGAIN, std::generic_category(), "no thread");
+  });
+  Mutex mu;
+  CondVar woken;
+  std::string told;
+  std::atomic<int> ran{0};
+  try {
+    cards.run_on_cards(
+        [&](Card&) {
+          ran++;
+          MutexLock lock(mu);  // a collective waiting for every card
+          while (told.empty()) woken.wait(lock);
+          throw FailureTold("stopped: " + told);
+        },
+        [&](const std::string& why) {
+          MutexLock lock(mu);
+          if (told.empty()) told = why;
+          woken.notify_all();
+        });
+    FAIL() << "no throw";
+  } catch (const CardsFailed& e) {
+    EXPECT_EQ(e.message().rfind("card 2: no thread", 0), 0u) << e.message();
+    ASSERT_EQ(e.failures().size(), 3u);
+    EXPECT_FALSE(e.failures()[2].told);
+    EXPECT_TRUE(e.failures()[0].told);
+  }
+  EXPECT_EQ(ran.load(), 2);
+  EXPECT_EQ(told.rfind("card 2: no thread", 0), 0u) << told;
 }
 
 // Every card that failed is listed (in card order, with its own message), not only the one
