@@ -31,6 +31,7 @@ if [ "${1:-}" = "--checks" ]; then
     clang-format-14      # scripts/check_format.sh: the repo's .clang-format, version 14
     clang-14             # scripts/check_thread_safety.sh: -Wthread-safety (syntax only)
     libomp-14-dev        # its omp.h: the sources it checks are built with -fopenmp
+    ccache               # .ci/run: the cuda build reuses the cpu build's identical host objects
   )
 fi
 if [ "${1:-}" = "--fuzz" ]; then
