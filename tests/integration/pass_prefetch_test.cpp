@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -24,6 +25,7 @@
 #include "dataset/queue_dataset.hpp"
 #include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
@@ -88,11 +90,7 @@ class PassPrefetch : public ::testing::TestWithParam<int> {
                                           "hyper_parameters.fc_sizes=[16, 8]",
                                           "hyper_parameters.sparse_optimizer.embed_threshold=0",
                                           "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
+    return testing::load_test_config(std::move(overrides), extra);
   }
 
   static RunResult finish(Trainer& trainer, std::vector<PassReport> reports) {

@@ -13,11 +13,13 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/schedule/table_shrink.hpp"
@@ -76,11 +78,7 @@ class ShrinkSchedule : public ::testing::Test {
                                           "hyper_parameters.fc_sizes=[8]",
                                           "hyper_parameters.sparse_optimizer.embed_threshold=0",
                                           "hyper_parameters.sparse_optimizer.embedx_threshold=0"};
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
-                                   overrides);
-    throw_if_error(cfg.status());
-    return cfg.value();
+    return testing::load_test_config(std::move(overrides), extra);
   }
 
   static RunResult run(const std::vector<int>& passes, const std::vector<std::string>& extra) {

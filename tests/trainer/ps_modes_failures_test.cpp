@@ -64,15 +64,9 @@ TEST_F(PsModes, ADeadServerEndsTheJobWithAnErrorNamingIt) {
 TEST_F(PsModes, AFailedDenseExchangeLeftAtTheEndIsLoggedNamingTheServer) {
   const TrainerConfig cfg = config({"runner.sync_mode=async"});
   Servers shards(cfg, 1);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  options.deadline_s = 1.0;
-  options.connect_timeout_s = 0.5;
-  auto servers = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(servers.status());
+  auto servers = connect_client(shards, cfg, /*deadline_s=*/1.0, /*connect_timeout_s=*/0.5);
   device::Card card(0, 0, 0, 1);
-  auto worker = std::make_unique<PsWorker>(card, **servers, cfg);
+  auto worker = std::make_unique<PsWorker>(card, *servers, cfg);
   worker->sync_dense(0.0f);  // the servers' dense table
   shards.stop(0);
   worker->exchange_dense();  // fails on its own thread: nothing takes its status
@@ -91,14 +85,10 @@ TEST_F(PsModes, AFailedDenseExchangeLeftAtTheEndIsLoggedNamingTheServer) {
 TEST_F(PsModes, EveryTrainersWorkersDrawTheirOwnDropoutMasks) {
   const TrainerConfig cfg = config({"runner.sync_mode=async", "hyper_parameters.dnn_dropout=0.5"});
   Servers shards(cfg, 1);
-  table::server::RemoteHostTierOptions options;
-  options.endpoints = shards.endpoints();
-  options.config = cfg.sparse;
-  auto servers = table::server::RemoteHostTier::connect(std::move(options));
-  throw_if_error(servers.status());
+  auto servers = connect_client(shards, cfg);
   device::Card card(0, 0, 0, 1);
-  PsWorker zero(card, **servers, cfg, 0);
-  PsWorker one(card, **servers, cfg, 1);
+  PsWorker zero(card, *servers, cfg, 0);
+  PsWorker one(card, *servers, cfg, 1);
   const DenseModel gpubox(card, cfg.dense_model_config());
   ASSERT_TRUE(zero.model().dropout().on());
   for (std::size_t l = 0; l <= cfg.hyper.fc_sizes.size(); ++l) {  // the hidden layers, the output

@@ -465,15 +465,11 @@ TEST_F(PsRecovery, AFaultBesideARestartIsNamedWithTheRefusal) {
 // the reload tests' start.
 struct ReloadStart {
   ReloadStart(const TrainerConfig& config, const std::string& saves)
-      : cfg(config), shards(cfg, 2), lineage(cfg), dir(saves + "/0") {
-    table::server::RemoteHostTierOptions options;
-    options.endpoints = shards.endpoints();
-    options.config = cfg.sparse;
-    options.deadline_s = 2.0;
-    options.connect_timeout_s = 1.0;
-    auto connected = table::server::RemoteHostTier::connect(std::move(options));
-    throw_if_error(connected.status());
-    host = std::move(*connected);
+      : cfg(config),
+        shards(cfg, 2),
+        host(connect_client(shards, cfg, /*deadline_s=*/2.0, /*connect_timeout_s=*/1.0)),
+        lineage(cfg),
+        dir(saves + "/0") {
     std::filesystem::create_directories(dir);
     lineage.commit_save(dir, 1, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32);
   }

@@ -484,12 +484,7 @@ TEST_F(PsModes, AResumedSyncJobOfTwoTrainersEndsWhereTheUninterruptedOneEnds) {
           if (id == 0 && !reports.empty()) ended.last_pass = reports.back().pass;
         },
         [](PsTrainer& trainer) { return trainer.dense_values(); });
-    table::server::RemoteHostTierOptions client_options;
-    client_options.endpoints = shards.endpoints();
-    client_options.config = cfg.sparse;
-    auto client = table::server::RemoteHostTier::connect(std::move(client_options));
-    throw_if_error(client.status());
-    ended.rows = peek_rows(**client, keys);
+    ended.rows = peek_rows(*connect_client(shards, cfg), keys);
     return ended;
   };
   const std::string stopped = (root_ / "sync_two_trainers_resume").string();

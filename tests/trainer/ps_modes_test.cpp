@@ -213,16 +213,8 @@ TEST_F(PsModes, GeoCountsTheInitialValuesOfAPartTwoTrainersCreatedOnce) {
               "hyper_parameters.sparse_optimizer.embedx_threshold=1",
               "hyper_parameters.sparse_optimizer.embed_threshold=0"});
   Servers shards(cfg, 2);
-  auto connect = [&] {
-    table::server::RemoteHostTierOptions options;
-    options.endpoints = shards.endpoints();
-    options.config = cfg.sparse;
-    auto client = table::server::RemoteHostTier::connect(std::move(options));
-    throw_if_error(client.status());
-    return std::move(client).value();
-  };
-  auto client_a = connect();
-  auto client_b = connect();
+  auto client_a = connect_client(shards, cfg);
+  auto client_b = connect_client(shards, cfg);
   GeoRows trainer_a(*client_a), trainer_b(*client_b);
   const table::RowLayout& layout = client_a->layout();
   const auto stride = static_cast<std::size_t>(layout.stride());

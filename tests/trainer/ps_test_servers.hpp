@@ -1,14 +1,16 @@
-// The PS modes' tests' shared parts: config_gpubox.yaml sized to the planted data, and
-// in-process gpubox_server shards over in-process tables on loopback.
+// The PS modes' tests' shared parts: config_gpubox.yaml sized to the planted data, in-process
+// gpubox_server shards over in-process tables on loopback, and a client of them.
 #pragma once
 
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/common/test_data_config.hpp"
@@ -96,5 +98,22 @@ class Servers {
   TrainerConfig config_;
   std::string endpoints_;
 };
+
+// A client of `shards` for `config`'s table, each call bounded by `deadline_s` and each connect
+// by `connect_timeout_s` (RemoteHostTierOptions' own unless a test lowers them). Throws
+// gpubox::Error when it does not connect.
+inline std::unique_ptr<table::server::RemoteHostTier> connect_client(
+    const Servers& shards, const TrainerConfig& config,
+    double deadline_s = table::server::RemoteHostTierOptions{}.deadline_s,
+    double connect_timeout_s = table::server::RemoteHostTierOptions{}.connect_timeout_s) {
+  table::server::RemoteHostTierOptions options;
+  options.endpoints = shards.endpoints();
+  options.config = config.sparse;
+  options.deadline_s = deadline_s;
+  options.connect_timeout_s = connect_timeout_s;
+  auto client = table::server::RemoteHostTier::connect(std::move(options));
+  throw_if_error(client.status());
+  return std::move(client).value();
+}
 
 }  // namespace gpubox::trainer::ps_modes

@@ -54,43 +54,40 @@ Frame reply_of(Connection& conn) {
 // connection attaches to it and gets its reply: the table aged one day, each row decayed once.
 TEST(ShrinkDedupe, ARetryWhileTheFirstRunsAttachesAndAgesOnce) {
   const AccessorConfig cfg = test_config();
-  auto table = sparse_table(4, cfg);
-  SlowShrinkTier held(*table, milliseconds(0));
-  auto server = start_server(&held, progress_options());
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
+  HeldShrinkServer held(4, cfg);
+  ASSERT_TRUE(held.server);
   const std::vector<uint64_t> keys = spread_keys(40, 7);
   std::mt19937_64 rng(31);
   std::vector<float> rows;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::vector<float> row = table::testing::random_row(rng, table->layout());
+    std::vector<float> row = table::testing::random_row(rng, held.table->layout());
     rows.insert(rows.end(), row.begin(), row.end());
   }
-  ASSERT_TRUE(table->push(keys.data(), keys.size(), rows.data()).ok());
+  ASSERT_TRUE(held.table->push(keys.data(), keys.size(), rows.data()).ok());
 
-  held.hold_at(1, SlowShrinkTier::Hold::kMoving);
+  held.tier.hold_at(1, SlowShrinkTier::Hold::kMoving);
   const FrameHeader shrink = request_header(Op::kShrink, 4, 9);
-  auto first = std::make_unique<Connection>(raw_connection(server->port()));
+  auto first = std::make_unique<Connection>(raw_connection(held.server->port()));
   send_request(*first, shrink, {});
-  ASSERT_TRUE(eventually([&] { return held.holding(); }, 60.0));
+  ASSERT_TRUE(eventually([&] { return held.tier.holding(); }, 60.0));
   first.reset();  // the client gave up on this connection: the shrink goes on
-  Connection retry = raw_connection(server->port());
+  Connection retry = raw_connection(held.server->port());
   send_request(retry, shrink, {});
-  ASSERT_TRUE(eventually([&] { return server->counters().bulk_attached == 1; }, 60.0));
-  held.release();
+  ASSERT_TRUE(eventually([&] { return held.server->counters().bulk_attached == 1; }, 60.0));
+  held.tier.release();
   const Frame reply = reply_of(retry);
   EXPECT_EQ(reply.header.status, Status::Code::kOk);
   auto deleted = decode_u64_reply(reply.payload.data(), reply.payload.size());
   ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
   EXPECT_EQ(*deleted, 0u);  // test_config keeps every row
-  EXPECT_EQ(server->counters().bulk_attached, 1u);
-  EXPECT_EQ(server->counters().bulk_runs, 1u);
-  EXPECT_EQ(table->day(), 1);
+  EXPECT_EQ(held.server->counters().bulk_attached, 1u);
+  EXPECT_EQ(held.server->counters().bulk_runs, 1u);
+  EXPECT_EQ(held.table->day(), 1);
   std::vector<float> peeked(rows.size());
   std::size_t unknown = 0;
-  ASSERT_TRUE(table->peek(keys.data(), nullptr, keys.size(), peeked.data(), &unknown).ok());
+  ASSERT_TRUE(held.table->peek(keys.data(), nullptr, keys.size(), peeked.data(), &unknown).ok());
   ASSERT_EQ(unknown, 0u);
-  const std::size_t stride = table->layout().stride();
+  const std::size_t stride = held.table->layout().stride();
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const float* row = &peeked[i * stride];
     EXPECT_FLOAT_EQ(row[RowLayout::kShow],
@@ -104,19 +101,16 @@ TEST(ShrinkDedupe, ARetryWhileTheFirstRunsAttachesAndAgesOnce) {
 // client's SHRINK (another request) is refused "server busy": one call of a client waits on the
 // worker.
 TEST(ShrinkDedupe, AShrinkBehindTheSameClientsQueuedSaveIsBusy) {
-  auto table = sparse_table(4, test_config());
-  SlowShrinkTier held(*table, milliseconds(0));
   TempDir data("shrink_dedupe_busy");
   ServerOptions options = progress_options();
   options.data_dir = data.path().string();
-  auto server = start_server(&held, options);
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  held.hold_at(0, SlowShrinkTier::Hold::kMoving);
-  Connection other = raw_connection(server->port());
+  HeldShrinkServer held(4, test_config(), options);
+  ASSERT_TRUE(held.server);
+  held.tier.hold_at(0, SlowShrinkTier::Hold::kMoving);
+  Connection other = raw_connection(held.server->port());
   send_request(other, request_header(Op::kShrink, 1, 1), {});
-  ASSERT_TRUE(eventually([&] { return held.holding(); }, 60.0));
-  Connection conn = raw_connection(server->port());
+  ASSERT_TRUE(eventually([&] { return held.tier.holding(); }, 60.0));
+  Connection conn = raw_connection(held.server->port());
   std::vector<uint8_t> save;
   encode_save_request(SaveKind::kBase, "m", &save);
   send_request(conn, request_header(Op::kSave, 2, 1), save);
@@ -124,18 +118,18 @@ TEST(ShrinkDedupe, AShrinkBehindTheSameClientsQueuedSaveIsBusy) {
   Frame progress;
   ASSERT_TRUE(conn.recv_frame(&progress, kDefaultMaxPayloadBytes, seconds_from_now(60)).ok());
   ASSERT_TRUE(is_progress(progress.header));
-  Connection again = raw_connection(server->port());
+  Connection again = raw_connection(held.server->port());
   send_request(again, request_header(Op::kShrink, 2, 2), {});
   const Frame busy = reply_of(again);
   const Status st = decode_error_reply(busy.header, busy.payload.data(), busy.payload.size());
   EXPECT_EQ(st.code(), Status::Code::kAborted) << st.to_string();
   EXPECT_NE(st.message().find("server busy"), std::string::npos) << st.message();
-  EXPECT_EQ(server->counters().bulk_busy, 1u);
-  held.release();
+  EXPECT_EQ(held.server->counters().bulk_busy, 1u);
+  held.tier.release();
   EXPECT_EQ(reply_of(other).header.status, Status::Code::kOk);
   EXPECT_EQ(reply_of(conn).header.status, Status::Code::kOk);
-  EXPECT_EQ(server->counters().bulk_runs, 2u);  // the other client's SHRINK and this SAVE
-  EXPECT_EQ(table->day(), 1);                   // one shrink ran
+  EXPECT_EQ(held.server->counters().bulk_runs, 2u);  // the other client's SHRINK and this SAVE
+  EXPECT_EQ(held.table->day(), 1);                   // one shrink ran
 }
 
 }  // namespace

@@ -41,59 +41,53 @@ using namespace testing;      // NOLINT: the loopback helpers
 using namespace shrink_test;  // NOLINT: the slowed tier, tables, servers, clients
 
 TEST(ShrinkProgress, AShrinkLongerThanTheBoundThatMovesCompletes) {
-  auto table = sparse_table(16, test_config());
-  SlowShrinkTier moving(*table, milliseconds(0));
-  auto server = start_server(&moving, progress_options());
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{moving};
-  auto client = connect_client(bounded_client(server->endpoint(), test_config()));
+  HeldShrinkServer held(16, test_config());
+  ASSERT_TRUE(held.server);
+  auto client = connect_client(bounded_client(held.server->endpoint(), test_config()));
   ASSERT_TRUE(client);
   const std::vector<uint64_t> keys = spread_keys(300, 1);
   std::vector<float> rows(keys.size() * client->layout().stride());
   ASSERT_TRUE(client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
 
   // Held after its first shard, moving (a step every 50 ms), for 2.5 bounds, then let go.
-  moving.hold_at(1, SlowShrinkTier::Hold::kMoving);
+  held.tier.hold_at(1, SlowShrinkTier::Hold::kMoving);
   const auto start = std::chrono::steady_clock::now();
   StatusOr<uint64_t> deleted = Status::Internal("not run");
   std::thread shrinking([&] { deleted = client->shrink(); });
   std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kBoundS));
-  moving.release();
+  held.tier.release();
   shrinking.join();
   const double took_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("SHRINK: %lld steps, %.2f s, bound %.1f s\n", static_cast<long long>(moving.steps()),
-              took_s, kBoundS);
+  std::printf("SHRINK: %lld steps, %.2f s, bound %.1f s\n",
+              static_cast<long long>(held.tier.steps()), took_s, kBoundS);
   ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
   EXPECT_EQ(*deleted, 0u);  // test_config keeps every row (delete_threshold 0)
   // The call outlived its bound: the client bounded it by progress, not by its total time.
   EXPECT_GT(took_s, 2 * kBoundS);
-  EXPECT_EQ(moving.steps(), 16);  // one per shard
+  EXPECT_EQ(held.tier.steps(), 16);  // one per shard
   EXPECT_GT(client->progress_frames(), 0u);
-  EXPECT_EQ(server->counters().bulk_runs, 1u);
+  EXPECT_EQ(held.server->counters().bulk_runs, 1u);
 }
 
 // A shrink that stops moving (held after its first shard, as a server stuck in its own code):
 // DeadlineExceeded naming SHRINK and the server, long before the held step lets go. The server
 // serves other calls meanwhile: its network threads do not run the shrink.
 TEST(ShrinkProgress, AShrinkThatStopsMovingFailsNamingTheServer) {
-  auto table = sparse_table(4, test_config());
-  SlowShrinkTier stuck(*table, milliseconds(0));
-  auto server = start_server(&stuck, progress_options());
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{stuck};
-  auto client = connect_client(bounded_client(server->endpoint(), test_config()));
+  HeldShrinkServer held(4, test_config());
+  ASSERT_TRUE(held.server);
+  auto client = connect_client(bounded_client(held.server->endpoint(), test_config()));
   ASSERT_TRUE(client);
-  stuck.hold_at(1, SlowShrinkTier::Hold::kStopped);
+  held.tier.hold_at(1, SlowShrinkTier::Hold::kStopped);
   StatusOr<uint64_t> deleted = client->shrink();
   ASSERT_FALSE(deleted.ok());
   const Status& st = deleted.status();
   std::printf("stuck SHRINK: %s\n", st.to_string().c_str());
   EXPECT_EQ(st.code(), Status::Code::kDeadlineExceeded) << st.to_string();
-  EXPECT_NE(st.message().find("SHRINK to " + server->endpoint()), std::string::npos)
+  EXPECT_NE(st.message().find("SHRINK to " + held.server->endpoint()), std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("no progress reported for"), std::string::npos) << st.message();
-  EXPECT_TRUE(stuck.holding());
+  EXPECT_TRUE(held.tier.holding());
   EXPECT_TRUE(client->stats().ok());
 }
 
@@ -296,15 +290,12 @@ INSTANTIATE_TEST_SUITE_P(DiskTier, DiskShrinkOracleTest,
 // survivors of one shrink and every row accepted while it ran.
 TEST(ShrinkProgress, AServerStoppedUnderAShrinkFinishesItAndKeepsAcceptedRows) {
   const AccessorConfig cfg = deleting_config();
-  auto table = sparse_table(4, cfg);
-  SlowShrinkTier held(*table, milliseconds(0));
   ServerOptions options = progress_options();
   std::atomic<bool> stopping_worker{false};  // wait() reached the worker, the shrink under way
   options.stopping_worker_hook = [&] { stopping_worker = true; };
-  auto server = start_server(&held, options);
-  ASSERT_TRUE(server);
-  ReleaseAtEnd release{held};
-  RemoteHostTierOptions client_opts = bounded_client(server->endpoint(), cfg);
+  HeldShrinkServer held(4, cfg, options);
+  ASSERT_TRUE(held.server);
+  RemoteHostTierOptions client_opts = bounded_client(held.server->endpoint(), cfg);
   client_opts.deadline_s = 3;
   auto client = connect_client(client_opts);
   auto pusher = connect_client(client_opts);
@@ -323,10 +314,10 @@ TEST(ShrinkProgress, AServerStoppedUnderAShrinkFinishesItAndKeepsAcceptedRows) {
   const uint64_t expect_deleted = oracle.shrink();
 
   // Held (moving) after its first shard; rows pushed meanwhile are acknowledged.
-  held.hold_at(1, SlowShrinkTier::Hold::kMoving);
+  held.tier.hold_at(1, SlowShrinkTier::Hold::kMoving);
   StatusOr<uint64_t> shrunk = Status::Internal("not run");
   std::thread shrinking([&] { shrunk = client->shrink(); });
-  ASSERT_TRUE(eventually([&] { return held.holding(); }, 60.0));
+  ASSERT_TRUE(eventually([&] { return held.tier.holding(); }, 60.0));
   const std::vector<uint64_t> late_keys = spread_keys(50, 90000);
   std::vector<float> late_rows;
   for (std::size_t i = 0; i < late_keys.size(); ++i) {
@@ -337,16 +328,16 @@ TEST(ShrinkProgress, AServerStoppedUnderAShrinkFinishesItAndKeepsAcceptedRows) {
   }
   ASSERT_TRUE(pusher->push(late_keys.data(), late_keys.size(), late_rows.data()).ok());
 
-  server->stop();
+  held.server->stop();
   std::atomic<bool> waited{false};
   std::thread waiting([&] {
-    server->wait();
+    held.server->wait();
     waited = true;
   });
   // wait() reaches the worker while the shrink is under way, and does not return before it ends.
   EXPECT_TRUE(eventually([&] { return stopping_worker.load(); }, 20.0));
   EXPECT_FALSE(waited.load());
-  held.release();
+  held.tier.release();
   waiting.join();
   shrinking.join();
   EXPECT_TRUE(waited.load());
@@ -354,17 +345,18 @@ TEST(ShrinkProgress, AServerStoppedUnderAShrinkFinishesItAndKeepsAcceptedRows) {
   if (shrunk.ok()) {
     EXPECT_EQ(*shrunk, expect_deleted);
   } else {
-    EXPECT_NE(shrunk.status().message().find("SHRINK to " + server->endpoint()), std::string::npos)
+    EXPECT_NE(shrunk.status().message().find("SHRINK to " + held.server->endpoint()),
+              std::string::npos)
         << shrunk.status().to_string();
   }
   // The shrink finished whole, and no accepted row was lost.
-  StatusOr<HostTierStats> stats = table->stats();
+  StatusOr<HostTierStats> stats = held.table->stats();
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->rows_in_memory, oracle.size() + late_keys.size());
   std::vector<float> peeked(late_keys.size() * stride);
   std::size_t unknown = 0;
   ASSERT_TRUE(
-      table->peek(late_keys.data(), nullptr, late_keys.size(), peeked.data(), &unknown).ok());
+      held.table->peek(late_keys.data(), nullptr, late_keys.size(), peeked.data(), &unknown).ok());
   EXPECT_EQ(unknown, 0u);
 }
 
@@ -383,11 +375,9 @@ bool read_exact(Connection& conn, uint8_t* out, std::size_t n) {
 // A client of protocol 10 (SHRINK bounded in all, no PROGRESS frames) sends SHRINK: refused, in
 // a reply of its own version, naming both versions; the table is not shrunk.
 TEST(ShrinkProgress, AProtocol10ClientIsRefusedNamingBothVersions) {
-  auto table = sparse_table(4, test_config());
-  SlowShrinkTier counted(*table, milliseconds(0));
-  auto server = start_server(&counted, progress_options());
-  ASSERT_TRUE(server);
-  Connection old = raw_connection(server->port());
+  HeldShrinkServer held(4, test_config());
+  ASSERT_TRUE(held.server);
+  Connection old = raw_connection(held.server->port());
   constexpr uint16_t kOld = 10;
   FrameHeader h;
   h.op = Op::kShrink;
@@ -411,7 +401,7 @@ TEST(ShrinkProgress, AProtocol10ClientIsRefusedNamingBothVersions) {
                               "protocol version 11"),
             std::string::npos)
       << st.to_string();
-  EXPECT_EQ(counted.steps(), 0);  // nothing shrunk
+  EXPECT_EQ(held.tier.steps(), 0);  // nothing shrunk
 }
 
 }  // namespace

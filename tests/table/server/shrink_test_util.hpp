@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "table/sparse_table.hpp"
@@ -99,13 +100,6 @@ class SlowShrinkTier final : public table::testing::ForwardingHostTier {
   bool holding_ = false;
 };
 
-// Lets a held tier go at the end of a scope, before the server declared earlier waits for its
-// worker (also when an assertion left the test early).
-struct ReleaseAtEnd {
-  SlowShrinkTier& tier;
-  ~ReleaseAtEnd() { tier.release(); }
-};
-
 // A table of `shards` shards; with a disk tier at `rocksdb_path` when set, rows unseen for a day
 // moved to it by a shrink.
 inline std::unique_ptr<SparseTable> sparse_table(uint32_t shards, const AccessorConfig& cfg,
@@ -126,6 +120,25 @@ inline ServerOptions progress_options() {
   so.progress_interval_s = 0.1;
   return so;
 }
+
+// What every SHRINK test holds its shrink in: a table of `shards` shards behind a SlowShrinkTier
+// (no delay, nothing held until the test says), served with `options` (PROGRESS frames every
+// 0.1 s by default). `server` is null when it did not start. The tier is let go when this ends,
+// before the server waits for its worker (also when an assertion left the test early).
+struct HeldShrinkServer {
+  HeldShrinkServer(uint32_t shards, const AccessorConfig& cfg,
+                   ServerOptions options = progress_options())
+      : table(sparse_table(shards, cfg)),
+        tier(*table, milliseconds(0)),
+        server(start_server(&tier, std::move(options))) {}
+  ~HeldShrinkServer() { tier.release(); }
+  HeldShrinkServer(const HeldShrinkServer&) = delete;
+  HeldShrinkServer& operator=(const HeldShrinkServer&) = delete;
+
+  std::unique_ptr<SparseTable> table;
+  SlowShrinkTier tier;
+  std::unique_ptr<Server> server;
+};
 
 inline RemoteHostTierOptions bounded_client(const std::string& endpoints,
                                             const AccessorConfig& cfg) {
