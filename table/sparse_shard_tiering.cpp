@@ -16,7 +16,8 @@ namespace {
 // table).
 struct Aging {
   explicit Aging(const float* row) : show(row[RowLayout::kShow]), click(row[RowLayout::kClick]) {}
-  // Compared as bits: a NaN count counts as changed.
+  // Compared as bits, not with !=: a quiet NaN count times the decay keeps its bits, so it
+  // counts as unchanged (!= would call every NaN changed).
   bool record_changed(const float* aged) const {
     return std::memcmp(&show, aged + RowLayout::kShow, sizeof(float)) != 0 ||
            std::memcmp(&click, aged + RowLayout::kClick, sizeof(float)) != 0;
