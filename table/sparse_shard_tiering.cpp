@@ -7,6 +7,27 @@
 
 namespace gpubox::table {
 
+namespace {
+
+// Shrink's aging of one row, age_row, with what it changed of the row's model record (the
+// fields a delta save writes): show and click when they decay; unseen_days, which aging always
+// moves, is in no model record. A row whose record is as it was keeps its epoch, so that the
+// next delta save does not hold it (else a shrink without decay makes that delta the whole
+// table).
+struct Aging {
+  explicit Aging(const float* row) : show(row[RowLayout::kShow]), click(row[RowLayout::kClick]) {}
+  // Compared as bits, not with !=: a quiet NaN count times the decay keeps its bits, so it
+  // counts as unchanged (!= would call every NaN changed).
+  bool record_changed(const float* aged) const {
+    return std::memcmp(&show, aged + RowLayout::kShow, sizeof(float)) != 0 ||
+           std::memcmp(&click, aged + RowLayout::kClick, sizeof(float)) != 0;
+  }
+  float show;
+  float click;
+};
+
+}  // namespace
+
 bool SparseShard::age_row(float* row) const {
   row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
   row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
@@ -34,19 +55,21 @@ StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged)
     deleted_keys.clear();
   };
   std::vector<float> row(stride);
-  GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t) {
+  GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t epoch) {
     mu_.assert_held();
     if (!st.ok()) return;
     aged();
     // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
     if (index_.find(key) != KeyIndexMap::kAbsent) return;
     std::memcpy(row.data(), r, sizeof(float) * stride);
+    const Aging aging(row.data());
     if (age_row(row.data())) {
       batch.erase(id_, key);
       deleted_keys.push_back(key);
       if (write_through_.size() > 0) write_through_.erase(key);
     } else {
-      batch.put(id_, key, row.data(), now, layout_.of_row(row.data()).stride());
+      batch.put(id_, key, row.data(), aging.record_changed(row.data()) ? now : epoch,
+                layout_.of_row(row.data()).stride());
     }
     if (batch.count() >= kDiskBatchEntries) commit();
   }));
@@ -80,10 +103,17 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
   std::vector<Victim> cold;
   for (const auto& [key, index] : entries) {
     float* row = arena_.row(index);
-    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale.
-    mark(index);
     age();
-    if (age_row(row)) {
+    const Aging aging(row);
+    const bool dies = age_row(row);
+    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale; its
+    // epoch moves only when its model record changed (Aging).
+    if (dies || aging.record_changed(row)) {
+      mark(index);
+    } else if (arena_.disk_copy(index)) {
+      arena_.set_disk_copy(index, /*clean=*/false);
+    }
+    if (dies) {
       dead.emplace_back(key, index);
       continue;
     }
@@ -98,7 +128,7 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
   deleted += dead.size();
   std::sort(cold.begin(), cold.end(),
             [](const Victim& a, const Victim& b) { return a.key < b.key; });
-  // Each marked above: none has a clean disk copy.
+  // Each aged above: none has a clean disk copy.
   GPUBOX_RETURN_IF_ERROR(evict(cold, wrote_batch));
   return deleted;
 }

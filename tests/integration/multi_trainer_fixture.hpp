@@ -157,13 +157,15 @@ class MultiTrainer : public ::testing::Test {
   }
 
   // A fresh gpubox_server on any port, holding saves under `data_dir` (default: the test
-  // folder); its endpoint is `*endpoint`.
+  // folder), with the arguments `extra` (-o overrides) too; its endpoint is `*endpoint`.
   static std::unique_ptr<ChildProcess> start_server(std::string* endpoint,
-                                                    const fs::path& data_dir = {}) {
-    auto server = std::make_unique<ChildProcess>(
-        GPUBOX_SERVER_BIN,
-        std::vector<std::string>{"--port", "0", "--config", (root_ / "config.yaml").string(),
-                                 "--data_dir", (data_dir.empty() ? root_ : data_dir).string()});
+                                                    const fs::path& data_dir = {},
+                                                    const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--port",     "0",
+                                     "--config",   (root_ / "config.yaml").string(),
+                                     "--data_dir", (data_dir.empty() ? root_ : data_dir).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto server = std::make_unique<ChildProcess>(GPUBOX_SERVER_BIN, args);
     EXPECT_TRUE(server->wait_for(" (shard ", 10)) << server->output();
     const std::string& out = server->output();
     const auto at = out.find("listening on ");

@@ -16,6 +16,7 @@
 #include "table/host_memory_plan.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/sparse_shard.hpp"
+#include "tests/table/shrink_oracle.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -316,6 +317,30 @@ TEST(DiskTier, AShrinkWhoseDeletionFailsKeepsTheAgedRows) {
   ASSERT_TRUE(s.pull(1000, 150).ok());
   ASSERT_EQ(s.shard.stats().disk_copies, 0u);
   s.expect_holds(aged);
+}
+
+// Without decay a shrink leaves a row's model record as it was (only unseen_days grows), so
+// the row keeps its epoch; a row read back with a clean disk copy still has that copy made stale,
+// and its eviction writes the aged row: every row, memory or disk, holds the shrink's day.
+TEST(DiskTier, AShrinkWithoutDecayLeavesNoDiskCopyClean) {
+  ScratchDir dir;
+  AccessorConfig opt = testing::test_optimizer();
+  opt.show_click_decay_rate = 1.0f;
+  opt.delete_threshold = 0.0f;  // the shrink deletes no row
+  ShardOnDisk s(opt, one_shard_of(dir, 100));
+  std::mt19937_64 rng(43);
+  std::unordered_map<uint64_t, std::vector<float>> oracle;
+  s.push(0, 100, 0.0f, rng, &oracle);
+  s.push(100, 100, 100.0f, rng, &oracle);
+  ASSERT_GE(s.shard.stats().rows_on_disk, 100u);  // keys 0..99, and a few hot ones
+  ASSERT_TRUE(s.pull(0, 50).ok());                // read back, clean
+  ASSERT_EQ(s.shard.stats().disk_copies, 50u);
+  ASSERT_TRUE(s.shard.shrink(0).ok());
+  ASSERT_EQ(testing::shrink_rows(&oracle, opt), 0u);
+  // New rows (pinned, as the read-back ones, and unseen 0) push every aged row to disk.
+  ASSERT_TRUE(s.pull(1000, 150).ok());
+  ASSERT_EQ(s.shard.stats().disk_copies, 0u);
+  s.expect_holds(oracle);
 }
 
 TEST(DiskTier, ColdRowsMoveAtShrinkAndAgeOnDisk) {

@@ -9,14 +9,18 @@
 #include <cstdint>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "table/io/fault_env.hpp"
 #include "table/io/save_dir.hpp"
 #include "tests/table/save_load_fixture.hpp"
+#include "tests/table/shrink_oracle.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -88,6 +92,87 @@ TEST_P(SaveLoadTest, BaseThenDeltasReproduceTheModel) {
   ASSERT_TRUE(loaded->load(f.dir.sub("delta3")).ok());
   EXPECT_TRUE(
       testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), expected_after_d2));
+}
+
+// A shrink without decay (show_click_decay_rate 1) changes no row's model record, only its
+// unseen days, which no delta holds: the delta after it holds the rows pushed since the last
+// save, not the whole table (before, the shrink marked every row changed), and the keys it
+// deleted as deletions. The oracle: the keys pushed since the last save, and the shrink rule
+// (shrink_oracle.hpp) over the table's rows before each shrink. Base + deltas reproduce the
+// unbroken table's model, the deleted rows included (they do not come back). In memory and with
+// most rows on disk (the disk rows' aging keeps their epochs too).
+TEST_P(SaveLoadTest, DeltaAfterAShrinkWithoutDecayHoldsOnlyTheChangedRows) {
+  const auto [form, disk] = GetParam();
+  Fixture f(form, 8, disk);
+  f.opt.show_click_decay_rate = 1.0f;
+  f.opt.delete_threshold = -1.0f;
+  f.opt.delete_after_unseen_days = 2.0f;
+  f.table = f.fresh();
+  const RowLayout layout = f.table->layout();
+  std::mt19937_64 rng(17);
+  f.mutate(rng, 600, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  // Pushes `n` random rows of keys from [0, 2000); returns the distinct keys.
+  const auto push = [&](std::size_t n) {
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (auto& k : keys) {
+      k = rng() % 2000;
+      const auto row = testing::random_row(rng, layout);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    EXPECT_TRUE(f.table->push(keys.data(), n, rows.data()).ok());
+    return std::set<uint64_t>(keys.begin(), keys.end());
+  };
+  // Shrinks once, checked against the rule over the rows before; returns the keys left.
+  const auto shrink = [&] {
+    const RowMap before = testing::snapshot(*f.table);
+    std::unordered_map<uint64_t, std::vector<float>> oracle(before.begin(), before.end());
+    const uint64_t deleted = testing::shrink_rows(&oracle, f.opt);
+    auto got = f.table->shrink();
+    EXPECT_TRUE(got.ok());
+    EXPECT_EQ(got.ok() ? *got : 0, deleted);
+    std::set<uint64_t> left;
+    for (const auto& entry : oracle) left.insert(entry.first);
+    return std::make_pair(left, deleted);
+  };
+  // The records of the save at `name`: rows and deletions.
+  const auto records = [&](const std::string& name) {
+    auto manifest = io::read_manifest(io::FileEnv::posix(), f.dir.sub(name), "sparse");
+    EXPECT_TRUE(manifest.ok());
+    std::pair<uint64_t, uint64_t> out{0, 0};
+    if (!manifest.ok()) return out;
+    for (const auto& file : manifest->files)
+      (file.name.rfind("part-", 0) == 0 ? out.first : out.second) += file.records;
+    return out;
+  };
+  const std::size_t table_rows = f.table->size().value();
+  shrink();  // day 1: every row unseen 1, none deleted
+  std::set<uint64_t> pushed = push(150);
+  std::set<uint64_t> left;
+  uint64_t deleted = 0;
+  std::tie(left, deleted) = shrink();  // day 2: unseen 2 is not over 2: none deleted
+  ASSERT_EQ(deleted, 0u);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta1"), SaveKind::kDelta).ok());
+  EXPECT_EQ(records("delta1"), std::make_pair(static_cast<uint64_t>(pushed.size()), uint64_t{0}))
+      << "of " << table_rows << " rows";
+  const RowMap after_d1 = testing::model_of(testing::snapshot(*f.table), layout);
+  pushed = push(150);
+  std::tie(left, deleted) = shrink();  // day 3: the rows of the base pushed in neither go
+  ASSERT_GT(deleted, 0u);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveKind::kDelta).ok());
+  uint64_t kept_pushed = 0;
+  for (uint64_t key : pushed) kept_pushed += left.count(key);
+  EXPECT_EQ(records("delta2"), std::make_pair(kept_pushed, deleted));
+  const RowMap after_d2 = testing::model_of(testing::snapshot(*f.table), layout);
+  ASSERT_EQ(after_d2.size(), left.size());
+
+  auto loaded = f.fresh();
+  for (const char* save : {"base", "delta1"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), after_d1));
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
+  EXPECT_TRUE(testing::same_rows(testing::model_of(testing::snapshot(*loaded), layout), after_d2));
+  EXPECT_EQ(loaded->size().value(), left.size());
 }
 
 TEST_P(SaveLoadTest, BaseLoadInitializesOptimizerState) {

@@ -1,13 +1,17 @@
 // Saves of the parameter-server modes: a PS save loads in the gpubox mode and back, a stopped job
 // resumes from its last save (a relative save path too), a second job on the same servers starts
 // afresh; the trainers of a job that recovers from saves share its save folder; the others wait
-// for trainer 0's save as long as its dense table's ranges come.
+// for trainer 0's save as long as its dense table's ranges come; shrinks: trainer 0 shrinks the
+// servers once a pass, and the geo threads drop their rows (a deleted row starts again from its
+// initial value).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,6 +33,7 @@
 #include "table/sparse_row/optimizer.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/table/shrink_oracle.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -417,6 +423,80 @@ TEST_F(PsModes, GeoThreadsDropTheirRowsAfterAShrink) {
         },
         [](PsTrainer&) { return 0; });
   }
+}
+
+// Geo, the values: a row the shrink deleted and seen again starts from its initial value on the
+// servers and on the training thread, not from the thread's stale copy. The rule deletes every
+// row (unseen 1 > delete_after_unseen_days 0; the oracle, shrink_oracle.hpp, over the servers'
+// rows says so), and the dense net all but stands still (learning rate 1e-12, the least the
+// config takes: weights at 0, the biases, move by about 1e-12), so the pass after the shrink
+// trains what the same pass of a fresh job trains: the same rows, show and click exactly, every
+// other value within 1e-6 (the standing dense net's roundings; measured: 1.2e-7). A thread
+// that kept its copies would train pass 0's trained rows on and push its moves onto the
+// recreated rows (initial values plus those moves: differences of the sparse learning rate's
+// order).
+TEST_F(PsModes, GeoRowDeletedByAShrinkStartsAgainFromItsInitialValue) {
+  const TrainerConfig cfg =
+      config({"runner.sync_mode=geo", "runner.thread_num=1", "runner.geo_step=4",
+              "hyper_parameters.optimizer.learning_rate=1e-12", "runner.shrink_every=pass",
+              "hyper_parameters.sparse_optimizer.delete_threshold=-1",
+              "hyper_parameters.sparse_optimizer.show_click_decay_rate=1",
+              "hyper_parameters.sparse_optimizer.delete_after_unseen_days=0"});
+  const std::vector<std::string> pass = {data_files((root_ / "train").string()).front()};
+  using Rows = std::map<uint64_t, std::vector<float>>;
+  const auto rows_of = [&](Servers& shards) {
+    Rows rows;
+    const int stride = shards.table(0).layout().stride();
+    for (int s = 0; s < 2; ++s) {
+      throw_if_error(shards.table(s).for_each_row([&](uint64_t key, const float* row) {
+        rows[key] = std::vector<float>(row, row + stride);
+      }));
+    }
+    return rows;
+  };
+  Rows again;  // pass 0, the shrink, pass 0 again
+  {
+    Servers shards(cfg, 2);
+    run_job(
+        cfg, shards.endpoints(), 1,
+        [&](PsTrainer& trainer, int) {
+          trainer.train_pass(pass);
+          const Rows trained = rows_of(shards);
+          std::unordered_map<uint64_t, std::vector<float>> oracle(trained.begin(), trained.end());
+          ASSERT_EQ(table::testing::shrink_rows(&oracle, cfg.sparse), trained.size());
+          EXPECT_GT(trainer.geo_rows(), 0u);
+          trainer.shrink(0);
+          EXPECT_TRUE(rows_of(shards).empty());
+          EXPECT_EQ(trainer.geo_rows(), 0u);
+          trainer.train_pass(pass);
+          again = rows_of(shards);
+        },
+        [](PsTrainer&) { return 0; });
+  }
+  Rows fresh;  // pass 0 of a fresh job
+  {
+    Servers shards(cfg, 2);
+    run_job(
+        cfg, shards.endpoints(), 1, [&](PsTrainer& trainer, int) { trainer.train_pass(pass); },
+        [](PsTrainer&) { return 0; });
+    fresh = rows_of(shards);
+  }
+  ASSERT_GT(fresh.size(), 500u);
+  ASSERT_EQ(again.size(), fresh.size());
+  double worst = 0;
+  for (const auto& [key, row] : fresh) {
+    const auto it = again.find(key);
+    ASSERT_NE(it, again.end()) << "key " << key;
+    EXPECT_EQ(it->second[table::RowLayout::kShow], row[table::RowLayout::kShow]) << "key " << key;
+    EXPECT_EQ(it->second[table::RowLayout::kClick], row[table::RowLayout::kClick]) << "key " << key;
+    for (std::size_t i = 0; i < row.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(it->second[i] - row[i])));
+  }
+  std::printf(
+      "geo, a pass after a shrink that deleted every row vs a fresh job's: %zu rows, "
+      "largest difference %.3g\n",
+      fresh.size(), worst);
+  EXPECT_LE(worst, 1e-6);
 }
 
 }  // namespace
