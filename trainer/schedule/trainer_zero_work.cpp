@@ -142,9 +142,10 @@ Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std
     GPUBOX_RETURN_IF_ERROR(send(servers, *unanswered_, call_s));
     unanswered_.reset();
   }
-  Sent sent{servers.next_request_id(), std::move(row)};
-  const Status written = send(servers, sent, call_s);
-  if (!written.ok()) unanswered_ = std::move(sent);
+  // Unanswered until the server answers: a send that throws leaves it to be sent again first too.
+  unanswered_ = Sent{servers.next_request_id(), std::move(row)};
+  const Status written = send(servers, *unanswered_, call_s);
+  if (written.ok()) unanswered_.reset();
   return written;
 }
 
@@ -173,9 +174,11 @@ TrainerZeroWork::~TrainerZeroWork() {
   }
   stop_cv_.notify_all();
   thread_.join();
-  // A failed end stays unanswered in publishes_: the next part's first publish sends it first. A
-  // first server found restarted answers Aborted until the restart is accepted (after this part):
-  // the meeting on it fails too.
+  // An end sent and not answered stays unanswered in publishes_: the next part's first publish
+  // sends it first. An end not sent, because the publish not answered before it failed again, is
+  // dropped: never published, the waiters fail at their bound (the header). A first server found
+  // restarted answers Aborted until the restart is accepted (after this part): the meeting on it
+  // fails too.
   publish(kEnded, servers_.progress_frames());
 }
 

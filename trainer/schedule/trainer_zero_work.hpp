@@ -20,9 +20,11 @@
 // PartProgressEnv), published again whenever they grew, every interval; `seq` counts the part's
 // publishes. Trainer 0's publishes reach the table in the order it makes them
 // (TrainerZeroPublishes): a publish the client gave up on, which the first server may still apply
-// late, is sent again under its request id before any later one, so that it never lands after a
-// later publish of the part or of the next part (which showed the waiters the part running, or the
-// previous part, after its end: they failed naming trainer 0). Every call to the table is bounded
+// late, is sent again under its request id before any later one, so that, while the first server
+// remembers that id (gpubox_server --dedup_max_age_s, or less when its retry cache or trainer 0's
+// share of it, --dedup_client_cache_mb, is full), it never lands after a later publish of the part
+// or of the next part (which showed the waiters the part running, or the previous part, after its
+// end: they failed naming trainer 0). Every call to the table is bounded
 // by call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s)
 // and is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches
 // its meeting within about that bound of its part's end even with the first server lost or
@@ -125,17 +127,23 @@ class TrainerZeroParts {
 // Why whole writes and not monotone counters added (DenseAction::kAdd) with a total the waiters
 // expect: an add the client gave up on is lost or late, which only sending it again under its
 // request id tells apart (a new request would count it twice when the first lands late), and
-// once every publish is sent so, whole writes already land in order. A copy that lands after the
-// server forgot its id (gpubox_server --dedup_max_age_s, 120 s) sets the table back to one older
-// publish, which a waiter that read a newer one ignores (its seq), where an add would count twice.
+// once every publish is sent so, whole writes already land in order. Only while the first server
+// remembers its id, though (--dedup_max_age_s, 120 s, or less when its retry cache or trainer 0's
+// share of it is full): a copy that lands after the server forgot it sets the table back to one
+// older publish. Of the same part, a waiter that read a newer one ignores it (its seq), where an
+// add would count twice. Of the previous part, seq does not tell (it orders one part's publishes
+// only): the waiter reads this part not begun yet and waits on, and when that copy lands after this
+// part's end, a waiter that had not read the end yet fails after runner.collective_timeout_s
+// saying trainer 0 did not begin it.
 //
 // Thread-safety: one caller at a time (a part's TrainerZeroWork: its thread, then its end).
 class TrainerZeroPublishes {
  public:
   // Sends the publish not answered yet, if any, then `row` (the whole table) to the first server,
   // each call bounded by `call_s` and no change of the job's state (TrainerZeroWork::call_of). OK
-  // once `row` was answered. Otherwise the publish not answered is kept: `row` when it was sent,
-  // else the earlier one (`row` is dropped: the caller publishes its newer state later).
+  // once `row` was answered. Otherwise the publish not answered is kept: `row` when it was sent
+  // (also when its send threw), else the earlier one (`row` is dropped: the caller publishes its
+  // newer state later).
   Status publish(table::server::RemoteHostTier& servers, std::vector<float> row, double call_s);
   // Whether a publish was not answered yet (the next publish sends it again first).
   bool unanswered() const { return unanswered_.has_value(); }
@@ -163,13 +171,17 @@ class TrainerZeroWork {
   // `interval_s` while they grow (or while a publish is not answered), through `publishes` (the
   // job's). Every call to the table is bounded by `call_s` (call_deadline_for), so that neither
   // this publish nor the end's delays trainer 0 by much when the first server is lost or
-  // restarted. `servers` and `publishes` must outlive this object.
+  // restarted: at worst 2 call_s at the part's start (a publish not answered sent again, then
+  // this one). `servers` and `publishes` must outlive this object.
   TrainerZeroWork(table::server::RemoteHostTier& servers, TrainerZeroPublishes& publishes,
                   const TrainerZeroPart& part, double interval_s, double call_s);
   // Publishes the part ended (whatever its outcome), after any publish not answered yet; not again
   // when it failed (the transport retried it within call_s; a first server restarted answers
-  // Aborted at once): it stays unanswered, and the next part's first publish sends it again
-  // first. At worst about 4 call_s in all: the thread's publishes in flight, then this one's.
+  // Aborted at once). When the end itself was sent and not answered, it stays unanswered and the
+  // next part's first publish sends it again first; when the publish not answered before it
+  // failed again, the end is dropped (that older publish stays unanswered) and never published:
+  // the waiters fail at their bound, naming trainer 0, as while every publish fails. At worst
+  // about 4 call_s in all: the thread's publishes in flight, then this one's.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
