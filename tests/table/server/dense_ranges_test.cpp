@@ -247,10 +247,6 @@ TEST(DenseRanges, ARetriedAddIsAppliedOnceAReadIsReadAgain) {
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
 }
 
-// An add range's reply is up to a frame; two of them took a retry cache of 64 MiB whole,
-// forgetting the replies that keep other retries from applying twice. Now an add is remembered
-// without its values, and a retry reads its range again: with the cache below two add replies, a
-// retried add (after another add) is still applied once, and answered with the table's values.
 // DenseCall::request_id: a call made again under its request id (a call its client gave up on,
 // trainer_zero_work.hpp's TrainerZeroPublishes) is applied once, a new request again; a table sent
 // in ranges cannot be sent so (many requests).
@@ -285,6 +281,10 @@ TEST(DenseRanges, ACallMadeAgainUnderItsRequestIdIsAppliedOnce) {
             Status::Code::kInvalidArgument);
 }
 
+// An add range's reply is up to a frame; two of them took a retry cache of 64 MiB whole,
+// forgetting the replies that keep other retries from applying twice. Now an add is remembered
+// without its values, and a retry reads its range again: with the cache below two add replies, a
+// retried add (after another add) is still applied once, and answered with the table's values.
 TEST(DenseRanges, RetriedAddsAreAppliedOnceWhenTwoAddRepliesWouldFillTheRetryCache) {
   FakeHostTier table(test_config());
   constexpr uint32_t kValues = 1024;
