@@ -458,9 +458,10 @@ TEST(PartProgressEnv, EveryFileOperationAndMiBWrittenIsAMove) {
 std::string wait_for_a_local_save(table::server::testing::SlowIoTier& slow) {
   FakeHostTier table(table::server::testing::test_config());
   auto server = start_server(&table);
+  if (!server) return "no server";
   auto zero = connect_client(client_options(server->endpoint()));
   auto other = connect_client(client_options(server->endpoint()));
-  if (!server || !zero || !other) return "no server";
+  if (!zero || !other) return "no client";
   TempDir dir("trainer0_local_save");
   DenseState dense;
   dense.values.assign(std::size_t{1} << 20, 0.5f);  // 4 MiB each: 12 steps of 1 MiB
