@@ -426,6 +426,64 @@ TEST_F(TrainerZeroLatePublish, ThePreviousPartsEndAppliedLateDoesNotHideTheNextP
   EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
 }
 
+// Two servers, the second restarted and found so by a call of trainer 0's client (its restart
+// pending there, as after a SAVE that failed on it), the first answering as before: trainer 0's
+// publishes to the first server go on, in order. Before publishes went out in order, a pending
+// restart of any server ended the publishing after the first write, and the table showed the part
+// running: the waiters failed after runner.collective_timeout_s naming trainer 0.
+class TrainerZeroWorkOtherRestart : public TrainerZeroLatePublish {
+ protected:
+  void SetUp() override {
+    using table::server::ServerOptions;
+    ServerOptions options0;
+    held_.install(&options0);
+    options0.shard_num = 2;
+    ServerOptions options1;
+    options1.shard_id = 1;
+    options1.shard_num = 2;
+    server_ = start_server(&table_, options0);
+    second_ = start_server(&second_table_, options1);
+    ASSERT_TRUE(server_ && second_);
+    const std::string endpoints = server_->endpoint() + "," + second_->endpoint();
+    zero_ = connect_client(client_options(endpoints));
+    other_ = connect_client(client_options(endpoints));
+    ASSERT_TRUE(zero_ && other_);
+    std::vector<uint64_t> keys(32);
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+    std::vector<float> rows(keys.size() * zero_->layout().stride(), 0.5f);
+    ASSERT_TRUE(zero_->push(keys.data(), keys.size(), rows.data()).ok());
+    options1.port = second_->port();
+    second_.reset();
+    second_ = start_server(&second_again_, options1);
+    ASSERT_TRUE(second_);
+    EXPECT_FALSE(zero_->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+    ASSERT_EQ(zero_->pending_restarts().size(), 1u);
+    ASSERT_EQ(zero_->pending_restarts()[0].endpoint, 1u);
+  }
+
+  FakeHostTier second_table_{table::server::testing::test_config()};
+  FakeHostTier second_again_{table::server::testing::test_config()};
+  std::unique_ptr<table::server::Server> second_;
+};
+
+// The part's running publish applied late, after its end: the end stays; the next part is
+// published running and ended by its TrainerZeroWork; the waiters of both go to the meeting.
+TEST_F(TrainerZeroWorkOtherRestart, PublishesGoOnInOrderWhileAnotherServersRestartIsPending) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  std::vector<float> table;
+  publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
+  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
+  EXPECT_EQ(wait_for(part), "");
+  const TrainerZeroPart next = part_of(kJob, 0, 0, 2);
+  TrainerZeroPublishes publishes;
+  { TrainerZeroWork work(*zero_, publishes, next, 0.01, 3.0); }
+  EXPECT_FALSE(publishes.unanswered());
+  EXPECT_EQ(wait_for(next), "");
+  EXPECT_EQ(zero_->pending_restarts().size(), 1u) << "the publishes accepted the restart";
+}
+
 // Every FileEnv method reaches the inner env, once, and is one move; an append of 2.5 MiB is
 // three (one a MiB at most), a file's sync and close one each.
 TEST(PartProgressEnv, EveryFileOperationAndMiBWrittenIsAMove) {
