@@ -56,6 +56,11 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
                                    " bytes cannot carry DENSE '" + name + "'");
   }
   const std::size_t whole = (limit - head) / bytes_per_value(action, true);
+  if (n > whole && call.request_id != 0) {
+    return Status::InvalidArgument("dense table '" + name + "' of " + std::to_string(n) +
+                                   " values is sent in ranges: it cannot be sent again under "
+                                   "one request id");
+  }
   if (n > whole) {
     // A ranged read carries no values; an add and a write carry theirs.
     const bool carries = action != DenseAction::kRead;
@@ -65,7 +70,8 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
   // The whole table in one frame (a read creates it from *values when the server has none).
   std::vector<uint8_t> payload;
   encode_dense_request(action, name, values->data(), n, &payload);
-  std::vector<OutgoingRequest> requests{transport_.make_request(Op::kDense, 0, payload)};
+  std::vector<OutgoingRequest> requests{
+      transport_.make_request(Op::kDense, 0, payload, call.request_id)};
   MutationScope scope(&identities_, changed_by(call));
   const double deadline_s = (call.deadline_s >= 0 ? call.deadline_s : options_.deadline_s) +
                             transfer_allowance_s(n * bytes_per_value(action, true));
@@ -79,7 +85,7 @@ Status RemoteHostTier::dense(DenseAction action, const std::string& name,
           return Status::Internal("DENSE '" + name + "': the server did not take the write");
         }
         if (!write && n > 0) std::memcpy(values->data(), reply->values, sizeof(float) * n);
-        if (call.progress) dense_progress_.fetch_add(1, std::memory_order_relaxed);
+        if (call.progress) own_progress_.fetch_add(1, std::memory_order_relaxed);
         return Status::OK();
       },
       /*retry=*/true, deadline_s);
@@ -162,7 +168,7 @@ Status RemoteHostTier::send_ranges(DenseAction action, const std::string& name,
           if (!write && count > 0) {
             std::memcpy(values->data() + offset, reply->values, sizeof(float) * count);
           }
-          if (call.progress) dense_progress_.fetch_add(1, std::memory_order_relaxed);
+          if (call.progress) own_progress_.fetch_add(1, std::memory_order_relaxed);
           return Status::OK();
         },
         /*retry=*/true, deadline_s + transfer_allowance_s(window_bytes),

@@ -72,6 +72,12 @@ struct DenseCall {
   // job's start), so that a long one shows the others that the part moves (trainer_zero_work.hpp).
   // Not for the small tables other threads call meanwhile (trainer0_work itself, the heartbeats).
   bool progress = false;
+  // 0: the call is a new request. Otherwise the request id it is sent under
+  // (RemoteHostTier::next_request_id): a call made before (same action, table and values) that
+  // failed, made again, which the first server applies once however many copies of it reach it
+  // (its retry cache, while it remembers the id: gpubox_server --dedup_max_age_s). A table in one
+  // frame only (InvalidArgument otherwise).
+  uint64_t request_id = 0;
 };
 
 class RemoteHostTier final : public HostTier {
@@ -157,11 +163,18 @@ class RemoteHostTier final : public HostTier {
   }
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
-  // The PROGRESS frames this client's SAVE, LOAD and SHRINK calls received so far (Transport), and
-  // the frames answered to its DENSE calls made with DenseCall::progress; from any thread.
+  // The PROGRESS frames this client's SAVE, LOAD and SHRINK calls received so far (Transport), the
+  // frames answered to its DENSE calls made with DenseCall::progress, and the note_progress()
+  // calls; from any thread.
   uint64_t progress_frames() const {
-    return transport_.progress_frames() + dense_progress_.load(std::memory_order_relaxed);
+    return transport_.progress_frames() + own_progress_.load(std::memory_order_relaxed);
   }
+  // Counts one move of work the caller does beside the servers for the same part (trainer 0's
+  // local write of a save's dense half, trainer_zero_work.hpp: PartProgressEnv) in
+  // progress_frames(). Thread-safe.
+  void note_progress() { own_progress_.fetch_add(1, std::memory_order_relaxed); }
+  // A fresh request id of this client, for DenseCall::request_id. Thread-safe.
+  uint64_t next_request_id() { return transport_.next_request_id(); }
 
   // Servers found restarted by a call that then failed (Aborted, naming the endpoint), in
   // endpoint order. Empty when none is pending.
@@ -235,7 +248,8 @@ class RemoteHostTier final : public HostTier {
   mutable Mutex sync_mu_;
   std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);
   Transport transport_;
-  std::atomic<uint64_t> dense_progress_{0};  // frames answered to DenseCall::progress calls
+  // Frames answered to DenseCall::progress calls, and note_progress() calls.
+  std::atomic<uint64_t> own_progress_{0};
 };
 
 }  // namespace gpubox::table::server

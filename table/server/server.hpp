@@ -120,6 +120,12 @@ struct ServerOptions {
   // Fault injection for tests: called after a request was applied; returning true drops its
   // reply and closes the connection, as a network failure after the server's work would.
   std::function<bool(const FrameHeader&)> drop_reply;
+  // Fault injection for tests: called before a request that runs on the network threads (not AUTH,
+  // BARRIER, SAVE, LOAD or SHRINK) is applied, on the thread that read it, which it may block (a
+  // request that waited in the server while its client gave up on it, applied late); returning
+  // true drops it unapplied and closes the connection, as a network failure before the server
+  // read it would.
+  std::function<bool(const FrameHeader&)> before_apply;
   // Fault injection for tests: runs where the SAVE/LOAD worker thread starts; throwing
   // std::system_error there is that thread failing to start (BulkWorker::start).
   std::function<void()> worker_start_fault;

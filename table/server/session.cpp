@@ -306,6 +306,12 @@ void Session::on_frame() {
     return watch_barrier_wait();
   }
   if (runs_on_bulk_worker(header_.op)) return start_bulk();
+  if (server_->options().before_apply && server_->options().before_apply(header_)) {
+    GPUBOX_LOG(INFO) << "gpubox_server: fault injection drops " << op_name(header_.op)
+                     << " request " << header_.request_id << " unapplied";
+    free_request();
+    return close();
+  }
   sent_dense_ = sent_dense_ || header_.op == Op::kDense;
   finish_request(server_->handle(
       header_, payload_, [this](std::size_t bytes) { return reserve_reply(bytes); },

@@ -196,10 +196,10 @@ uint64_t Transport::next_request_id() {
 }
 
 OutgoingRequest Transport::make_request(Op op, uint32_t endpoint,
-                                        const std::vector<uint8_t>& payload) {
+                                        const std::vector<uint8_t>& payload, uint64_t request_id) {
   FrameHeader h;
   h.op = op;
-  h.request_id = next_request_id();
+  h.request_id = request_id != 0 ? request_id : next_request_id();
   h.client_id = options_.client_id;
   OutgoingRequest req;
   req.endpoint = endpoint;

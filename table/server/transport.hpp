@@ -110,8 +110,11 @@ class Transport {
   Status run_with_progress(Op op, std::vector<OutgoingRequest>& requests,
                            const ReplyHandler& on_reply, double silence_s);
 
-  // Builds a request frame for `op` with a fresh request id.
-  OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload);
+  // Builds a request frame for `op` with a fresh request id, or with `request_id` when not 0 (a
+  // request sent before, sent again: the server applies an id once while its retry cache
+  // remembers it).
+  OutgoingRequest make_request(Op op, uint32_t endpoint, const std::vector<uint8_t>& payload,
+                               uint64_t request_id = 0);
 
   // How many PROGRESS frames this transport's calls received so far, from any thread: a count
   // that moves while a SAVE, LOAD or SHRINK of this client moves on some server (what a trainer

@@ -1,22 +1,27 @@
-// wait_for_trainer_zero and TrainerZeroWork (trainer/schedule/trainer_zero_work.hpp) against a
-// loopback gpubox_server, trainer 0's table written directly: a table an earlier job left (its
-// part numbered as this job's, ended) is a part not begun; a later part of this job is trainer 0
-// past it (a count that drifted); an unreadable table (another size: an earlier build's) or an
-// unknown nonce ends the watching; a loss the watch saw fails at once; trainer 0's publishes end
-// its part; a late end is no move, and so is a read that fails for a moment; a restarted first
-// server ends trainer 0's publishing at once, and its publishes do not keep a restart from the last
-// save from being adopted; another server's restart pending, trainer 0 still reads its end back
-// (a late write of the part or of the previous part overwritten); parts count from 1 again in each
-// stage. A waiter that must not return is given a short silence: it throws, naming why, rather than
-// returning (no time is measured).
+// wait_for_trainer_zero, TrainerZeroWork and TrainerZeroPublishes
+// (trainer/schedule/trainer_zero_work.hpp) against a loopback gpubox_server, trainer 0's table
+// written directly: a table an earlier job left (its part numbered as this job's, ended) is a part
+// not begun; a later part of this job is trainer 0 past it (a count that drifted); an unreadable
+// table (another size: an earlier build's) or an unknown nonce ends the watching; a loss the watch
+// saw fails at once; trainer 0's publishes end its part; a late end is no move, and so is a read
+// that fails for a moment; a restarted first server ends trainer 0's publishing at once, and its
+// publishes do not keep a restart from the last save from being adopted; a publish trainer 0 gave
+// up on that the first server applies late (held in the server) lands before trainer 0's later
+// publishes, of the part or of the next part, never after them; trainer 0's slow local write of a
+// save's dense half (PartProgressEnv) moves its part, while one that stopped still fails the
+// waiters; parts count from 1 again in each stage. A waiter that must not return is given a short
+// silence: it throws, naming why, rather than returning (no time is measured).
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -24,8 +29,12 @@
 #include "common/error.hpp"
 #include "table/server/protocol.hpp"
 #include "table/server/ps_protocol.hpp"
+#include "tests/table/recording_env.hpp"
 #include "tests/table/server/fake_host_tier.hpp"
 #include "tests/table/server/server_test_util.hpp"
+#include "tests/table/server/slow_io_tier.hpp"
+#include "trainer/schedule/dense_state.hpp"
+#include "trainer/schedule/part_progress_env.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -35,6 +44,7 @@ using table::server::testing::client_options;
 using table::server::testing::connect_client;
 using table::server::testing::FakeHostTier;
 using table::server::testing::start_server;
+using table::server::testing::TempDir;
 
 constexpr uint64_t kJob = 0x123456789abull;
 constexpr uint64_t kEarlierJob = 0x5555aaaaull;
@@ -153,8 +163,9 @@ TEST_F(TrainerZeroWorkTest, ALossTheWatchSawFailsAtOnce) {
 TEST_F(TrainerZeroWorkTest, TrainerZerosPartIsShownRunningThenEnded) {
   write(part_of(kEarlierJob, 0, 0, 1), TrainerZeroWork::kEnded);
   const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  TrainerZeroPublishes publishes;
   {
-    TrainerZeroWork work(*client_, part, 0.01, 1.0);
+    TrainerZeroWork work(*client_, publishes, part, 0.01, 1.0);
     EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
     EXPECT_EQ(read(), std::make_pair(kJob, TrainerZeroWork::kRunning));
   }
@@ -242,8 +253,9 @@ TEST_F(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
   std::vector<uint64_t> keys{5, 6, 7, 8};
   std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
   ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
+  TrainerZeroPublishes publishes;
   {
-    TrainerZeroWork work(*client, part_of(kJob, 0, 0, 1), 0.01, /*call_s=*/3600.0);
+    TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, /*call_s=*/3600.0);
     server.reset();
     server = start_server(&second, options);
     ASSERT_TRUE(server);
@@ -260,7 +272,8 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
   std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
   ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
   ASSERT_TRUE(client->save("ckpt", table::SaveKind::kCheckpoint).ok());
-  { TrainerZeroWork work(*client, part_of(kJob, 0, 0, 1), 0.01, 3.0); }
+  TrainerZeroPublishes publishes;
+  { TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, 3.0); }
   server.reset();
   auto loaded = table::server::load_before_start(&second, options, "ckpt");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -272,94 +285,286 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
   EXPECT_TRUE(client->pending_restarts().empty());
 }
 
-// Two servers; the second restarted and found so by a call (its restart pending in the client,
-// as after a SAVE that failed on it), the first answering as before. Between trainer 0's write of
-// part `part`'s end and its read back, another client writes `late`, as a publish the client gave
-// up on and the server applied late. *table: the table as read after trainer 0's part ended.
-void read_after_a_late_write(const TrainerZeroPart& part, const std::vector<float>& late,
-                             std::vector<float>* table) {
-  using table::server::ServerOptions;
-  FakeHostTier first(table::server::testing::test_config());
-  FakeHostTier second(table::server::testing::test_config());
-  FakeHostTier second_again(table::server::testing::test_config());
-  std::function<void()> between;  // set before between_client
-  std::atomic<uint64_t> between_client{0};
-  ServerOptions options0;
-  options0.threads = 2;  // one runs the hook while the other serves what it sends
-  options0.shard_num = 2;
-  options0.drop_reply = [&](const table::server::FrameHeader& header) {
-    uint64_t armed = header.client_id;
-    if (header.op == table::server::Op::kDense && armed != 0 &&
-        between_client.compare_exchange_strong(armed, 0)) {
-      between();
-    }
-    return false;
-  };
-  ServerOptions options1;
-  options1.shard_id = 1;
-  options1.shard_num = 2;
-  auto server0 = start_server(&first, options0);
-  auto server1 = start_server(&second, options1);
-  ASSERT_TRUE(server0 && server1);
-  const std::string endpoints = server0->endpoint() + "," + server1->endpoint();
-  auto client = connect_client(client_options(endpoints));
-  ASSERT_TRUE(client);
-  std::vector<uint64_t> keys(32);
-  for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
-  std::vector<float> rows(keys.size() * client->layout().stride(), 0.5f);
-  ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
-  options1.port = server1->port();
-  server1.reset();
-  server1 = start_server(&second_again, options1);
-  ASSERT_TRUE(server1);
-  EXPECT_FALSE(client->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
-  ASSERT_EQ(client->pending_restarts().size(), 1u);
-  ASSERT_EQ(client->pending_restarts()[0].endpoint, 1u);
-  auto other = connect_client(client_options(endpoints));
-  ASSERT_TRUE(other);
-  {
-    TrainerZeroWork work(*client, part, 0.01, 3.0);  // publishes seq 1, running
-    between = [&] {
-      std::vector<float> written = late;
-      EXPECT_TRUE(other->dense(DenseAction::kWrite, TrainerZeroWork::kTable, &written).ok());
+// A DENSE request of one client that the first server holds (a request it read while its client
+// gave up on it): the first copy of the client's next DENSE request after arm() waits in the
+// server until release(), and the client's other copies of it (its retries) are dropped unapplied
+// until stop_dropping() (the client gave up on the call). install() before the server starts;
+// release() before it stops (a held thread would keep it from stopping).
+class HeldRequest {
+ public:
+  void install(table::server::ServerOptions* options) {
+    options->threads = 4;  // one holds the request while the others serve
+    options->before_apply = [this](const table::server::FrameHeader& header) {
+      return before_apply(header);
     };
-    between_client = client->client_id();  // its next DENSE call: the end's write (seq 2)
+    options->drop_reply = [this](const table::server::FrameHeader& header) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (released_ && header.request_id == held_id_ && std::this_thread::get_id() == holder_) {
+        applied_ = true;  // the held copy was applied (or found applied before), late
+        cv_.notify_all();
+      }
+      return false;
+    };
   }
-  EXPECT_EQ(between_client.load(), 0u) << "the end was not written";
-  std::vector<float> read(TrainerZeroWork::kSlots, 0.0f);
-  EXPECT_TRUE(other->dense(DenseAction::kRead, TrainerZeroWork::kTable, &read).ok());
-  server0->stop();  // its threads call the hook, which uses this function's locals
-  server0->wait();
-  *table = read;
-}
+  void arm(uint64_t client_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    client_ = client_id;
+    armed_ = true;
+  }
+  void stop_dropping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    dropping_ = false;
+  }
+  // Lets the held copy go on, and returns once the server handled it.
+  void release_and_wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_NE(held_id_, 0u) << "no request was held";
+    released_ = true;
+    cv_.notify_all();
+    if (held_id_ != 0) cv_.wait(lock, [this] { return applied_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
 
-// A late write of the part (seq 1, running), another server's restart pending: trainer 0 reads it
-// back and writes the end again, so the table ends showing the end. Before, any pending restart
-// ended the publishing after the first write, and the table showed the part running: the others
-// waited out runner.collective_timeout_s and named trainer 0 stuck.
-TEST(TrainerZeroWorkOtherRestart, ALateWriteIsReadBackWhileAnotherServersRestartIsPending) {
+ private:
+  bool before_apply(const table::server::FrameHeader& header) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (header.op != table::server::Op::kDense || header.client_id != client_) return false;
+    if (armed_) {
+      armed_ = false;
+      dropping_ = true;
+      held_id_ = header.request_id;
+      holder_ = std::this_thread::get_id();
+      cv_.wait(lock, [this] { return released_; });
+      return false;
+    }
+    return dropping_ && header.request_id == held_id_;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t client_ = 0;
+  bool armed_ = false;
+  bool dropping_ = false;
+  bool released_ = false;
+  bool applied_ = false;
+  uint64_t held_id_ = 0;
+  std::thread::id holder_;
+};
+
+// Trainer 0's publishes through `zero`, one of them held by the first server until trainer 0 gave
+// up on it, then applied late, after trainer 0's next publish; `other` follows them as a waiter.
+class TrainerZeroLatePublish : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    table::server::ServerOptions options;
+    held_.install(&options);
+    server_ = start_server(&table_, options);
+    ASSERT_TRUE(server_);
+    zero_ = connect_client(client_options(server_->endpoint()));
+    other_ = connect_client(client_options(server_->endpoint()));
+    ASSERT_TRUE(zero_ && other_);
+  }
+  void TearDown() override { held_.release(); }
+
+  // Publishes `first`, then `late` (held: trainer 0 gives up on it), then `next`; then the server
+  // applies its held copy of `late`. *table: the table as `other` reads it after.
+  void publish_with_a_late_copy(const std::vector<float>& first, const std::vector<float>& late,
+                                const std::vector<float>& next, std::vector<float>* table) {
+    TrainerZeroPublishes publishes;
+    ASSERT_TRUE(publishes.publish(*zero_, first, 3.0).ok());
+    held_.arm(zero_->client_id());
+    EXPECT_FALSE(publishes.publish(*zero_, late, /*call_s=*/0.2).ok()) << "it was not held";
+    EXPECT_TRUE(publishes.unanswered());
+    held_.stop_dropping();
+    const Status next_published = publishes.publish(*zero_, next, 3.0);
+    EXPECT_TRUE(next_published.ok()) << next_published.to_string();
+    EXPECT_FALSE(publishes.unanswered());
+    held_.release_and_wait();
+    table->assign(TrainerZeroWork::kSlots, 0.0f);
+    EXPECT_TRUE(other_->dense(DenseAction::kRead, TrainerZeroWork::kTable, table).ok());
+  }
+  std::string wait_for(const TrainerZeroPart& part) {
+    return error_of_wait(*other_, TrainerZeroWait::of(part, "to write the save S", 0.3, 3.0, "LOG",
+                                                      [] { return std::string(); }));
+  }
+
+  HeldRequest held_;  // outlives the server, whose threads call it
+  FakeHostTier table_{table::server::testing::test_config()};
+  std::unique_ptr<table::server::Server> server_;
+  std::unique_ptr<table::server::RemoteHostTier> zero_;
+  std::unique_ptr<table::server::RemoteHostTier> other_;
+};
+
+// The part's running publish applied after its end: the end stays, and the waiter goes to the
+// meeting. Before (every publish a new write, the end read back once), the late write showed the
+// part running again, and the waiters failed after runner.collective_timeout_s naming trainer 0.
+TEST_F(TrainerZeroLatePublish, ThePartsRunningAppliedLateDoesNotHideItsEnd) {
   const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
   std::vector<float> table;
-  read_after_a_late_write(part, TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
-                          &table);
-  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
-  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
-  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
+  publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
+  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
+  EXPECT_EQ(wait_for(part), "");
 }
 
-// A late write of the previous part (running, with a seq above any of this part's: each part
-// counts its own) overwritten alike: the table ends showing this part ended. Before, only a late
-// write of this part was: the table showed the previous part running, and the others failed
-// after runner.collective_timeout_s ("did not begin it").
-TEST(TrainerZeroWorkOtherRestart, ALateWriteOfThePreviousPartIsReadBackAndOverwritten) {
+// The previous part's end applied after the next part began: the table shows the next part. Before,
+// it showed the previous part, and the waiters failed "did not begin it".
+TEST_F(TrainerZeroLatePublish, ThePreviousPartsEndAppliedLateDoesNotHideTheNextPart) {
+  const TrainerZeroPart previous = part_of(kJob, 0, 0, 1);
   const TrainerZeroPart part = part_of(kJob, 0, 0, 2);
   std::vector<float> table;
-  read_after_a_late_write(
-      part, TrainerZeroWork::row(part_of(kJob, 0, 0, 1), TrainerZeroWork::kRunning, 0, 7), &table);
-  ASSERT_EQ(table.size(), TrainerZeroWork::kSlots);
-  EXPECT_EQ(table[4], 2.0f) << "the previous part's late write was left";
-  EXPECT_EQ(table[5], TrainerZeroWork::kEnded);
-  EXPECT_GT(table[7], 2.0f) << "the end was not written again";
+  publish_with_a_late_copy(TrainerZeroWork::row(previous, TrainerZeroWork::kRunning, 0, 1),
+                           TrainerZeroWork::row(previous, TrainerZeroWork::kEnded, 0, 2),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1), &table);
+  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1));
+  // Nothing moves it after: a stall of the part, which the waiter saw begin.
+  EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
+}
+
+// Two servers, the second restarted and found so by a call of trainer 0's client (its restart
+// pending there, as after a SAVE that failed on it), the first answering as before: trainer 0's
+// publishes to the first server go on, in order. Before publishes went out in order, a pending
+// restart of any server ended the publishing after the first write, and the table showed the part
+// running: the waiters failed after runner.collective_timeout_s naming trainer 0.
+class TrainerZeroWorkOtherRestart : public TrainerZeroLatePublish {
+ protected:
+  void SetUp() override {
+    using table::server::ServerOptions;
+    ServerOptions options0;
+    held_.install(&options0);
+    options0.shard_num = 2;
+    ServerOptions options1;
+    options1.shard_id = 1;
+    options1.shard_num = 2;
+    server_ = start_server(&table_, options0);
+    second_ = start_server(&second_table_, options1);
+    ASSERT_TRUE(server_ && second_);
+    const std::string endpoints = server_->endpoint() + "," + second_->endpoint();
+    zero_ = connect_client(client_options(endpoints));
+    other_ = connect_client(client_options(endpoints));
+    ASSERT_TRUE(zero_ && other_);
+    std::vector<uint64_t> keys(32);
+    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+    std::vector<float> rows(keys.size() * zero_->layout().stride(), 0.5f);
+    ASSERT_TRUE(zero_->push(keys.data(), keys.size(), rows.data()).ok());
+    options1.port = second_->port();
+    second_.reset();
+    second_ = start_server(&second_again_, options1);
+    ASSERT_TRUE(second_);
+    EXPECT_FALSE(zero_->pull(keys.data(), nullptr, keys.size(), rows.data(), nullptr).ok());
+    ASSERT_EQ(zero_->pending_restarts().size(), 1u);
+    ASSERT_EQ(zero_->pending_restarts()[0].endpoint, 1u);
+  }
+
+  FakeHostTier second_table_{table::server::testing::test_config()};
+  FakeHostTier second_again_{table::server::testing::test_config()};
+  std::unique_ptr<table::server::Server> second_;
+};
+
+// The part's running publish applied late, after its end: the end stays; the next part is
+// published running and ended by its TrainerZeroWork; the waiters of both go to the meeting.
+TEST_F(TrainerZeroWorkOtherRestart, PublishesGoOnInOrderWhileAnotherServersRestartIsPending) {
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  std::vector<float> table;
+  publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
+                           TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
+  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
+  EXPECT_EQ(wait_for(part), "");
+  const TrainerZeroPart next = part_of(kJob, 0, 0, 2);
+  TrainerZeroPublishes publishes;
+  { TrainerZeroWork work(*zero_, publishes, next, 0.01, 3.0); }
+  EXPECT_FALSE(publishes.unanswered());
+  EXPECT_EQ(wait_for(next), "");
+  EXPECT_EQ(zero_->pending_restarts().size(), 1u) << "the publishes accepted the restart";
+}
+
+// Every FileEnv method reaches the inner env, once, and is one move; an append of 2.5 MiB is
+// three (one a MiB at most), a file's sync and close one each.
+TEST(PartProgressEnv, EveryFileOperationAndMiBWrittenIsAMove) {
+  table::testing::RecordingEnv inner;
+  int moves = 0;
+  PartProgressEnv env(&inner, [&] { ++moves; });
+  for (const std::string& method : table::testing::kFileEnvMethods) {
+    const int before = moves;
+    const std::size_t calls = inner.calls.size();
+    table::testing::call_file_env_method(env, method);
+    ASSERT_EQ(inner.calls.size(), calls + 1) << method;
+    EXPECT_EQ(inner.methods().back(), method);
+    EXPECT_EQ(moves, before + 1) << method;
+  }
+  auto file = env.new_writable_file("w");
+  ASSERT_TRUE(file.ok());
+  const int before = moves;
+  const std::vector<char> bytes(PartProgressEnv::kChunkBytes * 5 / 2);
+  EXPECT_TRUE((*file)->append(bytes.data(), bytes.size()).ok());
+  EXPECT_EQ(moves, before + 3);
+  EXPECT_TRUE((*file)->sync().ok());
+  EXPECT_TRUE((*file)->close().ok());
+  EXPECT_EQ(moves, before + 5);
+}
+
+// Trainer 0's part writes a save's dense half to its local disk through a slow disk (`slow`: every
+// file operation, and every MiB written, takes its delay first), through PartProgressEnv counting
+// into trainer 0's client; another client waits for the part with runner.collective_timeout_s 1 s:
+// its error ("" when it returned).
+std::string wait_for_a_local_save(table::server::testing::SlowIoTier& slow) {
+  FakeHostTier table(table::server::testing::test_config());
+  auto server = start_server(&table);
+  if (!server) return "no server";
+  auto zero = connect_client(client_options(server->endpoint()));
+  auto other = connect_client(client_options(server->endpoint()));
+  if (!zero || !other) return "no client";
+  TempDir dir("trainer0_local_save");
+  DenseState dense;
+  dense.values.assign(std::size_t{1} << 20, 0.5f);  // 4 MiB each: 12 steps of 1 MiB
+  dense.moment1 = dense.values;
+  dense.moment2 = dense.values;
+  const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
+  std::unique_ptr<table::io::FileEnv> disk = slow.slowed(table::io::FileEnv::posix());
+  TrainerZeroPublishes publishes;
+  std::thread trainer_zero([&] {
+    TrainerZeroWork work(*zero, publishes, part, 0.01, 1.0);
+    PartProgressEnv shown(disk.get(), [&] { zero->note_progress(); });
+    try {
+      save_dense_half(dir.path().string(), dense, &shown);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  });
+  const std::string error = error_of_wait(
+      *other, TrainerZeroWait::of(part, "to write the save S", /*collective_timeout_s=*/1.0, 3.0,
+                                  "LOG", [] { return std::string(); }));
+  slow.release();
+  trainer_zero.join();
+  return error;
+}
+
+// Over 1.2 s of file work (12 MiB written, each MiB and every other file operation 0.1 s),
+// each step a move: the waiter waits it out. Before, only server calls counted: it failed after
+// 1 s naming trainer 0.
+TEST(TrainerZeroLocalSave, ASlowLocalWriteMovesThePart) {
+  FakeHostTier inner(table::server::testing::test_config());
+  table::server::testing::SlowIoTier slow(inner, std::chrono::milliseconds(100));
+  EXPECT_EQ(wait_for_a_local_save(slow), "");
+  EXPECT_GE(slow.ops(), 12);  // the write took over the waiter's 1 s
+}
+
+// The local write stopped (the disk hangs from its 4th operation on): the waiter still fails
+// naming trainer 0's part.
+TEST(TrainerZeroLocalSave, AStoppedLocalWriteStillFailsTheWaiters) {
+  FakeHostTier inner(table::server::testing::test_config());
+  table::server::testing::SlowIoTier slow(inner, std::chrono::milliseconds(1));
+  slow.hold_at(3, table::server::testing::SlowIoTier::Hold::kStopped);
+  const std::string error = wait_for_a_local_save(slow);
+  EXPECT_NE(error.find("trainer 0 made no progress to write the save S for 1 s"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("its part stopped moving"), std::string::npos) << error;
 }
 
 // A part's stage and number, as the waiters compare them.

@@ -326,7 +326,8 @@ class Trainer final : public Schedule {
   bool loaded_ = false;  // a save was loaded (load()): runner.model_init_path is not needed
   bool wait_for_next_staging_ = false;                    // wait_for_next_staging_before_steps
   std::function<void(const std::string&)> meeting_hook_;  // set_meeting_hook
-  TrainerZeroParts trainer_zero_parts_;  // on_trainer_zero's parts (alike on every trainer)
+  TrainerZeroParts trainer_zero_parts_;          // on_trainer_zero's parts (alike on every trainer)
+  TrainerZeroPublishes trainer_zero_publishes_;  // trainer 0's: its parts shown in order
 };
 
 // Adds a pass's per-step device counts to its report (per card per step, averaged over the

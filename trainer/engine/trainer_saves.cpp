@@ -7,6 +7,7 @@
 #include "table/io/save_dir.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer_state.hpp"
+#include "trainer/schedule/part_progress_env.hpp"
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer {
@@ -103,7 +104,8 @@ void Trainer::on_trainer_zero(const std::function<void()>& part, const std::stri
         if (env_.trainer_id != 0) return;
         std::optional<TrainerZeroWork> work;
         if (shown) {
-          work.emplace(*servers, number, TrainerZeroWork::interval_for(collective_s),
+          work.emplace(*servers, trainer_zero_publishes_, number,
+                       TrainerZeroWork::interval_for(collective_s),
                        TrainerZeroWork::call_deadline_for(collective_s, server_s));
         }
         part();
@@ -156,7 +158,13 @@ void Trainer::write_save(const std::string& dir) {
   // Every card holds the same dense parameters and optimizer state: save card 0's.
   DenseState dense = dense_state_of(*s.workers[0], *s.card_tier);
   dense.table_steps = table_steps_kept(mode, dense.table_steps);
-  const uint64_t dense_digest = save_dense_half(dir, dense);
+  // Its local write moves the part the other trainers wait for (on_trainer_zero), as the servers'
+  // SAVE does.
+  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
+  PartProgressEnv shown(table::io::FileEnv::posix(), [servers] {
+    if (servers != nullptr) servers->note_progress();
+  });
+  const uint64_t dense_digest = save_dense_half(dir, dense, &shown);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest,
                          s.workers[0]->model().precision());
 }

@@ -382,7 +382,8 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
     const auto shown_part = [&] {
       std::optional<TrainerZeroWork> shown;
       if (env_.trainers > 1) {
-        shown.emplace(*s.servers, number, TrainerZeroWork::interval_for(collective_s),
+        shown.emplace(*s.servers, trainer_zero_publishes_, number,
+                      TrainerZeroWork::interval_for(collective_s),
                       TrainerZeroWork::call_deadline_for(collective_s, server_s));
       }
       part();

@@ -355,6 +355,7 @@ class PsTrainer final : public Schedule {
   // on_trainer_zero's parts so far (alike on every trainer), in stages of the train() runs and
   // their recoveries, and the job's nonce.
   TrainerZeroParts trainer_zero_parts_;
+  TrainerZeroPublishes trainer_zero_publishes_;  // trainer 0's: its parts shown in order
   // A job that repairs together: the job agreed that a server restarted (the pass's vote,
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).

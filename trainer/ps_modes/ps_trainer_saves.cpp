@@ -13,6 +13,7 @@
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
+#include "trainer/schedule/part_progress_env.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
@@ -60,7 +61,10 @@ void PsTrainer::write_save(const std::string& dir) {
   throw_if_error(
       s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values, dense_call_of_part())
           .with_context("reading the servers' dense table for the save " + dir));
-  const uint64_t dense_digest = save_dense_half(dir, dense);
+  // Its local write moves the part the other trainers wait for (on_trainer_zero), as the servers'
+  // SAVE and the dense table's read do.
+  PartProgressEnv shown(table::io::FileEnv::posix(), [&s] { s.servers->note_progress(); });
+  const uint64_t dense_digest = save_dense_half(dir, dense, &shown);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest,
                          worker.model().precision());
   GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "heterps/device/memory.hpp"
 #include "table/dense_table.hpp"
+#include "table/io/file_env.hpp"
 #include "table/io/model_manifest.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/nn/dense_parameters.hpp"
@@ -82,19 +83,19 @@ uint64_t DenseState::digest() const {
   return digest;
 }
 
-uint64_t save_dense_half(const std::string& dir, const DenseState& state) {
+uint64_t save_dense_half(const std::string& dir, const DenseState& state, table::io::FileEnv* env) {
+  if (env == nullptr) env = table::io::FileEnv::posix();
   table::DenseBlock block;
   block.values = state.values;
   block.state[kMoment1] = state.moment1;
   block.state[kMoment2] = state.moment2;
   block.state[kSteps] = pack_steps(state.steps);
   if (state.table_steps != 0) block.state[kTableSteps] = pack_steps(state.table_steps);
-  table::DenseTable dense;
+  table::DenseTable dense(env);
   dense.put(kDenseBlock, std::move(block));
   const std::string folder = dense_dir(dir);
   throw_if_error(dense.save(folder).with_context("saving the dense parameters under " + dir));
-  auto digest =
-      table::io::read_half_digest(table::io::FileEnv::posix(), folder, table::io::kDenseHalf);
+  auto digest = table::io::read_half_digest(env, folder, table::io::kDenseHalf);
   throw_if_error(digest.status().with_context("reading back " + folder));
   return *digest;
 }

@@ -19,6 +19,10 @@
 
 #include "heterps/device/stream.hpp"
 
+namespace gpubox::table::io {
+class FileEnv;
+}  // namespace gpubox::table::io
+
 namespace gpubox::trainer {
 
 class DenseParameters;
@@ -46,9 +50,11 @@ struct DenseState {
   uint64_t digest() const;
 };
 
-// Writes `state` as the dense half of the save `dir` (<dir>/dense) and returns the half's digest
-// as its manifest names it. Throws naming the folder.
-uint64_t save_dense_half(const std::string& dir, const DenseState& state);
+// Writes `state` as the dense half of the save `dir` (<dir>/dense) through `env` (nullptr: POSIX;
+// trainer 0 passes a PartProgressEnv, whose steps the others waiting for its save see) and
+// returns the half's digest as its manifest names it. Throws naming the folder.
+uint64_t save_dense_half(const std::string& dir, const DenseState& state,
+                         table::io::FileEnv* env = nullptr);
 
 // Reads the dense half of the save `dir`, checked against a model of `parameters` dense
 // parameters: throws naming the save and what differs (another network, a half without

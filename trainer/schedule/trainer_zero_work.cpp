@@ -126,14 +126,43 @@ std::vector<float> TrainerZeroWork::row(const TrainerZeroPart& part, float state
   return table;
 }
 
+Status TrainerZeroPublishes::send(table::server::RemoteHostTier& servers, const Sent& sent,
+                                  double call_s) {
+  std::vector<float> table = sent.row;
+  table::server::DenseCall call = TrainerZeroWork::call_of(call_s);
+  call.request_id = sent.request_id;
+  return servers.dense(DenseAction::kWrite, TrainerZeroWork::kTable, &table, call);
+}
+
+Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std::vector<float> row,
+                                     double call_s) {
+  // Nothing newer goes out before the publish not answered: a copy of it the first server still
+  // holds would otherwise land after it.
+  if (unanswered_) {
+    GPUBOX_RETURN_IF_ERROR(send(servers, *unanswered_, call_s));
+    unanswered_.reset();
+  }
+  // Unanswered until the server answers: a send that throws leaves it to be sent again first too.
+  unanswered_ = Sent{servers.next_request_id(), std::move(row)};
+  const Status written = send(servers, *unanswered_, call_s);
+  if (written.ok()) unanswered_.reset();
+  return written;
+}
+
 TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
-                                 const TrainerZeroPart& part, double interval_s, double call_s)
-    : servers_(servers), part_(part), interval_s_(interval_s), call_s_(call_s) {
+                                 TrainerZeroPublishes& publishes, const TrainerZeroPart& part,
+                                 double interval_s, double call_s)
+    : servers_(servers),
+      publishes_(publishes),
+      part_(part),
+      interval_s_(interval_s),
+      call_s_(call_s) {
   publish(kRunning, servers_.progress_frames());
   try {
     thread_ = std::thread([this] { run(); });
   } catch (...) {
-    publish_ended();  // the part fails (the meeting tells the others): they stop waiting now
+    // The part fails (the meeting tells the others): they stop waiting now.
+    publish(kEnded, servers_.progress_frames());
     throw;
   }
 }
@@ -145,68 +174,30 @@ TrainerZeroWork::~TrainerZeroWork() {
   }
   stop_cv_.notify_all();
   thread_.join();
-  publish_ended();
+  // An end sent and not answered stays unanswered in publishes_: the next part's first publish
+  // sends it first. An end not sent, because the publish not answered before it failed again, is
+  // dropped: never published, the waiters fail at their bound (the header). A first server found
+  // restarted answers Aborted until the restart is accepted (after this part): the meeting on it
+  // fails too.
+  publish(kEnded, servers_.progress_frames());
 }
 
 bool TrainerZeroWork::publish(float state, uint64_t moves) {
-  std::vector<float> table = row(part_, state, moves, ++seq_);
-  const Status written = servers_.dense(DenseAction::kWrite, kTable, &table, call_of(call_s_));
-  if (written.ok()) return true;
-  if (!warned_) {
-    warned_ = true;
-    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_.index
-                        << " moves (they fail after runner.collective_timeout_s without a move): "
-                        << written.to_string();
-  }
-  return false;
-}
-
-void TrainerZeroWork::publish_ended() {
-  // A write of an earlier publish applied late (one the client gave up on) could hide the end:
-  // the end is written again while a read shows one, of this part or of an earlier part of the
-  // job (the previous part's last publish landing after this part's end). A write that failed is
-  // not (the transport retried it within call_s_), nor one to a first server found restarted (it
-  // answers Aborted until the restart is accepted, after this part): the meeting on that server
-  // fails too. A restart of another server pending (the part failed on it) changes nothing here:
-  // the first server answers, and a late write is read back and overwritten as without it (before,
-  // any pending restart ended the publishing after one write, and a late write could then hide the
-  // end: the others waited out runner.collective_timeout_s and named trainer 0 stuck).
-  //
-  // Still not defended against (and why it is left): a late write applied after the last read
-  // back. A late write is a publish the client gave up on after call_s_ that the server applies
-  // later still (a request it read, or that waited in a socket while its threads were busy, after
-  // the connection it came on was given up). The end written again and read back after it covers
-  // one that lands before the read's answer; one that lands later shows the part running with an
-  // older seq. A waiter that read the end first ignores it (the highest seq it read wins); one
-  // that had not waits on and fails after runner.collective_timeout_s naming trainer 0, a false
-  // stall that ends the job as a real one would. Reading back once more narrows it and never
-  // closes it (every write can land late), of this part or of an earlier one (a late write of the
-  // previous part after the last read back shows that part running: the waiters fail "did not
-  // begin it"); closing it takes a publish the server orders by seq (a compare-and-set of the
-  // table), not a plain overwrite. A cheap way there, not taken yet: publish with kAdd, which the
-  // server applies exactly once per request id, so that running and ended publishes commute (the
-  // seq only grows) and a late one no longer undoes a later one.
   try {
-    const auto until = Clock::now() + micros_of(call_s_);
-    for (;;) {
-      // Written, it reached the first server, not restarted then (it answers Aborted until the
-      // restart is accepted); restarted since, it fails the read back.
-      if (!publish(kEnded, servers_.progress_frames())) return;
-      std::vector<float> table;
-      if (!read_table(servers_, call_s_, &table).ok()) return;
-      const Row seen = parse(table);
-      // Only trainer 0 writes the table: this job's earlier part, or this part with a lower seq
-      // (each part counts its own), is a late write.
-      const int order = compare(seen.part, part_);
-      const bool older =
-          seen.part.job == part_.job &&
-          (order < 0 || (order == 0 && seen.seq < static_cast<int64_t>(seq_ % kExact)));
-      if (!older || Clock::now() >= until) return;
+    const Status written = publishes_.publish(servers_, row(part_, state, moves, ++seq_), call_s_);
+    if (written.ok()) return true;
+    if (!warned_) {
+      warned_ = true;
+      GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_.index
+                          << " moves (they fail after runner.collective_timeout_s without a "
+                             "move): "
+                          << written.to_string();
     }
   } catch (const std::exception& e) {
-    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers that its part " << part_.index
-                        << " ended: " << e.what();
+    GPUBOX_LOG(WARNING) << "trainer 0 cannot show the other trainers how its part " << part_.index
+                        << " moves: " << e.what();
   }
+  return false;
 }
 
 void TrainerZeroWork::run() {
@@ -220,7 +211,8 @@ void TrainerZeroWork::run() {
       }
       if (stopping_) return;
       const uint64_t moves = servers_.progress_frames();
-      if (moves == published) continue;
+      // A publish not answered is sent again (and the newer state after it) every interval.
+      if (moves == published && !publishes_.unanswered()) continue;
       published = moves;
       lock.unlock();
       publish(kRunning, moves);

@@ -16,37 +16,46 @@
 // kRunning or kEnded (whether it succeeded or failed: the meeting that follows tells the others
 // which), `moves` the PROGRESS frames its client received so far (RemoteHostTier::progress_frames:
 // its servers' SAVE, LOAD or SHRINK moved; in the PS modes also each frame of the dense table
-// trainer 0's part reads or writes, DenseCall::progress), published again whenever they grew, every
-// interval; `seq` counts the part's publishes, so that a write applied late (one the client gave up
-// on) is not read as the part's state: a waiter takes the state of the highest seq it saw, and
-// trainer 0 writes its kEnded again while a read shows an older publish of the part (a write
-// applied later still is not: publish_ended says why). Every call to the table is bounded by
-// call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s) and
-// is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches its
-// meeting within about that bound of its part's end even with the first server lost or restarted,
-// and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server restarted from
-// the save just written is still adopted quietly.
+// trainer 0's part reads or writes, DenseCall::progress; and the steps of its own local writes,
+// PartProgressEnv), published again whenever they grew, every interval; `seq` counts the part's
+// publishes. Trainer 0's publishes reach the table in the order it makes them
+// (TrainerZeroPublishes): a publish the client gave up on, which the first server may still apply
+// late, is sent again under its request id before any later one, so that, while the first server
+// remembers that id (gpubox_server --dedup_max_age_s, or less when its retry cache or trainer 0's
+// share of it, --dedup_client_cache_mb, is full), it never lands after a later publish of the part
+// or of the next part (which showed the waiters the part running, or the previous part, after its
+// end: they failed naming trainer 0). Every call to the table is bounded
+// by call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s)
+// and is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches
+// its meeting within about that bound of its part's end even with the first server lost or
+// restarted, and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server
+// restarted from the save just written is still adopted quietly.
 //
 // A waiter reads the table every interval: this job's part `part` ended, or a later part of this
 // job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
-// to); the table unchanged for the bound, it throws. Another job's table, or an earlier part, is
-// a part not begun yet: trainer 0 publishes its own as it begins it. A read refused as Aborted
-// (the first server found restarted: the meeting on it fails too), reads failing for
-// runner.collective_timeout_s (until then a failed read is no move), or a job whose nonce the
-// waiter does not know (a PS job's first part), ends the watching: the waiter goes to the
-// meeting, bounded by runner.collective_timeout_s in all as before. A failed publish is logged once
-// and otherwise ignored: the waiters then fail at the bound, naming trainer 0.
+// to); the table unchanged for the bound, it throws. A publish of the part with a lower seq than
+// one already read (a copy the server applied after it forgot its request id) is no move. Another
+// job's table, or an earlier part, is a part not begun yet: trainer 0 publishes its own as it
+// begins it. A read refused as Aborted (the first server found restarted: the meeting on it fails
+// too), reads failing for runner.collective_timeout_s (until then a failed read is no move), or a
+// job whose nonce the waiter does not know (a PS job's first part), ends the watching: the waiter
+// goes to the meeting, bounded by runner.collective_timeout_s in all as before. A failed publish is
+// logged once and sent again before the next: while the publishes fail, the waiters fail at the
+// bound, naming trainer 0.
 //
-// Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own); wait_for_trainer_zero
-// may run on any thread. Both use the thread-safe RemoteHostTier.
+// Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own), and so does the job's
+// TrainerZeroPublishes it uses; wait_for_trainer_zero may run on any thread. All use the
+// thread-safe RemoteHostTier.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/status.hpp"
 #include "common/thread_annotations.hpp"
 
 namespace gpubox::table::server {
@@ -106,6 +115,50 @@ class TrainerZeroParts {
   TrainerZeroPart last_;
 };
 
+// Trainer 0's publishes to TrainerZeroWork::kTable over the parts of a job, in the order it makes
+// them: one request at a time, and one the client gave up on (its call failed; the first server may
+// still apply it, late: a request it read, or that waited in a socket while its threads were busy)
+// sent again under its own request id, before anything newer, until the first server answers it.
+// The server applies a request id once (its retry cache), so the late copy and the one sent again
+// are one write, applied before every publish after it: the table only moves forward through
+// trainer 0's publishes. Kept for the job next to the trainer's TrainerZeroParts, so that a part's
+// first publish follows the previous part's last.
+//
+// Why whole writes and not monotone counters added (DenseAction::kAdd) with a total the waiters
+// expect: an add the client gave up on is lost or late, which only sending it again under its
+// request id tells apart (a new request would count it twice when the first lands late), and
+// once every publish is sent so, whole writes already land in order. Only while the first server
+// remembers its id, though (--dedup_max_age_s, 120 s, or less when its retry cache or trainer 0's
+// share of it is full): a copy that lands after the server forgot it sets the table back to one
+// older publish. Of the same part, a waiter that read a newer one ignores it (its seq), where an
+// add would count twice. Of the previous part, seq does not tell (it orders one part's publishes
+// only): the waiter reads this part not begun yet and waits on, and when that copy lands after this
+// part's end, a waiter that had not read the end yet fails after runner.collective_timeout_s
+// saying trainer 0 did not begin it.
+//
+// Thread-safety: one caller at a time (a part's TrainerZeroWork: its thread, then its end).
+class TrainerZeroPublishes {
+ public:
+  // Sends the publish not answered yet, if any, then `row` (the whole table) to the first server,
+  // each call bounded by `call_s` and no change of the job's state (TrainerZeroWork::call_of). OK
+  // once `row` was answered. Otherwise the publish not answered is kept: `row` when it was sent
+  // (also when its send threw), else the earlier one (`row` is dropped: the caller publishes its
+  // newer state later).
+  Status publish(table::server::RemoteHostTier& servers, std::vector<float> row, double call_s);
+  // Whether a publish was not answered yet (the next publish sends it again first).
+  bool unanswered() const { return unanswered_.has_value(); }
+
+ private:
+  struct Sent {
+    uint64_t request_id = 0;
+    std::vector<float> row;
+  };
+  // Sends `sent` under its request id: OK when the first server answered it.
+  static Status send(table::server::RemoteHostTier& servers, const Sent& sent, double call_s);
+
+  std::optional<Sent> unanswered_;
+};
+
 class TrainerZeroWork {
  public:
   static constexpr const char* kTable = "trainer0_work";
@@ -115,17 +168,20 @@ class TrainerZeroWork {
   static constexpr std::size_t kSlots = 8;
 
   // Trainer 0, as its part `part` begins: publishes it running now, then its moves every
-  // `interval_s` while they grow. Every call to the table is bounded by `call_s`
-  // (call_deadline_for), so that neither this publish nor the end's delays trainer 0 by much
-  // when the first server is lost or restarted. `servers` must outlive this object.
-  TrainerZeroWork(table::server::RemoteHostTier& servers, const TrainerZeroPart& part,
-                  double interval_s, double call_s);
-  // Publishes the part ended (whatever its outcome): a write, a read back, and the write again
-  // while the read shows an older publish of the part or of an earlier part (one applied late),
-  // for up to call_s; not again when the write or the read failed (the transport retried it
-  // within call_s; a first server restarted answers Aborted at once, while another server's
-  // restart pending reads back as usual). At worst about 4 call_s in all: the thread's publish in
-  // flight, then the write and read, then one more of each.
+  // `interval_s` while they grow (or while a publish is not answered), through `publishes` (the
+  // job's). Every call to the table is bounded by `call_s` (call_deadline_for), so that neither
+  // this publish nor the end's delays trainer 0 by much when the first server is lost or
+  // restarted: at worst 2 call_s at the part's start (a publish not answered sent again, then
+  // this one). `servers` and `publishes` must outlive this object.
+  TrainerZeroWork(table::server::RemoteHostTier& servers, TrainerZeroPublishes& publishes,
+                  const TrainerZeroPart& part, double interval_s, double call_s);
+  // Publishes the part ended (whatever its outcome), after any publish not answered yet; not again
+  // when it failed (the transport retried it within call_s; a first server restarted answers
+  // Aborted at once). When the end itself was sent and not answered, it stays unanswered and the
+  // next part's first publish sends it again first; when the publish not answered before it
+  // failed again, the end is dropped (that older publish stays unanswered) and never published:
+  // the waiters fail at their bound, naming trainer 0, as while every publish fails. At worst
+  // about 4 call_s in all: the thread's publishes in flight, then this one's.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
@@ -145,10 +201,10 @@ class TrainerZeroWork {
 
  private:
   bool publish(float state, uint64_t moves);
-  void publish_ended();
   void run();
 
   table::server::RemoteHostTier& servers_;
+  TrainerZeroPublishes& publishes_;
   const TrainerZeroPart part_;
   const double interval_s_;
   const double call_s_;

@@ -1,10 +1,11 @@
 // DENSE of a table over the frame limit (protocol 6, ps_protocol.hpp): the client carries it in
 // ranges, and reads, adds and writes give what one frame gives (a server with the default limit)
 // and what a plain vector computes, at the sizes around the range sizes; concurrent adds in
-// ranges lose nothing; a retried add is applied once while a read skips the retry cache; and the
-// server refuses hostile ranges (outside the table, overlapping, truncated, a reply over its frame
-// limit, a huge announced table) with an error naming the client, allocating nothing for them,
-// and goes on serving.
+// ranges lose nothing; a retried add is applied once while a read skips the retry cache; a call
+// made again under its request id (DenseCall::request_id) is applied once; and the server refuses
+// hostile ranges (outside the table, overlapping, truncated, a reply over its frame limit, a huge
+// announced table) with an error naming the client, allocating nothing for them, and goes on
+// serving.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -244,6 +245,40 @@ TEST(DenseRanges, ARetriedAddIsAppliedOnceAReadIsReadAgain) {
   ASSERT_TRUE(raw_dense(conn, dense_range(DenseAction::kAdd, 4, 0, 4), &four, 3).ok());  // a retry
   EXPECT_EQ(read(2), (std::vector<float>{2, 4, 6, 8}));
   EXPECT_EQ(server->counters().duplicate_requests, 1u);
+}
+
+// DenseCall::request_id: a call made again under its request id (a call its client gave up on,
+// trainer_zero_work.hpp's TrainerZeroPublishes) is applied once, a new request again; a table sent
+// in ranges cannot be sent so (many requests).
+TEST(DenseRanges, ACallMadeAgainUnderItsRequestIdIsAppliedOnce) {
+  FakeHostTier table(test_config());
+  auto server = start_server(&table);
+  ASSERT_TRUE(server);
+  auto client = connect_client(client_options(server->endpoint()));
+  ASSERT_TRUE(client);
+  std::vector<float> values{1.0f, 2.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &values).ok());  // created
+  DenseCall again;
+  again.request_id = client->next_request_id();
+  for (int i = 0; i < 2; ++i) {
+    std::vector<float> delta{10.0f, 10.0f};
+    ASSERT_TRUE(client->dense(DenseAction::kAdd, "dense", &delta, again).ok());
+  }
+  std::vector<float> read(2, 0.0f);
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
+  EXPECT_EQ(read, (std::vector<float>{11.0f, 12.0f}));
+  std::vector<float> delta{10.0f, 10.0f};
+  ASSERT_TRUE(client->dense(DenseAction::kAdd, "dense", &delta).ok());
+  ASSERT_TRUE(client->dense(DenseAction::kRead, "dense", &read).ok());
+  EXPECT_EQ(read, (std::vector<float>{21.0f, 22.0f}));
+
+  Pair pair;
+  ASSERT_TRUE(pair.ranged);
+  std::vector<float> big(3 * kOneWayRange, 1.0f);
+  DenseCall ranged;
+  ranged.request_id = pair.ranged->next_request_id();
+  EXPECT_EQ(pair.ranged->dense(DenseAction::kWrite, "dense", &big, ranged).code(),
+            Status::Code::kInvalidArgument);
 }
 
 // An add range's reply is up to a frame; two of them took a retry cache of 64 MiB whole,
