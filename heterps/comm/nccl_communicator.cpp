@@ -384,14 +384,16 @@ void NcclCommunicator::poll_until(const char* what, const Ready& ready, OnAbort 
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
   Backoff backoff;
   for (unsigned i = 0;; ++i) {
-    if (fail_on_abort && group_->aborting())
+    if (fail_on_abort && group_->aborting()) {
       GPUBOX_GROUP_ABORTED(group_->reason(), group_->aborted_message(rank_, what));
+    }
     bool done = false;
     try {
       done = ready();  // cudaStreamQuery or cudaEventQuery: no NCCL call, no lock
     } catch (const Error&) {
-      if (fail_on_abort && group_->aborting())
+      if (fail_on_abort && group_->aborting()) {
         GPUBOX_GROUP_ABORTED(group_->reason(), group_->aborted_message(rank_, what));
+      }
       throw;  // a device error: the card runs nothing more
     }
     if (done) return;
