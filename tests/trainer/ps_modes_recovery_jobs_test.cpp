@@ -19,7 +19,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -38,6 +37,7 @@ namespace gpubox::trainer::ps_modes {
 namespace {
 
 using ps_test::count;
+using ps_test::first_row_differing;
 using ps_test::PsModes;
 
 // Two trainers' runs of the same job from the same save differ by the order in which their
@@ -199,26 +199,6 @@ struct JobRan {
   // apart would take a counter of its own.
   uint64_t waits_given_up = 0;
 };
-
-// The first row of `a` that `b` does not hold to the bit, named with both values ("" when none).
-std::string first_row_differing(const std::map<uint64_t, std::vector<float>>& a,
-                                const std::map<uint64_t, std::vector<float>>& b) {
-  if (a.size() != b.size()) {
-    return std::to_string(a.size()) + " rows against " + std::to_string(b.size());
-  }
-  for (const auto& [key, row] : a) {
-    const auto other = b.find(key);
-    if (other == b.end()) return "key " + std::to_string(key) + " in one only";
-    if (other->second == row) continue;
-    std::string text = "key " + std::to_string(key) + ":";
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      text += " " + std::to_string(row[i]) +
-              (row[i] == other->second[i] ? "" : "|" + std::to_string(other->second[i]));
-    }
-    return text;
-  }
-  return "";
-}
 
 class PsJobRecovery : public PsModes {
  protected:
@@ -461,105 +441,6 @@ TEST_F(PsJobRecovery, SyncFirstServerRestartedWithATrainerAtItsBarrierIsRepaired
   std::string log;
   job_ends_as_resumed_from_the_save("sync", RestartAt::kOnceTrainer1Waits, 0, &log);
   EXPECT_EQ(count(log, kHeld), 0u) << log;
-}
-
-// Sync: trainer 1 only hears of the restart, at a step's barrier. Trainer 1 pulled step 20's
-// rows and comes to the barrier after them once server 1 restarted and trainer 0's own pull of
-// step 20 failed on it (trainer 0 marks the barrier and comes to it: SyncBarriers::hold); trainer
-// 1 makes no call to the restarted server before it hears of it there (another trainer's step
-// failed on a server restart: FailureTold). Trainer 1 is not named as failed, both go back to
-// pass 0's save with the vote, and every row ends as in the job resumed from that save (nothing
-// accepted before the save lost, nothing of the failed pass left).
-TEST_F(PsJobRecovery, SyncTrainerThatOnlyHearsOfARestartAtItsBarrierIsNotBlamed) {
-  const std::string oracle_saves = (root_ / "job_recovery_heard_resumed").string();
-  const JobRan first = run_job_restarting("sync", oracle_saves, 1, RestartAt::kNever, 1);
-  ASSERT_EQ(first.errors, "") << first.log;
-  const JobRan resumed = run_job_restarting("sync", oracle_saves, 2, RestartAt::kNever, 1);
-  ASSERT_EQ(resumed.errors, "") << resumed.log;
-
-  const TrainerConfig cfg =
-      job_config("sync", (root_ / "job_recovery_heard").string(), 2, false, {});
-  Servers shards(cfg, 2);
-  std::atomic<bool> trainer1_at_barrier{false};
-  std::atomic<bool> restarted{false};
-  // Until `done` holds, for 60 s at most (a trainer that never gets there fails the test).
-  const auto wait_until = [](const std::function<bool()>& done, const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "not within 60 s: " << what;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  };
-  const auto hook = [&](int w, const std::string& point) {
-    if (w == 0 && point == "arrived pass 1, step 19" && !restarted.load()) {
-      wait_until([&] { return trainer1_at_barrier.load(); }, "trainer 1 at step 20's pulls");
-      shards.restart(1);  // trainer 1 waits in its hook, trainer 0 here: neither calls it
-      restarted = true;
-    }
-    if (w == 1 && point == "arrive pass 1, step 20's pulls" && !trainer1_at_barrier.load()) {
-      trainer1_at_barrier = true;
-      // Trainer 0's pull failed on the restart, and it marked the barrier and waits there.
-      wait_until([&] { return restarted.load() && shards.barrier_waiters(0) > 0; },
-                 "trainer 0 holding step 20's pulls");
-    }
-  };
-  ::testing::internal::CaptureStderr();
-  std::vector<std::string> errors(2);
-  std::vector<std::vector<int64_t>> passes(2);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < 2; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        TrainerEnv env;
-        env.servers = shards.endpoints();
-        env.trainer_id = w;
-        env.trainers = 2;
-        PsTrainer trainer(cfg, env, [&, w](const std::string& point) { hook(w, point); });
-        for (const PassReport& report : trainer.train("")) {
-          passes[static_cast<std::size_t>(w)].push_back(report.pass);
-        }
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(restarted.load());
-  for (int w = 0; w < 2; ++w) {
-    EXPECT_EQ(errors[static_cast<std::size_t>(w)], "") << "trainer " << w << "\n" << log;
-    EXPECT_EQ(passes[static_cast<std::size_t>(w)], (std::vector<int64_t>{0, 1})) << "trainer " << w;
-  }
-  // Trainer 1 heard of it at the barrier, and nobody named it (or anyone) as failed.
-  EXPECT_NE(log.find("pass 1: card 0: sync mode, pass 1, step 20's pulls: another trainer's step "
-                     "failed on a server restart"),
-            std::string::npos)
-      << log;
-  EXPECT_EQ(count(log, kHeld), 1u) << log;
-  EXPECT_EQ(log.find("also failed"), std::string::npos) << log;
-  EXPECT_EQ(log.find("a trainer died or is stuck"), std::string::npos) << log;
-  EXPECT_EQ(count(log, "with the job's 2 trainers; training again from pass 1"), 2u) << log;
-  // Nothing accepted before the save lost, nothing of the failed pass left: every row that was
-  // shown, with its counts as resumed. Rows never shown (0, 0), which pass 0 left on the servers
-  // (146 of 2310 once), are not compared: this recovered job ends without them, the resumed one
-  // with them (not yet explained; the other sync recoveries here keep them).
-  std::map<uint64_t, std::pair<float, float>> counts;
-  for (int i = 0; i < 2; ++i) {
-    throw_if_error(shards.table(i).for_each_row([&](uint64_t key, const float* row) {
-      const std::pair<float, float> shown = {row[table::RowLayout::kShow],
-                                             row[table::RowLayout::kClick]};
-      if (shown != std::pair<float, float>{0.0f, 0.0f}) counts[key] = shown;
-    }));
-  }
-  std::map<uint64_t, std::pair<float, float>> resumed_shown;
-  for (const auto& [key, shown] : resumed.counts) {
-    if (shown != std::pair<float, float>{0.0f, 0.0f}) resumed_shown[key] = shown;
-  }
-  EXPECT_FALSE(resumed_shown.empty());
-  EXPECT_TRUE(counts == resumed_shown) << "the shown rows' counts differ";
 }
 
 TEST_F(PsJobRecovery, SyncServerRestartedBetweenPassesIsRepairedByBothTrainers) {
