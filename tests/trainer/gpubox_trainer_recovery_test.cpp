@@ -67,16 +67,6 @@ struct Ran {
   std::map<uint64_t, std::pair<float, float>> counts;  // every row's show and click, at the end
 };
 
-// A card's failure in RestartAt::card_faults: its message, and whether it only tells of another
-// failure (CardsFailed::Failure::told, as run_on_cards marks a communicator's abort for another
-// card's failure).
-struct CardFault {
-  CardFault(const char* message) : message(message) {}  // NOLINT: a plain fault, from its words
-  CardFault(std::string message, bool told) : message(std::move(message)), told(told) {}
-  std::string message;
-  bool told = false;
-};
-
 // A server restarted at the start of the phase named `at` (a Trainer::set_meeting_hook `where`,
 // "<saves>" standing for TrainerRun::saves).
 struct RestartAt {
@@ -86,9 +76,9 @@ struct RestartAt {
   // there (as a card's fault in the phase would throw), before the phase runs.
   bool device_fault = false;
   // The phase also fails on several cards as the server restarts (one message a card, "" for
-  // one that did not fail; "<server>" stands for the restarted server): the hook throws what
-  // CardSet::run_on_cards throws then.
-  std::vector<CardFault> card_faults = {};
+  // one that did not fail; "<server>" stands for the restarted server, "<told>" first marks it
+  // told: CardsFailed::Failure::told): the hook throws what CardSet::run_on_cards throws then.
+  std::vector<std::string> card_faults = {};
   // The restart is found at once (every server asked who it is), as a call of this trainer's
   // under way finds it, and the phase fails (device_fault) only when it is found: a server
   // restarted again before anything was sent to its accepted instance is adopted quietly.
@@ -99,14 +89,17 @@ constexpr const char* kDeviceFault = "card 0: an injected device fault";
 
 // What CardSet::run_on_cards throws when the cards of `faults` failed with them (RestartAt::
 // card_faults; the first that failed first), "<server>" standing for `server`.
-device::CardsFailed cards_failed(const std::vector<CardFault>& faults, const std::string& server) {
+device::CardsFailed cards_failed(const std::vector<std::string>& faults,
+                                 const std::string& server) {
   std::vector<device::CardsFailed::Failure> failures;
   for (std::size_t c = 0; c < faults.size(); ++c) {
-    if (faults[c].message.empty()) continue;
-    std::string message = faults[c].message;
+    if (faults[c].empty()) continue;
+    std::string message = faults[c];
+    const bool told = message.rfind("<told>", 0) == 0;  // an abort for another card's failure
+    if (told) message.erase(0, 6);
     const auto at = message.find("<server>");
     if (at != std::string::npos) message.replace(at, 8, server);
-    failures.push_back({static_cast<int>(c), message, faults[c].told});
+    failures.push_back({static_cast<int>(c), message, told});
   }
   const Error first("card " + std::to_string(failures.at(0).rank) + ": " + failures[0].message);
   return device::CardsFailed(first, failures);
@@ -538,8 +531,7 @@ TEST_F(GpuboxTrainerRecovery, FaultsOnSeveralCardsBesideARestartAreEachNamedOnce
                         "",
                         "fault B",
                         "fault A",
-                        {"communicator aborted (rank 5 in all_to_all): card 1: fault A",
-                         /*told=*/true},
+                        "<told>communicator aborted (rank 5 in all_to_all): card 1: fault A",
                         "fault C",
                         "fault D",
                         "fault E"};
