@@ -293,9 +293,10 @@ class PsTrainer final : public Schedule {
   std::string own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const;
   // "trainer k also failed in pass p (its log ... names why)": the first other trainer whose
   // vote for pass `pass` told a failure beside its restart; "" when none did (or the votes
-  // cannot be read: the first server, which holds them, restarted). `after`: the restart was
-  // found after pass `pass` (vote_after_evaluation's vote, for the pass after): "after pass p".
-  std::string other_failed_in_pass(int64_t pass, bool after = false);
+  // cannot be read: the first server, which holds them, restarted). `voted_after`: the votes
+  // read are those cast after pass `pass`'s vote (vote_after_evaluation's, for the pass after);
+  // `after`: the failure came after the pass's training: "after pass p".
+  std::string other_failed_in_pass(int64_t pass, bool voted_after, bool after);
   // Whether a server restart is known here: agreed (the vote, trainer 0's outcome), pending in
   // this trainer's client, or found by asking every server who it is.
   bool restart_found();
@@ -366,7 +367,7 @@ class PsTrainer final : public Schedule {
   bool restart_agreed_ = false;
   // The pass train_pass trains (-1 outside it), left set when it throws: recover_together then
   // names a failure beside a restart "in pass p", else "after pass p" (an epoch's evaluation, a
-  // save), whichever meeting agreed on the restart.
+  // save), whichever meeting agreed on the restart; recover_together resets it first.
   int64_t training_pass_ = -1;
   std::string restarts_found_;
   OrderHook order_hook_;

@@ -91,7 +91,7 @@ std::string PsTrainer::own_failure_in_pass(const std::exception_ptr& error, int6
   return "";
 }
 
-std::string PsTrainer::other_failed_in_pass(int64_t pass, bool after) {
+std::string PsTrainer::other_failed_in_pass(int64_t pass, bool voted_after, bool after) {
   const auto trainers = static_cast<std::size_t>(env_.trainers);
   std::vector<float> votes(2 * trainers, 0.0f);
   // Bounded like a ping: a first server down (it holds the votes) does not hold the recovery.
@@ -101,8 +101,8 @@ std::string PsTrainer::other_failed_in_pass(int64_t pass, bool after) {
   if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes, call).ok()) {
     return "";
   }
-  // A restart found after the pass is voted for the pass after (vote_after_evaluation).
-  const auto mark = static_cast<float>(after ? pass + 2 : pass + 1);
+  // A restart found after the pass's vote is voted for the pass after (vote_after_evaluation).
+  const auto mark = static_cast<float>(voted_after ? pass + 2 : pass + 1);
   for (std::size_t k = 0; k < trainers; ++k) {
     if (k == static_cast<std::size_t>(env_.trainer_id)) continue;
     // With the trainer's vote for the pass: a mark left by an earlier train() of this object
@@ -347,6 +347,11 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass,
 }
 
 std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
+  // The failure came from the pass's training (agreed at the pass's vote, or not: a call cut
+  // off as a server went down, found only now), or after it: an epoch's evaluation, a save, or
+  // another trainer's, heard at the meeting after them.
+  const bool after_pass = training_pass_ != pass;
+  training_pass_ = -1;
   if (!restart_found()) return std::nullopt;  // fails as before
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
                       << "; a server restarted: going back to the last save with the others";
@@ -365,18 +370,18 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
       }
     }
   } remake{*this};
-  // The failure came from the pass's training (agreed at the pass's vote, or not: a call cut
-  // off as a server went down, found only now), or after it: an epoch's evaluation, a save, or
-  // another trainer's, heard at the meeting after them.
-  const bool after_pass = training_pass_ != pass;
-  training_pass_ = -1;
+  // The vote that agreed on the restart, whose marks tell who else failed: the pass's, or the one
+  // after the pass (for the pass after): this trainer's own below, a failure of the pass's
+  // training among them when the pass's vote did not agree (its restart found only now), or
+  // another trainer's heard at the meeting after an evaluation.
+  const bool voted_after = after_pass || !restart_agreed_;
   if (!restart_agreed_) vote_after_evaluation(pass, error);
   // Found at the first round (every restarted server known then) and named at each.
   std::optional<std::string> beside;
   const auto beside_of = [&] {
     if (beside) return *beside;
     beside = own_failure_in_pass(error, pass, after_pass);
-    if (beside->empty()) beside = other_failed_in_pass(pass, after_pass);
+    if (beside->empty()) beside = other_failed_in_pass(pass, voted_after, after_pass);
     return *beside;
   };
   for (;;) {
