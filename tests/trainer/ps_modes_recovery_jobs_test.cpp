@@ -11,7 +11,8 @@
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
 // modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
 // job after a recovered one on the same servers trains without going back. A recovery refused:
-// ps_modes_recovery_refusals_test.cpp.
+// ps_modes_recovery_refusals_test.cpp; a sync trainer that only hears of a restart at a step's
+// barrier: ps_modes_recovery_heard_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
