@@ -1,20 +1,30 @@
 #include "common/status.hpp"
 
-#include <sstream>
-
 #include "common/enum_names.hpp"
+#include "common/group_aborted.hpp"
 
 namespace gpubox {
 namespace detail {
-void throw_error(const char* file, int line, const std::string& message, const char* expectation) {
+namespace {
+// "[file.cpp:42]", the file without its folders.
+std::string location(const char* file, int line) {
   const char* base = file;
   for (const char* p = file; *p; ++p) {
     if (*p == '/') base = p + 1;
   }
-  std::ostringstream where;
-  if (expectation != nullptr) where << "(expected: " << expectation << ") ";
-  where << "[" << base << ":" << line << "]";
-  throw Error(message, where.str());
+  return "[" + std::string(base) + ":" + std::to_string(line) + "]";
+}
+}  // namespace
+
+void throw_error(const char* file, int line, const std::string& message, const char* expectation) {
+  std::string where = location(file, line);
+  if (expectation != nullptr) where = "(expected: " + std::string(expectation) + ") " + where;
+  throw Error(message, where);
+}
+
+void throw_group_aborted(const char* file, int line, const std::string& message,
+                         const std::string& reason) {
+  throw GroupAborted(message, location(file, line), reason);
 }
 }  // namespace detail
 

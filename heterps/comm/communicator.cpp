@@ -83,7 +83,7 @@ void Communicator::in_step_context(const Move& move) {
   try {
     move();
   } catch (const Error& e) {
-    throw with_context(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": "), e);
+    throw_with_context(::gpubox::detail::concat("pass ", pass_, ", step ", step_, ": "), e);
   }
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/group_aborted.hpp"
 #include "heterps/comm/detail/data_types.hpp"
 #include "heterps/device/stream.hpp"
 
@@ -187,8 +188,9 @@ void GlooGroup::abort(const std::string& reason) {
 void GlooGroup::enter_collective(int local, const char* collective) {
   MutexLock lock(mu_);
   if (aborted_.load(std::memory_order_relaxed)) {
-    GPUBOX_FAIL("communicator aborted (rank ", ranks_[static_cast<std::size_t>(local)]->rank(),
-                " in ", collective, "): ", reason_);
+    GPUBOX_GROUP_ABORTED(reason_, "communicator aborted (rank ",
+                         ranks_[static_cast<std::size_t>(local)]->rank(), " in ", collective,
+                         "): ", reason_);
   }
   in_collective_[static_cast<std::size_t>(local)] = true;
 }
@@ -269,7 +271,9 @@ void GlooCommunicator::run_gloo(const char* collective, const device::Stream& st
   group_->leave_collective(local);
   // Aborted meanwhile (a lost peer, another rank's failure): that reason is the cause.
   if (group_->aborted()) {
-    GPUBOX_FAIL("communicator aborted (rank ", rank(), " in ", collective, "): ", group_->reason());
+    const std::string reason = group_->reason();
+    GPUBOX_GROUP_ABORTED(reason, "communicator aborted (rank ", rank(), " in ", collective,
+                         "): ", reason);
   }
   // A peer's closed socket may arrive while its process is still exiting: look a little while.
   std::string gone = group_->gone_trainers();
@@ -399,8 +403,9 @@ void GlooCommunicator::do_wait_for(const device::Event& event, const char* what,
 
 void GlooCommunicator::throw_if_aborted(const char* what) const {
   if (group_->aborted()) {
-    GPUBOX_FAIL("communicator aborted (rank ", rank(), " waiting for ", what, " after ",
-                last_collective(), "): ", group_->reason());
+    const std::string reason = group_->reason();
+    GPUBOX_GROUP_ABORTED(reason, "communicator aborted (rank ", rank(), " waiting for ", what,
+                         " after ", last_collective(), "): ", reason);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "common/group_aborted.hpp"
 #include "heterps/comm/detail/data_types.hpp"
 #include "heterps/device/memory_registry.hpp"
 
@@ -322,9 +323,9 @@ void InProcessCommunicator::do_wait_for(const device::Event& event, const char* 
 
 void InProcessCommunicator::throw_if_aborted(const char* what) const {
   if (group_->aborted()) {
-    throw Error(::gpubox::detail::concat("communicator aborted (rank ", rank_, " waiting for ",
-                                         what, " after ", last_collective(),
-                                         "): ", group_->rendezvous_.reason()));
+    const std::string reason = group_->rendezvous_.reason();
+    GPUBOX_GROUP_ABORTED(reason, "communicator aborted (rank ", rank_, " waiting for ", what,
+                         " after ", last_collective(), "): ", reason);
   }
 }
 

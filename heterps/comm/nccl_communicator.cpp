@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/group_aborted.hpp"
 #include "common/logging.hpp"
 #include "heterps/comm/nccl_check.hpp"
 #include "heterps/device/cuda_check.hpp"
@@ -300,7 +301,7 @@ void NcclGroup::abort(const std::string& reason) {
 
 std::shared_lock<std::shared_mutex> NcclGroup::lock_for_call(int rank, const char* collective) {
   std::shared_lock<std::shared_mutex> lock = lock_unless_aborting();
-  if (!lock.owns_lock()) GPUBOX_FAIL(aborted_message(rank, collective));
+  if (!lock.owns_lock()) GPUBOX_GROUP_ABORTED(reason(), aborted_message(rank, collective));
   return lock;
 }
 
@@ -356,7 +357,7 @@ void NcclCommunicator::enqueue(const char* collective, Call&& call) {
     while (result == ncclInProgress) {
       if (group_->aborting()) {
         lock.unlock();
-        GPUBOX_FAIL(group_->aborted_message(rank_, collective));
+        GPUBOX_GROUP_ABORTED(group_->reason(), group_->aborted_message(rank_, collective));
       }
       if (std::chrono::steady_clock::now() >= deadline) {
         failure =
@@ -383,12 +384,16 @@ void NcclCommunicator::poll_until(const char* what, const Ready& ready, OnAbort 
   const auto deadline = std::chrono::steady_clock::now() + group_->timeout();
   Backoff backoff;
   for (unsigned i = 0;; ++i) {
-    if (fail_on_abort && group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
+    if (fail_on_abort && group_->aborting()) {
+      GPUBOX_GROUP_ABORTED(group_->reason(), group_->aborted_message(rank_, what));
+    }
     bool done = false;
     try {
       done = ready();  // cudaStreamQuery or cudaEventQuery: no NCCL call, no lock
     } catch (const Error&) {
-      if (fail_on_abort && group_->aborting()) GPUBOX_FAIL(group_->aborted_message(rank_, what));
+      if (fail_on_abort && group_->aborting()) {
+        GPUBOX_GROUP_ABORTED(group_->reason(), group_->aborted_message(rank_, what));
+      }
       throw;  // a device error: the card runs nothing more
     }
     if (done) return;

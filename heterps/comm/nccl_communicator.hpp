@@ -149,7 +149,7 @@ class NcclGroup final : public CommGroup {
   // True while abort() waits for the exclusive lock or has finished: a caller holding the shared
   // lock in a poll loop must let go.
   bool aborting() const { return aborting_.load(std::memory_order_acquire); }
-  // "communicator aborted (rank R in C): reason".
+  // "communicator aborted (rank R in C): reason", the message of its GroupAborted error.
   std::string aborted_message(int rank, const char* collective) const;
 
  private:

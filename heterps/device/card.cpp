@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/error_report.hpp"
+#include "common/group_aborted.hpp"
 #include "common/logging.hpp"
 #include "common/thread_annotations.hpp"
 #include "heterps/device/card_setup.hpp"
@@ -226,10 +227,19 @@ CardSet CardSet::from_list(std::string_view card_list, int trainer_id, int train
 namespace {
 
 // A card's failure in run_on_cards, from what its thread threw (a std::exception: the thread
-// catches nothing else).
-CardsFailed::Failure failure_of(int rank, const std::exception_ptr& failed) {
+// catches nothing else). `reasons`: what each card (by local index) told on_failure as it failed
+// ("" when it told nothing); an abort of the communicator group whose reason is another card's
+// (the group aborted because that card failed) is told, whatever its words.
+CardsFailed::Failure failure_of(int rank, std::size_t local, const std::exception_ptr& failed,
+                                const std::vector<std::string>& reasons) {
   try {
     std::rethrow_exception(failed);
+  } catch (const GroupAborted& e) {
+    bool told = false;
+    for (std::size_t c = 0; c < reasons.size(); ++c) {
+      told = told || (c != local && !reasons[c].empty() && reasons[c] == e.reason());
+    }
+    return {rank, user_message(e), told};
   } catch (const FailureTold& e) {
     return {rank, user_message(e), /*told=*/true};
   } catch (const std::exception& e) {
@@ -238,23 +248,24 @@ CardsFailed::Failure failure_of(int rank, const std::exception_ptr& failed) {
 }
 
 // Tells on_failure, from a card's thread, that the card failed: peers blocked in a collective
-// wait for it. Building the message (and on_failure's copies of it) allocates, and can fail, most
-// likely when the card threw bad_alloc; then a short literal that fits a std::string without
-// allocating is told instead, so on_failure still runs and no bad_alloc escapes the thread (an
-// exception escaping a std::thread is std::terminate).
+// wait for it. What it told is left in `told` (the card's own slot). Building the message (and
+// on_failure's copies of it) allocates, and can fail, most likely when the card threw bad_alloc;
+// then a short literal that fits a std::string without allocating is told instead, so on_failure
+// still runs and no bad_alloc escapes the thread (an exception escaping a std::thread is
+// std::terminate).
 void tell_failure(const std::function<void(const std::string&)>& on_failure, int rank,
-                  const std::exception& e) {
+                  const std::exception& e, std::string& told) {
   static const char* const kOutOfMemory = "out of memory";
-  std::string why;
   try {
-    why = "card " + std::to_string(rank) + ": " + user_message(e);
+    told = "card " + std::to_string(rank) + ": " + user_message(e);
   } catch (...) {
-    why = kOutOfMemory;
+    told = kOutOfMemory;
   }
   try {
-    on_failure(why);
+    on_failure(told);
   } catch (const std::bad_alloc&) {
-    on_failure(kOutOfMemory);
+    told = kOutOfMemory;
+    on_failure(told);
   }
 }
 
@@ -270,6 +281,9 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
   // the messages are made after the join; on_failure's is made by tell_failure, which falls
   // back to a literal when it cannot allocate, so nothing escapes the thread.
   std::vector<std::exception_ptr> failed(cards_.size());
+  // What each card told on_failure as it failed (its own slot, as `failed`): the reason of the
+  // group's abort when it was the first to fail.
+  std::vector<std::string> told(cards_.size());
   auto body = [&](Card& card) {
     try {
       card.activate();
@@ -283,7 +297,10 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
           first_card = card.local_index();
         }
       }
-      if (on_failure) tell_failure(on_failure, card.rank(), e);
+      if (on_failure) {
+        tell_failure(on_failure, card.rank(), e,
+                     told[static_cast<std::size_t>(card.local_index())]);
+      }
     }
   };
   if (cards_.size() == 1) {
@@ -309,14 +326,14 @@ void CardSet::run_on_cards(const std::function<void(Card&)>& fn,
           first_card = static_cast<int>(c);
         }
       }
-      if (on_failure) tell_failure(on_failure, cards_[c]->rank(), e);
+      if (on_failure) tell_failure(on_failure, cards_[c]->rank(), e, told[c]);
     }
     for (auto& t : threads) t.join();
   }
   if (!first_error) return;
   std::vector<CardsFailed::Failure> failures;
   for (std::size_t c = 0; c < cards_.size(); ++c) {
-    if (failed[c]) failures.push_back(failure_of(cards_[c]->rank(), failed[c]));
+    if (failed[c]) failures.push_back(failure_of(cards_[c]->rank(), c, failed[c], told));
   }
   const std::string card = "card " + std::to_string(cards_[first_card]->rank()) + ": ";
   try {

@@ -106,14 +106,14 @@ class Card {
 // What CardSet::run_on_cards throws when cards failed: the first card's error (its message
 // prefixed with the card, its location kept) with every card that failed, in card order, so
 // that a caller naming more than one cause (the trainer, beside a server restart) sees a fault
-// on another card too. A card whose error repeats another's (a collective aborted by it) is
-// listed as it failed (a FailureTold marked so): the caller decides what is a consequence.
+// on another card too. A card failed because of another (a FailureTold; a GroupAborted for
+// another card's failure) is listed marked so (told): the caller decides what to leave out.
 class CardsFailed : public Error {
  public:
   struct Failure {
     int rank = 0;         // the card's global rank
     std::string message;  // its error's user message, without the card
-    bool told = false;    // its error was a FailureTold: it failed because of another failure
+    bool told = false;    // failed because of another failure (run_on_cards says which)
   };
   CardsFailed(const Error& first, std::vector<Failure> failures)
       : Error(first), failures_(std::move(failures)) {}

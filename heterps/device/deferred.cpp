@@ -145,7 +145,7 @@ class DeferredQueue : public std::enable_shared_from_this<DeferredQueue> {
       try {
         item.work();
       } catch (const Error& e) {
-        throw with_context(::gpubox::detail::concat("deferred ", item.what, " on card ", device_,
+        throw_with_context(::gpubox::detail::concat("deferred ", item.what, " on card ", device_,
                                                     "'s ", role_, " stream: "),
                            e);
       }

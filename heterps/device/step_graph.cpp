@@ -172,7 +172,7 @@ void StepGraph::run_nodes(const std::vector<Node>& nodes, const std::string& nam
     try {
       nodes[i].work();
     } catch (const Error& e) {
-      throw with_context(
+      throw_with_context(
           ::gpubox::detail::concat("step graph '", name, "', node ", i, " (", nodes[i].what, "): "),
           e);
     }

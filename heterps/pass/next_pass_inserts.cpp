@@ -300,7 +300,7 @@ void NextPassWork::wait_for_card(int c, const char* what) const {
   } catch (const Error& e) {
     // The wait's own message (the communicator's names the pass and step) after the context,
     // its location kept apart (error_report.hpp).
-    throw with_context(context(), e);
+    throw_with_context(context(), e);
   } catch (const std::exception& e) {
     throw Error(context() + e.what());
   }

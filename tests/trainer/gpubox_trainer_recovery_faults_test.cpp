@@ -81,7 +81,7 @@ TEST_F(GpuboxTrainerRecovery, FaultsOnSeveralCardsBesideARestartAreEachNamedOnce
                         "",
                         "fault B",
                         "fault A",
-                        "communicator aborted (rank 5 in all_to_all): card 1: fault A",
+                        "<told>communicator aborted (rank 5 in all_to_all): card 1: fault A",
                         "fault C",
                         "fault D",
                         "fault E"};

@@ -65,8 +65,8 @@ struct RestartAt {
   // there (as a card's fault in the phase would throw), before the phase runs.
   bool device_fault = false;
   // The phase also fails on several cards as the server restarts (one message a card, "" for
-  // one that did not fail; "<server>" stands for the restarted server): the hook throws what
-  // CardSet::run_on_cards throws then.
+  // one that did not fail; "<server>" stands for the restarted server, "<told>" first marks it
+  // told: CardsFailed::Failure::told): the hook throws what CardSet::run_on_cards throws then.
   std::vector<std::string> card_faults = {};
   // The restart is found at once (every server asked who it is), as a call of this trainer's
   // under way finds it, and the phase fails (device_fault) only when it is found: a server
@@ -84,9 +84,11 @@ inline device::CardsFailed cards_failed(const std::vector<std::string>& faults,
   for (std::size_t c = 0; c < faults.size(); ++c) {
     if (faults[c].empty()) continue;
     std::string message = faults[c];
+    const bool told = message.rfind("<told>", 0) == 0;  // an abort for another card's failure
+    if (told) message.erase(0, 6);
     const auto at = message.find("<server>");
     if (at != std::string::npos) message.replace(at, 8, server);
-    failures.push_back({static_cast<int>(c), message});
+    failures.push_back({static_cast<int>(c), message, told});
   }
   const Error first("card " + std::to_string(failures.at(0).rank) + ": " + failures[0].message);
   return device::CardsFailed(first, failures);

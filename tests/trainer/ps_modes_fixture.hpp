@@ -12,9 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -37,6 +39,26 @@ inline std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
   for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// The first row of `a` that `b` does not hold to the bit, named with both values ("" when none).
+inline std::string first_row_differing(const std::map<uint64_t, std::vector<float>>& a,
+                                       const std::map<uint64_t, std::vector<float>>& b) {
+  if (a.size() != b.size()) {
+    return std::to_string(a.size()) + " rows against " + std::to_string(b.size());
+  }
+  for (const auto& [key, row] : a) {
+    const auto other = b.find(key);
+    if (other == b.end()) return "key " + std::to_string(key) + " in one only";
+    if (other->second == row) continue;
+    std::string text = "key " + std::to_string(key) + ":";
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      text += " " + std::to_string(row[i]) +
+              (row[i] == other->second[i] ? "" : "|" + std::to_string(other->second[i]));
+    }
+    return text;
+  }
+  return "";
 }
 
 constexpr int kEpochs = 3;

@@ -11,7 +11,8 @@
 // deterministic: its rows, dense weights and held-out AUC end equal to the bit; in the other
 // modes the trainers' pushes interleave as threads run, so the AUC is compared within a bound. A
 // job after a recovered one on the same servers trains without going back. A recovery refused:
-// ps_modes_recovery_refusals_test.cpp.
+// ps_modes_recovery_refusals_test.cpp; a sync trainer that only hears of a restart at a step's
+// barrier: ps_modes_recovery_heard_test.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -37,6 +38,7 @@ namespace gpubox::trainer::ps_modes {
 namespace {
 
 using ps_test::count;
+using ps_test::first_row_differing;
 using ps_test::PsModes;
 
 // Two trainers' runs of the same job from the same save differ by the order in which their
@@ -198,26 +200,6 @@ struct JobRan {
   // apart would take a counter of its own.
   uint64_t waits_given_up = 0;
 };
-
-// The first row of `a` that `b` does not hold to the bit, named with both values ("" when none).
-std::string first_row_differing(const std::map<uint64_t, std::vector<float>>& a,
-                                const std::map<uint64_t, std::vector<float>>& b) {
-  if (a.size() != b.size()) {
-    return std::to_string(a.size()) + " rows against " + std::to_string(b.size());
-  }
-  for (const auto& [key, row] : a) {
-    const auto other = b.find(key);
-    if (other == b.end()) return "key " + std::to_string(key) + " in one only";
-    if (other->second == row) continue;
-    std::string text = "key " + std::to_string(key) + ":";
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      text += " " + std::to_string(row[i]) +
-              (row[i] == other->second[i] ? "" : "|" + std::to_string(other->second[i]));
-    }
-    return text;
-  }
-  return "";
-}
 
 class PsJobRecovery : public PsModes {
  protected:

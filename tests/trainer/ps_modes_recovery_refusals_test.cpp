@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.hpp"
@@ -184,6 +186,74 @@ TEST_F(PsJobRecoveryRefused, AFaultBesideARestartIsNamedWithTheRefusal) {
             std::string::npos)
       << errors[1];
   EXPECT_EQ(errors[1].find(kFault), std::string::npos) << errors[1];
+}
+
+// Found after pass 0's vote: server 1 restarts after pass 0's save, once trainer 1 evaluated
+// epoch 0 and waits at the meeting after it, and trainer 0's evaluation fails on its card with a
+// fault before any call (no restart agreed: trainer 0 finds it asking every server, and votes
+// for the pass after). Refused (runner.resume off): trainer 0 names its fault "after pass 0", not
+// "in pass 0", and trainer 1, which heard of the restart at the meeting after the evaluation,
+// names trainer 0 "after pass 0" too (told with trainer 0's vote; before, trainer 0's vote after
+// the evaluation told nothing, and trainer 1 named nothing beside the restart).
+TEST_F(PsJobRecoveryRefused, AFaultBesideARestartFoundAfterThePassIsNamedAfterIt) {
+  const TrainerConfig cfg = ps_test_config(
+      {"runner.train_data_dir=" + (root_ / "train").string(),
+       "runner.test_data_dir=" + (root_ / "test").string(), "runner.sync_mode=async",
+       "runner.epochs=1", "runner.print_interval=20", "runner.collective_timeout_s=20",
+       "runner.save_mode=checkpoint",
+       "runner.model_save_path=" + (root_ / "refused_after_pass").string(), "runner.resume=off"});
+  Servers shards(cfg, 2);
+  std::atomic<bool> restarted{false};
+  std::atomic<bool> faulted{false};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      // Trainer 0's card fails as its evaluation begins, once, after the restart.
+      const PsTrainer::OrderHook hook = [&, w](const std::string& point) {
+        if (w == 0 && point == "evaluate" && restarted.load() && !faulted.exchange(true)) {
+          throw Error(kFault);
+        }
+      };
+      RunHooks hooks;
+      if (w == 0) {
+        hooks.on_pass = [&](const PassReport& report) {
+          if (report.pass != 0 || restarted.load()) return;
+          // Trainer 1 evaluated epoch 0 and waits at the meeting after it (60 s at most).
+          for (int i = 0; i < 60000 && shards.barrier_waiters(0) == 0; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          restarted = true;
+          shards.restart(1);
+        };
+      }
+      try {
+        TrainerEnv env;
+        env.servers = shards.endpoints();
+        env.trainer_id = w;
+        env.trainers = 2;
+        PsTrainer trainer(cfg, env, hook);
+        trainer.train("", hooks);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(restarted.load());
+  EXPECT_TRUE(faulted.load());
+  EXPECT_EQ(errors[0].rfind("pass 0: server ", 0), 0u) << errors[0];
+  EXPECT_NE(errors[0].find(std::string("; this trainer also failed after pass 0: card 0: ") +
+                           kFault + "; the trainer stops: runner.resume is off"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("; trainer 0 also failed after pass 0 (its log, log/workerlog.0 under "
+                           "scripts/launch.sh, names why); trainer 0 cannot go back to a save"),
+            std::string::npos)
+      << errors[1];
+  for (const std::string& error : errors) {
+    EXPECT_EQ(error.find("also failed in pass"), std::string::npos) << error;
+  }
 }
 
 }  // namespace

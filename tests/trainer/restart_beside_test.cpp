@@ -34,8 +34,9 @@ TEST_F(RestartBeside, TheSameFailureIsNamedOnceWithItsCards) {
 }
 
 // A failure told (another thread's stopping this one, another trainer's restart heard at a sync
-// barrier) is not this trainer's fault: left out, whatever its words; one naming another card's
-// error is left out too, but not one beside a card whose error is empty.
+// barrier, the communicator's abort for another card's failure) is not this trainer's fault:
+// left out, whatever its words. One not told is named whatever its words, even those of a
+// communicator's abort for another card (the type decides, device::CardSet::run_on_cards).
 TEST_F(RestartBeside, AFailureThatOnlyTellsOfAnotherIsLeftOut) {
   EXPECT_EQ(named({{0,
                     "sync mode, pass 1, step 4: another trainer's step failed on a server "
@@ -43,8 +44,11 @@ TEST_F(RestartBeside, AFailureThatOnlyTellsOfAnotherIsLeftOut) {
                     /*told=*/true},
                    {1, "stopped: card 0: sync mode, pass 1, step 4: ...", /*told=*/true}}),
             "");
+  EXPECT_EQ(
+      named({{0, "fault a"}, {1, "communicator aborted (x): card 0: fault a", /*told=*/true}}),
+      "card 0: fault a");
   EXPECT_EQ(named({{0, "fault a"}, {1, "communicator aborted (x): card 0: fault a"}}),
-            "card 0: fault a");
+            "card 0: fault a; card 1: communicator aborted (x): card 0: fault a");
   EXPECT_EQ(named({{0, ""}, {1, "card 0: in a message of its own"}}),
             "card 0: ; card 1: card 0: in a message of its own");
 }

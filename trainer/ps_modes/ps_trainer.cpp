@@ -178,6 +178,7 @@ void PsTrainer::start_job(bool recovery) {
   State& s = *state_;
   // A restart found or agreed on in an earlier job of this object is not this job's.
   restart_agreed_ = false;
+  training_pass_ = -1;
   restarts_found_.clear();
   // A recovery keeps the marks (PsPeerWatch::reset), and so what this trainer marked.
   if (!recovery) s.failure_marked = false;

@@ -136,7 +136,10 @@ class PsTrainer final : public Schedule {
   // Test hook: runs on the trainer's thread at the points where a test orders the trainers of
   // a job (threads of one process), given the point: "meet <name>" as this trainer comes to
   // meeting <name>, "ps/start: read the job's id" after the job start's meeting (in the
-  // constructor too), before a sync job's trainer reads the job's id there.
+  // constructor too), before a sync job's trainer reads the job's id there; on thread 0's
+  // (card 0's), "arrive pass p, <what>" and "arrived pass p, <what>" around a sync pass's barrier
+  // <what> ("step 3", "step 3's pulls"), and "evaluate" as an evaluation begins there (what it
+  // throws is that card's failure).
   using OrderHook = std::function<void(const std::string& point)>;
 
   // How long the trainers of a job wait for each other to go back to the last save after a
@@ -290,8 +293,10 @@ class PsTrainer final : public Schedule {
   std::string own_failure_in_pass(const std::exception_ptr& error, int64_t pass) const;
   // "trainer k also failed in pass p (its log ... names why)": the first other trainer whose
   // vote for pass `pass` told a failure beside its restart; "" when none did (or the votes
-  // cannot be read: the first server, which holds them, restarted).
-  std::string other_failed_in_pass(int64_t pass);
+  // cannot be read: the first server, which holds them, restarted). `voted_after`: the votes
+  // read are those cast after pass `pass`'s vote (vote_after_evaluation's, for the pass after);
+  // `after`: the failure came after the pass's training: "after pass p".
+  std::string other_failed_in_pass(int64_t pass, bool voted_after, bool after);
   // Whether a server restart is known here: agreed (the vote, trainer 0's outcome), pending in
   // this trainer's client, or found by asking every server who it is.
   bool restart_found();
@@ -301,8 +306,9 @@ class PsTrainer final : public Schedule {
   // recover_together's first step when no restart was agreed yet (this trainer's own calls found
   // one after pass `pass`'s vote: an epoch's evaluation): its vote for the pass after, cast before
   // it meets the others after the evaluation, unless the first server restarted (every trainer
-  // finds that itself).
-  void vote_after_evaluation(int64_t pass);
+  // finds that itself); the vote tells whether `error` also failed otherwise (as
+  // agree_on_restart's).
+  void vote_after_evaluation(int64_t pass, const Error& error);
   // recover_together's rendezvous: trainer 0 chooses the save (its lineage) and tells the others
   // before they meet (`failed`: its refusal, told too); the others read it after they met, and
   // check that its folder holds that pass's save.
@@ -360,6 +366,10 @@ class PsTrainer final : public Schedule {
   // trainer 0's outcome), and the restarts this trainer found and accepted before recover()
   // (named in its warning).
   bool restart_agreed_ = false;
+  // The pass train_pass trains (-1 outside it), left set when it throws: recover_together then
+  // names a failure beside a restart "in pass p", else "after pass p" (an epoch's evaluation, a
+  // save), whichever meeting agreed on the restart; recover_together resets it first.
+  int64_t training_pass_ = -1;
   std::string restarts_found_;
   OrderHook order_hook_;
 };

@@ -207,7 +207,7 @@ struct PsTrainer::PassThreads {
   void meet_step(int t, std::size_t b) {
     local.wait();  // every thread's updates of this step are on the servers
     if (t == 0) stop.before_sync_barrier(b);
-    if (t == 0) barriers.arrive("step " + std::to_string(b));
+    if (t == 0) arrive("step " + std::to_string(b));
     if (t == 0) stop.after_sync_barrier(b, b + 1 == data.steps);
     if (t == 0 && (b + 1 == data.steps || stop.stopping()) && !end_pass_meets(b + 1)) {
       barriers.leave();
@@ -218,9 +218,19 @@ struct PsTrainer::PassThreads {
   // (meet_pulled), the pass's last dense window, its dense table. `last`: the pass's last one.
   void meet_all(int t, const std::string& what, bool last = false) {
     local.wait();
-    if (t == 0) barriers.arrive(what);
+    if (t == 0) arrive(what);
     if (t == 0 && last) barriers.leave();
     local.wait();
+  }
+  // Thread 0's arrival at a barrier of every trainer, between the order hook's points "arrive
+  // pass p, <what>" and "arrived pass p, <what>" (tests).
+  void arrive(const std::string& what) {
+    const auto point = [&](const char* at) {
+      if (trainer.order_hook_) trainer.order_hook_(detail::concat(at, " pass ", pass, ", ", what));
+    };
+    point("arrive");
+    barriers.arrive(what);
+    point("arrived");
   }
   // Whether end_pass meets every trainer after a pass of `steps` steps (sync).
   bool end_pass_meets(std::size_t steps) const {
@@ -369,7 +379,9 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   bool whole = true;
   s.cards.run_on_cards(
       [&](device::Card& card) {
-        if (card.local_index() == 0) whole = eval_thread(data, keep_predictions, &result);
+        if (card.local_index() != 0) return;
+        if (order_hook_) order_hook_("evaluate");
+        whole = eval_thread(data, keep_predictions, &result);
       },
       [&](const std::string& why) {
         if (data.stream != nullptr) data.stream->abort(why);
@@ -415,6 +427,7 @@ uint64_t PsTrainer::step_allocations() const {
 PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   State& s = *state_;
   const int64_t pass = pass_id_++;
+  training_pass_ = pass;  // until it returns
   Timer pass_timer;
   const std::vector<std::string> share =
       config_.runner.split_file_list ? trainer_file_share(files, env_.trainer_id, env_.trainers)
@@ -485,6 +498,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
       {"trainers", static_cast<double>(env_.trainers)},
       {"cached_instances", static_cast<double>(data.stats().cached_instances)},
       {"skipped_lines", static_cast<double>(data.stats().skipped_lines())}};
+  training_pass_ = -1;
   return report;
 }
 

@@ -91,7 +91,7 @@ std::string PsTrainer::own_failure_in_pass(const std::exception_ptr& error, int6
   return "";
 }
 
-std::string PsTrainer::other_failed_in_pass(int64_t pass) {
+std::string PsTrainer::other_failed_in_pass(int64_t pass, bool voted_after, bool after) {
   const auto trainers = static_cast<std::size_t>(env_.trainers);
   std::vector<float> votes(2 * trainers, 0.0f);
   // Bounded like a ping: a first server down (it holds the votes) does not hold the recovery.
@@ -101,15 +101,16 @@ std::string PsTrainer::other_failed_in_pass(int64_t pass) {
   if (!state_->servers->dense(DenseAction::kRead, kRestartVotesTable, &votes, call).ok()) {
     return "";
   }
-  const auto mark = static_cast<float>(pass + 1);
+  // A restart found after the pass's vote is voted for the pass after (vote_after_evaluation).
+  const auto mark = static_cast<float>(voted_after ? pass + 2 : pass + 1);
   for (std::size_t k = 0; k < trainers; ++k) {
     if (k == static_cast<std::size_t>(env_.trainer_id)) continue;
     // With the trainer's vote for the pass: a mark left by an earlier train() of this object
     // (its recovery refused, the table not reset since) whose vote was added to again is not
     // this pass's.
     if (votes[k] != mark || votes[trainers + k] != mark) continue;
-    return detail::concat("trainer ", k, " also failed in pass ", pass, " (its log, log/workerlog.",
-                          k, " under scripts/launch.sh, names why)");
+    return detail::concat("trainer ", k, " also failed ", after ? "after" : "in", " pass ", pass,
+                          " (its log, log/workerlog.", k, " under scripts/launch.sh, names why)");
   }
   return "";
 }
@@ -213,7 +214,7 @@ bool PsTrainer::agree_on_restart(int64_t pass, const std::exception_ptr& restart
   return found;
 }
 
-void PsTrainer::vote_after_evaluation(int64_t pass) {
+void PsTrainer::vote_after_evaluation(int64_t pass, const Error& error) {
   State& s = *state_;
   // Found after pass `pass`'s vote by this trainer's own calls (an epoch's evaluation): the
   // others hear of it where every trainer meets after the evaluation (agree_after_evaluation),
@@ -227,7 +228,8 @@ void PsTrainer::vote_after_evaluation(int64_t pass) {
   if (!s.servers->restart_pending(0)) {  // the first server (the votes') not restarted
     const std::string p = std::to_string(pass);
     try {
-      vote_restart(pass + 1);
+      // Classified once every restarted server is known (above).
+      vote_restart(pass + 1, !own_failure_in_pass(error, pass, /*after=*/true).empty());
       voted = true;
       meet("ps/evaluated/" + p, "after the evaluation of pass " + p);
     } catch (const Error& e) {
@@ -345,6 +347,11 @@ SaveLineage::Recovery PsTrainer::meet_to_go_back(int64_t pass,
 }
 
 std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t pass) {
+  // The failure came from the pass's training (agreed at the pass's vote, or not: a call cut
+  // off as a server went down, found only now), or after it: an epoch's evaluation, a save, or
+  // another trainer's, heard at the meeting after them.
+  const bool after_pass = training_pass_ != pass;
+  training_pass_ = -1;
   if (!restart_found()) return std::nullopt;  // fails as before
   GPUBOX_LOG(WARNING) << "pass " << pass << ": " << error.what()
                       << "; a server restarted: going back to the last save with the others";
@@ -363,15 +370,18 @@ std::optional<int64_t> PsTrainer::recover_together(const Error& error, int64_t p
       }
     }
   } remake{*this};
-  // Not agreed at the pass's vote: found after it (an epoch's evaluation, a save).
-  const bool after_pass = !restart_agreed_;
-  if (!restart_agreed_) vote_after_evaluation(pass);
+  // The vote that agreed on the restart, whose marks tell who else failed: the pass's, or the one
+  // after the pass (for the pass after): this trainer's own below, a failure of the pass's
+  // training among them when the pass's vote did not agree (its restart found only now), or
+  // another trainer's heard at the meeting after an evaluation.
+  const bool voted_after = after_pass || !restart_agreed_;
+  if (!restart_agreed_) vote_after_evaluation(pass, error);
   // Found at the first round (every restarted server known then) and named at each.
   std::optional<std::string> beside;
   const auto beside_of = [&] {
     if (beside) return *beside;
     beside = own_failure_in_pass(error, pass, after_pass);
-    if (beside->empty()) beside = other_failed_in_pass(pass);
+    if (beside->empty()) beside = other_failed_in_pass(pass, voted_after, after_pass);
     return *beside;
   };
   for (;;) {

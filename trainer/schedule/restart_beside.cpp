@@ -28,12 +28,6 @@ std::string card_failures_beside_restart(const std::vector<device::CardsFailed::
   std::vector<std::pair<std::vector<int>, std::string>> distinct;
   for (const auto& failure : failures) {
     if (failure.told || SaveLineage::names_a_restart(failure.message, host)) continue;
-    const bool follows = std::any_of(failures.begin(), failures.end(), [&](const auto& other) {
-      return other.rank != failure.rank && !other.message.empty() &&
-             failure.message.find("card " + std::to_string(other.rank) + ": " + other.message) !=
-                 std::string::npos;
-    });
-    if (follows) continue;
     auto same = std::find_if(distinct.begin(), distinct.end(),
                              [&](const auto& d) { return d.second == failure.message; });
     if (same != distinct.end()) {

@@ -20,8 +20,8 @@ inline constexpr std::size_t kCardFailuresNamed = 4;
 // found, each distinct failure once with the cards that met it ("card 0: ...; cards 1, 2:
 // ..."), the first kCardFailuresNamed of them, then how many cards more ("; and 2 more cards");
 // "" when none. A card whose error only tells of another failure (Failure::told: another
-// thread's, another trainer's restart heard at a sync barrier), or names another card's
-// non-empty error ("communicator aborted (...): card 0: ..."), failed because of it: left out.
+// thread's, another trainer's restart heard at a sync barrier, the communicator's abort for
+// another card's failure) failed because of it: left out.
 std::string card_failures_beside_restart(const std::vector<device::CardsFailed::Failure>& failures,
                                          table::HostTier& host);
 

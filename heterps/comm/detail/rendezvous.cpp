@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/group_aborted.hpp"
 #include "heterps/device/card.hpp"
 
 namespace gpubox::comm::detail {
@@ -125,8 +126,8 @@ void Rendezvous::fail_locked(MutexLock& lock, int rank, const char* collective) 
     if (--in_data_phase_ == 0) cv_.notify_all();
   }
   while (in_data_phase_ != 0) cv_.wait(lock);
-  throw Error(::gpubox::detail::concat("communicator aborted (rank ", rank, " in ", collective,
-                                       "): ", reason_));
+  GPUBOX_GROUP_ABORTED(reason_, "communicator aborted (rank ", rank, " in ", collective,
+                       "): ", reason_);
 }
 
 std::string Rendezvous::missing_ranks_locked() const {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/group_aborted.hpp"
 #include "heterps/comm/communicator.hpp"
 #include "heterps/device/memory.hpp"
 #include "tests/heterps/comm/comm_test_util.hpp"
@@ -159,6 +161,63 @@ INSTANTIATE_TEST_SUITE_P(
       return std::to_string(std::get<0>(info.param)) + "ranks_" +
              collective_name(std::get<1>(info.param));
     });
+
+// A rank woken by the abort for another card's failure only tells of it: run_on_cards marks it
+// told (CardsFailed::Failure::told), by the abort's type and whose reason it was, through the
+// step and stream contexts that wrap it on the card's thread. An abort for anything else (the
+// group's timeout) is a failure of its own, and so is an error of another type, whatever its
+// words (before, the trainer matched "card R: <R's error>" in the text).
+TEST(CommFailure, AnAbortForAnotherCardsFailureIsMarkedTold) {
+  GPUBOX_REQUIRE_CARDS(2);
+  auto failures_of = [](CardGroup& cg,
+                        const std::function<void(device::Card&, Communicator&)>& fn) {
+    try {
+      cg.run(fn);
+    } catch (const device::CardsFailed& e) {
+      return e.failures();
+    }
+    ADD_FAILURE() << "no card failed";
+    return std::vector<device::CardsFailed::Failure>{};
+  };
+  {
+    CardGroup cg(2, std::chrono::minutes(5));
+    const auto failed = failures_of(cg, [](device::Card& card, Communicator& comm) {
+      comm.set_step(1, 4);
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // rank 0 blocks first
+        GPUBOX_FAIL("planted failure 4711");
+      }
+      call_collective(Blocked::kAllReduce, card, comm);
+    });
+    ASSERT_EQ(failed.size(), 2u);
+    EXPECT_THAT(failed[0].message, HasSubstr("communicator aborted"));
+    EXPECT_THAT(failed[0].message, HasSubstr("card 1: planted failure 4711"));
+    EXPECT_TRUE(failed[0].told) << failed[0].message;
+    EXPECT_FALSE(failed[1].told) << failed[1].message;
+  }
+  {
+    // The words of such an abort, thrown as a plain error: not told.
+    CardGroup cg(2, std::chrono::minutes(5));
+    const auto failed = failures_of(cg, [](device::Card&, Communicator& comm) {
+      if (comm.rank() == 1) GPUBOX_FAIL("planted failure 4711");
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      GPUBOX_FAIL("communicator aborted (rank 0 in all_reduce_sum): card 1: planted failure 4711");
+    });
+    ASSERT_EQ(failed.size(), 2u);
+    EXPECT_FALSE(failed[0].told) << failed[0].message;
+    EXPECT_FALSE(failed[1].told) << failed[1].message;
+  }
+  {
+    // Rank 1 never comes: rank 0's abort is the group's timeout, which no card told.
+    CardGroup cg(2, std::chrono::milliseconds(250));
+    const auto failed = failures_of(cg, [](device::Card& card, Communicator& comm) {
+      if (comm.rank() == 0) call_collective(Blocked::kBarrier, card, comm);
+    });
+    ASSERT_EQ(failed.size(), 1u);
+    EXPECT_EQ(failed[0].rank, 0);
+    EXPECT_FALSE(failed[0].told) << failed[0].message;
+  }
+}
 
 TEST(CommFailure, AbortFromAnotherThreadWakesRanks) {
   GPUBOX_REQUIRE_CARDS(4);
