@@ -14,6 +14,7 @@
 #include "heterps/device/step_graph.hpp"
 #include "tests/trainer/dropout_reference.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/flen_reference.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dropout.hpp"
@@ -167,6 +168,46 @@ TEST_F(DropoutTest, ForwardAndGradientsMatchFloat64ReferenceWithTheSameMask) {
     checked += check(dnn_config(p), 6, 101);
   }
   EXPECT_GT(checked, 400u);
+}
+
+// PaddleRec's flen drops each DNN hidden unit three times (after the Linear, the ReLU and the batch
+// norm, which is not built: keep (1-p)^3) and its bi-interaction's ReLU'd layer once (keep 1-p,
+// the side mask), not the logit: forward, loss, dense and pushed gradients against the float64
+// reference with the same masks, with and without hidden layers, at batches 7 and 1.
+TEST_F(DropoutTest, FlenDropsItsDnnThriceAndItsBiInteractionLayer) {
+  for (const std::vector<int>& fc_sizes : {std::vector<int>{6, 4}, std::vector<int>{}}) {
+    for (const float p : {0.2f, 0.5f}) {
+      SCOPED_TRACE("p " + std::to_string(p) + ", hidden layers " + std::to_string(fc_sizes.size()));
+      DenseModelConfig cfg;
+      cfg.kind = ModelKind::kFlen;
+      cfg.slots = 5;
+      cfg.flen_groups = {2, 1, 2};
+      cfg.mf_dim = 3;
+      cfg.dense_dim = 2;
+      cfg.fc_sizes = fc_sizes;
+      cfg.seed = 41;
+      cfg.dnn_dropout = p;
+      DenseModel model(card_, cfg);
+      ASSERT_TRUE(model.dropout().drops_side());
+      ASSERT_FALSE(model.dropout().drops_output());
+      const double hidden_keep = std::pow(1.0 - p, 3);
+      if (!fc_sizes.empty()) {
+        EXPECT_NEAR(1.0 / model.dropout().mask(0).scale, hidden_keep, 1e-7);
+      }
+      for (const int64_t batch : {7, 1}) {
+        model.set_dropout_steps(0);
+        testing::DropoutReference drop{&model.dropout(), p, 1};
+        drop.hidden_dropouts = 3;
+        testing::check_against_reference(
+            card_, model, 90 + batch,
+            [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& w,
+                const std::vector<double>& rec) {
+              return testing::flen_logit(cfg, h, i, w, rec, drop);
+            },
+            batch);
+      }
+    }
+  }
 }
 
 TEST_F(DropoutTest, EdgeSizesBatchOneWidthOneRateNearOne) {

@@ -46,8 +46,9 @@ struct DenseModelConfig {
   // sigmoid(u1 - u0), loss the cross entropy (DenseModel).
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
   // hyper_parameters.dnn_dropout: PaddleRec's Dropout(p) after every Linear and every ReLU of the
-  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2), and after deepfefm's and
-  // fat_deepffm's 1-wide DNN output; in training only (dropout.hpp). 0: none. Not with batch_norm.
+  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2; flen's (1-p)^3, its net's
+  // third after a batch norm), after deepfefm's and fat_deepffm's 1-wide DNN output and flen's
+  // bi-interaction's layer; in training only (dropout.hpp). 0: none. Not with batch_norm.
   float dnn_dropout = 0.0f;
   // The PS modes' trainer (PADDLE_TRAINER_ID), mixed into the dropout masks' seed: their threads'
   // cards are ranked 0.. on every trainer, and equal ranks would draw equal masks. 0 elsewhere (the

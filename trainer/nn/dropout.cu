@@ -88,19 +88,25 @@ void set_dropout_step_async(const device::Stream& stream, uint64_t* step, uint64
   device::parallel_for(stream, 1, SetStep{step, value});
 }
 
-MlpDropout::MlpDropout(device::Card& card, double p, uint64_t seed, int hidden, bool output)
-    : hidden_(hidden), output_(output) {
+MlpDropout::MlpDropout(device::Card& card, double p, uint64_t seed, const MlpDropoutShape& shape)
+    : hidden_(shape.hidden), output_(shape.output), side_(shape.side) {
   // The float the config gives (0.999f is a little above 0.999).
   GPUBOX_EXPECTS(p >= 0.0 && static_cast<float>(p) <= 0.999f,
                  "hyper_parameters.dnn_dropout must be in [0, 0.999], got ", p);
+  GPUBOX_EXPECTS(shape.hidden_dropouts >= 1, "dropout: ", shape.hidden_dropouts,
+                 " Dropouts per hidden unit");
   step_ = card.make_buffer<uint64_t>(0);
-  if (p == 0.0 || (hidden == 0 && !output)) return;
-  // PaddleRec's Dropout after the Linear and after the ReLU: a hidden unit kept by both.
+  if (p == 0.0 || (hidden_ == 0 && !output_ && !side_)) return;
+  // PaddleRec's Dropouts after the Linear and the ReLU (and flen's norm): a hidden unit kept by
+  // every one.
   const double keep = 1.0 - p;
-  for (int l = 0; l < hidden; ++l) {
-    masks_.push_back(make_dropout_mask(seed, card.rank(), l, keep * keep));
+  double hidden_keep = 1.0;  // keep^n by products: keep * keep for 2, as before flen's third
+  for (int d = 0; d < shape.hidden_dropouts; ++d) hidden_keep *= keep;
+  for (int l = 0; l < hidden_; ++l) {
+    masks_.push_back(make_dropout_mask(seed, card.rank(), l, hidden_keep));
   }
-  masks_.push_back(make_dropout_mask(seed, card.rank(), hidden, keep));  // the output's
+  masks_.push_back(make_dropout_mask(seed, card.rank(), hidden_, keep));  // the output's
+  if (side_) masks_.push_back(make_dropout_mask(seed, card.rank(), hidden_ + 1, keep));
   step_ = card.make_buffer<uint64_t>(1);
   set_dropout_step_async(card.stream(), step_.data(), 0);
 }
@@ -121,14 +127,22 @@ void MlpDropout::hidden_forward(const device::Stream& stream, std::size_t l, voi
 
 void MlpDropout::output_forward(const device::Stream& stream, float* logits, int64_t rows) const {
   if (!drops_output()) return;
-  apply_dropout_async(stream, masks_.back(), step_.data(), logits, ElementType::kF32, rows, 1, 1);
+  apply_dropout_async(stream, masks_.at(hidden_), step_.data(), logits, ElementType::kF32, rows, 1,
+                      1);
 }
 
 void MlpDropout::output_backward(const device::Stream& stream, void* dz, ElementType type,
                                  int64_t rows) const {
   if (!drops_output()) return;
   // d(m y / q)/dy = m / q: the same units, the same scale.
-  apply_dropout_async(stream, masks_.back(), step_.data(), dz, type, rows, 1, 1);
+  apply_dropout_async(stream, masks_.at(hidden_), step_.data(), dz, type, rows, 1, 1);
+}
+
+void MlpDropout::side_forward(const device::Stream& stream, float* y, int64_t rows, int cols,
+                              int64_t ld) const {
+  if (!drops_side()) return;
+  apply_dropout_async(stream, masks_.at(hidden_ + 1), step_.data(), y, ElementType::kF32, rows,
+                      cols, ld);
 }
 
 }  // namespace gpubox::trainer
