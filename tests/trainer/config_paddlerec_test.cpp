@@ -325,6 +325,11 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
   EXPECT_NE(note("PaddleRec/models/rank/dcn_v2", {}).find("0.5, PaddleRec's dcn_v2 folder's"),
             std::string::npos)
       << note("PaddleRec/models/rank/dcn_v2", {});
+  // flen's net drops a hidden unit three times (after its batch norm too) and its
+  // bi-interaction's layer.
+  const std::string flen = note("PaddleRec/models/rank/flen", groups);
+  EXPECT_NE(flen.find("a hidden unit kept with probability 0.512"), std::string::npos) << flen;
+  EXPECT_NE(flen.find("after the bi-interaction's layer"), std::string::npos) << flen;
   EXPECT_EQ(note("PaddleRec/models/rank/dcn_v2", {"hyper_parameters.dnn_dropout=0.5"}), "");
   EXPECT_EQ(note("elsewhere", {}), "");
   const auto refusal = [&](const std::string& folder, const std::vector<std::string>& overrides) {

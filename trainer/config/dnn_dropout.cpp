@@ -21,7 +21,8 @@ std::string rate_text(double p) {
 }  // namespace
 
 double paddlerec_dnn_dropout(const std::string& model) {
-  // Their DNNLayer's (DNN's) dropout_rate: a Dropout after every Linear and every ReLU.
+  // Their DNNLayer's (DNN's) dropout_rate: a Dropout after every Linear and every ReLU (flen's:
+  // and every batch norm, and its fwbi_drop at the same 0.2).
   if (model == "dcn_v2" || model == "fat_deepffm") return 0.5;
   if (model == "deepfefm" || model == "flen") return 0.2;
   return 0.0;
@@ -49,7 +50,8 @@ Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& d
                                             : std::string(kKey) + " is not set, and PaddleRec's " +
                                                   config::paddlerec_model_name(doc) +
                                                   " folder's rate is " + rate_text(p);
-  // At most 0.999: a hidden unit kept with probability (1-p)^2 >= 1e-6, its scale 1/(1-p)^2 <= 1e6
+  // At most 0.999: a hidden unit kept with probability (1-p)^2 >= 1e-6 (flen's (1-p)^3 >= 1e-9,
+  // still above 2^-32), its scale 1/(1-p)^2 <= 1e6
   // (a float, as the rate the net is given); nearer 1 the keep rounds toward 0.
   if (!(p >= 0.0 && p <= kMaxDnnDropout && static_cast<float>(p) <= 0.999f)) {
     return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 0.999] (the " +
@@ -99,11 +101,15 @@ std::string dnn_dropout_note(const config::ConfigDocument& doc) {
            "is not a ReLU's, whose mask the dropout's backward reuses); "
            "-o hyper_parameters.dnn_batch_norm=false trains the folder's dropout";
   }
+  // flen's net drops after its DNN's batch norms too (not built) and its bi-interaction's layer.
+  const bool flen = config::paddlerec_model_name(doc) == "flen";
+  const double keep = flen ? (1.0 - p) * (1.0 - p) * (1.0 - p) : (1.0 - p) * (1.0 - p);
   return std::string(kKey) + ": " + rate_text(p) + ", PaddleRec's " +
-         config::paddlerec_model_name(doc) +
-         " folder's (its net's Dropout after every Linear and every ReLU of the dnn: a hidden "
-         "unit kept with probability " +
-         rate_text((1.0 - p) * (1.0 - p)) + ", in training only); -o " + kKey + "=0 turns it off";
+         config::paddlerec_model_name(doc) + " folder's (its net's Dropout after every Linear " +
+         (flen ? "and every ReLU and batch norm of the dnn, and after the bi-interaction's layer"
+               : "and every ReLU of the dnn") +
+         ": a hidden unit kept with probability " + rate_text(keep) + ", in training only); -o " +
+         kKey + "=0 turns it off";
 }
 
 }  // namespace gpubox::trainer
