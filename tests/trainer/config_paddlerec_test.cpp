@@ -111,7 +111,10 @@ void expect_differences_from_paddlerec_said() {
       {config::ModelKind::kDeepFm, "slots' embeddings only"},
       {config::ModelKind::kDeepFm, "sparse_feature_dim - 1"},
       {config::ModelKind::kFatDeepffm, "undropped bias"},
-      {config::ModelKind::kFlen, "not the third after its batch norm"},
+      // flen's three Dropouts a hidden unit and the one after its bi-interaction's layer.
+      {config::ModelKind::kFlen, "kept with probability (1-p)^3"},
+      {config::ModelKind::kFlen, "one of 1-p after the bi-interaction's layer's ReLU"},
+      {config::ModelKind::kFatDeepffm, "drop(w.h + b) + first-order + bias"},
       {config::ModelKind::kAutoint, "never calls it"},
       {config::ModelKind::kFlen, "batch norm"}};
   for (const auto& [kind, phrase] : said) {
