@@ -348,6 +348,21 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
   EXPECT_NE(refusal("elsewhere", {"hyper_parameters.dnn_dropout=0.9995"}).find("[0, 0.999]"),
             std::string::npos);
   EXPECT_EQ(rate("elsewhere", {"hyper_parameters.dnn_dropout=0.999"}), 0.999f);
+  // flen's (1-p)^3 at least 2^-20 (the masks' 32-bit threshold): at most 0.990.
+  const auto flen_at = [&](const char* p) {
+    std::vector<std::string> overrides = groups;
+    overrides.push_back(std::string("hyper_parameters.dnn_dropout=") + p);
+    return overrides;
+  };
+  EXPECT_EQ(rate("PaddleRec/models/rank/flen", flen_at("0.99")), 0.99f);
+  for (const char* p : {"0.991", "0.999"}) {
+    const std::string flen_high = refusal("PaddleRec/models/rank/flen", flen_at(p));
+    EXPECT_NE(flen_high.find("hyper_parameters.dnn_dropout is " + std::string(p) +
+                             ", but flen's net drops a hidden unit 3 times"),
+              std::string::npos)
+        << flen_high;
+    EXPECT_NE(flen_high.find("must be at most 0.9901 for flen"), std::string::npos) << flen_high;
+  }
   EXPECT_NE(
       refusal("elsewhere", {"hyper_parameters.model=wide", "hyper_parameters.dnn_dropout=0.2"})
           .find("wide has no dnn"),

@@ -315,6 +315,17 @@ TEST_F(DropoutTest, RateOutsideZeroTo0999OrWithBatchNormIsRefused) {
     EXPECT_NE(testing::refusal(card_, dnn_config(p)).find("hyper_parameters.dnn_dropout"),
               std::string::npos);
   }
+  // flen's hidden keep (1-p)^3 at least 2^-20 (kMinDropoutKeep): 0.99 built, 0.995 refused.
+  DenseModelConfig flen = dnn_config(0.99f);
+  flen.kind = ModelKind::kFlen;
+  flen.slots = 5;
+  flen.flen_groups = {2, 1, 2};
+  DenseModel flen_highest(card_, flen);
+  EXPECT_GE(flen_highest.dropout().mask(0).keep_below, 4096u);
+  flen.dnn_dropout = 0.995f;
+  EXPECT_NE(testing::refusal(card_, flen).find("hyper_parameters.dnn_dropout 0.995"),
+            std::string::npos)
+      << testing::refusal(card_, flen);
   DenseModelConfig norm = dnn_config(0.2f);
   norm.batch_norm = true;
   EXPECT_NE(testing::refusal(card_, norm).find("dnn_batch_norm"), std::string::npos);

@@ -207,7 +207,7 @@ void DenseModel::add_dropout() {
                  "(the normalised output is no ReLU output: its mask would have to be kept)");
   MlpDropoutShape shape;
   shape.hidden = layers_.empty() ? 0 : static_cast<int>(layers_.size()) - 1;
-  shape.hidden_dropouts = flen_ ? 3 : 2;
+  shape.hidden_dropouts = dropouts_per_hidden_unit(config_.kind);
   shape.output = !layers_.empty() && !two_class() &&
                  (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
   shape.side = flen_ != nullptr;

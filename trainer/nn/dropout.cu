@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
+#include "trainer/nn/dense_model_types.hpp"
 #include "trainer/nn/dropout.hpp"
 
 namespace gpubox::trainer {
@@ -100,8 +101,12 @@ MlpDropout::MlpDropout(device::Card& card, double p, uint64_t seed, const MlpDro
   // PaddleRec's Dropouts after the Linear and the ReLU (and flen's norm): a hidden unit kept by
   // every one.
   const double keep = 1.0 - p;
-  double hidden_keep = 1.0;  // keep^n by products: keep * keep for 2, as before flen's third
-  for (int d = 0; d < shape.hidden_dropouts; ++d) hidden_keep *= keep;
+  // keep^n by products: keep * keep for 2, as before flen's third.
+  const double hidden_keep = dropout_hidden_keep(p, shape.hidden_dropouts);
+  GPUBOX_EXPECTS(hidden_ == 0 || hidden_keep >= kMinDropoutKeep, "hyper_parameters.dnn_dropout ", p,
+                 ": a hidden unit passing ", shape.hidden_dropouts,
+                 " Dropouts is kept with probability ", hidden_keep,
+                 ", below 2^-20 (the mask's 32-bit threshold would misstate it)");
   for (int l = 0; l < hidden_; ++l) {
     masks_.push_back(make_dropout_mask(seed, card.rank(), l, hidden_keep));
   }
