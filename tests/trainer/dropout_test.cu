@@ -291,6 +291,42 @@ TEST_F(DropoutTest, EvaluationIsTheNetWithoutDropout) {
   EXPECT_NE(eval, train_preds) << "training predictions should carry the mask";
 }
 
+// flen's evaluation and prediction do not drop its bi-interaction's layer either (the side mask
+// is a training forward's): with no hidden layer only that mask could differ, and with hidden
+// layers both: the same predictions as the net at p 0 with the same parameters.
+TEST_F(DropoutTest, FlenEvaluationAppliesNoBiInteractionMask) {
+  for (const std::vector<int>& fc_sizes : {std::vector<int>{}, std::vector<int>{6, 4}}) {
+    SCOPED_TRACE("hidden layers " + std::to_string(fc_sizes.size()));
+    const auto flen = [&](float p) {
+      DenseModelConfig cfg;
+      cfg.kind = ModelKind::kFlen;
+      cfg.slots = 5;
+      cfg.flen_groups = {2, 1, 2};
+      cfg.mf_dim = 3;
+      cfg.dense_dim = 2;
+      cfg.fc_sizes = fc_sizes;
+      cfg.seed = 43;
+      cfg.dnn_dropout = p;
+      return cfg;
+    };
+    std::mt19937_64 rng(8);
+    const testing::HostBatch h = testing::make_field_batch(8, flen(0.5f), rng);
+    const testing::CardBatch batch(card_, h, 5);
+    DenseModel dropped(card_, flen(0.5f)), plain(card_, flen(0.0f));
+    ASSERT_TRUE(dropped.dropout().drops_side());
+    ASSERT_EQ(dropped.parameters().values_to_host(), plain.parameters().values_to_host());
+    auto push = card_.make_buffer<float>(h.offsets.back() * plain.pool().push_dim());
+    step_grads(card_, dropped, batch.view, push.data());  // a training step draws step 1's masks
+    const std::vector<float> train_preds =
+        device::to_host(dropped.predictions(), 8, card_.stream());
+    dropped.predict(batch.view);
+    plain.predict(batch.view);
+    const std::vector<float> eval = device::to_host(dropped.predictions(), 8, card_.stream());
+    EXPECT_EQ(eval, device::to_host(plain.predictions(), 8, card_.stream()));
+    EXPECT_NE(eval, train_preds) << "training predictions should carry the masks";
+  }
+}
+
 // p = 0 is today's net: no dropout work in the step (p > 0 adds the step counter's advance and one
 // launch per hidden layer; on CUDA also one per layer reading a dropped output, fc_1 and fc_2 here:
 // its input gradient is the GEMM and then the x > 0 mask kernel, where the net without dropout
