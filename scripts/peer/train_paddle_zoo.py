@@ -123,7 +123,8 @@ def build_dygraph_as_static(config, slots):
     with batch_dim_reshape():
         if len(inspect.signature(layer.forward).parameters) == 1:
             # flen's net takes the sparse list alone and reads [1:14], [14:17], [17:] of it (its
-            # avazu reader's first column is no field): the label stands in as the unread first.
+            # avazu reader's first column is no field): the label stands in as that first, which
+            # is not read by the net.
             pred = layer([label] + sparse)
         else:
             pred = layer(sparse, dense)

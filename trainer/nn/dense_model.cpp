@@ -302,11 +302,11 @@ std::string DenseModel::kernel_report(int64_t batch) const {
                         : dropout_->drops_output() ? "the output"
                                                    : "the bi-interaction's layer";
     out << "\n  dropout " << config_.dnn_dropout << ": " << first << " kept with probability "
-        << keep << (hidden && dropout_->drops_output() ? ", the output too" : "")
-        << (hidden && dropout_->drops_side()
-                ? ", the bi-interaction's layer with " + std::to_string(1.0f - config_.dnn_dropout)
-                : std::string())
-        << " (in place after each forward, training only; masks hashed per step)";
+        << keep << (hidden && dropout_->drops_output() ? ", the output too" : "");
+    if (hidden && dropout_->drops_side()) {
+      out << ", the bi-interaction's layer with " << 1.0f - config_.dnn_dropout;
+    }
+    out << " (in place after each forward, training only; masks hashed per step)";
   }
   return out.str();
 }
