@@ -210,6 +210,37 @@ TEST_F(DropoutTest, FlenDropsItsDnnThriceAndItsBiInteractionLayer) {
   }
 }
 
+// The masks' bits, pinned as drawn before the step keys moved into the step counter's kernel
+// (a hidden layer's, the output's and the side layer's, steps 1 and 2, 64 units each): a change
+// of the hash, the key or where it is computed that moves a bit fails here.
+TEST_F(DropoutTest, MaskBitsArePinned) {
+  MlpDropoutShape shape;
+  shape.hidden = 1;
+  shape.hidden_dropouts = 3;
+  shape.output = true;
+  shape.side = true;
+  MlpDropout drop(card_, 0.5, 11, shape);
+  std::vector<uint64_t> bits;
+  for (int step = 1; step <= 2; ++step) {
+    drop.begin_step(card_.stream());
+    for (int layer = 0; layer < 3; ++layer) {
+      auto y = up(std::vector<float>(64, 1.0f));
+      if (layer == 0)
+        drop.hidden_forward(card_.stream(), 0, y.data(), ElementType::kF32, 1, 64, 64);
+      if (layer == 1) drop.output_forward(card_.stream(), y.data(), 64);
+      if (layer == 2) drop.side_forward(card_.stream(), y.data(), 1, 64, 64);
+      const std::vector<float> out = device::to_host(y);
+      uint64_t kept = 0;
+      for (int i = 0; i < 64; ++i) kept |= static_cast<uint64_t>(out[i] != 0.0f) << i;
+      bits.push_back(kept);
+    }
+  }
+  // Hidden (keep 0.125), output, side (keep 0.5) at step 1, then at step 2.
+  EXPECT_EQ(bits, (std::vector<uint64_t>{0x2001800404000018ull, 0x4613598a30b0f0d5ull,
+                                         0x1dfaa4e8751dad1cull, 0x0004050501040800ull,
+                                         0x1c4db66e53001492ull, 0x88ae70f489c967ecull}));
+}
+
 TEST_F(DropoutTest, EdgeSizesBatchOneWidthOneRateNearOne) {
   check(dnn_config(0.5f), 1, 7);             // batch 1
   check(dnn_config(0.5f, {1, 1}), 6, 8);     // width 1
