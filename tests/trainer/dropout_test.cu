@@ -53,6 +53,13 @@ double dnn_logit(const DenseModelConfig& cfg, const testing::DropoutReference& d
 
 class DropoutTest : public ::testing::Test, protected testing::OneCard {
  protected:
+  // One mask's step state on the card at `step`: its key of the step written by the card's step
+  // kernel (apply_dropout_async reads it at dropout_step_keys(state, 1)).
+  device::device_buffer<uint64_t> state_at(const DropoutMask& mask, uint64_t step) {
+    auto state = up(std::vector<uint64_t>{0, mask.layer_key, 0});
+    set_dropout_step_async(card_.stream(), state.data(), 1, step);
+    return state;
+  }
   // One forward_backward of a seeded batch at dropout step 1, checked against the reference.
   std::size_t check(const DenseModelConfig& cfg, int64_t batch, uint64_t seed) {
     DenseModel model(card_, cfg);
@@ -70,16 +77,15 @@ TEST_F(DropoutTest, DropFractionIsWithinABinomialBound) {
   const int64_t rows = 512;
   const int cols = 300;
   const int64_t ld = 304;
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 7);
   for (const double p : {0.2, 0.5, 0.9}) {
     for (const bool hidden : {true, false}) {
       const double keep = hidden ? (1 - p) * (1 - p) : 1 - p;
       const DropoutMask mask = make_dropout_mask(3, 0, 1, keep);
+      const auto state = state_at(mask, 7);
       std::vector<float> ones(rows * ld, 1.0f);
       auto y = up(ones);
-      apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kF32, rows,
-                          cols, ld);
+      apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                          ElementType::kF32, rows, cols, ld);
       const std::vector<float> out = device::to_host(y);
       const uint64_t key = mask.step_key(7);
       double dropped = 0;
@@ -105,16 +111,15 @@ TEST_F(DropoutTest, DropFractionIsWithinABinomialBound) {
 
 // bf16 activations: the same units, the kept ones rounded to bf16 after the scale.
 TEST_F(DropoutTest, Bf16UnitsAreTheFloatUnits) {
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 2);
   const DropoutMask mask = make_dropout_mask(5, 1, 0, 0.64);
+  const auto state = state_at(mask, 2);
   const int64_t rows = 33, ld = 24;
   const int cols = 17;
   std::vector<Bf16> values(rows * ld);
   for (std::size_t k = 0; k < values.size(); ++k) values[k] = to_bf16(0.5f + 0.01f * (k % 50));
   auto y = up(values);
-  apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kBf16, rows, cols,
-                      ld);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                      ElementType::kBf16, rows, cols, ld);
   const std::vector<Bf16> out = device::to_host(y);
   for (int64_t r = 0; r < rows; ++r) {
     for (int c = 0; c < ld; ++c) {
@@ -129,9 +134,8 @@ TEST_F(DropoutTest, Bf16UnitsAreTheFloatUnits) {
 // A NaN or inf stays non-finite whether kept or dropped (a dropped unit is y * 0, not 0): the
 // non-finite check still sees it. fp32 and bf16.
 TEST_F(DropoutTest, NonFiniteUnitsStayNonFiniteWhenDropped) {
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 3);
   const DropoutMask mask = make_dropout_mask(5, 0, 0, 0.25);
+  const auto state = state_at(mask, 3);
   const int rows = 16, cols = 8;
   const float specials[] = {std::nanf(""), INFINITY, -INFINITY};
   std::vector<float> values(rows * cols);
@@ -142,10 +146,10 @@ TEST_F(DropoutTest, NonFiniteUnitsStayNonFiniteWhenDropped) {
   }
   auto y = up(values);
   auto y16 = up(halves);
-  apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kF32, rows, cols,
-                      cols);
-  apply_dropout_async(card_.stream(), mask, step.data(), y16.data(), ElementType::kBf16, rows, cols,
-                      cols);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                      ElementType::kF32, rows, cols, cols);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y16.data(),
+                      ElementType::kBf16, rows, cols, cols);
   const std::vector<float> out = device::to_host(y);
   const std::vector<Bf16> out16 = device::to_host(y16);
   int dropped = 0;

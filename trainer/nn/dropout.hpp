@@ -54,6 +54,9 @@ struct DropoutMask {
 
   // The key of one step: its units are splitmix64's sequence from it.
   GPUBOX_HD GPUBOX_FORCEINLINE uint64_t step_key(uint64_t step) const {
+    return step_key_of(layer_key, step);
+  }
+  static GPUBOX_HD GPUBOX_FORCEINLINE uint64_t step_key_of(uint64_t layer_key, uint64_t step) {
     return dropout_mix(layer_key ^ dropout_mix(step * kGolden + kGolden));
   }
   // Whether unit `element` (row * cols + column, of the card's batch) is kept at `step_key`.
@@ -72,15 +75,32 @@ DropoutMask make_dropout_mask(uint64_t seed, int rank, int layer, double keep);
 // 0, a mix of both for the others (their cards' ranks repeat trainer 0's).
 uint64_t dropout_trainer_seed(uint64_t seed, int trainer);
 
-// y[r, c] = y[r, c] * scale when kept at *step, else 0, for r < rows, c < cols (row stride ld,
-// of `type`; padding untouched). Enqueued; reads *step (card memory) when it runs.
+// The step state on the card of `masks` masks: word 0 the step, words 1..masks their layer keys
+// (written once), words masks+1..2 masks their keys of the step (dropout_step_keys), which the
+// step's kernels write, so a unit's kernel reads its mask's key instead of hashing it per unit.
+inline std::size_t dropout_state_words(int masks) {
+  return 1 + 2 * static_cast<std::size_t>(masks);
+}
+// (__host__ __device__: the step kernel writes through it.)
+GPUBOX_HD GPUBOX_FORCEINLINE uint64_t* dropout_step_keys(uint64_t* state, int masks) {
+  return state + 1 + masks;
+}
+GPUBOX_HD GPUBOX_FORCEINLINE const uint64_t* dropout_step_keys(const uint64_t* state, int masks) {
+  return state + 1 + masks;
+}
+
+// y[r, c] = y[r, c] * scale when kept at the step whose key is *step_key, else 0, for r < rows,
+// c < cols (row stride ld, of `type`; padding untouched). Enqueued; reads *step_key (card memory,
+// mask.step_key(step) as advance_dropout_step_async writes it) when it runs.
 void apply_dropout_async(const device::Stream& stream, const DropoutMask& mask,
-                         const uint64_t* step, void* y, ElementType type, int64_t rows, int cols,
-                         int64_t ld);
-// *step += 1 on the card (enqueued: a captured step advances it at every replay).
-void advance_dropout_step_async(const device::Stream& stream, uint64_t* step);
-// *step = value (enqueued).
-void set_dropout_step_async(const device::Stream& stream, uint64_t* step, uint64_t value);
+                         const uint64_t* step_key, void* y, ElementType type, int64_t rows,
+                         int cols, int64_t ld);
+// In `state` (dropout_state_words(masks), layer keys set): the step += 1 and every mask's key of
+// it (enqueued, one launch: a captured step advances it at every replay).
+void advance_dropout_step_async(const device::Stream& stream, uint64_t* state, int masks);
+// The step = value and every mask's key of it (enqueued, one launch).
+void set_dropout_step_async(const device::Stream& stream, uint64_t* state, int masks,
+                            uint64_t value);
 
 // What a network's PaddleRec net drops (DenseModel::add_dropout).
 struct MlpDropoutShape {
@@ -103,7 +123,7 @@ class MlpDropout {
   void begin_step(const device::Stream& stream);
   // Sets the steps taken (the next training forward draws step `steps` + 1). Enqueued.
   void set_steps(const device::Stream& stream, uint64_t steps);
-  const uint64_t* step() const { return step_.data(); }
+  const uint64_t* step() const { return state_.data(); }
   // Hidden layer l's mask (l < the hidden count); the output's after them, then the side's.
   const DropoutMask& mask(std::size_t l) const { return masks_.at(l); }
   // Drops hidden layer l's ReLU output in place (no-op when off).
@@ -130,8 +150,12 @@ class MlpDropout {
   int hidden_ = 0;
   bool output_ = false;
   bool side_ = false;
+  // Mask k's key of the current step (card memory).
+  const uint64_t* step_key(std::size_t k) const {
+    return dropout_step_keys(state_.data(), static_cast<int>(masks_.size())) + k;
+  }
   std::vector<DropoutMask> masks_;
-  device::device_buffer<uint64_t> step_;
+  device::device_buffer<uint64_t> state_;  // dropout_state_words(masks_.size())
 };
 
 }  // namespace gpubox::trainer
