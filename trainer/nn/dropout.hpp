@@ -21,8 +21,9 @@
 // __host__ __device__ function on both backends, so cpu and CUDA masks are equal bit for bit.
 // The step is a counter in card memory that the training step itself advances (a captured step
 // graph reads it at replay, as DenseOptimizer's Adam step count), so every replay draws a new
-// mask; the card's global rank makes every card's masks its own (in the PS modes, whose trainers
-// rank their cards from 0, with the trainer's id mixed into the seed: dropout_trainer_seed).
+// mask (the same kernel writes each mask's key of the step beside it, which the units read); the
+// card's global rank makes every card's masks its own (in the PS modes, whose trainers rank their
+// cards from 0, with the trainer's id mixed into the seed: dropout_trainer_seed).
 #pragma once
 
 #include <cstddef>
