@@ -19,7 +19,9 @@ while training (the network's own auc op, its state reset each epoch) and the he
 (infer_from_dataset on the same program cloned for test) when --test_dir is given.
 """
 import argparse
+import contextlib
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -87,12 +89,30 @@ def build_static(model_dir, config):
     return feeds, test_prog
 
 
-def build_dygraph_as_static(config):
+@contextlib.contextmanager
+def batch_dim_reshape():
+    """A dygraph net's paddle.reshape(x, [x.shape[0], -1]) (fat_deepffm's DNN) under the static
+    graph, where x.shape[0] is the unknown batch (-1): two -1s, which reshape refuses; 0 (keep
+    x's dimension 0) says the same."""
+    reshape = paddle.reshape
+
+    def batch_reshape(x, shape, name=None):
+        if isinstance(shape, (list, tuple)) and list(shape).count(-1) > 1 and shape[0] == -1:
+            shape = [0] + list(shape[1:])
+        return reshape(x, shape, name=name)
+
+    paddle.reshape = batch_reshape
+    try:
+        yield
+    finally:
+        paddle.reshape = reshape
+
+
+def build_dygraph_as_static(config, slots):
     """A folder without static_model.py (dcn_v2): its DygraphModel's layer, loss and optimizer
     on static feeds named as PaddleRec's other criteo networks name them."""
     dygraph_model = importlib.import_module("dygraph_model")
     dm = dygraph_model.DygraphModel()
-    slots = config["hyper_parameters.sparse_inputs_slots"] - 1
     dense = paddle.static.data(name="dense_input",
                                shape=[None, config["hyper_parameters.dense_input_dim"]],
                                dtype="float32")
@@ -100,7 +120,14 @@ def build_dygraph_as_static(config):
               for i in range(1, slots + 1)]
     label = paddle.static.data(name="label", shape=[None, 1], dtype="int64")
     layer = dm.create_model(config)
-    pred = layer(sparse, dense)
+    with batch_dim_reshape():
+        if len(inspect.signature(layer.forward).parameters) == 1:
+            # flen's net takes the sparse list alone and reads [1:14], [14:17], [17:] of it (its
+            # avazu reader's first column is no field): the label stands in as that first, which
+            # is not read by the net.
+            pred = layer([label] + sparse)
+        else:
+            pred = layer(sparse, dense)
     loss = dm.create_loss(pred, label)
     paddle.static.auc(input=paddle.concat([1 - pred, pred], axis=1), label=label, slide_steps=0)
     test_prog = paddle.static.default_main_program().clone(for_test=True)
@@ -182,6 +209,10 @@ def main():
     # logistic_regression: its sparse slots and dense features) or the sparse ones only (dlrm's
     # interaction: 26 vectors besides the bottom MLP's).
     own = flat_config(config_path)
+    if args.model == "flen":
+        # flen's DNN reads sparse_inputs_slots fields' embeddings: the slots its net concatenates
+        # (user [1:14], item [14:17], context [17:] of its list), no dense input.
+        shapes["hyper_parameters.sparse_inputs_slots"] = args.slots
     if "hyper_parameters.num_field" in own:
         own_sparse = int(own.get("hyper_parameters.sparse_inputs_slots", args.slots + 1)) - 1
         every_field = int(own["hyper_parameters.num_field"]) > own_sparse
@@ -197,7 +228,7 @@ def main():
         if os.path.isfile(os.path.join(model_dir, "static_model.py")):
             feeds, test_prog = build_static(model_dir, config)
         else:
-            feeds, test_prog = build_dygraph_as_static(config)
+            feeds, test_prog = build_dygraph_as_static(config, args.slots)
     place = paddle.CPUPlace()
     exe = paddle.static.Executor(place)
     exe.run(startup)

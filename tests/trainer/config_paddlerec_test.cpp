@@ -111,7 +111,10 @@ void expect_differences_from_paddlerec_said() {
       {config::ModelKind::kDeepFm, "slots' embeddings only"},
       {config::ModelKind::kDeepFm, "sparse_feature_dim - 1"},
       {config::ModelKind::kFatDeepffm, "undropped bias"},
-      {config::ModelKind::kFlen, "not the third after its batch norm"},
+      // flen's three Dropouts a hidden unit and the one after its bi-interaction's layer.
+      {config::ModelKind::kFlen, "kept with probability (1-p)^3"},
+      {config::ModelKind::kFlen, "one of 1-p after the bi-interaction's layer's ReLU"},
+      {config::ModelKind::kFatDeepffm, "drop(w.h + b) + first-order + bias"},
       {config::ModelKind::kAutoint, "never calls it"},
       {config::ModelKind::kFlen, "batch norm"}};
   for (const auto& [kind, phrase] : said) {
@@ -325,6 +328,11 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
   EXPECT_NE(note("PaddleRec/models/rank/dcn_v2", {}).find("0.5, PaddleRec's dcn_v2 folder's"),
             std::string::npos)
       << note("PaddleRec/models/rank/dcn_v2", {});
+  // flen's net drops a hidden unit three times (after its batch norm too) and its
+  // bi-interaction's layer.
+  const std::string flen = note("PaddleRec/models/rank/flen", groups);
+  EXPECT_NE(flen.find("a hidden unit kept with probability 0.512"), std::string::npos) << flen;
+  EXPECT_NE(flen.find("after the bi-interaction's layer"), std::string::npos) << flen;
   EXPECT_EQ(note("PaddleRec/models/rank/dcn_v2", {"hyper_parameters.dnn_dropout=0.5"}), "");
   EXPECT_EQ(note("elsewhere", {}), "");
   const auto refusal = [&](const std::string& folder, const std::vector<std::string>& overrides) {
@@ -340,6 +348,21 @@ TEST_F(ConfigTest, DropoutIsPaddleRecsFolderRateAndOtherwiseAskedFor) {
   EXPECT_NE(refusal("elsewhere", {"hyper_parameters.dnn_dropout=0.9995"}).find("[0, 0.999]"),
             std::string::npos);
   EXPECT_EQ(rate("elsewhere", {"hyper_parameters.dnn_dropout=0.999"}), 0.999f);
+  // flen's (1-p)^3 at least 2^-20 (the masks' 32-bit threshold): at most 0.990.
+  const auto flen_at = [&](const char* p) {
+    std::vector<std::string> overrides = groups;
+    overrides.push_back(std::string("hyper_parameters.dnn_dropout=") + p);
+    return overrides;
+  };
+  EXPECT_EQ(rate("PaddleRec/models/rank/flen", flen_at("0.99")), 0.99f);
+  for (const char* p : {"0.991", "0.999"}) {
+    const std::string flen_high = refusal("PaddleRec/models/rank/flen", flen_at(p));
+    EXPECT_NE(flen_high.find("hyper_parameters.dnn_dropout is " + std::string(p) +
+                             ", but flen's net drops a hidden unit 3 times"),
+              std::string::npos)
+        << flen_high;
+    EXPECT_NE(flen_high.find("must be at most 0.9901 for flen"), std::string::npos) << flen_high;
+  }
   EXPECT_NE(
       refusal("elsewhere", {"hyper_parameters.model=wide", "hyper_parameters.dnn_dropout=0.2"})
           .find("wide has no dnn"),

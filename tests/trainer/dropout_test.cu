@@ -14,6 +14,7 @@
 #include "heterps/device/step_graph.hpp"
 #include "tests/trainer/dropout_reference.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/flen_reference.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dropout.hpp"
@@ -52,6 +53,13 @@ double dnn_logit(const DenseModelConfig& cfg, const testing::DropoutReference& d
 
 class DropoutTest : public ::testing::Test, protected testing::OneCard {
  protected:
+  // One mask's step state on the card at `step`: its key of the step written by the card's step
+  // kernel (apply_dropout_async reads it at dropout_step_keys(state, 1)).
+  device::device_buffer<uint64_t> state_at(const DropoutMask& mask, uint64_t step) {
+    auto state = up(std::vector<uint64_t>{0, mask.layer_key, 0});
+    set_dropout_step_async(card_.stream(), state.data(), 1, step);
+    return state;
+  }
   // One forward_backward of a seeded batch at dropout step 1, checked against the reference.
   std::size_t check(const DenseModelConfig& cfg, int64_t batch, uint64_t seed) {
     DenseModel model(card_, cfg);
@@ -69,16 +77,15 @@ TEST_F(DropoutTest, DropFractionIsWithinABinomialBound) {
   const int64_t rows = 512;
   const int cols = 300;
   const int64_t ld = 304;
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 7);
   for (const double p : {0.2, 0.5, 0.9}) {
     for (const bool hidden : {true, false}) {
       const double keep = hidden ? (1 - p) * (1 - p) : 1 - p;
       const DropoutMask mask = make_dropout_mask(3, 0, 1, keep);
+      const auto state = state_at(mask, 7);
       std::vector<float> ones(rows * ld, 1.0f);
       auto y = up(ones);
-      apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kF32, rows,
-                          cols, ld);
+      apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                          ElementType::kF32, rows, cols, ld);
       const std::vector<float> out = device::to_host(y);
       const uint64_t key = mask.step_key(7);
       double dropped = 0;
@@ -104,16 +111,15 @@ TEST_F(DropoutTest, DropFractionIsWithinABinomialBound) {
 
 // bf16 activations: the same units, the kept ones rounded to bf16 after the scale.
 TEST_F(DropoutTest, Bf16UnitsAreTheFloatUnits) {
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 2);
   const DropoutMask mask = make_dropout_mask(5, 1, 0, 0.64);
+  const auto state = state_at(mask, 2);
   const int64_t rows = 33, ld = 24;
   const int cols = 17;
   std::vector<Bf16> values(rows * ld);
   for (std::size_t k = 0; k < values.size(); ++k) values[k] = to_bf16(0.5f + 0.01f * (k % 50));
   auto y = up(values);
-  apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kBf16, rows, cols,
-                      ld);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                      ElementType::kBf16, rows, cols, ld);
   const std::vector<Bf16> out = device::to_host(y);
   for (int64_t r = 0; r < rows; ++r) {
     for (int c = 0; c < ld; ++c) {
@@ -128,9 +134,8 @@ TEST_F(DropoutTest, Bf16UnitsAreTheFloatUnits) {
 // A NaN or inf stays non-finite whether kept or dropped (a dropped unit is y * 0, not 0): the
 // non-finite check still sees it. fp32 and bf16.
 TEST_F(DropoutTest, NonFiniteUnitsStayNonFiniteWhenDropped) {
-  auto step = card_.make_buffer<uint64_t>(1);
-  set_dropout_step_async(card_.stream(), step.data(), 3);
   const DropoutMask mask = make_dropout_mask(5, 0, 0, 0.25);
+  const auto state = state_at(mask, 3);
   const int rows = 16, cols = 8;
   const float specials[] = {std::nanf(""), INFINITY, -INFINITY};
   std::vector<float> values(rows * cols);
@@ -141,10 +146,10 @@ TEST_F(DropoutTest, NonFiniteUnitsStayNonFiniteWhenDropped) {
   }
   auto y = up(values);
   auto y16 = up(halves);
-  apply_dropout_async(card_.stream(), mask, step.data(), y.data(), ElementType::kF32, rows, cols,
-                      cols);
-  apply_dropout_async(card_.stream(), mask, step.data(), y16.data(), ElementType::kBf16, rows, cols,
-                      cols);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                      ElementType::kF32, rows, cols, cols);
+  apply_dropout_async(card_.stream(), mask, dropout_step_keys(state.data(), 1), y16.data(),
+                      ElementType::kBf16, rows, cols, cols);
   const std::vector<float> out = device::to_host(y);
   const std::vector<Bf16> out16 = device::to_host(y16);
   int dropped = 0;
@@ -167,6 +172,77 @@ TEST_F(DropoutTest, ForwardAndGradientsMatchFloat64ReferenceWithTheSameMask) {
     checked += check(dnn_config(p), 6, 101);
   }
   EXPECT_GT(checked, 400u);
+}
+
+// PaddleRec's flen drops each DNN hidden unit three times (after the Linear, the ReLU and the batch
+// norm, which is not built: keep (1-p)^3) and its bi-interaction's ReLU'd layer once (keep 1-p,
+// the side mask), not the logit: forward, loss, dense and pushed gradients against the float64
+// reference with the same masks, with and without hidden layers, at batches 7 and 1.
+TEST_F(DropoutTest, FlenDropsItsDnnThriceAndItsBiInteractionLayer) {
+  for (const std::vector<int>& fc_sizes : {std::vector<int>{6, 4}, std::vector<int>{}}) {
+    for (const float p : {0.2f, 0.5f}) {
+      SCOPED_TRACE("p " + std::to_string(p) + ", hidden layers " + std::to_string(fc_sizes.size()));
+      DenseModelConfig cfg;
+      cfg.kind = ModelKind::kFlen;
+      cfg.slots = 5;
+      cfg.flen_groups = {2, 1, 2};
+      cfg.mf_dim = 3;
+      cfg.dense_dim = 2;
+      cfg.fc_sizes = fc_sizes;
+      cfg.seed = 41;
+      cfg.dnn_dropout = p;
+      DenseModel model(card_, cfg);
+      ASSERT_TRUE(model.dropout().drops_side());
+      ASSERT_FALSE(model.dropout().drops_output());
+      const double hidden_keep = std::pow(1.0 - p, 3);
+      if (!fc_sizes.empty()) {
+        EXPECT_NEAR(1.0 / model.dropout().mask(0).scale, hidden_keep, 1e-7);
+      }
+      for (const int64_t batch : {7, 1}) {
+        model.set_dropout_steps(0);
+        testing::DropoutReference drop{&model.dropout(), p, 1};
+        drop.hidden_dropouts = 3;
+        testing::check_against_reference(
+            card_, model, 90 + batch,
+            [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& w,
+                const std::vector<double>& rec) {
+              return testing::flen_logit(cfg, h, i, w, rec, drop);
+            },
+            batch);
+      }
+    }
+  }
+}
+
+// The masks' bits, pinned as drawn before the step keys moved into the step counter's kernel
+// (a hidden layer's, the output's and the side layer's, steps 1 and 2, 64 units each): a change
+// of the hash, the key or where it is computed that moves a bit fails here.
+TEST_F(DropoutTest, MaskBitsArePinned) {
+  MlpDropoutShape shape;
+  shape.hidden = 1;
+  shape.hidden_dropouts = 3;
+  shape.output = true;
+  shape.side = true;
+  MlpDropout drop(card_, 0.5, 11, shape);
+  std::vector<uint64_t> bits;
+  for (int step = 1; step <= 2; ++step) {
+    drop.begin_step(card_.stream());
+    for (int layer = 0; layer < 3; ++layer) {
+      auto y = up(std::vector<float>(64, 1.0f));
+      if (layer == 0)
+        drop.hidden_forward(card_.stream(), 0, y.data(), ElementType::kF32, 1, 64, 64);
+      if (layer == 1) drop.output_forward(card_.stream(), y.data(), 64);
+      if (layer == 2) drop.side_forward(card_.stream(), y.data(), 1, 64, 64);
+      const std::vector<float> out = device::to_host(y);
+      uint64_t kept = 0;
+      for (int i = 0; i < 64; ++i) kept |= static_cast<uint64_t>(out[i] != 0.0f) << i;
+      bits.push_back(kept);
+    }
+  }
+  // Hidden (keep 0.125), output, side (keep 0.5) at step 1, then at step 2.
+  EXPECT_EQ(bits, (std::vector<uint64_t>{0x2001800404000018ull, 0x4613598a30b0f0d5ull,
+                                         0x1dfaa4e8751dad1cull, 0x0004050501040800ull,
+                                         0x1c4db66e53001492ull, 0x88ae70f489c967ecull}));
 }
 
 TEST_F(DropoutTest, EdgeSizesBatchOneWidthOneRateNearOne) {
@@ -250,6 +326,42 @@ TEST_F(DropoutTest, EvaluationIsTheNetWithoutDropout) {
   EXPECT_NE(eval, train_preds) << "training predictions should carry the mask";
 }
 
+// flen's evaluation and prediction do not drop its bi-interaction's layer either (the side mask
+// is a training forward's): with no hidden layer only that mask could differ, and with hidden
+// layers both: the same predictions as the net at p 0 with the same parameters.
+TEST_F(DropoutTest, FlenEvaluationAppliesNoBiInteractionMask) {
+  for (const std::vector<int>& fc_sizes : {std::vector<int>{}, std::vector<int>{6, 4}}) {
+    SCOPED_TRACE("hidden layers " + std::to_string(fc_sizes.size()));
+    const auto flen = [&](float p) {
+      DenseModelConfig cfg;
+      cfg.kind = ModelKind::kFlen;
+      cfg.slots = 5;
+      cfg.flen_groups = {2, 1, 2};
+      cfg.mf_dim = 3;
+      cfg.dense_dim = 2;
+      cfg.fc_sizes = fc_sizes;
+      cfg.seed = 43;
+      cfg.dnn_dropout = p;
+      return cfg;
+    };
+    std::mt19937_64 rng(8);
+    const testing::HostBatch h = testing::make_field_batch(8, flen(0.5f), rng);
+    const testing::CardBatch batch(card_, h, 5);
+    DenseModel dropped(card_, flen(0.5f)), plain(card_, flen(0.0f));
+    ASSERT_TRUE(dropped.dropout().drops_side());
+    ASSERT_EQ(dropped.parameters().values_to_host(), plain.parameters().values_to_host());
+    auto push = card_.make_buffer<float>(h.offsets.back() * plain.pool().push_dim());
+    step_grads(card_, dropped, batch.view, push.data());  // a training step draws step 1's masks
+    const std::vector<float> train_preds =
+        device::to_host(dropped.predictions(), 8, card_.stream());
+    dropped.predict(batch.view);
+    plain.predict(batch.view);
+    const std::vector<float> eval = device::to_host(dropped.predictions(), 8, card_.stream());
+    EXPECT_EQ(eval, device::to_host(plain.predictions(), 8, card_.stream()));
+    EXPECT_NE(eval, train_preds) << "training predictions should carry the masks";
+  }
+}
+
 // p = 0 is today's net: no dropout work in the step (p > 0 adds the step counter's advance and one
 // launch per hidden layer; on CUDA also one per layer reading a dropped output, fc_1 and fc_2 here:
 // its input gradient is the GEMM and then the x > 0 mask kernel, where the net without dropout
@@ -274,6 +386,17 @@ TEST_F(DropoutTest, RateOutsideZeroTo0999OrWithBatchNormIsRefused) {
     EXPECT_NE(testing::refusal(card_, dnn_config(p)).find("hyper_parameters.dnn_dropout"),
               std::string::npos);
   }
+  // flen's hidden keep (1-p)^3 at least 2^-20 (kMinDropoutKeep): 0.99 built, 0.995 refused.
+  DenseModelConfig flen = dnn_config(0.99f);
+  flen.kind = ModelKind::kFlen;
+  flen.slots = 5;
+  flen.flen_groups = {2, 1, 2};
+  DenseModel flen_highest(card_, flen);
+  EXPECT_GE(flen_highest.dropout().mask(0).keep_below, 4096u);
+  flen.dnn_dropout = 0.995f;
+  EXPECT_NE(testing::refusal(card_, flen).find("hyper_parameters.dnn_dropout 0.995"),
+            std::string::npos)
+      << testing::refusal(card_, flen);
   DenseModelConfig norm = dnn_config(0.2f);
   norm.batch_norm = true;
   EXPECT_NE(testing::refusal(card_, norm).find("dnn_batch_norm"), std::string::npos);

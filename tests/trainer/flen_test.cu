@@ -1,10 +1,7 @@
 // flen (FlenPart, flen_part.cu) against a float64 reference written from the network's
-// definition (PaddleRec's models/rank/flen net.py: the DNN over every field's embedding; the
-// fields summed per group, r_p g_a * g_b over the group pairs in itertools.combinations order
-// (FieldWiseBiInteraction's h_mf, what its forward returns), a ReLU'd k x k layer, and the last
-// Linear over [that | the DNN's last layer]): its predictions and every gradient (dense
-// parameters and pulled values) against central differences of the reference's summed log loss;
-// its shapes and flops; refusals.
+// definition (flen_reference.hpp, PaddleRec's models/rank/flen net.py): its predictions and every
+// gradient (dense parameters and pulled values) against central differences of the reference's
+// summed log loss; its shapes and flops; refusals. Its dropout: dropout_test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,56 +14,12 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "tests/trainer/field_model_check.hpp"
+#include "tests/trainer/flen_reference.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
 
 namespace gpubox::trainer {
 namespace {
-
-// flen's logit of instance i in float64. A field's embedding is its pooled embed_w and embedx
-// (k = 1 + mf_dim values, the row's whole embedding); the DNN reads the dnn's input rows (with
-// cvm, each slot's show/click features first; then the dense features).
-double flen_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
-                  const testing::NamedParams& p, const std::vector<double>& rec) {
-  const std::size_t k = 1 + cfg.mf_dim;
-  std::vector<std::vector<double>> e;
-  std::vector<double> x;  // the DNN input
-  for (const std::vector<double>& sum : testing::pooled_slots(h, cfg, i, rec)) {
-    if (cfg.use_cvm) {
-      x.push_back(std::log(sum[0] + 1));
-      x.push_back(std::log(sum[1] + 1) - std::log(sum[0] + 1));
-    }
-    e.emplace_back(sum.begin() + 2, sum.end());
-    x.insert(x.end(), sum.begin() + 2, sum.end());
-  }
-  for (int d = 0; d < cfg.dense_dim; ++d) x.push_back(h.dense[i * cfg.dense_dim + d]);
-  for (std::size_t l = 0; l <= cfg.fc_sizes.size(); ++l) {
-    x = p.linear("fc_" + std::to_string(l), x, l < cfg.fc_sizes.size());
-  }
-  std::vector<std::vector<double>> g;
-  std::size_t slot = 0;
-  for (int size : cfg.flen_groups) {
-    std::vector<double> sum(k, 0.0);
-    for (int s = 0; s < size; ++s, ++slot) {
-      for (std::size_t c = 0; c < k; ++c) sum[c] += e[slot][c];
-    }
-    g.push_back(sum);
-  }
-  std::vector<double> bi(k, 0.0);
-  std::size_t pair = 0;
-  for (std::size_t a = 0; a < g.size(); ++a) {
-    for (std::size_t b = a + 1; b < g.size(); ++b, ++pair) {
-      for (std::size_t c = 0; c < k; ++c) bi[c] += p("flen.kernel_mf", pair) * g[a][c] * g[b][c];
-    }
-  }
-  double logit = x.at(0);
-  for (std::size_t o = 0; o < k; ++o) {
-    double u = p("flen.fc_b", o);
-    for (std::size_t c = 0; c < k; ++c) u += bi[c] * p("flen.fc_w", c * k + o);
-    logit += std::max(u, 0.0) * p("flen.out_w", o);
-  }
-  return logit;
-}
 
 class FlenTest : public ::testing::TestWithParam<bool>, protected testing::OneCard {
  protected:
@@ -90,7 +43,7 @@ TEST_P(FlenTest, PredictionsAndGradientsMatchAFloat64Reference) {
   const std::size_t checked = testing::check_batch_sizes(
       card_, model, cfg.use_cvm ? 71 : 72,
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
-          const std::vector<double>& rec) { return flen_logit(cfg, h, i, p, rec); });
+          const std::vector<double>& rec) { return testing::flen_logit(cfg, h, i, p, rec); });
   EXPECT_GE(checked, 100u);
 }
 
@@ -103,7 +56,7 @@ TEST_P(FlenTest, OtherGroupings) {
     testing::check_against_reference(
         card_, model, 73 + groups.size(),
         [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
-            const std::vector<double>& rec) { return flen_logit(cfg, h, i, p, rec); });
+            const std::vector<double>& rec) { return testing::flen_logit(cfg, h, i, p, rec); });
   }
 }
 

@@ -1,5 +1,6 @@
 #include "trainer/config/dnn_dropout.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -21,7 +22,8 @@ std::string rate_text(double p) {
 }  // namespace
 
 double paddlerec_dnn_dropout(const std::string& model) {
-  // Their DNNLayer's (DNN's) dropout_rate: a Dropout after every Linear and every ReLU.
+  // Their DNNLayer's (DNN's) dropout_rate: a Dropout after every Linear and every ReLU (flen's:
+  // and every batch norm, and its fwbi_drop at the same 0.2).
   if (model == "dcn_v2" || model == "fat_deepffm") return 0.5;
   if (model == "deepfefm" || model == "flen") return 0.2;
   return 0.0;
@@ -49,8 +51,9 @@ Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& d
                                             : std::string(kKey) + " is not set, and PaddleRec's " +
                                                   config::paddlerec_model_name(doc) +
                                                   " folder's rate is " + rate_text(p);
-  // At most 0.999: a hidden unit kept with probability (1-p)^2 >= 1e-6, its scale 1/(1-p)^2 <= 1e6
-  // (a float, as the rate the net is given); nearer 1 the keep rounds toward 0.
+  // At most 0.999 (a float, as the rate the net is given): a hidden unit kept with probability
+  // (1-p)^2 >= 1e-6, its scale 1/(1-p)^2 <= 1e6. flen's (1-p)^3 must also be at least
+  // kMinDropoutKeep (below, the mask's 32-bit threshold misstates it): p at most 0.990.
   if (!(p >= 0.0 && p <= kMaxDnnDropout && static_cast<float>(p) <= 0.999f)) {
     return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 0.999] (the " +
                                    "probability a Dropout zeroes a unit), got " + rate_text(p));
@@ -62,6 +65,21 @@ Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& d
     return Status::InvalidArgument(doc.source() + ": " + from + ", a dropout after the dnn's " +
                                    "layers, but " + name_of(kModelKindNames, model) +
                                    " has no dnn; set " + kKey + "=0");
+  }
+  // The keep the net builds, from the float it is given (MlpDropout); no hidden layer, no such
+  // mask (the output's and the side layer's keep 1-p >= 0.001).
+  const int dropouts = dropouts_per_hidden_unit(model);
+  const double keep = dropout_hidden_keep(static_cast<float>(p), dropouts);
+  if (!c.hyper.fc_sizes.empty() && keep < kMinDropoutKeep) {
+    const double highest =
+        std::floor((1.0 - std::pow(kMinDropoutKeep, 1.0 / dropouts)) * 1e4) / 1e4;
+    std::ostringstream out;
+    out << doc.source() << ": " << from << ", but " << name_of(kModelKindNames, model)
+        << "'s net drops a hidden unit " << dropouts << " times: kept with probability (1-p)^"
+        << dropouts << " = " << keep << ", below 2^-20, the least the mask's 32-bit threshold "
+        << "holds to 1e-3 of its scale 1/keep; " << kKey << " must be at most " << highest
+        << " for " << name_of(kModelKindNames, model);
+    return Status::InvalidArgument(out.str());
   }
   if (c.hyper.dnn_batch_norm) {
     return Status::InvalidArgument(
@@ -99,11 +117,15 @@ std::string dnn_dropout_note(const config::ConfigDocument& doc) {
            "is not a ReLU's, whose mask the dropout's backward reuses); "
            "-o hyper_parameters.dnn_batch_norm=false trains the folder's dropout";
   }
+  // flen's net drops after its DNN's batch norms too (not built) and its bi-interaction's layer.
+  const bool flen = config::paddlerec_model_name(doc) == "flen";
+  const double keep = flen ? (1.0 - p) * (1.0 - p) * (1.0 - p) : (1.0 - p) * (1.0 - p);
   return std::string(kKey) + ": " + rate_text(p) + ", PaddleRec's " +
-         config::paddlerec_model_name(doc) +
-         " folder's (its net's Dropout after every Linear and every ReLU of the dnn: a hidden "
-         "unit kept with probability " +
-         rate_text((1.0 - p) * (1.0 - p)) + ", in training only); -o " + kKey + "=0 turns it off";
+         config::paddlerec_model_name(doc) + " folder's (its net's Dropout after every Linear " +
+         (flen ? "and every ReLU and batch norm of the dnn, and after the bi-interaction's layer"
+               : "and every ReLU of the dnn") +
+         ": a hidden unit kept with probability " + rate_text(keep) + ", in training only); -o " +
+         kKey + "=0 turns it off";
 }
 
 }  // namespace gpubox::trainer

@@ -15,6 +15,7 @@ class ConfigDocument;
 namespace trainer {
 
 // The highest rate (check_dnn_dropout): a hidden unit kept with probability (1-p)^2 >= 1e-6.
+// flen's is lower, about 0.990: its (1-p)^3 must be at least kMinDropoutKeep.
 inline constexpr double kMaxDnnDropout = 0.999;
 
 // PaddleRec's net's Dropout rate of its DNN in the model folder `model` (paddlerec_model_name):
@@ -30,8 +31,9 @@ double folder_dnn_dropout(const config::ConfigDocument& doc);
 // not built with it; dnn_dropout_note says so). Reads the key either way.
 double dnn_dropout_of(const config::ConfigDocument& doc);
 
-// InvalidArgument naming the key when the rate is not in [0, kMaxDnnDropout], or is set (or the
-// folder's) for a network without a dnn, or with dnn_batch_norm (not built).
+// InvalidArgument naming the key when the rate is not in [0, kMaxDnnDropout], keeps a hidden unit
+// with probability below kMinDropoutKeep (flen above about 0.990), or is set (or the folder's) for
+// a network without a dnn, or with dnn_batch_norm (not built).
 Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc);
 
 // The rate as a save's MODEL_MANIFEST records it, written as ConfigDocument::value_text writes the

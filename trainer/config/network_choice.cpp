@@ -115,17 +115,19 @@ constexpr DropoutClause kDropoutClauses[] = {
      "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.5 after every DNN Linear and "
      "ReLU)"},
     {config::ModelKind::kFlen,
-     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.2) follows the DNN's hidden "
-     "layers only, one mask of keep (1-p)^2 for PaddleRec's two Dropouts after the Linear and "
-     "the ReLU (the same distribution), not the third after its batch norm (with "
-     "hyper_parameters.dnn_batch_norm the folder's rate gives way to 0, and a rate set is "
-     "refused) nor the one after the bi-interaction's layer",
+     "its dropout (hyper_parameters.dnn_dropout, the folder's 0.2) draws one mask per DNN hidden "
+     "unit, kept with probability (1-p)^3, for PaddleRec's three Dropouts after the Linear, the "
+     "ReLU and the batch norm (the norm not built: with hyper_parameters.dnn_batch_norm the "
+     "folder's rate gives way to 0, and a rate set is refused), and one of 1-p after the "
+     "bi-interaction's layer's ReLU, where PaddleRec's follows its batch norm",
      "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.2 after its DNN's Linear, ReLU "
      "and batch norm and after the bi-interaction's layer)"},
     {config::ModelKind::kFatDeepffm,
      "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5 after every DNN Linear and "
      "ReLU, the output's too) drops the DNN's output bias, which stands for PaddleRec's "
-     "separate, undropped bias too",
+     "separate, undropped bias too (PaddleRec's logit is drop(w.h + b) + first-order + bias, "
+     "GPUBox's drop(w.h + b) + first-order: its bias is noised with the output, and the "
+     "undropped shift is not learned)",
      "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.5 after every DNN Linear and "
      "ReLU, the output's too)"}};
 

@@ -198,18 +198,22 @@ void DenseModel::add_mlp(int input_dim) {
 }
 
 // PaddleRec's DNNs drop every hidden layer's output; deepfefm's and fat_deepffm's their 1-wide
-// output too (their DNN's last Linear is followed by the Dropout as well).
+// output too (their DNN's last Linear is followed by the Dropout as well); flen's a third time
+// after its batch norm (not built: three Dropouts on one ReLU output) and its bi-interaction's
+// ReLU'd layer (after a batch norm not built either; FlenPart applies the side mask).
 void DenseModel::add_dropout() {
   GPUBOX_EXPECTS(config_.dnn_dropout == 0.0f || !config_.batch_norm,
                  "hyper_parameters.dnn_dropout with hyper_parameters.dnn_batch_norm is not built "
                  "(the normalised output is no ReLU output: its mask would have to be kept)");
-  const int hidden = layers_.empty() ? 0 : static_cast<int>(layers_.size()) - 1;
-  const bool output =
-      !layers_.empty() && !two_class() &&
-      (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
+  MlpDropoutShape shape;
+  shape.hidden = layers_.empty() ? 0 : static_cast<int>(layers_.size()) - 1;
+  shape.hidden_dropouts = dropouts_per_hidden_unit(config_.kind);
+  shape.output = !layers_.empty() && !two_class() &&
+                 (config_.kind == ModelKind::kDeepFefm || config_.kind == ModelKind::kFatDeepffm);
+  shape.side = flen_ != nullptr;
   dropout_ = std::make_unique<MlpDropout>(
       *card_, config_.dnn_dropout, dropout_trainer_seed(config_.seed, config_.dropout_trainer),
-      hidden, output);
+      shape);
 }
 
 void DenseModel::add_norm(const LinearGemmSpec& layer) {
@@ -291,13 +295,18 @@ std::string DenseModel::kernel_report(int64_t batch) const {
   if (field_) out << field_->kernel_report(batch);
   if (flen_) out << flen_->kernel_report(batch);
   if (dropout_->on()) {
-    // mask(0): the first hidden layer's, or the output's when only the output is dropped.
+    // mask(0): the first hidden layer's, else the output's (keep 1-p, as the side layer's).
     const float keep = 1.0f / dropout_->mask(0).scale;
     const bool hidden = dropout_->hidden() > 0;
-    out << "\n  dropout " << config_.dnn_dropout << ": " << (hidden ? "hidden units" : "the output")
-        << " kept with probability " << keep
-        << (hidden && dropout_->drops_output() ? ", the output too" : "")
-        << " (in place after each forward, training only; masks hashed per step)";
+    const char* first = hidden                     ? "hidden units"
+                        : dropout_->drops_output() ? "the output"
+                                                   : "the bi-interaction's layer";
+    out << "\n  dropout " << config_.dnn_dropout << ": " << first << " kept with probability "
+        << keep << (hidden && dropout_->drops_output() ? ", the output too" : "");
+    if (hidden && dropout_->drops_side()) {
+      out << ", the bi-interaction's layer with " << 1.0f - config_.dnn_dropout;
+    }
+    out << " (in place after each forward, training only; masks hashed per step)";
   }
   return out.str();
 }
@@ -348,7 +357,8 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
   if (fm_) fm_->forward(stream, input_rows(), n, logits());
-  if (flen_) flen_->forward(blas_, params_, input_rows(), n, logits());
+  if (flen_)
+    flen_->forward(blas_, params_, input_rows(), n, training ? dropout_.get() : nullptr, logits());
   if (ffm_) ffm_->forward(stream, params_, input_rows(), batch.dense, n, logits());
 }
 
@@ -467,7 +477,9 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
   }
   if (field_) field_->add_wide_grads(field_step(batch, true));  // deepfefm's DNN reads wide.dense_w
   if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
-  if (flen_) flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, d_pooled_.data());
+  if (flen_) {
+    flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, *dropout_, d_pooled_.data());
+  }
   if (ffm_) {
     ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
                    d_pooled_.data());

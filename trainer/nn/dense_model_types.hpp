@@ -26,6 +26,23 @@ using config::kDlrmOutputNames;
 using DcnStructure = config::DcnStructure;
 using config::kDcnStructureNames;
 
+// The least probability a dropout mask keeps a unit with: DropoutMask holds it as a 32-bit
+// threshold (a multiple of 2^-32), at 2^-20 at least 4096 of them, so the keep it draws is within
+// 1.3e-4 relative of the one its scale 1/keep assumes (flen's (1-p)^3 at p 0.999, 4 of them, kept
+// units 7% under-scaled). check_dnn_dropout refuses a rate whose hidden keep is below it.
+inline constexpr double kMinDropoutKeep = 1.0 / 1048576.0;
+
+// PaddleRec's Dropouts a hidden unit of `kind`'s DNN passes: after the Linear and the ReLU, flen's
+// after its batch norm too (not built).
+inline int dropouts_per_hidden_unit(ModelKind kind) { return kind == ModelKind::kFlen ? 3 : 2; }
+
+// A hidden unit's keep (1-p)^dropouts, by products as MlpDropout builds it.
+inline double dropout_hidden_keep(double p, int dropouts) {
+  double keep = 1.0;
+  for (int d = 0; d < dropouts; ++d) keep *= 1.0 - p;
+  return keep;
+}
+
 struct DenseModelConfig {
   ModelKind kind = ModelKind::kDnn;
   int slots = 26;  // sparse slots
@@ -46,8 +63,9 @@ struct DenseModelConfig {
   // sigmoid(u1 - u0), loss the cross entropy (DenseModel).
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
   // hyper_parameters.dnn_dropout: PaddleRec's Dropout(p) after every Linear and every ReLU of the
-  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2), and after deepfefm's and
-  // fat_deepffm's 1-wide DNN output; in training only (dropout.hpp). 0: none. Not with batch_norm.
+  // MLP's hidden layers (a hidden unit kept with probability (1-p)^2; flen's (1-p)^3, its net's
+  // third after a batch norm), after deepfefm's and fat_deepffm's 1-wide DNN output and flen's
+  // bi-interaction's layer; in training only (dropout.hpp). 0: none. Not with batch_norm.
   float dnn_dropout = 0.0f;
   // The PS modes' trainer (PADDLE_TRAINER_ID), mixed into the dropout masks' seed: their threads'
   // cards are ranked 0.. on every trainer, and equal ranks would draw equal masks. 0 elsewhere (the

@@ -80,16 +80,19 @@ struct FlenBiasRelu {
   }
 };
 
-// Item (i, o): du = dL/du (unscaled) = dlogits[i] out_w[o] where act > 0.
+// Item (i, o): du = dL/du (unscaled) = dlogits[i] out_w[o] scale where act > 0 (act: the ReLU's
+// output, dropped: kept units scaled by `scale`, the mask's, 1 without dropout).
 struct FlenOutputGrad {
   const float* dlogits;
   const float* out_w;
   const float* act;
   float* du;
   int k;
+  float scale;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t i = item / static_cast<std::size_t>(k);
-    du[item] = act[item] > 0.0f ? dlogits[i] * out_w[item % static_cast<std::size_t>(k)] : 0.0f;
+    du[item] =
+        act[item] > 0.0f ? dlogits[i] * out_w[item % static_cast<std::size_t>(k)] * scale : 0.0f;
   }
 };
 
@@ -223,7 +226,7 @@ void FlenPart::reserve(int64_t batch) {
 }
 
 void FlenPart::forward(const Blas& blas, const DenseParameters& params, const InputRows& input,
-                       int64_t batch, float* logits) {
+                       int64_t batch, const MlpDropout* dropout, float* logits) {
   const device::Stream& stream = blas.stream();
   const FlenShape shape = make_shape(groups_, k_, slot_width_, embed_column_, starts_);
   with_row_type(input, [&](const auto* rows) {
@@ -236,16 +239,19 @@ void FlenPart::forward(const Blas& blas, const DenseParameters& params, const In
              params.values(fc_w_), k_, 0.0f, a_.data(), k_);
   device::parallel_for(stream, static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_),
                        FlenBiasRelu{params.values(fc_b_), a_.data(), k_});
+  if (dropout != nullptr) dropout->side_forward(stream, a_.data(), batch, k_, k_);
   blas.sgemv(Transpose::kNo, batch, k_, 1.0f, a_.data(), k_, params.values(out_w_), 1.0f, logits);
 }
 
 void FlenPart::backward(const Blas& blas, DenseParameters& params, const float* dlogits,
-                        int64_t batch, float grad_scale, float* d_pooled) {
+                        int64_t batch, float grad_scale, const MlpDropout& dropout,
+                        float* d_pooled) {
   const device::Stream& stream = blas.stream();
   const FlenShape shape = make_shape(groups_, k_, slot_width_, embed_column_, starts_);
   const auto cells = static_cast<std::size_t>(batch) * static_cast<std::size_t>(k_);
   device::parallel_for(stream, cells,
-                       FlenOutputGrad{dlogits, params.values(out_w_), a_.data(), du_.data(), k_});
+                       FlenOutputGrad{dlogits, params.values(out_w_), a_.data(), du_.data(), k_,
+                                      dropout.side_grad_scale()});
   // dh = du W^T; the rows' gradient and q read it.
   blas.sgemm(Transpose::kNo, Transpose::kYes, batch, k_, k_, 1.0f, du_.data(), k_,
              params.values(fc_w_), k_, 0.0f, dh_.data(), k_);

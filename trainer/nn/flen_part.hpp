@@ -15,8 +15,11 @@
 // PaddleRec's FieldWiseBiInteraction also computes an FM module within the groups (h_fm), but its
 // forward returns h_mf alone: h_fm reaches nothing, so it is not built here.
 //
-// Not built: the batch norm after the bi-interaction layer's ReLU and the dropout after it (the
-// DNN's dropout is the MLP's: hyper_parameters.dnn_dropout).
+// Dropout (hyper_parameters.dnn_dropout, a training forward's MlpDropout): PaddleRec's Dropout
+// after the layer's batch norm, here on a itself (the norm is not built): its side mask, keep
+// 1-p, stored a = relu(u) m / q, so du = dlogits out_w [a > 0] / q. The DNN's dropout is the
+// MLP's.
+// Not built: the batch norm after the bi-interaction layer's ReLU.
 //
 // Portable: parallel_for over (instance, column) items (the group sums and h, the ReLU, the
 // pooled gradient) and (instance, pair) items; the k x k layer, its gradients and every sum over
@@ -39,6 +42,7 @@
 #include "heterps/device/memory.hpp"
 #include "trainer/nn/blas.hpp"
 #include "trainer/nn/dense_model_types.hpp"
+#include "trainer/nn/dropout.hpp"
 #include "trainer/nn/layers.hpp"
 
 namespace gpubox::trainer {
@@ -65,14 +69,15 @@ class FlenPart {
 
   // Sizes the buffers for batches of up to `batch` instances (allocates only when they grow).
   void reserve(int64_t batch);
-  // logits[i] += a_i . w_out, from the pooled rows `input` (the MLP's input rows).
+  // logits[i] += a_i . w_out, from the pooled rows `input` (the MLP's input rows). `dropout`: a
+  // training forward's (its side mask drops a), null in evaluation.
   void forward(const Blas& blas, const DenseParameters& params, const InputRows& input,
-               int64_t batch, float* logits);
+               int64_t batch, const MlpDropout* dropout, float* logits);
   // d_pooled ([B x pool out_dim] floats, unscaled) += dL/d e_s in each slot's embedding columns;
   // the blocks' gradients = grad_scale * their sums over the batch (overwritten).
-  // Reads what forward() kept of the same batch.
+  // Reads what forward() kept of the same batch, which `dropout` (the same) dropped.
   void backward(const Blas& blas, DenseParameters& params, const float* dlogits, int64_t batch,
-                float grad_scale, float* d_pooled);
+                float grad_scale, const MlpDropout& dropout, float* d_pooled);
 
  private:
   device::Card* card_;
@@ -88,7 +93,7 @@ class FlenPart {
   std::size_t out_w_ = 0;              // [k]
   device::device_buffer<float> g_;     // group sums: [B x G x k]
   device::device_buffer<float> h_;     // the bi-interaction: [B x k]
-  device::device_buffer<float> a_;     // relu(h W + b): [B x k]
+  device::device_buffer<float> a_;     // relu(h W + b) (in training, dropped): [B x k]
   device::device_buffer<float> du_;    // dL/du (unscaled): [B x k]
   device::device_buffer<float> dh_;    // dL/dh (unscaled): [B x k]
   device::device_buffer<float> q_;     // dL/d kernel_mf per instance (unscaled): [B x P]
