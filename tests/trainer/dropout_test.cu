@@ -51,6 +51,20 @@ double dnn_logit(const DenseModelConfig& cfg, const testing::DropoutReference& d
   return p.linear("fc_" + std::to_string(cfg.fc_sizes.size()), x, false).at(0);
 }
 
+// The small flen both flen tests build: 5 slots in groups {2, 1, 2}, `fc_sizes` hidden layers.
+DenseModelConfig flen_config(const std::vector<int>& fc_sizes, uint64_t seed, float p) {
+  DenseModelConfig cfg;
+  cfg.kind = ModelKind::kFlen;
+  cfg.slots = 5;
+  cfg.flen_groups = {2, 1, 2};
+  cfg.mf_dim = 3;
+  cfg.dense_dim = 2;
+  cfg.fc_sizes = fc_sizes;
+  cfg.seed = seed;
+  cfg.dnn_dropout = p;
+  return cfg;
+}
+
 class DropoutTest : public ::testing::Test, protected testing::OneCard {
  protected:
   // One mask's step state on the card at `step`: its key of the step written by the card's step
@@ -182,15 +196,7 @@ TEST_F(DropoutTest, FlenDropsItsDnnThriceAndItsBiInteractionLayer) {
   for (const std::vector<int>& fc_sizes : {std::vector<int>{6, 4}, std::vector<int>{}}) {
     for (const float p : {0.2f, 0.5f}) {
       SCOPED_TRACE("p " + std::to_string(p) + ", hidden layers " + std::to_string(fc_sizes.size()));
-      DenseModelConfig cfg;
-      cfg.kind = ModelKind::kFlen;
-      cfg.slots = 5;
-      cfg.flen_groups = {2, 1, 2};
-      cfg.mf_dim = 3;
-      cfg.dense_dim = 2;
-      cfg.fc_sizes = fc_sizes;
-      cfg.seed = 41;
-      cfg.dnn_dropout = p;
+      const DenseModelConfig cfg = flen_config(fc_sizes, 41, p);
       DenseModel model(card_, cfg);
       ASSERT_TRUE(model.dropout().drops_side());
       ASSERT_FALSE(model.dropout().drops_output());
@@ -332,18 +338,7 @@ TEST_F(DropoutTest, EvaluationIsTheNetWithoutDropout) {
 TEST_F(DropoutTest, FlenEvaluationAppliesNoBiInteractionMask) {
   for (const std::vector<int>& fc_sizes : {std::vector<int>{}, std::vector<int>{6, 4}}) {
     SCOPED_TRACE("hidden layers " + std::to_string(fc_sizes.size()));
-    const auto flen = [&](float p) {
-      DenseModelConfig cfg;
-      cfg.kind = ModelKind::kFlen;
-      cfg.slots = 5;
-      cfg.flen_groups = {2, 1, 2};
-      cfg.mf_dim = 3;
-      cfg.dense_dim = 2;
-      cfg.fc_sizes = fc_sizes;
-      cfg.seed = 43;
-      cfg.dnn_dropout = p;
-      return cfg;
-    };
+    const auto flen = [&](float p) { return flen_config(fc_sizes, 43, p); };
     std::mt19937_64 rng(8);
     const testing::HostBatch h = testing::make_field_batch(8, flen(0.5f), rng);
     const testing::CardBatch batch(card_, h, 5);
