@@ -372,6 +372,17 @@ class TrainerZeroLatePublish : public ::testing::Test {
                                                       [] { return std::string(); }));
   }
 
+  // `part`'s running publish (seq 2) applied late, after its end (seq 3): the table shows the end
+  // and the waiter goes to the meeting.
+  void expect_a_late_running_keeps_the_end(const TrainerZeroPart& part) {
+    std::vector<float> table;
+    publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
+                             TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
+                             TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
+    EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
+    EXPECT_EQ(wait_for(part), "");
+  }
+
   HeldRequest held_;  // outlives the server, whose threads call it
   FakeHostTier table_{table::server::testing::test_config()};
   std::unique_ptr<table::server::Server> server_;
@@ -384,12 +395,7 @@ class TrainerZeroLatePublish : public ::testing::Test {
 // part running again, and the waiters failed after runner.collective_timeout_s naming trainer 0.
 TEST_F(TrainerZeroLatePublish, ThePartsRunningAppliedLateDoesNotHideItsEnd) {
   const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
-  std::vector<float> table;
-  publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
-                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
-                           TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
-  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
-  EXPECT_EQ(wait_for(part), "");
+  expect_a_late_running_keeps_the_end(part);
 }
 
 // The previous part's end applied after the next part began: the table shows the next part. Before,
@@ -450,12 +456,7 @@ class TrainerZeroWorkOtherRestart : public TrainerZeroLatePublish {
 // published running and ended by its TrainerZeroWork; the waiters of both go to the meeting.
 TEST_F(TrainerZeroWorkOtherRestart, PublishesGoOnInOrderWhileAnotherServersRestartIsPending) {
   const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
-  std::vector<float> table;
-  publish_with_a_late_copy(TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 0, 1),
-                           TrainerZeroWork::row(part, TrainerZeroWork::kRunning, 5, 2),
-                           TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3), &table);
-  EXPECT_EQ(table, TrainerZeroWork::row(part, TrainerZeroWork::kEnded, 5, 3));
-  EXPECT_EQ(wait_for(part), "");
+  expect_a_late_running_keeps_the_end(part);
   const TrainerZeroPart next = part_of(kJob, 0, 0, 2);
   TrainerZeroPublishes publishes;
   { TrainerZeroWork work(*zero_, publishes, next, 0.01, 3.0); }
