@@ -11,6 +11,13 @@ if(GPUBOX_WERROR)
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror --Werror=all-warnings>)
 endif()
 
+# Test binaries run with GoogleTest's main, not gpubox_train's, so nothing calls
+# device::use_passive_cpu_waits: libgomp would spin its idle threads (OMP_WAIT_POLICY active),
+# and OpenMP-heavy tests run side by side by `ctest -j` on a 2-vCPU machine take each other's
+# cores (pass_manager_test: 3.5 s alone, over 60 s beside two copies of itself). Passive, as
+# the product binaries wait.
+set(GPUBOX_TEST_ENV "OMP_WAIT_POLICY=passive")
+
 # gpubox_add_test(<name> SOURCES <files> LIBS <targets> [LABELS <labels>] [TIMEOUT s])
 # One GoogleTest binary; .cu sources are portable device sources.
 function(gpubox_add_test name)
@@ -27,7 +34,7 @@ function(gpubox_add_test name)
     # GPUBOX_DEVICE_CHECK: the device layer checks pointers handed to copies and collectives
     # and fails on an allocation while a collective is in flight (heterps/device/card.hpp).
     set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
-                                            ENVIRONMENT "GPUBOX_DEVICE_CHECK=1")
+                                            ENVIRONMENT "GPUBOX_DEVICE_CHECK=1;${GPUBOX_TEST_ENV}")
   endif()
 endfunction()
 
@@ -56,6 +63,6 @@ function(gpubox_add_order_check name)
     string(REPLACE ":" "_" suffix "${mode}")
     add_test(NAME ${name}_${suffix} COMMAND ${name} ${args})
     set_tests_properties(${name}_${suffix} PROPERTIES TIMEOUT ${O_TIMEOUT} LABELS device_order
-                                                      ENVIRONMENT "GPUBOX_DEVICE_CHECK=${mode}")
+                                                      ENVIRONMENT "GPUBOX_DEVICE_CHECK=${mode};${GPUBOX_TEST_ENV}")
   endforeach()
 endfunction()
