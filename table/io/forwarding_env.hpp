@@ -1,9 +1,8 @@
 // A FileEnv that forwards every call to an inner one: the base of the envs that decorate another
-// (FaultInjectingEnv, gpubox_server's ProgressEnv, tests' counting and slow envs), each of which
-// overrides only what it watches or changes, so that a method added to FileEnv is forwarded here,
-// in one place (tests/table/forwarding_env_test.cpp checks that every one is). Files opened
-// through it are the inner env's own. Thread-safe as the inner env is: `inner` is fixed at
-// construction.
+// (FaultInjectingEnv, ProgressEnv, tests' counting and slow envs), each of which overrides only
+// what it watches or changes, so that a method added to FileEnv is forwarded here, in one place
+// (tests/table/forwarding_env_test.cpp checks that every one is). Files opened through it are
+// the inner env's own. Thread-safe as the inner env is: `inner` is fixed at construction.
 #pragma once
 
 #include <cstdint>

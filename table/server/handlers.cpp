@@ -305,14 +305,14 @@ Reply Server::Impl::erase(const FrameHeader& header, const std::vector<uint8_t>&
 }
 
 Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                         WorkProgress* progress) {
+                         io::FileWorkProgress* progress) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_save_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, req->path);
   if (!path.ok()) return fail(path.status());
   if (data_env_ == nullptr) return fail(data_env_error_);
-  std::optional<ProgressEnv> counted;
+  std::optional<io::ProgressEnv> counted;
   io::FileEnv* env = data_env_.get();
   if (progress != nullptr) env = &counted.emplace(env, progress);
   Status st = table_->save(*path, req->mode, env);
@@ -324,14 +324,14 @@ Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& 
 }
 
 Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                         WorkProgress* progress) {
+                         io::FileWorkProgress* progress) {
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_path_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
   auto path = resolve_model_path(options_, *req);
   if (!path.ok()) return fail(path.status());
   if (data_env_ == nullptr) return fail(data_env_error_);
-  std::optional<ProgressEnv> counted;
+  std::optional<io::ProgressEnv> counted;
   io::FileEnv* env = data_env_.get();
   if (progress != nullptr) env = &counted.emplace(env, progress);
   Status st = table_->load(*path, env);
@@ -344,7 +344,7 @@ Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& 
 }
 
 Reply Server::Impl::shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                           WorkProgress* progress) {
+                           io::FileWorkProgress* progress) {
   if (!payload.empty()) {
     return table_error_reply(header, Status::Corruption("SHRINK request carries a payload"));
   }

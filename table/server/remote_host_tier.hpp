@@ -19,6 +19,7 @@
 
 #include "common/thread_annotations.hpp"
 #include "table/host_tier.hpp"
+#include "table/io/progress_env.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "table/server/server_identity.hpp"
 #include "table/server/transport.hpp"
@@ -164,15 +165,17 @@ class RemoteHostTier final : public HostTier {
   const RemoteHostTierOptions& options() const { return options_; }
   uint64_t client_id() const { return transport_.options().client_id; }
   // The PROGRESS frames this client's SAVE, LOAD and SHRINK calls received so far (Transport), the
-  // frames answered to its DENSE calls made with DenseCall::progress, and the note_progress()
-  // calls; from any thread.
+  // frames answered to its DENSE calls made with DenseCall::progress, and the file operations and
+  // steps counted in local_work(); from any thread.
   uint64_t progress_frames() const {
-    return transport_.progress_frames() + own_progress_.load(std::memory_order_relaxed);
+    return transport_.progress_frames() + own_progress_.load(std::memory_order_relaxed) +
+           local_work_.ops();
   }
-  // Counts one move of work the caller does beside the servers for the same part (trainer 0's
-  // local write of a save's dense half, trainer_zero_work.hpp: PartProgressEnv) in
-  // progress_frames(). Thread-safe.
-  void note_progress() { own_progress_.fetch_add(1, std::memory_order_relaxed); }
+  // Where the caller counts file work it does beside the servers for the same part (trainer 0's
+  // local writes of a save, its dense half and model manifest, through an io::ProgressEnv over
+  // it: trainer_zero_work.hpp): each operation finished counts in progress_frames(), and one under
+  // way is a move for a bounded time (TrainerZeroWork::kMaxLocalIoStallS). Thread-safe.
+  io::FileWorkProgress& local_work() { return local_work_; }
   // A fresh request id of this client, for DenseCall::request_id. Thread-safe.
   uint64_t next_request_id() { return transport_.next_request_id(); }
 
@@ -248,8 +251,9 @@ class RemoteHostTier final : public HostTier {
   mutable Mutex sync_mu_;
   std::vector<uint64_t> sync_generations_ GPUBOX_GUARDED_BY(sync_mu_);
   Transport transport_;
-  // Frames answered to DenseCall::progress calls, and note_progress() calls.
+  // Frames answered to DenseCall::progress calls.
   std::atomic<uint64_t> own_progress_{0};
+  io::FileWorkProgress local_work_;
 };
 
 }  // namespace gpubox::table::server

@@ -49,7 +49,7 @@ struct RequestOrigin {
   std::string_view address;  // the session's peer address, which outlives the request
   // A SAVE, LOAD or SHRINK run on the BulkWorker counts its steps here (bulk_work.hpp), for
   // the PROGRESS frames its session sends; null for a call on the session's strand.
-  WorkProgress* progress = nullptr;
+  io::FileWorkProgress* progress = nullptr;
 };
 
 Reply make_reply(const FrameHeader& request, Status::Code code, std::vector<uint8_t> payload);
@@ -236,12 +236,12 @@ class Server::Impl {
   Reply erase(const FrameHeader& header, const std::vector<uint8_t>& payload);
   // Through data_env_, counted in `progress` when not null (RequestOrigin::progress).
   Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload,
-             WorkProgress* progress);
+             io::FileWorkProgress* progress);
   Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload,
-             WorkProgress* progress);
+             io::FileWorkProgress* progress);
   // Each step the table reports (HostTier::shrink) counted in `progress` when not null.
   Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
-               WorkProgress* progress);
+               io::FileWorkProgress* progress);
   Reply stats(const FrameHeader& header);
   Reply shutdown(const FrameHeader& header);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----

@@ -243,7 +243,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string barrier_name_;
   Reply reply_;
   // The SAVE or LOAD under way (kWorking): the worker's operation count it last looked at
-  // (WorkProgress::moved), the PROGRESS frame being written (at most one at a time) and the
+  // (io::FileWorkProgress::moved), the PROGRESS frame being written (at most one at a time) and the
   // reply that waits for it.
   uint64_t progress_seen_ = 0;
   std::unique_ptr<asio::steady_timer> progress_timer_;

@@ -16,8 +16,8 @@ void Session::start_bulk() {
   // BulkWorker::kMaxJobs of them.
   std::vector<uint8_t> payload = std::move(payload_);
   free_request();
-  WorkProgress* const progress = &server_->bulk().progress();
-  const uint64_t seen = progress->note().steps;  // a PROGRESS frame tells of moves from now on
+  io::FileWorkProgress* const progress = &server_->bulk().progress();
+  const uint64_t seen = progress->ops();  // a PROGRESS frame tells of moves from now on
   auto abandoned = std::make_shared<std::atomic<bool>>(false);
   auto self = shared_from_this();
   BulkWaiter waiter{abandoned, [self, strand = socket_.get_executor()](const Reply& reply) {
@@ -102,7 +102,7 @@ void Session::schedule_progress() {
 }
 
 void Session::send_progress() {
-  WorkProgress& progress = server_->bulk().progress();
+  io::FileWorkProgress& progress = server_->bulk().progress();
   if (progress_writing_) return;
   std::string stalled;
   if (!progress.moved(&progress_seen_, Clock::now(),
@@ -120,7 +120,7 @@ void Session::send_progress() {
   h.response = true;
   h.status = Status::Code::kOk;
   std::vector<uint8_t> payload;
-  encode_progress(progress.note(), &payload);
+  encode_progress(progress_note(progress), &payload);
   progress_frame_ = encode_frame(h, payload);
   progress_writing_ = true;
   // Read as fast as a reply must be (the sweep closes the connection otherwise).

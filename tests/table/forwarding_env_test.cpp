@@ -1,5 +1,5 @@
-// io::ForwardingEnv (the base of the decorating envs: FaultInjectingEnv, gpubox_server's
-// ProgressEnv, the tests' counting and slow envs) forwards every FileEnv method to its inner env,
+// io::ForwardingEnv (the base of the decorating envs: FaultInjectingEnv, io::ProgressEnv, the
+// tests' counting and slow envs) forwards every FileEnv method to its inner env,
 // with its arguments, and hands back the inner env's results (statuses, values, the very files it
 // opened). The oracle is a recording env (tests/table/recording_env.hpp) that answers each call
 // with values naming it. A method missing from ForwardingEnv would silently take FileEnv's own

@@ -1,6 +1,6 @@
 // A FileEnv that records every call made to it, and the list of FileEnv's methods: the oracle of
 // the tests of the envs that decorate another (io::ForwardingEnv, FaultInjectingEnv,
-// gpubox_server's ProgressEnv, the slowed env of tests/table/server/slow_io_tier.hpp).
+// io::ProgressEnv, the slowed env of tests/table/server/slow_io_tier.hpp).
 // forwarding_env_test checks kFileEnvMethods against the virtuals file_env.hpp declares, and
 // call_file_env_method() fails the calling test on a name it does not know, so a method added to
 // FileEnv fails every decorator's test until each says what it does with it.

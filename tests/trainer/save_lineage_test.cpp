@@ -1,11 +1,16 @@
 // SaveLineage's refusal reasons (checkpoint.hpp): why go_back() refuses as trainer 0 of a job
-// tells the others, in words and as the float the PS modes carry through a server's dense table.
+// tells the others, in words and as the float the PS modes carry through a server's dense table;
+// and the env its manifest writes go through.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
+#include "table/io/progress_env.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 
@@ -29,6 +34,53 @@ TEST(SaveLineageRefusal, ResumeOffThenNoSaveThenOther) {
   // A save and recoveries left: go_back refused for another reason (its own error says which).
   EXPECT_EQ(lineage.refusal(), Refusal::kOther);
   std::filesystem::remove_all(dir.parent_path());
+}
+
+// What a sink was told, in order: "WHAT PATH" as each file operation begins.
+class BegunOps final : public table::io::ProgressSink {
+ public:
+  std::vector<std::string> ops;
+  void begin_io(const char* what, const std::string& path) override {
+    ops.push_back(std::string(what) + " " + path);
+  }
+  void end_io(uint64_t) override {}
+  void step() override {}
+  bool has(const std::string& op) const {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+  }
+};
+
+// Trainer 0's writes of a save's model manifest (begin_save removes it, commit_save reads the
+// manifests beside it and writes its own) go through the env it passes, the one that shows its
+// part's moves to the others (trainer_zero_work.hpp), not around it.
+TEST(SaveLineage, BeginAndCommitGoThroughTheGivenEnv) {
+  TrainerConfig config;
+  SaveLineage lineage(config);
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("save_lineage_env_test_" + std::to_string(::getpid()));
+  const std::string first = (root / "0").string();
+  const std::string second = (root / "1").string();
+  std::filesystem::create_directories(first);
+  std::filesystem::create_directories(second);
+  lineage.commit_save(first, 1, table::SaveKind::kCheckpoint, {}, 0,
+                      config::DensePrecision::kFp32);  // POSIX
+  BegunOps sink;
+  table::io::ProgressEnv shown(table::io::FileEnv::posix(), &sink);
+  lineage.commit_save(second, 2, table::SaveKind::kCheckpoint, {}, 0, config::DensePrecision::kFp32,
+                      &shown);
+  EXPECT_TRUE(sink.has("read of " + first + "/MODEL_MANIFEST"));  // the save beside it
+  EXPECT_TRUE(sink.has("create " + second + "/MODEL_MANIFEST.tmp"));
+  EXPECT_TRUE(sink.has("rename of " + second + "/MODEL_MANIFEST.tmp"));
+  EXPECT_TRUE(sink.has("fsync of folder " + second));
+  EXPECT_TRUE(std::filesystem::exists(second + "/MODEL_MANIFEST"));
+  sink.ops.clear();
+  EXPECT_EQ(lineage.begin_save(second, table::SaveKind::kCheckpoint, &shown),
+            table::SaveKind::kCheckpoint);
+  EXPECT_EQ(sink.ops, (std::vector<std::string>{"stat of " + second + "/MODEL_MANIFEST",
+                                                "remove of " + second + "/MODEL_MANIFEST",
+                                                "fsync of folder " + second}));
+  EXPECT_FALSE(std::filesystem::exists(second + "/MODEL_MANIFEST"));
+  std::filesystem::remove_all(root);
 }
 
 TEST(SaveLineageRefusal, DescribedInWordsTheOtherNamingTrainerZerosLog) {

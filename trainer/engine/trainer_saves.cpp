@@ -4,10 +4,10 @@
 #include <optional>
 
 #include "common/error.hpp"
+#include "table/io/progress_env.hpp"
 #include "table/io/save_dir.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/engine/trainer_state.hpp"
-#include "trainer/schedule/part_progress_env.hpp"
 #include "trainer/schedule/trainer_zero_work.hpp"
 
 namespace gpubox::trainer {
@@ -146,27 +146,27 @@ void Trainer::save(const std::string& dir) {
 void Trainer::write_save(const std::string& dir) {
   State& s = *state_;
   std::filesystem::create_directories(dir);
+  // Its local writes (the model manifest, the dense half) move the part the other trainers wait
+  // for (on_trainer_zero), as the servers' SAVE does: counted in the servers' client.
+  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
+  std::optional<table::io::ProgressEnv> shown;
+  table::io::FileEnv* local = table::io::FileEnv::posix();
+  if (servers != nullptr) local = &shown.emplace(local, &servers->local_work());
   // Explicit saves (gpubox_train --load's counterpart, tests) write base rows when the config
   // says none.
   // A model manifest is written last (checkpoint.hpp): until then the folder holds no save.
-  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
-                                                       ? SaveKind::kBase
-                                                       : config_.runner.save_mode);
+  const SaveKind mode = s.lineage->begin_save(
+      dir, config_.runner.save_mode == SaveKind::kNone ? SaveKind::kBase : config_.runner.save_mode,
+      local);
   // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
   throw_if_error(s.host->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
   // Every card holds the same dense parameters and optimizer state: save card 0's.
   DenseState dense = dense_state_of(*s.workers[0], *s.card_tier);
   dense.table_steps = table_steps_kept(mode, dense.table_steps);
-  // Its local write moves the part the other trainers wait for (on_trainer_zero), as the servers'
-  // SAVE does.
-  auto* servers = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
-  PartProgressEnv shown(table::io::FileEnv::posix(), [servers] {
-    if (servers != nullptr) servers->note_progress();
-  });
-  const uint64_t dense_digest = save_dense_half(dir, dense, &shown);
+  const uint64_t dense_digest = save_dense_half(dir, dense, local);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.host, dir), dense_digest,
-                         s.workers[0]->model().precision());
+                         s.workers[0]->model().precision(), local);
 }
 
 void Trainer::load(const std::string& dir) {

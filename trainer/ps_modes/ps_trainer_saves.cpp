@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "table/io/progress_env.hpp"
 #include "table/server/ps_protocol.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -13,7 +14,6 @@
 #include "trainer/ps_modes/ps_trainer_state.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
-#include "trainer/schedule/part_progress_env.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
@@ -46,10 +46,13 @@ void PsTrainer::shrink(int64_t pass) {
 void PsTrainer::write_save(const std::string& dir) {
   State& s = *state_;
   std::filesystem::create_directories(dir);
+  // Its local writes (the model manifest, the dense half) move the part the other trainers wait
+  // for (on_trainer_zero), as the servers' SAVE and the dense table's read do.
+  table::io::ProgressEnv local(table::io::FileEnv::posix(), &s.servers->local_work());
   // The model manifest is written last (checkpoint.hpp): until then the folder holds no save.
-  const SaveKind mode = s.lineage->begin_save(dir, config_.runner.save_mode == SaveKind::kNone
-                                                       ? SaveKind::kBase
-                                                       : config_.runner.save_mode);
+  const SaveKind mode = s.lineage->begin_save(
+      dir, config_.runner.save_mode == SaveKind::kNone ? SaveKind::kBase : config_.runner.save_mode,
+      &local);
   // Named absolutely, as a resume loads it (checkpoint.hpp, sparse_half_dir).
   throw_if_error(s.servers->save(sparse_half_dir(dir), mode)
                      .with_context("saving the sparse table under " + dir));
@@ -61,12 +64,9 @@ void PsTrainer::write_save(const std::string& dir) {
   throw_if_error(
       s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values, dense_call_of_part())
           .with_context("reading the servers' dense table for the save " + dir));
-  // Its local write moves the part the other trainers wait for (on_trainer_zero), as the servers'
-  // SAVE and the dense table's read do.
-  PartProgressEnv shown(table::io::FileEnv::posix(), [&s] { s.servers->note_progress(); });
-  const uint64_t dense_digest = save_dense_half(dir, dense, &shown);
+  const uint64_t dense_digest = save_dense_half(dir, dense, &local);
   s.lineage->commit_save(dir, pass_id_, mode, saved_sparse_digests(*s.servers, dir), dense_digest,
-                         worker.model().precision());
+                         worker.model().precision(), &local);
   GPUBOX_LOG(INFO) << "saved " << dir << " (pass " << pass_id_ - 1 << ")";
 }
 

@@ -72,8 +72,9 @@ std::string job_differences_of(std::map<std::string, std::string> saved,
 
 // The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back; hidden
 // folders and staging copies are not looked at), newest first. Folders that hold halves but no
-// model manifest are named in `*incomplete`.
-std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::string>* incomplete) {
+// model manifest are named in `*incomplete`. The manifests are read through `files`.
+std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::string>* incomplete,
+                                   io::FileEnv* files = env()) {
   std::vector<SavePoint> out;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return out;
@@ -85,7 +86,7 @@ std::vector<SavePoint> saves_under(const std::string& root, std::vector<std::str
     if (entry.path().filename().string().rfind('.', 0) == 0) continue;
     SavePoint point;
     point.dir = dir;
-    auto manifest = io::read_model_manifest(env(), dir, &point.digest);
+    auto manifest = io::read_model_manifest(files, dir, &point.digest);
     if (manifest.ok()) {
       point.manifest = std::move(manifest).value();
       out.push_back(std::move(point));
@@ -344,8 +345,10 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
   return std::nullopt;
 }
 
-table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind configured) {
-  throw_if_error(io::remove_model_manifest(env(), dir).with_context("starting a save in " + dir));
+table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind configured,
+                                        io::FileEnv* files) {
+  if (files == nullptr) files = env();
+  throw_if_error(io::remove_model_manifest(files, dir).with_context("starting a save in " + dir));
   if (configured == table::SaveKind::kDelta &&
       (!last_ || normalized(last_->dir) == normalized(dir))) {
     return table::SaveKind::kBase;  // a delta chain starts with a save that replaces the table
@@ -355,13 +358,15 @@ table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind 
 
 void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
                               std::vector<uint64_t> sparse, uint64_t dense,
-                              config::DensePrecision dense_precision) {
+                              config::DensePrecision dense_precision, io::FileEnv* files) {
+  if (files == nullptr) files = env();
   io::ModelManifest m;
   m.pass = run_pass;
   // Newer than every save beside it (of this run or an earlier one) and than the last one.
   uint64_t newest = last_ ? last_->manifest.sequence : 0;
   const std::string here = normalized(dir);
-  for (const SavePoint& other : saves_under(fs::path(here).parent_path().string(), nullptr)) {
+  for (const SavePoint& other :
+       saves_under(fs::path(here).parent_path().string(), nullptr, files)) {
     newest = std::max(newest, other.manifest.sequence);
   }
   m.sequence = newest + 1;
@@ -380,7 +385,7 @@ void SaveLineage::commit_save(const std::string& dir, int64_t run_pass, table::S
   m.sparse = std::move(sparse);
   SavePoint point;
   point.dir = here;
-  throw_if_error(io::write_model_manifest(env(), dir, m, &point.digest)
+  throw_if_error(io::write_model_manifest(files, dir, m, &point.digest)
                      .with_context("writing the model manifest of " + dir));
   point.manifest = std::move(m);
   last_ = std::move(point);

@@ -122,15 +122,18 @@ class SaveLineage {
 
   // A save into `dir` begins: its MODEL_MANIFEST is removed (the folder holds no complete save
   // until commit_save) and the sparse half's mode is chosen: `configured`, except that a delta
-  // without a save to apply onto (the run's first save) is written as a base.
-  table::SaveKind begin_save(const std::string& dir, table::SaveKind configured);
-  // Both halves are saved: writes the model manifest. `run_pass` = the passes the trainer has
+  // without a save to apply onto (the run's first save) is written as a base. Through `files`
+  // (null: POSIX; trainer 0 passes the env that shows its part's moves, trainer_zero_work.hpp).
+  table::SaveKind begin_save(const std::string& dir, table::SaveKind configured,
+                             table::io::FileEnv* files = nullptr);
+  // Both halves are saved: writes the model manifest, reading the manifests of the saves beside
+  // it for its sequence, through `files` (as begin_save). `run_pass` = the passes the trainer has
   // done (the save of pass p, counted from 0, records p + 1: a resume goes on with pass p + 1).
   // `dense_precision`: what card 0's dense net computed in (DenseModel::precision(); an export
   // records it as the precision the model was trained in).
   void commit_save(const std::string& dir, int64_t run_pass, table::SaveKind written,
                    std::vector<uint64_t> sparse, uint64_t dense,
-                   config::DensePrecision dense_precision);
+                   config::DensePrecision dense_precision, table::io::FileEnv* files = nullptr);
   // The trainer restored `plan` and has done `run_pass` passes (its next pass is run_pass).
   void restored(const RestorePlan& plan, int64_t run_pass);
 

@@ -51,8 +51,9 @@ struct DenseState {
 };
 
 // Writes `state` as the dense half of the save `dir` (<dir>/dense) through `env` (nullptr: POSIX;
-// trainer 0 passes a PartProgressEnv, whose steps the others waiting for its save see) and
-// returns the half's digest as its manifest names it. Throws naming the folder.
+// trainer 0 passes an io::ProgressEnv over RemoteHostTier::local_work, whose operations the others
+// waiting for its save see move) and returns the half's digest as its manifest names it. Throws
+// naming the folder.
 uint64_t save_dense_half(const std::string& dir, const DenseState& state,
                          table::io::FileEnv* env = nullptr);
 

@@ -151,12 +151,13 @@ Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std
 
 TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
                                  TrainerZeroPublishes& publishes, const TrainerZeroPart& part,
-                                 double interval_s, double call_s)
+                                 double interval_s, double call_s, double max_local_stall_s)
     : servers_(servers),
       publishes_(publishes),
       part_(part),
       interval_s_(interval_s),
-      call_s_(call_s) {
+      call_s_(call_s),
+      max_local_stall_s_(max_local_stall_s) {
   publish(kRunning, servers_.progress_frames());
   try {
     thread_ = std::thread([this] { run(); });
@@ -204,6 +205,7 @@ void TrainerZeroWork::run() {
   // Nothing here ends trainer 0 (std::terminate): the waiters fail at their bound instead.
   try {
     uint64_t published = servers_.progress_frames();
+    uint64_t local_seen = servers_.local_work().ops();
     MutexLock lock(mu_);
     while (!stopping_) {
       const auto until = Clock::now() + micros_of(interval_s_);
@@ -211,8 +213,10 @@ void TrainerZeroWork::run() {
       }
       if (stopping_) return;
       const uint64_t moves = servers_.progress_frames();
-      // A publish not answered is sent again (and the newer state after it) every interval.
-      if (moves == published && !publishes_.unanswered()) continue;
+      // A local file operation under way is a move (the same moves, a new seq) for a while; a
+      // publish not answered is sent again (and the newer state after it) every interval.
+      const bool local_busy = local_work_moved(&local_seen);
+      if (moves == published && !local_busy && !publishes_.unanswered()) continue;
       published = moves;
       lock.unlock();
       publish(kRunning, moves);
@@ -222,6 +226,22 @@ void TrainerZeroWork::run() {
     GPUBOX_LOG(WARNING) << "trainer 0 stops showing the other trainers how its part " << part_.index
                         << " moves: " << e.what();
   }
+}
+
+bool TrainerZeroWork::local_work_moved(uint64_t* seen_ops) {
+  std::string stalled;
+  const bool moved =
+      servers_.local_work().moved(seen_ops, Clock::now(),
+                                  std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(max_local_stall_s_)),
+                                  &stalled);
+  if (!stalled.empty()) {
+    GPUBOX_LOG(WARNING) << "trainer 0's " << stalled << " (part " << part_.index
+                        << ") has not finished in " << max_local_stall_s_
+                        << " s: the other trainers are shown no progress for it any more (they "
+                           "fail after runner.collective_timeout_s)";
+  }
+  return moved;
 }
 
 TrainerZeroWait TrainerZeroWait::of(const TrainerZeroPart& part, std::string what,

@@ -16,15 +16,16 @@
 // kRunning or kEnded (whether it succeeded or failed: the meeting that follows tells the others
 // which), `moves` the PROGRESS frames its client received so far (RemoteHostTier::progress_frames:
 // its servers' SAVE, LOAD or SHRINK moved; in the PS modes also each frame of the dense table
-// trainer 0's part reads or writes, DenseCall::progress; and the steps of its own local writes,
-// PartProgressEnv), published again whenever they grew, every interval; `seq` counts the part's
-// publishes. Trainer 0's publishes reach the table in the order it makes them
-// (TrainerZeroPublishes): a publish the client gave up on, which the first server may still apply
-// late, is sent again under its request id before any later one, so that, while the first server
-// remembers that id (gpubox_server --dedup_max_age_s, or less when its retry cache or trainer 0's
-// share of it, --dedup_client_cache_mb, is full), it never lands after a later publish of the part
-// or of the next part (which showed the waiters the part running, or the previous part, after its
-// end: they failed naming trainer 0). Every call to the table is bounded
+// trainer 0's part reads or writes, DenseCall::progress; and each file operation of its own local
+// writes of a save, RemoteHostTier::local_work), published again whenever they grew, every
+// interval, and while one of those local operations is under way (a long fsync; for up to
+// kMaxLocalIoStallS); `seq` counts the part's publishes. Trainer 0's publishes reach the table in
+// the order it makes them (TrainerZeroPublishes): a publish the client gave up on, which the first
+// server may still apply late, is sent again under its request id before any later one, so that,
+// while the first server remembers that id (gpubox_server --dedup_max_age_s, or less when its retry
+// cache or trainer 0's share of it, --dedup_client_cache_mb, is full), it never lands after a later
+// publish of the part or of the next part (which showed the waiters the part running, or the
+// previous part, after its end: they failed naming trainer 0). Every call to the table is bounded
 // by call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s)
 // and is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches
 // its meeting within about that bound of its part's end even with the first server lost or
@@ -166,15 +167,24 @@ class TrainerZeroWork {
   static constexpr float kEnded = 2.0f;
   // The table's floats: job (2), run, recovery, index, state, moves, seq.
   static constexpr std::size_t kSlots = 8;
+  // How long one of trainer 0's local file operations (RemoteHostTier::local_work: an fsync of
+  // the save's dense half on a slow disk) may be under way with nothing else moving and still
+  // count as a move of its part: as long as gpubox_server's --max_io_stall_s lets a server's SAVE
+  // (its default). Longer, the disk is taken for hung: the part shows no move for it (logged
+  // once, naming the operation), and the others fail runner.collective_timeout_s later.
+  static constexpr double kMaxLocalIoStallS = 600;
 
-  // Trainer 0, as its part `part` begins: publishes it running now, then its moves every
-  // `interval_s` while they grow (or while a publish is not answered), through `publishes` (the
-  // job's). Every call to the table is bounded by `call_s` (call_deadline_for), so that neither
-  // this publish nor the end's delays trainer 0 by much when the first server is lost or
-  // restarted: at worst 2 call_s at the part's start (a publish not answered sent again, then
-  // this one). `servers` and `publishes` must outlive this object.
+  // Trainer 0, as its part `part` begins: publishes it running now, then every `interval_s`
+  // while its moves grow, while a local file operation is under way (for up to
+  // `max_local_stall_s`: the same moves under a new seq, which the waiters read as a move), or
+  // while a publish is not answered, through `publishes` (the job's). Every call to the table is
+  // bounded by `call_s` (call_deadline_for), so that neither this publish nor the end's delays
+  // trainer 0 by much when the first server is lost or restarted: at worst 2 call_s at the part's
+  // start (a publish not answered sent again, then this one). `servers` and `publishes` must
+  // outlive this object.
   TrainerZeroWork(table::server::RemoteHostTier& servers, TrainerZeroPublishes& publishes,
-                  const TrainerZeroPart& part, double interval_s, double call_s);
+                  const TrainerZeroPart& part, double interval_s, double call_s,
+                  double max_local_stall_s = kMaxLocalIoStallS);
   // Publishes the part ended (whatever its outcome), after any publish not answered yet; not again
   // when it failed (the transport retried it within call_s; a first server restarted answers
   // Aborted at once). When the end itself was sent and not answered, it stays unanswered and the
@@ -202,12 +212,16 @@ class TrainerZeroWork {
  private:
   bool publish(float state, uint64_t moves);
   void run();
+  // Whether trainer 0's local file work moved since *seen_ops (RemoteHostTier::local_work,
+  // bounded by max_local_stall_s_); logs an operation found stalled, once.
+  bool local_work_moved(uint64_t* seen_ops);
 
   table::server::RemoteHostTier& servers_;
   TrainerZeroPublishes& publishes_;
   const TrainerZeroPart part_;
   const double interval_s_;
   const double call_s_;
+  const double max_local_stall_s_;
   uint64_t seq_ = 0;     // publishes so far (the thread's, then the destructor's after the join)
   bool warned_ = false;  // a failed publish was logged
   Mutex mu_;

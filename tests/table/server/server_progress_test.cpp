@@ -501,26 +501,5 @@ TEST(ServerProgress, BusyForLongerThanTheBoundIsGivenUpOn) {
   EXPECT_GE(server->counters().bulk_busy, 1u);
 }
 
-// A file operation under way counts as moving only up to the stall limit (a hung mount is not
-// progress), and the hang is named once.
-TEST(WorkProgress, AHungFileOperationStopsCountingAfterTheStallLimit) {
-  using std::chrono::seconds;
-  WorkProgress progress;
-  uint64_t seen = progress.note().steps;
-  progress.begin_io("fsync of", "m/shard-0");
-  const auto t0 = WorkProgress::Clock::now();
-  EXPECT_TRUE(progress.moved(&seen, t0, seconds(600)));
-  EXPECT_TRUE(progress.moved(&seen, t0 + seconds(500), seconds(600)));
-  std::string stalled;
-  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(601), seconds(600), &stalled));
-  EXPECT_EQ(stalled, "fsync of m/shard-0");
-  stalled.clear();
-  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(700), seconds(600), &stalled));
-  EXPECT_EQ(stalled, "");  // named once
-  progress.end_io(10);     // it finished: progress again
-  EXPECT_TRUE(progress.moved(&seen, t0 + seconds(700), seconds(600)));
-  EXPECT_FALSE(progress.moved(&seen, t0 + seconds(700), seconds(600)));  // idle: nothing moved
-}
-
 }  // namespace
 }  // namespace gpubox::table::server
