@@ -78,7 +78,7 @@ std::string wait_for_a_local_save(table::server::testing::SlowIoTier& slow) {
   std::unique_ptr<table::io::FileEnv> disk = slow.slowed(table::io::FileEnv::posix());
   TrainerZeroPublishes publishes;
   std::thread trainer_zero([&] {
-    TrainerZeroWork work(*zero, publishes, part, 0.01, 1.0);
+    TrainerZeroWork work(*zero, publishes, part, 0.01, 1.0, /*end_s=*/1.0, nullptr);
     PartProgressEnv shown(disk.get(), [&] { zero->note_progress(); });
     try {
       save_dense_half(dir.path().string(), dense, &shown);
