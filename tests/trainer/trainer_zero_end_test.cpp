@@ -127,6 +127,8 @@ class LoggedLines {
 
 constexpr const char* kGivesUp = "trainer 0 gives up showing the other trainers that its part";
 
+// The tests whose tries are counted give each call 0.5 s, so that a healthy loopback call is never
+// cut short on a loaded machine (one more try than counted).
 class TrainerZeroEnd : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -177,7 +179,7 @@ TEST_F(TrainerZeroEnd, AnEndThatFailsForAWhileIsSentUntilAnswered) {
   std::thread waiter;
   Clock::time_point ending;
   {
-    TrainerZeroWork work(*zero_, publishes_, part, 0.02, /*call_s=*/0.1, /*end_s=*/20.0, [&] {
+    TrainerZeroWork work(*zero_, publishes_, part, 0.02, /*call_s=*/0.5, /*end_s=*/20.0, [&] {
       if (++between_tries == kFailedTries) writes_.set_failing(false);
       return std::string();
     });
@@ -207,7 +209,7 @@ TEST_F(TrainerZeroEnd, TheEndNeverLandsBeforeTheUnansweredPublishBeforeIt) {
   int between_tries = 0;
   writes_.set_failing(true);
   {
-    TrainerZeroWork work(*zero_, publishes_, part, 0.02, /*call_s=*/0.1, /*end_s=*/20.0, [&] {
+    TrainerZeroWork work(*zero_, publishes_, part, 0.02, /*call_s=*/0.5, /*end_s=*/20.0, [&] {
       if (++between_tries == 2) writes_.set_failing(false);
       return std::string();
     });
