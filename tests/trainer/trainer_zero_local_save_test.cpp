@@ -86,7 +86,8 @@ std::string wait_for_a_local_save(
   std::unique_ptr<table::io::FileEnv> disk = slow.slowed(table::io::FileEnv::posix());
   TrainerZeroPublishes publishes;
   std::thread trainer_zero([&] {
-    TrainerZeroWork work(*zero, publishes, part, 0.01, 1.0, max_local_stall_s);
+    TrainerZeroWork work(*zero, publishes, part, 0.01, 1.0, /*end_s=*/1.0, nullptr,
+                         max_local_stall_s);
     table::io::ProgressEnv shown(disk.get(), &zero->local_work());
     try {
       save_dense_half(dir.path().string(), dense, &shown);

@@ -145,7 +145,7 @@ TEST_F(TrainerZeroWorkTest, TrainerZerosPartIsShownRunningThenEnded) {
   const TrainerZeroPart part = part_of(kJob, 0, 0, 1);
   TrainerZeroPublishes publishes;
   {
-    TrainerZeroWork work(*client_, publishes, part, 0.01, 1.0);
+    TrainerZeroWork work(*client_, publishes, part, 0.01, 1.0, /*end_s=*/1.0, nullptr);
     EXPECT_NE(wait_for(part).find("its part stopped moving"), std::string::npos);
     EXPECT_EQ(read(), std::make_pair(kJob, TrainerZeroWork::kRunning));
   }
@@ -224,9 +224,9 @@ TEST_F(TrainerZeroWorkRestart, AReadThatFailsForAMomentIsNoMove) {
 }
 
 // The first server restarted during trainer 0's part (not accepted until after it: it answers
-// every call Aborted): the end is not written again until call_s (which would keep trainer 0 from
-// the meeting long past runner.collective_timeout_s). Without the fix this test does not end
-// within its ctest timeout.
+// every call Aborted): the end is not written again until call_s, nor tried again until end_s
+// (which would keep trainer 0 from the meeting long past runner.collective_timeout_s). Without the
+// fix this test does not end within its ctest timeout.
 TEST_F(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
   ASSERT_NO_FATAL_FAILURE(start());
   // Rows the restart loses: it is not adopted quietly.
@@ -235,7 +235,8 @@ TEST_F(TrainerZeroWorkRestart, AFirstServerRestartedEndsThePartAtOnce) {
   ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
   TrainerZeroPublishes publishes;
   {
-    TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, /*call_s=*/3600.0);
+    TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, /*call_s=*/3600.0,
+                         /*end_s=*/3600.0, nullptr);
     server.reset();
     server = start_server(&second, options);
     ASSERT_TRUE(server);
@@ -253,7 +254,7 @@ TEST_F(TrainerZeroWorkRestart, PublishesDoNotKeepARestartFromTheLastSaveFromBein
   ASSERT_TRUE(client->push(keys.data(), keys.size(), rows.data()).ok());
   ASSERT_TRUE(client->save("ckpt", table::SaveKind::kCheckpoint).ok());
   TrainerZeroPublishes publishes;
-  { TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, 3.0); }
+  { TrainerZeroWork work(*client, publishes, part_of(kJob, 0, 0, 1), 0.01, 3.0, 3.0, nullptr); }
   server.reset();
   auto loaded = table::server::load_before_start(&second, options, "ckpt");
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -459,7 +460,7 @@ TEST_F(TrainerZeroWorkOtherRestart, PublishesGoOnInOrderWhileAnotherServersResta
   expect_a_late_running_keeps_the_end(part);
   const TrainerZeroPart next = part_of(kJob, 0, 0, 2);
   TrainerZeroPublishes publishes;
-  { TrainerZeroWork work(*zero_, publishes, next, 0.01, 3.0); }
+  { TrainerZeroWork work(*zero_, publishes, next, 0.01, 3.0, 3.0, nullptr); }
   EXPECT_FALSE(publishes.unanswered());
   EXPECT_EQ(wait_for(next), "");
   EXPECT_EQ(zero_->pending_restarts().size(), 1u) << "the publishes accepted the restart";

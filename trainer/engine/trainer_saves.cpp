@@ -106,7 +106,9 @@ void Trainer::on_trainer_zero(const std::function<void()>& part, const std::stri
         if (shown) {
           work.emplace(*servers, trainer_zero_publishes_, number,
                        TrainerZeroWork::interval_for(collective_s),
-                       TrainerZeroWork::call_deadline_for(collective_s, server_s));
+                       TrainerZeroWork::call_deadline_for(collective_s, server_s),
+                       TrainerZeroWork::end_bound_for(collective_s, server_s),
+                       [&s] { return s.watch != nullptr ? s.watch->lost() : ""; });
         }
         part();
       },

@@ -385,7 +385,9 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
       if (env_.trainers > 1) {
         shown.emplace(*s.servers, trainer_zero_publishes_, number,
                       TrainerZeroWork::interval_for(collective_s),
-                      TrainerZeroWork::call_deadline_for(collective_s, server_s));
+                      TrainerZeroWork::call_deadline_for(collective_s, server_s),
+                      TrainerZeroWork::end_bound_for(collective_s, server_s),
+                      [&s] { return s.watch != nullptr ? s.watch->lost() : ""; });
       }
       part();
     };

@@ -4,10 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <random>
 #include <sstream>
+#include <string>
+#include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -110,6 +114,12 @@ double TrainerZeroWork::call_deadline_for(double collective_timeout_s, double se
   return std::min(server_timeout_s, std::max(kMinInterval, collective_timeout_s / 4));
 }
 
+double TrainerZeroWork::end_bound_for(double collective_timeout_s, double server_timeout_s) {
+  return std::max(collective_timeout_s / 2,
+                  collective_timeout_s - call_deadline_for(collective_timeout_s, server_timeout_s) -
+                      interval_for(collective_timeout_s));
+}
+
 table::server::DenseCall TrainerZeroWork::call_of(double call_s) {
   table::server::DenseCall call;
   call.deadline_s = call_s;
@@ -131,7 +141,9 @@ Status TrainerZeroPublishes::send(table::server::RemoteHostTier& servers, const 
   std::vector<float> table = sent.row;
   table::server::DenseCall call = TrainerZeroWork::call_of(call_s);
   call.request_id = sent.request_id;
-  return servers.dense(DenseAction::kWrite, TrainerZeroWork::kTable, &table, call);
+  const Status written = servers.dense(DenseAction::kWrite, TrainerZeroWork::kTable, &table, call);
+  if (written.ok()) last_answered_ = Clock::now();
+  return written;
 }
 
 Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std::vector<float> row,
@@ -139,8 +151,10 @@ Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std
   // Nothing newer goes out before the publish not answered: a copy of it the first server still
   // holds would otherwise land after it.
   if (unanswered_) {
+    const bool again = unanswered_->row == row;  // this publish, not answered yet
     GPUBOX_RETURN_IF_ERROR(send(servers, *unanswered_, call_s));
     unanswered_.reset();
+    if (again) return Status::OK();
   }
   // Unanswered until the server answers: a send that throws leaves it to be sent again first too.
   unanswered_ = Sent{servers.next_request_id(), std::move(row)};
@@ -151,19 +165,22 @@ Status TrainerZeroPublishes::publish(table::server::RemoteHostTier& servers, std
 
 TrainerZeroWork::TrainerZeroWork(table::server::RemoteHostTier& servers,
                                  TrainerZeroPublishes& publishes, const TrainerZeroPart& part,
-                                 double interval_s, double call_s, double max_local_stall_s)
+                                 double interval_s, double call_s, double end_s,
+                                 std::function<std::string()> lost, double max_local_stall_s)
     : servers_(servers),
       publishes_(publishes),
       part_(part),
       interval_s_(interval_s),
       call_s_(call_s),
+      end_s_(end_s),
+      lost_(std::move(lost)),
       max_local_stall_s_(max_local_stall_s) {
   publish(kRunning, servers_.progress_frames());
   try {
     thread_ = std::thread([this] { run(); });
   } catch (...) {
     // The part fails (the meeting tells the others): they stop waiting now.
-    publish(kEnded, servers_.progress_frames());
+    publish_end();
     throw;
   }
 }
@@ -175,12 +192,7 @@ TrainerZeroWork::~TrainerZeroWork() {
   }
   stop_cv_.notify_all();
   thread_.join();
-  // An end sent and not answered stays unanswered in publishes_: the next part's first publish
-  // sends it first. An end not sent, because the publish not answered before it failed again, is
-  // dropped: never published, the waiters fail at their bound (the header). A first server found
-  // restarted answers Aborted until the restart is accepted (after this part): the meeting on it
-  // fails too.
-  publish(kEnded, servers_.progress_frames());
+  publish_end();
 }
 
 bool TrainerZeroWork::publish(float state, uint64_t moves) {
@@ -199,6 +211,47 @@ bool TrainerZeroWork::publish(float state, uint64_t moves) {
                         << " moves: " << e.what();
   }
   return false;
+}
+
+void TrainerZeroWork::publish_end() {
+  const auto first = Clock::now();
+  const std::vector<float> end = row(part_, kEnded, servers_.progress_frames(), ++seq_);
+  int tries = 0;
+  std::string cause;  // why it gave up
+  try {
+    double call_s = call_s_;
+    for (;;) {
+      ++tries;
+      const Status written = publishes_.publish(servers_, end, call_s);
+      if (written.ok()) return;
+      cause = written.to_string();
+      // A lost connection or reply heals; Aborted (the first server found restarted: not until
+      // the restart is accepted, after the part) or a refusal does not.
+      if (written.code() != Status::Code::kDeadlineExceeded &&
+          written.code() != Status::Code::kUnavailable) {
+        break;
+      }
+      if (const std::string lost = lost_ ? lost_() : ""; !lost.empty()) {
+        cause = lost + " (the last try: " + cause + ")";
+        break;
+      }
+      // The waiters' silence runs from the last move they may have seen.
+      const auto bound =
+          std::max(began_, publishes_.last_answered().value_or(began_)) + micros_of(end_s_);
+      const auto pause = micros_of(interval_s_);
+      const auto left = bound - (Clock::now() + pause);
+      if (left < micros_of(kMinInterval)) break;
+      std::this_thread::sleep_for(pause);
+      call_s = std::min(call_s_, std::chrono::duration<double>(left).count());
+    }
+  } catch (const std::exception& e) {
+    cause = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - first).count();
+  GPUBOX_LOG(WARNING) << "trainer 0 gives up showing the other trainers that its part "
+                      << part_.index << " ended, after " << tries << " tries in " << seconds
+                      << " s (they may fail after runner.collective_timeout_s naming trainer 0): "
+                      << cause;
 }
 
 void TrainerZeroWork::run() {

@@ -25,12 +25,16 @@
 // while the first server remembers that id (gpubox_server --dedup_max_age_s, or less when its retry
 // cache or trainer 0's share of it, --dedup_client_cache_mb, is full), it never lands after a later
 // publish of the part or of the next part (which showed the waiters the part running, or the
-// previous part, after its end: they failed naming trainer 0). Every call to the table is bounded
-// by call_deadline_for (a quarter of runner.collective_timeout_s, at most runner.server_timeout_s)
-// and is no change of the job's state on the first server (DenseCall::mutation): trainer 0 reaches
-// its meeting within about that bound of its part's end even with the first server lost or
-// restarted, and (gpubox mode; in the PS modes the heartbeat's adds are changes) a first server
-// restarted from the save just written is still adopted quietly.
+// previous part, after its end: they failed naming trainer 0). The part's end is sent again until
+// the first server answers it, for end_bound_for after the last publish answered (a dropped end
+// left the waiters to fail naming trainer 0, which had finished). Every call to the table is
+// bounded by call_deadline_for (a quarter of runner.collective_timeout_s, at most
+// runner.server_timeout_s) and is no change of the job's state on the first server
+// (DenseCall::mutation): trainer 0 reaches its meeting within about that bound of its part's end
+// with the first server restarted (Aborted is not tried again), soon after its watch finds a server
+// or a trainer lost, and within end_bound_for while the first server does not answer; and (gpubox
+// mode; in the PS modes the heartbeat's adds are changes) a first server restarted from the save
+// just written is still adopted quietly.
 //
 // A waiter reads the table every interval: this job's part `part` ended, or a later part of this
 // job (trainer 0 counted one more), it goes to the meeting (which trainer 0 reached or is about
@@ -42,13 +46,14 @@
 // job whose nonce the waiter does not know (a PS job's first part), ends the watching: the waiter
 // goes to the meeting, bounded by runner.collective_timeout_s in all as before. A failed publish is
 // logged once and sent again before the next: while the publishes fail, the waiters fail at the
-// bound, naming trainer 0.
+// bound, naming trainer 0; so they do when trainer 0 gave up on its end (logged, naming why).
 //
 // Thread-safety: a TrainerZeroWork belongs to one thread (it runs its own), and so does the job's
 // TrainerZeroPublishes it uses; wait_for_trainer_zero may run on any thread. All use the
 // thread-safe RemoteHostTier.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -145,19 +150,28 @@ class TrainerZeroPublishes {
   // once `row` was answered. Otherwise the publish not answered is kept: `row` when it was sent
   // (also when its send threw), else the earlier one (`row` is dropped: the caller publishes its
   // newer state later).
+  // `row` equal to the publish not answered is that publish, sent again under its request id (a
+  // part's end tried again, TrainerZeroWork), not a new one.
   Status publish(table::server::RemoteHostTier& servers, std::vector<float> row, double call_s);
   // Whether a publish was not answered yet (the next publish sends it again first).
   bool unanswered() const { return unanswered_.has_value(); }
+  // When the first server last answered a publish (a publish sent again included): the last move
+  // the waiters may have seen. Empty before the first answer.
+  std::optional<std::chrono::steady_clock::time_point> last_answered() const {
+    return last_answered_;
+  }
 
  private:
   struct Sent {
     uint64_t request_id = 0;
     std::vector<float> row;
   };
-  // Sends `sent` under its request id: OK when the first server answered it.
-  static Status send(table::server::RemoteHostTier& servers, const Sent& sent, double call_s);
+  // Sends `sent` under its request id: OK when the first server answered it (noted in
+  // last_answered_).
+  Status send(table::server::RemoteHostTier& servers, const Sent& sent, double call_s);
 
   std::optional<Sent> unanswered_;
+  std::optional<std::chrono::steady_clock::time_point> last_answered_;
 };
 
 class TrainerZeroWork {
@@ -178,20 +192,27 @@ class TrainerZeroWork {
   // while its moves grow, while a local file operation is under way (for up to
   // `max_local_stall_s`: the same moves under a new seq, which the waiters read as a move), or
   // while a publish is not answered, through `publishes` (the job's). Every call to the table is
-  // bounded by `call_s` (call_deadline_for), so that neither this publish nor the end's delays
-  // trainer 0 by much when the first server is lost or restarted: at worst 2 call_s at the part's
-  // start (a publish not answered sent again, then this one). `servers` and `publishes` must
-  // outlive this object.
+  // bounded by `call_s` (call_deadline_for), so that this publish delays trainer 0 by little when
+  // the first server is lost or restarted: at worst 2 call_s (a publish not answered sent again,
+  // then this one). The part's end is tried again for `end_s` (end_bound_for) unless `lost`
+  // (trainer 0's watch: a trainer or server lost, "" while none; may be empty) reports a loss.
+  // `servers` and `publishes` must outlive this object.
   TrainerZeroWork(table::server::RemoteHostTier& servers, TrainerZeroPublishes& publishes,
-                  const TrainerZeroPart& part, double interval_s, double call_s,
-                  double max_local_stall_s = kMaxLocalIoStallS);
-  // Publishes the part ended (whatever its outcome), after any publish not answered yet; not again
-  // when it failed (the transport retried it within call_s; a first server restarted answers
-  // Aborted at once). When the end itself was sent and not answered, it stays unanswered and the
-  // next part's first publish sends it again first; when the publish not answered before it
-  // failed again, the end is dropped (that older publish stays unanswered) and never published:
-  // the waiters fail at their bound, naming trainer 0, as while every publish fails. At worst
-  // about 4 call_s in all: the thread's publishes in flight, then this one's.
+                  const TrainerZeroPart& part, double interval_s, double call_s, double end_s,
+                  std::function<std::string()> lost, double max_local_stall_s = kMaxLocalIoStallS);
+  // Publishes the part ended (whatever its outcome), after any publish not answered yet, and
+  // tries again until the first server answers it: a dropped end would leave the waiters to fail
+  // at their bound naming trainer 0, which finished. The first try is bounded by call_s; the
+  // next ones begin every interval_s until `end_s` after the last publish the first server
+  // answered (or the part's start, if later: the last move the waiters saw), each bounded by
+  // what is left of it (twice that when the publish not answered before the end is sent again
+  // first: the end never lands before it). Only a failure that can heal is tried again (a lost
+  // connection or reply, DeadlineExceeded or Unavailable); any other (Aborted: the first server
+  // found restarted, which the meeting fails on too) stops at once, as does a loss `lost`
+  // reports. Giving up is logged once, naming the cause, the tries and the seconds; an end sent
+  // and not answered then stays unanswered in `publishes`, sent again first by the next part.
+  // At worst the thread's publishes in flight (2 call_s), then the later of 2 call_s and that
+  // bound.
   ~TrainerZeroWork();
   TrainerZeroWork(const TrainerZeroWork&) = delete;
   TrainerZeroWork& operator=(const TrainerZeroWork&) = delete;
@@ -202,6 +223,11 @@ class TrainerZeroWork {
   // The bound of each call to the table, for runner.collective_timeout_s and
   // runner.server_timeout_s: a quarter of the former, at most the latter, at least 10 ms.
   static double call_deadline_for(double collective_timeout_s, double server_timeout_s);
+  // How long trainer 0 tries its part's end again after the last publish answered: the waiters'
+  // bound (runner.collective_timeout_s) less one read of theirs (call_deadline_for) and one
+  // interval, so that an end answered within it is read before they fail; at least half the
+  // bound (each is at most a quarter of it, but for their floors of 10 ms below 40 ms).
+  static double end_bound_for(double collective_timeout_s, double server_timeout_s);
   // How a call to the table runs: bounded by `call_s`, and no change of the job's state on the
   // first server (in the gpubox mode a restart of it from the last save is still adopted quietly).
   static table::server::DenseCall call_of(double call_s);
@@ -211,6 +237,8 @@ class TrainerZeroWork {
 
  private:
   bool publish(float state, uint64_t moves);
+  // The part's end, tried again as the destructor says.
+  void publish_end();
   void run();
   // Whether trainer 0's local file work moved since *seen_ops (RemoteHostTier::local_work,
   // bounded by max_local_stall_s_); logs an operation found stalled, once.
@@ -221,7 +249,10 @@ class TrainerZeroWork {
   const TrainerZeroPart part_;
   const double interval_s_;
   const double call_s_;
+  const double end_s_;
+  const std::function<std::string()> lost_;
   const double max_local_stall_s_;
+  const std::chrono::steady_clock::time_point began_ = std::chrono::steady_clock::now();
   uint64_t seq_ = 0;     // publishes so far (the thread's, then the destructor's after the join)
   bool warned_ = false;  // a failed publish was logged
   Mutex mu_;
