@@ -55,6 +55,38 @@ StatusOr<trainer::DensePrecision> trained_precision(const table::io::ModelManife
   return trainer::DensePrecision::kFp32;
 }
 
+// fat_deepffm's undropped bias (trainer::kFatDeepffmBiasBlock, a save's block beside "dense" when
+// it trained with dropout) added to the DNN output's bias b, the last value of `dense` (the net's
+// layout at p = 0, which the export records and gpubox_serve builds): evaluation has no dropout,
+// so its logit w.h + b + first-order + bias is the folded net's exactly. Any other net, or a block
+// of another size, is refused.
+Status fold_undropped_bias(const table::DenseTable& saved, const trainer::TrainerConfig& config,
+                           const std::string& save_dir, std::vector<float>* dense) {
+  for (const std::string& name : saved.names()) {
+    if (name != "dense" && name != trainer::kFatDeepffmBiasBlock) {
+      return Status::InvalidArgument("save " + save_dir + " holds a dense block '" + name +
+                                     "' this build does not know (saved by a newer build?)");
+    }
+  }
+  const auto bias = saved.get(trainer::kFatDeepffmBiasBlock);
+  if (!bias.has_value()) return Status::OK();
+  if (config.hyper.model != trainer::ModelKind::kFatDeepffm) {
+    return Status::InvalidArgument(
+        "save " + save_dir + " holds the dense block " + trainer::kFatDeepffmBiasBlock +
+        " (fat_deepffm's undropped bias), but the config " + config.config_path + " builds " +
+        name_of(trainer::kModelKindNames, config.hyper.model) +
+        ": export it with the network it was trained as");
+  }
+  if (bias->values.size() != 1 || dense->empty()) {
+    return Status::Corruption("save " + save_dir + ": its dense block " +
+                              trainer::kFatDeepffmBiasBlock + " holds " +
+                              std::to_string(bias->values.size()) + " values, not 1, beside " +
+                              std::to_string(dense->size()) + " dense parameters");
+  }
+  dense->back() += bias->values[0];
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
@@ -97,6 +129,7 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   const auto block = dense.get("dense");
   if (!block.has_value()) return Status::Corruption("save " + save_dir + " has no dense block");
   save.dense = block->values;
+  GPUBOX_RETURN_IF_ERROR(fold_undropped_bias(dense, config, save_dir, &save.dense));
   return save;
 }
 

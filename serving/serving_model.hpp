@@ -4,7 +4,8 @@
 // `<out>.tmp`, every file fsync'ed, a MANIFEST with each file's record count, size and xxh64
 // checksum written last, swapped in atomically). It holds only what inference reads:
 //   dense           the dense net's parameters: float32, little-endian, in DenseParameters'
-//                   flat layout (no optimizer state)
+//                   flat layout (no optimizer state; fat_deepffm's undropped bias, a save's
+//                   block of its own, added to the DNN output's bias: the layout at p = 0)
 //   sparse-NNNNN    sparse rows, at most ExportOptions::rows_per_part per file: per row the
 //                   key (uint64) and its pull record (show, click, embed_w, embedx_w[mf_dim]:
 //                   what the model reads of a row, no optimizer state), float32 or float16

@@ -29,6 +29,7 @@
 #include "common/config/config_document.hpp"
 #include "common/error.hpp"
 #include "dataset/generator.hpp"
+#include "table/dense_table.hpp"
 #include "table/io/model_manifest.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/resume_fixture.hpp"
@@ -291,6 +292,18 @@ TEST_F(Resume, AFatDeepffmRunStoppedAfterPass0ResumesAndEndsBitIdentical) {
   network_resumes_bit_identical(
       "fat_deepffm", {"hyper_parameters.model=fat_deepffm", "hyper_parameters.fc_sizes=[8]"},
       (4 + 2) * 4);
+}
+
+// At p 0.5 its undropped bias (its own block in the dense half) trains, saves and resumes too.
+TEST_F(Resume, AFatDeepffmRunWithDropoutResumesBitIdenticalWithItsUndroppedBias) {
+  network_resumes_bit_identical(
+      "fat_dropout",
+      {"hyper_parameters.model=fat_deepffm", "hyper_parameters.fc_sizes=[8]",
+       "hyper_parameters.dnn_dropout=0.5"},
+      (4 + 2) * 4);
+  table::DenseTable dense;
+  throw_if_error(dense.load((root_ / "fat_dropout_straight" / "2" / "dense").string()));
+  EXPECT_NE(dense.get(kFatDeepffmBiasBlock).value().values.at(0), 0.0f) << "bias not trained";
 }
 
 // A schedule that stops (as a killed trainer would) when pass `stop` would begin: the loop and

@@ -277,6 +277,9 @@ std::vector<std::vector<std::string>> every_model_kind() {
           // fat_deepffm: ffm's rows, CEN and the DNN (layer_sizes_dnn) over the pairs.
           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]"},
           {"hyper_parameters.model=fat_deepffm", "hyper_parameters.use_cvm=true"},
+          // At p > 0 its undropped bias: the export folds it into the DNN output's bias.
+          {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]",
+           "hyper_parameters.dnn_dropout=0.5"},
           // autoint: without a DNN (PaddleRec's config.yaml), and with one, cvm and no wide part.
           {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4, 6]",
            "hyper_parameters.fc_sizes=[]"},
@@ -315,6 +318,22 @@ void expect_export_refuses_other_settings(const trainer::TrainerConfig& cfg,
         << refused.status().to_string();
     EXPECT_FALSE(fs::exists(exported));
   }
+  // fat_deepffm's undropped bias folds into fat_deepffm's output bias only: ffm (the same rows) is
+  // refused.
+  if (cfg.hyper.model != trainer::ModelKind::kFatDeepffm || cfg.hyper.dnn_dropout == 0) return;
+  std::vector<std::string> as_ffm = overrides;
+  for (const char* key : {"hyper_parameters.model=ffm", "hyper_parameters.layer_sizes_dnn=[]",
+                          "hyper_parameters.dnn_dropout=0"}) {
+    as_ffm.push_back(key);
+  }
+  auto ffm = load_trainer_config(config_path, as_ffm);
+  ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
+  const auto refused = export_serving_model(*ffm, save.string(), exported.string(), {});
+  ASSERT_FALSE(refused.ok()) << "exported fat_deepffm's undropped bias as ffm";
+  EXPECT_NE(refused.status().message().find("holds the dense block fat_deepffm.bias"),
+            std::string::npos)
+      << refused.status().to_string();
+  EXPECT_FALSE(fs::exists(exported));
 }
 
 // The served model's spec names `cfg`'s network and its settings.

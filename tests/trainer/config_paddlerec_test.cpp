@@ -134,6 +134,9 @@ void expect_differences_from_paddlerec_said() {
     EXPECT_EQ(off.find("its dropout"), std::string::npos) << off;
     EXPECT_EQ(off.find("{dropout}"), std::string::npos) << off;
   }
+  // fat_deepffm learns its second, undropped bias at p > 0 only.
+  EXPECT_NE(differences_from_paddlerec(config::ModelKind::kFatDeepffm, 0.0).find("no second bias"),
+            std::string::npos);
 }
 
 // flen's folder's groups must cover the config's 26 numbered slots; the folder of a network

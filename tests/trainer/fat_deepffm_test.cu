@@ -2,19 +2,23 @@
 // PaddleRec's models/rank/fat_deepffm net.py: the field-aware vectors F[i, j] (a slot's from its
 // pooled row, a dense feature's x_d E[d, j]), CEN (max over each vector, two ReLU layers N^2 x
 // N^2, the attention scaling each vector), the first-order sum of every attended value, the
-// pairs' Hadamard products O[i, j] * O[j, i] into the DNN, logit = first order + DNN. Its
+// pairs' Hadamard products O[i, j] * O[j, i] into the DNN, logit = first order + DNN; with dropout
+// the DNN's hidden units and output dropped and the second, undropped bias added after them. Its
 // predictions and every gradient (dense parameters and pulled values) against central differences
 // of the reference's summed log loss; its shapes; its refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "heterps/device/card.hpp"
 #include "tests/heterps/device/test_cards.hpp"
+#include "tests/trainer/dropout_reference.hpp"
 #include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/one_card.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -23,9 +27,12 @@
 namespace gpubox::trainer {
 namespace {
 
-// fat_deepffm's logit of instance i in float64.
+// fat_deepffm's logit of instance i in float64. With `drop` (PaddleRec's net at p > 0): the DNN's
+// hidden units and its output (its bias b inside) dropped, then FAT_DeepFFMLayer.bias added:
+// drop(w.h + b) + first-order + bias.
 double fat_deepffm_logit(const DenseModelConfig& cfg, const testing::HostBatch& h, int64_t i,
-                         const testing::NamedParams& p, const std::vector<double>& rec) {
+                         const testing::NamedParams& p, const std::vector<double>& rec,
+                         const testing::DropoutReference& drop = {}) {
   const int n = cfg.slots + cfg.dense_dim;
   const int k = cfg.mf_dim / n;
   // f[i * n + j][e]: field i's vector toward field j.
@@ -67,8 +74,12 @@ double fat_deepffm_logit(const DenseModelConfig& cfg, const testing::HostBatch& 
   }
   for (std::size_t l = 0; l < cfg.fc_sizes.size(); ++l) {
     x = p.linear("fc_" + std::to_string(l), x, true);
+    drop(l, false, i, x);
   }
-  return first + p.linear("fc_" + std::to_string(cfg.fc_sizes.size()), x, false)[0];
+  std::vector<double> out = p.linear("fc_" + std::to_string(cfg.fc_sizes.size()), x, false);
+  drop(cfg.fc_sizes.size(), true, i, out);
+  const double bias = p.has(kFatDeepffmBiasBlock) ? p(kFatDeepffmBiasBlock, 0) : 0.0;
+  return first + out[0] + bias;
 }
 
 struct FatCase {
@@ -102,6 +113,70 @@ TEST_P(FatDeepffmTest, PredictionsAndGradientsMatchAFloat64Reference) {
       [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& p,
           const std::vector<double>& rec) { return fat_deepffm_logit(cfg, h, i, p, rec); });
   EXPECT_GT(checked, 200u);
+}
+
+// PaddleRec's fat_deepffm at p > 0 (its folder's 0.5, and 0.2): forward, loss, every dense
+// gradient (the undropped bias's: the sum of dL/dlogit, unmasked) and every pushed one against the
+// float64 reference with the same masks, at batches 7 and 1. The bias ends the layout: the net at
+// p = 0 is its prefix, whose last value is the DNN output's bias (the export folds it there).
+TEST_P(FatDeepffmTest, DropoutAndTheUndroppedBiasMatchAFloat64Reference) {
+  const DenseModel plain(card_, config());
+  EXPECT_FALSE(plain.undropped_bias().has_value());
+  const testing::NamedParams plain_blocks{plain.parameters().blocks(), {}};
+  for (const float p : {0.5f, 0.2f}) {
+    SCOPED_TRACE("dnn_dropout " + std::to_string(p));
+    DenseModelConfig cfg = config();
+    cfg.dnn_dropout = p;
+    DenseModel model(card_, cfg);
+    ASSERT_TRUE(model.dropout().drops_output());
+    const std::optional<UndroppedBias> bias = model.undropped_bias();
+    ASSERT_TRUE(bias.has_value());
+    EXPECT_EQ(bias->before, plain.parameters().size());
+    EXPECT_EQ(plain_blocks.block("fc_2.b").offset + 1, bias->before);
+    EXPECT_EQ(model.parameters().size(), bias->at + 1);
+    const testing::NamedParams blocks{model.parameters().blocks(), {}};
+    EXPECT_EQ(blocks.block(kFatDeepffmBiasBlock).offset, bias->at);
+    for (const int64_t batch : {7, 1}) {
+      SCOPED_TRACE("batch " + std::to_string(batch));
+      model.set_dropout_steps(0);
+      const testing::DropoutReference drop{&model.dropout(), p, 1};
+      EXPECT_GT(testing::check_against_reference(
+                    card_, model, 60 + batch,
+                    [&](const testing::HostBatch& h, int64_t i, const testing::NamedParams& w,
+                        const std::vector<double>& rec) {
+                      return fat_deepffm_logit(cfg, h, i, w, rec, drop);
+                    },
+                    batch),
+                0u);
+    }
+  }
+}
+
+// Evaluation has no dropout: the net at p > 0 predicts what the net at p = 0 predicts with the
+// undropped bias added to the DNN output's bias (what the export serves), after a training step.
+TEST_P(FatDeepffmTest, EvaluationIsTheNetAtZeroWithTheBiasFoldedIntoTheOutputBias) {
+  DenseModelConfig cfg = config();
+  cfg.dnn_dropout = 0.5f;
+  DenseModel dropped(card_, cfg);
+  DenseModel plain(card_, config());
+  std::mt19937_64 rng(5);
+  const testing::HostBatch h = testing::make_field_batch(9, cfg, rng);
+  const testing::CardBatch batch(card_, h, cfg.slots);
+  std::vector<float> w = dropped.parameters().values_to_host();
+  const UndroppedBias bias = dropped.undropped_bias().value();
+  w[bias.at] = 0.75f;  // trained away from 0
+  dropped.parameters().set_values(w);
+  auto push = card_.make_buffer<float>(h.offsets.back() * dropped.pool().push_dim());
+  dropped.forward_backward(batch.view, GradScales{1.0f / 9, 1.0f}, push.data());
+  w = dropped.parameters().values_to_host();
+  std::vector<float> folded(w.begin(), w.begin() + static_cast<std::ptrdiff_t>(bias.before));
+  folded.back() += w[bias.at];
+  plain.parameters().set_values(folded);
+  dropped.predict(batch.view);
+  plain.predict(batch.view);
+  const std::vector<float> want = device::to_host(plain.predictions(), 9, card_.stream());
+  const std::vector<float> got = device::to_host(dropped.predictions(), 9, card_.stream());
+  for (int i = 0; i < 9; ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << "instance " << i;
 }
 
 // dense_w's gradient sums the batch in chunks (FatDeepffmPart::dense_w_chunk_rows): one chunk

@@ -19,6 +19,7 @@
 #include "common/error.hpp"
 #include "common/status.hpp"
 #include "dataset/generator.hpp"
+#include "table/dense_table.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_row/optimizer.hpp"
@@ -110,6 +111,28 @@ TEST_F(PsModes, FatDeepffmTrainsInEveryMode) {
   EXPECT_EQ(config(fat).mf_dim(), (8 + 3) * 2);
   // When written: async 0.728, sync 0.734, geo 0.738 (planted 0.761).
   learns_in_every_mode("fat_deepffm", fat, 0.70);
+}
+
+// fat_deepffm at p 0.5: its undropped bias in the servers' dense table like any value, and in its
+// own block of the sync job's save, which the gpubox mode loads (an AUC cannot tell a bias that
+// shifts every logit alike: the loaded value is compared too).
+TEST_F(PsModes, FatDeepffmWithDropoutInEveryModeAndThroughASave) {
+  const std::vector<std::string> fat = {
+      "hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[16]",
+      "hyper_parameters.sparse_feature_dim=3", "hyper_parameters.dnn_dropout=0.5"};
+  network_in_every_mode_and_through_a_save("fat_dropout", fat, 0.68);
+  const std::filesystem::path save = root_ / "fat_dropout_saves" / "0";
+  table::DenseTable dense;
+  throw_if_error(dense.load((save / "dense").string()));
+  const float bias = dense.get(kFatDeepffmBiasBlock).value().values.at(0);
+  EXPECT_NE(bias, 0.0f) << "the undropped bias was not trained";
+  TrainerEnv env;
+  env.threads_per_card = 1;
+  std::vector<std::string> sgd = fat;  // the sync job's save: SGD's, no moments
+  sgd.push_back("hyper_parameters.optimizer.class=SGD");
+  Trainer loaded(config(sgd), env);
+  loaded.load(save.string());
+  EXPECT_EQ(loaded.dense_values(0).back(), bias);
 }
 
 // dlrm with PaddleRec's two-class output (its last layer's 2 values ReLU'd, a softmax over them:

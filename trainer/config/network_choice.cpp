@@ -91,8 +91,7 @@ constexpr char kFatDeepffmDifferences[] =
     "a field's factor has sparse_feature_dim - 1 values (PaddleRec's sparse_feature_dim, "
     "ffm's rows); no L2 decay; {dropout}; CEN's and the DNN's weights start at "
     "N(0, 1/fan_in) (PaddleRec's CEN: "
-    "Paddle's default), the embeddings by the sparse rule; the DNN's output bias stands "
-    "for PaddleRec's separate bias";
+    "Paddle's default), the embeddings by the sparse rule";
 
 // The {dropout} of a network whose PaddleRec net drops its DNN: what GPUBox draws at
 // hyper_parameters.dnn_dropout > 0 (`on`), and at 0 that it draws none (`off`).
@@ -124,12 +123,12 @@ constexpr DropoutClause kDropoutClauses[] = {
      "and batch norm and after the bi-interaction's layer)"},
     {config::ModelKind::kFatDeepffm,
      "its dropout (hyper_parameters.dnn_dropout, the folder's 0.5 after every DNN Linear and "
-     "ReLU, the output's too) drops the DNN's output bias, which stands for PaddleRec's "
-     "separate, undropped bias too (PaddleRec's logit is drop(w.h + b) + first-order + bias, "
-     "GPUBox's drop(w.h + b) + first-order: its bias is noised with the output, and the "
-     "undropped shift is not learned)",
+     "ReLU, the output's too) draws one mask per hidden unit, kept with probability (1-p)^2, "
+     "drops the DNN's output with its bias, and adds PaddleRec's second, undropped bias "
+     "(fat_deepffm.bias) after it: drop(w.h + b) + first-order + bias, as PaddleRec's logit",
      "no dropout (hyper_parameters.dnn_dropout 0; PaddleRec's 0.5 after every DNN Linear and "
-     "ReLU, the output's too)"}};
+     "ReLU, the output's too), and no second bias: undropped, PaddleRec's separate bias and the "
+     "DNN's output bias are one sum, which the output bias stands for"}};
 
 std::string with_dropout_clause(std::string text, config::ModelKind model, double dnn_dropout) {
   const std::string mark = "{dropout}";

@@ -252,8 +252,9 @@ void Trainer::agree_on_save_digest(const std::string& dir, const SavePoint& save
 }
 
 DenseState Trainer::read_dense(const std::string& dir, const SavePoint& save) const {
-  return load_dense_half(dir, state_->workers[0]->model().parameters().size(),
-                         network_note(save, config_));
+  const DenseModel& model = state_->workers[0]->model();
+  return load_dense_half(dir, model.parameters().size(), network_note(save, config_),
+                         model.undropped_bias());
 }
 
 void Trainer::put_dense(const DenseState& dense, const std::string& dir, SaveKind mode) {

@@ -64,8 +64,7 @@ inline constexpr const char* kLocalTierSaves =
 // while their updates stay identical.
 inline DenseState dense_state_of(CardWorker& worker, tier_owner::CardTier& card_tier) {
   worker.card().activate();
-  DenseState state =
-      DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  DenseState state = DenseState::of(worker.model(), worker.optimizer(), worker.card().stream());
   state.table_steps = card_tier.heter_comm(worker.card().local_index()).table_steps();
   return state;
 }

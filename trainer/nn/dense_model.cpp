@@ -105,6 +105,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   }
   if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   add_dropout();
+  add_undropped_bias();
   if (activation_type_ == ElementType::kBf16) params_.keep_bf16_copy();
   params_.finalize(config.seed);
   hidden_.resize(layers_.size());
@@ -216,6 +217,24 @@ void DenseModel::add_dropout() {
       shape);
 }
 
+// Registered last of the trained blocks, so that the net's layout at p = 0 is its prefix (the save
+// keeps it apart, the export folds it: UndroppedBias).
+void DenseModel::add_undropped_bias() {
+  if (config_.kind != ModelKind::kFatDeepffm || !dropout_->drops_output()) return;
+  // The export adds this bias to the last value of the layout without it: the DNN output's bias.
+  const std::size_t before = params_.size();
+  GPUBOX_EXPECTS(params_.blocks().at(layers_.back().bias_block()).offset + 1 == before,
+                 "fat_deepffm's layout must end with the DNN output's bias before ",
+                 kFatDeepffmBiasBlock, " (the export folds it there)");
+  undropped_bias_ = params_.add(kFatDeepffmBiasBlock, 1, ParamInit::kZero);
+  undropped_bias_before_ = before;
+}
+
+std::optional<UndroppedBias> DenseModel::undropped_bias() const {
+  if (undropped_bias_ == kNoBlock) return std::nullopt;
+  return UndroppedBias{params_.blocks().at(undropped_bias_).offset, undropped_bias_before_};
+}
+
 void DenseModel::add_norm(const LinearGemmSpec& layer) {
   if (!config_.batch_norm) return;
   BatchNormSpec norm;
@@ -258,8 +277,8 @@ void DenseModel::reserve(int64_t batch) {
   dz_a_.resize_discard(n * widest_dz * act);
   dz_b_.resize_discard(n * widest_dz * act);
   if (two_class()) logits_.resize_discard(n);
-  if (layers_.empty()) {
-    logits_.resize_discard(n);
+  if (layers_.empty()) logits_.resize_discard(n);
+  if (layers_.empty() || undropped_bias_ != kNoBlock) {
     if (ones_.size() < n) {
       ones_ = device::to_device(std::vector<float>(n, 1.0f), card_->memory(), card_->stream());
     }
@@ -302,7 +321,10 @@ std::string DenseModel::kernel_report(int64_t batch) const {
                         : dropout_->drops_output() ? "the output"
                                                    : "the bi-interaction's layer";
     out << "\n  dropout " << config_.dnn_dropout << ": " << first << " kept with probability "
-        << keep << (hidden && dropout_->drops_output() ? ", the output too" : "");
+        << keep << (hidden && dropout_->drops_output() ? ", the output too" : "")
+        << (undropped_bias_ != kNoBlock
+                ? ", then the undropped " + std::string(kFatDeepffmBiasBlock)
+                : std::string());
     if (hidden && dropout_->drops_side()) {
       out << ", the bi-interaction's layer with " << 1.0f - config_.dnn_dropout;
     }
@@ -353,6 +375,11 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
                                 activation_type_, layers_[top].spec().y_ld, n, logits_.data());
   }
   if (training) dropout_->output_forward(stream, logits(), n);  // the DNN's output alone
+  if (undropped_bias_ != kNoBlock) {
+    // logits += bias, after the output's dropout (a rank-1 update, as the bias of wide and fm).
+    blas_.sgemm(Transpose::kNo, Transpose::kNo, n, 1, 1, 1.0f, ones_.data(), 1,
+                params_.values(undropped_bias_), 1, 1.0f, logits(), 1);
+  }
   if (field_) field_->add_logits(field_step(batch, training), logits());
   if (cross_ && cross_->parallel()) cross_->add_logits(blas_, params_, n, logits());
   if (wide_) wide_->forward(stream, params_, input_rows(), batch.dense, n, logits());
@@ -470,6 +497,11 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
     blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
                 params_.grads(wide_bias_));
     if (!field_) device::memset_bytes_async(d_pooled_.data(), 0, d_pooled_.bytes(), stream);
+  }
+  if (undropped_bias_ != kNoBlock) {
+    // Undropped: d bias = scale * sum of the unmasked dlogits.
+    blas_.sgemv(Transpose::kYes, n, 1, scales.dense, dlogits_.data(), 1, ones_.data(), 0.0f,
+                params_.grads(undropped_bias_));
   }
   if (wide_) {
     wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,

@@ -51,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,9 @@ class DenseModel {
   // is a function of (seed, card rank, layer, step): the same step draws the same mask.
   void set_dropout_steps(uint64_t steps) { dropout_->set_steps(card_->stream(), steps); }
   const MlpDropout& dropout() const { return *dropout_; }
+  // fat_deepffm with dropout: where its undropped bias lies (kFatDeepffmBiasBlock); nullopt for
+  // every other net and at p = 0.
+  std::optional<UndroppedBias> undropped_bias() const;
   // Predictions of the last predict/forward_backward, [batch] floats in card memory.
   const float* predictions() const { return preds_.data(); }
 
@@ -166,6 +170,8 @@ class DenseModel {
   void add_mlp(int input_dim);
   // The MLP's dropout (config_.dnn_dropout), after the layers are registered.
   void add_dropout();
+  // fat_deepffm's undropped bias (kFatDeepffmBiasBlock), after the dropout: with its output's.
+  void add_undropped_bias();
   // A batch norm after hidden layer l (config_.batch_norm).
   void add_norm(const LinearGemmSpec& layer);
   // `training`: batch norms with the batch's statistics (forward_backward), else the running ones.
@@ -231,8 +237,11 @@ class DenseModel {
   std::unique_ptr<FlenPart> flen_;       // kFlen only
   std::unique_ptr<MlpDropout> dropout_;  // off unless config_.dnn_dropout > 0
   std::size_t wide_bias_ = 0;            // kWide, kFm, kFfm and autoint without fc_sizes
-  int64_t x0_ld_ = 0;                    // row stride of the first layer's input (elements)
-  int64_t reported_batch_ = -1;          // the batch whose kernel report was logged (-1: none yet)
+  static constexpr std::size_t kNoBlock = static_cast<std::size_t>(-1);
+  std::size_t undropped_bias_ = kNoBlock;  // fat_deepffm with dropout: add_undropped_bias
+  std::size_t undropped_bias_before_ = 0;  // the flat size before it
+  int64_t x0_ld_ = 0;                      // row stride of the first layer's input (elements)
+  int64_t reported_batch_ = -1;  // the batch whose kernel report was logged (-1: none yet)
 
   // Activations (raw bytes): x0 = the pooled rows and dense features (x0_type_), one output per
   // linear layer (the last is the fp32 logit column), and the MLP's gradients dZ ping-ponging
@@ -247,7 +256,7 @@ class DenseModel {
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
   device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
-  device::device_buffer<float> ones_;      // kWide, kFm, kFfm only: the bias broadcast
+  device::device_buffer<float> ones_;      // kWide, kFm, kFfm, the undropped bias: its broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

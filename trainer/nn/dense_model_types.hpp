@@ -1,6 +1,7 @@
 // Plain options of the dense model and its optimizer (host-only; no device headers).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +67,7 @@ struct DenseModelConfig {
   // MLP's hidden layers (a hidden unit kept with probability (1-p)^2; flen's (1-p)^3, its net's
   // third after a batch norm), after deepfefm's and fat_deepffm's 1-wide DNN output and flen's
   // bi-interaction's layer; in training only (dropout.hpp). 0: none. Not with batch_norm.
+  // fat_deepffm at p > 0 also learns PaddleRec's second, undropped bias (kFatDeepffmBiasBlock).
   float dnn_dropout = 0.0f;
   // The PS modes' trainer (PADDLE_TRAINER_ID), mixed into the dropout masks' seed: their threads'
   // cards are ranked 0.. on every trainer, and equal ranks would draw equal masks. 0 elsewhere (the
@@ -104,6 +106,21 @@ struct DenseModelConfig {
 // hyper_parameters.optimizer.class: Adam, SGD or Adagrad.
 using DenseOptimizerKind = config::DenseOptimizerKind;
 using config::kDenseOptimizerKindNames;
+
+// fat_deepffm's second bias (PaddleRec's FAT_DeepFFMLayer.bias): logit = drop(w.h + b) +
+// first-order + bias, added after the DNN's dropped output and never dropped. Built only with
+// dropout (dnn_dropout > 0): at p = 0 it would be a second bias on the sum w.h + b, redundant with
+// b, so the net keeps its one bias and today's layout. A save keeps it in a dense block of this
+// name (dense_state.hpp); an export folds it into b (evaluation has no dropout).
+inline constexpr const char* kFatDeepffmBiasBlock = "fat_deepffm.bias";
+
+// Where that bias lies in a model's flat dense parameters (DenseModel::undropped_bias), which it
+// ends: [0, before) is the layout of the same net without it (at p = 0), whose last value is the
+// DNN output's bias b (the export adds the bias to it), and `at` >= before.
+struct UndroppedBias {
+  std::size_t at = 0;      // its value's index
+  std::size_t before = 0;  // the flat size without it
+};
 
 struct DenseOptimizerConfig {
   DenseOptimizerKind kind = DenseOptimizerKind::kAdam;

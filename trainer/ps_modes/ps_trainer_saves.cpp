@@ -59,8 +59,7 @@ void PsTrainer::write_save(const std::string& dir) {
   // Thread 0's optimizer state, with the servers' dense values (what every thread adopts).
   PsWorker& worker = *s.workers[0];
   worker.card().activate();
-  DenseState dense =
-      DenseState::of(worker.model().parameters(), worker.optimizer(), worker.card().stream());
+  DenseState dense = DenseState::of(worker.model(), worker.optimizer(), worker.card().stream());
   throw_if_error(
       s.servers->dense(DenseAction::kRead, kDenseTableName, &dense.values, dense_call_of_part())
           .with_context("reading the servers' dense table for the save " + dir));
@@ -75,8 +74,9 @@ void PsTrainer::load(const std::string& dir) {
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, false);
   throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
-  const DenseState dense = load_dense_half(dir, s.workers[0]->model().parameters().size(),
-                                           network_note(plan.save(), config_));
+  const DenseModel& model = s.workers[0]->model();
+  const DenseState dense = load_dense_half(
+      dir, model.parameters().size(), network_note(plan.save(), config_), model.undropped_bias());
   loaded_ = true;
   on_trainer_zero(
       [&] {
