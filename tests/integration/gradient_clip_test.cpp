@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -61,6 +62,10 @@ class GradientClip : public ::testing::Test {
     gen.files = 1;
     gen.out_dir = (root_ / "train").string();
     dataset::OracleSummary oracle;
+    throw_if_error(dataset::generate(gen, &oracle));
+    gen.vocab = 300;  // a planted model's lines for the dcn_v2 folder's training
+    gen.lines = 4000;
+    gen.out_dir = (root_ / "folder_data").string();
     throw_if_error(dataset::generate(gen, &oracle));
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
@@ -229,6 +234,57 @@ TEST_F(GradientClip, SeveralCardsAndCollectiveModeClipAsOneCard) {
     EXPECT_LT(dense.worst, 1e-3) << what;
     EXPECT_LT(sparse.worst, 1e-3) << what;
   }
+}
+
+// PaddleRec's dcn_v2 folder (its config.yaml, shrunk to the generated data) trains with its
+// trainer's clip, 10 unless set; a clip that acts (0.05: the step's norm is above it) trains
+// another model than no clip, and still learns.
+TEST_F(GradientClip, ADcnV2FolderConfigTrainsWithItsClip) {
+  const fs::path folder = root_ / "PaddleRec" / "models" / "rank" / "dcn_v2";
+  fs::create_directories(folder);
+  std::ofstream(folder / "config.yaml") << R"(runner:
+  train_batch_size: 32
+  epochs: 1
+hyper_parameters:
+  optimizer:
+    class: Adam
+    learning_rate: 0.01
+    strategy: async
+  sparse_inputs_slots: 7
+  sparse_feature_dim: 9
+  dense_input_dim: 3
+  is_Stacked: True
+  use_low_rank_mixture: True
+  low_rank: 8
+  num_experts: 4
+  fc_sizes: [32, 16]
+  cross_num: 2
+  l2_reg_cross: 0.00003
+  dnn_use_bn: False
+  clip_by_norm: 10.0
+)";
+  const auto train = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {
+        "runner.train_data_dir=" + (root_ / "folder_data").string(), "runner.shuffle=false",
+        "runner.metrics_path=", "runner.model_save_path="};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    auto cfg = load_trainer_config((folder / "config.yaml").string(), overrides);
+    throw_if_error(cfg.status());
+    Trainer trainer(*cfg, cards_env(device::testing::cards_here(2)));
+    const auto files = data_files((root_ / "folder_data").string());
+    PassReport report;
+    for (int pass = 0; pass < 3; ++pass) report = trainer.train_pass(files);
+    return std::make_pair(cfg->hyper.clip_by_norm,
+                          std::make_pair(report.metrics.auc, trainer.dense_values(0)));
+  };
+  const auto folder_default = train({});
+  EXPECT_EQ(folder_default.first, 10.0);
+  const auto acting = train({clip(0.05)});
+  const auto off = train({clip(0)});
+  for (const auto* run : {&folder_default, &acting, &off}) {
+    EXPECT_GT(run->second.first, 0.6) << "clip " << run->first << ": the training AUC";
+  }
+  EXPECT_NE(acting.second.second, off.second.second) << "a clip of 0.05 did not act";
 }
 
 }  // namespace
