@@ -60,11 +60,4 @@ void GradientClip::scale_dense_async(float* grads) {
   device::parallel_for(card_->stream(), trained_, ScaleByFactor{grads, state_.data()});
 }
 
-float GradientClip::last_factor() const {
-  device::pinned_buffer<heter_comm::NormClipState> host(1);
-  device::copy_async(host.data(), state_.data(), 1, card_->stream());
-  card_->stream().synchronize();
-  return host[0].factor;
-}
-
 }  // namespace gpubox::trainer

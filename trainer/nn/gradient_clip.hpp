@@ -38,8 +38,6 @@ class GradientClip {
   heter_comm::NormClipState* state() { return state_.data(); }
   // grads[0, trained) *= the factor. After push_pulled, before the dense optimizer.
   void scale_dense_async(float* grads);
-  // The last step's factor (host copy, synchronizes): for tests.
-  float last_factor() const;
 
  private:
   device::Card* card_;
