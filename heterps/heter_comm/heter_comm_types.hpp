@@ -18,9 +18,10 @@ inline constexpr uint32_t kNoVeto = UINT32_MAX;
 struct NormClipState {
   // In: the dense gradients' sum of squares, the same on every card (after their all-reduce).
   double squares = 0;
-  // In: each merged sparse gradient (every field but show and click, summed over all cards' pushes
-  // of its key) joins the norm as sparse_scale * g (the trainer: 1 / the step's global batch, so
-  // that the norm is that of the mean loss's gradient, as Paddle's).
+  // In: each merged sparse gradient (a key's pushes summed over all cards: its embed_g, and its
+  // embedx_g where the row held its embedx part before this push, the part that steps) joins the
+  // norm as sparse_scale * g (the trainer: 1 / the step's global batch, so that the norm is that of
+  // the mean loss's gradient, as Paddle's).
   float sparse_scale = 1;
   float clip_norm = 0;  // in: > 0
   // Out: clip_norm / max(clip_norm, sqrt(squares + sparse part)), 1 exactly at or under the clip;
