@@ -165,6 +165,7 @@ void add_dense_optimizer_keys(std::vector<KeySpec>& t) {
   t.push_back(float_key(o + "beta1", "0.9", 0, 0.999999, kTrainer | kTable, "Adam first-moment decay"));
   t.push_back(float_key(o + "beta2", "0.999", 0, 0.999999, kTrainer | kTable, "Adam second-moment decay"));
   t.push_back(float_key(o + "epsilon", "1.0e-8", 1e-30, 1, kTrainer | kTable, "Adam epsilon; Adagrad's: 1e-6 unless set (Paddle's Adagrad default, PaddleRec flen's)"));
+  t.push_back(float_key(o + "clip_by_norm", "0", 0, 1e30, kTrainer, "clip by global norm, as Paddle's ClipGradByGlobalNorm: every step's gradients, the dense parameters' and the embedding rows' (each key's summed over the step), times clip_by_norm / max(clip_by_norm, global norm), the norm that of the mean loss's gradient over the step's cards; 0: off; not set: 10 in PaddleRec's dcn_v2 folder (its trainer's default); gpubox and Collective mode only (refused in async, sync and geo)"));
   t.push_back(float_key(o + "initial_accumulator_value", "0.001", 0, 1e6, kTrainer, "Adagrad: the start of each dense parameter's squared-gradient sum (PaddleRec flen's dygraph_model passes 1e-3)"));
 }
 

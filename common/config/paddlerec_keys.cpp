@@ -98,7 +98,7 @@ void add_ignored_hyper_keys(std::vector<IgnoredKey>& t) {
   };
   hyper("optimizer.adam_lazy_mode", "Paddle's Adam lazy_mode (only the embedding rows of the batch step), which no PaddleRec code reads (its static models pass lazy_mode=True whatever the key says); GPUBox's sparse rows always step only when their key is in the batch, the dense parameters every step, and rows under the config's Adam correct its moments as Paddle's mode does: per table without runner.sync_mode (its lazy adam op), per row with one (its parameter servers' rules, PSGPU's too): hyper_parameters.sparse_optimizer.adam_bias_correction");
   hyper("dnn_use_bn", "PaddleRec's dcn and dcn_v2 read it (static_model.py, dygraph_model.py) and pass it to no layer: their DNNs have no batch norm whatever it says, as GPUBox's");
-  hyper("clip_by_norm", "PaddleRec's dcn hands it to its network, which keeps it unused, and dcn_v2 reads it unused: neither clips by it (dcn_v2's dygraph trainer clips by hyper_parameters.optimizer.clip_by_norm, 10 by default, a key GPUBox does not read)");
+  hyper("clip_by_norm", "PaddleRec's dcn hands it to its network, which keeps it unused, and dcn_v2 reads it unused: neither clips by it (dcn_v2's dygraph trainer clips by hyper_parameters.optimizer.clip_by_norm, 10 by default, which GPUBox builds: see that key)");
   hyper("dict_dim", "PaddleRec slot_dnn's embedding table size; GPUBox tables grow as keys come");
   hyper("feature_number", "PaddleRec autoint's embedding table size; GPUBox tables grow as keys come");
   hyper("use_sparse", "PaddleRec autoint's sparse-gradient switch for its embedding; GPUBox's embedding rows always take sparse per-key updates");

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "heterps/heter_comm/detail/heter_comm_impl.cuh"
+#include "heterps/heter_comm/detail/norm_clip.cuh"
 
 namespace gpubox::heter_comm {
 namespace {
@@ -98,6 +99,8 @@ HeterComm::Impl::Impl(device::Card& card, card_table::CardSparseStore& store,
               comm::bounded_slot_wait<StepCheck>(comm, "the sparse check")),
       card_(&card),
       padded_(card),
+      clip_partials_(0, card.memory(), card.stream()),
+      clip_squares_(1, card.memory(), card.stream()),
       table_step_(table::optimizer::uses_table_step(config_) ? 1 : 0, card.memory(),
                   card.stream()) {
   GPUBOX_EXPECTS(&store.card() == &card, "HeterComm: the store belongs to card ",
@@ -225,13 +228,13 @@ void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size
   finish_step();
 }
 
-void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto,
+void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto, NormClipState* clip,
                                   const device::Stream& stream) {
   GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
                  " without a pull before it (or after a push, which replaced the pulled keys, or a "
                  "pull_only, which planned no push)");
   if (padded_pulled_) {
-    push_padded(grads, veto, stream);
+    push_padded(grads, veto, clip, stream);
     return;
   }
   begin_step();
@@ -249,6 +252,8 @@ void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto,
       stream, merged_,
       GatherMerged<row_index_t>{recv_rows_.data(), owner_merge_.sorted_positions(),
                                 owner_merge_.unique_start(), merged_rows_.data(), merged_on_card_});
+  if (clip != nullptr)
+    clip_merged(merged_records_.data(), merged_rows_.data(), merged_, clip, stream);
   apply_updates(merged_, veto, stream);
   if (last_check_ != nullptr) last_check_->pushed = true;
   // An unplanned step (it waited for its counts anyway) ends with a wait, S3, so that its
@@ -332,6 +337,24 @@ void HeterComm::Impl::apply_updates(std::size_t merged, const uint32_t* veto,
   last_.merged_updates = merged_on_card_ != nullptr ? 0 : merged;
 }
 
+void HeterComm::Impl::clip_merged(float* records, const row_index_t* rows, std::size_t merged,
+                                  NormClipState* clip, const device::Stream& stream) {
+  const int32_t dim = layout_.push_dim();
+  grow(clip_partials_, device::reduce_partials(merged));  // sized with the merge buffers
+  device::reduce_into_then(stream, merged,
+                           detail::MergedSquares<position_t>{store_->ref(), rows, records, dim,
+                                                             merged_on_card_, merged, clip},
+                           detail::SumDoubles{}, 0.0, clip_partials_.data(),
+                           detail::StoreDouble{clip_squares_.data()});
+  // Sharded, each owner summed its own keys; replicated, every card merged every key.
+  if (!replicated_ && total_cards_ > 1) {
+    comm_->all_reduce_sum(clip_squares_.data(), clip_squares_.data(), 1, stream);
+  }
+  device::parallel_for(stream, 1, detail::ClipFactor{clip, clip_squares_.data()});
+  device::parallel_for(
+      stream, merged, detail::ScaleMerged<position_t>{records, dim, merged_on_card_, merged, clip});
+}
+
 bool HeterComm::Impl::send_slots(const int32_t* slots, std::size_t unique, std::size_t received,
                                  const device::Stream& stream) {
   if (slots == nullptr || options_.missing_keys != MissingKeyPolicy::kCreate) return false;
@@ -397,9 +420,9 @@ void HeterComm::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on
 HeterCommMemory HeterComm::memory() const { return impl_->memory(); }
 bool HeterComm::pads_planned_steps() const { return impl_->pads_planned_steps(); }
 void HeterComm::drain_checks() { impl_->drain_checks(); }
-void HeterComm::push_pulled(const float* grads, const device::Stream& stream,
-                            const uint32_t* veto) {
-  impl_->push_pulled(grads, veto, stream);
+void HeterComm::push_pulled(const float* grads, const device::Stream& stream, const uint32_t* veto,
+                            NormClipState* clip) {
+  impl_->push_pulled(grads, veto, clip, stream);
 }
 const table::RowLayout& HeterComm::layout() const { return impl_->layout(); }
 int64_t HeterComm::table_steps() const { return impl_->table_steps(); }

@@ -125,8 +125,12 @@ class HeterComm {
   // computed on the cards (e.g. a non-finite dense gradient) stops them without a host round
   // trip. After a planned pull, returns with its work enqueued on `stream` (no wait); after an
   // unplanned one, ends with a bounded wait for its work (Communicator::synchronize).
-  void push_pulled(const float* grads, const device::Stream& stream,
-                   const uint32_t* veto = nullptr);
+  // `clip` (card memory, optional): clipping by global norm (NormClipState): the merged
+  // gradients' squares join the norm (one more all-reduce, of one double, when sharded over
+  // several cards), the factor is written there and scales every update. Every card of the step
+  // gives one, or none does.
+  void push_pulled(const float* grads, const device::Stream& stream, const uint32_t* veto = nullptr,
+                   NormClipState* clip = nullptr);
 
   // Reads every pending check of the planned pulls (waits for the card only where a check's copy
   // has not completed) and throws the first failure: a key missing on its owner or a card's

@@ -257,6 +257,7 @@ void HeterComm::Impl::reserve_padded(const StepBounds& bounds) {
   zeroed(p.recv_keys, cards * (block + 1));
   zeroed(p.keys, slots);
   zeroed(p.rows, slots);
+  grow(clip_partials_, device::reduce_partials(slots));  // clip_merged's, over the slots
   zeroed(p.recv_records, recv_records);
   zeroed(p.send_records, send_records);
   zeroed(p.merged_records, slots * push_dim);
@@ -418,24 +419,24 @@ void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* 
                                            p.unique_slot.data(), n_on_card, slots, out_pull, dim});
 }
 
-void HeterComm::Impl::push_padded(const float* grads, const uint32_t* veto,
+void HeterComm::Impl::push_padded(const float* grads, const uint32_t* veto, NormClipState* clip,
                                   const device::Stream& stream) {
   PaddedSteps& p = padded_;
   begin_step();
   last_.push_calls = 1;
   last_.keys_in = padded_n_;
   count_bytes(p.push_counts.data(), sizeof(float));
-  if (!p.push || !(p.push->key == PaddedSteps::PushKey{grads, veto})) {
+  if (!p.push || !(p.push->key == PaddedSteps::PushKey{grads, veto, clip})) {
     p.push = std::make_unique<PaddedSteps::Cached<PaddedSteps::PushKey>>("sparse push");
-    p.push->key = PaddedSteps::PushKey{grads, veto};
+    p.push->key = PaddedSteps::PushKey{grads, veto, clip};
   }
-  run_graph(*p.push, stream, [&] { enqueue_padded_push(grads, veto, stream); });
+  run_graph(*p.push, stream, [&] { enqueue_padded_push(grads, veto, clip, stream); });
   if (last_check_ != nullptr) last_check_->pushed = true;
   finish_step();
 }
 
 void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* veto,
-                                          const device::Stream& stream) {
+                                          NormClipState* clip, const device::Stream& stream) {
   PaddedSteps& p = padded_;
   const std::size_t slots = p.slots(total_cards_);
   const int32_t dim = layout_.push_dim();
@@ -458,6 +459,8 @@ void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* ve
                        GatherMerged<row_index_t>{p.rows.data(), owner_merge_.sorted_positions(),
                                                  owner_merge_.unique_start(), p.merged_rows.data(),
                                                  merged_on_card_});
+  if (clip != nullptr)
+    clip_merged(p.merged_records.data(), p.merged_rows.data(), slots, clip, stream);
   const table::optimizer::TableAdamStep* table_step = advance_table_step(veto, stream);
   device::parallel_for(
       stream, slots,

@@ -55,6 +55,7 @@ void HeterComm::Impl::grow_exchange(std::size_t occurrences) {
   grow(send_records_, exchange_unique_ * record_dim);
   grow(merged_records_, rows * push_dim);
   grow(merged_rows_, rows);
+  grow(clip_partials_, device::reduce_partials(rows));       // clip_merged's, over the merged keys
   owner_merge_.reserve(rows, /*sorting=*/total_cards_ > 1);  // 1 card: run_unique_sorted
   store_->reserve_lookups(rows);
   reducer_.reserve(std::max(occurrences, rows), layout_.push_dim());

@@ -10,6 +10,25 @@ namespace gpubox::heter_comm {
 // index of a non-finite dense gradient, vetoes them).
 inline constexpr uint32_t kNoVeto = UINT32_MAX;
 
+// Clipping by global norm (Paddle's ClipGradByGlobalNorm; PaddleRec's
+// hyper_parameters.optimizer.clip_by_norm), one per card, in card memory. The caller writes the
+// inputs before push_pulled (inside its step: no host wait), push_pulled adds the step's sparse
+// part and writes `factor` before it applies the updates; the caller scales its dense gradients
+// by `factor` after it. Every card of a step gets the same factor.
+struct NormClipState {
+  // In: the dense gradients' sum of squares, the same on every card (after their all-reduce).
+  double squares = 0;
+  // In: each merged sparse gradient (a key's pushes summed over all cards: its embed_g, and its
+  // embedx_g where the row held its embedx part before this push, the part that steps) joins the
+  // norm as sparse_scale * g (the trainer: 1 / the step's global batch, so that the norm is that of
+  // the mean loss's gradient, as Paddle's).
+  float sparse_scale = 1;
+  float clip_norm = 0;  // in: > 0
+  // Out: clip_norm / max(clip_norm, sqrt(squares + sparse part)), 1 exactly at or under the clip;
+  // the merged sparse gradients are multiplied by it before their optimizer step.
+  float factor = 1;
+};
+
 // What the owner card does with a key it does not hold during a step.
 enum class MissingKeyPolicy {
   // Create the row on the fly (table::init_row with slot 0: a row's slot comes from begin_pass,

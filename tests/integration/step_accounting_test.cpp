@@ -174,6 +174,35 @@ TEST_P(StepAccounting, CollectiveNoSteadyStepOfAnyPassAllocates) {
   EXPECT_EQ(second.at("allocations_per_step"), 0.0);
 }
 
+// Clipping by global norm (hyper_parameters.optimizer.clip_by_norm) inside the same step: its
+// dense squares, factor and scaling are card work in the one step graph, so the step still waits
+// for nothing, allocates nothing and is 1 graph launch; its one more collective (the sparse
+// squares' all-reduce over the owners, only sharded on several cards) runs inside the graph, and
+// eagerly it is a 5th collective on several cards (4 on one; Collective mode's replicas merged
+// every key: still 3).
+TEST_P(StepAccounting, ClippingByGlobalNormAddsNoWaitNoAllocationOnlyGraphNodes) {
+  const int cards = GetParam();
+  GPUBOX_REQUIRE_CARDS(cards);
+  const std::vector<std::string> clip = {"hyper_parameters.optimizer.clip_by_norm=0.5"};
+  const auto plain = second_pass(cards);
+  const auto clipped = both_passes(cards, clip).second;
+  expect_no_round_trip(clipped, "", "clipped");
+  EXPECT_EQ(clipped.at("allocations_per_step"), 0.0);
+  EXPECT_EQ(clipped.at("pageable_copies_per_step"), 0.0);
+  EXPECT_EQ(clipped.at("collectives_per_step"), 0.0);
+  EXPECT_EQ(clipped.at("graph_launches_per_step"), 1.0);
+  EXPECT_EQ(clipped.at("launches_per_step"), 0.0);
+  EXPECT_GT(clipped.at("graph_nodes_per_step"), plain.at("graph_nodes_per_step"));
+  ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+  EXPECT_EQ(both_passes(cards, clip).second.at("collectives_per_step"), cards > 1 ? 5.0 : 4.0);
+  std::vector<std::string> collective = clip;
+  collective.push_back("runner.use_fleet=true");
+  const auto replicated = both_passes(cards, collective).second;
+  EXPECT_EQ(replicated.at("collectives_per_step"), 3.0);
+  expect_no_round_trip(replicated, "", "clipped, Collective mode, eager");
+  EXPECT_EQ(replicated.at("allocations_per_step"), 0.0);
+}
+
 // The pass report's step times (p50 <= p99 <= max, over the steady steps) and the cards' memory
 // high-water mark: what scripts/gpu_check.sh reports per card count.
 TEST_P(StepAccounting, PassReportsStepTimesAndTheCardMemoryHighWaterMark) {

@@ -10,6 +10,7 @@
 #include "common/config/config_document.hpp"
 #include "table/sparse_config.hpp"
 #include "tests/trainer/config_test_util.hpp"
+#include "trainer/config/clip_by_norm.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
@@ -408,6 +409,64 @@ TEST_F(ConfigTest, TheFoldersDropoutRateIsItsNetworksOnlyAndGivesWayToBatchNorm)
             std::string::npos)
       << said;
   EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.dnn_batch_norm=true"}), 0.0);
+}
+
+// hyper_parameters.optimizer.clip_by_norm: PaddleRec's dcn_v2 trainer's 10 in its folder for its
+// network, said at start; 0 elsewhere, for another network in the folder and when set; in a
+// parameter-server mode the folder's default is 0 (said) and a set value is refused.
+TEST_F(ConfigTest, ClipByNormIsTheDcnV2FoldersTenAndBuiltInGpuboxModeOnly) {
+  const std::string yaml = "runner:\n  train_batch_size: 8\n";
+  const std::string key = "hyper_parameters.optimizer.clip_by_norm";
+  const std::string dcn_v2 = "PaddleRec/models/rank/dcn_v2";
+  const auto loaded = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto c = load_in(folder, yaml, overrides);
+    EXPECT_TRUE(c.ok()) << folder << ": " << c.status().to_string();
+    return c.ok() ? c->hyper.clip_by_norm : -1.0;
+  };
+  const auto note = [&](const std::string& folder, const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load((dir_ / folder / "config.yaml").string(), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? clip_by_norm_note(*doc) : std::string();
+  };
+  EXPECT_EQ(loaded(dcn_v2, {}), 10.0);
+  // A save records the norm trained, and that the folder derived it (a resume of a save made
+  // before the key, at 0, is told the -o that resumes it).
+  auto folder = load_in(dcn_v2, yaml, {});
+  ASSERT_TRUE(folder.ok());
+  EXPECT_EQ(folder->model_keys.at(key), "10");
+  EXPECT_EQ(folder->derived_model_keys.count(key), 1u);
+  auto set = load_in(dcn_v2, yaml, {key + "=10"});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->derived_model_keys.count(key), 0u);
+  EXPECT_EQ(loaded(dcn_v2, {"runner.use_fleet=true", "runner.use_gpu=true"}), 10.0);
+  EXPECT_EQ(loaded(dcn_v2, {key + "=0"}), 0.0);
+  EXPECT_EQ(loaded(dcn_v2, {key + "=2.5"}), 2.5);
+  EXPECT_EQ(loaded(dcn_v2, {"hyper_parameters.model=dnn"}), 0.0);
+  EXPECT_EQ(loaded("PaddleRec/models/rank/dcn", {}), 0.0);
+  EXPECT_EQ(loaded("elsewhere", {}), 0.0);
+  EXPECT_EQ(loaded("elsewhere", {key + "=5"}), 5.0);
+  const std::string said = note(dcn_v2, {});
+  EXPECT_NE(said.find(key + ": 10, PaddleRec's dcn_v2 trainer's default"), std::string::npos)
+      << said;
+  EXPECT_EQ(note(dcn_v2, {key + "=10"}), "");
+  EXPECT_EQ(note(dcn_v2, {"hyper_parameters.model=dnn"}), "");
+  EXPECT_EQ(note("elsewhere", {}), "");
+  // The parameter-server modes do not build it: the folder's default gives way, said; set, refused.
+  for (const char* mode : {"async", "sync", "geo"}) {
+    const std::string ps = std::string("runner.sync_mode=") + mode;
+    EXPECT_EQ(loaded(dcn_v2, {ps}), 0.0) << mode;
+    EXPECT_NE(note(dcn_v2, {ps}).find(key + ": 0, not PaddleRec's dcn_v2 trainer's default"),
+              std::string::npos)
+        << note(dcn_v2, {ps});
+    EXPECT_EQ(loaded(dcn_v2, {ps, key + "=0"}), 0.0) << mode;
+    auto refused = load_in("elsewhere", yaml, {ps, key + "=1"});
+    ASSERT_FALSE(refused.ok()) << mode;
+    EXPECT_NE(refused.status().message().find(key + " is 1, but clipping by global norm is built "
+                                                    "only in runner.sync_mode gpubox"),
+              std::string::npos)
+        << refused.status().message();
+  }
+  EXPECT_FALSE(load_in("elsewhere", yaml, {key + "=-1"}).ok());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "common/config/slot_dims.hpp"
 #include "dataset/dataset_config.hpp"
 #include "table/sparse_config.hpp"
+#include "trainer/config/clip_by_norm.hpp"
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 
@@ -480,6 +481,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   TrainerConfig c;
   GPUBOX_RETURN_IF_ERROR(read_runner_keys(doc, c.runner));
   GPUBOX_RETURN_IF_ERROR(read_hyper_keys(doc, c.hyper));
+  c.hyper.clip_by_norm = clip_by_norm_of(doc);
   StatusOr<dataset::DatasetConfig> dataset = dataset::dataset_config_from(doc);
   if (!dataset.ok()) return dataset.status();
   c.dataset = std::move(dataset).value();
@@ -497,6 +499,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   }
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
   GPUBOX_RETURN_IF_ERROR(check_dnn_dropout(c, doc));
+  GPUBOX_RETURN_IF_ERROR(check_clip_by_norm(c, doc));
   record_keys(doc, &c);
   // The effective value (PaddleRec's dlrm folder turns it on unset): a load compares it.
   c.model_keys["hyper_parameters.dnn_batch_norm"] = c.hyper.dnn_batch_norm ? "true" : "false";
@@ -504,6 +507,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   // The rate trained (a PaddleRec folder's when unset): a resume goes on only at the save's, and
   // one made at another (main's in these folders: 0) is told the -o that resumes it.
   record_dnn_dropout(doc, &c);
+  record_clip_by_norm(doc, &c);  // likewise the clip (the dcn_v2 folder's when unset)
   // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
   c.model_keys["hyper_parameters.optimizer.class"] =
       name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);

@@ -50,10 +50,9 @@ constexpr char kDcnV2Differences[] =
     "U and V, sqrt(2 / (rank (rank + experts))) for C: 11 to 28 times smaller); its "
     "embedding rows step only when their key is in the batch (PaddleRec's Adam has no "
     "lazy_mode: every row's moments decay and move it every step; GPUBox's card tier, as "
-    "Paddle's PSGPU, steps the batch's rows only), and nothing clips the gradients "
-    "(PaddleRec's clip by global norm optimizer.clip_by_norm, 10, which did not act in "
-    "Paddle's 8 steps measured on generated data: global norms 0.20-0.76, "
-    "docs/bench/h158.md)";
+    "Paddle's PSGPU, steps the batch's rows only); its clip by global norm "
+    "(hyper_parameters.optimizer.clip_by_norm, the folder's 10 as PaddleRec's trainer) is "
+    "built in gpubox and Collective mode only (the parameter-server modes train without it)";
 
 constexpr char kDcnDifferences[] =
     "its cross layers share one weight vector and one bias (PaddleRec's net reuses "

@@ -101,6 +101,9 @@ struct HyperParameters {
   // hyper_parameters.dnn_dropout; not set: PaddleRec's rate in its dcn_v2, deepfefm, fat_deepffm
   // and flen folders (dnn_dropout.hpp), 0 elsewhere.
   double dnn_dropout = 0.0;
+  // hyper_parameters.optimizer.clip_by_norm: every step's gradients (dense and sparse) clipped to
+  // this global norm; 0 off. Not set: 10 in PaddleRec's dcn_v2 folder (clip_by_norm.hpp).
+  double clip_by_norm = 0.0;
   // hyper_parameters.dlrm_output; not set: softmax2 where PaddleRec's top_layer_sizes ends in 2.
   DlrmOutput dlrm_output = DlrmOutput::kLogit;
   std::vector<int> layer_sizes_cin;  // hyper_parameters.layer_sizes_cin (xdeepfm)

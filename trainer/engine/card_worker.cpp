@@ -16,6 +16,7 @@
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
+#include "trainer/nn/gradient_clip.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -38,6 +39,10 @@ CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner:
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
   metrics_ = std::make_unique<MetricsAccumulator>(card, config.runner.auc_buckets_log2);
+  if (config.hyper.clip_by_norm > 0.0) {
+    clip_ = std::make_unique<GradientClip>(card, static_cast<float>(config.hyper.clip_by_norm),
+                                           model_->parameters().trained_size());
+  }
   buffers_ = std::make_unique<Buffers>(card, comm);
   graphs_ = std::make_unique<Graphs>();
 }
@@ -230,6 +235,7 @@ void CardWorker::enqueue_dense_step(const TrainStep& s) {
   comm_.all_reduce_sum(params.grads().data(), params.grads().data(), params.reduced_size(),
                        card_.stream());
   model_->check_finite_async();
+  if (clip_) clip_->begin_step_async(params.grads().data(), s.global_batch);
 }
 
 // The status (and the progress AUC) into the step's ring slot, from the card.
@@ -261,9 +267,9 @@ void CardWorker::run_whole_step(const TrainStep& s,
     enqueue_status(s.progress);
     // The verdict (on the card) vetoes the sparse updates on the owners and the dense update.
     const uint32_t* veto = &model_->step_status()->first_non_finite;
-    tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
+    tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto, clip_state());
     optimizer_->count_step();
-    if (!replay) optimizer_->step_on_card(model_->parameters(), veto);
+    if (!replay) dense_update(veto);
   });
 }
 
@@ -287,15 +293,22 @@ void CardWorker::run_step_parts(const TrainStep& s,
   // non-finite step changes no parameter; the host reads the verdict kStatusDepth steps later
   // (or at drain) and throws naming this pass and step.
   const uint32_t* veto = &model_->step_status()->first_non_finite;
-  tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto);
+  tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto, clip_state());
   const device::ProfileRange range("dense update");
   optimizer_->count_step();
   if (graphed) {
-    run_captured(card_, graphs_->update, &graphs_->update_generation,
-                 [&] { optimizer_->step_on_card(model_->parameters(), veto); });
+    run_captured(card_, graphs_->update, &graphs_->update_generation, [&] { dense_update(veto); });
   } else {
-    optimizer_->step_on_card(model_->parameters(), veto);
+    dense_update(veto);
   }
+}
+
+heter_comm::NormClipState* CardWorker::clip_state() { return clip_ ? clip_->state() : nullptr; }
+
+void CardWorker::dense_update(const uint32_t* veto) {
+  DenseParameters& params = model_->parameters();
+  if (clip_) clip_->scale_dense_async(params.grads().data());
+  optimizer_->step_on_card(params, veto);
 }
 
 struct CardWorker::RetireStep {

@@ -11,7 +11,10 @@
 //   vote -> finite check on the card (the same verdict on every card) -> the status (loss,
 //   verdict, stop votes, progress AUC) copied into the step's pinned slot ->
 //   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
-//   vetoed on the card by a non-finite verdict -> the slot's event.
+//   vetoed on the card by a non-finite verdict -> the slot's event. With
+//   hyper_parameters.optimizer.clip_by_norm (GradientClip, trainer/nn/gradient_clip.hpp) the dense
+//   squares after the all-reduce, the sparse squares and the factor in push_pulled, the dense
+//   gradients scaled before their step: card work inside the same graphs, no wait.
 // Step graphs (heterps/device/step_graph.hpp): a planned step of a padded pass (the trainer's
 // steps, gpubox and Collective mode, its short last batch and a card's empty one too) is ONE graph
 // launch, "train step" (device::ComposedStep): the sparse pull (HeterComm::plan_next_step: the
@@ -67,6 +70,7 @@ struct DenseBatchView;
 struct StepRecord;
 struct StepTag;
 class DenseOptimizer;
+class GradientClip;
 class MetricsAccumulator;
 
 // The largest step of a pass on one card (CardWorker::reserve_steps): from the pass's data,
@@ -184,6 +188,12 @@ class CardWorker {
   // The dense half's card work up to the finite check; the status (and progress AUC) into the
   // step's ring slot.
   void enqueue_dense_step(const TrainStep& s);
+  // The dense optimizer's step (after the sparse push, which wrote the clip factor: the dense
+  // gradients scaled by it first), vetoed on the card by a non-finite verdict.
+  void dense_update(const uint32_t* veto);
+  // The clip state push_pulled reads and writes; null without hyper_parameters.optimizer
+  // .clip_by_norm.
+  heter_comm::NormClipState* clip_state();
   void enqueue_status(bool progress);
   // An evaluation step after its upload: one composed graph ("eval step"), or its parts (the
   // sparse half's own work, "dense predict" or the forward eagerly); the forward and metrics; the
@@ -208,7 +218,8 @@ class CardWorker {
   std::unique_ptr<DenseModel> model_;
   std::unique_ptr<DenseOptimizer> optimizer_;
   std::unique_ptr<MetricsAccumulator> metrics_;
-  struct Buffers;  // detail/card_worker_state.hpp
+  std::unique_ptr<GradientClip> clip_;  // clipping by global norm; null when off
+  struct Buffers;                       // detail/card_worker_state.hpp
   std::unique_ptr<Buffers> buffers_;
   struct Graphs;  // the step graphs (detail/card_worker_state.hpp)
   std::unique_ptr<Graphs> graphs_;

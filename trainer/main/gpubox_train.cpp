@@ -34,6 +34,7 @@
 #include "heterps/device/card.hpp"
 #include "serving/serving_model.hpp"
 #include "table/sparse_config.hpp"
+#include "trainer/config/clip_by_norm.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
@@ -342,6 +343,7 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   for (const std::string& note :
        {gpubox::trainer::dnn_batch_norm_note(doc), gpubox::trainer::dnn_dropout_note(doc),
         gpubox::trainer::dlrm_output_note(doc), gpubox::config::dense_optimizer_note(doc),
+        gpubox::trainer::clip_by_norm_note(doc),
         gpubox::table::paddlerec_rows_rule_note(doc, config.sparse)}) {
     if (!note.empty()) GPUBOX_LOG(INFO) << note;
   }

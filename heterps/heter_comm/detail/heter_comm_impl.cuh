@@ -24,6 +24,7 @@
 #include "heterps/device/late_readback.hpp"
 #include "heterps/device/memory.hpp"
 #include "heterps/device/parallel_for.cuh"
+#include "heterps/device/reduce.cuh"
 #include "heterps/device/step_graph.hpp"
 #include "heterps/heter_comm/detail/key_dedup.cuh"
 #include "heterps/heter_comm/heter_comm.hpp"
@@ -200,7 +201,10 @@ struct PaddedSteps {
   struct PushKey {
     const float* grads = nullptr;
     const uint32_t* veto = nullptr;
-    bool operator==(const PushKey& o) const { return grads == o.grads && veto == o.veto; }
+    NormClipState* clip = nullptr;
+    bool operator==(const PushKey& o) const {
+      return grads == o.grads && veto == o.veto && clip == o.clip;
+    }
   };
   template <class Key>
   struct Cached {
@@ -284,7 +288,8 @@ class HeterComm::Impl {
   void push(const uint64_t* keys, const int32_t* slots, std::size_t n, const float* grads,
             const device::Stream& stream);
 
-  void push_pulled(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  void push_pulled(const float* grads, const uint32_t* veto, NormClipState* clip,
+                   const device::Stream& stream);
 
   // HeterComm::pull_only: a padded pull runs lookup_padded, any other is pull() (after which
   // push_pulled is refused).
@@ -363,6 +368,13 @@ class HeterComm::Impl {
   // `merged` is a bound when merged_on_card_ is set (a planned step): its count is added to
   // stats() when the step's check retires.
   void apply_updates(std::size_t merged, const uint32_t* veto, const device::Stream& stream);
+  // Clipping by global norm (`clip` non-null, card memory): the squares of the `merged` records'
+  // gradients that their rows (`rows`) step (live: merged_on_card_ when set) summed over every
+  // card's owned keys (one all-reduce when sharded on several cards; replicated, every card
+  // merged every key), the factor into clip->factor, and the records' gradients scaled by it.
+  // Capturable, no wait: everything it reads of `clip` is read on the card.
+  void clip_merged(float* records, const row_index_t* rows, std::size_t merged, NormClipState* clip,
+                   const device::Stream& stream);
   // adam_bias_correction per_table: enqueues the table's next step (AdvanceTableStep, none when
   // vetoed) and returns where ApplyUpdates reads it; null per_row (nothing enqueued).
   const table::optimizer::TableAdamStep* advance_table_step(const uint32_t* veto,
@@ -458,7 +470,8 @@ class HeterComm::Impl {
   // slot), the card's part as a step graph (or eagerly: step graphs off).
   void pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                    const device::Stream& stream);
-  void push_padded(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  void push_padded(const float* grads, const uint32_t* veto, NormClipState* clip,
+                   const device::Stream& stream);
   // A padded pull for a step that pushes nothing (pull_only): the host's part as pull_padded's,
   // the card's (enqueue_padded_lookup) as the "sparse lookup" graph; leaves nothing to push.
   void lookup_padded(const uint64_t* keys, std::size_t n, float* out_pull,
@@ -471,7 +484,8 @@ class HeterComm::Impl {
                              const device::Stream& stream);
   void enqueue_padded_pull(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
                            const device::Stream& stream);
-  void enqueue_padded_push(const float* grads, const uint32_t* veto, const device::Stream& stream);
+  void enqueue_padded_push(const float* grads, const uint32_t* veto, NormClipState* clip,
+                           const device::Stream& stream);
   // Replays `graph` (capturing `work` first when its capture is stale), or runs `work` when step
   // graphs are off.
   template <class Cached, class Work>
@@ -556,6 +570,10 @@ class HeterComm::Impl {
   const uint64_t* planned_n_ = nullptr;  // plan_next_step's occurrence count on the card
   bool padded_pulled_ = false;           // the last pull was padded: so is its push_pulled
   std::size_t padded_n_ = 0;             // that pull's occurrences
+
+  // clip_merged's reduction: its partials (sized with the merge buffers) and the sparse squares.
+  device::device_buffer<double> clip_partials_;
+  device::device_buffer<double> clip_squares_;
 
   // adam_bias_correction per_table: the table's step on this card (1 element; empty per_row).
   device::device_buffer<table::optimizer::TableAdamStep> table_step_;
