@@ -425,22 +425,26 @@ ShardStats SparseShard::stats() {
   return s;
 }
 
-Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_through,
-                             ShardSnapshot* out, const std::function<void()>& on_progress) {
+Status SparseShard::snapshot(SaveKind mode, SaveForm form, DeltaRows delta_rows, ShardSnapshot* out,
+                             const std::function<void()>& on_progress) {
   MutexLock lock(mu_);
   const RecordKind kind = mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
   std::vector<float> rec(record_floats(kind, layout_));
   const bool delta = mode == SaveKind::kDelta;
+  const bool changed_only = delta && !delta_rows.every_row;
   uint64_t looked_at = 0;
   auto look = [&] {
     if (++looked_at % kSnapshotProgressRows == 0 && on_progress) on_progress();
   };
   auto emit = [&](uint64_t key, const float* row, uint32_t epoch) {
-    if (delta && epoch <= saved_through) return;
+    if (changed_only && epoch <= delta_rows.saved_through) return;
     // Each row's record at its own width (record_shape reads it back).
     const RowLayout own = layout_.of_row(row);
     row_to_record(kind, own, row, rec.data());
     append_record(form, key, rec.data(), record_floats(kind, own), &out->part);
+    if (kind == RecordKind::kModel) {
+      append_record(form, key, row + RowLayout::kUnseenDays, 1, &out->unseen);
+    }
     ++out->rows;
   };
   index_.for_each([&](uint64_t key, uint32_t index) {
@@ -458,7 +462,7 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
   }
   if (delta) {
     for (const auto& [key, epoch] : deleted_) {
-      if (epoch <= saved_through) continue;
+      if (epoch <= delta_rows.saved_through) continue;
       append_key(form, key, &out->deletes);
       ++out->deleted;
     }
@@ -526,6 +530,31 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
       }
       record_to_row(kind, own, cfg_, key, rec, existing, arena_.row(index));
       arena_.set_epoch(index, 0);  // as saved
+    }
+  }
+  return Status::OK();
+}
+
+Status SparseShard::load_unseen(const uint64_t* keys, const float* days, std::size_t n) {
+  MutexLock lock(mu_);
+  // Pieces, as load_records: a row on disk comes back to memory to be written.
+  const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
+  for (std::size_t begin = 0; begin < n; begin += piece) {
+    const std::size_t m = std::min(n, begin + piece) - begin;
+    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit({m, m * widest_row_bytes_}));
+    const std::vector<uint32_t> pos = identity(m);
+    std::vector<uint32_t> idx;
+    GPUBOX_RETURN_IF_ERROR(
+        locate(keys + begin, nullptr, pos.data(), m, /*create=*/false, &idx, nullptr));
+    for (std::size_t j = 0; j < m; ++j) {
+      if (idx[j] == kAbsent) {
+        return Status::Corruption("host table: unseen days of key " +
+                                  std::to_string(keys[begin + j]) +
+                                  ", which the save's part files do not hold");
+      }
+      arena_.row(idx[j])[RowLayout::kUnseenDays] = days[begin + j];
+      // The row stays as saved (its epoch); a disk copy it was read back with is stale now.
+      if (arena_.disk_copy(idx[j])) arena_.set_disk_copy(idx[j], /*clean=*/false);
     }
   }
   return Status::OK();
