@@ -535,31 +535,6 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
   return Status::OK();
 }
 
-Status SparseShard::load_unseen(const uint64_t* keys, const float* days, std::size_t n) {
-  MutexLock lock(mu_);
-  // Pieces, as load_records: a row on disk comes back to memory to be written.
-  const std::size_t piece = std::min<std::size_t>(piece_keys(n), 1 << 16);
-  for (std::size_t begin = 0; begin < n; begin += piece) {
-    const std::size_t m = std::min(n, begin + piece) - begin;
-    GPUBOX_RETURN_IF_ERROR(enforce_memory_limit({m, m * widest_row_bytes_}));
-    const std::vector<uint32_t> pos = identity(m);
-    std::vector<uint32_t> idx;
-    GPUBOX_RETURN_IF_ERROR(
-        locate(keys + begin, nullptr, pos.data(), m, /*create=*/false, &idx, nullptr));
-    for (std::size_t j = 0; j < m; ++j) {
-      if (idx[j] == kAbsent) {
-        return Status::Corruption("host table: unseen days of key " +
-                                  std::to_string(keys[begin + j]) +
-                                  ", which the save's part files do not hold");
-      }
-      arena_.row(idx[j])[RowLayout::kUnseenDays] = days[begin + j];
-      // The row stays as saved (its epoch); a disk copy it was read back with is stale now.
-      if (arena_.disk_copy(idx[j])) arena_.set_disk_copy(idx[j], /*clean=*/false);
-    }
-  }
-  return Status::OK();
-}
-
 Status SparseShard::load_deletions(const uint64_t* keys, std::size_t n) {
   MutexLock lock(mu_);
   const std::vector<uint32_t> pos = identity(n);

@@ -135,8 +135,9 @@ class SparseShard {
   Status clear();
   // Writes records (of `kind`) for keys[i] as a load does; loaded rows count as saved.
   Status load_records(RecordKind kind, const uint64_t* keys, const float* recs, std::size_t n);
-  // Sets the unseen days of rows a load just wrote (a base or delta save's unseen-<shard>);
-  // a key the shard does not hold is a corrupt save (Corruption naming it).
+  // Sets the unseen days of rows a load just wrote (a base or delta save's unseen-<shard>), in
+  // memory or on disk where each row is (a disk row is not read back); a key the shard does not
+  // hold is a corrupt save (Corruption naming it).
   Status load_unseen(const uint64_t* keys, const float* days, std::size_t n);
   // Deletes keys (a delta's deletions) without remembering them for the next delta.
   Status load_deletions(const uint64_t* keys, std::size_t n);

@@ -156,6 +156,8 @@ class SparseTable final : public HostTier {
   // A delta's MANIFEST properties for the shrinks since the last save (sparse_table_io.cpp).
   void add_shrinks(bool every_row, std::map<std::string, std::string>* props) const
       GPUBOX_REQUIRES(io_mu_);
+  // Refuses a delta (`delta`) load at `path` onto a table partly loaded (partly_loaded_).
+  Status check_base_of(const std::string& path, bool delta) const GPUBOX_REQUIRES(io_mu_);
   // A load's replay of a delta's recorded shrinks on every row held, each shard a step.
   Status replay_shrinks(const std::vector<float>& decay_rates, bool parallel, io::FileEnv* fs);
 

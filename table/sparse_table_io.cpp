@@ -387,15 +387,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   auto saved = read_saved_sparse(*manifest, where);
   if (!saved.ok()) return saved.status();
   const bool delta = saved->mode == SaveKind::kDelta;
-  if (delta && !partly_loaded_.empty()) {
-    return Status::InvalidArgument(
-        "load " + path +
-        ": a delta applies onto the save before it, and this table holds only "
-        "part of " +
-        partly_loaded_ +
-        " (its load failed while applying it): load a base or "
-        "checkpoint save first");
-  }
+  GPUBOX_RETURN_IF_ERROR(check_base_of(path, delta));
   GPUBOX_RETURN_IF_ERROR(check_saved_layout(*manifest, saved->kind, where));
   auto listed = listed_files(*manifest, *saved, where);
   if (!listed.ok()) return listed.status();
@@ -471,6 +463,16 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   shrinks_since_save_.clear();
   shrink_failed_ = false;
   return Status::OK();
+}
+
+// A delta applies onto the save before it: a table that holds only part of a save refuses it.
+Status SparseTable::check_base_of(const std::string& path, bool delta) const {
+  if (!delta || partly_loaded_.empty()) return Status::OK();
+  return Status::InvalidArgument(
+      "load " + path +
+      ": a delta applies onto the save before it, and this table holds only part of " +
+      partly_loaded_ +
+      " (its load failed while applying it): load a base or checkpoint save first");
 }
 
 Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, bool parallel,
