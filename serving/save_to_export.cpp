@@ -113,7 +113,8 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   const std::string sparse_dir = save_dir + "/sparse";
   auto sparse_manifest = table::io::read_manifest(env, sparse_dir, "sparse");
   if (!sparse_manifest.ok()) return sparse_manifest.status().with_context(context);
-  if (auto mode = sparse_manifest->get("mode"); mode.ok() && mode.value() == "delta") {
+  // "delta" or "delta+shrinks" (a delta whose loader replays the shrinks it records).
+  if (auto mode = sparse_manifest->get("mode"); mode.ok() && mode->rfind("delta", 0) == 0) {
     return Status::InvalidArgument("save " + save_dir +
                                    " is a delta save (only the rows changed since the previous "
                                    "save): export a base or checkpoint save");

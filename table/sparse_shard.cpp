@@ -425,22 +425,26 @@ ShardStats SparseShard::stats() {
   return s;
 }
 
-Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_through,
-                             ShardSnapshot* out, const std::function<void()>& on_progress) {
+Status SparseShard::snapshot(SaveKind mode, SaveForm form, DeltaRows delta_rows, ShardSnapshot* out,
+                             const std::function<void()>& on_progress) {
   MutexLock lock(mu_);
   const RecordKind kind = mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
   std::vector<float> rec(record_floats(kind, layout_));
   const bool delta = mode == SaveKind::kDelta;
+  const bool changed_only = delta && !delta_rows.every_row;
   uint64_t looked_at = 0;
   auto look = [&] {
     if (++looked_at % kSnapshotProgressRows == 0 && on_progress) on_progress();
   };
   auto emit = [&](uint64_t key, const float* row, uint32_t epoch) {
-    if (delta && epoch <= saved_through) return;
+    if (changed_only && epoch <= delta_rows.saved_through) return;
     // Each row's record at its own width (record_shape reads it back).
     const RowLayout own = layout_.of_row(row);
     row_to_record(kind, own, row, rec.data());
     append_record(form, key, rec.data(), record_floats(kind, own), &out->part);
+    if (kind == RecordKind::kModel) {
+      append_record(form, key, row + RowLayout::kUnseenDays, 1, &out->unseen);
+    }
     ++out->rows;
   };
   index_.for_each([&](uint64_t key, uint32_t index) {
@@ -458,7 +462,7 @@ Status SparseShard::snapshot(SaveKind mode, SaveForm form, uint32_t saved_throug
   }
   if (delta) {
     for (const auto& [key, epoch] : deleted_) {
-      if (epoch <= saved_through) continue;
+      if (epoch <= delta_rows.saved_through) continue;
       append_key(form, key, &out->deletes);
       ++out->deleted;
     }

@@ -55,7 +55,24 @@ struct ShardSnapshot {
   uint64_t rows = 0;
   std::string deletes;  // encoded keys deleted since the last save (delta only)
   uint64_t deleted = 0;
+  // Base and delta: each row of `part`, in its order, as a record of one float, its unseen days
+  // (model records do not hold them; a checkpoint's full rows do).
+  std::string unseen;
 };
+
+// Which rows a delta snapshot holds: those changed after epoch `saved_through`, or every row
+// (`every_row`: after a shrink that failed part way, whose aging no loader can replay); its
+// deletions are those after `saved_through` either way.
+struct DeltaRows {
+  uint32_t saved_through = 0;
+  bool every_row = false;
+};
+
+// One day of shrink's aging of a table row (HostTier::shrink): show and click times
+// `decay_rate`, unseen days plus one. True when the rules of `cfg` delete the row. A shrink and a
+// loader replaying a delta's recorded shrinks (SparseShard::replay_shrinks) both age through it,
+// so that the two give the same bits.
+bool age_row_one_day(float* row, const AccessorConfig& cfg, float decay_rate);
 
 class SparseShard {
  public:
@@ -94,15 +111,23 @@ class SparseShard {
   // the whole shrink of the shard holds: a shard of many rows takes long, and a PULL or PUSH of
   // the shard waits for it.
   static constexpr uint64_t kShrinkProgressRows = 65536;
+  // A shrink ages a row without marking it changed (a delta save records the shrink instead,
+  // and its loader replays it); a row the shrink deletes is marked.
   StatusOr<uint64_t> shrink(int32_t cold_after_days,
                             const std::function<void()>& on_progress = nullptr);
+  // A delta's loader: ages every row (memory and disk) one day per rate of `decay_rates`, in
+  // order (age_row_one_day), deleting none (the delta's deletions hold the rows its saver's
+  // shrinks deleted, and were applied before) and keeping each row's epoch. `on_progress` as
+  // shrink's.
+  Status replay_shrinks(const std::vector<float>& decay_rates,
+                        const std::function<void()>& on_progress = nullptr);
 
   ShardStats stats();
   // Encodes the rows a save of `mode` holds (delta: changed since epoch `saved_through`).
   // `on_progress` (when set) is called every kSnapshotProgressRows rows looked at: a shard of
   // gigabytes, or of many rows on disk, takes long between file operations.
   static constexpr uint64_t kSnapshotProgressRows = 65536;
-  Status snapshot(SaveKind mode, SaveForm form, uint32_t saved_through, ShardSnapshot* out,
+  Status snapshot(SaveKind mode, SaveForm form, DeltaRows delta_rows, ShardSnapshot* out,
                   const std::function<void()>& on_progress = nullptr);
   // Forgets deletions a committed save at epoch `through` has recorded.
   void forget_deletions(uint32_t through);
@@ -110,6 +135,10 @@ class SparseShard {
   Status clear();
   // Writes records (of `kind`) for keys[i] as a load does; loaded rows count as saved.
   Status load_records(RecordKind kind, const uint64_t* keys, const float* recs, std::size_t n);
+  // Sets the unseen days of rows a load just wrote (a base or delta save's unseen-<shard>), in
+  // memory or on disk where each row is (a disk row is not read back); a key the shard does not
+  // hold is a corrupt save (Corruption naming it).
+  Status load_unseen(const uint64_t* keys, const float* days, std::size_t n);
   // Deletes keys (a delta's deletions) without remembering them for the next delta.
   Status load_deletions(const uint64_t* keys, std::size_t n);
   // fn(key, row) for every row, memory and disk.
@@ -172,8 +201,9 @@ class SparseShard {
   // of the other keys to the front of *rest (resized to their count). Requires mu_.
   Status write_through(const uint64_t* keys, const uint32_t* pos, std::size_t m, PushedRows rows,
                        std::vector<uint32_t>* rest) GPUBOX_REQUIRES(mu_);
-  // Applies the shrink rules to one row in place; true when the row must be deleted.
-  bool age_row(float* row) const;
+  // Applies the shrink rules to one row in place (age_row_one_day at this config's decay rate);
+  // true when the row must be deleted.
+  bool age_row(float* row) const { return age_row_one_day(row, cfg_, cfg_.show_click_decay_rate); }
   // shrink's part on disk: ages the rows only on disk (not those with a memory row, aged in
   // memory), deleting those the rules delete; returns how many.
   // `aged` is called once per disk entry scanned, a copy of a memory row too (shrink's progress

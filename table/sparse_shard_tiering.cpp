@@ -1,5 +1,6 @@
 // SparseShard's rows between memory and the disk tier: shrink (aging, deletion, cold rows to
-// disk) and the memory limits (rows, and the row storage's bytes) kept by eviction.
+// disk), a load's replay of shrinks and its unseen days (rows in memory and on disk), and the
+// memory limits (rows, and the row storage's bytes) kept by eviction.
 #include <algorithm>
 #include <cstring>
 
@@ -7,37 +8,15 @@
 
 namespace gpubox::table {
 
-namespace {
-
-// Shrink's aging of one row, age_row, with what it changed of the row's model record (the
-// fields a delta save writes): show and click when they decay; unseen_days, which aging always
-// moves, is in no model record. A row whose record is as it was keeps its epoch, so that the
-// next delta save does not hold it (else a shrink without decay makes that delta the whole
-// table).
-struct Aging {
-  explicit Aging(const float* row) : show(row[RowLayout::kShow]), click(row[RowLayout::kClick]) {}
-  // Compared as bits, not with !=: a quiet NaN count times the decay keeps its bits, so it
-  // counts as unchanged (!= would call every NaN changed).
-  bool record_changed(const float* aged) const {
-    return std::memcmp(&show, aged + RowLayout::kShow, sizeof(float)) != 0 ||
-           std::memcmp(&click, aged + RowLayout::kClick, sizeof(float)) != 0;
-  }
-  float show;
-  float click;
-};
-
-}  // namespace
-
-bool SparseShard::age_row(float* row) const {
-  row[RowLayout::kShow] *= cfg_.show_click_decay_rate;
-  row[RowLayout::kClick] *= cfg_.show_click_decay_rate;
+bool age_row_one_day(float* row, const AccessorConfig& cfg, float decay_rate) {
+  row[RowLayout::kShow] *= decay_rate;
+  row[RowLayout::kClick] *= decay_rate;
   row[RowLayout::kUnseenDays] += 1.0f;
-  return row_score(row, cfg_) < cfg_.delete_threshold ||
-         row[RowLayout::kUnseenDays] > cfg_.delete_after_unseen_days;
+  return row_score(row, cfg) < cfg.delete_threshold ||
+         row[RowLayout::kUnseenDays] > cfg.delete_after_unseen_days;
 }
 
 StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged) {
-  const uint32_t now = epochs_->current.load();
   const int32_t stride = layout_.stride();
   DiskTier::Batch batch;
   Status st;
@@ -62,14 +41,13 @@ StatusOr<uint64_t> SparseShard::age_disk_rows(const std::function<void()>& aged)
     // A copy of a memory row: the memory row is aged in memory, and its copy goes stale.
     if (index_.find(key) != KeyIndexMap::kAbsent) return;
     std::memcpy(row.data(), r, sizeof(float) * stride);
-    const Aging aging(row.data());
     if (age_row(row.data())) {
       batch.erase(id_, key);
       deleted_keys.push_back(key);
       if (write_through_.size() > 0) write_through_.erase(key);
     } else {
-      batch.put(id_, key, row.data(), aging.record_changed(row.data()) ? now : epoch,
-                layout_.of_row(row.data()).stride());
+      // Aged, not changed: its epoch stays (a delta save records the shrink, see shrink()).
+      batch.put(id_, key, row.data(), epoch, layout_.of_row(row.data()).stride());
     }
     if (batch.count() >= kDiskBatchEntries) commit();
   }));
@@ -104,11 +82,12 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
   for (const auto& [key, index] : entries) {
     float* row = arena_.row(index);
     age();
-    const Aging aging(row);
     const bool dies = age_row(row);
-    // Changed, dead or not: a row whose deletion fails below stays, its disk copy stale; its
-    // epoch moves only when its model record changed (Aging).
-    if (dies || aging.record_changed(row)) {
+    // A row that dies is marked (one whose deletion fails below stays, changed; the shrink's
+    // error makes the next delta hold every row). A row aged keeps its epoch: the next delta
+    // save records the shrink for its loader to replay (SparseTable::save), rather than hold
+    // every row a decay changed. Its disk copy is stale either way.
+    if (dies) {
       mark(index);
     } else if (arena_.disk_copy(index)) {
       arena_.set_disk_copy(index, /*clean=*/false);
@@ -131,6 +110,87 @@ StatusOr<uint64_t> SparseShard::shrink(int32_t cold_after_days,
   // Each aged above: none has a clean disk copy.
   GPUBOX_RETURN_IF_ERROR(evict(cold, wrote_batch));
   return deleted;
+}
+
+Status SparseShard::replay_shrinks(const std::vector<float>& decay_rates,
+                                   const std::function<void()>& on_progress) {
+  MutexLock lock(mu_);
+  if (decay_rates.empty()) return Status::OK();
+  uint64_t aged = 0;
+  const auto age = [&](float* row) {
+    for (float rate : decay_rates) age_row_one_day(row, cfg_, rate);  // deletes none: see .hpp
+    if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
+  };
+  index_.for_each([&](uint64_t, uint32_t index) {
+    mu_.assert_held();
+    age(arena_.row(index));
+    if (arena_.disk_copy(index)) arena_.set_disk_copy(index, /*clean=*/false);
+  });
+  if (disk_ == nullptr || rows_on_disk_ == 0) return Status::OK();
+  const int32_t stride = layout_.stride();
+  std::vector<float> row(stride);
+  DiskTier::Batch batch;
+  Status st;
+  const auto commit = [&] {
+    if (st.ok()) st = disk_->write(batch);
+    batch.clear();
+    if (on_progress) on_progress();
+  };
+  GPUBOX_RETURN_IF_ERROR(disk_->scan(id_, [&](uint64_t key, const float* r, uint32_t epoch) {
+    mu_.assert_held();
+    // A copy of a memory row: the memory row was aged above, and its copy is stale.
+    if (!st.ok() || index_.find(key) != KeyIndexMap::kAbsent) return;
+    std::memcpy(row.data(), r, sizeof(float) * stride);
+    age(row.data());
+    batch.put(id_, key, row.data(), epoch, layout_.of_row(row.data()).stride());
+    if (batch.count() >= kDiskBatchEntries) commit();
+  }));
+  if (batch.count() > 0) commit();
+  return st;
+}
+
+Status SparseShard::load_unseen(const uint64_t* keys, const float* days, std::size_t n) {
+  MutexLock lock(mu_);
+  const auto absent = [&](uint64_t key) {
+    return Status::Corruption("host table: unseen days of key " + std::to_string(key) +
+                              ", which the save's part files do not hold");
+  };
+  // A row in memory is set there; a row the load sent to disk is set on disk, not read back
+  // (which would evict others to make room, and write them all again).
+  std::vector<std::pair<uint64_t, float>> on_disk;
+  for (std::size_t j = 0; j < n; ++j) {
+    const uint32_t index = index_.find(keys[j]);
+    if (index == KeyIndexMap::kAbsent) {
+      on_disk.emplace_back(keys[j], days[j]);
+      continue;
+    }
+    arena_.row(index)[RowLayout::kUnseenDays] = days[j];
+    // The row stays as saved (its epoch); a disk copy it was read back with is stale now.
+    if (arena_.disk_copy(index)) arena_.set_disk_copy(index, /*clean=*/false);
+  }
+  if (on_disk.empty()) return Status::OK();
+  if (disk_ == nullptr || rows_on_disk_ == 0) return absent(on_disk.front().first);
+  std::sort(on_disk.begin(), on_disk.end());  // RocksDB reads and writes ascending keys best
+  const int32_t stride = layout_.stride();
+  for (std::size_t begin = 0; begin < on_disk.size(); begin += kDiskBatchEntries) {
+    const std::size_t m = std::min(on_disk.size() - begin, kDiskBatchEntries);
+    std::vector<uint64_t> piece(m);
+    for (std::size_t i = 0; i < m; ++i) piece[i] = on_disk[begin + i].first;
+    std::vector<float> rows(m * stride);
+    std::vector<uint32_t> epochs(m);
+    std::vector<uint8_t> found(m, 0);
+    GPUBOX_RETURN_IF_ERROR(
+        disk_->multi_get(id_, piece.data(), m, rows.data(), epochs.data(), found.data()));
+    DiskTier::Batch batch;
+    for (std::size_t i = 0; i < m; ++i) {
+      if (!found[i]) return absent(piece[i]);
+      float* row = &rows[i * stride];
+      row[RowLayout::kUnseenDays] = on_disk[begin + i].second;
+      batch.put(id_, piece[i], row, epochs[i], layout_.of_row(row).stride());
+    }
+    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
+  }
+  return Status::OK();
 }
 
 SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,

@@ -219,15 +219,23 @@ uint64_t SparseTable::rows_now() {
 }
 
 StatusOr<uint64_t> SparseTable::shrink(const std::function<void()>& on_progress) {
+  MutexLock lock(io_mu_);
   std::vector<uint64_t> deleted(shards_.size(), 0);
-  GPUBOX_RETURN_IF_ERROR(for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
+  const Status shrunk = for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     auto d = shards_[s]->shrink(config_.cold_after_days, on_progress);
     if (!d.ok()) return d.status();
     deleted[s] = *d;
     if (on_progress) on_progress();  // outside the shard's lock
     return Status::OK();
-  }));
+  });
+  if (!shrunk.ok()) {
+    // Some rows aged, some not: no replay of whole days reproduces that.
+    shrink_failed_ = true;
+    return shrunk;
+  }
   day_.fetch_add(1);
+  if (epochs_.track_deletions.load())
+    shrinks_since_save_.push_back(optimizer_.show_click_decay_rate);
   uint64_t total = 0;
   for (uint64_t d : deleted) total += d;
   return total;

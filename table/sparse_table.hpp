@@ -11,16 +11,26 @@
 //   part-<shard>    records of that shard (table/row_codec.hpp): model records for base and
 //                   delta, full rows for checkpoint; text or binary per HostTableConfig::save_form
 //   delete-<shard>  delta only: keys deleted (erase/shrink) since the previous save
-// A base or checkpoint load replaces the table; a delta load applies onto it (deletions first,
-// then rows). Loading into a table with another shard count is fine (keys are re-sharded); the
-// row layout must match. load reads and checks every file before it changes the table, so a
-// corrupt, partial or foreign save is refused with the table untouched; only an I/O or disk-tier
-// error while applying an already verified save can leave the table partly loaded (the error
-// says so).
+//   unseen-<shard>  base and delta: each row of part-<shard>'s unseen days, a record of one float
+//                   (MANIFEST property unseen_files=1; a checkpoint's full rows hold them)
+// A shrink ages rows without marking them changed. A delta save after shrinks records them
+// instead (MANIFEST mode delta+shrinks, shrinks = how many, shrink_decay_rates = their
+// show_click_decay_rate in order), so that it holds only the rows written since plus deletions;
+// after a shrink that failed part way the next delta holds every row (every_row=1).
+// A base or checkpoint load replaces the table; a delta load applies onto it: deletions, then
+// the recorded shrinks replayed on every row the table holds (SparseShard::replay_shrinks), then
+// its rows and their unseen days. A save without unseen files (from before them) loads its rows'
+// unseen days as 0 (a delta's rows already held keep theirs), said once per load. Loading into a
+// table with another shard count is fine (keys are re-sharded); the row layout must match. load
+// reads and checks every file before it changes the table, so a corrupt, partial or foreign save is
+// refused with the table untouched; only an I/O or disk-tier error while applying an already
+// verified save can leave the table partly loaded (the error says so); such a table refuses a delta
+// load until a base or checkpoint load succeeds.
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,12 +75,15 @@ class SparseTable final : public HostTier {
   Status erase(const uint64_t* keys, std::size_t n) override;
   StatusOr<HostTierStats> stats() override;
   // One day passes: decay, age, delete (HostTier::shrink), then rows unseen for at least
-  // cold_after_days move to disk. Advances day(). `on_progress`: after each shard, and within one
+  // cold_after_days move to disk. Advances day(). Serialized with save and load (io_mu_): the
+  // shrinks a delta records are those between two saves. A shrink that fails part way makes
+  // the next delta save hold every row. `on_progress`: after each shard, and within one
   // (under its lock) every SparseShard::kShrinkProgressRows entries and after each disk batch.
   // A shard is locked for its whole shrink: PULL and PUSH of it wait, on the server's network
   // threads; when they all wait, no PROGRESS frame is sent (see HostTier::shrink).
   using HostTier::shrink;
-  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override;
+  StatusOr<uint64_t> shrink(const std::function<void()>& on_progress) override
+      GPUBOX_EXCLUDES(io_mu_);
 
   using HostTier::load;
   using HostTier::save;
@@ -100,6 +113,8 @@ class SparseTable final : public HostTier {
   // fn(key, row) for every row (memory and disk), one shard at a time under its lock. fn must
   // not call back into the table.
   Status for_each_row(const std::function<void(uint64_t, const float*)>& fn);
+  // The disk tier (null without one), for tests' fault injection (DiskTier::fail_writes_after).
+  DiskTier* disk_tier_for_tests() { return disk_.get(); }
   // Fault injection for tests (as DiskTier::fail_writes_after): once `ok_pulls` more pull()s
   // have succeeded, the next `failing` ones fail (IOError, nothing read or created), and the
   // ones after succeed again; ok_pulls -1 (the default): never. One atomic load a pull when off.
@@ -137,6 +152,14 @@ class SparseTable final : public HostTier {
   Status apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
                     const std::vector<float>& recs);
   Status apply_deletions(const std::vector<uint64_t>& keys);
+  Status apply_unseen(const std::vector<uint64_t>& keys, const std::vector<float>& days);
+  // A delta's MANIFEST properties for the shrinks since the last save (sparse_table_io.cpp).
+  void add_shrinks(bool every_row, std::map<std::string, std::string>* props) const
+      GPUBOX_REQUIRES(io_mu_);
+  // Refuses a delta (`delta`) load at `path` onto a table partly loaded (partly_loaded_).
+  Status check_base_of(const std::string& path, bool delta) const GPUBOX_REQUIRES(io_mu_);
+  // A load's replay of a delta's recorded shrinks on every row held, each shard a step.
+  Status replay_shrinks(const std::vector<float>& decay_rates, bool parallel, io::FileEnv* fs);
 
   const AccessorConfig optimizer_;
   const HostTableConfig config_;
@@ -148,7 +171,16 @@ class SparseTable final : public HostTier {
   std::atomic<int64_t> day_{0};
   std::atomic<int64_t> pulls_before_fault_{-1};  // fail_pulls_after
   std::atomic<int64_t> failing_pulls_{0};
-  Mutex io_mu_;  // held by a save or load for its whole run: one at a time (no field of its own)
+  // Held by a save, load or shrink for its whole run: one at a time.
+  Mutex io_mu_;
+  // The decay rates of the shrinks since the last save or load, in order (recorded once a save
+  // or load has given deltas a base): what the next delta's loader replays.
+  std::vector<float> shrinks_since_save_ GPUBOX_GUARDED_BY(io_mu_);
+  // A shrink failed part way since the last save or load: the next delta holds every row.
+  bool shrink_failed_ GPUBOX_GUARDED_BY(io_mu_) = false;
+  // The save whose load failed while applying it (the table holds part of it; "" when none):
+  // a delta load on top is refused until a base or checkpoint load succeeds.
+  std::string partly_loaded_ GPUBOX_GUARDED_BY(io_mu_);
 };
 
 }  // namespace gpubox::table

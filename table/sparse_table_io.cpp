@@ -1,5 +1,7 @@
 // SparseTable::save / load (the folder layout is described in sparse_table.hpp).
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -23,6 +25,10 @@ constexpr std::size_t kLoadChunkBytes = std::size_t{8} << 20;
 
 std::string part_name(uint32_t shard) { return "part-" + std::to_string(shard); }
 std::string delete_name(uint32_t shard) { return "delete-" + std::to_string(shard); }
+std::string unseen_name(uint32_t shard) { return "unseen-" + std::to_string(shard); }
+// A delta whose loader must replay the shrinks it records: another mode than "delta", so that
+// an engine from before it refuses the save by name instead of loading unaged rows.
+constexpr const char* kDeltaWithShrinks = "delta+shrinks";
 
 const char* field_names(RecordKind kind) {
   return kind == RecordKind::kModel ? "show,click,slot,embed_w,mf_size,embedx_w[mf_dim]"
@@ -30,9 +36,10 @@ const char* field_names(RecordKind kind) {
 }
 
 // A listed file, parsed; pass 1 parses every file and drops the result, pass 2 applies.
+enum class PartKind { kRows, kDeletions, kUnseen };
 struct PartFile {
   const io::ManifestFile* entry = nullptr;
-  bool deletions = false;
+  PartKind kind = PartKind::kRows;
 };
 
 // The records of a listed part (or deletion) file, a chunk at a time (kLoadChunkBytes), to
@@ -43,6 +50,11 @@ Status stream_part(io::FileEnv* fs, const std::string& path, const PartFile& f, 
                    const RecordShape& shape, const PartRecords& on_records) {
   RecordShape keys_only;
   keys_only.fixed = 0;
+  RecordShape unseen_days;  // a key and one float
+  unseen_days.fixed = 1;
+  const RecordShape& file_shape = f.kind == PartKind::kRows        ? shape
+                                  : f.kind == PartKind::kDeletions ? keys_only
+                                                                   : unseen_days;
   const std::string file = path + "/" + f.entry->name;
   std::vector<uint64_t> keys;
   std::vector<float> recs;
@@ -54,8 +66,7 @@ Status stream_part(io::FileEnv* fs, const std::string& path, const PartFile& f, 
         keys.clear();
         recs.clear();
         at.last = last;
-        auto took = parse_record_chunk(form, data, n, f.deletions ? keys_only : shape, file, at,
-                                       &keys, &recs);
+        auto took = parse_record_chunk(form, data, n, file_shape, file, at, &keys, &recs);
         if (!took.ok()) return took.status();
         at.byte += took->bytes;
         at.line += took->lines;
@@ -144,15 +155,18 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   // From the first save on, deletions are remembered for deltas; set before any shard is
   // snapshotted, so a row deleted during this save is in the next delta's deletions.
   epochs_.track_deletions.store(true);
-  const uint32_t saved_through = epochs_.saved_through.load();
+  const DeltaRows delta_rows{epochs_.saved_through.load(), shrink_failed_};
   auto staged = io::StagedSave::begin(fs, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
       for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
         ShardSnapshot snap;
         GPUBOX_RETURN_IF_ERROR(
-            shards_[s]->snapshot(mode, form, saved_through, &snap, [fs] { fs->note_progress(); }));
+            shards_[s]->snapshot(mode, form, delta_rows, &snap, [fs] { fs->note_progress(); }));
         GPUBOX_RETURN_IF_ERROR((*staged)->add_file(part_name(s), snap.part, snap.rows));
+        if (mode != SaveKind::kCheckpoint) {
+          GPUBOX_RETURN_IF_ERROR((*staged)->add_file(unseen_name(s), snap.unseen, snap.rows));
+        }
         if (mode == SaveKind::kDelta) {
           GPUBOX_RETURN_IF_ERROR((*staged)->add_file(delete_name(s), snap.deletes, snap.deleted));
         }
@@ -173,6 +187,8 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
       {"fields", field_names(kind)},
       {"day", std::to_string(day_.load())},
   };
+  if (mode != SaveKind::kCheckpoint) props["unseen_files"] = "1";
+  if (mode == SaveKind::kDelta) add_shrinks(delta_rows.every_row, &props);
   // Rows of other widths than mf_dim's (the widest class's): their records are shorter.
   if (optimizer_.slot_dims.count > 0) {
     props["slot_dims"] = slot_dims_text(optimizer_.slot_dims);
@@ -180,8 +196,29 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   }
   GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
   epochs_.saved_through.store(epoch);
+  shrinks_since_save_.clear();
+  shrink_failed_ = false;
   for (auto& shard : shards_) shard->forget_deletions(epoch);
   return Status::OK();
+}
+
+// A delta's MANIFEST: the shrinks since the previous save for its loader to replay, or that it
+// holds every row (`every_row`: a shrink failed part way, there is nothing whole to replay).
+void SparseTable::add_shrinks(bool every_row, std::map<std::string, std::string>* props) const {
+  if (every_row) {
+    (*props)["every_row"] = "1";
+    return;
+  }
+  if (shrinks_since_save_.empty()) return;
+  (*props)["mode"] = kDeltaWithShrinks;
+  (*props)["shrinks"] = std::to_string(shrinks_since_save_.size());
+  std::string rates;
+  for (float rate : shrinks_since_save_) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.9g", rate);  // 9 digits: reads back to the same float
+    rates += (rates.empty() ? "" : ",") + std::string(text);
+  }
+  (*props)["shrink_decay_rates"] = rates;
 }
 
 namespace {
@@ -193,24 +230,61 @@ struct SavedSparse {
   RecordKind kind = RecordKind::kModel;
   int64_t day = 0;
   int64_t shards = 0;
+  bool unseen_files = false;
+  std::vector<float> shrinks;  // delta+shrinks: the decay rates to replay, in order
 };
+
+// A delta+shrinks MANIFEST's shrinks and shrink_decay_rates.
+StatusOr<std::vector<float>> read_shrinks(const io::Manifest& manifest, const std::string& where) {
+  auto count = manifest.get_int("shrinks");
+  if (!count.ok()) return count.status();
+  auto text = manifest.get("shrink_decay_rates");
+  if (!text.ok()) return text.status();
+  std::vector<float> rates;
+  std::size_t begin = 0;
+  while (begin <= text->size() && !text->empty()) {
+    const std::size_t comma = std::min(text->find(',', begin), text->size());
+    const std::string item = text->substr(begin, comma - begin);
+    char* end = nullptr;
+    const float rate = std::strtof(item.c_str(), &end);
+    if (item.empty() || end != item.c_str() + item.size() || !(rate >= 0.0f && rate <= 1.0f)) {
+      return Status::Corruption(where + ": shrink_decay_rates item '" + item +
+                                "' is not a decay rate in [0, 1]");
+    }
+    rates.push_back(rate);
+    begin = comma + 1;
+  }
+  if (*count < 1 || static_cast<std::size_t>(*count) != rates.size()) {
+    return Status::Corruption(where + ": shrinks " + std::to_string(*count) + " but " +
+                              std::to_string(rates.size()) + " shrink_decay_rates");
+  }
+  return rates;
+}
 
 StatusOr<SavedSparse> read_saved_sparse(const io::Manifest& manifest, const std::string& where) {
   auto context = [&](const Status& st) { return st.with_context("load " + where); };
   SavedSparse saved;
   auto mode_text = manifest.get("mode");
   if (!mode_text.ok()) return context(mode_text.status());
-  auto mode = parse_enum(kSaveKindNames, *mode_text);
+  const bool with_shrinks = *mode_text == kDeltaWithShrinks;
+  auto mode =
+      with_shrinks ? StatusOr<SaveKind>(SaveKind::kDelta) : parse_enum(kSaveKindNames, *mode_text);
   if (!mode.ok() || *mode == SaveKind::kNone) {
     return context(Status::Corruption("unknown save mode '" + *mode_text + "'"));
   }
   saved.mode = *mode;
+  if (with_shrinks) {
+    auto shrinks = read_shrinks(manifest, where);
+    if (!shrinks.ok()) return context(shrinks.status());
+    saved.shrinks = std::move(shrinks).value();
+  }
   auto form_text = manifest.get("form");
   if (!form_text.ok()) return context(form_text.status());
   auto form = parse_enum(kSaveFormNames, *form_text);
   if (!form.ok()) return context(Status::Corruption("form: " + form.status().message()));
   saved.form = *form;
   saved.kind = saved.mode == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel;
+  saved.unseen_files = saved.kind == RecordKind::kModel && manifest.get("unseen_files").ok();
   auto day = manifest.get_int("day");
   if (!day.ok()) return context(day.status());
   saved.day = *day;
@@ -220,14 +294,18 @@ StatusOr<SavedSparse> read_saved_sparse(const io::Manifest& manifest, const std:
   return saved;
 }
 
-// Every part (and, for a delta, every deletion file) of the save, each of which must be listed.
+// Every part (and, for a delta, every deletion file; with unseen_files, every unseen file) of
+// the save, each of which must be listed.
 StatusOr<std::vector<PartFile>> listed_files(const io::Manifest& manifest, const SavedSparse& saved,
                                              const std::string& where) {
   std::vector<PartFile> files;
   for (int64_t s = 0; s < saved.shards; ++s) {
-    for (bool deletions : {false, true}) {
-      if (deletions && saved.mode != SaveKind::kDelta) continue;
-      const std::string name = deletions ? delete_name(s) : part_name(s);
+    for (PartKind kind : {PartKind::kRows, PartKind::kDeletions, PartKind::kUnseen}) {
+      if (kind == PartKind::kDeletions && saved.mode != SaveKind::kDelta) continue;
+      if (kind == PartKind::kUnseen && !saved.unseen_files) continue;
+      const std::string name = kind == PartKind::kRows        ? part_name(s)
+                               : kind == PartKind::kDeletions ? delete_name(s)
+                                                              : unseen_name(s);
       const io::ManifestFile* entry = nullptr;
       for (const auto& f : manifest.files) {
         if (f.name == name) entry = &f;
@@ -235,7 +313,7 @@ StatusOr<std::vector<PartFile>> listed_files(const io::Manifest& manifest, const
       if (entry == nullptr) {
         return Status::Corruption("load " + where + ": " + name + " is not listed");
       }
-      files.push_back(PartFile{entry, deletions});
+      files.push_back(PartFile{entry, kind});
     }
   }
   return files;
@@ -308,10 +386,16 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   const std::string where = path + "/" + io::kManifestName;
   auto saved = read_saved_sparse(*manifest, where);
   if (!saved.ok()) return saved.status();
+  const bool delta = saved->mode == SaveKind::kDelta;
+  GPUBOX_RETURN_IF_ERROR(check_base_of(path, delta));
   GPUBOX_RETURN_IF_ERROR(check_saved_layout(*manifest, saved->kind, where));
   auto listed = listed_files(*manifest, *saved, where);
   if (!listed.ok()) return listed.status();
   const std::vector<PartFile>& files = *listed;
+  if (saved->kind == RecordKind::kModel && !saved->unseen_files) {
+    GPUBOX_LOG(INFO) << "load " << where << ": saved without unseen days (an older save): its "
+                     << (delta ? "new " : "") << "rows start unseen for 0 days";
+  }
 
   const RecordShape shape = record_shape(saved->kind, optimizer_);
   uint64_t total_records = 0;
@@ -322,7 +406,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   // file in chunks (kLoadChunkBytes): a load holds a chunk per thread, not its files. A table
   // that holds nothing (a start from a save, the usual load) has nothing to lose: it is read
   // once, applied as read, and emptied again if the save fails part way.
-  const bool nothing_to_lose = saved->mode != SaveKind::kDelta && rows_now() == 0;
+  const bool nothing_to_lose = !delta && rows_now() == 0;
   auto read_file = [&](const PartFile& f, const PartRecords& on_records) {
     return stream_part(fs, path, f, saved->form, shape, on_records);
   };
@@ -334,7 +418,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
                              return read_file(files[i], check_only);
                            }).with_context("load"));
   }
-  if (saved->mode != SaveKind::kDelta) {
+  if (!delta) {
     // Each shard cleared is a step (a server's LOAD shows it as progress: a disk tier's clear can
     // take long). A shard's clear is not split further: its maps are freed at once and a disk
     // tier's rows dropped by one range deletion (DiskTier::clear_shard).
@@ -345,14 +429,24 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
     }));
   }
   const RecordKind kind = saved->kind;
-  for (bool deletions : {true, false}) {  // a delta's deletions before its rows
-    const Status applied = run_parallel(files.size(), threads, [&](std::size_t i) {
-      if (files[i].deletions != deletions) return Status::OK();
+  // A delta's deletions, then its shrinks replayed on the rows left, then its rows, then their
+  // unseen days (which a row's record, written over an existing row, leaves as they were).
+  const auto apply = [&](PartKind what) {
+    return run_parallel(files.size(), threads, [&](std::size_t i) {
+      if (files[i].kind != what) return Status::OK();
       return read_file(files[i], [&](const auto& keys, const auto& recs) {
-        return deletions ? apply_deletions(keys) : apply_part(kind, keys, recs);
+        return what == PartKind::kDeletions ? apply_deletions(keys)
+               : what == PartKind::kRows    ? apply_part(kind, keys, recs)
+                                            : apply_unseen(keys, recs);
       });
     });
-    if (applied.ok()) continue;
+  };
+  Status applied = apply(PartKind::kDeletions);
+  if (applied.ok()) applied = replay_shrinks(saved->shrinks, threads != 1, fs);
+  if (applied.ok()) applied = apply(PartKind::kRows);
+  if (applied.ok()) applied = apply(PartKind::kUnseen);
+  if (!applied.ok()) {
+    partly_loaded_ = path;
     if (!nothing_to_lose) {
       return applied.with_context(
           "load " + path +
@@ -362,9 +456,33 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
         for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
     return applied.with_context("load");
   }
+  if (!delta) partly_loaded_.clear();
   day_.store(saved->day);
   epochs_.track_deletions.store(true);
+  // The table is the save now: shrinks before the load are in no delta of it.
+  shrinks_since_save_.clear();
+  shrink_failed_ = false;
   return Status::OK();
+}
+
+// A delta applies onto the save before it: a table that holds only part of a save refuses it.
+Status SparseTable::check_base_of(const std::string& path, bool delta) const {
+  if (!delta || partly_loaded_.empty()) return Status::OK();
+  return Status::InvalidArgument(
+      "load " + path +
+      ": a delta applies onto the save before it, and this table holds only part of " +
+      partly_loaded_ +
+      " (its load failed while applying it): load a base or checkpoint save first");
+}
+
+Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, bool parallel,
+                                   io::FileEnv* fs) {
+  if (decay_rates.empty()) return Status::OK();
+  return for_shards(parallel, [&](uint32_t s) {
+    const Status aged = shards_[s]->replay_shrinks(decay_rates, [fs] { fs->note_progress(); });
+    fs->note_progress();
+    return aged;
+  });
 }
 
 Status SparseTable::apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
@@ -386,6 +504,27 @@ Status SparseTable::apply_part(RecordKind kind, const std::vector<uint64_t>& key
     }
     GPUBOX_RETURN_IF_ERROR(
         shards_[s]->load_records(kind, shard_keys.data(), shard_recs.data(), shard_keys.size()));
+  }
+  return Status::OK();
+}
+
+Status SparseTable::apply_unseen(const std::vector<uint64_t>& keys,
+                                 const std::vector<float>& days) {
+  std::vector<uint32_t> offsets, pos;
+  group(keys.data(), keys.size(), &offsets, &pos);
+  std::vector<uint64_t> shard_keys;
+  std::vector<float> shard_days;
+  for (uint32_t s = 0; s < shards_.size(); ++s) {
+    const uint32_t begin = offsets[s], end = offsets[s + 1];
+    if (begin == end) continue;
+    shard_keys.resize(end - begin);
+    shard_days.resize(end - begin);
+    for (uint32_t j = begin; j < end; ++j) {
+      shard_keys[j - begin] = keys[pos[j]];
+      shard_days[j - begin] = days[pos[j]];
+    }
+    GPUBOX_RETURN_IF_ERROR(
+        shards_[s]->load_unseen(shard_keys.data(), shard_days.data(), shard_keys.size()));
   }
   return Status::OK();
 }

@@ -2,11 +2,14 @@
 // shows its client as progress, table/server/bulk_work.hpp): clearing the table before a base or
 // checkpoint save is applied is one step a shard, so that a LOAD whose clear takes long (a big
 // disk tier) still reports progress (issue 32). The oracle: the steps noted before the load
-// opens its first part file, one per shard (before, none: the clear was silent).
+// opens its first part file, one per shard (before, none: the clear was silent). Likewise a delta's
+// replay of the shrinks it records (its rows aged, on disk too) is a step a shard: the steps
+// noted between the last deletion file read and the first part file applied.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +53,60 @@ TEST(LoadProgress, EachShardClearedBeforeABaseSaveIsAppliedIsAStep) {
     StepCountingEnv env;
     ASSERT_TRUE(target->load(base, &env).ok());
     EXPECT_EQ(env.steps_before_first_part(), 4);
+  }
+}
+
+// Forwards to the POSIX env, counting the steps noted while the last file opened was a deletion
+// file of the second (applying) pass: a delta's load opens every file once to verify it, then
+// its deletion files, replays its shrinks, then opens its part files. Single-threaded (a small
+// save: no file read in parallel).
+class ReplayStepEnv final : public io::ForwardingEnv {
+ public:
+  explicit ReplayStepEnv(int shards) : io::ForwardingEnv(io::FileEnv::posix()), shards_(shards) {}
+  int steps_after_deletions() const { return steps_after_deletions_; }
+  StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
+                                                                uint64_t max_bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool deletions = path.find("/delete-") != std::string::npos;
+    deletions_opened_ += deletions;
+    after_deletions_ = deletions && deletions_opened_ > shards_;
+    return ForwardingEnv::open_sequential(path, max_bytes);
+  }
+  void note_progress() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (after_deletions_ && deletions_opened_ == 2 * shards_) ++steps_after_deletions_;
+  }
+
+ private:
+  const int shards_;
+  std::mutex mu_;
+  int deletions_opened_ = 0;
+  bool after_deletions_ = false;
+  int steps_after_deletions_ = 0;
+};
+
+TEST(LoadProgress, EachShardsReplayOfADeltasShrinksIsAStep) {
+  for (const bool disk : {false, true}) {
+    SCOPED_TRACE(disk ? "with the disk tier" : "in memory");
+    Fixture f(SaveForm::kBinary, 4, disk);
+    std::mt19937_64 rng(9);
+    f.mutate(rng, 500, 2000);
+    const std::string base = f.dir.sub(disk ? "base_disk" : "base");
+    ASSERT_TRUE(f.table->save(base, SaveKind::kBase).ok());
+    const std::string plain = f.dir.sub(disk ? "plain_disk" : "plain");
+    ASSERT_TRUE(f.table->save(plain, SaveKind::kDelta).ok());  // no shrink: nothing to replay
+    ASSERT_TRUE(f.table->shrink().ok());
+    const std::string aged = f.dir.sub(disk ? "aged_disk" : "aged");
+    ASSERT_TRUE(f.table->save(aged, SaveKind::kDelta).ok());
+    std::unique_ptr<SparseTable> target = f.fresh();
+    ASSERT_TRUE(target->load(base).ok());
+    ReplayStepEnv plain_env(4);
+    ASSERT_TRUE(target->load(plain, &plain_env).ok());
+    EXPECT_EQ(plain_env.steps_after_deletions(), 0);
+    ReplayStepEnv aged_env(4);
+    ASSERT_TRUE(target->load(aged, &aged_env).ok());
+    // A step a shard, and (disk) one more a shard for its batch of disk rows written back.
+    EXPECT_EQ(aged_env.steps_after_deletions(), disk ? 8 : 4);
   }
 }
 

@@ -25,8 +25,8 @@ using testing::ScratchDir;
 
 // A part file streamed in chunks (a load holds one chunk per thread, not its files) parses to
 // the same records as the whole file, at every chunk size from a few records up, in both forms
-// and both record kinds; the size is checked before reading, the checksum at the end, and a
-// record longer than a chunk is refused.
+// and both record kinds (and a base's unseen days); the size is checked before reading, the
+// checksum at the end, and a record longer than a chunk is refused.
 TEST(SaveLoad, PartFilesStreamedInChunksParseAsWholeFiles) {
   for (SaveForm form : {SaveForm::kBinary, SaveForm::kText}) {
     for (SaveKind save : {SaveKind::kCheckpoint, SaveKind::kBase}) {
@@ -37,9 +37,12 @@ TEST(SaveLoad, PartFilesStreamedInChunksParseAsWholeFiles) {
       ASSERT_TRUE(f.table->save(dir, save).ok());
       auto manifest = io::read_manifest(io::FileEnv::posix(), dir, "sparse");
       ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
-      const RecordShape shape = record_shape(
+      const RecordShape model_shape = record_shape(
           save == SaveKind::kCheckpoint ? RecordKind::kFullRow : RecordKind::kModel, f.opt);
       for (const io::ManifestFile& file : manifest->files) {
+        // A base's unseen-<shard> files: a key and one float (its row's unseen days) a record.
+        RecordShape shape = model_shape;
+        if (file.name.rfind("unseen-", 0) == 0) shape.fixed = 1;
         auto whole = io::read_verified(io::FileEnv::posix(), dir, file);
         ASSERT_TRUE(whole.ok()) << whole.status().to_string();
         std::vector<uint64_t> keys;

@@ -142,8 +142,10 @@ TEST_P(SaveLoadTest, DeltaAfterAShrinkWithoutDecayHoldsOnlyTheChangedRows) {
     EXPECT_TRUE(manifest.ok());
     std::pair<uint64_t, uint64_t> out{0, 0};
     if (!manifest.ok()) return out;
-    for (const auto& file : manifest->files)
-      (file.name.rfind("part-", 0) == 0 ? out.first : out.second) += file.records;
+    for (const auto& file : manifest->files) {
+      if (file.name.rfind("part-", 0) == 0) out.first += file.records;
+      if (file.name.rfind("delete-", 0) == 0) out.second += file.records;
+    }
     return out;
   };
   const std::size_t table_rows = f.table->size().value();
@@ -292,7 +294,8 @@ TEST(SaveLoad, DeltaCarriesADeleteThenRecreate) {
     ASSERT_TRUE(manifest.ok());
     uint64_t part_rows = 0, deleted = 0;
     for (const auto& file : manifest->files) {
-      (file.name.rfind("part-", 0) == 0 ? part_rows : deleted) += file.records;
+      if (file.name.rfind("part-", 0) == 0) part_rows += file.records;
+      if (file.name.rfind("delete-", 0) == 0) deleted += file.records;
     }
     EXPECT_EQ(part_rows, 1u);  // key 10 again
     EXPECT_EQ(deleted, 2u);    // keys 10 and 11

@@ -1,0 +1,309 @@
+// Base and delta saves across shrinks that decay (show_click_decay_rate 0.9): each row's unseen
+// days travel with it (unseen-<shard>), a delta records the shrinks since the previous save
+// (delta+shrinks) instead of holding every row they aged, and a loader of the chain replays them.
+// The oracle: an std::unordered_map of every row (show, click, unseen days) aged by the shrink
+// rule (shrink_oracle.hpp) and written by each push; the chain loaded into a fresh table equals
+// the live table bit for bit (model records and unseen days), in memory and with most rows on
+// disk, and a job resumed from it deletes the rows the live job deletes. A shrink that failed
+// part way makes the next delta hold every row; a table partly loaded refuses deltas; a save
+// from before unseen files loads as before. (The server's LOAD of such a chain:
+// tests/table/server/shrink_chain_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "table/io/save_dir.hpp"
+#include "tests/table/manifest_edit.hpp"
+#include "tests/table/save_load_fixture.hpp"
+#include "tests/table/shrink_oracle.hpp"
+#include "tests/table/table_test_util.hpp"
+
+namespace gpubox::table {
+namespace {
+
+using save_load_test::Fixture;
+using testing::RowMap;
+using Oracle = std::unordered_map<uint64_t, std::vector<float>>;
+
+// What a base + delta chain must restore of every row: its model record, then its unseen days.
+RowMap saved_state(SparseTable& table) {
+  RowMap out;
+  const RowLayout layout = table.layout();
+  for (const auto& [key, row] : testing::snapshot(table)) {
+    std::vector<float> rec(record_floats(RecordKind::kModel, layout));
+    row_to_record(RecordKind::kModel, layout, row.data(), rec.data());
+    rec.push_back(row[RowLayout::kUnseenDays]);
+    out[key] = rec;
+  }
+  return out;
+}
+
+// The oracle's show, click and unseen days against the table's, key by key.
+::testing::AssertionResult matches(const Oracle& oracle, SparseTable& table) {
+  const RowMap rows = testing::snapshot(table);
+  if (rows.size() != oracle.size()) {
+    return ::testing::AssertionFailure()
+           << rows.size() << " rows, the oracle has " << oracle.size();
+  }
+  for (const auto& [key, want] : oracle) {
+    const auto it = rows.find(key);
+    if (it == rows.end()) return ::testing::AssertionFailure() << "key " << key << " missing";
+    for (int32_t field : {RowLayout::kShow, RowLayout::kClick, RowLayout::kUnseenDays}) {
+      if (!testing::same_bits({it->second[field]}, {want[field]})) {
+        return ::testing::AssertionFailure() << "key " << key << " field " << field << ": "
+                                             << it->second[field] << ", oracle " << want[field];
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Rows (part-*), deletions (delete-*) and unseen days (unseen-*) in the save at `path`, and its
+// MANIFEST's mode.
+struct SaveCounts {
+  uint64_t rows = 0, deleted = 0, unseen = 0;
+  std::string mode;
+};
+SaveCounts counts_of(const std::string& path) {
+  SaveCounts out;
+  auto manifest = io::read_manifest(io::FileEnv::posix(), path, "sparse");
+  EXPECT_TRUE(manifest.ok()) << manifest.status().to_string();
+  if (!manifest.ok()) return out;
+  out.mode = manifest->properties["mode"];
+  for (const auto& file : manifest->files) {
+    if (file.name.rfind("part-", 0) == 0) out.rows += file.records;
+    if (file.name.rfind("delete-", 0) == 0) out.deleted += file.records;
+    if (file.name.rfind("unseen-", 0) == 0) out.unseen += file.records;
+  }
+  return out;
+}
+
+// A fixture of tables that decay (0.9) and delete rows unseen over 2 days (none by score), and
+// an oracle of every row kept beside the live table.
+struct DecayingChain {
+  DecayingChain(SaveForm form, bool disk) : f(form, 8, disk) {
+    f.opt.delete_after_unseen_days = 2.0f;
+    f.table = f.fresh();
+  }
+  // Pushes random rows for `n` random keys of [0, key_space); returns the distinct keys.
+  std::set<uint64_t> push(std::size_t n, uint64_t key_space) {
+    const RowLayout layout = f.table->layout();
+    std::vector<uint64_t> keys(n);
+    std::vector<float> rows;
+    for (auto& k : keys) {
+      k = rng() % key_space;
+      auto row = testing::random_row(rng, layout);
+      oracle[k] = row;  // unseen 0; the last push of a key wins
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    EXPECT_TRUE(f.table->push(keys.data(), n, rows.data()).ok());
+    return std::set<uint64_t>(keys.begin(), keys.end());
+  }
+  // Shrinks the live table and the oracle; returns how many rows it deleted (checked).
+  uint64_t shrink() {
+    const uint64_t deleted = testing::shrink_rows(&oracle, f.opt);
+    auto got = f.table->shrink();
+    EXPECT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got.ok() ? *got : 0, deleted);
+    EXPECT_TRUE(matches(oracle, *f.table));
+    return deleted;
+  }
+
+  Fixture f;
+  std::mt19937_64 rng{29};
+  Oracle oracle;
+};
+
+class SaveLoadShrinksTest : public ::testing::TestWithParam<std::tuple<SaveForm, bool>> {};
+
+// base, shrink, delta, shrink x2, delta: each delta holds the rows pushed since the save before
+// it (and their unseen days) plus the rows deleted, not the rows the shrinks aged; the chain
+// loaded equals the live table, unseen days included; then both shrink alike.
+TEST_P(SaveLoadShrinksTest, ChainReplaysTheShrinksAndKeepsUnseenDays) {
+  const auto [form, disk] = GetParam();
+  DecayingChain c(form, disk);
+  Fixture& f = c.f;
+  c.push(600, 2000);
+  c.shrink();  // before the first save: every row unseen 1 in the base
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  const SaveCounts base = counts_of(f.dir.sub("base"));
+  EXPECT_EQ(base.unseen, base.rows);
+  EXPECT_EQ(base.mode, "base");
+
+  ASSERT_EQ(c.shrink(), 0u);  // day 2: unseen 2 is not over 2
+  std::set<uint64_t> pushed = c.push(100, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta1"), SaveKind::kDelta).ok());
+  SaveCounts d1 = counts_of(f.dir.sub("delta1"));
+  EXPECT_EQ(d1.mode, "delta+shrinks");
+  EXPECT_EQ(d1.rows, pushed.size()) << "of " << c.oracle.size() << " rows";
+  EXPECT_EQ(d1.unseen, pushed.size());
+  EXPECT_EQ(d1.deleted, 0u);
+  const RowMap after_d1 = saved_state(*f.table);
+
+  uint64_t deleted = c.shrink();  // day 3: the base's rows not pushed since go
+  ASSERT_GT(deleted, 0u);
+  deleted += c.shrink();
+  pushed = c.push(80, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveKind::kDelta).ok());
+  const SaveCounts d2 = counts_of(f.dir.sub("delta2"));
+  EXPECT_EQ(d2.mode, "delta+shrinks");
+  EXPECT_EQ(d2.rows, pushed.size());
+  EXPECT_EQ(d2.deleted, deleted);
+  const RowMap after_d2 = saved_state(*f.table);
+
+  auto loaded = f.fresh();
+  for (const char* save : {"base", "delta1"}) {
+    const Status st = loaded->load(f.dir.sub(save));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), after_d1));
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), after_d2));
+
+  // Resumed from the chain: each shrink deletes what the live job's deletes.
+  for (int day = 0; day < 3; ++day) {
+    auto resumed = loaded->shrink();
+    ASSERT_TRUE(resumed.ok());
+    EXPECT_EQ(*resumed, c.shrink()) << "day " << day;
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table))) << "day " << day;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FormsAndTiers, SaveLoadShrinksTest,
+                         ::testing::Combine(::testing::Values(SaveForm::kText, SaveForm::kBinary),
+                                            ::testing::Bool()));
+
+// A shrink that fails part way (a disk write refused) aged some shards and not others: no whole
+// day replays that, so the next delta holds every row (every_row), and the chain still equals
+// the live table.
+TEST(SaveLoadShrinks, AShrinkThatFailedMakesTheNextDeltaHoldEveryRow) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/true);
+  Fixture& f = c.f;
+  c.push(600, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  f.table->disk_tier_for_tests()->fail_writes_after(2);
+  EXPECT_FALSE(f.table->shrink().ok());
+  f.table->disk_tier_for_tests()->fail_writes_after(-1);
+  const std::set<uint64_t> pushed = c.push(50, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  const SaveCounts d = counts_of(f.dir.sub("delta"));
+  EXPECT_EQ(d.mode, "delta");
+  EXPECT_EQ(d.rows, f.table->size().value());
+  auto loaded = f.fresh();
+  for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+  // The delta after it holds only what changed again.
+  ASSERT_TRUE(f.table->shrink().ok());
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveKind::kDelta).ok());
+  EXPECT_EQ(counts_of(f.dir.sub("delta2")).rows, 0u);
+  ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+}
+
+// A delta whose load failed while applying it (the loader's disk refused a write) leaves the
+// table partly loaded: a delta on top is refused, naming the save it holds part of, until a base
+// load succeeds.
+TEST(SaveLoadShrinks, APartlyLoadedTableRefusesDeltasUntilABaseLoads) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/true);
+  Fixture& f = c.f;
+  c.push(600, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  c.shrink();
+  c.push(50, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  loaded->disk_tier_for_tests()->fail_writes_after(1);
+  const Status failed = loaded->load(f.dir.sub("delta"));
+  loaded->disk_tier_for_tests()->fail_writes_after(-1);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("holds part of it"), std::string::npos) << failed.to_string();
+  const Status refused = loaded->load(f.dir.sub("delta"));
+  EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
+  EXPECT_NE(refused.message().find(f.dir.sub("delta")), std::string::npos) << refused.to_string();
+  for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+}
+
+// Removes what a save from before unseen files lacks: the unseen-* files from the MANIFEST (the
+// files stay, unlisted) and its unseen_files property.
+void strip_unseen_files(const std::string& path) {
+  const std::string manifest_path = path + "/" + io::kManifestName;
+  std::stringstream text;
+  text << std::ifstream(manifest_path).rdbuf();
+  auto manifest = io::Manifest::parse(text.str(), manifest_path);
+  ASSERT_TRUE(manifest.ok()) << manifest.status().to_string();
+  ASSERT_EQ(manifest->properties.erase("unseen_files"), 1u);
+  auto& files = manifest->files;
+  files.erase(std::remove_if(files.begin(), files.end(),
+                             [](const auto& f) { return f.name.rfind("unseen-", 0) == 0; }),
+              files.end());
+  std::ofstream(manifest_path, std::ios::trunc) << manifest->encode();
+}
+
+// A base and a delta (no shrink between) from before unseen files load as before: the model
+// as saved, every row unseen 0 days (a delta's rows held already keep theirs: 0 here too).
+TEST(SaveLoadShrinks, SavesWithoutUnseenFilesLoadAsBefore) {
+  DecayingChain c(SaveForm::kText, /*disk=*/false);
+  Fixture& f = c.f;
+  c.push(300, 1000);
+  c.shrink();
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  c.push(40, 1000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  EXPECT_EQ(counts_of(f.dir.sub("delta")).mode, "delta");
+  for (const char* save : {"base", "delta"}) strip_unseen_files(f.dir.sub(save));
+  auto loaded = f.fresh();
+  for (const char* save : {"base", "delta"}) {
+    const Status st = loaded->load(f.dir.sub(save));
+    ASSERT_TRUE(st.ok()) << st.to_string();
+  }
+  RowMap want = saved_state(*f.table);
+  for (auto& [key, state] : want) state.back() = 0.0f;
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), want));
+}
+
+// A delta+shrinks MANIFEST whose shrinks and shrink_decay_rates disagree, or whose rate is no
+// decay rate, is refused naming the MANIFEST, the table untouched.
+TEST(SaveLoadShrinks, ABadShrinkRecordIsRefused) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/false);
+  Fixture& f = c.f;
+  c.push(100, 1000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  c.shrink();
+  c.shrink();
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  const std::string manifest = f.dir.sub("delta") + "/" + io::kManifestName;
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  const RowMap before = saved_state(*loaded);
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"shrinks", "3"},
+                                                        {"shrink_decay_rates", "0.9,x"},
+                                                        {"shrink_decay_rates", "0.9,1.5"},
+                                                        {"shrink_decay_rates", "0.9,"}}) {
+    const auto edit = [&](auto& properties) {
+      properties["shrinks"] = "2";
+      properties["shrink_decay_rates"] = "0.899999976,0.899999976";
+      properties[key] = value;
+    };
+    gpubox::testing::edit_manifest_properties(manifest, key, edit);
+    const Status st = loaded->load(f.dir.sub("delta"));
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << key << "=" << value;
+    EXPECT_NE(st.message().find(manifest), std::string::npos) << st.to_string();
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), before));
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::table
