@@ -153,7 +153,7 @@ verify() {
     echo "   scripts/lib/gpu_check_lib.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
   fi
   local part
-  for part in common device tests sanitizer nccl nsys step bench varying predictions; do
+  for part in common device tests gemm_fallback sanitizer nccl nsys step bench varying predictions; do
     if ! bash -n "$root/scripts/gpu_check/$part.sh" 2>/dev/null; then
       echo "   scripts/gpu_check/$part.sh (which gpu_check.sh sources) is missing or has a syntax error"; bad=1
     fi

@@ -8,6 +8,9 @@
 #                  (cudaMemPoolSetAccess between every pair of GPUs that can)
 #   tests/      3. the CUDA build's unit tests (every bin/*_test, GPUBOX_DEVICE_CHECK=1); tests
 #                  needing more GPUs than the machine has skip and say so
+#   gemm_fallback/ 3b. the layer tests (trainer_nn_test, trainer_dropout_test) again with
+#                  GPUBOX_FORCE_GEMM_FALLBACK=1: every layer GEMM a plain cublasGemmEx plus the
+#                  element-wise kernels, the path taken where cuBLASLt has no algorithm
 #   sanitizer/  4. compute-sanitizer memcheck, racecheck, initcheck and synccheck over the step
 #                  tests (hash table, card store, row pool, HeterComm, segment reduce, dense
 #                  model, metrics, step accounting; --sanitizer-tests), and memcheck on a 2-GPU
@@ -17,8 +20,10 @@
 #                  NCCL chose go to nccl/transports.txt and must all be P2P on one node (not SHM,
 #                  not NET), over NVLink (graph type NVL) when nvidia-smi topo shows NVLink
 #   nsys/       6. an nsys profile of one training pass on Zipf data, 1 GPU (when nsys exists),
-#                  with its kernel / API / memcpy summaries and the time per GPUBox NVTX range
-#                  (the step's phases, begin_pass, end_pass, the next pass's card work)
+#                  with its kernel / API / memcpy summaries (--cuda-graph-trace=node: a replayed
+#                  step graph's kernels one by one) and the time per GPUBox NVTX range (the step's
+#                  phases, begin_pass, end_pass, the next pass's card work: host time, the
+#                  enqueue of each; docs/operations.md)
 #   step/       7. `gpubox_bench step --json` per card count: host syncs, allocations, copies,
 #                  launches and collectives per training step (limits: 0 syncs, <= 1 pipeline
 #                  wait, 0 allocations, 0 pageable copies, 4 collectives; the same per
@@ -50,6 +55,7 @@
 # usage: scripts/gpu_check.sh [--cards 1,2,4] [--lines N] [--epochs E] [--batch B] [--max-steps S]
 #                             [--out DIR] [--skip-tests] [--skip-sanitizer] [--skip-nccl]
 #                             [--skip-nsys] [--skip-step] [--skip-bench] [--skip-predictions]
+#                             [--skip-gemm-fallback]
 #                             [--cpu-bin DIR] [--test-timeout S]
 #                             [--sanitizer-timeout S] [--run-timeout S] [--keep-data]
 #                             [--no-link] [--bin DIR] [--keys-per-slot MIN:MAX] [--skip-varying]
@@ -123,6 +129,8 @@ sanitizer_tests="hash_table_test,hash_table_wait_free_test,card_store_test,row_p
 dry_run=0
 run_varying=1
 run_predictions=1
+run_gemm_fallback=1
+gemm_fallback_tests="trainer_nn_test,trainer_dropout_test"
 cpu_bin=""
 need_value() { (($2 >= 2)) || die "$1 needs a value"; }
 while (($#)); do
@@ -140,6 +148,7 @@ while (($#)); do
     --skip-step) run_step=0; shift ;;
     --skip-bench) run_bench=0; shift ;;
     --skip-predictions) run_predictions=0; shift ;;
+    --skip-gemm-fallback) run_gemm_fallback=0; shift ;;
     --cpu-bin) need_value "$1" $#; cpu_bin="$2"; shift 2 ;;
     --test-timeout) need_value "$1" $#; test_timeout="$2"; shift 2 ;;
     --sanitizer-timeout) need_value "$1" $#; sanitizer_timeout="$2"; shift 2 ;;
@@ -207,7 +216,7 @@ summary="$out/summary.txt"
 
 # The items, phase by phase (scripts/gpu_check/*.sh).
 parts="$root/scripts/gpu_check"
-for part in common device tests sanitizer nccl nsys step bench varying predictions; do
+for part in common device tests gemm_fallback sanitizer nccl nsys step bench varying predictions; do
   [ -f "$parts/$part.sh" ] || die "$parts/$part.sh is missing (copy scripts/gpu_check/ with gpu_check.sh)"
 done
 # shellcheck source=scripts/gpu_check/common.sh
@@ -216,6 +225,8 @@ done
 . "$parts/device.sh"
 # shellcheck source=scripts/gpu_check/tests.sh
 . "$parts/tests.sh"
+# shellcheck source=scripts/gpu_check/gemm_fallback.sh
+. "$parts/gemm_fallback.sh"
 # shellcheck source=scripts/gpu_check/sanitizer.sh
 . "$parts/sanitizer.sh"
 # shellcheck source=scripts/gpu_check/nccl.sh

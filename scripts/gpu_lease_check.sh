@@ -7,7 +7,8 @@
 #   train  items 1, 2, 7, 8, 9 (device query, libraries, step counts, benchmark, varying keys) on 1 card
 #   pred   item 10: an evaluation keeping its predictions (--mode infer --predictions_out), with
 #          step graphs, without, and on a cpu build when GPUBOX_LEASE_CPU_BIN names one
-#   tests  the step's unit tests first (--tests, in that order), each under --test-timeout
+#   tests  the step's unit tests first (--tests, in that order), each under --test-timeout, then
+#          item 3b: the layer tests with every layer GEMM on the fallback (GPUBOX_FORCE_GEMM_FALLBACK=1)
 #   san    compute-sanitizer over a few step tests (only when GPUBOX_LEASE_SAN_S > 0)
 #   all    with GPUBOX_LEASE_ALL_P=P (> 0), instead of `tests`: every test binary of the bundle, P at
 #          a time on the one machine (the longest first when GPUBOX_LEASE_ORDER names a file of test
@@ -83,7 +84,8 @@ step_tests="device_test,hash_table_test,hash_table_wait_free_test,card_store_tes
 step_tests+=",heter_comm_test,heter_comm_padded_test,comm_test,comm_alloc_test,step_accounting_test,trainer_nn_test"
 step_tests+=",trainer_metrics_test,trainer_multicard_test,pass_manager_test,pass_prefetch_test,trainer_integration_test"
 step_tests+=",collective_test,planted_models_test,divergence_test,resume_test,save_load_test,sparse_table_test"
-skip_rest=(--skip-nsys --skip-nccl)
+# Item 3b (the layer tests on the GEMM fallback) runs in the tests phase only.
+skip_rest=(--skip-nsys --skip-nccl --skip-gemm-fallback)
 phase train "${GPUBOX_LEASE_TRAIN_S:-150}" --skip-tests --skip-sanitizer "${skip_rest[@]}" --skip-predictions \
   --lines "${GPUBOX_LEASE_LINES:-400000}" --run-timeout 70
 cpu_bin=()
@@ -122,7 +124,7 @@ all_tests() {
 if ((${GPUBOX_LEASE_ALL_P:-0} > 0)); then
   all_tests "$GPUBOX_LEASE_ALL_P" "${GPUBOX_LEASE_ALL_TEST_S:-60}" "${GPUBOX_LEASE_TESTS_S:-170}" | tee "$out/all.log"
 else
-  phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer "${skip_rest[@]}" --skip-step --skip-bench --skip-varying \
+  phase tests "${GPUBOX_LEASE_TESTS_S:-170}" --skip-sanitizer --skip-nsys --skip-nccl --skip-step --skip-bench --skip-varying \
     --skip-predictions \
     --test-timeout 40 --tests "${GPUBOX_LEASE_TESTS:-$step_tests}"
   grep -E ' ok | FAILED |SKIPPED' "$out/tests.log" | head -n 40

@@ -80,9 +80,9 @@ std::size_t library_reserve_bytes(int total_cards) {
 Status check_card_memory_budget(int64_t budget_mb, std::size_t free_bytes,
                                 std::size_t reserve_bytes, int card) {
   if (budget_mb <= 0) return Status::OK();
-  const std::size_t budget = static_cast<std::size_t>(budget_mb) * kMiB;
   const std::size_t usable = free_bytes > reserve_bytes ? free_bytes - reserve_bytes : 0;
-  if (budget <= usable) return Status::OK();
+  // Compared in MiB: the key goes up to INT64_MAX, whose bytes (from 2^44 MiB on) wrap a size_t.
+  if (static_cast<uint64_t>(budget_mb) <= usable / kMiB) return Status::OK();
   return Status::InvalidArgument(
       "runner.card_memory_mb = " + std::to_string(budget_mb) + " does not fit card " +
       std::to_string(card) + ": it has " + std::to_string(free_bytes / kMiB) +

@@ -4,12 +4,17 @@
 # variables. Needs bash.
 
 # ---- 6. nsys profile of one pass ----------------------------------------------------------------
+# --cuda-graph-trace=node: a graph-replayed step's kernels are traced one by one (nsys's default
+# shows a graph launch as one range), so the kernel summary lists the steady steps' kernels by
+# name. GPUBox's NVTX ranges are the card thread's: they wrap the host's enqueue of each phase,
+# not its card time; a replayed step runs every phase's card work in its graph launch (inside
+# `step`), and a phase's range lasts while its work is recorded when the graph is captured.
 if ((run_nsys)); then
   echo
   echo "================ 6. nsys profile of one pass (1 card, Zipf data)"
   nsys="$(first_tool nsys)"
   if ((dry_run)); then
-    would_run "nsys profile" "${nsys:-nsys}" profile --trace=cuda,nvtx,osrt --sample=none -o "$out/nsys/one_pass" \
+    would_run "nsys profile" "${nsys:-nsys}" profile --trace=cuda,nvtx,osrt --cuda-graph-trace=node --sample=none -o "$out/nsys/one_pass" \
         "$bin/gpubox_train" --config "$root/configs/config_synthetic.yaml" -o runner.epochs=1
   elif ((ngpu == 0)); then
     record SKIP "nsys profile" "no GPU"
@@ -20,7 +25,7 @@ if ((run_nsys)); then
     mkdir -p "$out/nsys"
     rc=0
     FLAGS_selected_gpus=0 run_limited "$run_timeout" "$out/nsys/profile.log" "$nsys" profile \
-        --trace=cuda,nvtx,osrt --sample=none --force-overwrite=true -o "$out/nsys/one_pass" \
+        --trace=cuda,nvtx,osrt --cuda-graph-trace=node --sample=none --force-overwrite=true -o "$out/nsys/one_pass" \
         "$bin/gpubox_train" --config "$root/configs/config_synthetic.yaml" \
         -o runner.train_data_dir="$data/train" -o runner.test_data_dir= -o runner.model_save_path= \
         -o runner.save_mode=none -o runner.epochs=1 -o runner.train_batch_size="$batch" \

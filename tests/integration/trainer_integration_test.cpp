@@ -486,6 +486,31 @@ TEST_F(TrainerIntegration, TestDataThatDoesNotFitTheReaderStopsTheRunBeforeTheFi
   EXPECT_FALSE(fs::exists(save)) << "a save was written";
 }
 
+// Issue 31: a runner.card_memory_mb no card can give (1 PiB: over any GPU's free memory, and on
+// the cpu backend over the machine's available memory that its simulated cards share) stops the
+// Trainer at start, before it trains or allocates for the budget, naming the key, the card and
+// the largest budget that fits; with runner.host_memory_mb too (the card tier then plans before
+// the host table opens: the check comes first on that path as well).
+TEST_F(TrainerIntegration, ACardBudgetOverWhatTheCardCanGiveStopsTheStartNamingTheKey) {
+  const std::string budget = "runner.card_memory_mb=" + std::to_string(int64_t{1} << 30);
+  const std::vector<std::string> host_budget = {
+      budget, "runner.host_memory_mb=4096", "runner.prefetch_passes=1",
+      "runner.rocksdb_path=" + (root_ / "card_budget_rocksdb").string()};
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{budget}, host_budget}) {
+    SCOPED_TRACE(extra.size() == 1 ? "host tier first" : "card tier plan first");
+    try {
+      Trainer trainer(config(10, extra), env("0"));
+      FAIL() << "a Trainer started with a card budget of 1 PiB";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("runner.card_memory_mb = 1073741824 does not fit card 0: it has "),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("set runner.card_memory_mb to at most "), std::string::npos) << what;
+    }
+  }
+}
+
 TEST_F(TrainerIntegration, ADataFolderWithoutDataFilesNamesWhatItSkipped) {
   const fs::path dir = root_ / "no_files";
   fs::create_directories(dir / "sub");

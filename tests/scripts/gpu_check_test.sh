@@ -6,7 +6,8 @@
 # benchmark table, an evaluation keeping its predictions (gpubox_train --mode infer
 # --predictions_out with graphs, eagerly and on the cpu build, an empty last batch included;
 # the predictions files' comparison on made-up files), and the commands of the GPU-only items
-# (compute-sanitizer's four tools, the sanitized 2-GPU run, nsys) printed instead of run.
+# (compute-sanitizer's four tools, the sanitized 2-GPU run, nsys with each graph node traced, the
+# layer tests on the GEMM fallback) printed instead of run.
 # shellcheck-clean (scripts/gpu_check/*.sh followed from gpu_check.sh) where shellcheck exists.
 #   tests/scripts/gpu_check_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -151,6 +152,12 @@ done
 expect_grep 'would run: env FLAGS_selected_gpus=0\\?,1 compute-sanitizer --tool memcheck .*gpubox_train .*runner.train_data_dir=.*/varying' \
   "$work/check.log" "memcheck on a 2-GPU training run on the varying-keys data"
 expect_grep 'would run: nsys profile --trace=cuda\\?,nvtx' "$work/check.log" "the nsys profile (NVTX traced)"
+expect_grep 'would run: nsys profile .*--cuda-graph-trace=node ' "$work/check.log" "a replayed step graph's kernels traced one by one"
+# Item 3b: the layer tests with every layer GEMM on the fallback.
+for t in trainer_nn_test trainer_dropout_test; do
+  expect_grep "would run: env GPUBOX_FORCE_GEMM_FALLBACK=1 GPUBOX_DEVICE_CHECK=1 .*/$t " "$work/check.log" "$t on the GEMM fallback"
+  expect_grep "^SKIP +GEMM fallback $t +dry run" "$summary" "$t on the GEMM fallback recorded as a dry run"
+done
 expect_grep '^PASS +2-card run' "$summary" "the 2-card run on simulated cards"
 expect_grep '^SKIP +NCCL transports +simulated cards' "$summary" "no NCCL transports without NCCL"
 expect_grep '^PASS +step counts, 2 card\(s\) .*step p50/p99 [0-9.]+/[0-9.]+ ms, card memory [0-9.]+ MiB' "$summary" "step times and memory in the step counts"
@@ -186,6 +193,7 @@ rc=0
    > "$work/only.log" 2>&1 || rc=$?
 [ "$rc" = 1 ] || fail "--tests with a missing binary exited $rc, want 1"
 expect_grep '^dataset_generator_test +ok ' "$work/only.log" "the named test ran"
+expect_grep '^SKIP +GEMM fallback trainer_nn_test +no GPU' "$work/only/summary.txt" "no GEMM fallback to force without a GPU"
 expect_grep '^FAIL +test no_such_test +--tests names .*no_such_test, which is not an executable' "$work/only/summary.txt" \
   "the missing test named"
 [ "$(grep -cE '^[a-z_]+_test +(ok|FAILED) ' "$work/only.log")" = 1 ] || fail "--tests ran other binaries too"

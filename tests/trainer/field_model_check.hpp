@@ -17,6 +17,7 @@
 #include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "trainer/nn/dense_model.hpp"
+#include "trainer/nn/gemm_fallback.hpp"
 
 namespace gpubox::trainer::testing {
 
@@ -223,6 +224,12 @@ inline std::string refusal(device::Card& card, const DenseModelConfig& cfg) {
   ADD_FAILURE() << "the model was built";
   return "";
 }
+
+// Why the tests that count a step's launches skip under GPUBOX_FORCE_GEMM_FALLBACK=1 (gpu_check's
+// item 3b): their counts are those of cuBLASLt's fused epilogues, and the fallback adds launches
+// (a bias kernel, a bias GEMM, a mask kernel) to every layer GEMM it takes.
+inline constexpr char kCountsAssumeFusedGemms[] =
+    "GPUBOX_FORCE_GEMM_FALLBACK=1: the launch counts assume cuBLASLt's fused epilogues";
 
 // The card launches (kernels, GEMMs/GEMVs, memsets) of one forward_backward of a seeded
 // `batch`-instance batch, counted on its second run (the first sizes the model's workspaces),

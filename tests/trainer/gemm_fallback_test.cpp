@@ -1,14 +1,19 @@
 // The fused GEMMs' fallback (trainer/nn/gemm_fallback.hpp), backend-neutral parts: which of the
-// heuristic's candidates runs, the once-only log, and the element-wise kernels that do the
-// epilogues' work after a plain GEMM, against naive loops (fp32 and bf16, padded row strides).
+// heuristic's candidates runs, the once-only log, the switch that forces the fallback
+// (GPUBOX_FORCE_GEMM_FALLBACK), and the element-wise kernels that do the epilogues' work after a
+// plain GEMM, against naive loops (fp32 and bf16, padded row strides).
 #include "trainer/nn/gemm_fallback.hpp"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "heterps/device/card.hpp"
 #include "heterps/device/memory.hpp"
 #include "trainer/nn/bf16.hpp"
@@ -27,6 +32,40 @@ TEST(GemmFallback, EachFallbackIsLoggedOncePerProcess) {
   EXPECT_TRUE(log_fallback_once("test_layer forward", "test: forward falls back"));
   EXPECT_FALSE(log_fallback_once("test_layer forward", "test: forward falls back"));
   EXPECT_TRUE(log_fallback_once("test_layer input gradient", "test: input gradient falls back"));
+}
+
+// GPUBOX_FORCE_GEMM_FALLBACK: 1 forces the plain GEMMs (said once per process); unset, empty and
+// 0 do not; another value is an error naming the variable. Restores the variable's value.
+TEST(GemmFallback, TheForcingVariableIsOneOrOffAndIsLoggedOnce) {
+  constexpr const char* kName = "GPUBOX_FORCE_GEMM_FALLBACK";
+  const char* old = std::getenv(kName);
+  const std::string saved = old != nullptr ? old : "";
+  ::unsetenv(kName);
+  EXPECT_FALSE(gemm_fallback_forced()) << "unset";
+  for (const char* off : {"", "0"}) {
+    ::setenv(kName, off, 1);
+    EXPECT_FALSE(gemm_fallback_forced()) << "'" << off << "'";
+  }
+  ::setenv(kName, "1", 1);
+  EXPECT_TRUE(gemm_fallback_forced());
+  EXPECT_TRUE(gemm_fallback_forced()) << "read at each call";
+  EXPECT_FALSE(log_fallback_once(kName, "test: logged again")) << "the switch was not logged";
+  for (const char* bad : {"yes", "2", "true"}) {
+    ::setenv(kName, bad, 1);
+    try {
+      gemm_fallback_forced();
+      ADD_FAILURE() << kName << "=" << bad << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(kName) + "=" + bad + ": 1 runs every"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  if (old != nullptr) {
+    ::setenv(kName, saved.c_str(), 1);
+  } else {
+    ::unsetenv(kName);
+  }
 }
 
 // Rows of `cols` values with row stride `ld` (padding left at a marker the kernels must keep).

@@ -1,7 +1,6 @@
 // The networks whose parameters sit in the dense table like any dense block (xdeepfm, autoint,
-// ffm, deepfefm, flen, fat_deepffm, dlrm's two-class output), in every parameter-server mode and
-// through a save; rows of
-// mixed widths (slot_dims) in every mode.
+// fm, dcn, dcn_v2's DCN-Mix, ffm, deepfefm, flen, fat_deepffm, dlrm's two-class output), in every
+// parameter-server mode and through a save; rows of mixed widths (slot_dims) in every mode.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -43,6 +42,11 @@ using ps_test::PsModes;
 // (planted 0.761; async, sync and geo 0.72-0.73; it approaches the planted model after 15
 // epochs: planted_models_test).
 constexpr double kFfmAuc = 0.66;
+
+// fm, dcn and DCN-Mix after 3 epochs in the gpubox mode when written: 0.689, 0.747 and 0.747
+// (planted 0.761; async and geo within 0.01 of them).
+constexpr double kFmAuc = 0.66;
+constexpr double kDcnAuc = 0.70;
 
 // xdeepfm: its CIN's and dense embeddings' parameters (its quality against the dnn's:
 // planted_models_test).
@@ -144,6 +148,40 @@ TEST_F(PsModes, DlrmTwoClassOutputInEveryModeAndThroughASave) {
       {"hyper_parameters.model=dlrm", "hyper_parameters.dlrm_output=softmax2",
        "hyper_parameters.sparse_feature_dim=5", "hyper_parameters.bot_layer_sizes=[16, 5]"},
       0.68);
+}
+
+// Issue 32: fm (its dense features' weights and bias in the dense table; the first-order terms
+// and factors in the rows), dcn (its vector cross layers beside the dnn) and dcn_v2's DCN-Mix
+// (cross_experts > 1: each cross layer's gate and low-rank experts) in every PS mode and through
+// a save, as xdeepfm's. fm with its factors wider and livelier than the defaults, as in
+// planted_models_test (the defaults leave them near the saddle at 0).
+TEST_F(PsModes, FmInEveryModeAndThroughASave) {
+  network_in_every_mode_and_through_a_save(
+      "fm",
+      {"hyper_parameters.model=fm", "hyper_parameters.sparse_feature_dim=5",
+       "hyper_parameters.sparse_optimizer.embedx_threshold=0",
+       "hyper_parameters.sparse_optimizer.mf_initial_range=0.01",
+       "hyper_parameters.sparse_optimizer.mf_learning_rate=0.03",
+       "hyper_parameters.optimizer.learning_rate=0.01"},
+      kFmAuc);
+}
+
+TEST_F(PsModes, DcnInEveryModeAndThroughASave) {
+  network_in_every_mode_and_through_a_save(
+      "dcn",
+      {"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=2",
+       "hyper_parameters.fc_sizes=[32, 16]"},
+      kDcnAuc);
+}
+
+TEST_F(PsModes, DcnMixInEveryModeAndThroughASave) {
+  // 2 cross layers, each a softmax-gated mixture of 3 experts of rank 4.
+  network_in_every_mode_and_through_a_save(
+      "dcn_v2 DCN-Mix",
+      {"hyper_parameters.model=dcn_v2", "hyper_parameters.cross_mixture=true",
+       "hyper_parameters.cross_rank=4", "hyper_parameters.cross_experts=3",
+       "hyper_parameters.cross_layers=2", "hyper_parameters.fc_sizes=[32, 16]"},
+      kDcnAuc);
 }
 
 // Issue 17: slot_dims (widths 4, 16 and 2 beside the default 8) in every PS mode, 2 trainers on

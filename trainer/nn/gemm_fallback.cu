@@ -1,6 +1,9 @@
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 
+#include "common/error.hpp"
 #include "common/logging.hpp"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
@@ -68,6 +71,18 @@ bool log_fallback_once(const std::string& key, const std::string& message) {
     if (!logged.insert(key).second) return false;
   }
   GPUBOX_LOG(WARNING) << message;
+  return true;
+}
+
+bool gemm_fallback_forced() {
+  const char* value = std::getenv("GPUBOX_FORCE_GEMM_FALLBACK");
+  if (value == nullptr || value[0] == '\0' || std::strcmp(value, "0") == 0) return false;
+  GPUBOX_EXPECTS(std::strcmp(value, "1") == 0, "GPUBOX_FORCE_GEMM_FALLBACK=", value,
+                 ": 1 runs every layer GEMM as a plain cublasGemmEx and element-wise kernels, 0 "
+                 "or unset does not");
+  log_fallback_once("GPUBOX_FORCE_GEMM_FALLBACK",
+                    "GPUBOX_FORCE_GEMM_FALLBACK=1: every layer GEMM runs as a plain cublasGemmEx "
+                    "and element-wise kernels (cuBLASLt's fallback path, slower)");
   return true;
 }
 

@@ -23,6 +23,14 @@ int first_usable_algorithm(const std::vector<bool>& passed_check);
 // when it logged. Thread-safe: card threads prepare their layers at once.
 bool log_fallback_once(const std::string& key, const std::string& message);
 
+// Whether GPUBOX_FORCE_GEMM_FALLBACK=1 is set: the cuda backend then makes every layer GEMM as if
+// cuBLASLt had no algorithm for it, so the plain cublasGemmEx and the element-wise kernels below
+// run every one (scripts/gpu_check.sh runs the layer tests so: a GPU whose cuBLASLt has every
+// algorithm never takes that path otherwise). Unset, empty or 0: off; any other value throws
+// naming the variable. Read at each call (as layers make their GEMM plans); logged once per
+// process when on. The cpu backend's oneDNN GEMMs have no such fallback and do not read it.
+bool gemm_fallback_forced();
+
 // The forward epilogue without cuBLASLt: y[r][c] = act(y[r][c] + bias[c]) for r < batch, c < out
 // (row-major, row stride y_ld, y of `y_type`; act = ReLU when `relu`, else identity). On `stream`.
 void add_bias_activation(void* y, ElementType y_type, int64_t y_ld, const float* bias,

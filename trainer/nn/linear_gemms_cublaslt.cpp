@@ -30,6 +30,7 @@
 // the element-wise kernels do the epilogue's work (bias and ReLU after the forward; for DRELU
 // the mask is taken from the input, x > 0, since a plain forward records none); logged once per
 // layer and GEMM. The BGRADA epilogue's own fallback (a GEMM of ones) takes the same path.
+// GPUBOX_FORCE_GEMM_FALLBACK=1 sends every GEMM down it (try_make_gemm finds no algorithm).
 //
 // Device rules: the workspace is the Blas's, allocated when it was made; the ReLU mask buffer is
 // sized by prepare() (before the step's collectives); executing a plan allocates nothing and only
@@ -271,6 +272,8 @@ int try_make_gemm(Gemm& gemm, Blas::Backend& backend, const GemmShape& shape,
   }
   gemm.shape = shape;
   gemm.plain = false;
+  // GPUBOX_FORCE_GEMM_FALLBACK=1 (gemm_fallback.hpp): as if cuBLASLt had no algorithm for it.
+  if (gemm_fallback_forced()) return -1;
   GPUBOX_CUBLAS_TRY(cublasLtMatmulDescCreate(&gemm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSA, shape.op_a);
   gemm.set(CUBLASLT_MATMUL_DESC_TRANSB, shape.op_b);
@@ -306,6 +309,7 @@ void make_gemm(Gemm& gemm, Blas::Backend& backend, const std::string& layer, con
   if (chosen >= 0) return;
   gemm.plain = true;
   gemm.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  if (gemm_fallback_forced()) return;  // logged once for the process, not per layer
   log_fallback_once(key, "layer " + layer + ": cuBLASLt has no algorithm for its " + what +
                              " GEMM with epilogue " + epilogue_name(epilogue) +
                              ": a plain cublasGemmEx and element-wise kernels run it (slower)");

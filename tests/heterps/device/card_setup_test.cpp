@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 namespace gpubox::device {
@@ -18,6 +19,12 @@ TEST(CardMemoryBudget, FitsUpToFreeLessTheReserve) {
   EXPECT_TRUE(check_card_memory_budget(700, 1000 * kMiB, 300 * kMiB, 0).ok()) << "exactly fits";
   EXPECT_FALSE(check_card_memory_budget(701, 1000 * kMiB, 300 * kMiB, 0).ok()) << "1 MiB over";
   EXPECT_FALSE(check_card_memory_budget(1, 100 * kMiB, 200 * kMiB, 0).ok()) << "reserve > free";
+  // runner.card_memory_mb goes up to INT64_MAX: budgets whose bytes overflow 64 bits are refused,
+  // 2^44 MiB (2^64 bytes, 0 once wrapped) included.
+  EXPECT_FALSE(check_card_memory_budget(int64_t{1} << 44, 1000 * kMiB, 0, 0).ok()) << "2^44 MiB";
+  EXPECT_FALSE(check_card_memory_budget((int64_t{1} << 44) + 1, 1000 * kMiB, 0, 0).ok());
+  EXPECT_FALSE(check_card_memory_budget(INT64_MAX, SIZE_MAX, 0, 0).ok()) << "INT64_MAX MiB";
+  EXPECT_TRUE(check_card_memory_budget(1000, 1000 * kMiB + kMiB - 1, 0, 0).ok()) << "a part MiB";
 }
 
 TEST(CardMemoryBudget, TheErrorNamesTheKeyTheCardAndWhatFits) {
