@@ -159,7 +159,15 @@ class SparseTable final : public HostTier {
   // Refuses a delta (`delta`) load at `path` onto a table partly loaded (partly_loaded_).
   Status check_base_of(const std::string& path, bool delta) const GPUBOX_REQUIRES(io_mu_);
   // A load's replay of a delta's recorded shrinks on every row held, each shard a step.
-  Status replay_shrinks(const std::vector<float>& decay_rates, bool parallel, io::FileEnv* fs);
+  Status replay_shrinks(const std::vector<float>& decay_rates, io::FileEnv* fs)
+      GPUBOX_REQUIRES(io_mu_);
+  // A load's changes to the table (`apply`) and their outcome: on success the table is the save
+  // at `path` (of day `day`); on failure the table holds part of it (partly_loaded_), or, when it
+  // had `nothing_to_lose`, is emptied again.
+  Status apply_load(const std::string& path, int64_t day, bool nothing_to_lose, io::FileEnv* fs,
+                    const std::function<Status()>& apply) GPUBOX_REQUIRES(io_mu_);
+  // A base or checkpoint load's clear of every shard, each shard a step (fs->note_progress).
+  Status clear_for_load(io::FileEnv* fs) GPUBOX_REQUIRES(io_mu_);
 
   const AccessorConfig optimizer_;
   const HostTableConfig config_;

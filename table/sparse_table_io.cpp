@@ -418,19 +418,10 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
                              return read_file(files[i], check_only);
                            }).with_context("load"));
   }
-  if (!delta) {
-    // Each shard cleared is a step (a server's LOAD shows it as progress: a disk tier's clear can
-    // take long). A shard's clear is not split further: its maps are freed at once and a disk
-    // tier's rows dropped by one range deletion (DiskTier::clear_shard).
-    GPUBOX_RETURN_IF_ERROR(for_shards(threads != 1, [&](uint32_t s) {
-      const Status cleared = shards_[s]->clear();
-      fs->note_progress();
-      return cleared;
-    }));
-  }
   const RecordKind kind = saved->kind;
-  // A delta's deletions, then its shrinks replayed on the rows left, then its rows, then their
-  // unseen days (which a row's record, written over an existing row, leaves as they were).
+  // A base's clear of the table, or a delta's deletions, then its shrinks replayed on the rows
+  // left, then its rows, then their unseen days (which a row's record, written over an existing
+  // row, leaves as they were).
   const auto apply = [&](PartKind what) {
     return run_parallel(files.size(), threads, [&](std::size_t i) {
       if (files[i].kind != what) return Status::OK();
@@ -441,28 +432,48 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
       });
     });
   };
-  Status applied = apply(PartKind::kDeletions);
-  if (applied.ok()) applied = replay_shrinks(saved->shrinks, threads != 1, fs);
-  if (applied.ok()) applied = apply(PartKind::kRows);
-  if (applied.ok()) applied = apply(PartKind::kUnseen);
+  return apply_load(path, saved->day, nothing_to_lose, fs, [&] {
+    Status applied = delta ? apply(PartKind::kDeletions) : clear_for_load(fs);
+    if (applied.ok()) applied = replay_shrinks(saved->shrinks, fs);
+    if (applied.ok()) applied = apply(PartKind::kRows);
+    if (applied.ok()) applied = apply(PartKind::kUnseen);
+    return applied;
+  });
+}
+
+Status SparseTable::apply_load(const std::string& path, int64_t day, bool nothing_to_lose,
+                               io::FileEnv* fs, const std::function<Status()>& apply) {
+  // The table holds part of the save from its first change until the last step ends whole: set
+  // first, so that a step that fails or throws (bad_alloc) leaves it set.
+  partly_loaded_ = path;
+  const Status applied = apply();
   if (!applied.ok()) {
-    partly_loaded_ = path;
     if (!nothing_to_lose) {
       return applied.with_context(
           "load " + path +
           " (verified, then failed while applying it: the table holds part of it)");
     }
-    GPUBOX_RETURN_IF_ERROR(
-        for_shards(threads != 1, [&](uint32_t s) { return shards_[s]->clear(); }));
+    GPUBOX_RETURN_IF_ERROR(clear_for_load(fs));
     return applied.with_context("load");
   }
-  if (!delta) partly_loaded_.clear();
-  day_.store(saved->day);
+  partly_loaded_.clear();
+  day_.store(day);
   epochs_.track_deletions.store(true);
   // The table is the save now: shrinks before the load are in no delta of it.
   shrinks_since_save_.clear();
   shrink_failed_ = false;
   return Status::OK();
+}
+
+// Each shard cleared is a step (a server's LOAD shows it as progress: a disk tier's clear can take
+// long). A shard's clear is not split further: its maps are freed at once and a disk tier's rows
+// dropped by one range deletion (DiskTier::clear_shard).
+Status SparseTable::clear_for_load(io::FileEnv* fs) {
+  return for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
+    const Status cleared = shards_[s]->clear();
+    fs->note_progress();
+    return cleared;
+  });
 }
 
 // A delta applies onto the save before it: a table that holds only part of a save refuses it.
@@ -475,10 +486,10 @@ Status SparseTable::check_base_of(const std::string& path, bool delta) const {
       " (its load failed while applying it): load a base or checkpoint save first");
 }
 
-Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, bool parallel,
-                                   io::FileEnv* fs) {
+Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, io::FileEnv* fs) {
   if (decay_rates.empty()) return Status::OK();
-  return for_shards(parallel, [&](uint32_t s) {
+  // It walks every row the table holds, however few the delta's records.
+  return for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     const Status aged = shards_[s]->replay_shrinks(decay_rates, [fs] { fs->note_progress(); });
     fs->note_progress();
     return aged;

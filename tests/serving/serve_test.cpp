@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -166,12 +167,24 @@ TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
     trainer.save((root_ / "delta_base").string());
     trainer.train_pass(data_files((root_ / "train").string()));
     trainer.save((root_ / "delta_save").string());
+    // A delta after a shrink records it for its loader to replay (mode delta+shrinks).
+    trainer.shrink(2);
+    trainer.train_pass(data_files((root_ / "train").string()));
+    trainer.save((root_ / "delta_shrinks_save").string());
   }
-  const auto refused = export_serving_model(delta_config.value(), (root_ / "delta_save").string(),
-                                            (root_ / "delta_export").string(), ExportOptions{});
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("delta"), std::string::npos);
-  EXPECT_FALSE(fs::exists(root_ / "delta_export"));
+  std::ifstream shrinks_manifest(root_ / "delta_shrinks_save" / "sparse" / "MANIFEST");
+  std::stringstream shrinks_text;
+  shrinks_text << shrinks_manifest.rdbuf();
+  EXPECT_NE(shrinks_text.str().find("delta+shrinks"), std::string::npos) << shrinks_text.str();
+  for (const char* save : {"delta_save", "delta_shrinks_save"}) {
+    SCOPED_TRACE(save);
+    const auto refused = export_serving_model(delta_config.value(), (root_ / save).string(),
+                                              (root_ / "delta_export").string(), ExportOptions{});
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("is a delta save"), std::string::npos)
+        << refused.status().to_string();
+    EXPECT_FALSE(fs::exists(root_ / "delta_export"));
+  }
 
   // Only a complete save: without its model manifest (a save cut short) it is refused by name.
   const fs::path cut_short = root_ / "cut_short_save";

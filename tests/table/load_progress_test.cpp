@@ -4,8 +4,10 @@
 // disk tier) still reports progress (issue 32). The oracle: the steps noted before the load
 // opens its first part file, one per shard (before, none: the clear was silent). Likewise a delta's
 // replay of the shrinks it records (its rows aged, on disk too) is a step a shard: the steps
-// noted between the last deletion file read and the first part file applied.
+// noted between the last deletion file read and the first part file applied, in parallel on a
+// table of many rows however small the delta.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <memory>
@@ -108,6 +110,35 @@ TEST(LoadProgress, EachShardsReplayOfADeltasShrinksIsAStep) {
     // A step a shard, and (disk) one more a shard for its batch of disk rows written back.
     EXPECT_EQ(aged_env.steps_after_deletions(), disk ? 8 : 4);
   }
+}
+
+// Forwards to the POSIX env, counting the steps noted inside a parallel region (of more than one
+// thread) and outside one.
+class ParallelStepEnv final : public io::ForwardingEnv {
+ public:
+  ParallelStepEnv() : io::ForwardingEnv(io::FileEnv::posix()) {}
+  std::atomic<int> in_parallel{0}, inline_steps{0};
+  void note_progress() override { ++(omp_in_parallel() ? in_parallel : inline_steps); }
+};
+
+// The replay walks every row the table holds: a big table's replay runs its shards in parallel
+// however few records the delta holds (none here, but its deletions).
+TEST(LoadProgress, AReplayOnABigTableRunsInParallelHoweverSmallTheDelta) {
+  Fixture f(SaveForm::kBinary, 4);
+  std::mt19937_64 rng(11);
+  f.mutate(rng, 12000, 1u << 30);
+  const std::string base = f.dir.sub("base");
+  ASSERT_TRUE(f.table->save(base, SaveKind::kBase).ok());
+  ASSERT_TRUE(f.table->shrink().ok());
+  const std::string aged = f.dir.sub("aged");
+  ASSERT_TRUE(f.table->save(aged, SaveKind::kDelta).ok());
+  std::unique_ptr<SparseTable> target = f.fresh();
+  ASSERT_TRUE(target->load(base).ok());
+  ASSERT_GE(target->size().value(), 8192u);
+  ParallelStepEnv env;
+  ASSERT_TRUE(target->load(aged, &env).ok());
+  EXPECT_EQ(env.in_parallel.load(), 4);  // a step a shard
+  EXPECT_EQ(env.inline_steps.load(), 0);
 }
 
 }  // namespace

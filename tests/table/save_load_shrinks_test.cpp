@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <fstream>
+#include <new>
 #include <random>
 #include <set>
 #include <sstream>
@@ -22,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "table/io/forwarding_env.hpp"
 #include "table/io/save_dir.hpp"
 #include "tests/table/manifest_edit.hpp"
 #include "tests/table/save_load_fixture.hpp"
@@ -72,7 +75,7 @@ RowMap saved_state(SparseTable& table) {
 // MANIFEST's mode.
 struct SaveCounts {
   uint64_t rows = 0, deleted = 0, unseen = 0;
-  std::string mode;
+  std::string mode, shrinks;  // its MANIFEST's mode and shrinks
 };
 SaveCounts counts_of(const std::string& path) {
   SaveCounts out;
@@ -80,6 +83,7 @@ SaveCounts counts_of(const std::string& path) {
   EXPECT_TRUE(manifest.ok()) << manifest.status().to_string();
   if (!manifest.ok()) return out;
   out.mode = manifest->properties["mode"];
+  out.shrinks = manifest->properties["shrinks"];
   for (const auto& file : manifest->files) {
     if (file.name.rfind("part-", 0) == 0) out.rows += file.records;
     if (file.name.rfind("delete-", 0) == 0) out.deleted += file.records;
@@ -208,6 +212,111 @@ TEST(SaveLoadShrinks, AShrinkThatFailedMakesTheNextDeltaHoldEveryRow) {
   EXPECT_EQ(counts_of(f.dir.sub("delta2")).rows, 0u);
   ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+}
+
+// A shrink that throws part way (bad_alloc in a shard's aging: its progress hook throws here,
+// after the first shard aged) is a failed shrink too: the next delta holds every row.
+TEST(SaveLoadShrinks, AShrinkThatThrewPartWayMakesTheNextDeltaHoldEveryRow) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/false);
+  Fixture& f = c.f;
+  c.push(600, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  int steps = 0;
+  const auto throw_at_second_shard = [&] {
+    if (++steps == 2) throw std::bad_alloc();
+  };
+  const auto shrunk = f.table->shrink(throw_at_second_shard);
+  ASSERT_FALSE(shrunk.ok());
+  EXPECT_EQ(shrunk.status().code(), Status::Code::kResourceExhausted)
+      << shrunk.status().to_string();
+  c.push(50, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  const SaveCounts d = counts_of(f.dir.sub("delta"));
+  EXPECT_EQ(d.mode, "delta");
+  EXPECT_EQ(d.rows, f.table->size().value());
+  auto loaded = f.fresh();
+  for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+}
+
+// Forwards to the POSIX env; its `throw_at`-th step (note_progress: a shard cleared by a base
+// load, or aged by a delta's replay) throws bad_alloc, after the steps before it changed the
+// table.
+class ThrowingStepEnv final : public io::ForwardingEnv {
+ public:
+  explicit ThrowingStepEnv(int throw_at)
+      : io::ForwardingEnv(io::FileEnv::posix()), throw_at_(throw_at) {}
+  void note_progress() override {
+    if (++steps_ == throw_at_) throw std::bad_alloc();
+  }
+
+ private:
+  const int throw_at_;
+  std::atomic<int> steps_{0};
+};
+
+// A load that throws part way (a base's clear of the table, a delta's replay of its shrinks)
+// leaves the table partly loaded: a delta on top is refused until a base loads whole.
+TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/false);
+  Fixture& f = c.f;
+  c.push(600, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  c.shrink();
+  c.push(50, 2000);
+  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  ASSERT_EQ(counts_of(f.dir.sub("delta")).mode, "delta+shrinks");
+  for (const char* failing : {"base", "delta"}) {
+    SCOPED_TRACE(std::string("the load that throws: ") + failing);
+    auto loaded = f.fresh();
+    ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+    // The base again onto a table that holds it (the clear throws after the first shard), or
+    // the delta (its replay throws after the first shard aged).
+    ThrowingStepEnv env(2);
+    const Status failed = loaded->load(f.dir.sub(failing), &env);
+    ASSERT_FALSE(failed.ok());
+    EXPECT_EQ(failed.code(), Status::Code::kResourceExhausted) << failed.to_string();
+    const Status refused = loaded->load(f.dir.sub("delta"));
+    EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
+    EXPECT_NE(refused.message().find("holds only part of " + f.dir.sub(failing)), std::string::npos)
+        << refused.to_string();
+    for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+  }
+}
+
+// A checkpoint save is a base for deltas too: (base, shrink,) checkpoint, shrinks, delta+shrinks
+// loads into the live table's rows and unseen days.
+TEST(SaveLoadShrinks, ACheckpointThenADeltaWithShrinksEqualsTheLiveTable) {
+  for (const bool disk : {false, true}) {
+    SCOPED_TRACE(disk ? "with the disk tier" : "in memory");
+    DecayingChain c(SaveForm::kBinary, disk);
+    Fixture& f = c.f;
+    // The rows pushed first survive the 3 shrinks (unseen 3 days), aged by them.
+    f.opt.delete_after_unseen_days = 4.0f;
+    f.table = f.fresh();
+    c.push(600, 2000);
+    // An earlier save: the shrink after it is recorded, and the checkpoint (which holds it) must
+    // leave it out of the next delta.
+    ASSERT_TRUE(f.table->save(f.dir.sub("earlier"), SaveKind::kBase).ok());
+    c.shrink();
+    ASSERT_TRUE(f.table->save(f.dir.sub("checkpoint"), SaveKind::kCheckpoint).ok());
+    c.shrink();
+    const std::set<uint64_t> pushed = c.push(40, 2000);
+    c.shrink();
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+    const SaveCounts d = counts_of(f.dir.sub("delta"));
+    EXPECT_EQ(d.mode, "delta+shrinks");
+    EXPECT_EQ(d.shrinks, "2");  // since the checkpoint
+    EXPECT_LE(d.rows, pushed.size());
+    auto loaded = f.fresh();
+    for (const char* save : {"checkpoint", "delta"}) {
+      const Status st = loaded->load(f.dir.sub(save));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+    EXPECT_TRUE(matches(c.oracle, *loaded));
+  }
 }
 
 // A delta whose load failed while applying it (the loader's disk refused a write) leaves the
