@@ -242,7 +242,7 @@ void CardTier::reserve_steps(int card, const heter_comm::StepBounds& bounds) {
 }
 
 void CardTier::push_pulled(int card, const float* grads, const device::Stream& stream,
-                           const uint32_t* veto, heter_comm::NormClipState* clip) {
+                           uint32_t* veto, heter_comm::NormClipState* clip) {
   const device::ProfileRange range("push");
   comms_.at(card)->push_pulled(grads, stream, veto, clip);
 }

@@ -190,7 +190,7 @@ class CardTier {
   // One optimizer step per key of the card's last pull: HeterComm::push_pulled (enqueued, no
   // wait; `veto` and `clip`, clipping by global norm, as there).
   void push_pulled(int card, const float* grads, const device::Stream& stream,
-                   const uint32_t* veto = nullptr, heter_comm::NormClipState* clip = nullptr);
+                   uint32_t* veto = nullptr, heter_comm::NormClipState* clip = nullptr);
   // Reads card `card`'s pending checks of planned pulls and throws the first failure
   // (HeterComm::drain_checks): on its thread, after the last step of a pass or an evaluation.
   void drain_checks(int card);

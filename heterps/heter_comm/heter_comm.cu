@@ -228,11 +228,15 @@ void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size
   finish_step();
 }
 
-void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto, NormClipState* clip,
+void HeterComm::Impl::push_pulled(const float* grads, uint32_t* veto, NormClipState* clip,
                                   const device::Stream& stream) {
   GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
                  " without a pull before it (or after a push, which replaced the pulled keys, or a "
                  "pull_only, which planned no push)");
+  GPUBOX_EXPECTS(clip == nullptr || veto != nullptr, "HeterComm::push_pulled on card ",
+                 comm_->rank(),
+                 ": clipping by global norm needs the step's veto word (a norm that is not finite "
+                 "vetoes the step)");
   if (padded_pulled_) {
     push_padded(grads, veto, clip, stream);
     return;
@@ -253,7 +257,7 @@ void HeterComm::Impl::push_pulled(const float* grads, const uint32_t* veto, Norm
       GatherMerged<row_index_t>{recv_rows_.data(), owner_merge_.sorted_positions(),
                                 owner_merge_.unique_start(), merged_rows_.data(), merged_on_card_});
   if (clip != nullptr)
-    clip_merged(merged_records_.data(), merged_rows_.data(), merged_, clip, stream);
+    clip_merged(merged_records_.data(), merged_rows_.data(), merged_, clip, veto, stream);
   apply_updates(merged_, veto, stream);
   if (last_check_ != nullptr) last_check_->pushed = true;
   // An unplanned step (it waited for its counts anyway) ends with a wait, S3, so that its
@@ -338,7 +342,8 @@ void HeterComm::Impl::apply_updates(std::size_t merged, const uint32_t* veto,
 }
 
 void HeterComm::Impl::clip_merged(float* records, const row_index_t* rows, std::size_t merged,
-                                  NormClipState* clip, const device::Stream& stream) {
+                                  NormClipState* clip, uint32_t* veto,
+                                  const device::Stream& stream) {
   const int32_t dim = layout_.push_dim();
   grow(clip_partials_, device::reduce_partials(merged));  // sized with the merge buffers
   device::reduce_into_then(stream, merged,
@@ -350,7 +355,7 @@ void HeterComm::Impl::clip_merged(float* records, const row_index_t* rows, std::
   if (!replicated_ && total_cards_ > 1) {
     comm_->all_reduce_sum(clip_squares_.data(), clip_squares_.data(), 1, stream);
   }
-  device::parallel_for(stream, 1, detail::ClipFactor{clip, clip_squares_.data()});
+  device::parallel_for(stream, 1, detail::ClipFactor{clip, clip_squares_.data(), veto});
   device::parallel_for(
       stream, merged, detail::ScaleMerged<position_t>{records, dim, merged_on_card_, merged, clip});
 }
@@ -420,7 +425,7 @@ void HeterComm::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on
 HeterCommMemory HeterComm::memory() const { return impl_->memory(); }
 bool HeterComm::pads_planned_steps() const { return impl_->pads_planned_steps(); }
 void HeterComm::drain_checks() { impl_->drain_checks(); }
-void HeterComm::push_pulled(const float* grads, const device::Stream& stream, const uint32_t* veto,
+void HeterComm::push_pulled(const float* grads, const device::Stream& stream, uint32_t* veto,
                             NormClipState* clip) {
   impl_->push_pulled(grads, veto, clip, stream);
 }

@@ -19,7 +19,10 @@
 // as the owner does in the sharded placement: same sums in the same order, so replicas stay
 // byte-identical and equal to the sharded owners' rows. Same host waits; collectives per step:
 // 3 (counts, keys, records) instead of 4; a planned step at the pass's fixed sizes, 2 (keys and
-// records, in fixed blocks: heter_comm_padded.cu), inside its two step graphs.
+// records, in fixed blocks: heter_comm_padded.cu), inside its two step graphs. Clipping by global
+// norm (push_pulled's `clip`) adds one all-reduce of one double (the owners' sparse squares) to a
+// sharded step on several cards, planned or not (inside the push graph); a replicated step adds
+// none (every card merged every key).
 //
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
@@ -128,8 +131,10 @@ class HeterComm {
   // `clip` (card memory, optional): clipping by global norm (NormClipState): the merged
   // gradients' squares join the norm (one more all-reduce, of one double, when sharded over
   // several cards), the factor is written there and scales every update. Every card of the step
-  // gives one, or none does.
-  void push_pulled(const float* grads, const device::Stream& stream, const uint32_t* veto = nullptr,
+  // gives one, or none does. It needs `veto`: a global norm that is not finite (a NaN or inf
+  // sparse gradient) writes kNonFiniteNorm there (unless it already holds a veto) on every card,
+  // so the step changes no parameter and the caller's verdict reports it.
+  void push_pulled(const float* grads, const device::Stream& stream, uint32_t* veto = nullptr,
                    NormClipState* clip = nullptr);
 
   // Reads every pending check of the planned pulls (waits for the card only where a check's copy

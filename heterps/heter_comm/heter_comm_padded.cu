@@ -419,7 +419,7 @@ void HeterComm::Impl::enqueue_padded_pull(const uint64_t* keys, const uint64_t* 
                                            p.unique_slot.data(), n_on_card, slots, out_pull, dim});
 }
 
-void HeterComm::Impl::push_padded(const float* grads, const uint32_t* veto, NormClipState* clip,
+void HeterComm::Impl::push_padded(const float* grads, uint32_t* veto, NormClipState* clip,
                                   const device::Stream& stream) {
   PaddedSteps& p = padded_;
   begin_step();
@@ -435,8 +435,8 @@ void HeterComm::Impl::push_padded(const float* grads, const uint32_t* veto, Norm
   finish_step();
 }
 
-void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* veto,
-                                          NormClipState* clip, const device::Stream& stream) {
+void HeterComm::Impl::enqueue_padded_push(const float* grads, uint32_t* veto, NormClipState* clip,
+                                          const device::Stream& stream) {
   PaddedSteps& p = padded_;
   const std::size_t slots = p.slots(total_cards_);
   const int32_t dim = layout_.push_dim();
@@ -460,7 +460,7 @@ void HeterComm::Impl::enqueue_padded_push(const float* grads, const uint32_t* ve
                                                  owner_merge_.unique_start(), p.merged_rows.data(),
                                                  merged_on_card_});
   if (clip != nullptr)
-    clip_merged(p.merged_records.data(), p.merged_rows.data(), slots, clip, stream);
+    clip_merged(p.merged_records.data(), p.merged_rows.data(), slots, clip, veto, stream);
   const table::optimizer::TableAdamStep* table_step = advance_table_step(veto, stream);
   device::parallel_for(
       stream, slots,

@@ -9,6 +9,9 @@ namespace gpubox::heter_comm {
 // The value of push_pulled's veto word that lets the updates through (any other value, e.g. the
 // index of a non-finite dense gradient, vetoes them).
 inline constexpr uint32_t kNoVeto = UINT32_MAX;
+// The veto clipping by global norm writes (NormClipState) when the step's global norm is not
+// finite while the dense gradients were: a NaN or inf sparse (embedding) gradient.
+inline constexpr uint32_t kNonFiniteNorm = UINT32_MAX - 1;
 
 // Clipping by global norm (Paddle's ClipGradByGlobalNorm; PaddleRec's
 // hyper_parameters.optimizer.clip_by_norm), one per card, in card memory. The caller writes the
@@ -25,7 +28,9 @@ struct NormClipState {
   float sparse_scale = 1;
   float clip_norm = 0;  // in: > 0
   // Out: clip_norm / max(clip_norm, sqrt(squares + sparse part)), 1 exactly at or under the clip;
-  // the merged sparse gradients are multiplied by it before their optimizer step.
+  // the merged sparse gradients are multiplied by it before their optimizer step. A norm that is
+  // not finite vetoes the step instead (push_pulled's veto word := kNonFiniteNorm, unless it
+  // already holds a veto), the same on every card: no parameter changes.
   float factor = 1;
 };
 

@@ -70,8 +70,9 @@ class GradientClip : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
 
-  // One pass (one step of kLines over `cards`) at learning rate `lr` everywhere, then `extra`.
-  static Model run(int cards, double lr, const std::vector<std::string>& extra) {
+  // One pass (one step of kLines over `cards`, or steps of `batch` a card) at learning rate `lr`
+  // everywhere, then `extra`.
+  static Model run(int cards, double lr, const std::vector<std::string>& extra, int batch = 0) {
     const std::string rate = std::to_string(lr);
     std::vector<std::string> more = {"hyper_parameters.optimizer.class=SGD",
                                      "hyper_parameters.optimizer.learning_rate=" + rate,
@@ -81,8 +82,8 @@ class GradientClip : public ::testing::Test {
                                      "hyper_parameters.sparse_optimizer.show_scale=false",
                                      "hyper_parameters.sparse_optimizer.mf_initial_range=0.3"};
     more.insert(more.end(), extra.begin(), extra.end());
-    const TrainerConfig cfg = testing::load_test_config(
-        testing::small_dnn_overrides((root_ / "train").string(), kLines / cards, more));
+    const TrainerConfig cfg = testing::load_test_config(testing::small_dnn_overrides(
+        (root_ / "train").string(), batch > 0 ? batch : kLines / cards, more));
     Trainer trainer(cfg, cards_env(cards));
     trainer.train_pass(data_files((root_ / "train").string()));
     Model m;
@@ -233,6 +234,53 @@ TEST_F(GradientClip, SeveralCardsAndCollectiveModeClipAsOneCard) {
     EXPECT_NEAR(sparse.factor, 1.0, 1e-4) << what;
     EXPECT_LT(dense.worst, 1e-3) << what;
     EXPECT_LT(sparse.worst, 1e-3) << what;
+  }
+}
+
+// A pass of several steps with a short last batch (global batches of 40 over the 96 lines: 40, 40,
+// 16), the trainer's steps as step graphs (a composed graph per batch shape, replayed): a clip
+// over every step's norm is the unclipped run bit for bit; a clip that acts on every step equals
+// the same steps run eagerly (GPUBOX_STEP_GRAPHS=0) bit for bit, so each replayed graph reads its
+// own step's inputs (the dense squares, 1 / global batch, the factor on the card), the short
+// batch's too; 2 cards and Collective mode (20 lines a card) clip as one card does, padded and
+// not. (The float64 reference of a step of each size: heter_comm_clip_test.)
+TEST_F(GradientClip, AShortLastBatchReplaysItsGraphsAsTheEagerSteps) {
+  constexpr int kBatch = 40;
+  const Model plain = run(1, kLr, {}, kBatch);
+  const Model above = run(1, kLr, {clip(1e6)}, kBatch);
+  EXPECT_EQ(above.dense, plain.dense);
+  EXPECT_EQ(above.sparse, plain.sparse);
+  // The first step's norm (one step of kLines) sets the scale of a clip that acts on every step.
+  const Reference ref = reference(run(1, kLr, {}), run(1, 2 * kLr, {}));
+  const double clip_norm = std::sqrt(ref.dense_squares + ref.sparse_squares) / 4;
+  const Model graphs = run(1, kLr, {clip(clip_norm)}, kBatch);
+  const Model eager = [&] {
+    gpubox::testing::ScopedEnv off("GPUBOX_STEP_GRAPHS", "0");
+    return run(1, kLr, {clip(clip_norm)}, kBatch);
+  }();
+  EXPECT_EQ(graphs.dense, eager.dense);
+  EXPECT_EQ(graphs.sparse, eager.sparse);
+  const Fit acts = fit(graphs.dense, plain.dense, minus(plain.dense, ref.w0.dense), 1.0);
+  EXPECT_GT(acts.worst, 1e-3) << "the clip did not act";
+  const std::vector<double> one_dense = minus(graphs.dense, ref.w0.dense);
+  const std::vector<double> one_sparse = minus(graphs.sparse, ref.w0.sparse);
+  for (const bool collective : {false, true}) {
+    for (const bool padded : {true, false}) {
+      if (!device::testing::missing_cards(2).empty()) continue;
+      gpubox::testing::ScopedEnv padding("GPUBOX_PADDED_STEPS", padded ? "1" : "0");
+      const Model two =
+          run(2, kLr,
+              {clip(clip_norm), std::string("runner.use_fleet=") + (collective ? "true" : "false")},
+              kBatch / 2);
+      const std::string what = std::string("2 cards") + (collective ? ", Collective mode" : "") +
+                               (padded ? "" : ", unpadded");
+      const Fit dense = fit(two.dense, ref.w0.dense, one_dense, 1.0);
+      const Fit sparse = fit(two.sparse, ref.w0.sparse, one_sparse, 1.0);
+      EXPECT_NEAR(dense.factor, 1.0, 1e-4) << what;
+      EXPECT_NEAR(sparse.factor, 1.0, 1e-4) << what;
+      EXPECT_LT(dense.worst, 1e-3) << what;
+      EXPECT_LT(sparse.worst, 1e-3) << what;
+    }
   }
 }
 

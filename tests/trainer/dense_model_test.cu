@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "heterps/device/card.hpp"
+#include "heterps/heter_comm/heter_comm_types.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/field_model_check.hpp"
 #include "tests/trainer/one_card.hpp"
@@ -528,6 +529,19 @@ TEST_F(DenseModelTest, NonFiniteLossOrGradientIsReportedWithPassBatchAndParamete
     FAIL() << "an infinite gradient passed the check";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pass 4, batch 2: gradient of fc_1.w[2] is inf"),
+              std::string::npos)
+        << e.what();
+  }
+  // The clip's veto (HeterComm::push_pulled: finite dense gradients, a sparse one not) names the
+  // clip's norm, not a parameter or the loss.
+  DenseStepStatus clipped;
+  clipped.first_non_finite = heter_comm::kNonFiniteNorm;
+  try {
+    model.throw_if_non_finite(clipped, 5, 9);
+    FAIL() << "the clip's veto passed the check";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pass 5, batch 9: the global gradient norm of "
+                                         "hyper_parameters.optimizer.clip_by_norm is not finite"),
               std::string::npos)
         << e.what();
   }

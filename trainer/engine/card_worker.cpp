@@ -264,10 +264,11 @@ void CardWorker::run_whole_step(const TrainStep& s,
   graphs_->compose(card_, key, [&](bool replay) {
     pull({});  // as planned above
     if (!replay) enqueue_dense_step(s);
-    enqueue_status(s.progress);
-    // The verdict (on the card) vetoes the sparse updates on the owners and the dense update.
-    const uint32_t* veto = &model_->step_status()->first_non_finite;
+    // The verdict (on the card) vetoes the sparse updates on the owners and the dense update; the
+    // clip's sparse part may still veto in push_pulled, so the status is copied after it.
+    uint32_t* veto = &model_->step_status()->first_non_finite;
     tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto, clip_state());
+    enqueue_status(s.progress);
     optimizer_->count_step();
     if (!replay) dense_update(veto);
   });
@@ -288,12 +289,13 @@ void CardWorker::run_step_parts(const TrainStep& s,
   } else {
     enqueue_dense_step(s);
   }
-  enqueue_status(s.progress);
   // The verdict (on the card) vetoes the sparse updates on the owners and the dense update: a
   // non-finite step changes no parameter; the host reads the verdict kStatusDepth steps later
-  // (or at drain) and throws naming this pass and step.
-  const uint32_t* veto = &model_->step_status()->first_non_finite;
+  // (or at drain) and throws naming this pass and step. The status is copied after the push: with
+  // the clip, a non-finite sparse gradient vetoes there (HeterComm::push_pulled).
+  uint32_t* veto = &model_->step_status()->first_non_finite;
   tier_.push_pulled(card_.local_index(), b.push.data(), stream, veto, clip_state());
+  enqueue_status(s.progress);
   const device::ProfileRange range("dense update");
   optimizer_->count_step();
   if (graphed) {

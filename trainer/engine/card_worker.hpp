@@ -8,13 +8,14 @@
 //   CardTier::pull (records of every key
 //   occurrence; waits S1, S2 unless the step's counts are planned) -> forward/backward (loss on
 //   the card) -> metrics -> all-reduce of the flat dense gradient, the loss slot and the stop
-//   vote -> finite check on the card (the same verdict on every card) -> the status (loss,
-//   verdict, stop votes, progress AUC) copied into the step's pinned slot ->
-//   HeterComm::push_pulled (one optimizer step per key) and the dense optimizer step, both
-//   vetoed on the card by a non-finite verdict -> the slot's event. With
+//   vote -> finite check on the card (the same verdict on every card) ->
+//   HeterComm::push_pulled (one optimizer step per key, vetoed on the card by a non-finite
+//   verdict) -> the status (loss, verdict, stop votes, progress AUC) copied into the step's pinned
+//   slot -> the dense optimizer step (vetoed too) -> the slot's event. With
 //   hyper_parameters.optimizer.clip_by_norm (GradientClip, trainer/nn/gradient_clip.hpp) the dense
-//   squares after the all-reduce, the sparse squares and the factor in push_pulled, the dense
-//   gradients scaled before their step: card work inside the same graphs, no wait.
+//   squares after the all-reduce, the sparse squares and the factor in push_pulled (a norm that is
+//   not finite vetoes the step there: heter_comm::kNonFiniteNorm), the dense gradients scaled
+//   before their step: card work inside the same graphs, no wait.
 // Step graphs (heterps/device/step_graph.hpp): a planned step of a padded pass (the trainer's
 // steps, gpubox and Collective mode, its short last batch and a card's empty one too) is ONE graph
 // launch, "train step" (device::ComposedStep): the sparse pull (HeterComm::plan_next_step: the

@@ -563,6 +563,12 @@ void DenseModel::throw_if_non_finite(const DenseStepStatus& status, int64_t pass
                                      int64_t batch_index) const {
   const uint32_t bad = status.first_non_finite;
   if (bad == heter_comm::kNoVeto) return;
+  if (bad == heter_comm::kNonFiniteNorm) {  // HeterComm::push_pulled's, with the clip
+    GPUBOX_FAIL("pass ", pass, ", batch ", batch_index,
+                ": the global gradient norm of hyper_parameters.optimizer.clip_by_norm is not "
+                "finite: a sparse (embedding) gradient is NaN or inf (diverged: lower the "
+                "learning rate)");
+  }
   if (bad >= params_.size()) {  // the loss slot: the loss summed over the cards
     GPUBOX_FAIL("pass ", pass, ", batch ", batch_index,
                 ": the loss is not finite on at least one card (this card's: ", status.loss,

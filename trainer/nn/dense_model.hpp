@@ -80,9 +80,10 @@ struct DenseBatchView {
 // What the training step computes on the card and reads back a few steps later (one pinned
 // copy into the step's late-readback slot): the card's batch loss, the index of the first
 // non-finite value among the all-reduced gradients and loss slot (heter_comm::kNoVeto when all
-// are finite) and that value (the error names it; the gradient buffer holds a later step's by
-// the time the host reads this), and how many cards of the job voted to stop after this step
-// (the all-reduced stop slot).
+// are finite; heter_comm::kNonFiniteNorm when they are but the clip's global norm, with the sparse
+// gradients, is not: HeterComm::push_pulled writes it) and that value (the error names it; the
+// gradient buffer holds a later step's by the time the host reads this), and how many cards of the
+// job voted to stop after this step (the all-reduced stop slot).
 struct DenseStepStatus {
   double loss = 0;
   uint32_t first_non_finite = 0;

@@ -200,7 +200,7 @@ struct PaddedSteps {
   };
   struct PushKey {
     const float* grads = nullptr;
-    const uint32_t* veto = nullptr;
+    uint32_t* veto = nullptr;
     NormClipState* clip = nullptr;
     bool operator==(const PushKey& o) const {
       return grads == o.grads && veto == o.veto && clip == o.clip;
@@ -288,7 +288,7 @@ class HeterComm::Impl {
   void push(const uint64_t* keys, const int32_t* slots, std::size_t n, const float* grads,
             const device::Stream& stream);
 
-  void push_pulled(const float* grads, const uint32_t* veto, NormClipState* clip,
+  void push_pulled(const float* grads, uint32_t* veto, NormClipState* clip,
                    const device::Stream& stream);
 
   // HeterComm::pull_only: a padded pull runs lookup_padded, any other is pull() (after which
@@ -371,10 +371,11 @@ class HeterComm::Impl {
   // Clipping by global norm (`clip` non-null, card memory): the squares of the `merged` records'
   // gradients that their rows (`rows`) step (live: merged_on_card_ when set) summed over every
   // card's owned keys (one all-reduce when sharded on several cards; replicated, every card
-  // merged every key), the factor into clip->factor, and the records' gradients scaled by it.
-  // Capturable, no wait: everything it reads of `clip` is read on the card.
+  // merged every key), the factor into clip->factor, and the records' gradients scaled by it; a
+  // norm that is not finite writes kNonFiniteNorm into *veto instead (ClipFactor). Capturable, no
+  // wait: everything it reads of `clip` is read on the card.
   void clip_merged(float* records, const row_index_t* rows, std::size_t merged, NormClipState* clip,
-                   const device::Stream& stream);
+                   uint32_t* veto, const device::Stream& stream);
   // adam_bias_correction per_table: enqueues the table's next step (AdvanceTableStep, none when
   // vetoed) and returns where ApplyUpdates reads it; null per_row (nothing enqueued).
   const table::optimizer::TableAdamStep* advance_table_step(const uint32_t* veto,
@@ -470,7 +471,7 @@ class HeterComm::Impl {
   // slot), the card's part as a step graph (or eagerly: step graphs off).
   void pull_padded(const uint64_t* keys, std::size_t n, float* out_pull,
                    const device::Stream& stream);
-  void push_padded(const float* grads, const uint32_t* veto, NormClipState* clip,
+  void push_padded(const float* grads, uint32_t* veto, NormClipState* clip,
                    const device::Stream& stream);
   // A padded pull for a step that pushes nothing (pull_only): the host's part as pull_padded's,
   // the card's (enqueue_padded_lookup) as the "sparse lookup" graph; leaves nothing to push.
@@ -484,7 +485,7 @@ class HeterComm::Impl {
                              const device::Stream& stream);
   void enqueue_padded_pull(const uint64_t* keys, const uint64_t* n_on_card, float* out_pull,
                            const device::Stream& stream);
-  void enqueue_padded_push(const float* grads, const uint32_t* veto, NormClipState* clip,
+  void enqueue_padded_push(const float* grads, uint32_t* veto, NormClipState* clip,
                            const device::Stream& stream);
   // Replays `graph` (capturing `work` first when its capture is stale), or runs `work` when step
   // graphs are off.

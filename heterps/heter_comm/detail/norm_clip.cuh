@@ -61,16 +61,31 @@ struct StoreDouble {
   GPUBOX_HD void operator()(double total) const { *out = total; }
 };
 
-// state->factor from the dense part and the step's sparse part (over all cards).
+// state->factor from the dense part and the step's sparse part (over all cards: every card sees
+// the same norm). A norm that is not finite (a NaN or inf gradient; a finite float squared in
+// double cannot overflow) vetoes the step: *veto := kNonFiniteNorm unless the dense check already
+// vetoed it (its verdict names the parameter), so neither part steps and the host reports it.
+GPUBOX_HD GPUBOX_FORCEINLINE bool finite_norm(double x) {
+#if GPUBOX_ON_DEVICE
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
 struct ClipFactor {
   NormClipState* state;
   const double* sparse_squares;
+  uint32_t* veto;
   GPUBOX_HD void operator()(std::size_t) const {
     const double norm = ::sqrt(state->squares + *sparse_squares);
     const double clip = static_cast<double>(state->clip_norm);
-    // Paddle's clip_norm / max(global_norm, clip_norm): exactly 1 at or under the clip. A NaN
-    // norm gives 1 (a step with a non-finite dense gradient or loss is vetoed anyway), an
-    // infinite one 0.
+    if (!finite_norm(norm)) {
+      if (*veto == kNoVeto) *veto = kNonFiniteNorm;
+      state->factor = 1.0f;  // nothing steps: the factor is not used
+      return;
+    }
+    // Paddle's clip_norm / max(global_norm, clip_norm): exactly 1 at or under the clip.
     state->factor = static_cast<float>(clip / (norm > clip ? norm : clip));
   }
 };
