@@ -433,6 +433,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
     });
   };
   return apply_load(path, saved->day, nothing_to_lose, fs, [&] {
+    io_mu_.assert_held();  // apply_load calls it with io_mu_ held, as load does
     Status applied = delta ? apply(PartKind::kDeletions) : clear_for_load(fs);
     if (applied.ok()) applied = replay_shrinks(saved->shrinks, fs);
     if (applied.ok()) applied = apply(PartKind::kRows);
