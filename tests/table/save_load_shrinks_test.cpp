@@ -396,11 +396,14 @@ TEST(SaveLoadShrinks, ABadShrinkRecordIsRefused) {
   auto loaded = f.fresh();
   ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
   const RowMap before = saved_state(*loaded);
-  for (const auto& [key, value] :
+  for (const auto& bad :
        std::vector<std::pair<std::string, std::string>>{{"shrinks", "3"},
                                                         {"shrink_decay_rates", "0.9,x"},
                                                         {"shrink_decay_rates", "0.9,1.5"},
                                                         {"shrink_decay_rates", "0.9,"}}) {
+    // Not a structured binding: C++17 lets no lambda capture one (g++ allows it, clang does not).
+    const std::string& key = bad.first;
+    const std::string& value = bad.second;
     const auto edit = [&](auto& properties) {
       properties["shrinks"] = "2";
       properties["shrink_decay_rates"] = "0.899999976,0.899999976";
