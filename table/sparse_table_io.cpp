@@ -150,6 +150,14 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   io::FileEnv* const fs = env != nullptr ? env : env_;
   if (mode == SaveKind::kNone) return Status::InvalidArgument("save " + path + ": save mode none");
   MutexLock lock(io_mu_);
+  // A table that holds part of a save (its load failed while applying it) is no model anyone
+  // trained: saved, it would be taken for one by every later load and resume.
+  if (!partly_loaded_.empty()) {
+    return Status::InvalidArgument("save " + path + ": this table holds only part of " +
+                                   partly_loaded_ +
+                                   " (its load failed while applying it): load a base or "
+                                   "checkpoint save first");
+  }
   // Rows changed from here on carry a later epoch and belong to the next delta.
   const uint32_t epoch = epochs_.current.fetch_add(1);
   // From the first save on, deletions are remembered for deltas; set before any shard is

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <new>
 #include <random>
@@ -280,8 +281,19 @@ TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
     EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
     EXPECT_NE(refused.message().find("holds only part of " + f.dir.sub(failing)), std::string::npos)
         << refused.to_string();
+    // Nor is the part saved, as if it were a model: no save of any kind, and nothing written.
+    for (const SaveKind kind : {SaveKind::kBase, SaveKind::kDelta, SaveKind::kCheckpoint}) {
+      const std::string to = f.dir.sub(std::string("after_") + failing);
+      const Status not_saved = loaded->save(to, kind);
+      EXPECT_EQ(not_saved.code(), Status::Code::kInvalidArgument) << not_saved.to_string();
+      EXPECT_NE(not_saved.message().find("holds only part of " + f.dir.sub(failing)),
+                std::string::npos)
+          << not_saved.to_string();
+      EXPECT_FALSE(std::filesystem::exists(to + "/" + io::kManifestName));
+    }
     for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
     EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+    ASSERT_TRUE(loaded->save(f.dir.sub(std::string("whole_") + failing), SaveKind::kBase).ok());
   }
 }
 
