@@ -123,6 +123,14 @@ struct DecayingChain {
     EXPECT_TRUE(matches(oracle, *f.table));
     return deleted;
   }
+  // 600 rows saved as `base`, a shrink, 50 rows more, saved as `delta` (a delta+shrinks).
+  void save_base_shrink_delta() {
+    push(600, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+    shrink();
+    push(50, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  }
 
   Fixture f;
   std::mt19937_64 rng{29};
@@ -261,11 +269,7 @@ class ThrowingStepEnv final : public io::ForwardingEnv {
 TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
   DecayingChain c(SaveForm::kBinary, /*disk=*/false);
   Fixture& f = c.f;
-  c.push(600, 2000);
-  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
-  c.shrink();
-  c.push(50, 2000);
-  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  ASSERT_NO_FATAL_FAILURE(c.save_base_shrink_delta());
   ASSERT_EQ(counts_of(f.dir.sub("delta")).mode, "delta+shrinks");
   for (const char* failing : {"base", "delta"}) {
     SCOPED_TRACE(std::string("the load that throws: ") + failing);
@@ -337,11 +341,7 @@ TEST(SaveLoadShrinks, ACheckpointThenADeltaWithShrinksEqualsTheLiveTable) {
 TEST(SaveLoadShrinks, APartlyLoadedTableRefusesDeltasUntilABaseLoads) {
   DecayingChain c(SaveForm::kBinary, /*disk=*/true);
   Fixture& f = c.f;
-  c.push(600, 2000);
-  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
-  c.shrink();
-  c.push(50, 2000);
-  ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+  ASSERT_NO_FATAL_FAILURE(c.save_base_shrink_delta());
   auto loaded = f.fresh();
   ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
   loaded->disk_tier_for_tests()->fail_writes_after(1);
