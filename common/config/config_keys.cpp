@@ -285,13 +285,13 @@ const std::vector<std::size_t>& sorted_index() {
 
 std::string leaf_of(const std::string& key) { return key.substr(key.rfind('.') + 1); }
 
+}  // namespace
+
 std::string number_text(double v) {
   std::ostringstream out;
   out << v;
   return out.str();
 }
-
-}  // namespace
 
 const std::vector<KeySpec>& config_keys() {
   static const std::vector<KeySpec> table = build_table();

@@ -132,6 +132,8 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // rather than with the lengths (a fuzzer's 60 KB of unknown keys took minutes to answer).
 std::size_t edit_distance_within(std::string_view a, std::string_view b, std::size_t bound);
 
+// A number as a config value's messages write it (ostream's default form: 0.5, 10, 1e-06).
+std::string number_text(double v);
 // "integer in [1, 1024]", "one of slot|multislot|criteo", "list of paths" ...
 std::string type_text(const KeySpec& key);
 // "trainer, dataset", or "no effect (PaddleRec compatibility)".

@@ -1,9 +1,9 @@
 #include "trainer/config/clip_by_norm.hpp"
 
 #include <cmath>
-#include <sstream>
 
 #include "common/config/config_document.hpp"
+#include "common/config/config_keys.hpp"
 #include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 #include "trainer/config/dnn_dropout.hpp"
@@ -12,12 +12,6 @@ namespace gpubox::trainer {
 namespace {
 
 constexpr const char* kKey = "hyper_parameters.optimizer.clip_by_norm";
-
-std::string number_text(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 bool builds_clip(const config::ConfigDocument& doc) {
   return doc.get_enum("runner.sync_mode", config::kSyncModeNames) == SyncMode::kGpubox;
@@ -42,11 +36,11 @@ Status check_clip_by_norm(const TrainerConfig& c, const config::ConfigDocument& 
   const double clip = c.hyper.clip_by_norm;
   if (!(std::isfinite(clip) && clip >= 0.0)) {
     return Status::InvalidArgument(doc.source() + ": " + kKey + " must be finite and >= 0 (0: " +
-                                   "no clip), got " + number_text(clip));
+                                   "no clip), got " + config::number_text(clip));
   }
   if (clip > 0.0 && c.runner.sync_mode != SyncMode::kGpubox) {
     return Status::InvalidArgument(
-        doc.source() + ": " + kKey + " is " + number_text(clip) +
+        doc.source() + ": " + kKey + " is " + config::number_text(clip) +
         ", but clipping by global norm is built only in runner.sync_mode gpubox (and Collective " +
         "mode), not in " + name_of(config::kSyncModeNames, c.runner.sync_mode) +
         " (its threads push their sparse gradients to the servers with no step-wide norm); " +
@@ -67,14 +61,14 @@ std::string clip_by_norm_note(const config::ConfigDocument& doc) {
   const std::string paddle =
       "PaddleRec's dcn_v2 trainer's default (its dygraph_model.py clips "
       "every gradient, the embedding's too, by global norm at " +
-      number_text(kPaddleRecDcnV2ClipByNorm) + ")";
+      config::number_text(kPaddleRecDcnV2ClipByNorm) + ")";
   if (!builds_clip(doc)) {
     return std::string(kKey) + ": 0, not " + paddle + ": runner.sync_mode " +
            name_of(config::kSyncModeNames,
                    doc.get_enum("runner.sync_mode", config::kSyncModeNames)) +
            " does not build the clip (gpubox and Collective mode do)";
   }
-  return std::string(kKey) + ": " + number_text(kPaddleRecDcnV2ClipByNorm) + ", " + paddle +
+  return std::string(kKey) + ": " + config::number_text(kPaddleRecDcnV2ClipByNorm) + ", " + paddle +
          "; -o " + kKey + "=0 turns it off";
 }
 

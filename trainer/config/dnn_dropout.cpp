@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/config/config_document.hpp"
+#include "common/config/config_keys.hpp"
 #include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 
@@ -13,12 +14,6 @@ namespace gpubox::trainer {
 
 namespace {
 constexpr const char* kKey = "hyper_parameters.dnn_dropout";
-
-std::string rate_text(double p) {
-  std::ostringstream out;
-  out << p;
-  return out.str();
-}
 }  // namespace
 
 double paddlerec_dnn_dropout(const std::string& model) {
@@ -47,16 +42,17 @@ double dnn_dropout_of(const config::ConfigDocument& doc) {
 
 Status check_dnn_dropout(const TrainerConfig& c, const config::ConfigDocument& doc) {
   const double p = c.hyper.dnn_dropout;
-  const std::string from = doc.is_set(kKey) ? std::string(kKey) + " is " + rate_text(p)
+  const std::string from = doc.is_set(kKey) ? std::string(kKey) + " is " + config::number_text(p)
                                             : std::string(kKey) + " is not set, and PaddleRec's " +
                                                   config::paddlerec_model_name(doc) +
-                                                  " folder's rate is " + rate_text(p);
+                                                  " folder's rate is " + config::number_text(p);
   // At most 0.999 (a float, as the rate the net is given): a hidden unit kept with probability
   // (1-p)^2 >= 1e-6, its scale 1/(1-p)^2 <= 1e6. flen's (1-p)^3 must also be at least
   // kMinDropoutKeep (below, the mask's 32-bit threshold misstates it): p at most 0.990.
   if (!(p >= 0.0 && p <= kMaxDnnDropout && static_cast<float>(p) <= 0.999f)) {
     return Status::InvalidArgument(doc.source() + ": " + kKey + " must be in [0, 0.999] (the " +
-                                   "probability a Dropout zeroes a unit), got " + rate_text(p));
+                                   "probability a Dropout zeroes a unit), got " +
+                                   config::number_text(p));
   }
   if (p == 0.0) return Status::OK();
   const ModelKind model = c.hyper.model;
@@ -112,7 +108,7 @@ std::string dnn_dropout_note(const config::ConfigDocument& doc) {
   if (p == 0.0) return "";
   if (dnn_dropout_of(doc) == 0.0) {
     return std::string(kKey) + ": 0, not PaddleRec's " + config::paddlerec_model_name(doc) +
-           " folder's " + rate_text(p) +
+           " folder's " + config::number_text(p) +
            ": dropout is not built with hyper_parameters.dnn_batch_norm (the normalised output "
            "is not a ReLU's, whose mask the dropout's backward reuses); "
            "-o hyper_parameters.dnn_batch_norm=false trains the folder's dropout";
@@ -120,12 +116,12 @@ std::string dnn_dropout_note(const config::ConfigDocument& doc) {
   // flen's net drops after its DNN's batch norms too (not built) and its bi-interaction's layer.
   const bool flen = config::paddlerec_model_name(doc) == "flen";
   const double keep = flen ? (1.0 - p) * (1.0 - p) * (1.0 - p) : (1.0 - p) * (1.0 - p);
-  return std::string(kKey) + ": " + rate_text(p) + ", PaddleRec's " +
+  return std::string(kKey) + ": " + config::number_text(p) + ", PaddleRec's " +
          config::paddlerec_model_name(doc) + " folder's (its net's Dropout after every Linear " +
          (flen ? "and every ReLU and batch norm of the dnn, and after the bi-interaction's layer"
                : "and every ReLU of the dnn") +
-         ": a hidden unit kept with probability " + rate_text(keep) + ", in training only); -o " +
-         kKey + "=0 turns it off";
+         ": a hidden unit kept with probability " + config::number_text(keep) +
+         ", in training only); -o " + kKey + "=0 turns it off";
 }
 
 }  // namespace gpubox::trainer
