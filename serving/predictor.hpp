@@ -26,8 +26,8 @@ class Predictor {
  public:
   // `card_threads`: host threads of the cpu backend's card (0 = the machine's cores); on CUDA
   // the model runs on GPU 0. `precision`: the dense net's, unset: the one the MANIFEST records;
-  // bf16 runs in fp32 where the card has no bf16 GEMMs or the network computes in fp32 only
-  // (DenseModel decides and logs it, as in training). Throws gpubox::Error when the export's
+  // bf16 runs in fp32 where the card has no bf16 GEMMs or the network has no MLP (DenseModel
+  // decides and logs it, as in training). Throws gpubox::Error when the export's
   // dense parameters do not fit the model its MANIFEST describes.
   Predictor(const ServingModel& model, int card_threads,
             std::optional<trainer::DensePrecision> precision = std::nullopt);

@@ -187,14 +187,6 @@ TEST_P(DeepFefmTest, RefusesSlotsOfSeveralWidths) {
   EXPECT_NE(why.find("hyper_parameters.slot_dims"), std::string::npos) << why;
 }
 
-// bf16 asked for: the FEFM computes in fp32, so the whole dense net does (said at start).
-TEST_P(DeepFefmTest, Bf16RunsInFp32) {
-  DenseModelConfig cfg = config();
-  cfg.precision = DensePrecision::kBf16;
-  DenseModel model(card_, cfg);
-  EXPECT_EQ(model.precision(), DensePrecision::kFp32);
-}
-
 INSTANTIATE_TEST_SUITE_P(Cvm, DeepFefmTest, ::testing::Bool());
 
 }  // namespace

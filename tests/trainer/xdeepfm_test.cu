@@ -173,14 +173,6 @@ TEST_P(XdeepfmTest, RefusesWhatTheCinCannotTake) {
   EXPECT_THROW(DenseModel(card_, cfg), Error);
 }
 
-// bf16 asked for: the CIN computes in fp32, so the whole dense net does (said at start).
-TEST_P(XdeepfmTest, Bf16RunsInFp32) {
-  DenseModelConfig cfg = config();
-  cfg.precision = DensePrecision::kBf16;
-  DenseModel model(card_, cfg);
-  EXPECT_EQ(model.precision(), DensePrecision::kFp32);
-}
-
 INSTANTIATE_TEST_SUITE_P(Cvm, XdeepfmTest, ::testing::Bool());
 
 }  // namespace

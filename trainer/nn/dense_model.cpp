@@ -74,11 +74,13 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // dlrm, xdeepfm, deepfefm, autoint, fat_deepffm: a field part builds the MLP's input
   // (field_part.hpp).
   const FieldPartKind* field = find_field_part(config.kind);
-  choose_precision(field ? field->fp32_only : nullptr, has_mlp);
+  fp32_part_ = field ? field->fp32_part : nullptr;
+  choose_precision(fp32_part_, has_mlp);
   activation_type_ = element_type(precision_);
-  // The cross network computes in fp32 (CrossNet) over fp32 rows; in bf16 the MLP beside or after
-  // it reads a bf16 copy of its input (mlp_reads_bf16_copy).
-  x0_type_ = dcn ? ElementType::kF32 : activation_type_;
+  // The cross network (CrossNet) and the CIN, FEFM and attention parts compute in fp32 over fp32
+  // rows; in bf16 the MLP beside or after them reads a bf16 copy of its input
+  // (mlp_reads_bf16_copy).
+  x0_type_ = dcn || fp32_part_ ? ElementType::kF32 : activation_type_;
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
@@ -122,24 +124,16 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   host_status_ = device::pinned_buffer<DenseStepStatus>(1);
 }
 
-// bf16 falls back to fp32 where a part computes in fp32 only (`fp32_only` names it), where there
-// is no MLP, or where the card has no bf16 GEMMs; card 0 says why. The precision asked may come
-// from hyper_parameters.dense_precision, an export's MANIFEST or gpubox_serve's --precision: the
-// lines name none of them.
-void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
+// bf16 falls back to fp32 where there is no MLP or where the card has no bf16 GEMMs; card 0 says
+// why, and, where bf16 runs beside a part that computes in fp32 (`fp32_part` names it), that the
+// MLP reads the part's rows rounded. The precision asked may come from
+// hyper_parameters.dense_precision, an export's MANIFEST or gpubox_serve's --precision: the lines
+// name none of them.
+void DenseModel::choose_precision(const char* fp32_part, bool has_mlp) {
   if (precision_ != DensePrecision::kBf16) return;
   const bool say = card_->local_index() == 0;
   constexpr const char* kAsked = "the dense net was asked to compute in bf16, but ";
-  if (fp32_only) {
-    // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
-    // (XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads the part's rows: one precision
-    // for both. (The cross networks are fp32 too, but their MLP reads a bf16 copy.)
-    precision_ = DensePrecision::kFp32;
-    if (say) {
-      GPUBOX_LOG(WARNING) << kAsked << name_of(kModelKindNames, config_.kind) << "'s " << fp32_only
-                          << " computes in fp32: the dense net runs in fp32";
-    }
-  } else if (!has_mlp) {
+  if (!has_mlp) {
     // bf16 is the MLP's GEMMs; the first-order and pairwise terms are fp32.
     precision_ = DensePrecision::kFp32;
     if (say) {
@@ -153,6 +147,13 @@ void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
                           << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX on a CPU, sm_80 "
                           << "or newer on a GPU): the dense net runs in fp32";
     }
+  } else if (fp32_part && say) {
+    // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
+    // (XdeepfmPart, DeepfefmPart, AutointPart, FatDeepffmPart); the MLP reads a bf16 copy of the
+    // part's rows and hands back an fp32 gradient, as beside the cross networks.
+    GPUBOX_LOG(INFO) << "the dense net computes in bf16: " << name_of(kModelKindNames, config_.kind)
+                     << "'s " << fp32_part << " computes in fp32; the MLP reads its rows rounded "
+                     << "to bf16";
   }
 }
 
@@ -262,7 +263,7 @@ void DenseModel::reserve(int64_t batch) {
   const auto n = static_cast<std::size_t>(batch);
   const std::size_t act = element_bytes(activation_type_);
   x0_.resize_discard(n * x0_ld_ * element_bytes(x0_type_));
-  if (mlp_reads_bf16_copy()) mlp_input_bf16_.resize_discard(n * x0_ld_);
+  if (mlp_reads_bf16_copy()) mlp_input_bf16_.resize_discard(n * mlp_copy_rows().ld);
   std::size_t widest_dz = 0;
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     const LinearGemmSpec& spec = layers_[l].spec();
@@ -311,7 +312,10 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << ": sgemm + elementwise (fp32, batch " << batch << ")"
         << (mlp_reads_bf16_copy() ? "; the MLP reads its input rounded to bf16" : "");
   }
-  if (field_) out << field_->kernel_report(batch);
+  if (field_) {
+    out << field_->kernel_report(batch)
+        << (mlp_reads_bf16_copy() ? "; the MLP reads its rows rounded to bf16" : "");
+  }
   if (flen_) out << flen_->kernel_report(batch);
   if (dropout_->on()) {
     // mask(0): the first hidden layer's, else the output's (keep 1-p, as the side layer's).
@@ -348,13 +352,13 @@ void DenseModel::forward(const DenseBatchView& batch, bool training) {
                 params_.values(wide_bias_), 1, 0.0f, logits_.data(), 1);
   }
   if (cross_) cross_->forward(blas_, params_, x0_floats(), n);
-  if (mlp_reads_bf16_copy()) {
-    // The rows the MLP reads in fp32 (parallel: x0; stacked: the cross output, same stride),
-    // rounded once; only their dim() written columns are read, the copy's padding is zero.
-    to_bf16_rows_async(stream, cross_->parallel() ? x0_floats() : cross_->output(), n,
-                       cross_->dim(), x0_ld_, mlp_input_bf16_.data());
-  }
   if (field_) field_->forward(field_step(batch, training));
+  if (mlp_reads_bf16_copy()) {
+    // The rows the MLP reads in fp32, rounded once; only their written columns are read, the
+    // copy's padding is zero.
+    const MlpCopyRows rows = mlp_copy_rows();
+    to_bf16_rows_async(stream, rows.data, n, rows.cols, rows.ld, mlp_input_bf16_.data());
+  }
   for (std::size_t l = 0; l < layers_.size(); ++l) {
     layers_[l].forward(params_, layer_input(l), hidden_[l].data(), n);
     if (training && l + 1 < layers_.size()) {
@@ -394,6 +398,15 @@ FieldStep DenseModel::field_step(const DenseBatchView& batch, bool training) {
       card_->stream(), blas_,       params_,          input_rows(),
       batch.dense,     batch.batch, !layers_.empty(), wide_ ? wide_->weight_block() : 0,
       training};
+}
+
+DenseModel::MlpCopyRows DenseModel::mlp_copy_rows() const {
+  if (field_) {
+    return MlpCopyRows{static_cast<const float*>(field_->dnn_input()), field_->dnn_in(),
+                       field_->dnn_ld()};
+  }
+  // parallel: x0; stacked: the cross output, same stride.
+  return MlpCopyRows{cross_->parallel() ? x0_floats() : cross_->output(), cross_->dim(), x0_ld_};
 }
 
 void DenseModel::predict(const DenseBatchView& batch) {

@@ -33,7 +33,9 @@
 // bf16 loses is mantissa, which no scale factor restores). bf16 runs where the card's GEMM
 // library has it in hardware (Blas::bf16); elsewhere the model says so and runs fp32. dcn and
 // dcn_v2: the cross network stays fp32 over fp32 rows, and the MLP reads their (stacked: its
-// output's) bf16 copy; the CIN, FEFM and attention parts run the whole net in fp32.
+// output's) bf16 copy; so do the CIN, FEFM and attention parts (xdeepfm, deepfefm, autoint,
+// fat_deepffm): fp32 over the fp32 pooled rows, the MLP over a bf16 copy of their DNN input rows,
+// its input gradient handed back in fp32.
 //
 // One step on a card (simplest form, with comm = the card's communicator):
 //   loss = model.forward_backward(batch, scales, push);   // grads into parameters().grads()
@@ -167,7 +169,7 @@ class DenseModel {
 
  private:
   // Construction steps: what the GEMMs compute in, and the fc layers (registered in params_).
-  void choose_precision(const char* fp32_only, bool has_mlp);
+  void choose_precision(const char* fp32_part, bool has_mlp);
   void add_mlp(int input_dim);
   // The MLP's dropout (config_.dnn_dropout), after the layers are registered.
   void add_dropout();
@@ -196,11 +198,21 @@ class DenseModel {
   InputRows input_rows() { return InputRows{x0_.data(), x0_ld_, x0_type_}; }
   // The pooled rows as floats (dcn, dcn_v2: the cross network's x0, fp32 in every precision).
   const float* x0_floats() const { return reinterpret_cast<const float*>(x0_.data()); }
-  // dcn and dcn_v2 in bf16: the MLP's first layer reads a bf16 copy of its fp32 input.
-  bool mlp_reads_bf16_copy() const { return cross_ && activation_type_ == ElementType::kBf16; }
+  // dcn, dcn_v2 and the fp32 field parts (xdeepfm, deepfefm, autoint, fat_deepffm) in bf16: the
+  // MLP's first layer reads a bf16 copy of its fp32 input.
+  bool mlp_reads_bf16_copy() const {
+    return (cross_ || fp32_part_) && activation_type_ == ElementType::kBf16;
+  }
+  // The fp32 rows that copy rounds: [batch x cols], row stride ld (also the copy's).
+  struct MlpCopyRows {
+    const float* data;
+    int cols;
+    int64_t ld;
+  };
+  MlpCopyRows mlp_copy_rows() const;
   // Layer l's input: the first layer's input rows (stacked dcn_v2: the cross network's output;
-  // their bf16 copy for dcn in bf16; a field part's rows: dlrm's R, xdeepfm's fields'
-  // embeddings ...), or the previous layer's output.
+  // a field part's rows: dlrm's R, xdeepfm's fields' embeddings ...; their bf16 copy for dcn and
+  // the fp32 field parts in bf16), or the previous layer's output.
   const void* layer_input(std::size_t l) const {
     if (l > 0) return norms_.empty() ? hidden_[l - 1].data() : normed_[l - 1].data();
     if (mlp_reads_bf16_copy()) return mlp_input_bf16_.data();
@@ -234,6 +246,7 @@ class DenseModel {
   std::unique_ptr<CrossNet> cross_;  // kDcnV2 and kDcn only
   // kDlrm, kXdeepfm, kDeepFefm, kAutoint, kFatDeepffm: the MLP's input (field_part.hpp).
   std::unique_ptr<FieldPart> field_;
+  const char* fp32_part_ = nullptr;      // FieldPartKind::fp32_part of field_'s network
   std::unique_ptr<FfmPart> ffm_;         // kFfm only
   std::unique_ptr<FlenPart> flen_;       // kFlen only
   std::unique_ptr<MlpDropout> dropout_;  // off unless config_.dnn_dropout > 0
@@ -248,7 +261,7 @@ class DenseModel {
   // linear layer (the last is the fp32 logit column), and the MLP's gradients dZ ping-ponging
   // between layers (activation_type_).
   device::device_buffer<char> x0_;
-  device::device_buffer<Bf16> mlp_input_bf16_;  // [B x x0_ld_]: mlp_reads_bf16_copy() only
+  device::device_buffer<Bf16> mlp_input_bf16_;  // [B x mlp_copy_rows().ld]: mlp_reads_bf16_copy()
   std::vector<device::device_buffer<char>> hidden_;
   std::vector<device::device_buffer<char>> normed_;  // the norms' outputs (activation type)
   device::device_buffer<char> dz_a_;

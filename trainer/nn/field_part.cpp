@@ -133,14 +133,14 @@ std::unique_ptr<FieldPart> make(const FieldPartArgs& args) {
 }
 
 // The CIN's, the FEFM's, the attention's GEMMs and elementwise products are fp32 (XdeepfmPart,
-// DeepfefmPart, AutointPart, FatDeepffmPart), and the MLP reads their rows: one precision for
-// both. dlrm's bottom MLP and interaction run in the MLP's precision.
+// DeepfefmPart, AutointPart, FatDeepffmPart) over fp32 rows; in bf16 the MLP reads a bf16 copy of
+// their DNN input rows. dlrm's bottom MLP and interaction run in the MLP's precision.
 constexpr FieldPartKind kFieldParts[] = {
     {ModelKind::kDlrm, nullptr, make<DlrmField>},
     {ModelKind::kXdeepfm, "CIN", make<XdeepfmField>},
     {ModelKind::kDeepFefm, "field-embedded FM", make<DeepfefmField>},
     {ModelKind::kAutoint, "attention", make<AutointField>},
-    {ModelKind::kFatDeepffm, "attention and field-aware pairs", make<FatDeepffmField>},
+    {ModelKind::kFatDeepffm, "attention over field-aware pairs", make<FatDeepffmField>},
 };
 
 }  // namespace

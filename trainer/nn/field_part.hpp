@@ -13,7 +13,8 @@
 //   -> backward (the part's gradients; overwrites the pooled gradient)
 //   -> the wide part's backward -> add_wide_grads.
 // With one of these networks the pool writes the slots alone (no dense features: the part reads
-// them), and the MLP's first layer reads dnn_input().
+// them), and the MLP's first layer reads dnn_input() (in bf16, for a part that computes in fp32:
+// its bf16 copy, FieldPartKind::fp32_part).
 //
 // Thread-safety: one card's thread only, as the parts.
 #pragma once
@@ -90,9 +91,10 @@ struct FieldPartArgs {
 // One row of the table: a network with a field part.
 struct FieldPartKind {
   ModelKind kind;
-  // What of it computes in fp32 only (a dense_precision of bf16 falls back to fp32 for the whole
-  // net, saying this); nullptr: it runs in bf16 too.
-  const char* fp32_only;
+  // What of it computes in fp32 whatever the precision, over fp32 pooled rows into fp32 DNN input
+  // rows (with a dense_precision of bf16 the MLP reads their bf16 copy, said at start); nullptr:
+  // it runs in the MLP's precision.
+  const char* fp32_part;
   std::unique_ptr<FieldPart> (*make)(const FieldPartArgs& args);
 };
 
