@@ -11,9 +11,11 @@
 //    same instances as one batch;
 //  - an export made before the key loads as fp32; an unknown value is refused naming the MANIFEST
 //    and the key;
-//  - a network that computes in fp32 only (xdeepfm's CIN) or has no MLP (fm) trains in fp32 when
-//    bf16 is asked (DenseModel decides and says so), its export records fp32 and it is served
-//    in fp32.
+//  - the networks whose part computes in fp32 (xdeepfm's CIN, deepfefm's FEFM, autoint's and
+//    fat_deepffm's attention) train their MLP in bf16 over a bf16 copy of the part's rows (said at
+//    start); the save records bf16, resumes, and its export is served in bf16 as infer predicts;
+//  - a network that has no MLP (fm) trains in fp32 when bf16 is asked (DenseModel decides and says
+//    so), its export records fp32 and it is served in fp32.
 // The tests that need bf16 to run are skipped on a card without bf16 GEMMs (a GPU before sm_80;
 // a CPU emulates them here).
 // Bit for bit: the server runs the trainer's DenseModel on the same records (a float32 export
@@ -285,35 +287,51 @@ TEST_F(Serving, AnExportWithoutThePrecisionIsFp32AndAnUnknownOneIsRefusedNamingI
       << loaded.status().to_string();
 }
 
-// xdeepfm's CIN computes in fp32, and its MLP reads the CIN's rows: bf16 asked, DenseModel runs
-// the whole net in fp32 and says so; the save records both, the export what it trained in, and
-// it is served in it.
-TEST_F(Serving, ANetThatComputesInFp32OnlyIsTrainedRecordedAndServedInFp32WhenBf16IsAsked) {
+// The CIN, the FEFM and the attention compute in fp32 and the MLP reads their rows rounded to bf16:
+// bf16 asked, each network trains in it and says so; the save records bf16 and resumes (loaded,
+// one more pass, saved: bf16 still), and the export is served in bf16 as infer predicts it.
+TEST_F(Serving, ANetWithAnFp32PartTrainsItsMlpInBf16AndIsRecordedResumedAndServedInBf16) {
   const Bf16Everywhere bf16;
-  const TrainerConfig config =
-      config_with(config_path_, root_, "bf16", kBatch,
-                  {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"});
-  const fs::path save = root_ / "xdeepfm_save";
-  const fs::path exported = root_ / "xdeepfm_export";
-  ::testing::internal::CaptureStderr();
-  train_save_export(config, env(), root_ / "train", save, exported);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("asked to compute in bf16, but xdeepfm's"), std::string::npos) << log;
-  const table::io::ModelManifest saved = model_manifest(save);
-  EXPECT_EQ(saved.model_keys.at("hyper_parameters.dense_precision"), "bf16");  // asked
-  EXPECT_EQ(saved.dense_precision, DensePrecision::kFp32);                     // computed in
-  auto model = ServingModel::load(exported.string());
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  EXPECT_EQ(model->spec().model.precision, DensePrecision::kFp32);  // what it trained in
-  ServerOptions o = options();
-  o.batcher.max_batch_instances = kBatch;
-  {
-    PredictionServer server(*model, o);
-    EXPECT_EQ(server.precision(), DensePrecision::kFp32);
-  }
+  if (!card_has_bf16(env())) GTEST_SKIP() << "card 0 has no bf16 GEMMs";
+  const std::vector<std::vector<std::string>> networks = {
+      {"hyper_parameters.model=xdeepfm", "hyper_parameters.layer_sizes_cin=[6, 3]"},
+      {"hyper_parameters.model=deepfefm", "hyper_parameters.fc_sizes=[8]"},
+      {"hyper_parameters.model=autoint", "hyper_parameters.attn_layer_sizes=[4]",
+       "hyper_parameters.fc_sizes=[8]", "hyper_parameters.use_cvm=true"},
+      {"hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[8]"}};
   const std::vector<std::string> lines = test_lines();
-  expect_same_bits(served_predictions(*model, o, lines, kBatch),
-                   infer_predictions(config, env(), save, lines, root_ / "infer_lines"));
+  for (const std::vector<std::string>& network : networks) {
+    SCOPED_TRACE(network[0]);
+    const TrainerConfig config = config_with(config_path_, root_, "bf16", kBatch, network);
+    const fs::path save = root_ / "field_save", exported = root_ / "field_export";
+    ::testing::internal::CaptureStderr();
+    train_save_export(config, env(), root_ / "train", save, exported);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("computes in fp32; the MLP reads its rows rounded to bf16"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(model_manifest(save).dense_precision, DensePrecision::kBf16);
+    const fs::path resumed = root_ / "field_resumed";
+    fs::remove_all(resumed);
+    {
+      Trainer trainer(config, env());
+      trainer.load(save.string());
+      trainer.train_pass(trainer::data_files((root_ / "train").string()));
+      trainer.save(resumed.string());
+    }
+    EXPECT_EQ(model_manifest(resumed).dense_precision, DensePrecision::kBf16);
+    auto model = ServingModel::load(exported.string());
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);  // what it trained in
+    ServerOptions o = options();
+    o.batcher.max_batch_instances = kBatch;
+    {
+      PredictionServer server(*model, o);
+      EXPECT_EQ(server.precision(), DensePrecision::kBf16);
+    }
+    expect_same_bits(served_predictions(*model, o, lines, kBatch),
+                     infer_predictions(config, env(), save, lines, root_ / "infer_lines"));
+  }
 }
 
 // fm has no MLP, whose GEMMs are what bf16 changes: bf16 asked, it trains in fp32, says so, and
