@@ -19,11 +19,11 @@
 // feature's field vector is its value times a learned vector, as xdeepfm and ffm take it (the
 // dataset stays model-blind; issue 32 notes it).
 //
-// fp32 throughout (the model runs deepfefm in fp32). Gradients follow the MLP's convention
-// (layers.hpp): dL/d(DNN input) arrives multiplied by the dense scale, the FEFM's gradients are
-// made with it and the unscaled dlogits times the scale, and the pooled gradient handed to the
-// sparse side multiplies it back out. Portable: parallel_for over items that each own what they
-// write, sums in a fixed order (runs are deterministic, no atomics).
+// fp32 throughout (in bf16 the model's MLP reads a bf16 copy of dnn_input()). Gradients follow the
+// MLP's convention (layers.hpp): dL/d(DNN input) arrives multiplied by the dense scale, the FEFM's
+// gradients are made with it and the unscaled dlogits times the scale, and the pooled gradient
+// handed to the sparse side multiplies it back out. Portable: parallel_for over items that each own
+// what they write, sums in a fixed order (runs are deterministic, no atomics).
 //
 // Owns its parameters' blocks (deepfefm.field_w, deepfefm.dense_v in the model's
 // DenseParameters) and every buffer named here. Thread-safety: one card's thread only.

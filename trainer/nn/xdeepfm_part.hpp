@@ -19,10 +19,10 @@
 // Layout: X^k for k >= 1 are [(B D) x H_k] row-major (row b D + d), so each layer is one GEMM
 // Z_k W_k with Z_k[(b, d), f H_k + h] = X^0[b, f, d] X^k[b, h, d] ([(B D) x F H_k], built by
 // parallel_for; the backward builds it again rather than keeping every layer's). fp32
-// throughout (the model runs xdeepfm in fp32). Gradients follow the MLP's convention
-// (layers.hpp): dL/d(DNN input) arrives multiplied by the dense scale, the CIN's gradients are
-// made with it from the unscaled dlogits, and the pooled gradient handed to the sparse side
-// multiplies it back out.
+// throughout (in bf16 the model's MLP reads a bf16 copy of dnn_input()). Gradients follow the MLP's
+// convention (layers.hpp): dL/d(DNN input) arrives multiplied by the dense scale, the CIN's
+// gradients are made with it from the unscaled dlogits, and the pooled gradient handed to the
+// sparse side multiplies it back out.
 //
 // Owns its parameters' blocks (cin_<k>.w, cin_out.w, xdeepfm.dense_w in the model's
 // DenseParameters) and every buffer named here. Thread-safety: one card's thread only.
