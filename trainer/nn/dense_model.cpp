@@ -22,9 +22,10 @@ ElementType element_type(DensePrecision precision) {
 }
 
 // dcn: vector cross layers beside the MLP; dcn_v2: matrix layers or DCN-Mix, stacked or
-// parallel.
-CrossSpec cross_spec(const DenseModelConfig& config, int input_dim) {
+// parallel, their GEMMs reading bf16 operands in bf16 (`bf16`; CrossNet keeps dcn's fp32).
+CrossSpec cross_spec(const DenseModelConfig& config, int input_dim, bool bf16) {
   CrossSpec spec;
+  spec.bf16 = bf16;
   spec.dim = input_dim;
   spec.ld = activation_ld(input_dim);
   spec.layers = config.cross_layers;
@@ -76,8 +77,8 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   const FieldPartKind* field = find_field_part(config.kind);
   choose_precision(field ? field->fp32_only : nullptr, has_mlp);
   activation_type_ = element_type(precision_);
-  // The cross network computes in fp32 (CrossNet) over fp32 rows; in bf16 the MLP beside or after
-  // it reads a bf16 copy of its input (mlp_reads_bf16_copy).
+  // The cross network's rows are fp32 (CrossNet; in bf16 dcn_v2's GEMMs read bf16 roundings of
+  // them); in bf16 the MLP beside or after it reads a bf16 copy of its input (mlp_reads_bf16_copy).
   x0_type_ = dcn ? ElementType::kF32 : activation_type_;
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
@@ -85,7 +86,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (field) {
     field_ = field->make(FieldPartArgs{card, params_, blas_, pool_, config, activation_type_});
   }
-  if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
+  if (dcn) {
+    cross_ = std::make_unique<CrossNet>(
+        card, params_, cross_spec(config, input_dim, activation_type_ == ElementType::kBf16));
+  }
   if (has_mlp) add_mlp(input_dim);
   // flen: the MLP over the pooled slots (the dnn's input rows) and its bi-interaction beside it.
   if (config.kind == ModelKind::kFlen) {
@@ -133,7 +137,7 @@ void DenseModel::choose_precision(const char* fp32_only, bool has_mlp) {
   if (fp32_only) {
     // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
     // (XdeepfmPart, DeepfefmPart, AutointPart), and the MLP reads the part's rows: one precision
-    // for both. (The cross networks are fp32 too, but their MLP reads a bf16 copy.)
+    // for both. (The cross networks' rows are fp32 too, but their MLP reads a bf16 copy.)
     precision_ = DensePrecision::kFp32;
     if (say) {
       GPUBOX_LOG(WARNING) << kAsked << name_of(kModelKindNames, config_.kind) << "'s " << fp32_only
@@ -308,7 +312,12 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << (cross_->rank() > 0 ? " rank " + std::to_string(cross_->rank()) : std::string())
         << (cross_->experts() > 0 ? " experts " + std::to_string(cross_->experts()) : std::string())
         << (cross_->parallel() ? ", parallel" : ", stacked")
-        << ": sgemm + elementwise (fp32, batch " << batch << ")"
+        << (cross_->gemms_bf16() ? ": gemm_bf16 (bf16 operands, fp32 accumulation"
+                                 : ": sgemm (fp32")
+        << (cross_->gemms_bf16() && blas_.bf16() == Bf16Support::kEmulated
+                ? ", emulated in fp32: GPUBOX_BF16_EMULATION=1"
+                : "")
+        << ") + elementwise (fp32, batch " << batch << ")"
         << (mlp_reads_bf16_copy() ? "; the MLP reads its input rounded to bf16" : "");
   }
   if (field_) out << field_->kernel_report(batch);
