@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -130,6 +131,46 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase>, protected testi
       }
     }
     return out;
+  }
+
+  // The float64 reference's outputs at the values `w` and x0: x_L's rows as the network writes
+  // them (stride kLd, the padding 0), or parallel the logits x_L . w_out.
+  std::vector<double> reference_outputs(const DenseParameters& params, const std::vector<float>& w,
+                                        const std::vector<float>& x0) const {
+    std::vector<double> x(x0.begin(), x0.end());
+    for (int l = 0; l < kLayers; ++l) x = reference_layer(params, w, x0, x, l);
+    const bool parallel = GetParam().parallel;
+    std::vector<double> y(static_cast<std::size_t>(batch()) * (parallel ? 1 : kLd), 0.0);
+    const std::size_t out = parallel ? block(params, "cross_out.w").offset : 0;
+    for (int i = 0; i < batch(); ++i) {
+      for (int j = 0; j < kDim; ++j) {
+        if (parallel) y[i] += x[i * kLd + j] * w[out + j];
+        if (!parallel) y[i * kLd + j] = x[i * kLd + j];
+      }
+    }
+    return y;
+  }
+
+  // Every parameter gradient (grads / scale) and the pooled one (dp) against the central
+  // differences of `loss` over w and x0, within tol absolute plus tol relative.
+  void expect_gradients_near(const DenseParameters& params, std::vector<float>& w,
+                             std::vector<float>& x0, const std::vector<float>& grads,
+                             const std::vector<float>& dp, float scale, double tol,
+                             const std::function<double()>& loss) const {
+    for (const ParamBlock& b : params.blocks()) {
+      for (std::size_t k = 0; k < b.count; ++k) {
+        const double numeric = central_difference(w, b.offset + k, 1e-2f, loss);
+        expect_gradient_near(grads[b.offset + k] / scale, numeric, tol, tol,
+                             b.name + "[" + std::to_string(k) + "]");
+      }
+    }
+    for (int i = 0; i < batch(); ++i) {
+      for (int j = 0; j < kPooled; ++j) {
+        const double numeric = central_difference(x0, i * kLd + j, 1e-2f, loss);
+        expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
+                             "pooled " + std::to_string(i) + "," + std::to_string(j));
+      }
+    }
   }
 
   Blas blas_;
@@ -319,48 +360,20 @@ TEST_P(CrossNetTest, Bf16GemmsMatchFloat64WithinBf16Rounding) {
     return;
   }
   EXPECT_GT(differing, 0u);
-  // The float64 reference's outputs at the values w and x0: x_L's used columns (parallel: the
-  // logits x_L . w_out), as `got` holds them.
-  const auto reference_out = [&]() {
-    std::vector<double> x(x0.begin(), x0.end());
-    for (int l = 0; l < kLayers; ++l) x = reference_layer(params, w, x0, x, l);
-    std::vector<double> y(got.size(), 0.0);
-    const std::size_t out = c.parallel ? block(params, "cross_out.w").offset : 0;
-    for (int i = 0; i < batch(); ++i) {
-      for (int j = 0; j < kDim; ++j) {
-        if (c.parallel) y[i] += x[i * kLd + j] * w[out + j];
-        if (!c.parallel) y[i * kLd + j] = x[i * kLd + j];
-      }
-    }
-    return y;
-  };
   const auto reference = [&]() -> double {
-    const std::vector<double> y = reference_out();
+    const std::vector<double> y = reference_outputs(params, w, x0);
     double sum = 0;
     for (std::size_t k = 0; k < y.size(); ++k) sum += (c.parallel ? r[k] : big_r[k]) * y[k];
     return sum;
   };
   const double tol = bf16_tolerance(kDim, 1.0);
-  const std::vector<double> want = reference_out();
+  const std::vector<double> want = reference_outputs(params, w, x0);
   for (std::size_t k = 0; k < want.size(); ++k) {
     if (used(k)) {
       EXPECT_NEAR(got[k], want[k], tol * (1 + std::fabs(want[k]))) << "output " << k;
     }
   }
-  for (const ParamBlock& b : params.blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
-      const double numeric = central_difference(w, b.offset + k, 1e-2f, reference);
-      expect_gradient_near(grads[b.offset + k] / scale, numeric, tol, tol,
-                           b.name + "[" + std::to_string(k) + "]");
-    }
-  }
-  for (int i = 0; i < batch(); ++i) {
-    for (int j = 0; j < kPooled; ++j) {
-      const double numeric = central_difference(x0, i * kLd + j, 1e-2f, reference);
-      expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
-                           "pooled " + std::to_string(i) + "," + std::to_string(j));
-    }
-  }
+  expect_gradients_near(params, w, x0, grads, dp, scale, tol, reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CrossNetTest,
