@@ -14,6 +14,8 @@
 //  - the networks whose part computes in fp32 (xdeepfm's CIN, deepfefm's FEFM, autoint's and
 //    fat_deepffm's attention) train their MLP in bf16 over a bf16 copy of the part's rows (said at
 //    start); the save records bf16, resumes, and its export is served in bf16 as infer predicts;
+//  - dcn_v2 (DCN-Mix) in bf16, its cross GEMMs bf16 too: resumed from its save as uninterrupted,
+//    served in bf16 and fp32 as infer predicts in each;
 //  - a network that has no MLP (fm) trains in fp32 when bf16 is asked (DenseModel decides and says
 //    so), its export records fp32 and it is served in fp32.
 // The tests that need bf16 to run are skipped on a card without bf16 GEMMs (a GPU before sm_80;
@@ -221,6 +223,52 @@ TEST_F(Serving, Bf16ModelIsServedInBf16AsInferPredictsItAndInFp32WhenAsked) {
   auto reexported = ServingModel::load(by_fp32_config.string());
   ASSERT_TRUE(reexported.ok()) << reexported.status().to_string();
   EXPECT_EQ(reexported->spec().model.precision, DensePrecision::kBf16);
+}
+
+// dcn_v2 in bf16, DCN-Mix stacked (its cross GEMMs read bf16 operands: CrossNet): a run resumed
+// from its save goes on as the uninterrupted run, bit for bit; its export served in bf16 predicts
+// bit for bit what infer predicts in bf16, and in fp32 (--precision fp32) what infer predicts in
+// fp32; the two differ.
+TEST_F(Serving, DcnV2InBf16ResumesAndIsServedAsInferPredictsIt) {
+  const Bf16Everywhere bf16;
+  if (!card_has_bf16(env())) GTEST_SKIP() << "card 0 has no bf16 GEMMs";
+  const std::vector<std::string> dcn = {
+      "hyper_parameters.model=dcn_v2",       "hyper_parameters.cross_layers=2",
+      "hyper_parameters.cross_mixture=true", "hyper_parameters.cross_rank=2",
+      "hyper_parameters.cross_experts=2",    "runner.save_mode=checkpoint"};
+  const TrainerConfig config = config_with(config_path_, root_, "bf16", kBatch, dcn);
+  const fs::path save = root_ / "dcn_bf16_save";
+  const fs::path exported = root_ / "dcn_bf16_export";
+  train_save_export(config, env(), root_ / "train", save, exported);
+  EXPECT_EQ(model_manifest(save).dense_precision, DensePrecision::kBf16);
+  const std::vector<std::string> train = trainer::data_files((root_ / "train").string());
+  std::vector<float> want_resumed;
+  {
+    Trainer straight(config, env());
+    straight.train_pass(train);
+    straight.train_pass(train);
+    want_resumed = straight.dense_values(0);
+  }
+  Trainer resumed(config, env());
+  resumed.load(save.string());
+  resumed.train_pass(train);
+  EXPECT_EQ(resumed.dense_values(0), want_resumed);
+
+  auto model = ServingModel::load(exported.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().model.precision, DensePrecision::kBf16);
+  const std::vector<std::string> lines = test_lines();
+  const std::vector<float> want_bf16 =
+      infer_predictions(config, env(), save, lines, root_ / "infer_lines");
+  ServerOptions o = options();
+  o.batcher.max_batch_instances = kBatch;
+  expect_same_bits(served_predictions(*model, o, lines, kBatch), want_bf16);
+  const std::vector<float> want_fp32 =
+      infer_predictions(config_with(config_path_, root_, "fp32", kBatch, dcn), env(), save, lines,
+                        root_ / "infer_lines");
+  o.precision = DensePrecision::kFp32;
+  expect_same_bits(served_predictions(*model, o, lines, kBatch), want_fp32);
+  EXPECT_GT(static_cast<double>(count_differing(want_bf16, want_fp32)), 0.5 * lines.size());
 }
 
 // Requests of 0, 1, n and n+1 instances with micro-batches of n: each request is one batch (the

@@ -1,9 +1,11 @@
-// Blas: row-major sgemm / sgemv with every transpose against a float64 reference.
+// Blas: row-major sgemm / sgemv, and gemm_bf16 on bf16 operands, with every transpose against a
+// float64 reference.
 #include "trainer/nn/blas.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -28,7 +30,10 @@ class SgemmTest
 
 // Checks one sgemm on a card with `threads` threads (cpu: GEMMs of >= 1e6 multiply-adds split
 // their rows over the card's threads, so large shapes with 3 threads cover the split path).
-void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads) {
+// `bf16`: gemm_bf16 instead, on A and B rounded to bf16 (the reference reads the rounded values:
+// their products are exact, so only the fp32 sums differ from it).
+void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads, bool bf16 = false,
+                 float alpha = 0.75f, float beta = -0.5f) {
   CardSet cards = CardSet::from_list("0", 0, 1, threads);
   device::Card& card = cards.card(0);
   card.activate();
@@ -41,12 +46,23 @@ void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads) {
   std::vector<float> a = testing::random_vector(a_rows * lda, rng);
   std::vector<float> b = testing::random_vector(b_rows * ldb, rng);
   std::vector<float> c = testing::random_vector(static_cast<std::size_t>(m) * ldc, rng);
-  const float alpha = 0.75f, beta = -0.5f;
-  auto da = device::to_device(a, card.memory(), card.stream());
-  auto db = device::to_device(b, card.memory(), card.stream());
+  const Transpose op_a = ta ? Transpose::kYes : Transpose::kNo;
+  const Transpose op_b = tb ? Transpose::kYes : Transpose::kNo;
   auto dc = device::to_device(c, card.memory(), card.stream());
-  blas.sgemm(ta ? Transpose::kYes : Transpose::kNo, tb ? Transpose::kYes : Transpose::kNo, m, n, k,
-             alpha, da.data(), lda, db.data(), ldb, beta, dc.data(), ldc);
+  if (bf16) {
+    ASSERT_NE(blas.bf16(), Bf16Support::kNone);
+    std::vector<Bf16> a16(a.size()), b16(b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = to_float(a16[i] = to_bf16(a[i]));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = to_float(b16[i] = to_bf16(b[i]));
+    auto da = device::to_device(a16, card.memory(), card.stream());
+    auto db = device::to_device(b16, card.memory(), card.stream());
+    blas.gemm_bf16(op_a, op_b, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, dc.data(),
+                   ldc);
+  } else {
+    auto da = device::to_device(a, card.memory(), card.stream());
+    auto db = device::to_device(b, card.memory(), card.stream());
+    blas.sgemm(op_a, op_b, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, dc.data(), ldc);
+  }
   std::vector<float> got = device::to_host(dc);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t col = 0; col < ldc; ++col) {
@@ -67,6 +83,18 @@ TEST_P(SgemmTest, MatchesFloat64Reference) {
   const auto [ta, tb, dims] = GetParam();
   const auto [m, n, k] = dims;
   check_sgemm(ta, tb, m, n, k, 0);
+}
+
+// gemm_bf16 (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs) on the same shapes, with
+// the scales the cross networks use (1 and 0, 1 and 1) and others.
+TEST_P(SgemmTest, Bf16MatchesFloat64ReferenceOfTheRoundedOperands) {
+  const auto [ta, tb, dims] = GetParam();
+  const auto [m, n, k] = dims;
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  check_sgemm(ta, tb, m, n, k, 0, true);
+  check_sgemm(ta, tb, m, n, k, 0, true, 1.0f, 0.0f);
+  check_sgemm(ta, tb, m, n, k, 3, true, 1.0f, 1.0f);
+  unsetenv("GPUBOX_BF16_EMULATION");
 }
 
 TEST(Sgemm, RowsSplitOverTheCardThreadsMatchTheReference) {

@@ -3,13 +3,16 @@
 // formulas (DCN: x0 * (x_l . w_l) + b_l + x_l; DCN-Mix: x0 * (sum_e softmax(x_l G + g)_e
 // tanh(tanh(x_l V_e) C_e) U_e + b_l) + x_l), every parameter gradient and the pooled gradient
 // against central differences, stacked and parallel; the L2 term lands on the weights alone; an
-// empty batch writes zero gradients; the bf16 copy of the MLP's input rounds only the written
-// columns.
+// empty batch writes zero gradients; with bf16 GEMMs (CrossSpec::bf16) DCN-Mix within bf16's
+// rounding of the float64 reference and dcn's vector layers bit for bit fp32's; the bf16 copy of
+// the MLP's input rounds only the written columns.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -25,6 +28,7 @@ namespace gpubox::trainer {
 namespace {
 using device::to_device;
 using device::to_host;
+using testing::bf16_tolerance;
 using testing::central_difference;
 using testing::expect_gradient_near;
 using testing::random_vector;
@@ -127,6 +131,46 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase>, protected testi
       }
     }
     return out;
+  }
+
+  // The float64 reference's outputs at the values `w` and x0: x_L's rows as the network writes
+  // them (stride kLd, the padding 0), or parallel the logits x_L . w_out.
+  std::vector<double> reference_outputs(const DenseParameters& params, const std::vector<float>& w,
+                                        const std::vector<float>& x0) const {
+    std::vector<double> x(x0.begin(), x0.end());
+    for (int l = 0; l < kLayers; ++l) x = reference_layer(params, w, x0, x, l);
+    const bool parallel = GetParam().parallel;
+    std::vector<double> y(static_cast<std::size_t>(batch()) * (parallel ? 1 : kLd), 0.0);
+    const std::size_t out = parallel ? block(params, "cross_out.w").offset : 0;
+    for (int i = 0; i < batch(); ++i) {
+      for (int j = 0; j < kDim; ++j) {
+        if (parallel) y[i] += x[i * kLd + j] * w[out + j];
+        if (!parallel) y[i * kLd + j] = x[i * kLd + j];
+      }
+    }
+    return y;
+  }
+
+  // Every parameter gradient (grads / scale) and the pooled one (dp) against the central
+  // differences of `loss` over w and x0, within tol absolute plus tol relative.
+  void expect_gradients_near(const DenseParameters& params, std::vector<float>& w,
+                             std::vector<float>& x0, const std::vector<float>& grads,
+                             const std::vector<float>& dp, float scale, double tol,
+                             const std::function<double()>& loss) const {
+    for (const ParamBlock& b : params.blocks()) {
+      for (std::size_t k = 0; k < b.count; ++k) {
+        const double numeric = central_difference(w, b.offset + k, 1e-2f, loss);
+        expect_gradient_near(grads[b.offset + k] / scale, numeric, tol, tol,
+                             b.name + "[" + std::to_string(k) + "]");
+      }
+    }
+    for (int i = 0; i < batch(); ++i) {
+      for (int j = 0; j < kPooled; ++j) {
+        const double numeric = central_difference(x0, i * kLd + j, 1e-2f, loss);
+        expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
+                             "pooled " + std::to_string(i) + "," + std::to_string(j));
+      }
+    }
   }
 
   Blas blas_;
@@ -251,6 +295,85 @@ TEST_P(CrossNetTest, L2TermLandsOnTheWeightsAloneAndEmptyBatchWritesZeros) {
                                                              : static_cast<std::size_t>(c.experts) *
                                                                    c.rank * (2 * kDim + c.rank);
   EXPECT_EQ(penalised, kLayers * per_layer);
+}
+
+// With CrossSpec::bf16 (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs), from values set
+// after finalize (the GEMMs must read their refreshed bf16 copy): DCN-Mix's x_L (parallel: the
+// logits) and every gradient against the float64 reference and its central differences, within
+// bf16's rounding, and not fp32's bits; dcn's vector layers ignore it (their GEMV stays fp32):
+// the fp32 network's bits.
+TEST_P(CrossNetTest, Bf16GemmsMatchFloat64WithinBf16Rounding) {
+  const CrossCase c = GetParam();
+  SCOPED_TRACE(case_name(c));
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  const Blas bf16_blas(card_);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_NE(bf16_blas.bf16(), Bf16Support::kNone);
+  CrossSpec with_bf16 = spec();
+  with_bf16.bf16 = true;
+  DenseParameters params(card_), params32(card_);
+  params.keep_bf16_copy();
+  CrossNet net(card_, params, with_bf16), net32(card_, params32, spec());
+  params.finalize(13);
+  params32.finalize(13);
+  EXPECT_EQ(net.gemms_bf16(), c.kind != CrossKind::kVector);
+  std::mt19937_64 rng(300 + c.rank + 7 * c.experts + (c.parallel ? 1 : 0));
+  std::vector<float> w = random_vector(params.values_to_host().size(), rng, -0.6f, 0.6f);
+  std::vector<float> x0 = random_vector(static_cast<std::size_t>(batch()) * kLd, rng);
+  const std::vector<float> big_r = random_vector(static_cast<std::size_t>(batch()) * kLd, rng);
+  const std::vector<float> r = random_vector(batch(), rng);
+  const float scale = 0.25f;
+  auto logits = card_.make_buffer<float>(batch());
+  auto d_pooled = card_.make_buffer<float>(batch() * kPooled);
+  // The loss L = sum R * x_L (parallel: sum r * x_L . w_out) of `n`, then its backward.
+  const auto run = [&](const Blas& blas, DenseParameters& p, CrossNet& n) {
+    p.set_values(w);
+    auto dx0 = up(x0);
+    n.forward(blas, p, dx0.data(), batch());
+    std::vector<float> scaled(big_r);
+    for (float& v : scaled) v *= scale;
+    auto dr = up(r);
+    if (c.parallel) {
+      device::memset_bytes_async(logits.data(), 0, logits.bytes(), card_.stream());
+      n.add_logits(blas, p, batch(), logits.data());
+      n.backward_from_logits(blas, p, dr.data(), scale, batch());
+    } else {
+      device::copy_async(n.output_grad(), scaled.data(), scaled.size(), card_.stream());
+    }
+    n.backward(blas, p, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled, false);
+    return c.parallel ? to_host(logits) : to_host(n.output(), batch() * kLd, card_.stream());
+  };
+  const std::vector<float> want32 = run(blas_, params32, net32);
+  const std::vector<float> grads32 = params32.grads_to_host();
+  const std::vector<float> got = run(bf16_blas, params, net);
+  const std::vector<float> grads = params.grads_to_host();
+  const std::vector<float> dp = to_host(d_pooled);
+  // The outputs written: the logits, or x_L's first kDim columns of each row.
+  const auto used = [&](std::size_t k) {
+    return c.parallel || static_cast<int64_t>(k) % kLd < kDim;
+  };
+  std::size_t differing = 0;
+  for (std::size_t k = 0; k < got.size(); ++k) differing += used(k) && got[k] != want32[k];
+  if (c.kind == CrossKind::kVector) {
+    EXPECT_EQ(differing, 0u);
+    EXPECT_EQ(grads, grads32);
+    return;
+  }
+  EXPECT_GT(differing, 0u);
+  const auto reference = [&]() -> double {
+    const std::vector<double> y = reference_outputs(params, w, x0);
+    double sum = 0;
+    for (std::size_t k = 0; k < y.size(); ++k) sum += (c.parallel ? r[k] : big_r[k]) * y[k];
+    return sum;
+  };
+  const double tol = bf16_tolerance(kDim, 1.0);
+  const std::vector<double> want = reference_outputs(params, w, x0);
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    if (used(k)) {
+      EXPECT_NEAR(got[k], want[k], tol * (1 + std::fabs(want[k]))) << "output " << k;
+    }
+  }
+  expect_gradients_near(params, w, x0, grads, dp, scale, tol, reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CrossNetTest,

@@ -304,7 +304,7 @@ TEST_F(DenseModelTest, CrossL2AddsItsGradientTermOnTheCrossWeightsOnly) {
 // dcn_v2's shapes: the cross blocks (full: D x D, low rank: D x r and r x D, a bias each; parallel:
 // the logit layer's cross half), its flops on top of the MLP's (stacked: the first layer's input
 // gradient over every column, the cross network takes it), and bf16 asked for runs bf16 where the
-// card has bf16 GEMMs (the MLP; the cross network stays fp32).
+// card has bf16 GEMMs (the MLP and the cross GEMMs; the cross rows stay fp32).
 TEST_F(DenseModelTest, DcnV2ShapesAndPrecision) {
   DenseModelConfig cfg;
   cfg.kind = ModelKind::kDcnV2;
@@ -337,10 +337,11 @@ TEST_F(DenseModelTest, DcnV2ShapesAndPrecision) {
 }
 
 // dcn and dcn_v2 (full and low rank, DCN-Mix; stacked and parallel) in bf16
-// (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs): the cross network in fp32 over fp32
-// rows, the MLP over their bf16 copy (stacked: the cross output's), within bf16's rounding of the
-// fp32 model from the same weights, over n instances and over one; an empty batch gives zero
-// gradients.
+// (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs): the cross network over fp32 rows
+// (dcn_v2's GEMMs on bf16 roundings of them, dcn's GEMV in fp32), the MLP over their bf16 copy
+// (stacked: the cross output's), within bf16's rounding of the fp32 model from the same weights,
+// over n instances and over one; an empty batch gives zero gradients. The kernel report names the
+// cross GEMMs' precision.
 TEST_F(DenseModelTest, CrossNetworksInBf16StayNearFp32) {
   struct Case {
     ModelKind kind;
@@ -374,6 +375,11 @@ TEST_F(DenseModelTest, CrossNetworksInBf16StayNearFp32) {
     auto e = upload(make_batch(0, cfg.slots, cfg.mf_dim, cfg.dense_dim, rng));
     EXPECT_EQ(model.forward_backward(e.view(cfg.slots, 0), GradScales{}, nullptr), 0.0);
     for (float g : model.parameters().grads_to_host()) ASSERT_EQ(g, 0.0f);
+    const bool bf16_gemms = c.kind == ModelKind::kDcnV2;
+    const std::string report = model.kernel_report(0);  // the batch it ran
+    EXPECT_EQ(report.find("gemm_bf16 (bf16 operands") != std::string::npos, bf16_gemms) << report;
+    EXPECT_EQ(report.find("sgemm (fp32) + elementwise (fp32") != std::string::npos, !bf16_gemms)
+        << report;
   }
 }
 

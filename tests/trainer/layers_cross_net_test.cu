@@ -1,9 +1,11 @@
 // dcn_v2's cross network (CrossNet, kMatrix: full rank and low rank, stacked and parallel)
-// against a float64 reference and central differences. dcn's vector cross layers and DCN-Mix:
-// cross_net_test.cu.
+// against a float64 reference and central differences, in fp32 and with bf16 GEMMs. dcn's vector
+// cross layers and DCN-Mix: cross_net_test.cu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 namespace gpubox::trainer {
 namespace {
 using device::to_host;
+using testing::bf16_tolerance;
 using testing::central_difference;
 using testing::expect_gradient_near;
 using testing::LayersTest;
@@ -84,16 +87,18 @@ std::vector<double> reference_output(const DenseParameters& params, const std::v
 // their biases made nonzero, and its inputs, drawn from a generator seeded by the case (x0's row
 // padding NaN, never read); the loss L = sum R * x_L (stacked) or sum r * (base + x_L . w_out)
 // (parallel) as a function of the parameter values `w` and of x0, and the backward from L's
-// gradient scaled by kScale.
+// gradient scaled by kScale. `bf16`: the GEMMs read bf16 operands (CrossSpec::bf16).
 struct CrossNetCase {
-  CrossNetCase(device::Card& on, const Blas& with, int rank_in, bool parallel_in)
+  CrossNetCase(device::Card& on, const Blas& with, int rank_in, bool parallel_in, bool bf16 = false)
       : card(on),
         blas(with),
         rank(rank_in),
         parallel(parallel_in),
         rng(100 + rank + (parallel ? 1 : 0)),
         params(card),
-        net(card, params, kDim, kLd, kLayers, rank, parallel) {
+        net(card, params,
+            CrossSpec{kDim, kLd, kLayers, CrossKind::kMatrix, rank, 0, parallel, bf16}) {
+    if (bf16) params.keep_bf16_copy();
     params.finalize(11);
     w = params.values_to_host();
     for (const ParamBlock& b : params.blocks()) {  // biases start at zero: make them matter
@@ -131,22 +136,43 @@ struct CrossNetCase {
     return sum;
   }
 
-  // After loss(): its logits (parallel) or x_L (stacked) against the float64 reference x_L `x`.
-  void expect_output_near(const std::vector<double>& x) {
+  // Parallel: the float64 logit of row i from the reference x_L `x`.
+  double reference_logit(const std::vector<double>& x, int i) const {
+    const ParamBlock& ob = block_named(params, "cross_out.w");
+    double logit = base[i];
+    for (int j = 0; j < kDim; ++j) logit += x[i * kLd + j] * w[ob.offset + j];
+    return logit;
+  }
+
+  // L in float64 from the reference x_L at the values `w` and x0.
+  double reference_loss() const {
+    const std::vector<double> x = reference_output(params, w, x0, rank);
+    double sum = 0;
+    for (int i = 0; i < kBatch; ++i) {
+      if (parallel) {
+        sum += r[i] * reference_logit(x, i);
+        continue;
+      }
+      for (int j = 0; j < kDim; ++j) sum += big_r[i * kLd + j] * x[i * kLd + j];
+    }
+    return sum;
+  }
+
+  // After loss(): its logits (parallel) or x_L (stacked) against the float64 reference x_L `x`,
+  // within `rel` (1 + |want|).
+  void expect_output_near(const std::vector<double>& x, double rel = 1e-4) {
     if (parallel) {
-      const ParamBlock& ob = block_named(params, "cross_out.w");
       const std::vector<float> got = to_host(logits);
       for (int i = 0; i < kBatch; ++i) {
-        double want = base[i];
-        for (int j = 0; j < kDim; ++j) want += x[i * kLd + j] * w[ob.offset + j];
-        EXPECT_NEAR(got[i], want, 1e-4 * (1 + std::fabs(want))) << "logit " << i;
+        const double want = reference_logit(x, i);
+        EXPECT_NEAR(got[i], want, rel * (1 + std::fabs(want))) << "logit " << i;
       }
       return;
     }
     const std::vector<float> got = to_host(net.output(), kBatch * kLd, card.stream());
     for (int i = 0; i < kBatch; ++i) {
       for (int j = 0; j < kDim; ++j) {
-        EXPECT_NEAR(got[i * kLd + j], x[i * kLd + j], 1e-4 * (1 + std::fabs(x[i * kLd + j])))
+        EXPECT_NEAR(got[i * kLd + j], x[i * kLd + j], rel * (1 + std::fabs(x[i * kLd + j])))
             << "x_L " << i << "," << j;
       }
     }
@@ -235,6 +261,55 @@ TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
     }
     cross.net.backward(blas_, cross.params, nullptr, 0, 1.0f / kScale, nullptr, kPooled, false);
     for (float g : cross.params.grads_to_host()) ASSERT_EQ(g, 0.0f);
+  }
+}
+
+// The same network with bf16 GEMMs (CrossSpec::bf16; GPUBOX_BF16_EMULATION where the CPU has
+// none), from weights set after finalize (the GEMMs must read their refreshed bf16 copy): x_L
+// (parallel: the logits), every parameter gradient and the pooled gradient against the float64
+// reference and its central differences, within bf16's rounding; and not the fp32 path's values.
+TEST_F(LayersTest, CrossNetBf16GemmsMatchFloat64WithinBf16Rounding) {
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  const Blas bf16_blas(card_);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  ASSERT_NE(bf16_blas.bf16(), Bf16Support::kNone);
+  const double tol = bf16_tolerance(kDim, 1.0);
+  for (const int rank : {0, 3}) {
+    for (const bool parallel : {false, true}) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + (parallel ? " parallel" : " stacked"));
+      CrossNetCase cross(card_, bf16_blas, rank, parallel, true);
+      ASSERT_TRUE(cross.net.gemms_bf16());
+      for (const ParamBlock& b : cross.params.blocks()) {  // weights other than finalize's
+        if (b.name.compare(b.name.size() - 2, 2, ".b") == 0) continue;
+        const std::vector<float> fresh = random_vector(b.count, cross.rng, -0.6f, 0.6f);
+        std::copy(fresh.begin(), fresh.end(), cross.w.begin() + b.offset);
+      }
+      cross.loss();
+      cross.expect_output_near(reference_output(cross.params, cross.w, cross.x0, rank), tol);
+      auto d_pooled = card_.make_buffer<float>(static_cast<std::size_t>(kBatch) * kPooled);
+      cross.backward(d_pooled.data(), false);
+      const std::vector<float> grads = cross.params.grads_to_host();
+      const std::vector<float> dp = to_host(d_pooled);
+      const auto reference = [&]() -> double { return cross.reference_loss(); };
+      for (const ParamBlock& b : cross.params.blocks()) {
+        for (std::size_t k = 0; k < b.count; ++k) {
+          const double numeric = central_difference(cross.w, b.offset + k, 1e-2f, reference);
+          expect_gradient_near(grads[b.offset + k] / kScale, numeric, tol, tol,
+                               b.name + "[" + std::to_string(k) + "]");
+        }
+      }
+      for (int i = 0; i < kBatch; ++i) {
+        for (int j = 0; j < kPooled; ++j) {
+          const double numeric = central_difference(cross.x0, i * kLd + j, 1e-2f, reference);
+          expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
+                               "pooled " + std::to_string(i) + "," + std::to_string(j));
+        }
+      }
+      // bf16 did run: the fp32 network on the same values computes other bits.
+      CrossNetCase fp32(card_, blas_, rank, parallel);
+      fp32.w = cross.w;
+      EXPECT_NE(fp32.loss(), cross.loss());
+    }
   }
 }
 

@@ -48,6 +48,13 @@ inline double weighted_sum(const std::vector<float>& out, const std::vector<floa
   return s;
 }
 
+// What a path whose GEMMs read bf16 operands keeps to its float64 reference, relative: each
+// operand rounded once (relative error <= 2^-8 each, <= 2^-7 per product), `k`-term sums whose
+// rounding errors add up as a random walk (sqrt(k)), times `margin` for the layers it passes.
+inline double bf16_tolerance(int k, double margin) {
+  return margin * std::sqrt(static_cast<double>(k)) * std::ldexp(1.0, -7);
+}
+
 inline void expect_gradient_near(double analytic, double numeric, double abs_tol, double rel_tol,
                                  const std::string& what) {
   EXPECT_NEAR(analytic, numeric, abs_tol + rel_tol * std::fabs(numeric)) << what;

@@ -1,6 +1,7 @@
 // The GEMM library of one card, two implementations: oneDNN on the cpu backend (blas_onednn.cpp),
 // cuBLAS and cuBLASLt on the cuda backend (blas_cuda.cpp). Blas itself offers plain fp32 GEMM and
-// GEMV (the wide part, the benchmarks' sgemm limit); the dense layers' fused GEMMs
+// GEMV (the wide part, the benchmarks' sgemm limit) and a bf16-input GEMM (the cross networks in
+// bf16); the dense layers' fused GEMMs
 // (linear_gemms.hpp) run on the same library state. All matrices are row-major and in the memory
 // of the card the Blas was made for; every call is ordered on that card's stream.
 //
@@ -13,6 +14,7 @@
 
 #include "heterps/device/card.hpp"
 #include "heterps/device/stream.hpp"
+#include "trainer/nn/bf16.hpp"
 
 namespace gpubox::trainer {
 
@@ -57,6 +59,15 @@ class Blas {
                      float alpha, const float* a, int64_t lda, int64_t stride_a, const float* b,
                      int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
                      int64_t stride_c, int64_t batch) const;
+
+  // sgemm with bf16 A and B (same strides, in elements): the products exact in fp32, summed in
+  // fp32 into the fp32 C. Needs bf16() != kNone. cpu: a oneDNN matmul primitive per shape (made
+  // at a shape's first call, kept by the Blas); kEmulated: fp32 copies of A and B, then sgemm.
+  // cuda: cublasGemmEx (CUDA_R_16BF in, CUDA_R_32F out, CUBLAS_COMPUTE_32F). The cross networks'
+  // GEMMs in bf16 (CrossNet); the MLP's layers use LinearGemms.
+  void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const Bf16* a, int64_t lda, const Bf16* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) const;
 
   // y = alpha * op(A) x + beta * y, A stored row-major [rows x cols] with row stride lda.
   void sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,

@@ -120,6 +120,26 @@ void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_
       stride_c, to_int(batch, "batch")));
 }
 
+void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const Bf16* a, int64_t lda, const Bf16* b, int64_t ldb,
+                     float beta, float* c, int64_t ldc) const {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "gemm_bf16 with negative size m=", m, " n=", n,
+                 " k=", k);
+  GPUBOX_EXPECTS(bf16() != Bf16Support::kNone, "gemm_bf16 on ", isa(), ", which has no bf16 GEMMs");
+  // The empty product reads neither operand: sgemm's C = beta * C.
+  if (m == 0 || n == 0 || k == 0) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, c, ldc);
+    return;
+  }
+  count_gemm_launch(stream());
+  const auto ld = [](int64_t v) { return to_int(v < 1 ? 1 : v, "leading dimension"); };
+  // Operands swapped as sgemm's; bf16 products summed in fp32 (tensor cores from sm_80).
+  GPUBOX_CUBLAS_TRY(cublasGemmEx(backend_->handle, to_cublas(trans_b), to_cublas(trans_a),
+                                 to_int(n, "n"), to_int(m, "m"), to_int(k, "k"), &alpha, b,
+                                 CUDA_R_16BF, ld(ldb), a, CUDA_R_16BF, ld(lda), &beta, c,
+                                 CUDA_R_32F, ld(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void Blas::sgemv(Transpose trans_a, int64_t rows, int64_t cols, float alpha, const float* a,
                  int64_t lda, const float* x, float beta, float* y) const {
   GPUBOX_EXPECTS(rows >= 0 && cols >= 0, "sgemv with negative size rows=", rows, " cols=", cols);

@@ -10,8 +10,10 @@
 // avx512_core_amx ISAs); elsewhere it has none worth using (oneDNN 2.6 refuses them on AVX2 and
 // emulates them on plain AVX512), so the dense net runs in fp32 there.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "trainer/nn/blas.hpp"
@@ -56,6 +58,71 @@ void check(dnnl_status_t status, const char* what) {
 
 // cblas-style leading dimensions: oneDNN rejects ld < 1 even for empty matrices.
 dnnl_dim_t ld(int64_t v) { return v < 1 ? 1 : v; }
+
+// op(X) [rows x cols] of X stored row-major with row stride ld ([cols x rows] when transposed).
+dnnl::memory::desc operand(Transpose t, int64_t rows, int64_t cols, int64_t ld,
+                           dnnl::memory::data_type type) {
+  using dims = dnnl::memory::dims;
+  return t == Transpose::kNo ? dnnl::memory::desc(dims{rows, cols}, type, dims{ld, 1})
+                             : dnnl::memory::desc(dims{rows, cols}, type, dims{1, ld});
+}
+
+// X (op(X) [rows x cols], stride ld) as fp32, same layout: kEmulated's copy of a bf16 operand.
+std::vector<float> widen(Transpose t, int64_t rows, int64_t cols, int64_t ld, const Bf16* x) {
+  const int64_t stored_rows = t == Transpose::kNo ? rows : cols;
+  const int64_t stored_cols = t == Transpose::kNo ? cols : rows;
+  std::vector<float> out(static_cast<std::size_t>((stored_rows - 1) * ld + stored_cols));
+  for (int64_t i = 0; i < stored_rows; ++i) {
+    for (int64_t j = 0; j < stored_cols; ++j) out[i * ld + j] = to_float(x[i * ld + j]);
+  }
+  return out;
+}
+
+int64_t float_bits(float v) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
+constexpr std::size_t kBf16GemmsKept = 256;
+
+// gemm_bf16's primitive for one shape, made on its first call (see Backend::bf16_gemms).
+const Blas::Backend::Bf16Gemm& bf16_gemm(Blas::Backend& backend, Transpose ta, Transpose tb,
+                                         int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
+                                         int64_t ldb, float beta, int64_t ldc) {
+  std::vector<int64_t> key{m,
+                           n,
+                           k,
+                           lda,
+                           ldb,
+                           ldc,
+                           static_cast<int64_t>(ta),
+                           static_cast<int64_t>(tb),
+                           float_bits(alpha),
+                           float_bits(beta)};
+  const auto found = backend.bf16_gemms.find(key);
+  if (found != backend.bf16_gemms.end()) return found->second;
+  // Shapes follow the batch sizes seen (a server's requests vary): past kBf16GemmsKept the cache
+  // starts over (an enqueued call holds its own handle to the primitive).
+  if (backend.bf16_gemms.size() >= kBf16GemmsKept) backend.bf16_gemms.clear();
+  using type = dnnl::memory::data_type;
+  Blas::Backend::Bf16Gemm gemm;
+  gemm.a = operand(ta, m, k, lda, type::bf16);
+  gemm.b = operand(tb, k, n, ldb, type::bf16);
+  gemm.c = operand(Transpose::kNo, m, n, ldc, type::f32);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(beta);
+    attr.set_post_ops(ops);
+  }
+  run_gemm(backend, [&] {
+    gemm.primitive = dnnl::matmul(dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr, backend.engine));
+  });
+  return backend.bf16_gemms.emplace(std::move(key), gemm).first->second;
+}
 
 }  // namespace
 
@@ -131,6 +198,46 @@ void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_
       if (one != dnnl_success) failed = static_cast<int>(one);
     }
     check(static_cast<dnnl_status_t>(failed), "sgemm_batched");
+  });
+}
+
+void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
+                     float alpha, const Bf16* a, int64_t lda, const Bf16* b, int64_t ldb,
+                     float beta, float* c, int64_t ldc) const {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "gemm_bf16 with negative size m=", m, " n=", n,
+                 " k=", k);
+  GPUBOX_EXPECTS(bf16() != Bf16Support::kNone, "gemm_bf16 on ", isa(), ", which has no bf16 GEMMs");
+  // The empty product reads neither operand: sgemm's C = beta * C.
+  if (m == 0 || n == 0 || k == 0) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, c, ldc);
+    return;
+  }
+  Backend* backend = backend_.get();
+  if (backend->bf16 == Bf16Support::kEmulated) {
+    count_gemm_launch(stream());
+    device::enqueue(stream(), "gemm_bf16", [=] {
+      const std::vector<float> a32 = widen(trans_a, m, k, lda, a);
+      const std::vector<float> b32 = widen(trans_b, k, n, ldb, b);
+      run_gemm(*backend, [&] {
+        check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N',
+                         trans_b == Transpose::kYes ? 'T' : 'N', m, n, k, alpha, a32.data(),
+                         ld(lda), b32.data(), ld(ldb), beta, c, ld(ldc)),
+              "gemm_bf16 (emulated)");
+      });
+    });
+    return;
+  }
+  const Backend::Bf16Gemm gemm =
+      bf16_gemm(*backend, trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc);
+  count_gemm_launch(stream());
+  device::enqueue(stream(), "gemm_bf16", [=] {
+    run_gemm(*backend, [&] {
+      dnnl::memory ma(gemm.a, backend->engine, const_cast<Bf16*>(a));
+      dnnl::memory mb(gemm.b, backend->engine, const_cast<Bf16*>(b));
+      dnnl::memory mc(gemm.c, backend->engine, c);
+      gemm.primitive.execute(backend->stream,
+                             {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    });
   });
 }
 

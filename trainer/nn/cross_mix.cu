@@ -6,8 +6,8 @@
 //   m_e = p_e h_e;  pre = m U_l + b_l;  x_{l+1} = x0 * pre + x_l
 // Backward from g = dL/dx_{l+1}: dpre = g * x0, dm = dpre U_l^T, dp_e = h_e . dm_e, the
 // softmax's dz_e = p_e (dp_e - sum_f p_f dp_f), dh_e = p_e dm_e, then back through the tanhs,
-// C, V and the gate's G to dL/dx_l. Portable: GEMMs through the card's Blas, the rest
-// parallel_for.
+// C, V and the gate's G to dL/dx_l. Portable: GEMMs through the card's Blas (fp32, or bf16
+// operands: CrossNet::gemm), the rest parallel_for.
 #include <cmath>
 #include <string>
 
@@ -123,27 +123,29 @@ void CrossNet::forward_mixture(const Blas& blas, const DenseParameters& params, 
   const auto at = static_cast<std::size_t>(l);
   const float* in = layer_input(x0, l);
   const int er = experts_ * rank_;
+  constexpr Transpose kNo = Transpose::kNo;
+  const Operand x = rounded(stream, in, batch, dim_, ld_, copy_of(in_bf16_, at));
   float* a = low_[at].data();
   float* h = act_[at].data();
   float* p = gate_[at].data();
-  blas.sgemm(Transpose::kNo, Transpose::kNo, batch, er, dim_, 1.0f, in, ld_, params.values(w_[at]),
-             er, 0.0f, a, er);
+  gemm(blas, kNo, kNo, batch, er, dim_, x, weight(params, w_[at], er), 0.0f, a, er);
   device::parallel_for(stream, entries(batch, er), TanhInPlace{a});
-  const float* c = params.values(c_[at]);
+  const Operand as = rounded(stream, a, batch, er, er, copy_of(low_bf16_, at));
+  const Operand c = weight(params, c_[at], rank_);
   for (int e = 0; e < experts_; ++e) {
-    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, rank_, rank_, 1.0f, a + e * rank_, er,
-               c + static_cast<int64_t>(e) * rank_ * rank_, rank_, 0.0f, h + e * rank_, er);
+    gemm(blas, kNo, kNo, batch, rank_, rank_, as.at(e * rank_),
+         c.at(static_cast<int64_t>(e) * rank_ * rank_), 0.0f, h + e * rank_, er);
   }
   device::parallel_for(stream, entries(batch, er), TanhInPlace{h});
-  blas.sgemm(Transpose::kNo, Transpose::kNo, batch, experts_, dim_, 1.0f, in, ld_,
-             params.values(gate_w_), experts_, 0.0f, p, experts_);
+  gemm(blas, kNo, kNo, batch, experts_, dim_, x, weight(params, gate_w_, experts_), 0.0f, p,
+       experts_);
   device::parallel_for(stream, static_cast<std::size_t>(batch),
                        GateSoftmax{p, params.values(gate_b_), experts_});
   float* m = mix_[at].data();
   device::parallel_for(stream, entries(batch, er), ScaleByGate{p, h, m, rank_, er});
+  const Operand ms = rounded(stream, m, batch, er, er, copy_of(mix_bf16_, at));
   float* pre = pre_[at].data();
-  blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, er, 1.0f, m, er, params.values(u_[at]),
-             dim_, 0.0f, pre, ld_);
+  gemm(blas, kNo, kNo, batch, dim_, er, ms, weight(params, u_[at], dim_), 0.0f, pre, ld_);
   device::parallel_for(
       stream, entries(batch, dim_),
       detail::CrossCombine{x0, in, params.values(b_[at]), pre, xs_[at].data(), ld_, dim_});
@@ -160,30 +162,34 @@ void CrossNet::backward_mixture(const Blas& blas, DenseParameters& params, const
                                                     dx0_.data(), ld_, dim_, l == layers_ - 1});
   device::parallel_for(stream, static_cast<std::size_t>(dim_),
                        detail::ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_});
-  blas.sgemm(Transpose::kYes, Transpose::kNo, er, dim_, batch, 1.0f, mix_[at].data(), er,
-             dpre_.data(), ld_, 0.0f, params.grads(u_[at]), dim_);
-  blas.sgemm(Transpose::kNo, Transpose::kYes, batch, er, dim_, 1.0f, dpre_.data(), ld_,
-             params.values(u_[at]), dim_, 0.0f, dlow_.data(), er);
-  backward_mixture_gate(blas, params, in, batch, l);  // dlow_: dL/d(a_e C_le) from here
+  constexpr Transpose kNo = Transpose::kNo, kYes = Transpose::kYes;
+  const Operand x = stored(in, copy_of(in_bf16_, at), ld_);
+  const Operand dpre = rounded(stream, dpre_.data(), batch, dim_, ld_, dpre_bf16_.data());
+  gemm(blas, kYes, kNo, er, dim_, batch, stored(mix_[at].data(), copy_of(mix_bf16_, at), er), dpre,
+       0.0f, params.grads(u_[at]), dim_);
+  gemm(blas, kNo, kYes, batch, er, dim_, dpre, weight(params, u_[at], dim_), 0.0f, dlow_.data(),
+       er);
+  backward_mixture_gate(blas, params, x, batch, l);  // dlow_: dL/d(a_e C_le) from here
   const float* a = low_[at].data();
-  const float* c = params.values(c_[at]);
+  const Operand as = stored(a, copy_of(low_bf16_, at), er);
+  const Operand dlow = rounded(stream, dlow_.data(), batch, er, er, dlow_bf16_.data());
+  const Operand c = weight(params, c_[at], rank_);
   float* dc = params.grads(c_[at]);
   for (int e = 0; e < experts_; ++e) {
     const int64_t block = static_cast<int64_t>(e) * rank_ * rank_;
-    blas.sgemm(Transpose::kYes, Transpose::kNo, rank_, rank_, batch, 1.0f, a + e * rank_, er,
-               dlow_.data() + e * rank_, er, 0.0f, dc + block, rank_);
-    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, rank_, rank_, 1.0f, dlow_.data() + e * rank_,
-               er, c + block, rank_, 0.0f, dlow2_.data() + e * rank_, er);
+    gemm(blas, kYes, kNo, rank_, rank_, batch, as.at(e * rank_), dlow.at(e * rank_), 0.0f,
+         dc + block, rank_);
+    gemm(blas, kNo, kYes, batch, rank_, rank_, dlow.at(e * rank_), c.at(block), 0.0f,
+         dlow2_.data() + e * rank_, er);
   }
   device::parallel_for(stream, entries(batch, er), TanhGrad{a, dlow2_.data()});
-  blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, er, batch, 1.0f, in, ld_, dlow2_.data(), er,
-             0.0f, params.grads(w_[at]), er);
+  const Operand dlow2 = rounded(stream, dlow2_.data(), batch, er, er, dlow2_bf16_.data());
+  gemm(blas, kYes, kNo, dim_, er, batch, x, dlow2, 0.0f, params.grads(w_[at]), er);
   // g becomes dL/dx_l: the identity path, the gate's term (backward_mixture_gate) and V's.
-  blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, er, 1.0f, dlow2_.data(), er,
-             params.values(w_[at]), er, 1.0f, g_.data(), ld_);
+  gemm(blas, kNo, kYes, batch, dim_, er, dlow2, weight(params, w_[at], er), 1.0f, g_.data(), ld_);
 }
 
-void CrossNet::backward_mixture_gate(const Blas& blas, DenseParameters& params, const float* in,
+void CrossNet::backward_mixture_gate(const Blas& blas, DenseParameters& params, const Operand& in,
                                      int64_t batch, int l) {
   const device::Stream& stream = blas.stream();
   const auto at = static_cast<std::size_t>(l);
@@ -195,13 +201,15 @@ void CrossNet::backward_mixture_gate(const Blas& blas, DenseParameters& params, 
   // The gate is every layer's: the top layer (backward's first) writes its gradients, the
   // others add to them.
   const bool first = l == layers_ - 1;
-  blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, experts_, batch, 1.0f, in, ld_, dgate_.data(),
-             experts_, first ? 0.0f : 1.0f, params.grads(gate_w_), experts_);
+  const Operand dgate =
+      rounded(stream, dgate_.data(), batch, experts_, experts_, dgate_bf16_.data());
+  gemm(blas, Transpose::kYes, Transpose::kNo, dim_, experts_, batch, in, dgate, first ? 0.0f : 1.0f,
+       params.grads(gate_w_), experts_);
   device::parallel_for(
       stream, static_cast<std::size_t>(experts_),
       detail::ColumnSum{dgate_.data(), params.grads(gate_b_), batch, experts_, !first});
-  blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, experts_, 1.0f, dgate_.data(), experts_,
-             params.values(gate_w_), experts_, 1.0f, g_.data(), ld_);
+  gemm(blas, Transpose::kNo, Transpose::kYes, batch, dim_, experts_, dgate,
+       weight(params, gate_w_, experts_), 1.0f, g_.data(), ld_);
   device::parallel_for(stream, entries(batch, er), GatedTanhGrad{p, h, dlow_.data(), rank_, er});
 }
 

@@ -1,8 +1,9 @@
 // The cross networks (CrossNet, layers.hpp): construction, the layer loop, the parallel logit,
 // the pooled gradient and dcn_v2's plain (kMatrix) layers; kVector's layers are cross_vector.cu's,
-// kMixture's cross_mix.cu's. Portable: the GEMMs through the card's Blas, the elementwise work as
-// parallel_for functors (detail/cross_functors.cuh).
+// kMixture's cross_mix.cu's. Portable: the GEMMs through the card's Blas (fp32, or bf16 operands:
+// CrossNet::gemm), the elementwise work as parallel_for functors (detail/cross_functors.cuh).
 #include <cmath>
+#include <sstream>
 #include <string>
 
 #include "common/error.hpp"
@@ -30,6 +31,18 @@ int64_t low_cols(CrossKind kind, int rank, int experts) {
   }
   return rank;
 }
+
+const char* cross_kind_text(CrossKind kind) {
+  switch (kind) {
+    case CrossKind::kVector:
+      return "vector";
+    case CrossKind::kMixture:
+      return "mixture";
+    case CrossKind::kMatrix:
+      break;
+  }
+  return "matrix";
+}
 }  // namespace
 
 CrossNet::CrossNet(device::Card& card, DenseParameters& params, int dim, int64_t ld, int layers,
@@ -43,7 +56,8 @@ CrossNet::CrossNet(device::Card& card, DenseParameters& params, const CrossSpec&
       rank_(spec.rank),
       kind_(spec.kind),
       experts_(spec.kind == CrossKind::kMixture ? spec.experts : 0),
-      parallel_(spec.parallel) {
+      parallel_(spec.parallel),
+      bf16_(spec.bf16 && spec.kind != CrossKind::kVector) {
   GPUBOX_EXPECTS(dim_ > 0 && ld_ >= dim_, "cross network: dim ", dim_, " with row stride ", ld_);
   GPUBOX_EXPECTS(layers_ >= 1, "hyper_parameters.cross_layers must be >= 1, got ", layers_);
   GPUBOX_EXPECTS(rank_ >= 0, "hyper_parameters.cross_rank must be >= 0, got ", rank_);
@@ -86,6 +100,27 @@ CrossNet::CrossNet(device::Card& card, DenseParameters& params, const CrossSpec&
   for (auto* buffer : {&g_, &dpre_, &dx0_, &dlow_, &dlow2_, &dgate_}) {
     *buffer = card.make_buffer<float>(0);
   }
+  if (!bf16_) return;
+  for (int l = 0; l < layers_; ++l) {
+    in_bf16_.push_back(card.make_buffer<Bf16>(0));
+    if (!low_.empty()) low_bf16_.push_back(card.make_buffer<Bf16>(0));
+    if (mixture) mix_bf16_.push_back(card.make_buffer<Bf16>(0));
+  }
+  for (auto* buffer : {&dpre_bf16_, &dlow_bf16_, &dlow2_bf16_, &dgate_bf16_}) {
+    *buffer = card.make_buffer<Bf16>(0);
+  }
+}
+
+std::string CrossNet::describe(int64_t batch, bool emulated) const {
+  std::ostringstream out;
+  out << layers_ << " x " << dim_ << "x" << dim_ << " " << cross_kind_text(kind_)
+      << (rank_ > 0 ? " rank " + std::to_string(rank_) : std::string())
+      << (experts_ > 0 ? " experts " + std::to_string(experts_) : std::string())
+      << (parallel_ ? ", parallel" : ", stacked")
+      << (bf16_ ? ": gemm_bf16 (bf16 operands, fp32 accumulation" : ": sgemm (fp32")
+      << (bf16_ && emulated ? ", emulated in fp32: GPUBOX_BF16_EMULATION=1" : "")
+      << ") + elementwise (fp32, batch " << batch << ")";
+  return out.str();
 }
 
 double CrossNet::flops_per_example() const {
@@ -116,6 +151,38 @@ void CrossNet::reserve(int64_t batch) {
   dlow_.resize_discard(low);
   if (kind_ == CrossKind::kMixture) dlow2_.resize_discard(low);
   dgate_.resize_discard(gates);
+  if (!bf16_) return;
+  for (auto& buffer : in_bf16_) buffer.resize_discard(matrix);
+  for (auto& buffer : low_bf16_) buffer.resize_discard(low);
+  for (auto& buffer : mix_bf16_) buffer.resize_discard(low);
+  dpre_bf16_.resize_discard(matrix);
+  dlow_bf16_.resize_discard(low);
+  if (kind_ == CrossKind::kMixture) dlow2_bf16_.resize_discard(low);
+  dgate_bf16_.resize_discard(gates);
+}
+
+CrossNet::Operand CrossNet::weight(const DenseParameters& params, std::size_t block,
+                                   int64_t ld) const {
+  if (!bf16_) return {params.values(block), nullptr, ld};
+  GPUBOX_EXPECTS(params.has_bf16_copy(),
+                 "the cross layers read bf16 weights but the parameters keep no bf16 copy");
+  return {params.values(block), params.values_bf16(block), ld};
+}
+
+CrossNet::Operand CrossNet::rounded(const device::Stream& stream, const float* rows, int64_t n,
+                                    int cols, int64_t ld, Bf16* copy) const {
+  if (!bf16_) return {rows, nullptr, ld};
+  to_bf16_rows_async(stream, rows, n, cols, ld, copy);
+  return {rows, copy, ld};
+}
+
+void CrossNet::gemm(const Blas& blas, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k,
+                    const Operand& a, const Operand& b, float beta, float* c, int64_t ldc) const {
+  if (bf16_) {
+    blas.gemm_bf16(ta, tb, m, n, k, 1.0f, a.bf16, a.ld, b.bf16, b.ld, beta, c, ldc);
+  } else {
+    blas.sgemm(ta, tb, m, n, k, 1.0f, a.f32, a.ld, b.f32, b.ld, beta, c, ldc);
+  }
 }
 
 const float* CrossNet::output() const { return xs_.back().data(); }
@@ -142,16 +209,16 @@ void CrossNet::forward_matrix(const Blas& blas, const DenseParameters& params, c
                               int64_t batch, int l) {
   const auto at = static_cast<std::size_t>(l);
   const float* in = layer_input(x0, l);
+  const Operand x = rounded(blas.stream(), in, batch, dim_, ld_, copy_of(in_bf16_, at));
   float* pre = pre_[at].data();
+  constexpr Transpose kNo = Transpose::kNo;
   if (rank_ == 0) {
-    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, dim_, 1.0f, in, ld_,
-               params.values(w_[at]), dim_, 0.0f, pre, ld_);
+    gemm(blas, kNo, kNo, batch, dim_, dim_, x, weight(params, w_[at], dim_), 0.0f, pre, ld_);
   } else {
     float* low = low_[at].data();
-    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, rank_, dim_, 1.0f, in, ld_,
-               params.values(w_[at]), rank_, 0.0f, low, rank_);
-    blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, rank_, 1.0f, low, rank_,
-               params.values(u_[at]), dim_, 0.0f, pre, ld_);
+    gemm(blas, kNo, kNo, batch, rank_, dim_, x, weight(params, w_[at], rank_), 0.0f, low, rank_);
+    const Operand lows = rounded(blas.stream(), low, batch, rank_, rank_, copy_of(low_bf16_, at));
+    gemm(blas, kNo, kNo, batch, dim_, rank_, lows, weight(params, u_[at], dim_), 0.0f, pre, ld_);
   }
   device::parallel_for(blas.stream(), entries(batch, dim_),
                        CrossCombine{x0, in, params.values(b_[at]), pre, xs_[at].data(), ld_, dim_});
@@ -205,23 +272,22 @@ void CrossNet::backward_matrix(const Blas& blas, DenseParameters& params, const 
   device::parallel_for(stream, static_cast<std::size_t>(dim_),
                        ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_});
   // g becomes dL/dx_l: the identity path (g itself) plus dpre through the layer's GEMM(s).
+  constexpr Transpose kNo = Transpose::kNo, kYes = Transpose::kYes;
+  const Operand x = stored(in, copy_of(in_bf16_, at), ld_);
+  const Operand dpre = rounded(stream, dpre_.data(), batch, dim_, ld_, dpre_bf16_.data());
   if (rank_ == 0) {
-    const float* w = params.values(w_[at]);
-    blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, dim_, batch, 1.0f, in, ld_, dpre_.data(), ld_,
-               0.0f, params.grads(w_[at]), dim_);
-    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, dim_, 1.0f, dpre_.data(), ld_, w, dim_,
-               1.0f, g_.data(), ld_);
+    const Operand w = weight(params, w_[at], dim_);
+    gemm(blas, kYes, kNo, dim_, dim_, batch, x, dpre, 0.0f, params.grads(w_[at]), dim_);
+    gemm(blas, kNo, kYes, batch, dim_, dim_, dpre, w, 1.0f, g_.data(), ld_);
   } else {
-    const float* v = params.values(w_[at]);
-    const float* u = params.values(u_[at]);
-    blas.sgemm(Transpose::kYes, Transpose::kNo, rank_, dim_, batch, 1.0f, low_[at].data(), rank_,
-               dpre_.data(), ld_, 0.0f, params.grads(u_[at]), dim_);
-    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, rank_, dim_, 1.0f, dpre_.data(), ld_, u,
-               dim_, 0.0f, dlow_.data(), rank_);
-    blas.sgemm(Transpose::kYes, Transpose::kNo, dim_, rank_, batch, 1.0f, in, ld_, dlow_.data(),
-               rank_, 0.0f, params.grads(w_[at]), rank_);
-    blas.sgemm(Transpose::kNo, Transpose::kYes, batch, dim_, rank_, 1.0f, dlow_.data(), rank_, v,
-               rank_, 1.0f, g_.data(), ld_);
+    const Operand v = weight(params, w_[at], rank_);
+    const Operand u = weight(params, u_[at], dim_);
+    const Operand low = stored(low_[at].data(), copy_of(low_bf16_, at), rank_);
+    gemm(blas, kYes, kNo, rank_, dim_, batch, low, dpre, 0.0f, params.grads(u_[at]), dim_);
+    gemm(blas, kNo, kYes, batch, rank_, dim_, dpre, u, 0.0f, dlow_.data(), rank_);
+    const Operand dlow = rounded(stream, dlow_.data(), batch, rank_, rank_, dlow_bf16_.data());
+    gemm(blas, kYes, kNo, dim_, rank_, batch, x, dlow, 0.0f, params.grads(w_[at]), rank_);
+    gemm(blas, kNo, kYes, batch, dim_, rank_, dlow, v, 1.0f, g_.data(), ld_);
   }
 }
 

@@ -22,9 +22,10 @@ ElementType element_type(DensePrecision precision) {
 }
 
 // dcn: vector cross layers beside the MLP; dcn_v2: matrix layers or DCN-Mix, stacked or
-// parallel.
-CrossSpec cross_spec(const DenseModelConfig& config, int input_dim) {
+// parallel, their GEMMs reading bf16 operands in bf16 (`bf16`; CrossNet keeps dcn's fp32).
+CrossSpec cross_spec(const DenseModelConfig& config, int input_dim, bool bf16) {
   CrossSpec spec;
+  spec.bf16 = bf16;
   spec.dim = input_dim;
   spec.ld = activation_ld(input_dim);
   spec.layers = config.cross_layers;
@@ -38,18 +39,6 @@ CrossSpec cross_spec(const DenseModelConfig& config, int input_dim) {
   spec.experts = config.cross_experts;
   spec.parallel = config.dcn_structure == DcnStructure::kParallel;
   return spec;
-}
-
-const char* cross_kind_text(CrossKind kind) {
-  switch (kind) {
-    case CrossKind::kVector:
-      return "vector";
-    case CrossKind::kMixture:
-      return "mixture";
-    case CrossKind::kMatrix:
-      break;
-  }
-  return "matrix";
 }
 }  // namespace
 
@@ -77,9 +66,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   fp32_part_ = field ? field->fp32_part : nullptr;
   choose_precision(fp32_part_, has_mlp);
   activation_type_ = element_type(precision_);
-  // The cross network (CrossNet) and the CIN, FEFM and attention parts compute in fp32 over fp32
-  // rows; in bf16 the MLP beside or after them reads a bf16 copy of its input
-  // (mlp_reads_bf16_copy).
+  // The cross network's rows (CrossNet; in bf16 dcn_v2's GEMMs read bf16 roundings of them) and
+  // the CIN, FEFM and attention parts are fp32 over fp32 rows; in bf16 the MLP beside or after them
+  // reads a bf16 copy of its input (mlp_reads_bf16_copy).
   x0_type_ = dcn || fp32_part_ ? ElementType::kF32 : activation_type_;
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
@@ -87,7 +76,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (field) {
     field_ = field->make(FieldPartArgs{card, params_, blas_, pool_, config, activation_type_});
   }
-  if (dcn) cross_ = std::make_unique<CrossNet>(card, params_, cross_spec(config, input_dim));
+  if (dcn) {
+    cross_ = std::make_unique<CrossNet>(
+        card, params_, cross_spec(config, input_dim, activation_type_ == ElementType::kBf16));
+  }
   if (has_mlp) add_mlp(input_dim);
   // flen: the MLP over the pooled slots (the dnn's input rows) and its bi-interaction beside it.
   if (config.kind == ModelKind::kFlen) {
@@ -304,12 +296,7 @@ std::string DenseModel::kernel_report(int64_t batch) const {
     if (l < norms_.size()) out << "\n  " << norms_[l].describe();
   }
   if (cross_) {
-    out << "\n  cross " << cross_->layers() << " x " << cross_->dim() << "x" << cross_->dim() << " "
-        << cross_kind_text(cross_->kind())
-        << (cross_->rank() > 0 ? " rank " + std::to_string(cross_->rank()) : std::string())
-        << (cross_->experts() > 0 ? " experts " + std::to_string(cross_->experts()) : std::string())
-        << (cross_->parallel() ? ", parallel" : ", stacked")
-        << ": sgemm + elementwise (fp32, batch " << batch << ")"
+    out << "\n  cross " << cross_->describe(batch, blas_.bf16() == Bf16Support::kEmulated)
         << (mlp_reads_bf16_copy() ? "; the MLP reads its input rounded to bf16" : "");
   }
   if (field_) {

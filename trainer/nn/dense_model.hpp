@@ -32,10 +32,11 @@
 // training must scale up to keep from flushing to zero are representable as they are (what
 // bf16 loses is mantissa, which no scale factor restores). bf16 runs where the card's GEMM
 // library has it in hardware (Blas::bf16); elsewhere the model says so and runs fp32. dcn and
-// dcn_v2: the cross network stays fp32 over fp32 rows, and the MLP reads their (stacked: its
-// output's) bf16 copy; so do the CIN, FEFM and attention parts (xdeepfm, deepfefm, autoint,
-// fat_deepffm): fp32 over the fp32 pooled rows, the MLP over a bf16 copy of their DNN input rows,
-// its input gradient handed back in fp32.
+// dcn_v2: the cross network's rows (x0, x_l) and element-wise work stay fp32; dcn_v2's cross GEMMs
+// read bf16 roundings of their operands and the weights' bf16 copy (CrossNet), dcn's GEMV stays
+// fp32; the MLP reads their (stacked: the cross output's) bf16 copy. So do the CIN, FEFM and
+// attention parts (xdeepfm, deepfefm, autoint, fat_deepffm): fp32 over the fp32 pooled rows, the
+// MLP over a bf16 copy of their DNN input rows, its input gradient handed back in fp32.
 //
 // One step on a card (simplest form, with comm = the card's communicator):
 //   loss = model.forward_backward(batch, scales, push);   // grads into parameters().grads()

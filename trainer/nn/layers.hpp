@@ -250,6 +250,9 @@ struct CrossSpec {
   int rank = 0;
   int experts = 0;
   bool parallel = false;
+  // kMatrix and kMixture: the layers' GEMMs read bf16 operands (Blas::gemm_bf16; see CrossNet).
+  // kVector ignores it (its per-layer product is a GEMV, kept fp32).
+  bool bf16 = false;
 };
 
 // The cross networks of dcn_v2 (DCN-v2, Wang et al. 2021) and dcn (DCN, Wang et al. 2017) over
@@ -271,8 +274,15 @@ struct CrossSpec {
 // which is the logit layer over the concatenation [x_L | last hidden] (its bias is the MLP's),
 // w_out ~ N(0, 1/D).
 //
-// fp32 throughout, whatever the MLP's precision (the model runs dcn and dcn_v2 in fp32:
-// DenseModel); GEMMs are the card's Blas::sgemm, elementwise work parallel_for. Owns its
+// Precision: fp32 by default, GEMMs the card's Blas::sgemm. With CrossSpec::bf16 (dcn_v2 with
+// dense_precision bf16) the kMatrix and kMixture layers' GEMMs (x_l W_l; x_l V_l and low U_l;
+// DCN-Mix's V, C, U and gate GEMMs; and their weight and input gradients) read bf16 operands: the
+// parameters' bf16 copy (DenseParameters::keep_bf16_copy) and a bf16 rounding of each fp32
+// activation or gradient they read, made just before; Blas::gemm_bf16 sums them in fp32 into
+// fp32 outputs. The residual stream x_l, the element-wise work (x0 * (.) + b + x_l, tanh,
+// softmax), every gradient written and the pooled gradient stay fp32. kVector's x_l . w_l is a
+// GEMV (memory-bound: a bf16 copy of x_l would cost more traffic than it saves) and stays fp32.
+// Elementwise work is parallel_for. Owns its
 // activation buffers (what each layer's backward reads). Gradients follow the MLP's convention:
 // backward takes dL/dx_L already multiplied by the dense scale and writes every parameter
 // gradient from it; the pooled gradient it hands the sparse side is unscaled. The layers of
@@ -293,6 +303,11 @@ class CrossNet {
   int experts() const { return experts_; }
   bool parallel() const { return parallel_; }
   int64_t ld() const { return ld_; }
+  // The layers' GEMMs read bf16 operands (CrossSpec::bf16, never for kVector).
+  bool gemms_bf16() const { return bf16_; }
+  // The kernel report's line: layers, kind, rank, experts, structure and what the GEMMs compute in
+  // (`emulated`: bf16 in fp32, GPUBOX_BF16_EMULATION=1).
+  std::string describe(int64_t batch, bool emulated) const;
   // Multiply-adds of one example's forward and backward (x2: flops).
   double flops_per_example() const;
   // Sizes the buffers for batches of up to `batch` rows (allocates only when they grow).
@@ -324,6 +339,32 @@ class CrossNet {
   const float* layer_input(const float* x0, int l) const {
     return l == 0 ? x0 : xs_[static_cast<std::size_t>(l - 1)].data();
   }
+  // A GEMM operand: fp32 rows (row stride ld) and, with bf16_, their bf16 rounding (same layout).
+  struct Operand {
+    const float* f32;
+    const Bf16* bf16;
+    int64_t ld;
+    Operand at(int64_t offset) const {
+      return {f32 + offset, bf16 != nullptr ? bf16 + offset : nullptr, ld};
+    }
+  };
+  // Parameter block `block` as a matrix of row stride ld (its bf16 copy too with bf16_).
+  Operand weight(const DenseParameters& params, std::size_t block, int64_t ld) const;
+  // rows [n x cols], stride ld; with bf16_ first rounded into `copy` (enqueued on `stream`).
+  Operand rounded(const device::Stream& stream, const float* rows, int64_t n, int cols, int64_t ld,
+                  Bf16* copy) const;
+  // rows already rounded into `copy` (by the forward's rounded()).
+  Operand stored(const float* rows, const Bf16* copy, int64_t ld) const {
+    return {rows, bf16_ ? copy : nullptr, ld};
+  }
+  // Layer `at`'s buffer of a per-layer bf16 list (in_bf16_, ...); nullptr without bf16_.
+  static Bf16* copy_of(std::vector<device::device_buffer<Bf16>>& list, std::size_t at) {
+    return at < list.size() ? list[at].data() : nullptr;
+  }
+  // C = op(A) op(B) + beta C: Blas::sgemm on the fp32 operands, or gemm_bf16 on the bf16 ones.
+  void gemm(const Blas& blas, Transpose ta, Transpose tb, int64_t m, int64_t n, int64_t k,
+            const Operand& a, const Operand& b, float beta, float* c, int64_t ldc) const;
+
   // One layer of each kind; backward_* turns g_ from dL/dx_{l+1} into dL/dx_l and adds the
   // layer's share of dL/dx0 to dx0_ (the top layer writes it).
   void forward_matrix(const Blas& blas, const DenseParameters& params, const float* x0,
@@ -341,7 +382,7 @@ class CrossNet {
   void backward_mixture(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
                         int l);
   // kMixture: dL/d(the experts' tanh(x_l V)) from dL/d(x0 * ...) (dpre_), through the gate too.
-  void backward_mixture_gate(const Blas& blas, DenseParameters& params, const float* in,
+  void backward_mixture_gate(const Blas& blas, DenseParameters& params, const Operand& in,
                              int64_t batch, int l);
 
   int dim_;
@@ -351,6 +392,7 @@ class CrossNet {
   CrossKind kind_;
   int experts_;
   bool parallel_;
+  bool bf16_;
   std::vector<std::size_t> w_;  // kMatrix rank 0: W_l; rank > 0, kMixture: V_l; kVector: w_l
   std::vector<std::size_t> u_;  // kMatrix rank > 0, kMixture: U_l
   std::vector<std::size_t> c_;  // kMixture: C_l ([E x r x r], expert-major)
@@ -373,6 +415,11 @@ class CrossNet {
   device::device_buffer<float> dlow_;
   device::device_buffer<float> dlow2_;  // kMixture: dL/d(x_l V) [B x Er]
   device::device_buffer<float> dgate_;  // kMixture: dL/d(gate logits) [B x E]
+  // bf16_ only (empty otherwise), the bf16 roundings the GEMMs read: per layer x_l; low_ (kMatrix
+  // rank > 0: x_l V_l; kMixture: tanh(x_l V_l)); kMixture's mix_. Then dpre_, dlow_, dlow2_ and
+  // dgate_'s, remade for each layer's backward.
+  std::vector<device::device_buffer<Bf16>> in_bf16_, low_bf16_, mix_bf16_;
+  device::device_buffer<Bf16> dpre_bf16_, dlow_bf16_, dlow2_bf16_, dgate_bf16_;
 };
 
 // pred = sigmoid(z); per-instance log loss computed stably from the logit

@@ -33,7 +33,9 @@
 #else
 #include <omp.h>
 
+#include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
 #endif
 
 namespace gpubox::trainer {
@@ -61,6 +63,13 @@ struct Blas::Backend {
   // (a sum split over threads, another kernel path): with one thread they depend on the shapes
   // and the ISA alone, so a seeded run has the same bits whatever the threads per card.
   bool one_thread_gemms = false;
+  // Blas::gemm_bf16's matmul primitives (library scratchpad), one per shape: sizes, strides,
+  // transposes, alpha and beta, as the key lists them. Made at the shape's first call.
+  struct Bf16Gemm {
+    dnnl::matmul primitive;
+    dnnl::memory::desc a, b, c;
+  };
+  std::map<std::vector<int64_t>, Bf16Gemm> bf16_gemms;
 };
 
 // Runs `gemm` (oneDNN calls) on the calling card thread's OpenMP threads, or on one thread
