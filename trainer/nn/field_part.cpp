@@ -140,7 +140,7 @@ constexpr FieldPartKind kFieldParts[] = {
     {ModelKind::kXdeepfm, "CIN", make<XdeepfmField>},
     {ModelKind::kDeepFefm, "field-embedded FM", make<DeepfefmField>},
     {ModelKind::kAutoint, "attention", make<AutointField>},
-    {ModelKind::kFatDeepffm, "attention over field-aware pairs", make<FatDeepffmField>},
+    {ModelKind::kFatDeepffm, "attention and field-aware pairs", make<FatDeepffmField>},
 };
 
 }  // namespace
