@@ -196,7 +196,9 @@ void HeterComm::Impl::pull(const uint64_t* keys, const int32_t* slots, std::size
 }
 
 void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size_t n,
-                           const float* grads, const device::Stream& stream) {
+                           const float* grads, uint32_t* veto, NormClipState* clip,
+                           const device::Stream& stream) {
+  expect_veto_with_clip("push", veto, clip);
   pulled_ = false;  // the plan and the received keys are about to describe another batch
   padded_pulled_ = false;
   planned_n_ = nullptr;
@@ -223,7 +225,11 @@ void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size
                                             &owner_merge_, with_slots, missing, stream);
   }
   last_.owner_lookups += merged;
-  apply_updates(merged, /*veto=*/nullptr, stream);
+  // The rows before this step, created ones included (their embedx part not yet made): as
+  // push_pulled's after the pull that created them.
+  if (clip != nullptr)
+    clip_merged(merged_records_.data(), merged_rows_.data(), merged, clip, veto, stream);
+  apply_updates(merged, veto, stream);
   stream.synchronize();
   finish_step();
 }
@@ -233,10 +239,7 @@ void HeterComm::Impl::push_pulled(const float* grads, uint32_t* veto, NormClipSt
   GPUBOX_EXPECTS(pulled_, "HeterComm::push_pulled on card ", comm_->rank(),
                  " without a pull before it (or after a push, which replaced the pulled keys, or a "
                  "pull_only, which planned no push)");
-  GPUBOX_EXPECTS(clip == nullptr || veto != nullptr, "HeterComm::push_pulled on card ",
-                 comm_->rank(),
-                 ": clipping by global norm needs the step's veto word (a norm that is not finite "
-                 "vetoes the step)");
+  expect_veto_with_clip("push_pulled", veto, clip);
   if (padded_pulled_) {
     push_padded(grads, veto, clip, stream);
     return;
@@ -360,6 +363,14 @@ void HeterComm::Impl::clip_merged(float* records, const row_index_t* rows, std::
       stream, merged, detail::ScaleMerged<position_t>{records, dim, merged_on_card_, merged, clip});
 }
 
+void HeterComm::Impl::expect_veto_with_clip(const char* form, const uint32_t* veto,
+                                            const NormClipState* clip) const {
+  GPUBOX_EXPECTS(clip == nullptr || veto != nullptr, "HeterComm::", form, " on card ",
+                 comm_->rank(),
+                 ": clipping by global norm needs the step's veto word (a norm that is not finite "
+                 "vetoes the step)");
+}
+
 bool HeterComm::Impl::send_slots(const int32_t* slots, std::size_t unique, std::size_t received,
                                  const device::Stream& stream) {
   if (slots == nullptr || options_.missing_keys != MissingKeyPolicy::kCreate) return false;
@@ -415,8 +426,9 @@ void HeterComm::pull_only(const uint64_t* keys, std::size_t n, float* out_pull,
   impl_->pull_only(keys, n, out_pull, stream);
 }
 void HeterComm::push(const uint64_t* keys, std::size_t n, const float* grads,
-                     const device::Stream& stream, const int32_t* slots) {
-  impl_->push(keys, slots, n, grads, stream);
+                     const device::Stream& stream, const int32_t* slots, uint32_t* veto,
+                     NormClipState* clip) {
+  impl_->push(keys, slots, n, grads, veto, clip, stream);
 }
 void HeterComm::reserve_steps(const StepBounds& bounds) { impl_->reserve_steps(bounds); }
 void HeterComm::plan_next_step(const PlannedCounts& counts, const uint64_t* n_on_card) {

@@ -20,9 +20,9 @@
 // byte-identical and equal to the sharded owners' rows. Same host waits; collectives per step:
 // 3 (counts, keys, records) instead of 4; a planned step at the pass's fixed sizes, 2 (keys and
 // records, in fixed blocks: heter_comm_padded.cu), inside its two step graphs. Clipping by global
-// norm (push_pulled's `clip`) adds one all-reduce of one double (the owners' sparse squares) to a
-// sharded step on several cards, planned or not (inside the push graph); a replicated step adds
-// none (every card merged every key).
+// norm (push's and push_pulled's `clip`) adds one all-reduce of one double (the owners' sparse
+// squares) to a sharded step on several cards, planned or not (inside the push graph); a replicated
+// step adds none (every card merged every key).
 //
 // pull and push are collectives: every card of the communicator calls them in the same order
 // (a card with an empty batch calls them with n = 0). Sums are taken in a fixed order (by
@@ -115,9 +115,12 @@ class HeterComm {
   // grads[i * push_dim() ...] = the push record of occurrence i (show, click, embed_g,
   // embedx_g[mf_dim]). Applies one optimizer step per distinct key over all cards. Collective;
   // synchronizes `stream`. With MissingKeyPolicy::kFail, a missing key fails the step on its
-  // owner before any of that owner's rows changes. `slots`: as pull's.
+  // owner before any of that owner's rows changes. `slots`: as pull's. `veto` and `clip`: as
+  // push_pulled's, the same factor of the same rows (a row this push creates counts its embed_g
+  // only, as one its pull created in push_pulled's step), so the two forms step alike.
   void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream,
-            const int32_t* slots = nullptr);
+            const int32_t* slots = nullptr, uint32_t* veto = nullptr,
+            NormClipState* clip = nullptr);
 
   // push() for exactly the keys of this card's last pull (same n, same order; grads as in
   // push), reusing that pull's work: no dedup, no key exchange, no hash lookup, no merge plan

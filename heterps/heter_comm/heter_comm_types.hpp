@@ -24,7 +24,8 @@ struct NormClipState {
   // In: each merged sparse gradient (a key's pushes summed over all cards: its embed_g, and its
   // embedx_g where the row held its embedx part before this push, the part that steps) joins the
   // norm as sparse_scale * g (the trainer: 1 / the step's global batch, so that the norm is that of
-  // the mean loss's gradient, as Paddle's).
+  // the mean loss's gradient, as Paddle's; not g / show, which show_scale steps: the factor scales
+  // g before the step divides it, docs/user-guide.md says why).
   float sparse_scale = 1;
   float clip_norm = 0;  // in: > 0
   // Out: clip_norm / max(clip_norm, sqrt(squares + sparse part)), 1 exactly at or under the clip;

@@ -7,14 +7,6 @@
 
 namespace gpubox::trainer::detail {
 
-GPUBOX_HD GPUBOX_FORCEINLINE bool is_finite(float x) {
-#if GPUBOX_ON_DEVICE
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
-
 GPUBOX_HD GPUBOX_FORCEINLINE float log1p_f(float x) {
 #if GPUBOX_ON_DEVICE
   return log1pf(x);

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "common/error.hpp"
+#include "common/finite.hpp"
 #include "heterps/device/exec_policy.cuh"
 #include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
@@ -113,7 +114,7 @@ struct LogLossAt {
   }
 };
 struct NotFinite {
-  GPUBOX_HD bool operator()(float x) const { return !detail::is_finite(x); }
+  GPUBOX_HD bool operator()(float x) const { return !is_finite(x); }
 };
 struct PlusDouble {
   GPUBOX_HD double operator()(double a, double b) const { return a + b; }
@@ -123,7 +124,7 @@ struct MarkNonFinite {
   const float* values;
   uint32_t* first_bad;
   GPUBOX_HD void operator()(std::size_t i) const {
-    if (detail::is_finite(values[i])) return;
+    if (is_finite(values[i])) return;
     cuda::atomic_ref<uint32_t, cuda::thread_scope_device> word(*first_bad);
     word.fetch_min(static_cast<uint32_t>(i), cuda::std::memory_order_relaxed);
   }
@@ -140,7 +141,7 @@ struct MarkNonFinite {
     }
     if (bad == 0) return;
     std::size_t i = begin;
-    while (detail::is_finite(v[i])) ++i;
+    while (is_finite(v[i])) ++i;
     (*this)(i);
   }
 #endif

@@ -286,7 +286,7 @@ class HeterComm::Impl {
             const device::Stream& stream);
 
   void push(const uint64_t* keys, const int32_t* slots, std::size_t n, const float* grads,
-            const device::Stream& stream);
+            uint32_t* veto, NormClipState* clip, const device::Stream& stream);
 
   void push_pulled(const float* grads, uint32_t* veto, NormClipState* clip,
                    const device::Stream& stream);
@@ -376,6 +376,10 @@ class HeterComm::Impl {
   // wait: everything it reads of `clip` is read on the card.
   void clip_merged(float* records, const row_index_t* rows, std::size_t merged, NormClipState* clip,
                    uint32_t* veto, const device::Stream& stream);
+  // push's and push_pulled's precondition on their `clip`: a veto word to write a non-finite
+  // norm's verdict into (`form` names the call in the error).
+  void expect_veto_with_clip(const char* form, const uint32_t* veto,
+                             const NormClipState* clip) const;
   // adam_bias_correction per_table: enqueues the table's next step (AdvanceTableStep, none when
   // vetoed) and returns where ApplyUpdates reads it; null per_row (nothing enqueued).
   const table::optimizer::TableAdamStep* advance_table_step(const uint32_t* veto,

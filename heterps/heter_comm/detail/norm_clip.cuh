@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/finite.hpp"
 #include "common/macros.hpp"
 #include "heterps/card_table/card_store.cuh"
 #include "heterps/heter_comm/heter_comm_types.hpp"
@@ -65,14 +66,6 @@ struct StoreDouble {
 // the same norm). A norm that is not finite (a NaN or inf gradient; a finite float squared in
 // double cannot overflow) vetoes the step: *veto := kNonFiniteNorm unless the dense check already
 // vetoed it (its verdict names the parameter), so neither part steps and the host reports it.
-GPUBOX_HD GPUBOX_FORCEINLINE bool finite_norm(double x) {
-#if GPUBOX_ON_DEVICE
-  return isfinite(x);
-#else
-  return std::isfinite(x);
-#endif
-}
-
 struct ClipFactor {
   NormClipState* state;
   const double* sparse_squares;
@@ -80,7 +73,7 @@ struct ClipFactor {
   GPUBOX_HD void operator()(std::size_t) const {
     const double norm = ::sqrt(state->squares + *sparse_squares);
     const double clip = static_cast<double>(state->clip_norm);
-    if (!finite_norm(norm)) {
+    if (!is_finite(norm)) {
       if (*veto == kNoVeto) *veto = kNonFiniteNorm;
       state->factor = 1.0f;  // nothing steps: the factor is not used
       return;
