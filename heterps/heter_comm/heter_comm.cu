@@ -230,7 +230,13 @@ void HeterComm::Impl::push(const uint64_t* keys, const int32_t* slots, std::size
   if (clip != nullptr)
     clip_merged(merged_records_.data(), merged_rows_.data(), merged, clip, veto, stream);
   apply_updates(merged, veto, stream);
-  stream.synchronize();
+  // With a clip, sharded, the norm's all-reduce is in flight: a collective's wait (device rule 6),
+  // so a card whose owner threw before it is named, not waited on forever.
+  if (clip != nullptr) {
+    comm_->synchronize(stream, "HeterComm::push");  // S3
+  } else {
+    stream.synchronize();
+  }
   finish_step();
 }
 

@@ -15,8 +15,8 @@ inline constexpr uint32_t kNonFiniteNorm = UINT32_MAX - 1;
 
 // Clipping by global norm (Paddle's ClipGradByGlobalNorm; PaddleRec's
 // hyper_parameters.optimizer.clip_by_norm), one per card, in card memory. The caller writes the
-// inputs before push_pulled (inside its step: no host wait), push_pulled adds the step's sparse
-// part and writes `factor` before it applies the updates; the caller scales its dense gradients
+// inputs before push_pulled or push (inside its step: no host wait), which add the step's sparse
+// part and write `factor` before they apply the updates; the caller scales its dense gradients
 // by `factor` after it. Every card of a step gets the same factor.
 struct NormClipState {
   // In: the dense gradients' sum of squares, the same on every card (after their all-reduce).
@@ -30,7 +30,7 @@ struct NormClipState {
   float clip_norm = 0;  // in: > 0
   // Out: clip_norm / max(clip_norm, sqrt(squares + sparse part)), 1 exactly at or under the clip;
   // the merged sparse gradients are multiplied by it before their optimizer step. A norm that is
-  // not finite vetoes the step instead (push_pulled's veto word := kNonFiniteNorm, unless it
+  // not finite vetoes the step instead (the push's veto word := kNonFiniteNorm, unless it
   // already holds a veto), the same on every card: no parameter changes.
   float factor = 1;
 };
