@@ -8,7 +8,9 @@
 #
 # For each config: `gpubox_train -m CONFIG --print_model_root` (the config read, its keys
 # checked, its network chosen: nothing trained), then one epoch on the folder's shipped sample,
-# bounded by --timeout seconds (default 120): gpubox_train in the gpubox mode, scripts/launch.sh
+# bounded by --timeout seconds (default 600: the slowest, fat_deepffm/config.yaml's async epoch,
+# 80 steps each carrying its 71 MB dense table, took 292 s on a 2-core machine at load 15, the
+# others under 30 s): gpubox_train in the gpubox mode, scripts/launch.sh
 # with 1 server and 1 worker in the async/sync/geo modes. The config file is never edited; the
 # only overrides are `-o runner.epochs=1`, the data folders when the config's do not exist (the
 # first folder holding a file under <model>/data/: the sample PaddleRec ships), and
@@ -41,7 +43,7 @@ die() {
 
 families="dnn wide_deep deepfm slot_dnn logistic_regression dcn_v2 dcn fm ffm deepfefm xdeepfm"
 families+=" flen fat_deepffm dlrm autoint"
-paddlerec="" timeout_s=120 out="" work=""
+paddlerec="" timeout_s=600 out="" work=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --all) families="" ; shift ;;
