@@ -15,7 +15,10 @@
 # only overrides are `-o runner.epochs=1`, the data folders when the config's do not exist (the
 # first folder holding a file under <model>/data/: the sample PaddleRec ships), and
 # `-o runner.pipe_command=""` when Paddle is not importable (its Python readers need it; GPUBox
-# then reads the files itself). Each run happens in its own folder under --work (saves, logs).
+# then reads the files itself). Each run happens in its own folder under --work (saves, logs);
+# with Paddle, that folder links the model folder's *.py and PaddleRec's models/, so the config's
+# pipe_command finds its reader whether PaddleRec runs it from the model folder (`python
+# benchmark_reader.py`) or from its root (`python models/rank/dnn/queuedataset_reader.py`).
 #
 # Outcomes, one row per config (markdown on stdout, tab-separated in --out):
 #   trains  - it trained one epoch, the network its folder names (dnn, slot_dnn -> dnn,
@@ -155,6 +158,13 @@ seed_init_save() {  # CONFIG RUN
   done
 }
 
+# The links that let a pipe_command run from the run folder (see the header).
+link_readers() {  # CONFIG RUN
+  if [ -z "$paddle_importable" ] || [ -z "$(yaml_value "$1" pipe_command)" ]; then return; fi
+  ln -s "$(dirname "$rank")" "$2/models"
+  ln -s "$(dirname "$1")"/*.py "$2/" 2>/dev/null || true
+}
+
 sweep_one() {  # CONFIG
   local config="$1" rel family run mode network expected rc seeded start
   rel="${config#"$rank"/}"
@@ -162,6 +172,7 @@ sweep_one() {  # CONFIG
   run="$(run_dir "$config")"
   rm -rf "$run" && mkdir -p "$run"
   seeded="$(seed_init_save "$config" "$run")"
+  link_readers "$config" "$run"
   config_overrides "$config" "$rank/$family"
   expected="$(expected_network "$family")"
   if ! (cd "$run" && timeout 60 nice -n 10 "$bin/gpubox_train" -m "$config" "${overrides[@]}" \
