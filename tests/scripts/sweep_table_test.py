@@ -6,20 +6,19 @@ committed sweep (docs/bench/paddlerec_sweep.tsv) renders, --check fails on a sta
 --write repairs it, and a tiny TSV (a refused row with its reason, a row that loads only,
 families with and without a note) renders to the table written out here. No PaddleRec needed.
 Standard library only."""
-import importlib.util
 import io
 import os
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr
 
 REPO = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                        os.path.join(os.path.dirname(__file__), "..", ".."))
-spec = importlib.util.spec_from_file_location("sweep_table",
-                                              os.path.join(REPO, "scripts", "sweep_table.py"))
-st = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(st)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import load_script, read, run_main, write  # noqa: E402
+
+st = load_script(REPO, "sweep_table")
 
 TINY = ("# paddlerec: 656326ad\n# gpubox: 0123abcd\n# date: 2026-12-01\n"
         "# paddle: not importable\n# timeout: 120s\n"
@@ -42,23 +41,7 @@ TINY_TABLE = (
 
 
 def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = st.main(argv)
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def read(path):
-    with open(path) as fh:
-        return fh.read()
-
-
-def write(path, text):
-    with open(path, "w") as fh:
-        fh.write(text)
+    return run_main(st.main, argv)
 
 
 class Render(unittest.TestCase):
