@@ -8,12 +8,17 @@
 #
 # For each config: `gpubox_train -m CONFIG --print_model_root` (the config read, its keys
 # checked, its network chosen: nothing trained), then one epoch on the folder's shipped sample,
-# bounded by --timeout seconds (default 120): gpubox_train in the gpubox mode, scripts/launch.sh
+# bounded by --timeout seconds (default 600: the slowest, fat_deepffm/config.yaml's async epoch,
+# 80 steps each carrying its 71 MB dense table, took 292 s on a 2-core machine at load 15, the
+# others under 30 s): gpubox_train in the gpubox mode, scripts/launch.sh
 # with 1 server and 1 worker in the async/sync/geo modes. The config file is never edited; the
 # only overrides are `-o runner.epochs=1`, the data folders when the config's do not exist (the
 # first folder holding a file under <model>/data/: the sample PaddleRec ships), and
 # `-o runner.pipe_command=""` when Paddle is not importable (its Python readers need it; GPUBox
-# then reads the files itself). Each run happens in its own folder under --work (saves, logs).
+# then reads the files itself). Each run happens in its own folder under --work (saves, logs);
+# with Paddle, that folder links the model folder's *.py and PaddleRec's models/, so the config's
+# pipe_command finds its reader whether PaddleRec runs it from the model folder (`python
+# benchmark_reader.py`) or from its root (`python models/rank/dnn/queuedataset_reader.py`).
 #
 # Outcomes, one row per config (markdown on stdout, tab-separated in --out):
 #   trains  - it trained one epoch, the network its folder names (dnn, slot_dnn -> dnn,
@@ -21,6 +26,9 @@
 #   loads   - the config was accepted but training failed, timed out, or trained another network
 #   refused - the config was refused (the reason: the first line of the error, unknown keys
 #             listed by name)
+# --out starts with `# key: value` lines (the PaddleRec and GPUBox commits, date, whether Paddle
+# was importable, the timeout) and ends with `# seconds: S`, the run time:
+# scripts/sweep_table.py renders README.md's table from it.
 # Then the count per outcome. Default families: issue 32's table; --all: every models/rank folder.
 # Binaries: $GPUBOX_BUILD_DIR/bin (default build/bin).
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
@@ -38,7 +46,7 @@ die() {
 
 families="dnn wide_deep deepfm slot_dnn logistic_regression dcn_v2 dcn fm ffm deepfefm xdeepfm"
 families+=" flen fat_deepffm dlrm autoint"
-paddlerec="" timeout_s=120 out="" work=""
+paddlerec="" timeout_s=600 out="" work=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --all) families="" ; shift ;;
@@ -123,13 +131,48 @@ config_overrides() {  # CONFIG FOLDER
   fi
 }
 
+# The folder of one config's runs under --work.
+run_dir() {  # CONFIG
+  local rel="${1#"$rank"/}" dir
+  dir="$work/${rel//\//__}"
+  echo "${dir%.yaml}"
+}
+
+# A config starting from a save that another config of its folder writes (dnn's
+# config_to_static.yaml starts from config.yaml's output_model_dnn/0, as PaddleRec's own order of
+# runs has it) starts from that config's save in this sweep, copied into its run folder; prints
+# that config's file name, nothing when there is none.
+seed_init_save() {  # CONFIG RUN
+  local init sibling save
+  init="$(yaml_value "$1" model_init_path)"
+  [ -n "$init" ] || init="$(yaml_value "$1" init_model_path)"
+  case "$init" in "" | /*) return ;; esac
+  for sibling in "$(dirname "$1")"/*.yaml; do
+    if [ "$sibling" = "$1" ] || [ "$(yaml_value "$sibling" model_save_path)" != "${init%%/*}" ]; then
+      continue
+    fi
+    save="$(run_dir "$sibling")/$init"
+    [ -d "$save" ] || continue
+    mkdir -p "$2/$(dirname "$init")" && cp -r "$save" "$2/$init" && basename "$sibling"
+    return
+  done
+}
+
+# The links that let a pipe_command run from the run folder (see the header).
+link_readers() {  # CONFIG RUN
+  if [ -z "$paddle_importable" ] || [ -z "$(yaml_value "$1" pipe_command)" ]; then return; fi
+  ln -s "$(dirname "$rank")" "$2/models"
+  ln -s "$(dirname "$1")"/*.py "$2/" 2>/dev/null || true
+}
+
 sweep_one() {  # CONFIG
-  local config="$1" rel family run mode network expected rc
+  local config="$1" rel family run mode network expected rc seeded start
   rel="${config#"$rank"/}"
   family="${rel%%/*}"
-  run="$work/${rel//\//__}"
-  run="${run%.yaml}"
+  run="$(run_dir "$config")"
   rm -rf "$run" && mkdir -p "$run"
+  seeded="$(seed_init_save "$config" "$run")"
+  link_readers "$config" "$run"
   config_overrides "$config" "$rank/$family"
   expected="$(expected_network "$family")"
   if ! (cd "$run" && timeout 60 nice -n 10 "$bin/gpubox_train" -m "$config" "${overrides[@]}" \
@@ -139,6 +182,7 @@ sweep_one() {  # CONFIG
   fi
   network="$(sed -n 's/.*network: \([a-z_0-9]*\) (from.*/\1/p' "$run/load.log" | head -1)"
   mode="$(yaml_value "$config" sync_mode)"
+  start=$SECONDS
   case "$mode" in
     async | sync | geo)
       (cd "$run" && timeout "$timeout_s" nice -n 10 "$repo/scripts/launch.sh" --server_num 1 \
@@ -157,13 +201,30 @@ sweep_one() {  # CONFIG
   elif [ "$network" != "$expected" ]; then
     row "$rel" loads "$network" "trained $network, but the folder names $expected"
   else
+    [ -z "$seeded" ] || seeded=", from $seeded's save"
     row "$rel" trains "$network" "${mode:-gpubox} mode, $(grep -o 'epoch: 0 done, auc: [0-9.na-]*' \
-      "$run/train.log" | head -1 | sed 's/epoch: 0 done, //')"
+      "$run/train.log" | head -1 | sed 's/epoch: 0 done, //'), $((SECONDS - start)) s$seeded"
   fi
 }
 
-[ -z "$out" ] || : >"$out"
-echo "PaddleRec: $rank ($(git -C "$paddlerec" rev-parse --short HEAD 2>/dev/null || echo "not a git checkout"))"
+# The commit of a checkout, "+changes" when its tracked files under PATHSPEC differ from it.
+commit_of() {  # DIR PATHSPEC...
+  local dir="$1" c
+  shift
+  c="$(git -C "$dir" rev-parse --short=8 HEAD 2>/dev/null)" || { echo "not a git checkout"; return; }
+  [ -z "$(git -C "$dir" status --porcelain --untracked-files=no -- "$@" 2>/dev/null)" ] ||
+    c+="+changes"
+  echo "$c"
+}
+paddlerec_commit="$(commit_of "$paddlerec" models/rank)"
+# GPUBox's: its code and scripts (the documents and tests do not change a run).
+gpubox_commit="$(commit_of "$repo" . ':(exclude)*.md' ':(exclude)docs' ':(exclude)tests')"
+if [ -n "$out" ]; then  # the header scripts/sweep_table.py reads
+  paddle="${paddle_importable:+importable}"
+  printf '# %s: %s\n' paddlerec "$paddlerec_commit" gpubox "$gpubox_commit" \
+    date "$(date -u +%F)" paddle "${paddle:-not importable}" timeout "${timeout_s}s" >"$out"
+fi
+echo "PaddleRec: $rank ($paddlerec_commit)"
 echo "runs: $work; Paddle importable: ${paddle_importable:-no}; timeout ${timeout_s}s per config"
 echo
 echo "| config | outcome | network | detail |"
@@ -186,3 +247,4 @@ done
 echo
 echo "${#configs[@]} configs: $trains train the network their folder names, $loads load only," \
   "$refused refused"
+[ -z "$out" ] || printf '# seconds: %s\n' "$SECONDS" >>"$out"

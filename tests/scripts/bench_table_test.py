@@ -8,7 +8,6 @@ the figures from bench_gpubox.sh's and bench_scale.sh's results.json (small hand
 here) and from what scripts/peer/report.py and report_ps.py write with --json (run here on
 hand-made metrics), and leaves the others alone. Standard library only."""
 import copy
-import importlib.util
 import io
 import json
 import os
@@ -17,34 +16,18 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr
 
 REPO = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                        os.path.join(os.path.dirname(__file__), "..", ".."))
-spec = importlib.util.spec_from_file_location("bench_table",
-                                              os.path.join(REPO, "scripts", "bench_table.py"))
-bt = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bt)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import load_script, read, run_main, write  # noqa: E402
+
+bt = load_script(REPO, "bench_table")
 
 
 def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = bt.main(argv)
-        except SystemExit as e:
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
-
-
-def read(path):
-    with open(path) as fh:
-        return fh.read()
-
-
-def write(path, text):
-    with open(path, "w") as fh:
-        fh.write(text)
+    return run_main(bt.main, argv)
 
 
 def figure(**kw):
