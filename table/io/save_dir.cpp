@@ -239,8 +239,12 @@ Status read_verified_chunks(FileEnv* env, const std::string& path, const Manifes
   Status refused;  // the consumer's error: returned when the bytes prove sound
   for (bool last = false; !last;) {
     const std::size_t kept = buffer.size();
-    buffer.resize(kept + chunk_bytes);
-    auto got = (*in)->read(&buffer[kept], chunk_bytes);
+    // No more than the entry's bytes left, and one past them (the read that finds the end): the
+    // buffer's growth is zero-filled, and a small file (a delta's) is no reason to fill a chunk.
+    const std::size_t want = static_cast<std::size_t>(
+        std::min<uint64_t>(chunk_bytes, (file.bytes > read ? file.bytes - read : 0) + 1));
+    buffer.resize(kept + want);
+    auto got = (*in)->read(&buffer[kept], want);
     if (!got.ok()) return got.status();
     buffer.resize(kept + *got);
     XXH64_update(hash.get(), buffer.data() + kept, *got);
