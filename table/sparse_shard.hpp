@@ -116,7 +116,8 @@ class SparseShard {
   StatusOr<uint64_t> shrink(int32_t cold_after_days,
                             const std::function<void()>& on_progress = nullptr);
   // A delta's loader: ages every row (memory and disk) one day per rate of `decay_rates`, in
-  // order (age_row_one_day), deleting none (the delta's deletions hold the rows its saver's
+  // order, all of them in one pass over the rows (to the bits of age_row_one_day a rate), deleting
+  // none (the delta's deletions hold the rows its saver's
   // shrinks deleted, and were applied before) and keeping each row's epoch. `on_progress` as
   // shrink's.
   Status replay_shrinks(const std::vector<float>& decay_rates,

@@ -8,10 +8,23 @@
 
 namespace gpubox::table {
 
+namespace {
+
+// The days of aging a shrink gives a row, one a rate, without the rules' verdict: show and click
+// times each rate in turn (not their product: a live table multiplied once a day), unseen days
+// plus one each.
+void decay_days(float* row, const float* decay_rates, std::size_t days) {
+  for (std::size_t d = 0; d < days; ++d) {
+    row[RowLayout::kShow] *= decay_rates[d];
+    row[RowLayout::kClick] *= decay_rates[d];
+    row[RowLayout::kUnseenDays] += 1.0f;
+  }
+}
+
+}  // namespace
+
 bool age_row_one_day(float* row, const AccessorConfig& cfg, float decay_rate) {
-  row[RowLayout::kShow] *= decay_rate;
-  row[RowLayout::kClick] *= decay_rate;
-  row[RowLayout::kUnseenDays] += 1.0f;
+  decay_days(row, &decay_rate, 1);
   return row_score(row, cfg) < cfg.delete_threshold ||
          row[RowLayout::kUnseenDays] > cfg.delete_after_unseen_days;
 }
@@ -117,11 +130,15 @@ Status SparseShard::replay_shrinks(const std::vector<float>& decay_rates,
   MutexLock lock(mu_);
   if (decay_rates.empty()) return Status::OK();
   uint64_t aged = 0;
+  // Every day at once (decay_days: the bits of one age_row_one_day a rate), deleting none (see
+  // .hpp).
   const auto age = [&](float* row) {
-    for (float rate : decay_rates) age_row_one_day(row, cfg_, rate);  // deletes none: see .hpp
+    decay_days(row, decay_rates.data(), decay_rates.size());
     if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
   };
-  index_.for_each([&](uint64_t, uint32_t index) {
+  // The memory rows in storage order (every live row is one the index holds), not the index's:
+  // that jumps about the chunks, and a row's cache miss would be most of its aging.
+  arena_.for_each_live([&](uint32_t index) {
     mu_.assert_held();
     age(arena_.row(index));
     if (arena_.disk_copy(index)) arena_.set_disk_copy(index, /*clean=*/false);

@@ -497,7 +497,10 @@ Status SparseTable::check_base_of(const std::string& path, bool delta) const {
 
 Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, io::FileEnv* fs) {
   if (decay_rates.empty()) return Status::OK();
-  // It walks every row the table holds, however few the delta's records.
+  // It walks every row the table holds, however few the delta's records: the live table's
+  // shrinks aged every row, and the delta holds only those changed since (the rows it does hold
+  // are written over after this). One pass a shard ages a row by every day at once, the shard's
+  // rows in storage order (SparseShard::replay_shrinks).
   return for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     const Status aged = shards_[s]->replay_shrinks(decay_rates, [fs] { fs->note_progress(); });
     fs->note_progress();

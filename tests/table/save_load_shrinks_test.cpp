@@ -30,6 +30,7 @@
 #include "tests/table/manifest_edit.hpp"
 #include "tests/table/save_load_fixture.hpp"
 #include "tests/table/shrink_oracle.hpp"
+#include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -298,6 +299,58 @@ TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
     for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
     EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
     ASSERT_TRUE(loaded->save(f.dir.sub(std::string("whole_") + failing), SaveKind::kBase).ok());
+  }
+}
+
+// Two shrinks between the saves, decaying (0.9) rows of two width classes that the delta does
+// not hold: its loader ages each row both days at once (SparseShard::replay_shrinks), in the
+// arenas' order, to the bits the live table's two shrinks gave it (each rate in turn, not their
+// product); rows the second shrink deleted are the delta's deletions. In memory and on disk.
+TEST(SaveLoadShrinks, TwoShrinksOfRowsOfTwoWidthsReplayToTheLiveTablesBits) {
+  for (const bool disk : {false, true}) {
+    SCOPED_TRACE(disk ? "with the disk tier" : "in memory");
+    DecayingChain c(SaveForm::kBinary, disk);
+    Fixture& f = c.f;
+    f.opt = with_slot_dims(f.opt, {{100, 2}});  // slot 100 (pushed rows have slots < 26): 2 wide
+    f.table = f.fresh();
+    const std::set<uint64_t> first = c.push(400, 100000);  // unseen 3 at the 2nd shrink: deleted
+    c.shrink();
+    // Rows of slot 100 (created by the pull, not pushed: show 0) and rows pushed before the save
+    // (show decays), both unseen 2 after the two shrinks: kept, aged only by the replay.
+    std::vector<uint64_t> narrow(300);
+    for (std::size_t i = 0; i < narrow.size(); ++i) narrow[i] = 200000 + i;
+    const std::vector<int32_t> slots(narrow.size(), 100);
+    std::vector<float> pulled(narrow.size() * f.table->layout().stride());
+    const std::size_t stride = f.table->layout().stride();
+    ASSERT_TRUE(
+        f.table->pull(narrow.data(), slots.data(), narrow.size(), pulled.data(), nullptr).ok());
+    for (std::size_t i = 0; i < narrow.size(); ++i) {
+      c.oracle[narrow[i]].assign(&pulled[i * stride], &pulled[(i + 1) * stride]);
+    }
+    c.push(300, 100000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+    ASSERT_EQ(c.shrink(), 0u);
+    ASSERT_GT(c.shrink(), 0u);  // the first push's rows not pushed again
+    c.push(30, 100000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+    const SaveCounts d = counts_of(f.dir.sub("delta"));
+    EXPECT_EQ(d.mode, "delta+shrinks");
+    EXPECT_EQ(d.shrinks, "2");
+    EXPECT_LE(d.rows, 30u);
+    EXPECT_GT(d.deleted, 0u);
+    EXPECT_LE(d.deleted, first.size());
+    auto loaded = f.fresh();
+    for (const char* save : {"base", "delta"}) {
+      const Status st = loaded->load(f.dir.sub(save));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+    EXPECT_TRUE(matches(c.oracle, *loaded));
+    // And a day later alike.
+    auto resumed = loaded->shrink();
+    ASSERT_TRUE(resumed.ok());
+    EXPECT_EQ(*resumed, c.shrink());
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
   }
 }
 
