@@ -16,7 +16,8 @@
 // A shrink ages rows without marking them changed. A delta save after shrinks records them
 // instead (MANIFEST mode delta+shrinks, shrinks = how many, shrink_decay_rates = their
 // show_click_decay_rate in order), so that it holds only the rows written since plus deletions;
-// after a shrink that failed part way the next delta holds every row (every_row=1).
+// after a shrink that failed part way, or a save whose commit failed or threw once its rename
+// may have put it in place, the next delta holds every row (every_row=1).
 // A base or checkpoint load replaces the table; a delta load applies onto it: deletions, then
 // the recorded shrinks replayed on every row the table holds (SparseShard::replay_shrinks), then
 // its rows and their unseen days. A save without unseen files (from before them) loads its rows'
@@ -184,8 +185,11 @@ class SparseTable final : public HostTier {
   // The decay rates of the shrinks since the last save or load, in order (recorded once a save
   // or load has given deltas a base): what the next delta's loader replays.
   std::vector<float> shrinks_since_save_ GPUBOX_GUARDED_BY(io_mu_);
-  // A shrink failed part way since the last save or load: the next delta holds every row.
-  bool shrink_failed_ GPUBOX_GUARDED_BY(io_mu_) = false;
+  // The next delta holds every row (every_row): a shrink failed part way since the last save or
+  // load, whose aging no loader can replay; or a save's commit failed or threw after it may have
+  // put the save in place, so that whether the next delta applies onto it or onto the save before
+  // is unknown (every row applies onto either).
+  bool next_delta_every_row_ GPUBOX_GUARDED_BY(io_mu_) = false;
   // The save whose load failed while applying it (the table holds part of it; "" when none):
   // a delta load on top is refused until a base or checkpoint load succeeds.
   std::string partly_loaded_ GPUBOX_GUARDED_BY(io_mu_);

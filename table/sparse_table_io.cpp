@@ -163,7 +163,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   // From the first save on, deletions are remembered for deltas; set before any shard is
   // snapshotted, so a row deleted during this save is in the next delta's deletions.
   epochs_.track_deletions.store(true);
-  const DeltaRows delta_rows{epochs_.saved_through.load(), shrink_failed_};
+  const DeltaRows delta_rows{epochs_.saved_through.load(), next_delta_every_row_};
   auto staged = io::StagedSave::begin(fs, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
@@ -202,10 +202,21 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
     props["slot_dims"] = slot_dims_text(optimizer_.slot_dims);
     props["slot_dims_default"] = std::to_string(optimizer_.mf_dim);
   }
-  GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
+  // The save is in place from the commit's rename on. A commit that fails or throws after it (the
+  // parent folder's sync) leaves it there, perhaps not durably: the shrinks it holds must not be
+  // replayed again by the next delta, nor must that delta leave them out when it applies onto
+  // the save before. So the next delta holds every row until the bookkeeping below is done: set
+  // before the commit (a throw leaves it set), restored when the commit failed before its rename.
+  const bool every_row_before = next_delta_every_row_;
+  next_delta_every_row_ = true;
+  const Status committed = (*staged)->commit(kSparseKind, props);
+  if (!committed.ok()) {
+    if (!(*staged)->committed()) next_delta_every_row_ = every_row_before;
+    return committed.with_context("save " + path);
+  }
   epochs_.saved_through.store(epoch);
   shrinks_since_save_.clear();
-  shrink_failed_ = false;
+  next_delta_every_row_ = false;
   for (auto& shard : shards_) shard->forget_deletions(epoch);
   return Status::OK();
 }
@@ -470,7 +481,7 @@ Status SparseTable::apply_load(const std::string& path, int64_t day, bool nothin
   epochs_.track_deletions.store(true);
   // The table is the save now: shrinks before the load are in no delta of it.
   shrinks_since_save_.clear();
-  shrink_failed_ = false;
+  next_delta_every_row_ = false;
   return Status::OK();
 }
 

@@ -66,6 +66,8 @@ class StagedSave {
   Status add_file(const std::string& name, const std::string& data, uint64_t records);
   // Writes the MANIFEST (kind, properties and the files added) and swaps the save in.
   Status commit(const std::string& kind, const std::map<std::string, std::string>& properties);
+  // Whether commit swapped the save in (it may have failed after that: the parent folder's sync).
+  bool committed() const { return committed_; }
 
  private:
   StagedSave(FileEnv* env, std::string path) : env_(env), path_(std::move(path)) {}

@@ -265,6 +265,68 @@ class ThrowingStepEnv final : public io::ForwardingEnv {
   std::atomic<int> steps_{0};
 };
 
+// Forwards to the POSIX env, but for a save's commit: throws bad_alloc or fails once it renamed
+// the save in (the parent folder's sync, the step after), or fails the rename itself.
+enum class CommitFault { kThrowAfterRename, kFailAfterRename, kFailRename };
+class CommitFaultEnv final : public io::ForwardingEnv {
+ public:
+  explicit CommitFaultEnv(CommitFault fault)
+      : io::ForwardingEnv(io::FileEnv::posix()), fault_(fault) {}
+  Status rename(const std::string& from, const std::string& to) override {
+    if (fault_ == CommitFault::kFailRename) return Status::IOError("rename refused");
+    return io::ForwardingEnv::rename(from, to);
+  }
+  Status sync_dir(const std::string& path) override {
+    const bool staging = path.size() >= 4 && path.compare(path.size() - 4, 4, ".tmp") == 0;
+    if (!staging && fault_ == CommitFault::kThrowAfterRename) throw std::bad_alloc();
+    if (!staging && fault_ == CommitFault::kFailAfterRename) return Status::IOError("refused");
+    return io::ForwardingEnv::sync_dir(path);
+  }
+
+ private:
+  const CommitFault fault_;
+};
+
+// A delta whose commit threw or failed after its rename put it in place holds the shrink before
+// it, and its bookkeeping was not done: the next delta holds every row, right onto it and onto
+// the save before alike (no shrink replayed twice, none left out). A commit refused at its
+// rename changed nothing: the next delta records both shrinks since the base.
+TEST(SaveLoadShrinks, ACommitThatFailedAfterItsRenameMakesTheNextDeltaHoldEveryRow) {
+  for (const CommitFault fault :
+       {CommitFault::kThrowAfterRename, CommitFault::kFailAfterRename, CommitFault::kFailRename}) {
+    SCOPED_TRACE("fault " + std::to_string(static_cast<int>(fault)));
+    DecayingChain c(SaveForm::kBinary, /*disk=*/false);
+    Fixture& f = c.f;
+    c.push(600, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+    c.shrink();
+    c.push(50, 2000);
+    CommitFaultEnv env(fault);
+    const std::string delta1 = f.dir.sub("delta1");
+    if (fault == CommitFault::kThrowAfterRename) {
+      EXPECT_THROW((void)f.table->save(delta1, SaveKind::kDelta, &env), std::bad_alloc);
+    } else {
+      EXPECT_FALSE(f.table->save(delta1, SaveKind::kDelta, &env).ok());
+    }
+    const bool in_place = fault != CommitFault::kFailRename;
+    ASSERT_EQ(std::filesystem::exists(delta1 + "/" + io::kManifestName), in_place);
+    c.shrink();
+    c.push(30, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveKind::kDelta).ok());
+    const SaveCounts d2 = counts_of(f.dir.sub("delta2"));
+    EXPECT_EQ(d2.mode, in_place ? "delta" : "delta+shrinks");
+    EXPECT_EQ(d2.shrinks, in_place ? "" : "2");
+    std::vector<std::vector<const char*>> chains = {{"base", "delta2"}};
+    if (in_place) chains.push_back({"base", "delta1", "delta2"});
+    for (const auto& chain : chains) {
+      auto loaded = f.fresh();
+      for (const char* save : chain) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok()) << save;
+      EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)))
+          << chain.size() << " saves";
+    }
+  }
+}
+
 // A load that throws part way (a base's clear of the table, a delta's replay of its shrinks)
 // leaves the table partly loaded: a delta on top is refused until a base loads whole.
 TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
