@@ -471,6 +471,25 @@ TEST(SaveLoadShrinks, APartlyLoadedTableRefusesDeltasUntilABaseLoads) {
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
 }
 
+// A base load into a disk tier over its budget (64 rows in memory) writes each row it sends to
+// disk once, its unseen days with it (read along from unseen-<shard>), not again for them; the
+// rows and their days are the live table's.
+TEST(SaveLoadShrinks, ABaseLoadWritesEachRowItSendsToDiskOnce) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/true);
+  Fixture& f = c.f;
+  c.push(600, 100000);
+  c.shrink();
+  c.push(200, 100000);  // unseen 0 beside the others' 1
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  const uint64_t on_disk = loaded->stats()->rows_on_disk;
+  EXPECT_GT(on_disk, 600u);
+  EXPECT_EQ(loaded->disk_tier_for_tests()->traffic().puts, on_disk);
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+  EXPECT_TRUE(matches(c.oracle, *loaded));
+}
+
 // Removes what a save from before unseen files lacks: the unseen-* files from the MANIFEST (the
 // files stay, unlisted) and its unseen_files property.
 void strip_unseen_files(const std::string& path) {
