@@ -492,7 +492,7 @@ Status SparseShard::clear() {
 }
 
 Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const float* recs,
-                                 std::size_t n) {
+                                 const float* days, std::size_t n) {
   MutexLock lock(mu_);
   // Records come padded to the widest record (parse_records with record_shape).
   const int32_t floats = record_floats(kind, layout_);
@@ -529,6 +529,7 @@ Status SparseShard::load_records(RecordKind kind, const uint64_t* keys, const fl
                                        " but the table holds it at another width");
       }
       record_to_row(kind, own, cfg_, key, rec, existing, arena_.row(index));
+      if (days != nullptr) arena_.row(index)[RowLayout::kUnseenDays] = days[begin + j];
       arena_.set_epoch(index, 0);  // as saved
     }
   }

@@ -116,7 +116,8 @@ class SparseShard {
   StatusOr<uint64_t> shrink(int32_t cold_after_days,
                             const std::function<void()>& on_progress = nullptr);
   // A delta's loader: ages every row (memory and disk) one day per rate of `decay_rates`, in
-  // order (age_row_one_day), deleting none (the delta's deletions hold the rows its saver's
+  // order, all of them in one pass over the rows (to the bits of age_row_one_day a rate), deleting
+  // none (the delta's deletions hold the rows its saver's
   // shrinks deleted, and were applied before) and keeping each row's epoch. `on_progress` as
   // shrink's.
   Status replay_shrinks(const std::vector<float>& decay_rates,
@@ -133,12 +134,11 @@ class SparseShard {
   void forget_deletions(uint32_t through);
   // Drops every row and remembered deletion.
   Status clear();
-  // Writes records (of `kind`) for keys[i] as a load does; loaded rows count as saved.
-  Status load_records(RecordKind kind, const uint64_t* keys, const float* recs, std::size_t n);
-  // Sets the unseen days of rows a load just wrote (a base or delta save's unseen-<shard>), in
-  // memory or on disk where each row is (a disk row is not read back); a key the shard does not
-  // hold is a corrupt save (Corruption naming it).
-  Status load_unseen(const uint64_t* keys, const float* days, std::size_t n);
+  // Writes records (of `kind`) for keys[i] as a load does; loaded rows count as saved. `days`
+  // (when set) holds each row's unseen days (a base or delta save's unseen-<shard>), written with
+  // it; without, a new row's are 0 and a row held keeps its own.
+  Status load_records(RecordKind kind, const uint64_t* keys, const float* recs, const float* days,
+                      std::size_t n);
   // Deletes keys (a delta's deletions) without remembering them for the next delta.
   Status load_deletions(const uint64_t* keys, std::size_t n);
   // fn(key, row) for every row, memory and disk.

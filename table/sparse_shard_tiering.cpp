@@ -1,6 +1,6 @@
 // SparseShard's rows between memory and the disk tier: shrink (aging, deletion, cold rows to
-// disk), a load's replay of shrinks and its unseen days (rows in memory and on disk), and the
-// memory limits (rows, and the row storage's bytes) kept by eviction.
+// disk), a load's replay of shrinks (rows in memory and on disk), and the memory limits (rows, and
+// the row storage's bytes) kept by eviction.
 #include <algorithm>
 #include <cstring>
 
@@ -8,10 +8,23 @@
 
 namespace gpubox::table {
 
+namespace {
+
+// The days of aging a shrink gives a row, one a rate, without the rules' verdict: show and click
+// times each rate in turn (not their product: a live table multiplied once a day), unseen days
+// plus one each.
+void decay_days(float* row, const float* decay_rates, std::size_t days) {
+  for (std::size_t d = 0; d < days; ++d) {
+    row[RowLayout::kShow] *= decay_rates[d];
+    row[RowLayout::kClick] *= decay_rates[d];
+    row[RowLayout::kUnseenDays] += 1.0f;
+  }
+}
+
+}  // namespace
+
 bool age_row_one_day(float* row, const AccessorConfig& cfg, float decay_rate) {
-  row[RowLayout::kShow] *= decay_rate;
-  row[RowLayout::kClick] *= decay_rate;
-  row[RowLayout::kUnseenDays] += 1.0f;
+  decay_days(row, &decay_rate, 1);
   return row_score(row, cfg) < cfg.delete_threshold ||
          row[RowLayout::kUnseenDays] > cfg.delete_after_unseen_days;
 }
@@ -117,11 +130,15 @@ Status SparseShard::replay_shrinks(const std::vector<float>& decay_rates,
   MutexLock lock(mu_);
   if (decay_rates.empty()) return Status::OK();
   uint64_t aged = 0;
+  // Every day at once (decay_days: the bits of one age_row_one_day a rate), deleting none (see
+  // .hpp).
   const auto age = [&](float* row) {
-    for (float rate : decay_rates) age_row_one_day(row, cfg_, rate);  // deletes none: see .hpp
+    decay_days(row, decay_rates.data(), decay_rates.size());
     if (++aged % kShrinkProgressRows == 0 && on_progress) on_progress();
   };
-  index_.for_each([&](uint64_t, uint32_t index) {
+  // The memory rows in storage order (every live row is one the index holds), not the index's:
+  // that jumps about the chunks, and a row's cache miss would be most of its aging.
+  arena_.for_each_live([&](uint32_t index) {
     mu_.assert_held();
     age(arena_.row(index));
     if (arena_.disk_copy(index)) arena_.set_disk_copy(index, /*clean=*/false);
@@ -147,50 +164,6 @@ Status SparseShard::replay_shrinks(const std::vector<float>& decay_rates,
   }));
   if (batch.count() > 0) commit();
   return st;
-}
-
-Status SparseShard::load_unseen(const uint64_t* keys, const float* days, std::size_t n) {
-  MutexLock lock(mu_);
-  const auto absent = [&](uint64_t key) {
-    return Status::Corruption("host table: unseen days of key " + std::to_string(key) +
-                              ", which the save's part files do not hold");
-  };
-  // A row in memory is set there; a row the load sent to disk is set on disk, not read back
-  // (which would evict others to make room, and write them all again).
-  std::vector<std::pair<uint64_t, float>> on_disk;
-  for (std::size_t j = 0; j < n; ++j) {
-    const uint32_t index = index_.find(keys[j]);
-    if (index == KeyIndexMap::kAbsent) {
-      on_disk.emplace_back(keys[j], days[j]);
-      continue;
-    }
-    arena_.row(index)[RowLayout::kUnseenDays] = days[j];
-    // The row stays as saved (its epoch); a disk copy it was read back with is stale now.
-    if (arena_.disk_copy(index)) arena_.set_disk_copy(index, /*clean=*/false);
-  }
-  if (on_disk.empty()) return Status::OK();
-  if (disk_ == nullptr || rows_on_disk_ == 0) return absent(on_disk.front().first);
-  std::sort(on_disk.begin(), on_disk.end());  // RocksDB reads and writes ascending keys best
-  const int32_t stride = layout_.stride();
-  for (std::size_t begin = 0; begin < on_disk.size(); begin += kDiskBatchEntries) {
-    const std::size_t m = std::min(on_disk.size() - begin, kDiskBatchEntries);
-    std::vector<uint64_t> piece(m);
-    for (std::size_t i = 0; i < m; ++i) piece[i] = on_disk[begin + i].first;
-    std::vector<float> rows(m * stride);
-    std::vector<uint32_t> epochs(m);
-    std::vector<uint8_t> found(m, 0);
-    GPUBOX_RETURN_IF_ERROR(
-        disk_->multi_get(id_, piece.data(), m, rows.data(), epochs.data(), found.data()));
-    DiskTier::Batch batch;
-    for (std::size_t i = 0; i < m; ++i) {
-      if (!found[i]) return absent(piece[i]);
-      float* row = &rows[i * stride];
-      row[RowLayout::kUnseenDays] = on_disk[begin + i].second;
-      batch.put(id_, piece[i], row, epochs[i], layout_.of_row(row).stride());
-    }
-    GPUBOX_RETURN_IF_ERROR(disk_->write(batch));
-  }
-  return Status::OK();
 }
 
 SparseShard::Incoming SparseShard::incoming(const uint64_t* keys, const uint32_t* pos,

@@ -223,8 +223,8 @@ StatusOr<uint64_t> SparseTable::shrink(const std::function<void()>& on_progress)
   // Some rows aged, some not, until every shard has aged and the shrink is recorded: no replay
   // of whole days reproduces that. So the flag is set first and restored only once the shrink
   // finished whole: a step that fails or throws (bad_alloc) leaves it set.
-  const bool failed_before = shrink_failed_;
-  shrink_failed_ = true;
+  const bool every_row_before = next_delta_every_row_;
+  next_delta_every_row_ = true;
   std::vector<uint64_t> deleted(shards_.size(), 0);
   const Status shrunk = for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     auto d = shards_[s]->shrink(config_.cold_after_days, on_progress);
@@ -237,7 +237,7 @@ StatusOr<uint64_t> SparseTable::shrink(const std::function<void()>& on_progress)
   day_.fetch_add(1);
   if (epochs_.track_deletions.load())
     shrinks_since_save_.push_back(optimizer_.show_click_decay_rate);
-  shrink_failed_ = failed_before;
+  next_delta_every_row_ = every_row_before;
   uint64_t total = 0;
   for (uint64_t d : deleted) total += d;
   return total;

@@ -16,16 +16,18 @@
 // A shrink ages rows without marking them changed. A delta save after shrinks records them
 // instead (MANIFEST mode delta+shrinks, shrinks = how many, shrink_decay_rates = their
 // show_click_decay_rate in order), so that it holds only the rows written since plus deletions;
-// after a shrink that failed part way the next delta holds every row (every_row=1).
+// after a shrink that failed part way, or a save whose commit failed or threw once its rename
+// may have put it in place, the next delta holds every row (every_row=1).
 // A base or checkpoint load replaces the table; a delta load applies onto it: deletions, then
 // the recorded shrinks replayed on every row the table holds (SparseShard::replay_shrinks), then
-// its rows and their unseen days. A save without unseen files (from before them) loads its rows'
-// unseen days as 0 (a delta's rows already held keep theirs), said once per load. Loading into a
-// table with another shard count is fine (keys are re-sharded); the row layout must match. load
-// reads and checks every file before it changes the table, so a corrupt, partial or foreign save is
-// refused with the table untouched; only an I/O or disk-tier error while applying an already
-// verified save can leave the table partly loaded (the error says so); such a table refuses a delta
-// load until a base or checkpoint load succeeds.
+// its rows, each written with its unseen days (read along from unseen-<shard>: UnseenAlong). A save
+// without unseen files (from before them) loads its rows' unseen days as 0 (a delta's rows already
+// held keep theirs), said once per load. Loading into a table with another shard count is fine
+// (keys are re-sharded); the row layout must match. load reads and checks every file before it
+// changes the table, so a corrupt, partial or foreign save is refused with the table untouched;
+// only an I/O or disk-tier error while applying an already verified save can leave the table partly
+// loaded (the error says so); such a table refuses a delta load until a base or checkpoint load
+// succeeds.
 #pragma once
 
 #include <atomic>
@@ -149,10 +151,11 @@ class SparseTable final : public HostTier {
   template <class Access>
   Status for_keys_by_shard(const char* what, const uint64_t* keys, std::size_t n, float* rows,
                            std::size_t* counted, Access access);
+  // A part file's records, with their rows' unseen days (`days`, a record's at its place; null:
+  // a save without unseen files).
   Status apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
-                    const std::vector<float>& recs);
+                    const std::vector<float>& recs, const std::vector<float>* days);
   Status apply_deletions(const std::vector<uint64_t>& keys);
-  Status apply_unseen(const std::vector<uint64_t>& keys, const std::vector<float>& days);
   // A delta's MANIFEST properties for the shrinks since the last save (sparse_table_io.cpp).
   void add_shrinks(bool every_row, std::map<std::string, std::string>* props) const
       GPUBOX_REQUIRES(io_mu_);
@@ -184,8 +187,11 @@ class SparseTable final : public HostTier {
   // The decay rates of the shrinks since the last save or load, in order (recorded once a save
   // or load has given deltas a base): what the next delta's loader replays.
   std::vector<float> shrinks_since_save_ GPUBOX_GUARDED_BY(io_mu_);
-  // A shrink failed part way since the last save or load: the next delta holds every row.
-  bool shrink_failed_ GPUBOX_GUARDED_BY(io_mu_) = false;
+  // The next delta holds every row (every_row): a shrink failed part way since the last save or
+  // load, whose aging no loader can replay; or a save's commit failed or threw after it may have
+  // put the save in place, so that whether the next delta applies onto it or onto the save before
+  // is unknown (every row applies onto either).
+  bool next_delta_every_row_ GPUBOX_GUARDED_BY(io_mu_) = false;
   // The save whose load failed while applying it (the table holds part of it; "" when none):
   // a delta load on top is refused until a base or checkpoint load succeeds.
   std::string partly_loaded_ GPUBOX_GUARDED_BY(io_mu_);

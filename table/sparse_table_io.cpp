@@ -5,6 +5,10 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/config/slot_dims.hpp"
 #include "common/hash.hpp"
@@ -14,6 +18,7 @@
 #include "table/parallel.hpp"
 #include "table/row_codec.hpp"
 #include "table/sparse_table.hpp"
+#include "table/unseen_along.hpp"
 
 namespace gpubox::table {
 namespace {
@@ -35,29 +40,36 @@ const char* field_names(RecordKind kind) {
                                     : "full_row[stride]";
 }
 
-// A listed file, parsed; pass 1 parses every file and drops the result, pass 2 applies.
+// A listed file, parsed; pass 1 parses every file and drops the result, pass 2 applies (an
+// unseen file is read along with its part file, UnseenAlong).
 enum class PartKind { kRows, kDeletions, kUnseen };
 struct PartFile {
   const io::ManifestFile* entry = nullptr;
   PartKind kind = PartKind::kRows;
+  // A part file's unseen-<shard> (with unseen_files): its rows' days, read along with them.
+  const io::ManifestFile* unseen = nullptr;
 };
 
 // The records of a listed part (or deletion) file, a chunk at a time (kLoadChunkBytes), to
-// `on_records`: what SparseTable::load verifies in a first pass and applies in a second. The
-// record count is checked against the MANIFEST at the end.
-using PartRecords = std::function<Status(const std::vector<uint64_t>&, const std::vector<float>&)>;
+// `on_records`, with a part file's rows' unseen days read along from its unseen-<shard> (null
+// without one): what SparseTable::load verifies in a first pass and applies in a second. The
+// record counts are checked against the MANIFEST at the end. An unseen file alone reads nothing.
+using PartRecords = std::function<Status(const std::vector<uint64_t>&, const std::vector<float>&,
+                                         const std::vector<float>*)>;
 Status stream_part(io::FileEnv* fs, const std::string& path, const PartFile& f, SaveForm form,
                    const RecordShape& shape, const PartRecords& on_records) {
+  if (f.kind == PartKind::kUnseen) return Status::OK();  // read along with its part file
   RecordShape keys_only;
   keys_only.fixed = 0;
-  RecordShape unseen_days;  // a key and one float
-  unseen_days.fixed = 1;
-  const RecordShape& file_shape = f.kind == PartKind::kRows        ? shape
-                                  : f.kind == PartKind::kDeletions ? keys_only
-                                                                   : unseen_days;
+  const RecordShape& file_shape = f.kind == PartKind::kRows ? shape : keys_only;
+  std::unique_ptr<UnseenAlong> along;
+  if (f.unseen != nullptr) {
+    along = std::make_unique<UnseenAlong>(*f.unseen, form, path + "/" + f.unseen->name);
+    GPUBOX_RETURN_IF_ERROR(along->open(fs, path, kLoadChunkBytes));
+  }
   const std::string file = path + "/" + f.entry->name;
   std::vector<uint64_t> keys;
-  std::vector<float> recs;
+  std::vector<float> recs, days;
   RecordChunk at;
   uint64_t records = 0;
   GPUBOX_RETURN_IF_ERROR(io::read_verified_chunks(
@@ -71,14 +83,15 @@ Status stream_part(io::FileEnv* fs, const std::string& path, const PartFile& f, 
         at.byte += took->bytes;
         at.line += took->lines;
         records += keys.size();
-        GPUBOX_RETURN_IF_ERROR(on_records(keys, recs));
+        if (along != nullptr) GPUBOX_RETURN_IF_ERROR(along->take(keys, &days));
+        GPUBOX_RETURN_IF_ERROR(on_records(keys, recs, along != nullptr ? &days : nullptr));
         return took->bytes;
       }));
   if (records != f.entry->records) {
     return Status::Corruption(file + ": " + std::to_string(records) + " records, MANIFEST says " +
                               std::to_string(f.entry->records));
   }
-  return Status::OK();
+  return along != nullptr ? along->finish() : Status::OK();
 }
 
 // slot_dims as a save's MANIFEST records it: "slot:dim" by ascending slot, comma-separated.
@@ -163,7 +176,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   // From the first save on, deletions are remembered for deltas; set before any shard is
   // snapshotted, so a row deleted during this save is in the next delta's deletions.
   epochs_.track_deletions.store(true);
-  const DeltaRows delta_rows{epochs_.saved_through.load(), shrink_failed_};
+  const DeltaRows delta_rows{epochs_.saved_through.load(), next_delta_every_row_};
   auto staged = io::StagedSave::begin(fs, path);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
@@ -202,10 +215,21 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
     props["slot_dims"] = slot_dims_text(optimizer_.slot_dims);
     props["slot_dims_default"] = std::to_string(optimizer_.mf_dim);
   }
-  GPUBOX_RETURN_IF_ERROR((*staged)->commit(kSparseKind, props).with_context("save " + path));
+  // The save is in place from the commit's rename on. A commit that fails or throws after it (the
+  // parent folder's sync) leaves it there, perhaps not durably: the shrinks it holds must not be
+  // replayed again by the next delta, nor must that delta leave them out when it applies onto
+  // the save before. So the next delta holds every row until the bookkeeping below is done: set
+  // before the commit (a throw leaves it set), restored when the commit failed before its rename.
+  const bool every_row_before = next_delta_every_row_;
+  next_delta_every_row_ = true;
+  const Status committed = (*staged)->commit(kSparseKind, props);
+  if (!committed.ok()) {
+    if (!(*staged)->committed()) next_delta_every_row_ = every_row_before;
+    return committed.with_context("save " + path);
+  }
   epochs_.saved_through.store(epoch);
   shrinks_since_save_.clear();
-  shrink_failed_ = false;
+  next_delta_every_row_ = false;
   for (auto& shard : shards_) shard->forget_deletions(epoch);
   return Status::OK();
 }
@@ -308,6 +332,7 @@ StatusOr<std::vector<PartFile>> listed_files(const io::Manifest& manifest, const
                                              const std::string& where) {
   std::vector<PartFile> files;
   for (int64_t s = 0; s < saved.shards; ++s) {
+    std::size_t rows_at = 0;  // the shard's part file's place in `files`
     for (PartKind kind : {PartKind::kRows, PartKind::kDeletions, PartKind::kUnseen}) {
       if (kind == PartKind::kDeletions && saved.mode != SaveKind::kDelta) continue;
       if (kind == PartKind::kUnseen && !saved.unseen_files) continue;
@@ -321,6 +346,8 @@ StatusOr<std::vector<PartFile>> listed_files(const io::Manifest& manifest, const
       if (entry == nullptr) {
         return Status::Corruption("load " + where + ": " + name + " is not listed");
       }
+      if (kind == PartKind::kRows) rows_at = files.size();
+      if (kind == PartKind::kUnseen) files[rows_at].unseen = entry;
       files.push_back(PartFile{entry, kind});
     }
   }
@@ -418,9 +445,7 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   auto read_file = [&](const PartFile& f, const PartRecords& on_records) {
     return stream_part(fs, path, f, saved->form, shape, on_records);
   };
-  const PartRecords check_only = [](const std::vector<uint64_t>&, const std::vector<float>&) {
-    return Status::OK();
-  };
+  const PartRecords check_only = [](const auto&, const auto&, const auto*) { return Status::OK(); };
   if (!nothing_to_lose) {
     GPUBOX_RETURN_IF_ERROR(run_parallel(files.size(), threads, [&](std::size_t i) {
                              return read_file(files[i], check_only);
@@ -428,15 +453,14 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
   }
   const RecordKind kind = saved->kind;
   // A base's clear of the table, or a delta's deletions, then its shrinks replayed on the rows
-  // left, then its rows, then their unseen days (which a row's record, written over an existing
-  // row, leaves as they were).
+  // left, then its rows, each with its unseen days (UnseenAlong; a save without unseen files
+  // leaves a row's as its record does: 0 for a new row, as they were for one held).
   const auto apply = [&](PartKind what) {
     return run_parallel(files.size(), threads, [&](std::size_t i) {
       if (files[i].kind != what) return Status::OK();
-      return read_file(files[i], [&](const auto& keys, const auto& recs) {
+      return read_file(files[i], [&](const auto& keys, const auto& recs, const auto* days) {
         return what == PartKind::kDeletions ? apply_deletions(keys)
-               : what == PartKind::kRows    ? apply_part(kind, keys, recs)
-                                            : apply_unseen(keys, recs);
+                                            : apply_part(kind, keys, recs, days);
       });
     });
   };
@@ -445,7 +469,6 @@ Status SparseTable::load(const std::string& path, io::FileEnv* env) {
     Status applied = delta ? apply(PartKind::kDeletions) : clear_for_load(fs);
     if (applied.ok()) applied = replay_shrinks(saved->shrinks, fs);
     if (applied.ok()) applied = apply(PartKind::kRows);
-    if (applied.ok()) applied = apply(PartKind::kUnseen);
     return applied;
   });
 }
@@ -470,7 +493,7 @@ Status SparseTable::apply_load(const std::string& path, int64_t day, bool nothin
   epochs_.track_deletions.store(true);
   // The table is the save now: shrinks before the load are in no delta of it.
   shrinks_since_save_.clear();
-  shrink_failed_ = false;
+  next_delta_every_row_ = false;
   return Status::OK();
 }
 
@@ -497,7 +520,10 @@ Status SparseTable::check_base_of(const std::string& path, bool delta) const {
 
 Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, io::FileEnv* fs) {
   if (decay_rates.empty()) return Status::OK();
-  // It walks every row the table holds, however few the delta's records.
+  // It walks every row the table holds, however few the delta's records: the live table's
+  // shrinks aged every row, and the delta holds only those changed since (the rows it does hold
+  // are written over after this). One pass a shard ages a row by every day at once, the shard's
+  // rows in storage order (SparseShard::replay_shrinks).
   return for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {
     const Status aged = shards_[s]->replay_shrinks(decay_rates, [fs] { fs->note_progress(); });
     fs->note_progress();
@@ -506,45 +532,27 @@ Status SparseTable::replay_shrinks(const std::vector<float>& decay_rates, io::Fi
 }
 
 Status SparseTable::apply_part(RecordKind kind, const std::vector<uint64_t>& keys,
-                               const std::vector<float>& recs) {
+                               const std::vector<float>& recs, const std::vector<float>* days) {
   const int32_t floats = record_floats(kind, layout_);
   std::vector<uint32_t> offsets, pos;
   group(keys.data(), keys.size(), &offsets, &pos);
   std::vector<uint64_t> shard_keys;
-  std::vector<float> shard_recs;
+  std::vector<float> shard_recs, shard_days;
   for (uint32_t s = 0; s < shards_.size(); ++s) {
     const uint32_t begin = offsets[s], end = offsets[s + 1];
     if (begin == end) continue;
     shard_keys.resize(end - begin);
     shard_recs.resize(std::size_t(end - begin) * floats);
+    if (days != nullptr) shard_days.resize(end - begin);
     for (uint32_t j = begin; j < end; ++j) {
       shard_keys[j - begin] = keys[pos[j]];
       std::copy_n(recs.data() + std::size_t(pos[j]) * floats, floats,
                   shard_recs.data() + std::size_t(j - begin) * floats);
+      if (days != nullptr) shard_days[j - begin] = (*days)[pos[j]];
     }
-    GPUBOX_RETURN_IF_ERROR(
-        shards_[s]->load_records(kind, shard_keys.data(), shard_recs.data(), shard_keys.size()));
-  }
-  return Status::OK();
-}
-
-Status SparseTable::apply_unseen(const std::vector<uint64_t>& keys,
-                                 const std::vector<float>& days) {
-  std::vector<uint32_t> offsets, pos;
-  group(keys.data(), keys.size(), &offsets, &pos);
-  std::vector<uint64_t> shard_keys;
-  std::vector<float> shard_days;
-  for (uint32_t s = 0; s < shards_.size(); ++s) {
-    const uint32_t begin = offsets[s], end = offsets[s + 1];
-    if (begin == end) continue;
-    shard_keys.resize(end - begin);
-    shard_days.resize(end - begin);
-    for (uint32_t j = begin; j < end; ++j) {
-      shard_keys[j - begin] = keys[pos[j]];
-      shard_days[j - begin] = days[pos[j]];
-    }
-    GPUBOX_RETURN_IF_ERROR(
-        shards_[s]->load_unseen(shard_keys.data(), shard_days.data(), shard_keys.size()));
+    GPUBOX_RETURN_IF_ERROR(shards_[s]->load_records(kind, shard_keys.data(), shard_recs.data(),
+                                                    days != nullptr ? shard_days.data() : nullptr,
+                                                    shard_keys.size()));
   }
   return Status::OK();
 }

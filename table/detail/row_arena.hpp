@@ -114,6 +114,17 @@ class RowArena {
 
   void release(uint32_t index) { free_.push_back(index); }
 
+  // fn(index) for every live row (allocated, not released), in storage order: a pass over every
+  // row reads the chunks in turn, where the handles of a key index would jump about them.
+  template <class Fn>
+  void for_each_live(Fn&& fn) const {
+    std::vector<bool> free(allocated_, false);
+    for (uint32_t index : free_) free[index] = true;
+    for (uint32_t index = 0; index < allocated_; ++index) {
+      if (!free[index]) fn(index);
+    }
+  }
+
   // The first index compact() would move rows from (the fewest chunks that hold the live rows
   // end there), or kNoCompaction when no chunk would be freed.
   static constexpr uint32_t kNoCompaction = 0xffffffffu;
@@ -286,6 +297,13 @@ class RowArenas {
     return (c << kClassShift) | index;
   }
   void release(uint32_t handle) { arenas_[class_of(handle)].release(handle & kIndexMask); }
+  // fn(handle) for every live row, class by class, each in storage order (RowArena::for_each_live).
+  template <class Fn>
+  void for_each_live(Fn&& fn) const {
+    for (uint32_t c = 0; c < arenas_.size(); ++c) {
+      arenas_[c].for_each_live([&](uint32_t index) { fn((c << kClassShift) | index); });
+    }
+  }
   void clear() {
     for (RowArena& a : arenas_) a.clear();
   }

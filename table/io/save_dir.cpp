@@ -224,51 +224,87 @@ StatusOr<std::string> read_verified(FileEnv* env, const std::string& path,
   return data;
 }
 
-Status read_verified_chunks(FileEnv* env, const std::string& path, const ManifestFile& file,
-                            std::size_t chunk_bytes, const ChunkConsumer& consume) {
+StatusOr<std::unique_ptr<VerifiedChunkReader>> VerifiedChunkReader::open(FileEnv* env,
+                                                                         const std::string& path,
+                                                                         const ManifestFile& file,
+                                                                         std::size_t chunk_bytes) {
   const std::string where = path + "/" + file.name;
   if (!env->exists(where)) return Status::Corruption(where + ": listed in MANIFEST but missing");
   auto in = env->open_sequential(where, file.bytes);
   if (!in.ok()) return in.status();
   if ((*in)->size() != file.bytes) return size_mismatch(where, (*in)->size(), file);
-  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash(XXH64_createState(),
-                                                                         &XXH64_freeState);
-  if (!hash || XXH64_reset(hash.get(), 0) != XXH_OK) return Status::Internal("xxh64 state");
-  std::string buffer;  // bytes read and not yet taken by `consume`
-  uint64_t read = 0;
-  Status refused;  // the consumer's error: returned when the bytes prove sound
-  for (bool last = false; !last;) {
-    const std::size_t kept = buffer.size();
-    buffer.resize(kept + chunk_bytes);
-    auto got = (*in)->read(&buffer[kept], chunk_bytes);
-    if (!got.ok()) return got.status();
-    buffer.resize(kept + *got);
-    XXH64_update(hash.get(), buffer.data() + kept, *got);
-    read += *got;
-    last = *got == 0;
-    if (!refused.ok()) {
-      buffer.clear();  // only the checksum is still wanted
-      continue;
-    }
-    auto took = consume(buffer.data(), buffer.size(), last);
-    if (!took.ok()) {
-      refused = took.status();
-    } else if (last && *took != buffer.size()) {
-      refused = Status::Internal(where + ": the reader left " +
-                                 std::to_string(buffer.size() - *took) + " bytes at the end");
-    } else if (*took == 0 && buffer.size() > chunk_bytes) {
-      refused = Status::Corruption(where + ": a record longer than " + std::to_string(chunk_bytes) +
-                                   " bytes at byte " + std::to_string(read - buffer.size()) +
-                                   " (corrupt file)");
-    } else {
-      buffer.erase(0, *took);
-    }
+  std::unique_ptr<VerifiedChunkReader> reader(
+      new VerifiedChunkReader(where, file, chunk_bytes, std::move(in).value()));
+  if (!reader->hash_ || XXH64_reset(reader->hash_.get(), 0) != XXH_OK) {
+    return Status::Internal("xxh64 state");
   }
-  if (read != file.bytes) return size_mismatch(where, read, file);
-  if (XXH64_digest(hash.get()) != file.xxh64) {
-    return Status::Corruption(where + ": checksum mismatch (file corrupted)");
+  return reader;
+}
+
+VerifiedChunkReader::VerifiedChunkReader(std::string where, const ManifestFile& file,
+                                         std::size_t chunk_bytes,
+                                         std::unique_ptr<SequentialFile> in)
+    : where_(std::move(where)),
+      file_(file),
+      chunk_bytes_(chunk_bytes),
+      in_(std::move(in)),
+      hash_(XXH64_createState()) {}
+
+void VerifiedChunkReader::FreeHash::operator()(XXH64_state_s* state) const {
+  XXH64_freeState(state);
+}
+
+StatusOr<bool> VerifiedChunkReader::next(const ChunkConsumer& consume) {
+  if (ended_) return false;
+  const std::size_t kept = buffer_.size();
+  // No more than the entry's bytes left, and one past them (the read that finds the end): the
+  // buffer's growth is zero-filled, and a small file (a delta's) is no reason to fill a chunk.
+  const std::size_t want = static_cast<std::size_t>(
+      std::min<uint64_t>(chunk_bytes_, (file_.bytes > read_ ? file_.bytes - read_ : 0) + 1));
+  buffer_.resize(kept + want);
+  auto got = in_->read(&buffer_[kept], want);
+  if (!got.ok()) return got.status();
+  buffer_.resize(kept + *got);
+  XXH64_update(hash_.get(), buffer_.data() + kept, *got);
+  read_ += *got;
+  ended_ = *got == 0;
+  if (!refused_.ok()) {
+    buffer_.clear();  // only the checksum is still wanted
+    return true;
   }
-  return refused;
+  auto took = consume(buffer_.data(), buffer_.size(), ended_);
+  if (!took.ok()) {
+    refused_ = took.status();
+  } else if (ended_ && *took != buffer_.size()) {
+    refused_ = Status::Internal(where_ + ": the reader left " +
+                                std::to_string(buffer_.size() - *took) + " bytes at the end");
+  } else if (*took == 0 && buffer_.size() > chunk_bytes_) {
+    refused_ = Status::Corruption(where_ + ": a record longer than " +
+                                  std::to_string(chunk_bytes_) + " bytes at byte " +
+                                  std::to_string(read_ - buffer_.size()) + " (corrupt file)");
+  } else {
+    buffer_.erase(0, *took);
+  }
+  return true;
+}
+
+Status VerifiedChunkReader::finish() {
+  if (read_ != file_.bytes) return size_mismatch(where_, read_, file_);
+  if (XXH64_digest(hash_.get()) != file_.xxh64) {
+    return Status::Corruption(where_ + ": checksum mismatch (file corrupted)");
+  }
+  return refused_;
+}
+
+Status read_verified_chunks(FileEnv* env, const std::string& path, const ManifestFile& file,
+                            std::size_t chunk_bytes, const ChunkConsumer& consume) {
+  auto reader = VerifiedChunkReader::open(env, path, file, chunk_bytes);
+  if (!reader.ok()) return reader.status();
+  for (;;) {
+    auto more = (*reader)->next(consume);
+    if (!more.ok()) return more.status();
+    if (!*more) return (*reader)->finish();
+  }
 }
 
 }  // namespace gpubox::table::io

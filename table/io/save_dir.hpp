@@ -17,6 +17,8 @@
 #include "common/thread_annotations.hpp"
 #include "table/io/file_env.hpp"
 
+struct XXH64_state_s;  // xxhash.h's, for VerifiedChunkReader
+
 namespace gpubox::table::io {
 
 inline constexpr const char* kManifestName = "MANIFEST";
@@ -66,6 +68,8 @@ class StagedSave {
   Status add_file(const std::string& name, const std::string& data, uint64_t records);
   // Writes the MANIFEST (kind, properties and the files added) and swaps the save in.
   Status commit(const std::string& kind, const std::map<std::string, std::string>& properties);
+  // Whether commit swapped the save in (it may have failed after that: the parent folder's sync).
+  bool committed() const { return committed_; }
 
  private:
   StagedSave(FileEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
@@ -104,5 +108,36 @@ using ChunkConsumer =
 // than a chunk is refused.
 Status read_verified_chunks(FileEnv* env, const std::string& path, const ManifestFile& file,
                             std::size_t chunk_bytes, const ChunkConsumer& consume);
+
+// read_verified_chunks a chunk at a time, for a reader that takes a file's records as another
+// file's come (a load's unseen-<shard> along with its part-<shard>): open, next until it says
+// the end was given, then finish for the size and checksum (and the consumer's error).
+class VerifiedChunkReader {
+ public:
+  static StatusOr<std::unique_ptr<VerifiedChunkReader>> open(FileEnv* env, const std::string& path,
+                                                             const ManifestFile& file,
+                                                             std::size_t chunk_bytes);
+  // Reads the next chunk and gives `consume` the bytes not taken yet (once the consumer refused
+  // some, only the checksum is kept up); false, reading nothing, once the end has been given.
+  StatusOr<bool> next(const ChunkConsumer& consume);
+  // After next said false: the size, the checksum, then the consumer's error.
+  Status finish();
+
+ private:
+  VerifiedChunkReader(std::string where, const ManifestFile& file, std::size_t chunk_bytes,
+                      std::unique_ptr<SequentialFile> in);
+  const std::string where_;
+  const ManifestFile file_;
+  const std::size_t chunk_bytes_;
+  std::unique_ptr<SequentialFile> in_;
+  struct FreeHash {
+    void operator()(XXH64_state_s* state) const;
+  };
+  std::unique_ptr<XXH64_state_s, FreeHash> hash_;
+  std::string buffer_;  // bytes read and not yet taken by the consumer
+  uint64_t read_ = 0;
+  bool ended_ = false;
+  Status refused_;  // the consumer's error: returned when the bytes prove sound
+};
 
 }  // namespace gpubox::table::io

@@ -302,7 +302,7 @@ TEST(HostMemoryBudget, TheShardsMapsAreReservedAtOpenAndNeverGrow) {
   ASSERT_TRUE(shard.clear().ok());
   expect_planned("after clear");
   ASSERT_EQ(record_floats(RecordKind::kFullRow, layout), layout.stride());
-  ASSERT_TRUE(shard.load_records(RecordKind::kFullRow, keys.data(), rows.data(), n).ok());
+  ASSERT_TRUE(shard.load_records(RecordKind::kFullRow, keys.data(), rows.data(), nullptr, n).ok());
   expect_planned("after a load");
 }
 

@@ -2,12 +2,14 @@
 // the whole files do; the row codec's text and binary records round-trip exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -102,6 +104,58 @@ TEST(SaveLoad, PartFilesStreamedInChunksParseAsWholeFiles) {
   };
   st = io::read_verified_chunks(io::FileEnv::posix(), dir.path(), entry, 4096, refuse);
   EXPECT_NE(st.message().find("checksum mismatch"), std::string::npos) << st.to_string();
+}
+
+// The POSIX env, keeping the largest read a sequential file was asked for.
+class ReadSizeEnv final : public io::ForwardingEnv {
+ public:
+  ReadSizeEnv() : io::ForwardingEnv(io::FileEnv::posix()) {}
+  StatusOr<std::unique_ptr<io::SequentialFile>> open_sequential(const std::string& path,
+                                                                uint64_t max_bytes) override {
+    auto inner = io::ForwardingEnv::open_sequential(path, max_bytes);
+    if (!inner.ok()) return inner.status();
+    return std::unique_ptr<io::SequentialFile>(new Sized(std::move(inner).value(), &largest_));
+  }
+  std::size_t largest() const { return largest_; }
+
+ private:
+  class Sized final : public io::SequentialFile {
+   public:
+    Sized(std::unique_ptr<io::SequentialFile> inner, std::size_t* largest)
+        : inner_(std::move(inner)), largest_(largest) {}
+    StatusOr<std::size_t> read(void* buf, std::size_t n) override {
+      *largest_ = std::max(*largest_, n);
+      return inner_->read(buf, n);
+    }
+    uint64_t size() const override { return inner_->size(); }
+
+   private:
+    std::unique_ptr<io::SequentialFile> inner_;
+    std::size_t* largest_;
+  };
+  std::size_t largest_ = 0;
+};
+
+// A file smaller than a chunk (a delta's few records) is read, and its buffer filled, to its
+// size and the one byte more that finds its end, not to the chunk: a load reads a file per shard
+// and kind, twice, and a chunk is megabytes. A larger file is read a chunk at a time.
+TEST(SaveLoad, AFileSmallerThanAChunkIsReadToItsSize) {
+  ScratchDir dir;
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{100}, std::size_t{10000}}) {
+    const std::string text(bytes, 'x');
+    std::ofstream(dir.sub("f"), std::ios::trunc) << text;
+    const io::ManifestFile entry{"f", 1, bytes, io::checksum(text.data(), text.size())};
+    ReadSizeEnv env;
+    std::string got;
+    const Status st = io::read_verified_chunks(&env, dir.path(), entry, 4096,
+                                               [&](const char* data, std::size_t n, bool) {
+                                                 got.append(data, n);
+                                                 return StatusOr<std::size_t>(n);
+                                               });
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    EXPECT_EQ(got, text);
+    EXPECT_EQ(env.largest(), std::min<std::size_t>(bytes + 1, 4096)) << bytes << " bytes";
+  }
 }
 
 // The POSIX env, counting the steps a save reports between its file operations.

@@ -30,6 +30,7 @@
 #include "tests/table/manifest_edit.hpp"
 #include "tests/table/save_load_fixture.hpp"
 #include "tests/table/shrink_oracle.hpp"
+#include "tests/table/slot_dims_config.hpp"
 #include "tests/table/table_test_util.hpp"
 
 namespace gpubox::table {
@@ -264,6 +265,68 @@ class ThrowingStepEnv final : public io::ForwardingEnv {
   std::atomic<int> steps_{0};
 };
 
+// Forwards to the POSIX env, but for a save's commit: throws bad_alloc or fails once it renamed
+// the save in (the parent folder's sync, the step after), or fails the rename itself.
+enum class CommitFault { kThrowAfterRename, kFailAfterRename, kFailRename };
+class CommitFaultEnv final : public io::ForwardingEnv {
+ public:
+  explicit CommitFaultEnv(CommitFault fault)
+      : io::ForwardingEnv(io::FileEnv::posix()), fault_(fault) {}
+  Status rename(const std::string& from, const std::string& to) override {
+    if (fault_ == CommitFault::kFailRename) return Status::IOError("rename refused");
+    return io::ForwardingEnv::rename(from, to);
+  }
+  Status sync_dir(const std::string& path) override {
+    const bool staging = path.size() >= 4 && path.compare(path.size() - 4, 4, ".tmp") == 0;
+    if (!staging && fault_ == CommitFault::kThrowAfterRename) throw std::bad_alloc();
+    if (!staging && fault_ == CommitFault::kFailAfterRename) return Status::IOError("refused");
+    return io::ForwardingEnv::sync_dir(path);
+  }
+
+ private:
+  const CommitFault fault_;
+};
+
+// A delta whose commit threw or failed after its rename put it in place holds the shrink before
+// it, and its bookkeeping was not done: the next delta holds every row, right onto it and onto
+// the save before alike (no shrink replayed twice, none left out). A commit refused at its
+// rename changed nothing: the next delta records both shrinks since the base.
+TEST(SaveLoadShrinks, ACommitThatFailedAfterItsRenameMakesTheNextDeltaHoldEveryRow) {
+  for (const CommitFault fault :
+       {CommitFault::kThrowAfterRename, CommitFault::kFailAfterRename, CommitFault::kFailRename}) {
+    SCOPED_TRACE("fault " + std::to_string(static_cast<int>(fault)));
+    DecayingChain c(SaveForm::kBinary, /*disk=*/false);
+    Fixture& f = c.f;
+    c.push(600, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+    c.shrink();
+    c.push(50, 2000);
+    CommitFaultEnv env(fault);
+    const std::string delta1 = f.dir.sub("delta1");
+    if (fault == CommitFault::kThrowAfterRename) {
+      EXPECT_THROW((void)f.table->save(delta1, SaveKind::kDelta, &env), std::bad_alloc);
+    } else {
+      EXPECT_FALSE(f.table->save(delta1, SaveKind::kDelta, &env).ok());
+    }
+    const bool in_place = fault != CommitFault::kFailRename;
+    ASSERT_EQ(std::filesystem::exists(delta1 + "/" + io::kManifestName), in_place);
+    c.shrink();
+    c.push(30, 2000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta2"), SaveKind::kDelta).ok());
+    const SaveCounts d2 = counts_of(f.dir.sub("delta2"));
+    EXPECT_EQ(d2.mode, in_place ? "delta" : "delta+shrinks");
+    EXPECT_EQ(d2.shrinks, in_place ? "" : "2");
+    std::vector<std::vector<const char*>> chains = {{"base", "delta2"}};
+    if (in_place) chains.push_back({"base", "delta1", "delta2"});
+    for (const auto& chain : chains) {
+      auto loaded = f.fresh();
+      for (const char* save : chain) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok()) << save;
+      EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)))
+          << chain.size() << " saves";
+    }
+  }
+}
+
 // A load that throws part way (a base's clear of the table, a delta's replay of its shrinks)
 // leaves the table partly loaded: a delta on top is refused until a base loads whole.
 TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
@@ -298,6 +361,58 @@ TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
     for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
     EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
     ASSERT_TRUE(loaded->save(f.dir.sub(std::string("whole_") + failing), SaveKind::kBase).ok());
+  }
+}
+
+// Two shrinks between the saves, decaying (0.9) rows of two width classes that the delta does
+// not hold: its loader ages each row both days at once (SparseShard::replay_shrinks), in the
+// arenas' order, to the bits the live table's two shrinks gave it (each rate in turn, not their
+// product); rows the second shrink deleted are the delta's deletions. In memory and on disk.
+TEST(SaveLoadShrinks, TwoShrinksOfRowsOfTwoWidthsReplayToTheLiveTablesBits) {
+  for (const bool disk : {false, true}) {
+    SCOPED_TRACE(disk ? "with the disk tier" : "in memory");
+    DecayingChain c(SaveForm::kBinary, disk);
+    Fixture& f = c.f;
+    f.opt = with_slot_dims(f.opt, {{100, 2}});  // slot 100 (pushed rows have slots < 26): 2 wide
+    f.table = f.fresh();
+    const std::set<uint64_t> first = c.push(400, 100000);  // unseen 3 at the 2nd shrink: deleted
+    c.shrink();
+    // Rows of slot 100 (created by the pull, not pushed: show 0) and rows pushed before the save
+    // (show decays), both unseen 2 after the two shrinks: kept, aged only by the replay.
+    std::vector<uint64_t> narrow(300);
+    for (std::size_t i = 0; i < narrow.size(); ++i) narrow[i] = 200000 + i;
+    const std::vector<int32_t> slots(narrow.size(), 100);
+    std::vector<float> pulled(narrow.size() * f.table->layout().stride());
+    const std::size_t stride = f.table->layout().stride();
+    ASSERT_TRUE(
+        f.table->pull(narrow.data(), slots.data(), narrow.size(), pulled.data(), nullptr).ok());
+    for (std::size_t i = 0; i < narrow.size(); ++i) {
+      c.oracle[narrow[i]].assign(&pulled[i * stride], &pulled[(i + 1) * stride]);
+    }
+    c.push(300, 100000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+    ASSERT_EQ(c.shrink(), 0u);
+    ASSERT_GT(c.shrink(), 0u);  // the first push's rows not pushed again
+    c.push(30, 100000);
+    ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
+    const SaveCounts d = counts_of(f.dir.sub("delta"));
+    EXPECT_EQ(d.mode, "delta+shrinks");
+    EXPECT_EQ(d.shrinks, "2");
+    EXPECT_LE(d.rows, 30u);
+    EXPECT_GT(d.deleted, 0u);
+    EXPECT_LE(d.deleted, first.size());
+    auto loaded = f.fresh();
+    for (const char* save : {"base", "delta"}) {
+      const Status st = loaded->load(f.dir.sub(save));
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+    EXPECT_TRUE(matches(c.oracle, *loaded));
+    // And a day later alike.
+    auto resumed = loaded->shrink();
+    ASSERT_TRUE(resumed.ok());
+    EXPECT_EQ(*resumed, c.shrink());
+    EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
   }
 }
 
@@ -354,6 +469,25 @@ TEST(SaveLoadShrinks, APartlyLoadedTableRefusesDeltasUntilABaseLoads) {
   EXPECT_NE(refused.message().find(f.dir.sub("delta")), std::string::npos) << refused.to_string();
   for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+}
+
+// A base load into a disk tier over its budget (64 rows in memory) writes each row it sends to
+// disk once, its unseen days with it (read along from unseen-<shard>), not again for them; the
+// rows and their days are the live table's.
+TEST(SaveLoadShrinks, ABaseLoadWritesEachRowItSendsToDiskOnce) {
+  DecayingChain c(SaveForm::kBinary, /*disk=*/true);
+  Fixture& f = c.f;
+  c.push(600, 100000);
+  c.shrink();
+  c.push(200, 100000);  // unseen 0 beside the others' 1
+  ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
+  auto loaded = f.fresh();
+  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  const uint64_t on_disk = loaded->stats()->rows_on_disk;
+  EXPECT_GT(on_disk, 600u);
+  EXPECT_EQ(loaded->disk_tier_for_tests()->traffic().puts, on_disk);
+  EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
+  EXPECT_TRUE(matches(c.oracle, *loaded));
 }
 
 // Removes what a save from before unseen files lacks: the unseen-* files from the MANIFEST (the
