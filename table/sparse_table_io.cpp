@@ -219,12 +219,13 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   // parent folder's sync) leaves it there, perhaps not durably: the shrinks it holds must not be
   // replayed again by the next delta, nor must that delta leave them out when it applies onto
   // the save before. So the next delta holds every row until the bookkeeping below is done: set
-  // before the commit (a throw leaves it set), restored when the commit failed before its rename.
+  // before the commit (a throw leaves it set), restored when the commit failed with the save surely
+  // not in place (StagedSave::may_be_in_place).
   const bool every_row_before = next_delta_every_row_;
   next_delta_every_row_ = true;
   const Status committed = (*staged)->commit(kSparseKind, props);
   if (!committed.ok()) {
-    if (!(*staged)->committed()) next_delta_every_row_ = every_row_before;
+    if (!(*staged)->may_be_in_place()) next_delta_every_row_ = every_row_before;
     return committed.with_context("save " + path);
   }
   epochs_.saved_through.store(epoch);

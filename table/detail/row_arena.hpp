@@ -115,12 +115,14 @@ class RowArena {
   void release(uint32_t index) { free_.push_back(index); }
 
   // fn(index) for every live row (allocated, not released), in storage order: a pass over every
-  // row reads the chunks in turn, where the handles of a key index would jump about them.
+  // row reads the chunks in turn, where the handles of a key index would jump about them. fn must
+  // not allocate or release rows (the rows visited are those live when the pass began).
   template <class Fn>
   void for_each_live(Fn&& fn) const {
-    std::vector<bool> free(allocated_, false);
+    const uint32_t allocated = allocated_;
+    std::vector<bool> free(allocated, false);
     for (uint32_t index : free_) free[index] = true;
-    for (uint32_t index = 0; index < allocated_; ++index) {
+    for (uint32_t index = 0; index < allocated; ++index) {
       if (!free[index]) fn(index);
     }
   }

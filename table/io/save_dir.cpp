@@ -167,6 +167,7 @@ Status StagedSave::commit(const std::string& kind,
   GPUBOX_RETURN_IF_ERROR(env_->sync_dir(staging));
   if (env_->exists(path_)) {
     // After the exchange the previous save sits under the staging name; the destructor drops it.
+    exchange_tried_ = true;
     GPUBOX_RETURN_IF_ERROR(env_->exchange(staging, path_));
   } else {
     GPUBOX_RETURN_IF_ERROR(env_->rename(staging, path_));

@@ -70,6 +70,11 @@ class StagedSave {
   Status commit(const std::string& kind, const std::map<std::string, std::string>& properties);
   // Whether commit swapped the save in (it may have failed after that: the parent folder's sync).
   bool committed() const { return committed_; }
+  // Whether the save may be in place after a failed commit: it swapped the save in, or it tried to
+  // exchange it with an earlier save (an exchange without RENAME_EXCHANGE is three renames, and
+  // the last may fail with the new save already at the path). A failed plain rename changed
+  // nothing.
+  bool may_be_in_place() const { return committed_ || exchange_tried_; }
 
  private:
   StagedSave(FileEnv* env, std::string path) : env_(env), path_(std::move(path)) {}
@@ -78,6 +83,7 @@ class StagedSave {
   Mutex files_mu_;  // add_file may run from several threads (one per shard)
   std::vector<ManifestFile> files_ GPUBOX_GUARDED_BY(files_mu_);
   bool committed_ = false;
+  bool exchange_tried_ = false;
 };
 
 // Reads and checks `<path>/MANIFEST`; `kind` must match. A missing MANIFEST means no complete

@@ -266,8 +266,10 @@ class ThrowingStepEnv final : public io::ForwardingEnv {
 };
 
 // Forwards to the POSIX env, but for a save's commit: throws bad_alloc or fails once it renamed
-// the save in (the parent folder's sync, the step after), or fails the rename itself.
-enum class CommitFault { kThrowAfterRename, kFailAfterRename, kFailRename };
+// the save in (the parent folder's sync, the step after), fails the rename itself, or fails an
+// exchange with an earlier folder after swapping it (an exchange without RENAME_EXCHANGE is three
+// renames: the last may fail with the new save in place).
+enum class CommitFault { kThrowAfterRename, kFailAfterRename, kFailRename, kFailAfterExchange };
 class CommitFaultEnv final : public io::ForwardingEnv {
  public:
   explicit CommitFaultEnv(CommitFault fault)
@@ -275,6 +277,13 @@ class CommitFaultEnv final : public io::ForwardingEnv {
   Status rename(const std::string& from, const std::string& to) override {
     if (fault_ == CommitFault::kFailRename) return Status::IOError("rename refused");
     return io::ForwardingEnv::rename(from, to);
+  }
+  Status exchange(const std::string& a, const std::string& b) override {
+    const Status swapped = io::ForwardingEnv::exchange(a, b);
+    if (swapped.ok() && fault_ == CommitFault::kFailAfterExchange) {
+      return Status::IOError("third rename refused");
+    }
+    return swapped;
   }
   Status sync_dir(const std::string& path) override {
     const bool staging = path.size() >= 4 && path.compare(path.size() - 4, 4, ".tmp") == 0;
@@ -289,11 +298,12 @@ class CommitFaultEnv final : public io::ForwardingEnv {
 
 // A delta whose commit threw or failed after its rename put it in place holds the shrink before
 // it, and its bookkeeping was not done: the next delta holds every row, right onto it and onto
-// the save before alike (no shrink replayed twice, none left out). A commit refused at its
+// the save before alike (no shrink replayed twice, none left out); so does an exchange with an
+// earlier folder that failed after swapping the save in. A commit refused at its
 // rename changed nothing: the next delta records both shrinks since the base.
 TEST(SaveLoadShrinks, ACommitThatFailedAfterItsRenameMakesTheNextDeltaHoldEveryRow) {
-  for (const CommitFault fault :
-       {CommitFault::kThrowAfterRename, CommitFault::kFailAfterRename, CommitFault::kFailRename}) {
+  for (const CommitFault fault : {CommitFault::kThrowAfterRename, CommitFault::kFailAfterRename,
+                                  CommitFault::kFailRename, CommitFault::kFailAfterExchange}) {
     SCOPED_TRACE("fault " + std::to_string(static_cast<int>(fault)));
     DecayingChain c(SaveForm::kBinary, /*disk=*/false);
     Fixture& f = c.f;
@@ -303,6 +313,8 @@ TEST(SaveLoadShrinks, ACommitThatFailedAfterItsRenameMakesTheNextDeltaHoldEveryR
     c.push(50, 2000);
     CommitFaultEnv env(fault);
     const std::string delta1 = f.dir.sub("delta1");
+    // An empty folder at the path: the commit exchanges the save with it.
+    if (fault == CommitFault::kFailAfterExchange) std::filesystem::create_directories(delta1);
     if (fault == CommitFault::kThrowAfterRename) {
       EXPECT_THROW((void)f.table->save(delta1, SaveKind::kDelta, &env), std::bad_alloc);
     } else {
