@@ -13,6 +13,7 @@
 #include "common/logging.hpp"
 #include "heterps/heter_comm/heter_comm_types.hpp"
 #include "trainer/nn/activation_layout.hpp"
+#include "trainer/nn/bf16_speed.hpp"
 
 namespace gpubox::trainer {
 
@@ -118,9 +119,10 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
 
 // bf16 falls back to fp32 where there is no MLP or where the card has no bf16 GEMMs; card 0 says
 // why, and, where bf16 runs beside a part that computes in fp32 (`fp32_part` names it), that the
-// MLP reads the part's rows rounded. The precision asked may come from
-// hyper_parameters.dense_precision, an export's MANIFEST or gpubox_serve's --precision: the lines
-// name none of them.
+// MLP reads the part's rows rounded; where bf16 runs in hardware, card 0 measures once whether
+// its bf16 GEMMs outrun fp32's and warns when they do not (bf16_speed.hpp). The precision asked may
+// come from hyper_parameters.dense_precision, an export's MANIFEST or gpubox_serve's --precision:
+// the lines name none of them.
 void DenseModel::choose_precision(const char* fp32_part, bool has_mlp) {
   if (precision_ != DensePrecision::kBf16) return;
   const bool say = card_->local_index() == 0;
@@ -139,7 +141,11 @@ void DenseModel::choose_precision(const char* fp32_part, bool has_mlp) {
                           << ") has no bf16 GEMMs in hardware (AVX512-BF16 or AMX on a CPU, sm_80 "
                           << "or newer on a GPU): the dense net runs in fp32";
     }
-  } else if (fp32_part && say) {
+  } else if (say && blas_.bf16() == Bf16Support::kHardware) {
+    const std::string slower = bf16_speed_warning(bf16_gemm_speedup(blas_), blas_.isa());
+    if (!slower.empty()) GPUBOX_LOG(WARNING) << "the dense net computes in bf16, but " << slower;
+  }
+  if (precision_ == DensePrecision::kBf16 && fp32_part && say) {
     // The CIN's (the FEFM's, the attention's) GEMMs and elementwise products are fp32
     // (XdeepfmPart, DeepfefmPart, AutointPart, FatDeepffmPart); the MLP reads a bf16 copy of the
     // part's rows and hands back an fp32 gradient, as beside the cross networks.
