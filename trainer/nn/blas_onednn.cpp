@@ -111,16 +111,23 @@ const Blas::Backend::Bf16Gemm& bf16_gemm(Blas::Backend& backend, Transpose ta, T
   gemm.b = operand(tb, k, n, ldb, type::bf16);
   gemm.c = operand(Transpose::kNo, m, n, ldc, type::f32);
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
+  std::size_t scratch = 0;
   run_gemm(backend, [&] {
-    gemm.primitive = dnnl::matmul(dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr, backend.engine));
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr,
+                                          backend.engine);
+    gemm.scratch = pd.scratchpad_desc();
+    scratch = gemm.scratch.get_size();
+    gemm.primitive = dnnl::matmul(pd);
   });
+  // The card's one scratchpad, grown now (an execution reads it as it is then, never allocates).
+  if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
   return backend.bf16_gemms.emplace(std::move(key), gemm).first->second;
 }
 
@@ -235,8 +242,11 @@ void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
       dnnl::memory ma(gemm.a, backend->engine, const_cast<Bf16*>(a));
       dnnl::memory mb(gemm.b, backend->engine, const_cast<Bf16*>(b));
       dnnl::memory mc(gemm.c, backend->engine, c);
-      gemm.primitive.execute(backend->stream,
-                             {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+      dnnl::memory scratch(gemm.scratch, backend->engine, backend->scratchpad.data());
+      gemm.primitive.execute(backend->stream, {{DNNL_ARG_SRC, ma},
+                                               {DNNL_ARG_WEIGHTS, mb},
+                                               {DNNL_ARG_DST, mc},
+                                               {DNNL_ARG_SCRATCHPAD, scratch}});
     });
   });
 }
