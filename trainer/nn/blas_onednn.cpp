@@ -67,11 +67,17 @@ dnnl::memory::desc operand(Transpose t, int64_t rows, int64_t cols, int64_t ld,
                              : dnnl::memory::desc(dims{rows, cols}, type, dims{1, ld});
 }
 
-// X (op(X) [rows x cols], stride ld) as fp32, same layout: kEmulated's copy of a bf16 operand.
-std::vector<float> widen(Transpose t, int64_t rows, int64_t cols, int64_t ld, const Bf16* x) {
+// The entries X (op(X) [rows x cols], stride ld) spans as stored.
+std::size_t stored_span(Transpose t, int64_t rows, int64_t cols, int64_t ld) {
   const int64_t stored_rows = t == Transpose::kNo ? rows : cols;
   const int64_t stored_cols = t == Transpose::kNo ? cols : rows;
-  std::vector<float> out(static_cast<std::size_t>((stored_rows - 1) * ld + stored_cols));
+  return static_cast<std::size_t>((stored_rows - 1) * ld + stored_cols);
+}
+
+// X as fp32 into `out` (stored_span entries), same layout: kEmulated's copy of a bf16 operand.
+const float* widen(Transpose t, int64_t rows, int64_t cols, int64_t ld, const Bf16* x, float* out) {
+  const int64_t stored_rows = t == Transpose::kNo ? rows : cols;
+  const int64_t stored_cols = t == Transpose::kNo ? cols : rows;
   for (int64_t i = 0; i < stored_rows; ++i) {
     for (int64_t j = 0; j < stored_cols; ++j) out[i * ld + j] = to_float(x[i * ld + j]);
   }
@@ -148,6 +154,8 @@ Blas::Blas(device::Card& card) : card_(&card), backend_(std::make_unique<Backend
     b.bf16 = Bf16Support::kEmulated;
   }
   b.scratchpad = card.make_buffer<char>(0);
+  b.emulated_a = card.make_buffer<float>(0);
+  b.emulated_b = card.make_buffer<float>(0);
 }
 
 Blas::~Blas() = default;
@@ -221,14 +229,20 @@ void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
   }
   Backend* backend = backend_.get();
   if (backend->bf16 == Bf16Support::kEmulated) {
+    // The fp32 copies' buffers grow here, at the call; the work reads them as they are when it
+    // runs (a replay after a later call grew them included), so running it never allocates.
+    const std::size_t a_span = stored_span(trans_a, m, k, lda);
+    const std::size_t b_span = stored_span(trans_b, k, n, ldb);
+    if (backend->emulated_a.size() < a_span) backend->emulated_a.resize_discard(a_span);
+    if (backend->emulated_b.size() < b_span) backend->emulated_b.resize_discard(b_span);
     count_gemm_launch(stream());
     device::enqueue(stream(), "gemm_bf16", [=] {
-      const std::vector<float> a32 = widen(trans_a, m, k, lda, a);
-      const std::vector<float> b32 = widen(trans_b, k, n, ldb, b);
+      const float* a32 = widen(trans_a, m, k, lda, a, backend->emulated_a.data());
+      const float* b32 = widen(trans_b, k, n, ldb, b, backend->emulated_b.data());
       run_gemm(*backend, [&] {
         check(dnnl_sgemm(trans_a == Transpose::kYes ? 'T' : 'N',
-                         trans_b == Transpose::kYes ? 'T' : 'N', m, n, k, alpha, a32.data(),
-                         ld(lda), b32.data(), ld(ldb), beta, c, ld(ldc)),
+                         trans_b == Transpose::kYes ? 'T' : 'N', m, n, k, alpha, a32, ld(lda), b32,
+                         ld(ldb), beta, c, ld(ldc)),
               "gemm_bf16 (emulated)");
       });
     });

@@ -71,6 +71,8 @@ struct Blas::Backend {
     dnnl::memory::desc a, b, c, scratch;
   };
   std::map<std::vector<int64_t>, Bf16Gemm> bf16_gemms;
+  // kEmulated: gemm_bf16's fp32 copies of A and B, grown at a call that needs more.
+  device::device_buffer<float> emulated_a, emulated_b;
 };
 
 // Runs `gemm` (oneDNN calls) on the calling card thread's OpenMP threads, or on one thread
