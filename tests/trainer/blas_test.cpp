@@ -38,13 +38,31 @@ class SgemmTest
 // their rows over the card's threads, so large shapes with 3 threads cover the split path).
 // `bf16`: gemm_bf16 instead, on A and B rounded to bf16 (the reference reads the rounded values:
 // their products are exact, so only the fp32 sums differ from it).
+// check_gemm_on: the same on a given card and Blas (its plans kept from earlier calls), with the
+// operands `offset` elements into their buffers (other pointers for the same shape).
+void check_gemm_on(device::Card& card, const Blas& blas, bool ta, bool tb, int m, int n, int k,
+                   bool bf16, float alpha, float beta, int offset = 0);
+
 void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads, bool bf16 = false,
                  float alpha = 0.75f, float beta = -0.5f) {
   CardSet cards = CardSet::from_list("0", 0, 1, threads);
   device::Card& card = cards.card(0);
   card.activate();
   Blas blas(card);
-  std::mt19937_64 rng(m * 1000 + n * 10 + k + ta * 7 + tb * 13);
+  check_gemm_on(card, blas, ta, tb, m, n, k, bf16, alpha, beta);
+}
+
+// A copy of `v` with `offset` leading zeros, on the card; its data() + offset is v.
+template <class T>
+device::device_buffer<T> on_card(const std::vector<T>& v, int offset, device::Card& card) {
+  std::vector<T> padded(offset, T{});
+  padded.insert(padded.end(), v.begin(), v.end());
+  return device::to_device(padded, card.memory(), card.stream());
+}
+
+void check_gemm_on(device::Card& card, const Blas& blas, bool ta, bool tb, int m, int n, int k,
+                   bool bf16, float alpha, float beta, int offset) {
+  std::mt19937_64 rng(m * 1000 + n * 10 + k + ta * 7 + tb * 13 + offset);
   // Padded leading dimensions: the stride is honoured, not assumed to equal the width.
   const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k;
   const int64_t b_rows = tb ? n : k, b_cols = tb ? k : n;
@@ -54,22 +72,24 @@ void check_sgemm(bool ta, bool tb, int m, int n, int k, int threads, bool bf16 =
   std::vector<float> c = testing::random_vector(static_cast<std::size_t>(m) * ldc, rng);
   const Transpose op_a = ta ? Transpose::kYes : Transpose::kNo;
   const Transpose op_b = tb ? Transpose::kYes : Transpose::kNo;
-  auto dc = device::to_device(c, card.memory(), card.stream());
+  auto dc = on_card(c, offset, card);
   if (bf16) {
     ASSERT_NE(blas.bf16(), Bf16Support::kNone);
     std::vector<Bf16> a16(a.size()), b16(b.size());
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = to_float(a16[i] = to_bf16(a[i]));
     for (std::size_t i = 0; i < b.size(); ++i) b[i] = to_float(b16[i] = to_bf16(b[i]));
-    auto da = device::to_device(a16, card.memory(), card.stream());
-    auto db = device::to_device(b16, card.memory(), card.stream());
-    blas.gemm_bf16(op_a, op_b, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, dc.data(),
-                   ldc);
+    auto da = on_card(a16, offset, card);
+    auto db = on_card(b16, offset, card);
+    blas.gemm_bf16(op_a, op_b, m, n, k, alpha, da.data() + offset, lda, db.data() + offset, ldb,
+                   beta, dc.data() + offset, ldc);
   } else {
-    auto da = device::to_device(a, card.memory(), card.stream());
-    auto db = device::to_device(b, card.memory(), card.stream());
-    blas.sgemm(op_a, op_b, m, n, k, alpha, da.data(), lda, db.data(), ldb, beta, dc.data(), ldc);
+    auto da = on_card(a, offset, card);
+    auto db = on_card(b, offset, card);
+    blas.sgemm(op_a, op_b, m, n, k, alpha, da.data() + offset, lda, db.data() + offset, ldb, beta,
+               dc.data() + offset, ldc);
   }
   std::vector<float> got = device::to_host(dc);
+  got.erase(got.begin(), got.begin() + offset);
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t col = 0; col < ldc; ++col) {
       double want = c[r * ldc + col];
@@ -101,6 +121,31 @@ TEST_P(SgemmTest, Bf16MatchesFloat64ReferenceOfTheRoundedOperands) {
   check_sgemm(ta, tb, m, n, k, 0, true, 1.0f, 0.0f);
   check_sgemm(ta, tb, m, n, k, 3, true, 1.0f, 1.0f);
   unsetenv("GPUBOX_BF16_EMULATION");
+}
+
+// One Blas keeps gemm_bf16's plans (cpu: a oneDNN primitive per shape and scales): a plan is
+// reused only for the same shape and scales, with any operands, and the cache starting over past
+// its 256 shapes changes no result.
+TEST(GemmBf16, OneBlasMatchesTheReferenceAcrossScalesPointersAndManyShapes) {
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  CardSet cards = CardSet::from_list("0", 0, 1, 0);
+  device::Card& card = cards.card(0);
+  card.activate();
+  Blas blas(card);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  const std::tuple<float, float> scales[] = {
+      {1.0f, 0.0f}, {1.0f, 1.0f}, {0.75f, 1.0f}, {0.75f, -0.5f}, {1.0f, 0.0f}};
+  for (const auto& [alpha, beta] : scales) {
+    check_gemm_on(card, blas, false, true, 33, 17, 65, true, alpha, beta);
+  }
+  for (int offset : {1, 5, 0})
+    check_gemm_on(card, blas, false, true, 33, 17, 65, true, 1, 0, offset);
+  for (int m = 1; m <= 300; ++m) {
+    check_gemm_on(card, blas, m % 2 == 1, m % 3 == 1, m, 3, 5, true, 1.0f,
+                  m % 2 == 0 ? 1.0f : 0.0f);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  check_gemm_on(card, blas, false, true, 33, 17, 65, true, 0.75f, 1.0f);
 }
 
 TEST(Sgemm, RowsSplitOverTheCardThreadsMatchTheReference) {
