@@ -29,8 +29,7 @@ namespace {
 using device::to_device;
 using device::to_host;
 using testing::bf16_tolerance;
-using testing::central_difference;
-using testing::expect_gradient_near;
+using testing::expect_gradients_near;
 using testing::random_vector;
 using testing::weighted_sum;
 
@@ -153,26 +152,6 @@ class CrossNetTest : public ::testing::TestWithParam<CrossCase>, protected testi
 
   // Every parameter gradient (grads / scale) and the pooled one (dp) against the central
   // differences of `loss` over w and x0, within tol absolute plus tol relative.
-  void expect_gradients_near(const DenseParameters& params, std::vector<float>& w,
-                             std::vector<float>& x0, const std::vector<float>& grads,
-                             const std::vector<float>& dp, float scale, double tol,
-                             const std::function<double()>& loss) const {
-    for (const ParamBlock& b : params.blocks()) {
-      for (std::size_t k = 0; k < b.count; ++k) {
-        const double numeric = central_difference(w, b.offset + k, 1e-2f, loss);
-        expect_gradient_near(grads[b.offset + k] / scale, numeric, tol, tol,
-                             b.name + "[" + std::to_string(k) + "]");
-      }
-    }
-    for (int i = 0; i < batch(); ++i) {
-      for (int j = 0; j < kPooled; ++j) {
-        const double numeric = central_difference(x0, i * kLd + j, 1e-2f, loss);
-        expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
-                             "pooled " + std::to_string(i) + "," + std::to_string(j));
-      }
-    }
-  }
-
   Blas blas_;
 };
 
@@ -243,23 +222,10 @@ TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
   }
   const std::vector<float> grads = params.grads_to_host();
   const std::vector<float> dp = to_host(d_pooled);
-  std::size_t checked = 0;
-  for (const ParamBlock& b : params.blocks()) {
-    for (std::size_t k = 0; k < b.count; ++k) {
-      const double numeric = central_difference(w, b.offset + k, 5e-3f, forward);
-      expect_gradient_near(grads[b.offset + k] / scale, numeric, 2e-3, 5e-3,
-                           b.name + "[" + std::to_string(k) + "]");
-      ++checked;
-    }
-  }
+  const std::size_t checked =
+      expect_gradients_near(params.blocks(), w, x0, grads, dp, scale, batch(), kPooled, kLd,
+                            {5e-3f, 2e-3, 5e-3}, forward);
   EXPECT_GT(checked, static_cast<std::size_t>(kLayers * kDim));
-  for (int i = 0; i < batch(); ++i) {
-    for (int j = 0; j < kPooled; ++j) {
-      const double numeric = central_difference(x0, i * kLd + j, 5e-3f, forward);
-      expect_gradient_near(dp[i * kPooled + j], numeric, 2e-3, 5e-3,
-                           "pooled " + std::to_string(i) + "," + std::to_string(j));
-    }
-  }
 }
 
 TEST_P(CrossNetTest, L2TermLandsOnTheWeightsAloneAndEmptyBatchWritesZeros) {
@@ -373,7 +339,8 @@ TEST_P(CrossNetTest, Bf16GemmsMatchFloat64WithinBf16Rounding) {
       EXPECT_NEAR(got[k], want[k], tol * (1 + std::fabs(want[k]))) << "output " << k;
     }
   }
-  expect_gradients_near(params, w, x0, grads, dp, scale, tol, reference);
+  expect_gradients_near(params.blocks(), w, x0, grads, dp, scale, batch(), kPooled, kLd,
+                        {1e-2f, tol, tol}, reference);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CrossNetTest,

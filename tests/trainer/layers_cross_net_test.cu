@@ -20,8 +20,8 @@ namespace gpubox::trainer {
 namespace {
 using device::to_host;
 using testing::bf16_tolerance;
-using testing::central_difference;
-using testing::expect_gradient_near;
+using testing::expect_gradients_near;
+using testing::GradientCheck;
 using testing::LayersTest;
 using testing::random_vector;
 using testing::weighted_sum;
@@ -229,23 +229,12 @@ TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
     cross.backward(d_pooled.data(), true);
     const std::vector<float> grads = cross.params.grads_to_host();
     const std::vector<float> dp = to_host(d_pooled);
-    std::size_t checked = 0;
-    for (const ParamBlock& b : cross.params.blocks()) {
-      for (std::size_t k = 0; k < b.count; ++k) {
-        const double numeric = central_difference(cross.w, b.offset + k, 1e-2f, loss);
-        expect_gradient_near(grads[b.offset + k] / kScale, numeric, 2e-3, 2e-3,
-                             b.name + "[" + std::to_string(k) + "]");
-        ++checked;
-      }
-    }
+    std::vector<float> added(dp.size());  // the gradient backward added to d_init
+    for (std::size_t i = 0; i < dp.size(); ++i) added[i] = dp[i] - d_init[i];
+    const std::size_t checked =
+        expect_gradients_near(cross.params.blocks(), cross.w, cross.x0, grads, added, kScale,
+                              kBatch, kPooled, kLd, GradientCheck{}, loss);
     EXPECT_GT(checked, static_cast<std::size_t>(kLayers * kDim));
-    for (int i = 0; i < kBatch; ++i) {
-      for (int j = 0; j < kPooled; ++j) {
-        const double numeric = central_difference(cross.x0, i * kLd + j, 1e-2f, loss);
-        expect_gradient_near(dp[i * kPooled + j] - d_init[i * kPooled + j], numeric, 2e-3, 2e-3,
-                             "pooled " + std::to_string(i) + "," + std::to_string(j));
-      }
-    }
     // Written rather than added: the same values without d_init.
     loss();
     cross.backward(d_pooled.data(), false);
@@ -291,20 +280,8 @@ TEST_F(LayersTest, CrossNetBf16GemmsMatchFloat64WithinBf16Rounding) {
       const std::vector<float> grads = cross.params.grads_to_host();
       const std::vector<float> dp = to_host(d_pooled);
       const auto reference = [&]() -> double { return cross.reference_loss(); };
-      for (const ParamBlock& b : cross.params.blocks()) {
-        for (std::size_t k = 0; k < b.count; ++k) {
-          const double numeric = central_difference(cross.w, b.offset + k, 1e-2f, reference);
-          expect_gradient_near(grads[b.offset + k] / kScale, numeric, tol, tol,
-                               b.name + "[" + std::to_string(k) + "]");
-        }
-      }
-      for (int i = 0; i < kBatch; ++i) {
-        for (int j = 0; j < kPooled; ++j) {
-          const double numeric = central_difference(cross.x0, i * kLd + j, 1e-2f, reference);
-          expect_gradient_near(dp[i * kPooled + j], numeric, tol, tol,
-                               "pooled " + std::to_string(i) + "," + std::to_string(j));
-        }
-      }
+      expect_gradients_near(cross.params.blocks(), cross.w, cross.x0, grads, dp, kScale, kBatch,
+                            kPooled, kLd, {1e-2f, tol, tol}, reference);
       // bf16 did run: the fp32 network on the same values computes other bits.
       CrossNetCase fp32(card_, blas_, rank, parallel);
       fp32.w = cross.w;

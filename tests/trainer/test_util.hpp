@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace gpubox::trainer::testing {
@@ -58,6 +59,40 @@ inline double bf16_tolerance(int k, double margin) {
 inline void expect_gradient_near(double analytic, double numeric, double abs_tol, double rel_tol,
                                  const std::string& what) {
   EXPECT_NEAR(analytic, numeric, abs_tol + rel_tol * std::fabs(numeric)) << what;
+}
+
+// How expect_gradients_near differentiates (step eps) and what it allows (abs + rel |numeric|).
+struct GradientCheck {
+  float eps = 1e-2f;
+  double abs_tol = 2e-3, rel_tol = 2e-3;
+};
+
+// A layer's backward against central differences of `loss`: each parameter of `blocks` (a
+// DenseParameters' ParamBlocks over the values `w`; its gradient grads / scale) and each entry of
+// the input rows x0 ([rows x cols], row stride ld; its gradient dx [rows x cols], dense).
+// Returns how many parameters it checked.
+template <class Blocks>
+std::size_t expect_gradients_near(const Blocks& blocks, std::vector<float>& w,
+                                  std::vector<float>& x0, const std::vector<float>& grads,
+                                  const std::vector<float>& dx, float scale, int rows, int cols,
+                                  int64_t ld, GradientCheck check,
+                                  const std::function<double()>& loss) {
+  std::size_t checked = 0;
+  for (const auto& b : blocks) {
+    for (std::size_t k = 0; k < b.count; ++k, ++checked) {
+      const double numeric = central_difference(w, b.offset + k, check.eps, loss);
+      expect_gradient_near(grads[b.offset + k] / scale, numeric, check.abs_tol, check.rel_tol,
+                           b.name + "[" + std::to_string(k) + "]");
+    }
+  }
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < cols; ++j) {
+      const double numeric = central_difference(x0, i * ld + j, check.eps, loss);
+      expect_gradient_near(dx[i * cols + j], numeric, check.abs_tol, check.rel_tol,
+                           "input " + std::to_string(i) + "," + std::to_string(j));
+    }
+  }
+  return checked;
 }
 
 }  // namespace gpubox::trainer::testing
