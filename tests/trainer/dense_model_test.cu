@@ -380,6 +380,11 @@ TEST_F(DenseModelTest, CrossNetworksInBf16StayNearFp32) {
     EXPECT_EQ(report.find("gemm_bf16 (bf16 operands") != std::string::npos, bf16_gemms) << report;
     EXPECT_EQ(report.find("sgemm (fp32) + elementwise (fp32") != std::string::npos, !bf16_gemms)
         << report;
+    // The cross line, then a line of its own for the MLP's bf16 copy.
+    const std::size_t cross = report.find("\n  cross ");
+    ASSERT_NE(cross, std::string::npos) << report;
+    EXPECT_EQ(report.find("\n  MLP input: the cross net's fp32 "), report.find('\n', cross + 1))
+        << report;
   }
 }
 

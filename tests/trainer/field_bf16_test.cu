@@ -78,15 +78,18 @@ TEST_P(FieldBf16Test, AnEmptyBatchGivesZeroGradients) {
   for (float g : model.parameters().grads_to_host()) ASSERT_EQ(g, 0.0f);
 }
 
-// The MLP's layers in bf16 after the part's fp32 line, which says the MLP reads its rows rounded;
-// in fp32 nothing is said of bf16.
+// The MLP's layers in bf16, and after the part's fp32 lines one saying the MLP reads its rows
+// rounded; in fp32 nothing is said of bf16.
 TEST_P(FieldBf16Test, TheKernelReportSaysTheMlpReadsTheRowsRounded) {
-  constexpr char kRounded[] = "; the MLP reads its rows rounded to bf16";
+  const std::string kRounded = "\n  MLP input: the part's fp32 rows rounded to bf16";
   DenseModel& model = bf16_model(config());
   ASSERT_EQ(model.precision(), DensePrecision::kBf16);
   model.reserve(8);
   const std::string report = model.kernel_report(8);
-  EXPECT_NE(report.find(kRounded), std::string::npos) << report;
+  const std::size_t rounded = report.find(kRounded);
+  ASSERT_NE(rounded, std::string::npos) << report;
+  const std::size_t end = rounded + kRounded.size();  // a line of its own
+  EXPECT_TRUE(end == report.size() || report[end] == '\n') << report;
   EXPECT_NE(report.find("(fp32"), std::string::npos) << report;
   const std::size_t at = report.find("fc_0");
   ASSERT_NE(at, std::string::npos) << report;

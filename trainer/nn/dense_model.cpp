@@ -301,13 +301,18 @@ std::string DenseModel::kernel_report(int64_t batch) const {
         << layers_[l].out() << ": " << layers_[l].describe(batch);
     if (l < norms_.size()) out << "\n  " << norms_[l].describe();
   }
+  // A line of its own: the part's report ends with whatever line it writes last.
+  const auto mlp_input = [&](const char* rows) {
+    if (mlp_reads_bf16_copy()) out << "\n  MLP input: " << rows << " rounded to bf16";
+  };
   if (cross_) {
-    out << "\n  cross " << cross_->describe(batch, blas_.bf16() == Bf16Support::kEmulated)
-        << (mlp_reads_bf16_copy() ? "; the MLP reads its input rounded to bf16" : "");
+    out << "\n  cross " << cross_->describe(batch, blas_.bf16() == Bf16Support::kEmulated);
+    mlp_input(cross_->parallel() ? "the cross net's fp32 input rows"
+                                 : "the cross net's fp32 output");
   }
   if (field_) {
-    out << field_->kernel_report(batch)
-        << (mlp_reads_bf16_copy() ? "; the MLP reads its rows rounded to bf16" : "");
+    out << field_->kernel_report(batch);
+    mlp_input("the part's fp32 rows");
   }
   if (flen_) out << flen_->kernel_report(batch);
   if (dropout_->on()) {
