@@ -69,6 +69,13 @@ TEST_P(FieldBf16Test, MlpInBf16BesideTheFp32PartStaysNearFp32) {
   }
 }
 
+// Steps of 64, 1 and 65 instances on the same two models: each step's bf16 copy of the part's
+// rows is of its own batch, whatever the buffer held or how large it already was (each step's
+// bits equal a fresh model's; a step after another's rows is order 1 off fp32).
+TEST_P(FieldBf16Test, StepsOfOtherBatchSizesOnOneModelStayNearFp32) {
+  testing::expect_bf16_steps_near_fp32(card_, config(), 41, 0.1, 0.05, {64, 1, 65});
+}
+
 TEST_P(FieldBf16Test, AnEmptyBatchGivesZeroGradients) {
   DenseModel& model = bf16_model(config());
   std::mt19937_64 rng(5);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -253,34 +254,28 @@ inline uint64_t step_launches(device::Card& card, DenseModel& model, int64_t bat
 }
 
 // bf16 against fp32 from the same weights (GPUBOX_BF16_EMULATION where the CPU has no bf16 GEMMs):
-// `cfg` built twice, one forward_backward of a seeded `batch`-instance batch (> 0) each;
-// predictions within `preds_bound`, and every dense and pushed gradient as a whole within their
-// relative L2 bounds.
-inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint64_t seed,
-                                  double grads_bound, double push_bound, int64_t batch = 64,
-                                  double preds_bound = 2e-2) {
+// `cfg` built twice, then on the same two models one forward_backward each of a seeded batch of
+// each size in `batches` (> 0), in order; predictions within `preds_bound`, and every dense and
+// pushed gradient as a whole within their relative L2 bounds. With several steps, each step's
+// bf16 results also equal, bit for bit, those of a fresh bf16 model from the same weights on the
+// same batch: a later step reads nothing an earlier one left (a stale or short bf16 copy).
+inline void expect_bf16_steps_near_fp32(device::Card& card, DenseModelConfig cfg, uint64_t seed,
+                                        double grads_bound, double push_bound,
+                                        const std::vector<int64_t>& batches,
+                                        double preds_bound = 2e-2) {
   DenseModel fp32(card, cfg);
   cfg.precision = DensePrecision::kBf16;
-  setenv("GPUBOX_BF16_EMULATION", "1", 1);
-  DenseModel bf16(card, cfg);
-  unsetenv("GPUBOX_BF16_EMULATION");
-  ASSERT_EQ(bf16.precision(), DensePrecision::kBf16);
-  bf16.parameters().set_values(fp32.parameters().values_to_host());
+  const std::vector<float> weights = fp32.parameters().values_to_host();
+  const auto make_bf16 = [&] {
+    setenv("GPUBOX_BF16_EMULATION", "1", 1);
+    auto model = std::make_unique<DenseModel>(card, cfg);
+    unsetenv("GPUBOX_BF16_EMULATION");
+    model->parameters().set_values(weights);
+    return model;
+  };
+  const std::unique_ptr<DenseModel> bf16 = make_bf16();
+  ASSERT_EQ(bf16->precision(), DensePrecision::kBf16);
   std::mt19937_64 rng(seed);
-  const HostBatch h = make_field_batch(batch, cfg, rng);
-  const CardBatch on_card(card, h, cfg.slots);
-  const DenseBatchView& view = on_card.view;
-  struct Out {
-    std::vector<float> preds, grads, push;
-  };
-  const auto run = [&](DenseModel& model) {
-    auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
-    model.forward_backward(view, GradScales{1.0f / static_cast<float>(batch), 1.0f}, push.data());
-    return Out{device::to_host(model.predictions(), h.batch, card.stream()),
-               model.parameters().grads_to_host(), device::to_host(push)};
-  };
-  const Out want = run(fp32), got = run(bf16);
-  for (int64_t i = 0; i < h.batch; ++i) EXPECT_NEAR(got.preds[i], want.preds[i], preds_bound) << i;
   const auto relative_error = [](const std::vector<float>& a, const std::vector<float>& b) {
     double diff = 0, norm = 0;
     for (std::size_t k = 0; k < b.size(); ++k) {
@@ -289,9 +284,42 @@ inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint
     }
     return std::sqrt(diff / norm);
   };
-  ASSERT_EQ(got.grads.size(), want.grads.size());
-  EXPECT_LT(relative_error(got.grads, want.grads), grads_bound);
-  EXPECT_LT(relative_error(got.push, want.push), push_bound);
+  for (const int64_t batch : batches) {
+    SCOPED_TRACE("step of batch " + std::to_string(batch));
+    const HostBatch h = make_field_batch(batch, cfg, rng);
+    const CardBatch on_card(card, h, cfg.slots);
+    struct Out {
+      std::vector<float> preds, grads, push;
+    };
+    const auto run = [&](DenseModel& model) {
+      auto push = card.make_buffer<float>(h.offsets.back() * model.pool().push_dim());
+      model.forward_backward(on_card.view, GradScales{1.0f / static_cast<float>(batch), 1.0f},
+                             push.data());
+      return Out{device::to_host(model.predictions(), h.batch, card.stream()),
+                 model.parameters().grads_to_host(), device::to_host(push)};
+    };
+    const Out want = run(fp32), got = run(*bf16);
+    if (batches.size() > 1) {  // the step's bits are a fresh model's: nothing read from before
+      const Out fresh = run(*make_bf16());
+      EXPECT_EQ(got.preds, fresh.preds);
+      EXPECT_EQ(got.grads, fresh.grads);
+      EXPECT_EQ(got.push, fresh.push);
+    }
+    for (int64_t i = 0; i < h.batch; ++i) {
+      EXPECT_NEAR(got.preds[i], want.preds[i], preds_bound) << i;
+    }
+    ASSERT_EQ(got.grads.size(), want.grads.size());
+    EXPECT_LT(relative_error(got.grads, want.grads), grads_bound);
+    EXPECT_LT(relative_error(got.push, want.push), push_bound);
+  }
+}
+
+// The same for one step of `batch` instances on fresh models.
+inline void expect_bf16_near_fp32(device::Card& card, DenseModelConfig cfg, uint64_t seed,
+                                  double grads_bound, double push_bound, int64_t batch = 64,
+                                  double preds_bound = 2e-2) {
+  expect_bf16_steps_near_fp32(card, std::move(cfg), seed, grads_bound, push_bound, {batch},
+                              preds_bound);
 }
 
 }  // namespace gpubox::trainer::testing
