@@ -15,6 +15,7 @@
 #include "common/log_sink.hpp"
 #include "common/thread_annotations.hpp"
 #include "heterps/device/card.hpp"
+#include "heterps/device/step_graph.hpp"
 #include "tests/trainer/test_util.hpp"
 #include "trainer/nn/bf16_speed.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -146,6 +147,41 @@ TEST(GemmBf16, OneBlasMatchesTheReferenceAcrossScalesPointersAndManyShapes) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   check_gemm_on(card, blas, false, true, 33, 17, 65, true, 0.75f, 1.0f);
+}
+
+// A shape first met inside a step-graph capture (the cross networks plan none ahead): the capture
+// allocates nothing on the card, and each replay computes C = A B + C against the reference.
+TEST(GemmBf16, AShapeFirstMetInACaptureReplaysWithoutAllocating) {
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  CardSet cards = CardSet::from_list("0", 0, 1, 0);
+  device::Card& card = cards.card(0);
+  card.activate();
+  const Blas blas(card);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  constexpr int kN = 192;
+  std::mt19937_64 rng(3);
+  std::vector<float> a = testing::random_vector(kN * kN, rng);
+  std::vector<Bf16> a16(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = to_float(a16[i] = to_bf16(a[i]));
+  auto da = device::to_device(a16, card.memory(), card.stream());
+  auto dc = device::to_device(std::vector<float>(kN * kN, 0.0f), card.memory(), card.stream());
+  device::StepGraph graph("gemm_bf16 step");
+  graph.capture(card.stream(), [&] {
+    blas.gemm_bf16(Transpose::kNo, Transpose::kYes, kN, kN, kN, 1.0f, da.data(), kN, da.data(), kN,
+                   1.0f, dc.data(), kN);
+  });
+  for (int replays = 1; replays <= 2; ++replays) {
+    graph.replay(card.stream());
+    const std::vector<float> got = device::to_host(dc);
+    for (int r = 0; r < kN; r += 7) {
+      for (int col = 0; col < kN; col += 5) {
+        double dot = 0;
+        for (int x = 0; x < kN; ++x) dot += static_cast<double>(a[r * kN + x]) * a[col * kN + x];
+        ASSERT_NEAR(got[r * kN + col], replays * dot, 1e-4 * (1 + std::fabs(replays * dot)))
+            << r << "," << col << " replay " << replays;
+      }
+    }
+  }
 }
 
 TEST(Sgemm, RowsSplitOverTheCardThreadsMatchTheReference) {

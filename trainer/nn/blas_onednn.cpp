@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -93,9 +94,10 @@ int64_t float_bits(float v) {
 constexpr std::size_t kBf16GemmsKept = 256;
 
 // gemm_bf16's primitive for one shape, made on its first call (see Backend::bf16_gemms).
-const Blas::Backend::Bf16Gemm& bf16_gemm(Blas::Backend& backend, Transpose ta, Transpose tb,
-                                         int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                                         int64_t ldb, float beta, int64_t ldc) {
+// `capturing`: the call is being captured into a step graph, which may not allocate.
+const Blas::Backend::Bf16Gemm& bf16_gemm(Blas::Backend& backend, bool capturing, Transpose ta,
+                                         Transpose tb, int64_t m, int64_t n, int64_t k, float alpha,
+                                         int64_t lda, int64_t ldb, float beta, int64_t ldc) {
   std::vector<int64_t> key{m,
                            n,
                            k,
@@ -124,15 +126,22 @@ const Blas::Backend::Bf16Gemm& bf16_gemm(Blas::Backend& backend, Transpose ta, T
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  std::size_t scratch = 0;
   run_gemm(backend, [&] {
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr,
-                                          backend.engine);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr,
+                                    backend.engine);
     gemm.scratch = pd.scratchpad_desc();
-    scratch = gemm.scratch.get_size();
+    if (backend.scratchpad.size() < gemm.scratch.get_size() && capturing) {
+      // A shape first met inside a capture (CrossNet plans no shapes ahead) that needs more than
+      // the card's scratchpad holds: oneDNN's own scratchpad, as before user scratchpads.
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::library);
+      pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(gemm.a, gemm.b, gemm.c), attr,
+                                        backend.engine);
+      gemm.scratch = dnnl::memory::desc();
+    }
     gemm.primitive = dnnl::matmul(pd);
   });
   // The card's one scratchpad, grown now (an execution reads it as it is then, never allocates).
+  const std::size_t scratch = gemm.scratch.get_size();
   if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
   return backend.bf16_gemms.emplace(std::move(key), gemm).first->second;
 }
@@ -154,8 +163,6 @@ Blas::Blas(device::Card& card) : card_(&card), backend_(std::make_unique<Backend
     b.bf16 = Bf16Support::kEmulated;
   }
   b.scratchpad = card.make_buffer<char>(0);
-  b.emulated_a = card.make_buffer<float>(0);
-  b.emulated_b = card.make_buffer<float>(0);
 }
 
 Blas::~Blas() = default;
@@ -231,10 +238,11 @@ void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
   if (backend->bf16 == Bf16Support::kEmulated) {
     // The fp32 copies' buffers grow here, at the call; the work reads them as they are when it
     // runs (a replay after a later call grew them included), so running it never allocates.
+    // Host memory, not the card's: a shape first met inside a capture may grow them.
     const std::size_t a_span = stored_span(trans_a, m, k, lda);
     const std::size_t b_span = stored_span(trans_b, k, n, ldb);
-    if (backend->emulated_a.size() < a_span) backend->emulated_a.resize_discard(a_span);
-    if (backend->emulated_b.size() < b_span) backend->emulated_b.resize_discard(b_span);
+    if (backend->emulated_a.size() < a_span) backend->emulated_a.resize(a_span);
+    if (backend->emulated_b.size() < b_span) backend->emulated_b.resize(b_span);
     count_gemm_launch(stream());
     device::enqueue(stream(), "gemm_bf16", [=] {
       const float* a32 = widen(trans_a, m, k, lda, a, backend->emulated_a.data());
@@ -248,19 +256,21 @@ void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n,
     });
     return;
   }
-  const Backend::Bf16Gemm gemm =
-      bf16_gemm(*backend, trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc);
+  const Backend::Bf16Gemm gemm = bf16_gemm(*backend, stream().capturing() != nullptr, trans_a,
+                                           trans_b, m, n, k, alpha, lda, ldb, beta, ldc);
   count_gemm_launch(stream());
   device::enqueue(stream(), "gemm_bf16", [=] {
     run_gemm(*backend, [&] {
       dnnl::memory ma(gemm.a, backend->engine, const_cast<Bf16*>(a));
       dnnl::memory mb(gemm.b, backend->engine, const_cast<Bf16*>(b));
       dnnl::memory mc(gemm.c, backend->engine, c);
-      dnnl::memory scratch(gemm.scratch, backend->engine, backend->scratchpad.data());
-      gemm.primitive.execute(backend->stream, {{DNNL_ARG_SRC, ma},
-                                               {DNNL_ARG_WEIGHTS, mb},
-                                               {DNNL_ARG_DST, mc},
-                                               {DNNL_ARG_SCRATCHPAD, scratch}});
+      std::unordered_map<int, dnnl::memory> args{
+          {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+      if (!gemm.scratch.is_zero()) {
+        args.emplace(DNNL_ARG_SCRATCHPAD,
+                     dnnl::memory(gemm.scratch, backend->engine, backend->scratchpad.data()));
+      }
+      gemm.primitive.execute(backend->stream, args);
     });
   });
 }

@@ -56,15 +56,16 @@ struct Blas::Backend {
   Bf16Support bf16 = Bf16Support::kNone;
   std::string isa;
   // Scratchpad of every oneDNN primitive of this card (scratchpad_mode::user), grown only when
-  // a primitive is made (a layer prepares its plans, gemm_bf16 meets a new shape), so executing
-  // a primitive never allocates.
+  // a primitive is made (a layer prepares its plans, gemm_bf16 meets a new shape outside a
+  // capture), so executing a primitive never allocates.
   device::device_buffer<char> scratchpad;
   // GPUBOX_REPRODUCIBLE_GEMMS=1: every oneDNN GEMM, and every primitive's creation, on one
   // thread. oneDNN partitions a GEMM by its thread count, and the partition changes the bits
   // (a sum split over threads, another kernel path): with one thread they depend on the shapes
   // and the ISA alone, so a seeded run has the same bits whatever the threads per card.
   bool one_thread_gemms = false;
-  // Blas::gemm_bf16's matmul primitives (the user scratchpad above), one per shape: sizes, strides,
+  // Blas::gemm_bf16's matmul primitives (the user scratchpad above; `scratch` is empty for one
+  // made in a capture that needed more: library scratchpad), one per shape: sizes, strides,
   // transposes, alpha and beta, as the key lists them. Made at the shape's first call.
   struct Bf16Gemm {
     dnnl::matmul primitive;
@@ -72,7 +73,7 @@ struct Blas::Backend {
   };
   std::map<std::vector<int64_t>, Bf16Gemm> bf16_gemms;
   // kEmulated: gemm_bf16's fp32 copies of A and B, grown at a call that needs more.
-  device::device_buffer<float> emulated_a, emulated_b;
+  std::vector<float> emulated_a, emulated_b;
 };
 
 // Runs `gemm` (oneDNN calls) on the calling card thread's OpenMP threads, or on one thread
