@@ -18,6 +18,7 @@ namespace gpubox::table {
 // chunk at a time as the part's records come, so that a load writes each row once, its days
 // with it: set afterwards, a row the load had sent to disk would be read back and written again.
 // Both passes of a load read it along (the first verifies the pairing before the table changes).
+// Thread-safety: one owner (the thread loading its part file); not shared.
 class UnseenAlong {
  public:
   // `entry`: the unseen file's MANIFEST entry (borrowed); `file`: its path, for messages.

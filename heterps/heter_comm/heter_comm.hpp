@@ -117,7 +117,11 @@ class HeterComm {
   // synchronizes `stream`. With MissingKeyPolicy::kFail, a missing key fails the step on its
   // owner before any of that owner's rows changes. `slots`: as pull's. `veto` and `clip`: as
   // push_pulled's, the same factor of the same rows (a row this push creates counts its embed_g
-  // only, as one its pull created in push_pulled's step), so the two forms step alike.
+  // only, as one its pull created in push_pulled's step), so the two forms step alike. A vetoed
+  // push still keeps the rows it created for keys the owners lacked (kCreate), as a vetoed
+  // push_pulled keeps those its pull created: their values are the initial ones, unstepped. With
+  // a clip, sharded, a kFail owner's failure also stops the other cards' step (they wait for the
+  // norm's all-reduce, within the communicator's bound).
   void push(const uint64_t* keys, std::size_t n, const float* grads, const device::Stream& stream,
             const int32_t* slots = nullptr, uint32_t* veto = nullptr,
             NormClipState* clip = nullptr);

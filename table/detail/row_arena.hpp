@@ -120,8 +120,7 @@ class RowArena {
   template <class Fn>
   void for_each_live(Fn&& fn) const {
     const uint32_t allocated = allocated_;
-    std::vector<bool> free(allocated, false);
-    for (uint32_t index : free_) free[index] = true;
+    const std::vector<bool> free = free_rows();
     for (uint32_t index = 0; index < allocated; ++index) {
       if (!free[index]) fn(index);
     }
@@ -144,8 +143,7 @@ class RowArena {
     if (boundary == kNoCompaction) return;
     // allocated_ > boundary, and every index below it has been handed out: the free ones there
     // are at least as many as the live rows past it (boundary - live more).
-    std::vector<bool> free(allocated_, false);
-    for (uint32_t index : free_) free[index] = true;
+    std::vector<bool> free = free_rows();
     uint32_t hole = 0;
     for (uint32_t from = boundary; from < allocated_; ++from) {
       if (free[from]) continue;
@@ -177,6 +175,13 @@ class RowArena {
   }
 
  private:
+  // Whether each allocated index is free (released), by index.
+  std::vector<bool> free_rows() const {
+    std::vector<bool> free(allocated_, false);
+    for (uint32_t index : free_) free[index] = true;
+    return free;
+  }
+
   static uint32_t log2_of(uint32_t rows_per_chunk) {
     uint32_t shift = 0;
     while ((uint32_t{1} << shift) < rows_per_chunk) ++shift;

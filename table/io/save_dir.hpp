@@ -118,6 +118,7 @@ Status read_verified_chunks(FileEnv* env, const std::string& path, const Manifes
 // read_verified_chunks a chunk at a time, for a reader that takes a file's records as another
 // file's come (a load's unseen-<shard> along with its part-<shard>): open, next until it says
 // the end was given, then finish for the size and checksum (and the consumer's error).
+// Thread-safety: one owner (the loading thread of its shard); not shared.
 class VerifiedChunkReader {
  public:
   static StatusOr<std::unique_ptr<VerifiedChunkReader>> open(FileEnv* env, const std::string& path,
