@@ -123,14 +123,7 @@ void Blas::sgemm_batched(Transpose trans_a, Transpose trans_b, int64_t m, int64_
 void Blas::gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k,
                      float alpha, const Bf16* a, int64_t lda, const Bf16* b, int64_t ldb,
                      float beta, float* c, int64_t ldc) const {
-  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "gemm_bf16 with negative size m=", m, " n=", n,
-                 " k=", k);
-  GPUBOX_EXPECTS(bf16() != Bf16Support::kNone, "gemm_bf16 on ", isa(), ", which has no bf16 GEMMs");
-  // The empty product reads neither operand: sgemm's C = beta * C.
-  if (m == 0 || n == 0 || k == 0) {
-    sgemm(trans_a, trans_b, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, c, ldc);
-    return;
-  }
+  if (gemm_bf16_trivial(*this, trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, c, ldc)) return;
   count_gemm_launch(stream());
   const auto ld = [](int64_t v) { return to_int(v < 1 ? 1 : v, "leading dimension"); };
   // Operands swapped as sgemm's; bf16 products summed in fp32 (tensor cores from sm_80).

@@ -117,4 +117,18 @@ inline bool sgemm_batched_trivial(const Blas& blas, Transpose trans_a, Transpose
   return true;
 }
 
+// Blas::gemm_bf16's sizes and support, checked alike on both backends, and the empty product,
+// which reads neither operand: true (sgemm's C = beta * C enqueued) when m, n or k is 0.
+inline bool gemm_bf16_trivial(const Blas& blas, Transpose trans_a, Transpose trans_b, int64_t m,
+                              int64_t n, int64_t k, float alpha, int64_t lda, int64_t ldb,
+                              float beta, float* c, int64_t ldc) {
+  GPUBOX_EXPECTS(m >= 0 && n >= 0 && k >= 0, "gemm_bf16 with negative size m=", m, " n=", n,
+                 " k=", k);
+  GPUBOX_EXPECTS(blas.bf16() != Bf16Support::kNone, "gemm_bf16 on ", blas.isa(),
+                 ", which has no bf16 GEMMs");
+  if (m != 0 && n != 0 && k != 0) return false;
+  blas.sgemm(trans_a, trans_b, m, n, k, alpha, nullptr, lda, nullptr, ldb, beta, c, ldc);
+  return true;
+}
+
 }  // namespace gpubox::trainer
