@@ -60,6 +60,7 @@ BulkWorker::Admit BulkWorker::submit(const Key& key, std::function<Reply()> work
   job->work = std::move(work);
   job->waiters.push_back(std::move(waiter));
   jobs_.push_back(std::move(job));
+  queued_.fetch_add(1, std::memory_order_relaxed);
   wake_.notify_one();
   return Admit::kQueued;
 }

@@ -96,8 +96,9 @@ class BulkWorker {
   void stop();
   // Where the jobs count their file operations (through an io::ProgressEnv) and steps.
   io::FileWorkProgress& progress() { return progress_; }
-  // Jobs run, dropped unrun (abandoned), requests refused busy, and requests that waited for the
-  // same request's job, so far.
+  // Jobs queued, run, dropped unrun (abandoned), requests refused busy, and requests that waited
+  // for the same request's job, so far.
+  uint64_t queued() const { return queued_.load(std::memory_order_relaxed); }
   uint64_t runs() const { return runs_.load(std::memory_order_relaxed); }
   uint64_t skipped() const { return skipped_.load(std::memory_order_relaxed); }
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
@@ -119,6 +120,7 @@ class BulkWorker {
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::thread thread_ GPUBOX_GUARDED_BY(mu_);  // started by start()
   io::FileWorkProgress progress_;
+  std::atomic<uint64_t> queued_{0};
   std::atomic<uint64_t> runs_{0};
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> refused_{0};

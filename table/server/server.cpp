@@ -399,6 +399,7 @@ ServerCounters Server::Impl::counters() const {
   c.inflight_bytes = budget_.used();
   c.barrier_waiters_dropped = barrier_waiters_dropped.load();
   c.dedup_entries = window_.entries();
+  c.bulk_queued = bulk_.queued();
   c.bulk_runs = bulk_.runs();
   c.bulk_skipped = bulk_.skipped();
   c.bulk_busy = bulk_.refused();

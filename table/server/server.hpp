@@ -169,9 +169,10 @@ struct ServerCounters {
   uint64_t barrier_waiters_dropped = 0;  // waiters whose client left before the release
   uint64_t dedup_entries = 0;            // retry cache entries now
   uint64_t dedup_bytes = 0;
-  // SAVE, LOAD and SHRINK on the server's worker: run, dropped unrun (every client waiting for one
-  // closed first), refused "server busy" (one per client id, 16 in all, queued or running), and
-  // retries that waited for the same request's call instead of running it again.
+  // SAVE, LOAD and SHRINK on the server's worker: queued, run, dropped unrun (every client waiting
+  // for one closed first), refused "server busy" (one per client id, 16 in all, queued or
+  // running), and retries that waited for the same request's call instead of running it again.
+  uint64_t bulk_queued = 0;
   uint64_t bulk_runs = 0;
   uint64_t bulk_skipped = 0;
   uint64_t bulk_busy = 0;
