@@ -54,6 +54,9 @@ TEST(ShrinkProgress, AShrinkLongerThanTheBoundThatMovesCompletes) {
   const auto start = std::chrono::steady_clock::now();
   StatusOr<uint64_t> deleted = Status::Internal("not run");
   std::thread shrinking([&] { deleted = client->shrink(); });
+  // Held for 2.5 bounds from when the shrink reached its hold (on a loaded machine the call may
+  // take a while to get there; released before, it would never have been held).
+  const bool reached = eventually([&] { return held.tier.holding(); }, 60.0);
   std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * kBoundS));
   held.tier.release();
   shrinking.join();
@@ -61,6 +64,7 @@ TEST(ShrinkProgress, AShrinkLongerThanTheBoundThatMovesCompletes) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("SHRINK: %lld steps, %.2f s, bound %.1f s\n",
               static_cast<long long>(held.tier.steps()), took_s, kBoundS);
+  ASSERT_TRUE(reached) << "the shrink never reached its hold";
   ASSERT_TRUE(deleted.ok()) << deleted.status().to_string();
   EXPECT_EQ(*deleted, 0u);  // test_config keeps every row (delete_threshold 0)
   // The call outlived its bound: the client bounded it by progress, not by its total time.
