@@ -209,7 +209,8 @@ TEST(Deadlines, BarrierWaitersHaveACapAndAWaitDeadline) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.max_barrier_waiters = 2;
-  so.barrier_timeout_s = 0.4;
+  // Long enough that both still wait when the third comes, on a loaded machine too.
+  so.barrier_timeout_s = 3.0;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   std::vector<Connection> waiters;
@@ -218,7 +219,7 @@ TEST(Deadlines, BarrierWaitersHaveACapAndAWaitDeadline) {
     waiters.push_back(raw_connection(server->port()));
     ASSERT_TRUE(waiters.back().send_all(frame.data(), frame.size(), seconds_from_now(2)).ok());
   }
-  ASSERT_TRUE(eventually([&] { return server->counters().requests == 2; }));
+  ASSERT_TRUE(eventually([&] { return server->counters().barrier_waiters == 2; }));
   Connection third = raw_connection(server->port());
   std::vector<uint8_t> payload(frame.begin() + kHeaderBytes, frame.end());
   Status st = raw_call(third, Op::kBarrier, payload);
@@ -227,7 +228,7 @@ TEST(Deadlines, BarrierWaitersHaveACapAndAWaitDeadline) {
   // The two waiting are answered at their deadline, and their connections serve on.
   for (auto& w : waiters) {
     Frame reply;
-    ASSERT_TRUE(w.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(3)).ok());
+    ASSERT_TRUE(w.recv_frame(&reply, kDefaultMaxPayloadBytes, seconds_from_now(15)).ok());
     const Status timed_out =
         decode_error_reply(reply.header, reply.payload.data(), reply.payload.size());
     EXPECT_EQ(timed_out.code(), Status::Code::kDeadlineExceeded) << timed_out.to_string();
@@ -312,7 +313,9 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   FakeHostTier table(test_config());
   ServerOptions so;
   so.max_inflight_bytes = 1 << 20;  // 128 KiB of it kept for connections holding <= 16 KiB
-  so.frame_deadline_s = 1.0;
+  // Long enough that no stalled sender is cut before the big push below is refused (two cut
+  // would leave room for its frame), short beside the 30 s the test waits for the cuts.
+  so.frame_deadline_s = 5.0;
   so.idle_timeout_s = 60;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
@@ -354,7 +357,7 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
       << st.to_string();
   EXPECT_GT(server->counters().budget_refusals, refused_before);
 
-  // The stalled bytes are released at the senders' frame deadline (1 s), not the 60 s idle
+  // The stalled bytes are released at the senders' frame deadline (5 s), not the 60 s idle
   // timeout; then the big one fits.
   ASSERT_TRUE(eventually([&] { return server->counters().deadline_closed >= 6; }, 30.0));
   EXPECT_EQ(server->counters().idle_closed, 0u);
