@@ -139,7 +139,7 @@ TEST_F(Serving, HealthMetricsAndClearErrors) {
         "gpubox_serve_requests_total{path=\"/health\",code=\"200\"} 1\n",
         "gpubox_serve_errors_total 10\n", "gpubox_serve_predict_seconds_count 9\n",
         "gpubox_serve_predict_seconds_bucket{le=\"+Inf\"} 9\n", "gpubox_serve_instances_total 1\n",
-        "gpubox_serve_model_rows "}) {
+        "gpubox_serve_predict_waiting 0\n", "gpubox_serve_model_rows "}) {
     EXPECT_NE(r.body.find(line_want), std::string::npos) << line_want << " in\n" << r.body;
   }
 }
@@ -169,7 +169,8 @@ TEST_F(Serving, ConnectionsPastTheLimitAreRefused) {
 // request_stop() (what SIGTERM does): the request in flight is answered, then nothing listens.
 TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
   ServerOptions o = options();
-  o.batcher.max_wait = std::chrono::milliseconds(400);
+  // The request waits in the batcher until the stop (which runs what is queued at once).
+  o.batcher.max_wait = std::chrono::seconds(30);
   PredictionServer server(*model_, o);
   ASSERT_TRUE(server.start().ok());
   const uint16_t port = server.port();
@@ -180,14 +181,17 @@ TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
     HttpClient c(port);
     in_flight = c.send(http::verb::post, "/predict", test_lines()[0], "text/plain");
   });
-  for (int i = 0; i < 200 && server.metrics().connections_open() < 2; ++i) {
+  // Stopped once the request is in the batcher (max_wait keeps it there): a stop before the
+  // request was read would close its connection as idle.
+  for (int i = 0; i < 6000 && server.metrics().predictions_waiting() < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the request is in the batcher
+  EXPECT_EQ(server.metrics().predictions_waiting(), 1) << "the request never reached the batcher";
   server.request_stop();
   server.wait();
   client.join();
   EXPECT_EQ(in_flight.status, 200) << in_flight.error;
+  EXPECT_EQ(server.metrics().predictions_waiting(), 0);
   EXPECT_FALSE(in_flight.keep_alive);
   EXPECT_NEAR(parse_predictions(in_flight.body).at(0), (*infer_)[0], 1e-6);
   EXPECT_EQ(idle.send(http::verb::get, "/health").status, 0);  // closed
