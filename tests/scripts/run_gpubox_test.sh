@@ -71,7 +71,7 @@ grep -q "scripts/plot_metrics.sh $work/log/m.jsonl --out log/plots" out1.txt || 
   -o runner.metrics_path= >out1b.txt 2>&1 </dev/null &
 trainer=$!
 named=""
-for _ in $(seq 1 100); do
+for _ in $(seq 1 600); do  # up to 60 s: a first pass next to another test on a loaded machine
   if [ "$(cat /proc/$trainer/comm 2>/dev/null)" = "gpubox_train" ] && grep -q "^pass: " out1b.txt; then
     named=yes; break
   fi
