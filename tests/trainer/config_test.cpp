@@ -281,6 +281,19 @@ TEST_F(ConfigTest, ADataFolderListIsReadInOrderAsOne) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(root + "/nope"), std::string::npos) << e.what();
   }
+  // No training data at all (PaddleRec's offline-inference configs): refused, naming the keys
+  // and what evaluates a save.
+  auto infer_only = load_trainer_config(write("infer.yaml", "runner:\n  test_data_dir: test1\n"));
+  ASSERT_TRUE(infer_only.ok()) << infer_only.status().to_string();
+  try {
+    plan_run(infer_only->runner);
+    ADD_FAILURE() << "a config without training data was planned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("neither runner.train_data_dir nor runner.pass_dirs"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("--mode infer"), std::string::npos) << what;
+  }
   // [] would read as unset: refused naming the key.
   auto none = load_trainer_config(write("none.yaml", "runner:\n  train_data_dir: []\n"));
   ASSERT_FALSE(none.ok());

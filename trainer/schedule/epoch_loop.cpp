@@ -346,7 +346,8 @@ RunPlan plan_run(const RunnerConfig& runner) {
     for (const auto& dir : runner.pass_dirs) plan.pass_files.push_back(data_files(dir));
   } else {
     GPUBOX_EXPECTS(!runner.train_data_dir.empty(),
-                   "the config sets neither runner.train_data_dir nor runner.pass_dirs");
+                   "the config sets neither runner.train_data_dir nor runner.pass_dirs: nothing to "
+                   "train (to evaluate a save instead: --mode infer --infer_data_dir DIR)");
     plan.pass_files.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
   }
   if (!runner.test_data_dir.empty()) {
