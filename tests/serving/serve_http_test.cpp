@@ -169,8 +169,9 @@ TEST_F(Serving, ConnectionsPastTheLimitAreRefused) {
 // request_stop() (what SIGTERM does): the request in flight is answered, then nothing listens.
 TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
   ServerOptions o = options();
-  // The request waits in the batcher until the stop (which runs what is queued at once).
-  o.batcher.max_wait = std::chrono::seconds(30);
+  // The request waits in the batcher well past the stop below (which lets it run at its time,
+  // under the drain timeout, then closes its connection).
+  o.batcher.max_wait = std::chrono::seconds(3);
   PredictionServer server(*model_, o);
   ASSERT_TRUE(server.start().ok());
   const uint16_t port = server.port();
