@@ -347,7 +347,7 @@ RunPlan plan_run(const RunnerConfig& runner) {
   } else {
     GPUBOX_EXPECTS(!runner.train_data_dir.empty(),
                    "the config sets neither runner.train_data_dir nor runner.pass_dirs: nothing to "
-                   "train (to evaluate a save instead: --mode infer --infer_data_dir DIR)");
+                   "train (--mode infer evaluates a save)");
     plan.pass_files.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
   }
   if (!runner.test_data_dir.empty()) {
