@@ -233,18 +233,13 @@ class Session : public std::enable_shared_from_this<Session> {
                      error_body(parsed.status().message()));
     }
     auto instances = std::make_shared<const dataset::InstanceBlock>(std::move(parsed).value());
-    // Counted before the submit: the batch may run (and the callback count it done) before
-    // submit returns.
-    server_.metrics.prediction_queued();
     const bool queued = server_.batcher->submit(
         instances, [self = shared_from_this()](const Status& status, std::vector<float> preds) {
-          self->server_.metrics.prediction_done();
           net::post(self->stream_.get_executor(), [self, status, preds = std::move(preds)] {
             self->on_predicted(status, preds);
           });
         });
     if (!queued) {
-      server_.metrics.prediction_done();
       keep_alive_ = false;
       return respond(
           http::status::service_unavailable,

@@ -40,6 +40,7 @@ bool MicroBatcher::submit(std::shared_ptr<const dataset::InstanceBlock> instance
     queued_instances_ += n;
     queue_.push_back(
         Pending{std::move(instances), std::move(done), std::chrono::steady_clock::now()});
+    metrics_->predict_queued();  // after the push: a push that throws counted nothing
   }
   wake_.notify_one();
   return true;
@@ -101,6 +102,7 @@ void MicroBatcher::run_batch(std::vector<Pending>& taken) {
     std::vector<float> own;
     if (status.ok()) own.assign(predictions.begin() + at, predictions.begin() + at + n);
     at += n;
+    metrics_->predict_done();
     p.done(status, std::move(own));
   }
 }

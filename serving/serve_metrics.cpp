@@ -76,7 +76,7 @@ std::string ServeMetrics::render_prometheus() const {
   out << "gpubox_serve_instances_total " << batch_instances_.load() << '\n';
   header(out, "gpubox_serve_predict_waiting", "gauge",
          "Requests in the micro-batcher now (queued or being predicted).");
-  out << "gpubox_serve_predict_waiting " << predictions_waiting_.load() << '\n';
+  out << "gpubox_serve_predict_waiting " << predict_waiting_.load() << '\n';
   header(out, "gpubox_serve_connections", "gauge", "Connections open now.");
   out << "gpubox_serve_connections " << connections_open_.load() << '\n';
   header(out, "gpubox_serve_connections_refused_total", "counter",

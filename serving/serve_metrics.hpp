@@ -1,6 +1,6 @@
 // gpubox_serve's counters, rendered for GET /metrics in the Prometheus text format (version
 // 0.0.4): requests by path and status code, errors, the /predict latency histogram, batches and
-// instances, connections, and the model's size.
+// instances, requests waiting in the micro-batcher, connections, and the model's size.
 //
 // Thread-safety: every method may be called from any thread at once.
 #pragma once
@@ -27,9 +27,9 @@ class ServeMetrics {
   void record_request(const std::string& path, int status, double seconds);
   // One micro-batch of `instances` instances from `requests` requests.
   void record_batch(uint64_t requests, uint64_t instances);
-  // A /predict request handed to the micro-batcher, and its predictions (or error) back.
-  void prediction_queued() { predictions_waiting_.fetch_add(1); }
-  void prediction_done() { predictions_waiting_.fetch_sub(1); }
+  // A /predict request queued in the micro-batcher, and its predictions (or error) handed back.
+  void predict_queued() { predict_waiting_.fetch_add(1); }
+  void predict_done() { predict_waiting_.fetch_sub(1); }
   void connection_opened() { connections_open_.fetch_add(1); }
   void connection_closed() { connections_open_.fetch_sub(1); }
   void connection_refused() { connections_refused_.fetch_add(1); }
@@ -42,7 +42,7 @@ class ServeMetrics {
   uint64_t batches() const { return batches_.load(); }
   int64_t connections_open() const { return connections_open_.load(); }
   // /predict requests in the micro-batcher now: queued or being predicted.
-  int64_t predictions_waiting() const { return predictions_waiting_.load(); }
+  int64_t predict_waiting() const { return predict_waiting_.load(); }
 
   std::string render_prometheus() const;
 
@@ -56,7 +56,7 @@ class ServeMetrics {
   std::atomic<uint64_t> batch_requests_{0};
   std::atomic<uint64_t> batch_instances_{0};
   std::atomic<int64_t> connections_open_{0};
-  std::atomic<int64_t> predictions_waiting_{0};
+  std::atomic<int64_t> predict_waiting_{0};
   std::atomic<uint64_t> connections_refused_{0};
   std::atomic<uint64_t> model_rows_{0};
   std::atomic<uint64_t> model_dense_parameters_{0};

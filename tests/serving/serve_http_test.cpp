@@ -184,15 +184,15 @@ TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
   });
   // Stopped once the request is in the batcher (max_wait keeps it there): a stop before the
   // request was read would close its connection as idle.
-  for (int i = 0; i < 6000 && server.metrics().predictions_waiting() < 1; ++i) {
+  for (int i = 0; i < 6000 && server.metrics().predict_waiting() < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(server.metrics().predictions_waiting(), 1) << "the request never reached the batcher";
+  EXPECT_EQ(server.metrics().predict_waiting(), 1) << "the request never reached the batcher";
   server.request_stop();
   server.wait();
   client.join();
   EXPECT_EQ(in_flight.status, 200) << in_flight.error;
-  EXPECT_EQ(server.metrics().predictions_waiting(), 0);
+  EXPECT_EQ(server.metrics().predict_waiting(), 0);
   EXPECT_FALSE(in_flight.keep_alive);
   EXPECT_NEAR(parse_predictions(in_flight.body).at(0), (*infer_)[0], 1e-6);
   EXPECT_EQ(idle.send(http::verb::get, "/health").status, 0);  // closed
