@@ -379,7 +379,7 @@ int save_chain_main(const BenchArgs& args) {
   if (args.has("no_fsync")) o.env = &no_sync;
   ScratchFolder scratch{args.get("dir", "/tmp") + "/gpubox_bench_save_chain_" +
                         std::to_string(::getpid())};
-  std::filesystem::create_directories(scratch.path);
+  std::filesystem::create_directory(scratch.path);  // in --dir, which must exist: nothing left
   o.dir = scratch.path;
   const ChainReport r = run_chain(o);
   if (args.has("json")) {
