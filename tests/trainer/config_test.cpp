@@ -281,19 +281,6 @@ TEST_F(ConfigTest, ADataFolderListIsReadInOrderAsOne) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(root + "/nope"), std::string::npos) << e.what();
   }
-  // No training data at all (PaddleRec's offline-inference configs): refused, naming the keys
-  // and what evaluates a save.
-  auto infer_only = load_trainer_config(write("infer.yaml", "runner:\n  test_data_dir: test1\n"));
-  ASSERT_TRUE(infer_only.ok()) << infer_only.status().to_string();
-  try {
-    plan_run(infer_only->runner);
-    ADD_FAILURE() << "a config without training data was planned";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("neither runner.train_data_dir nor runner.pass_dirs"), std::string::npos)
-        << what;
-    EXPECT_NE(what.find("--mode infer"), std::string::npos) << what;
-  }
   // [] would read as unset: refused naming the key.
   auto none = load_trainer_config(write("none.yaml", "runner:\n  train_data_dir: []\n"));
   ASSERT_FALSE(none.ok());
@@ -323,6 +310,23 @@ TEST(ConfigDefaults, DenseOptimizerDefaultsAreTheTables) {
 // them: every mode by name; use_fleet without sync_mode is Collective (on GPUs; with a sync_mode
 // shown but left empty too, as configs/config_collective.yaml shows it); unknown values name the
 // key.
+// No training data at all (PaddleRec's offline-inference configs): refused, naming the keys
+// and what evaluates a save instead.
+TEST_F(ConfigTest, AConfigWithoutTrainingDataIsRefusedPointingToInfer) {
+  write("test1/t", "x\n");
+  auto infer_only = load_trainer_config(write("infer.yaml", "runner:\n  test_data_dir: test1\n"));
+  ASSERT_TRUE(infer_only.ok()) << infer_only.status().to_string();
+  try {
+    plan_run(infer_only->runner);
+    ADD_FAILURE() << "a config without training data was planned";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("neither runner.train_data_dir nor runner.pass_dirs"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("--mode infer"), std::string::npos) << what;
+  }
+}
+
 TEST_F(ConfigTest, SyncModeAndUseFleetCombinations) {
   const std::string path = write("modes.yaml", "runner:\n  epochs: 1\n");
   const std::pair<const char*, SyncMode> modes[] = {{"gpubox", SyncMode::kGpubox},

@@ -300,7 +300,7 @@ TEST(ServerProgress, AbandonedSavesAreCappedAndDropped) {
       ASSERT_TRUE(eventually([&] { return held.holding(); }));
     }
   }
-  // One running, 15 queued, the rest refused at once.
+  // 16 queued (the first of them running), the rest refused at once.
   EXPECT_EQ(server->counters().bulk_queued, 16u);
   EXPECT_EQ(server->counters().bulk_busy, kConns - 16);
   for (std::size_t i = 16; i < kConns; ++i) {
