@@ -4,6 +4,8 @@
 // pulls that change it.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -44,6 +46,19 @@ struct Fixture {
     c.env = nullptr;
     if (!c.rocksdb_path.empty()) c.rocksdb_path += std::to_string(++fresh_count);
     return testing::open_table(opt, c);
+  }
+  // A fresh() table that loaded the saves `chain` names (folders under `dir`), in order; null,
+  // the failing load's save and status a test failure, when one fails.
+  std::unique_ptr<SparseTable> fresh_loaded(const std::vector<const char*>& chain) {
+    auto loaded = fresh();
+    for (const char* save : chain) {
+      const Status st = loaded->load(dir.sub(save));
+      if (!st.ok()) {
+        ADD_FAILURE() << "loading " << save << ": " << st.to_string();
+        return nullptr;
+      }
+    }
+    return loaded;
   }
   // Pushes random rows for `n` random keys from [0, key_space) and pulls `n / 2` others.
   void mutate(std::mt19937_64& rng, std::size_t n, uint64_t key_space) {

@@ -175,11 +175,8 @@ TEST_P(SaveLoadShrinksTest, ChainReplaysTheShrinksAndKeepsUnseenDays) {
   EXPECT_EQ(d2.deleted, deleted);
   const RowMap after_d2 = saved_state(*f.table);
 
-  auto loaded = f.fresh();
-  for (const char* save : {"base", "delta1"}) {
-    const Status st = loaded->load(f.dir.sub(save));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-  }
+  auto loaded = f.fresh_loaded({"base", "delta1"});
+  ASSERT_TRUE(loaded);
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), after_d1));
   ASSERT_TRUE(loaded->load(f.dir.sub("delta2")).ok());
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), after_d2));
@@ -213,8 +210,8 @@ TEST(SaveLoadShrinks, AShrinkThatFailedMakesTheNextDeltaHoldEveryRow) {
   const SaveCounts d = counts_of(f.dir.sub("delta"));
   EXPECT_EQ(d.mode, "delta");
   EXPECT_EQ(d.rows, f.table->size().value());
-  auto loaded = f.fresh();
-  for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  auto loaded = f.fresh_loaded({"base", "delta"});
+  ASSERT_TRUE(loaded);
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
   // The delta after it holds only what changed again.
   ASSERT_TRUE(f.table->shrink().ok());
@@ -244,8 +241,8 @@ TEST(SaveLoadShrinks, AShrinkThatThrewPartWayMakesTheNextDeltaHoldEveryRow) {
   const SaveCounts d = counts_of(f.dir.sub("delta"));
   EXPECT_EQ(d.mode, "delta");
   EXPECT_EQ(d.rows, f.table->size().value());
-  auto loaded = f.fresh();
-  for (const char* save : {"base", "delta"}) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok());
+  auto loaded = f.fresh_loaded({"base", "delta"});
+  ASSERT_TRUE(loaded);
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
 }
 
@@ -331,8 +328,8 @@ TEST(SaveLoadShrinks, ACommitThatFailedAfterItsRenameMakesTheNextDeltaHoldEveryR
     std::vector<std::vector<const char*>> chains = {{"base", "delta2"}};
     if (in_place) chains.push_back({"base", "delta1", "delta2"});
     for (const auto& chain : chains) {
-      auto loaded = f.fresh();
-      for (const char* save : chain) ASSERT_TRUE(loaded->load(f.dir.sub(save)).ok()) << save;
+      auto loaded = f.fresh_loaded(chain);
+      ASSERT_TRUE(loaded);
       EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)))
           << chain.size() << " saves";
     }
@@ -348,8 +345,8 @@ TEST(SaveLoadShrinks, ALoadThatThrewPartWayRefusesDeltas) {
   ASSERT_EQ(counts_of(f.dir.sub("delta")).mode, "delta+shrinks");
   for (const char* failing : {"base", "delta"}) {
     SCOPED_TRACE(std::string("the load that throws: ") + failing);
-    auto loaded = f.fresh();
-    ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+    auto loaded = f.fresh_loaded({"base"});
+    ASSERT_TRUE(loaded);
     // The base again onto a table that holds it (the clear throws after the first shard), or
     // the delta (its replay throws after the first shard aged).
     ThrowingStepEnv env(2);
@@ -413,11 +410,8 @@ TEST(SaveLoadShrinks, TwoShrinksOfRowsOfTwoWidthsReplayToTheLiveTablesBits) {
     EXPECT_LE(d.rows, 30u);
     EXPECT_GT(d.deleted, 0u);
     EXPECT_LE(d.deleted, first.size());
-    auto loaded = f.fresh();
-    for (const char* save : {"base", "delta"}) {
-      const Status st = loaded->load(f.dir.sub(save));
-      ASSERT_TRUE(st.ok()) << st.to_string();
-    }
+    auto loaded = f.fresh_loaded({"base", "delta"});
+    ASSERT_TRUE(loaded);
     EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
     EXPECT_TRUE(matches(c.oracle, *loaded));
     // And a day later alike.
@@ -452,11 +446,8 @@ TEST(SaveLoadShrinks, ACheckpointThenADeltaWithShrinksEqualsTheLiveTable) {
     EXPECT_EQ(d.mode, "delta+shrinks");
     EXPECT_EQ(d.shrinks, "2");  // since the checkpoint
     EXPECT_LE(d.rows, pushed.size());
-    auto loaded = f.fresh();
-    for (const char* save : {"checkpoint", "delta"}) {
-      const Status st = loaded->load(f.dir.sub(save));
-      ASSERT_TRUE(st.ok()) << st.to_string();
-    }
+    auto loaded = f.fresh_loaded({"checkpoint", "delta"});
+    ASSERT_TRUE(loaded);
     EXPECT_TRUE(testing::same_rows(saved_state(*loaded), saved_state(*f.table)));
     EXPECT_TRUE(matches(c.oracle, *loaded));
   }
@@ -469,8 +460,8 @@ TEST(SaveLoadShrinks, APartlyLoadedTableRefusesDeltasUntilABaseLoads) {
   DecayingChain c(SaveForm::kBinary, /*disk=*/true);
   Fixture& f = c.f;
   ASSERT_NO_FATAL_FAILURE(c.save_base_shrink_delta());
-  auto loaded = f.fresh();
-  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  auto loaded = f.fresh_loaded({"base"});
+  ASSERT_TRUE(loaded);
   loaded->disk_tier_for_tests()->fail_writes_after(1);
   const Status failed = loaded->load(f.dir.sub("delta"));
   loaded->disk_tier_for_tests()->fail_writes_after(-1);
@@ -493,8 +484,8 @@ TEST(SaveLoadShrinks, ABaseLoadWritesEachRowItSendsToDiskOnce) {
   c.shrink();
   c.push(200, 100000);  // unseen 0 beside the others' 1
   ASSERT_TRUE(f.table->save(f.dir.sub("base"), SaveKind::kBase).ok());
-  auto loaded = f.fresh();
-  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  auto loaded = f.fresh_loaded({"base"});
+  ASSERT_TRUE(loaded);
   const uint64_t on_disk = loaded->stats()->rows_on_disk;
   EXPECT_GT(on_disk, 600u);
   EXPECT_EQ(loaded->disk_tier_for_tests()->traffic().puts, on_disk);
@@ -530,11 +521,8 @@ TEST(SaveLoadShrinks, SavesWithoutUnseenFilesLoadAsBefore) {
   ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
   EXPECT_EQ(counts_of(f.dir.sub("delta")).mode, "delta");
   for (const char* save : {"base", "delta"}) strip_unseen_files(f.dir.sub(save));
-  auto loaded = f.fresh();
-  for (const char* save : {"base", "delta"}) {
-    const Status st = loaded->load(f.dir.sub(save));
-    ASSERT_TRUE(st.ok()) << st.to_string();
-  }
+  auto loaded = f.fresh_loaded({"base", "delta"});
+  ASSERT_TRUE(loaded);
   RowMap want = saved_state(*f.table);
   for (auto& [key, state] : want) state.back() = 0.0f;
   EXPECT_TRUE(testing::same_rows(saved_state(*loaded), want));
@@ -551,8 +539,8 @@ TEST(SaveLoadShrinks, ABadShrinkRecordIsRefused) {
   c.shrink();
   ASSERT_TRUE(f.table->save(f.dir.sub("delta"), SaveKind::kDelta).ok());
   const std::string manifest = f.dir.sub("delta") + "/" + io::kManifestName;
-  auto loaded = f.fresh();
-  ASSERT_TRUE(loaded->load(f.dir.sub("base")).ok());
+  auto loaded = f.fresh_loaded({"base"});
+  ASSERT_TRUE(loaded);
   const RowMap before = saved_state(*loaded);
   for (const auto& bad :
        std::vector<std::pair<std::string, std::string>>{{"shrinks", "3"},
