@@ -5,17 +5,20 @@
 #   go to build-fuzz/corpus/<target>/ (never into the repo); a crash or violated property is saved
 #   under build-fuzz/artifacts/<target>/ and fails the script. Prints one line per target: runs,
 #   coverage, CPU seconds. Targets: fuzz_protocol fuzz_slot_parser fuzz_multislot_parser
-#   fuzz_criteo_parser fuzz_config fuzz_request_parser (default: all).
+#   fuzz_criteo_parser fuzz_config fuzz_request_parser (default: all). --build-only builds the
+#   targets and runs none (CI builds them beside the tests, then runs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
+build_only=0
 targets=()
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --seconds=*) seconds="${1#--seconds=}"; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     fuzz_*) targets+=("$1"); shift ;;
     *) echo "fuzz.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -37,6 +40,7 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     -DGPUBOX_BUILD_BENCHMARKS=OFF -DGPUBOX_PYTHON=OFF "${launcher[@]}" >/dev/null
 fi
 cmake --build "$build_dir" -j "${GPUBOX_JOBS:-$(nproc)}" --target "${targets[@]}" >/dev/null
+if ((build_only)); then exit 0; fi
 
 failed=0
 for t in "${targets[@]}"; do
