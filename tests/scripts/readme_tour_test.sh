@@ -24,7 +24,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 tour="$(awk '/^## A tour/ {t = 1} t && /^```sh$/ {b = 1; next} b && /^```$/ {exit} b {print}' \
   "$repo/README.md")"
 [ -n "$tour" ] || fail "README.md has no '## A tour' heading followed by a sh block"
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(python3 "$repo/tests/scripts/free_port.py")"  # below the ephemeral range
 
 mkdir -p "$work/repo"
 ln -s "$repo/scripts" "$work/repo/scripts"

@@ -81,7 +81,7 @@ kill "$trainer" 2>/dev/null; wait "$trainer" 2>/dev/null || true
 [ -n "$named" ] || { cat out1b.txt; fail "the training process is not named gpubox_train"; }
 
 # 2.
-port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port="$(python3 "$repo/tests/scripts/free_port.py")"  # below the ephemeral range
 rm -rf log
 env GPUBOX_LOCAL_TIER=0 PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port" PADDLE_PSERVER_NUMS=1 \
   PADDLE_TRAINERS=1 PADDLE_TRAINERS_NUM=1 PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 \
@@ -141,7 +141,7 @@ grep -q "^Epoch: 0, .* auc: 0\.[0-9]" out5.3.txt && grep -q "^Epoch: 1, " out5.3
   { cat out5.3.txt; fail "the third run did not train both passes"; }
 # 5.
 rm -rf log
-port6="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+port6="$(python3 "$repo/tests/scripts/free_port.py")"  # below the ephemeral range
 # roles ROLE SECONDS: the launcher in that role, under `timeout SECONDS`, which it becomes (exec):
 # the role's pid is timeout's, which leads a process group of its own holding the launcher and
 # its server, so that one kill of the group stops them all.
