@@ -169,13 +169,19 @@ TEST(Deadlines, AuthenticationMustCompleteSoonAfterConnecting) {
   so.auth_timeout_s = 0.3;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
-  // Asks for the challenge (a byte of progress) and then never answers it.
-  Connection slow = raw_connection(server->port());
-  ASSERT_TRUE(raw_call(slow, Op::kAuth, {}).ok());
+  // Asks for the challenge (a byte of progress) and then never answers it. (On a loaded machine
+  // the challenge itself can come after the 0.3 s, the connection cut first: then another.)
+  Connection slow;
+  uint64_t cut_before_the_challenge = 0;
+  for (; cut_before_the_challenge < 5; ++cut_before_the_challenge) {
+    slow = raw_connection(server->port());
+    if (raw_call(slow, Op::kAuth, {}).ok()) break;
+  }
+  ASSERT_LT(cut_before_the_challenge, 5u) << "no challenge came within 0.3 s in 5 tries";
   const Status notice = read_notice(slow);
   // Cut at its authentication deadline (the counter, and the notice naming the 0.3 s), not the
   // 60 s idle timeout.
-  EXPECT_EQ(server->counters().deadline_closed, 1u);
+  EXPECT_EQ(server->counters().deadline_closed, 1u + cut_before_the_challenge);
   EXPECT_EQ(server->counters().idle_closed, 0u);
   EXPECT_EQ(notice.code(), Status::Code::kDeadlineExceeded) << notice.to_string();
   EXPECT_NE(notice.message().find("not authenticated within 0.3 s"), std::string::npos)
@@ -267,7 +273,10 @@ TEST(Slots, AnUnauthenticatedFloodAtTheCapDoesNotKeepATrainerOut) {
   std::vector<Connection> flood;
   for (int i = 0; i < 24; ++i) flood.push_back(raw_connection(server->port()));
   ASSERT_TRUE(eventually([&] { return server->counters().connections >= 25; }));
-  EXPECT_LE(server->counters().unauthenticated, 4u);
+  // The evicted connection's count drops when its close runs (posted to its strand), after the
+  // newcomer's was counted: waited for, not read at once.
+  EXPECT_TRUE(eventually([&] { return server->counters().unauthenticated <= 4; }))
+      << server->counters().unauthenticated << " unauthenticated";
   // A trainer that connects now gets in, and the one connected before is served on.
   auto after = connect_client(options);
   ASSERT_TRUE(after);
@@ -320,11 +329,13 @@ TEST(Budget, SlowSendersCannotStarveItAndTheRefusedSeeServerBusy) {
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   auto small_options = client_options(server->endpoint());  // 64 rows a frame, ~4 KB
-  small_options.deadline_s = 0.5;
+  small_options.deadline_s = 2.0;  // room for a stalled server thread; it fits at once
   auto small = connect_client(small_options);
   auto big_options = client_options(server->endpoint());
   big_options.chunk_rows = 4096;
-  big_options.deadline_s = 0.3;
+  // Its "server busy" refusals must reach it within this (the message names the last one), and
+  // it must give up well before the stalled senders' 5 s frame deadline frees their bytes.
+  big_options.deadline_s = 1.0;
   auto big = connect_client(big_options);
   ASSERT_TRUE(small && big);
   // Six slow senders announce 170 KiB PUSH frames, send 150 KiB and stall: five hold 850 KiB
