@@ -257,7 +257,9 @@ TEST(HeldDenseWrites, ADrippedWriteGivesItsAnnouncedBytesToATrainerAtTheMemoryLi
 TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConnection) {
   FakeHostTier table(test_config());
   ServerOptions so;
-  so.dense_write_max_idle_s = 8.0;  // stale after 2 s; dropped by the sweep after 8 s
+  // Stale after 4 s (dropped by the sweep after 16 s): the two writes below must start within
+  // that of each other, on a loaded machine too.
+  so.dense_write_max_idle_s = 16.0;
   auto server = start_server(&table, so);
   ASSERT_TRUE(server);
   Connection half_open = connect_as(*server, false, 5);
@@ -265,7 +267,7 @@ TEST(HeldDenseWrites, ARewriteSupersedesTheSameClientsStaleWriteOnAHalfOpenConne
   Connection again = connect_as(*server, false, 5);
   ASSERT_TRUE(start_write(again, 5, 2, 2).ok());
   EXPECT_EQ(server->counters().dense_held_writes, 2u);  // write 1 is moving: kept
-  std::this_thread::sleep_for(std::chrono::milliseconds(2200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(4200));
   std::vector<uint8_t> reply;
   ASSERT_TRUE(write_half(again, 5, 2, 4, kOtherFour, 3, &reply).ok());
   EXPECT_TRUE(dense_committed(reply, 4));
