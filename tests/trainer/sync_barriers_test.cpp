@@ -28,6 +28,7 @@ namespace {
 
 using table::server::testing::client_options;
 using table::server::testing::connect_client;
+using table::server::testing::eventually;
 using table::server::testing::FakeHostTier;
 using table::server::testing::start_server;
 
@@ -76,25 +77,8 @@ class SyncBarriersTest : public ::testing::Test {
   }
   // Until `waiters` trainers wait at the server's barriers, 60 s at most (then the test fails).
   void wait_for_waiters(uint64_t waiters) {
-    wait_for_count("trainers waited at a barrier", waiters,
-                   [](const table::server::ServerCounters& c) { return c.barrier_waiters; });
-  }
-  // Until the server has counted `dropped` waiters whose client left, 60 s at most: it counts a
-  // client that gave up when it sees the connection close, after the client's call returned.
-  void wait_for_dropped(uint64_t dropped) {
-    wait_for_count("waiters dropped", dropped, [](const table::server::ServerCounters& c) {
-      return c.barrier_waiters_dropped;
-    });
-  }
-  template <class Count>
-  void wait_for_count(const char* what, uint64_t at_least, const Count& count) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (count(server_->counters()) < at_least) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "fewer than " << at_least << " " << what << " in 60 s";
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!eventually([&] { return server_->counters().barrier_waiters >= waiters; }, 60.0)) {
+      ADD_FAILURE() << "fewer than " << waiters << " trainers waited at a barrier in 60 s";
     }
   }
   // Every trainer of `all` arrives at its next barrier, together.
@@ -275,7 +259,9 @@ TEST_F(SyncBarriersTest, AFailedWaitIsNamedByItsCause) {
                             "died or is stuck"),
             std::string::npos)
       << waited_out;
-  wait_for_dropped(1);  // what the other tests count; no more than this one
+  // What the other tests count; no more than this one. The server counts it when its session
+  // sees the connection close, after the client's deadline returned: waited for.
+  EXPECT_TRUE(eventually([&] { return server_->counters().barrier_waiters_dropped >= 1; }, 60.0));
   EXPECT_EQ(server_->counters().barrier_waiters_dropped, 1u);
   SyncBarriers& waiting = trainer(0, 2, kPass + 1);
   auto at_step = start([&] { waiting.arrive("step 0"); });
