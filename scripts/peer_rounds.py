@@ -30,22 +30,32 @@ def collect(directory):
         if not m or not os.path.isdir(path):
             continue
         rnd, model = int(m.group(1)), m.group(2)
+        found = 0
         for report in sorted(os.listdir(path)):
             r = REPORT.match(report)
             if not r or r.group(1) == "ps":
                 continue
-            with open(os.path.join(path, report)) as fh:
-                data = json.load(fh)
+            try:
+                with open(os.path.join(path, report)) as fh:
+                    data = json.load(fh)
+            except ValueError as e:  # a report cut short: say which
+                raise SystemExit(f"peer_rounds: {os.path.join(path, report)}: not JSON ({e})")
             gpubox, paddle = data.get("gpubox_examples_per_s"), data.get("paddle_examples_per_s")
             if not gpubox or not paddle:
                 raise SystemExit(f"peer_rounds: {os.path.join(path, report)}: no examples/s of "
                                  "both systems (a run that failed?)")
+            found += 1
             held = [h for h in data.get("held_out", []) if h.get("epoch") == data.get("timed_epoch")]
             runs.setdefault((model, r.group(1)), []).append({
                 "round": rnd, "gpubox": gpubox, "paddle": paddle, "ratio": gpubox / paddle,
                 "gpubox_auc": held[0].get("gpubox") if held else None,
                 "paddle_auc": held[0].get("paddle") if held else None,
                 "load": data.get("load", "")})
+        if found == 0:
+            # A round without its report (a run stopped early) would leave the median over fewer
+            # rounds than were run, unsaid.
+            raise SystemExit(f"peer_rounds: {path}: no report_<precision>.json (a run that "
+                             "failed or was stopped?)")
     for key in runs:
         runs[key].sort(key=lambda run: run["round"])
     return runs

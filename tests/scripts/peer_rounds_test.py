@@ -5,7 +5,7 @@ scripts/peer_rounds.py (the summary of scripts/bench_peer_rounds.sh) on hand-mad
 bench_peer_paddle.sh reports against figures worked out here: each round's ratio within the
 round, the median of an odd and an even count of rounds, the held-out AUC after the timed epoch
 only, rounds ordered by number (r10 after r2), report_ps.json and other folders ignored, and a
-run without both systems' examples/s refused naming its file. No Paddle needed. Standard
+run without both systems' examples/s, or a round folder without its report, refused naming it. No Paddle needed. Standard
 library only."""
 import json
 import os
@@ -77,6 +77,22 @@ class PeerRoundsTest(unittest.TestCase):
         with self.assertRaises(SystemExit) as e:
             pr.collect(d)
         self.assertIn("r1-dcn/report_fp32.json", str(e.exception.code))
+
+    def test_a_round_without_its_report_is_refused_naming_it(self):
+        d = self.dir
+        report(f"{d}/r1-dcn", "fp32", 300.0, 100.0, [(0.5, 0.6), (0.75, 0.74)])
+        os.makedirs(f"{d}/r2-dcn")  # stopped before it wrote its report
+        with self.assertRaises(SystemExit) as e:
+            pr.collect(d)
+        self.assertIn("r2-dcn: no report_<precision>.json", str(e.exception.code))
+
+    def test_a_truncated_report_is_refused_naming_it(self):
+        os.makedirs(f"{self.dir}/r1-dcn")
+        with open(f"{self.dir}/r1-dcn/report_fp32.json", "w") as fh:
+            fh.write('{"gpubox_examples_per_s": 3')
+        with self.assertRaises(SystemExit) as e:
+            pr.collect(self.dir)
+        self.assertIn("r1-dcn/report_fp32.json: not JSON", str(e.exception.code))
 
     def test_no_rounds_is_an_error(self):
         rc, _, err = run_main(pr.main, [self.dir])
