@@ -296,10 +296,10 @@ TEST_F(TrainerZeroEnd, ALossTheWatchSawStopsTheTries) {
 TEST(TrainerZeroEndRestart, AnAbortedEndIsNotTriedAgain) {
   FakeHostTier first{table::server::testing::test_config()};
   FakeHostTier second{table::server::testing::test_config()};
-  auto server = start_server(&first);
-  ASSERT_TRUE(server);
   table::server::ServerOptions options;
-  options.port = server->port();
+  options.port = gpubox::testing::port_below_ephemeral_range();  // `second` starts on it
+  auto server = start_server(&first, options);
+  ASSERT_TRUE(server);
   auto client = connect_client(client_options(server->endpoint()));
   ASSERT_TRUE(client);
   // Rows the restart loses: it is not adopted quietly.

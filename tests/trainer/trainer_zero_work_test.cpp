@@ -189,9 +189,9 @@ class TrainerZeroWorkRestart : public ::testing::Test {
  protected:
   void start(const std::string& data_dir = "") {
     options.data_dir = data_dir;
+    options.port = gpubox::testing::port_below_ephemeral_range();  // `second` starts on it
     server = start_server(&first, options);
     ASSERT_TRUE(server);
-    options.port = server->port();
     client = connect_client(client_options(server->endpoint()));
     ASSERT_TRUE(client);
   }
@@ -428,6 +428,7 @@ class TrainerZeroWorkOtherRestart : public TrainerZeroLatePublish {
     ServerOptions options1;
     options1.shard_id = 1;
     options1.shard_num = 2;
+    options1.port = gpubox::testing::port_below_ephemeral_range();  // restarted on it below
     server_ = start_server(&table_, options0);
     second_ = start_server(&second_table_, options1);
     ASSERT_TRUE(server_ && second_);
@@ -439,7 +440,6 @@ class TrainerZeroWorkOtherRestart : public TrainerZeroLatePublish {
     for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
     std::vector<float> rows(keys.size() * zero_->layout().stride(), 0.5f);
     ASSERT_TRUE(zero_->push(keys.data(), keys.size(), rows.data()).ok());
-    options1.port = second_->port();
     second_.reset();
     second_ = start_server(&second_again_, options1);
     ASSERT_TRUE(second_);

@@ -27,6 +27,7 @@
 #include "table/sparse_table.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
+#include "tests/common/free_port.hpp"
 #include "tests/table/forwarding_host_tier.hpp"
 
 namespace gpubox::pass {
@@ -388,10 +389,10 @@ TEST(PassManager, ServerHostTierWithRestartFromCheckpointMatchesReference) {
   std::unique_ptr<table::SparseTable> backing = open_table();
   srv::ServerOptions server_options;
   server_options.data_dir = ::testing::TempDir();  // SAVE paths must lie inside it
+  server_options.port = gpubox::testing::port_below_ephemeral_range();  // restarted on it
   auto started = srv::Server::start(backing.get(), server_options);
   ASSERT_TRUE(started.ok()) << started.status().to_string();
   std::unique_ptr<srv::Server> server = std::move(started.value());
-  server_options.port = server->port();
 
   srv::RemoteHostTierOptions client_options;
   client_options.endpoints = server->endpoint();

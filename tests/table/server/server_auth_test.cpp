@@ -28,8 +28,10 @@ double seconds_since(Clock::time_point start) {
 // A server requiring kTestToken whose AUTH backoff is `backoff_s` from the first wrong proof on.
 std::unique_ptr<Server> start_backoff_server(FakeHostTier* table, double auth_timeout_s,
                                              double backoff_s,
-                                             std::size_t max_unauthenticated = 0) {
+                                             std::size_t max_unauthenticated = 0,
+                                             uint16_t port = 0) {
   ServerOptions so;
+  so.port = port;
   so.auth_token = kTestToken;
   so.auth_timeout_s = auth_timeout_s;
   so.auth_backoff_base_s = backoff_s;
@@ -90,7 +92,9 @@ TEST(Auth, ACapturedExchangeCannotBeReplayedOnANewConnection) {
 // retrying call is let through by a server restarted on the port (without the host's failures).
 TEST(Auth, AProofRefusedUncheckedForItsHostsBackoffIsRetriedByTheClient) {
   FakeHostTier table(test_config());
-  auto server = start_backoff_server(&table, 5.0, 60.0);
+  // A port below the ephemeral range: the server is restarted on it below.
+  auto server =
+      start_backoff_server(&table, 5.0, 60.0, 0, gpubox::testing::port_below_ephemeral_range());
   ASSERT_TRUE(server);
   const uint16_t port = server->port();
   guess_wrong("127.0.0.2", port);

@@ -252,10 +252,10 @@ TEST(Server, RestartOnSamePortWithLoadLosesNothingSaved) {
   TempDir dir("restart");
   ServerOptions so;
   so.data_dir = dir.path().string();
+  so.port = gpubox::testing::port_below_ephemeral_range();  // restarted on it below
   auto first_table = std::make_unique<FakeHostTier>(test_config());
   auto server = start_server(first_table.get(), so);
   ASSERT_TRUE(server);
-  so.port = server->port();
   auto client = connect_client(client_options(server->endpoint()));
   ASSERT_TRUE(client);
   Oracle oracle(test_config());

@@ -224,8 +224,8 @@ struct RestartScene {
 
   explicit RestartScene(const fs::path& data) {
     options.data_dir = data.string();
+    options.port = gpubox::testing::port_below_ephemeral_range();  // restart() reuses it
     server = start_server(&first, options);
-    options.port = server->port();
     client = connect_client(client_options(server->endpoint()));
   }
   Status push(float value) {

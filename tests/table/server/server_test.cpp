@@ -269,7 +269,9 @@ TEST(Server, ShutdownStopsGracefully) {
 TEST(Server, AStoppedServerClosesItsConnectionsAndClientsLearnAtOnce) {
   using Clock = std::chrono::steady_clock;
   FakeHostTier table(test_config());
-  auto server = start_server(&table);
+  ServerOptions first;
+  first.port = gpubox::testing::port_below_ephemeral_range();  // restarted on it below
+  auto server = start_server(&table, first);
   ASSERT_TRUE(server);
   const uint16_t port = server->port();
   auto waiting = connect_client(client_options(server->endpoint()));

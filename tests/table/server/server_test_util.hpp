@@ -21,6 +21,7 @@
 #include "table/server/ps_protocol.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
+#include "tests/common/free_port.hpp"
 #include "tests/table/server/process_probe.hpp"
 
 namespace gpubox::table::server::testing {
