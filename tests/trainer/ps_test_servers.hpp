@@ -13,6 +13,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/free_port.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "trainer/config/config_loader.hpp"
 
@@ -45,6 +46,9 @@ class Servers {
       options.shard_id = static_cast<uint32_t>(i);
       options.shard_num = static_cast<uint32_t>(count);
       options.data_dir = data_dir;
+      // restart(i) starts server i again on its port: drawn below the ephemeral range, where
+      // the other tests' connections and --port 0 servers cannot take it in between.
+      if (options.port == 0) options.port = gpubox::testing::port_below_ephemeral_range();
       auto server = table::server::Server::start(tables_.back().get(), options);
       throw_if_error(server.status());
       endpoints_ += (i ? "," : "") + (*server)->endpoint();
