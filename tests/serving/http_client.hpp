@@ -1,13 +1,18 @@
 // A small blocking HTTP/1.1 client over loopback (Boost.Beast), for the serving tests and the
-// load generator (gpubox_bench serve): one keep-alive connection, one request at a time.
+// load generator (gpubox_bench serve): one keep-alive connection, one request at a time. Every
+// write and read has a deadline (`io_timeout`, 60 s by default): a server that never answers
+// fails the call with "timed out" instead of hanging the test until CI's limit. (SO_RCVTIMEO
+// would not do: Asio's blocking read polls again, without a limit, when recv times out.)
 #pragma once
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace gpubox::serving::testing {
 
@@ -21,8 +26,9 @@ struct HttpReply {
 
 class HttpClient {
  public:
-  explicit HttpClient(uint16_t port, std::string host = "127.0.0.1")
-      : host_(std::move(host)), port_(port), socket_(ioc_) {}
+  explicit HttpClient(uint16_t port, std::string host = "127.0.0.1",
+                      std::chrono::milliseconds io_timeout = std::chrono::seconds(60))
+      : host_(std::move(host)), port_(port), io_timeout_(io_timeout), socket_(ioc_) {}
 
   bool connect() {
     boost::beast::error_code ec;
@@ -48,8 +54,11 @@ class HttpClient {
     if (!content_type.empty()) request.set(http::field::content_type, content_type);
     request.body() = body;
     request.prepare_payload();
-    boost::beast::error_code ec;
-    http::write(socket_, request, ec);
+    boost::beast::error_code ec = run_io([&](auto done) {
+      http::async_write(socket_, request, [done](boost::beast::error_code e, std::size_t) {
+        done(e);
+      });
+    });
     if (!ec) return read_reply();
     reply.error = "write: " + ec.message();
     socket_.close(ec);
@@ -63,8 +72,10 @@ class HttpClient {
       reply.error = "cannot connect";
       return reply;
     }
-    boost::beast::error_code ec;
-    boost::asio::write(socket_, boost::asio::buffer(bytes), ec);
+    boost::beast::error_code ec = run_io([&](auto done) {
+      boost::asio::async_write(socket_, boost::asio::buffer(bytes),
+                               [done](boost::beast::error_code e, std::size_t) { done(e); });
+    });
     if (!ec) return read_reply();
     reply.error = "write: " + ec.message();
     return reply;
@@ -75,8 +86,10 @@ class HttpClient {
     HttpReply reply;
     http::response_parser<http::string_body> parser;
     parser.body_limit(std::uint64_t{1} << 30);
-    boost::beast::error_code ec;
-    http::read(socket_, buffer_, parser, ec);
+    boost::beast::error_code ec = run_io([&](auto done) {
+      http::async_read(socket_, buffer_, parser,
+                       [done](boost::beast::error_code e, std::size_t) { done(e); });
+    });
     if (ec) {
       reply.error = "read: " + ec.message();
       socket_.close(ec);
@@ -94,8 +107,30 @@ class HttpClient {
   boost::asio::ip::tcp::socket& socket() { return socket_; }
 
  private:
+  // Starts one asynchronous operation (`start(done)`; the operation calls done(error_code)) and
+  // runs it to completion or to the deadline; at the deadline the socket is closed (which
+  // completes the operation with operation_aborted) and the error is "timed out".
+  template <class Start>
+  boost::beast::error_code run_io(Start&& start) {
+    boost::beast::error_code result;
+    bool finished = false;
+    start([&result, &finished](boost::beast::error_code e) {
+      result = e;
+      finished = true;
+    });
+    ioc_.restart();
+    ioc_.run_for(io_timeout_);
+    if (finished) return result;
+    boost::beast::error_code ignored;
+    socket_.close(ignored);
+    ioc_.restart();
+    ioc_.run();  // the aborted operation's handler
+    return boost::asio::error::timed_out;
+  }
+
   std::string host_;
   uint16_t port_;
+  std::chrono::milliseconds io_timeout_;
   boost::asio::io_context ioc_;
   boost::asio::ip::tcp::socket socket_;
   boost::beast::flat_buffer buffer_;
