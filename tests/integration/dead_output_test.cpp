@@ -3,10 +3,14 @@
 // predictions of steady steps, stops the job naming the pass, the layer and its config keys;
 // a tiny pass, a pass without steady steps, a one-class pass whose predictions vary, a pass of
 // two distinct predictions and an undefined spread (NaN) are not judged dead (the PS modes'
-// job-wide figure: ps_modes_failures_stops_test.cpp). A dlrm with PaddleRec's two-class output and
-// no batch norm under Adam at 1 dies in its first pass (both output units 0 for good): its second
-// pass stops the job before its save; the same network with the norm, or at Adam 0.01, trains
-// every pass.
+// job-wide figure: ps_modes_failures_stops_test.cpp). A pass whose predictions spread over many
+// buckets but whose steps gave most neighbouring instances one value (the output's bias moving it
+// from step to step) is dead too, unless it beats the constant predictor. A dlrm with PaddleRec's
+// two-class output and no batch norm under Adam at 1 dies in its first pass (both output units 0
+// for good) and its first pass, whose first steps still moved the output, is already one value a
+// step: it stops the job before its save; the same network with the norm, or at Adam 0.01, trains
+// every pass. A dnn of one hidden layer at Adam 1 dies in its first pass with a
+// moving output (one value a step): that pass stops the job.
 #include "trainer/schedule/dead_output.hpp"
 
 #include <gtest/gtest.h>
@@ -34,7 +38,7 @@ constexpr std::size_t kBuckets = std::size_t{1} << kBucketsLog2;
 // [first, first + spread), every `positive_every`-th a positive (0: none), `steady` of them in
 // steady steps.
 MetricValues pass_of(double examples, std::size_t first, std::size_t spread, double steady,
-                     int positive_every = 4) {
+                     int positive_every = 4, double pairs = 0, double tied_pairs = 0) {
   std::vector<double> flat(metrics_flat_size(kBuckets), 0.0);
   double* sums = flat.data() + 2 * kBuckets;
   for (int i = 0; i < static_cast<int>(examples); ++i) {
@@ -52,6 +56,8 @@ MetricValues pass_of(double examples, std::size_t first, std::size_t spread, dou
   sums[metric_sums::kSteadyCount] = steady;
   sums[metric_sums::kSteadyLabels] = sums[metric_sums::kLabels] * share;
   sums[metric_sums::kSteadyLogLoss] = sums[metric_sums::kLogLoss] * share;
+  sums[metric_sums::kSteadyPairs] = pairs;
+  sums[metric_sums::kSteadyTiedPairs] = tied_pairs;
   return compute_metrics(flat.data(), kBuckets);
 }
 
@@ -135,6 +141,35 @@ TEST(DeadOutput, AOneClassPassOrOneThatBeatsTheConstantIsNotJudged) {
   EXPECT_FALSE(dead_output(fits));
 }
 
+// Predictions over 200 buckets, but most neighbours of each steady step tied: one value a step,
+// moved by the output's bias. Dead from half the pairs tied, unless it beats the constant.
+TEST(DeadOutput, OneValueAStepThatMovesFromStepToStepIsDead) {
+  const MetricValues moving = pass_of(400, 100, 200, 300, 4, 290, 145);
+  EXPECT_EQ(moving.prediction_buckets, 200);
+  EXPECT_EQ(moving.steady.pairs, 290);
+  EXPECT_EQ(moving.steady.tied_pairs, 145);
+  EXPECT_TRUE(dead_output(moving));
+  EXPECT_FALSE(dead_output(pass_of(400, 100, 200, 300, 4, 290, 144)));
+  EXPECT_FALSE(dead_output(pass_of(400, 100, 200, 300, 4, 290, 0)));
+  EXPECT_FALSE(dead_output(pass_of(400, 100, 200, 300, 4, 0, 0)));  // no pair: not judged
+  MetricValues fits = moving;
+  fits.steady.logloss_sum = 0.3 * fits.steady.examples;  // the constant's: 0.562 each
+  EXPECT_FALSE(dead_output(fits));
+  TrainerConfig dnn;
+  dnn.runner.auc_buckets_log2 = kBucketsLog2;
+  dnn.hyper.fc_sizes = {8};
+  const std::string what = dead_output_error(2, moving, dnn, "the saves end");
+  for (const char* part :
+       {"pass 2: the network gives most instances of a step one prediction whatever their "
+        "features: 145 of the 290 pairs of neighbouring instances of its steady steps were "
+        "predicted the same to within one AUC bucket of 2^10",
+        "moving from step to step with the output's bias",
+        "the last hidden layer's ReLU units (hyper_parameters.fc_sizes)",
+        "before the pass's save (the saves end)"}) {
+    EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
+  }
+}
+
 class DeadOutputRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -154,24 +189,27 @@ class DeadOutputRun : public ::testing::Test {
   }
   static void TearDownTestSuite() { std::filesystem::remove_all(root_); }
 
-  // dlrm with the two-class output under Adam at `rate`, 3 passes saved under root/<name>.
+  // dlrm with the two-class output (or a dnn of one hidden layer of 16: `dlrm` false) under Adam
+  // at `rate`, 3 passes saved under root/<name>.
   static TrainerConfig config(const std::string& name, const std::string& rate,
-                              const std::vector<std::string>& extra = {}) {
+                              const std::vector<std::string>& extra = {}, bool dlrm = true) {
     std::vector<std::string> overrides = {"runner.train_data_dir=" + (root_ / "train").string(),
                                           "runner.model_save_path=" + (root_ / name).string(),
                                           "runner.metrics_path=",
                                           "runner.epochs=3",
                                           "runner.train_batch_size=64",
                                           "runner.print_interval=5",
-                                          "hyper_parameters.model=dlrm",
                                           "hyper_parameters.sparse_inputs_slots=5",
                                           "hyper_parameters.sparse_feature_dim=5",
                                           "hyper_parameters.dense_input_dim=2",
-                                          "hyper_parameters.bot_layer_sizes=[8, 5]",
                                           "hyper_parameters.fc_sizes=[16]",
-                                          "hyper_parameters.dlrm_output=softmax2",
                                           "hyper_parameters.optimizer.class=Adam",
                                           "hyper_parameters.optimizer.learning_rate=" + rate};
+    if (dlrm) {
+      overrides.insert(overrides.end(),
+                       {"hyper_parameters.model=dlrm", "hyper_parameters.bot_layer_sizes=[8, 5]",
+                        "hyper_parameters.dlrm_output=softmax2"});
+    }
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     auto cfg = load_trainer_config(std::string(GPUBOX_SOURCE_DIR) + "/configs/config_gpubox.yaml",
                                    overrides);
@@ -197,14 +235,13 @@ TEST_F(DeadOutputRun, DlrmsTwoClassOutputWithoutTheNormDiesAndStopsTheJobBeforeI
   } catch (const Error& e) {
     const std::string what = e.what();
     for (const char* part :
-         {"pass 1: every one of its 4000 training predictions is 0.500000",
+         {"pass 0: the network gives most instances of a step one prediction",
           "hyper_parameters.dlrm_output softmax2", "hyper_parameters.dnn_batch_norm false",
           "-o hyper_parameters.dnn_batch_norm=true"}) {
       EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
     }
   }
-  EXPECT_TRUE(std::filesystem::exists(root_ / "dead" / "0" / "MODEL_MANIFEST"));
-  EXPECT_FALSE(std::filesystem::exists(root_ / "dead" / "1"));
+  EXPECT_FALSE(std::filesystem::exists(root_ / "dead" / "0"));
 }
 
 TEST_F(DeadOutputRun, TheSameNetworkWithTheNormOrAGentlerRateTrainsEveryPass) {
@@ -215,6 +252,29 @@ TEST_F(DeadOutputRun, TheSameNetworkWithTheNormOrAGentlerRateTrainsEveryPass) {
     Trainer trainer(config(name, rate, extra), one_card());
     EXPECT_EQ(trainer.train().size(), 3u) << name;
   }
+}
+
+// A dnn whose hidden ReLUs all die at Adam 1 in pass 0: its output is the output layer's bias,
+// one value a step that Adam moves from step to step (so over many buckets in the pass): pass 0
+// stops the job before its save. At Adam 0.01 the same network trains every pass.
+TEST_F(DeadOutputRun, ADnnWhoseOutputMovesWithItsBiasIsDeadToo) {
+  Trainer trainer(config("dnn_dead", "1", {}, /*dlrm=*/false), one_card());
+  try {
+    trainer.train();
+    ADD_FAILURE() << "no error: the dead network trained on";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    for (const char* part :
+         {"pass 0: the network gives most instances of a step one prediction whatever their "
+          "features",
+          "the output layer of hyper_parameters.model dnn",
+          "the last hidden layer's ReLU units (hyper_parameters.fc_sizes)"}) {
+      EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(root_ / "dnn_dead" / "0"));
+  Trainer gentle(config("dnn_gentle", "0.01", {}, /*dlrm=*/false), one_card());
+  EXPECT_EQ(gentle.train().size(), 3u);
 }
 
 }  // namespace

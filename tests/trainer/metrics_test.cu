@@ -123,6 +123,37 @@ TEST_F(MetricsTest, SteadyLossSumsOnlyTheSteadyBatches) {
   EXPECT_EQ(acc.compute().steady.examples, 0);
 }
 
+// The dead-output check's neighbour pairs: a steady batch of n instances adds n - 1 pairs, and
+// those whose predictions differ by less than one bucket as tied; the warm-up and empty batches
+// add none, nor does one instance; a NaN ties with nothing; pairs across batches are not pairs.
+TEST_F(MetricsTest, SteadyNeighbourPairsAndTiesAreCountedPerBatch) {
+  MetricsAccumulator acc(cards_.card(0), 10);
+  const float width = 1.0f / 1024;
+  const auto put = [&](std::vector<float> preds, bool steady) {
+    Data d;
+    d.preds = std::move(preds);
+    for (std::size_t i = 0; i < d.preds.size(); ++i) d.labels.push_back(i % 3 == 0 ? 1.0f : 0.0f);
+    add(acc, cards_.card(0), d, 0, d.preds.size(), steady);
+  };
+  put({0.3f, 0.3f, 0.3f}, false);  // the warm-up: not counted
+  put({}, true);
+  put({0.3f}, true);  // one instance: no pair
+  // 4 pairs: tied (within half a bucket), apart (1.5 buckets), NaN on either side.
+  put({0.4f, 0.4f + 0.5f * width, 0.4f + 2.0f * width, std::nanf(""), 0.5f}, true);
+  put({0.5f, 0.5f}, true);  // 1 tied pair (0.5 also ended the batch before: not a pair)
+  std::vector<float> many(64, 0.25f);
+  many[10] = 0.75f;  // one instance singled out: 2 of its 63 pairs not tied
+  put(many, true);
+  const MetricValues m = acc.compute();
+  EXPECT_EQ(m.steady.pairs, 4 + 1 + 63);
+  EXPECT_EQ(m.steady.tied_pairs, 1 + 1 + 61);
+  EXPECT_EQ(m.steady.examples, 1 + 5 + 2 + 64);
+  acc.reset();
+  const MetricValues none = acc.compute();
+  EXPECT_EQ(none.steady.pairs, 0);
+  EXPECT_EQ(none.steady.tied_pairs, 0);
+}
+
 TEST_F(MetricsTest, TiesCountOneHalfLikeTheExactAuc) {
   // 17 distinct values, each on a bucket boundary: every tie falls in one bucket.
   const Data d = make_data(5000, 7, 16);

@@ -19,6 +19,7 @@
 #include "trainer/nn/dense_parameters.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/dead_output.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -112,11 +113,15 @@ TEST_F(PsModes, EveryTrainerStopsADivergedJobBeforeItsSave) {
 // The job's spread of predictions is from the lowest bucket of every trainer's to the highest:
 // two trainers that each predicted one value are alive when the values differ, one dead trainer
 // beside a live one is alive, and the job is dead only when all predicted one value, the same;
-// a trainer without predictions counts for none; the steady sums add up. Bucket indexes past a
-// float's 2^24 stay exact.
+// a trainer without predictions counts for none; the steady sums add up, and so do the steady
+// steps' neighbour pairs and tied pairs (the job is dead by them when they are nearly all tied
+// over every trainer). Bucket indexes past a float's 2^24 stay exact.
 TEST(JobSteadyFigures, TheJobsSpreadRunsFromTheLowestBucketOfAllToTheHighest) {
-  const auto trainer = [](double lowest, double highest, double examples) {
+  const auto trainer = [](double lowest, double highest, double examples, double pairs = 0,
+                          double tied_pairs = 0) {
     MetricValues m;
+    m.steady.pairs = pairs;
+    m.steady.tied_pairs = tied_pairs;
     m.prediction_buckets = lowest < 0 ? 0 : (lowest == highest ? 1 : 2);
     m.lowest_bucket = lowest;
     m.highest_bucket = highest;
@@ -146,6 +151,17 @@ TEST(JobSteadyFigures, TheJobsSpreadRunsFromTheLowestBucketOfAllToTheHighest) {
   const double big = (1 << 27) + 1;  // of 2^28 buckets: next to big - 1 in a float
   EXPECT_EQ(job(trainer(big, big, 100), trainer(big - 1, big - 1, 100)).prediction_buckets, 2);
   EXPECT_EQ(job(trainer(big, big, 100), trainer(big, big, 100)).highest_bucket, big);
+  // Each trainer's steps one value a step, the values spread over the pass: dead job-wide by its
+  // tied pairs (99% of them), alive when one trainer told its neighbours apart.
+  MetricValues flat = job(trainer(3, 700, 100, 98, 97), trainer(5, 600, 300, 298, 296));
+  EXPECT_EQ(flat.prediction_buckets, 2);
+  EXPECT_EQ(flat.steady.pairs, 396);
+  EXPECT_EQ(flat.steady.tied_pairs, 393);
+  flat.steady.logloss_sum = flat.steady.examples;  // no better than the constant (0.562 each)
+  EXPECT_TRUE(dead_output(flat));
+  MetricValues one_alive = job(trainer(3, 700, 100, 98, 97), trainer(5, 600, 300, 298, 0));
+  one_alive.steady.logloss_sum = one_alive.steady.examples;
+  EXPECT_FALSE(dead_output(one_alive));
 }
 
 // The two-class output layer's initial weights (dlrm's last fc layer) of `cfg`'s network: every

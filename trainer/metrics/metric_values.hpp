@@ -23,6 +23,12 @@ struct SteadyLoss {
   double examples = 0;
   double positives = 0;
   double logloss_sum = 0;  // predictions clipped as MetricValues::logloss's
+  // The steady steps' pairs of neighbouring instances (n - 1 in a step of n), and those of them
+  // whose predictions were the same to within one AUC bucket: a dead network gives nearly every
+  // instance of a step one value, which its output bias may move from step to step (the
+  // dead-output check, dead_output.hpp).
+  double pairs = 0;
+  double tied_pairs = 0;
   // The mean logloss over the best constant predictor's on the same instances (the entropy of
   // their CTR): 1 is no better than predicting the CTR for everything. NaN when undefined (no
   // steady instance, or one class only).
@@ -69,6 +75,8 @@ enum : std::size_t {
   kSteadyCount,  // SteadyLoss's sums: steps added with steady = true
   kSteadyLabels,
   kSteadyLogLoss,
+  kSteadyPairs,      // neighbouring instances of a steady step: n - 1 a step of n
+  kSteadyTiedPairs,  // those whose predictions differ by less than one AUC bucket
   kNumSums
 };
 }  // namespace metric_sums

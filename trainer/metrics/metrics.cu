@@ -18,16 +18,20 @@ struct Sums {
   double log_loss = 0;
   double abs_error = 0;
   double squared_error = 0;
+  double ties = 0;  // instances i whose prediction is within a bucket of instance i + 1's
 };
 struct AddSums {
   GPUBOX_HD Sums operator()(const Sums& a, const Sums& b) const {
-    return Sums{a.labels + b.labels, a.predictions + b.predictions, a.log_loss + b.log_loss,
-                a.abs_error + b.abs_error, a.squared_error + b.squared_error};
+    return Sums{
+        a.labels + b.labels,       a.predictions + b.predictions,     a.log_loss + b.log_loss,
+        a.abs_error + b.abs_error, a.squared_error + b.squared_error, a.ties + b.ties};
   }
 };
 struct SumsAt {
   const float* predictions;
   const float* labels;
+  int64_t n;
+  double bucket_width;
   GPUBOX_HD Sums operator()(int64_t i) const {
     const double p = predictions[i];
     const double y = labels[i];
@@ -39,7 +43,14 @@ struct SumsAt {
 #else
     const double ll = -(y * std::log(clipped) + (1.0 - y) * std::log(1.0 - clipped));
 #endif
-    return Sums{y, p, ll, err < 0 ? -err : err, err * err};
+    // Neighbours in the batch that the network told apart by less than one bucket (a NaN is
+    // never tied): a dead network gives nearly every instance of a step one value.
+    double tie = 0;
+    if (i + 1 < n) {
+      const double gap = static_cast<double>(predictions[i + 1]) - p;
+      tie = (gap < 0 ? -gap : gap) < bucket_width ? 1 : 0;
+    }
+    return Sums{y, p, ll, err < 0 ? -err : err, err * err, tie};
   }
 };
 // Examples per histogram work item, and how many (bucket, count) runs it holds before adding
@@ -103,7 +114,8 @@ struct AddToHistogram {
 };
 // The batch's sums, folded on the card, added to the accumulator's by the thread that holds them
 // (reduce_into_then: no kernel of its own). Each accumulator field gets one add per batch, in
-// batch order, as before: the same bits.
+// batch order, as before: the same bits. A steady batch of n instances adds its n - 1 neighbour
+// pairs and those of them tied.
 struct AddToSums {
   double* sums;
   double count;
@@ -113,6 +125,8 @@ struct AddToSums {
       sums[metric_sums::kSteadyCount] += count;
       sums[metric_sums::kSteadyLabels] += add.labels;
       sums[metric_sums::kSteadyLogLoss] += add.log_loss;
+      sums[metric_sums::kSteadyPairs] += count - 1;
+      sums[metric_sums::kSteadyTiedPairs] += add.ties;
     }
     sums[metric_sums::kCount] += count;
     sums[metric_sums::kLabels] += add.labels;
@@ -123,7 +137,7 @@ struct AddToSums {
   }
 };
 constexpr std::size_t kSumsDoubles = sizeof(Sums) / sizeof(double);
-static_assert(sizeof(Sums) == 5 * sizeof(double), "Sums is stored as doubles");
+static_assert(sizeof(Sums) == 6 * sizeof(double), "Sums is stored as doubles");
 
 // The running AUC as a fold over the buckets from the highest prediction down (as
 // compute_metrics sweeps them): a part of consecutive buckets knows its positives, negatives and
@@ -188,8 +202,9 @@ void MetricsAccumulator::add(const float* predictions, const float* labels, int6
   // The batch's sums folded on the card (the reduction's partials in sums_) and added in by the
   // fold's last thread: no readback, no allocation once reserve(n) ran.
   sums_.resize_discard(kSumsDoubles * device::reduce_partials(count));
-  device::reduce_into_then(stream, count, SumsAt{predictions, labels}, AddSums{}, Sums{},
-                           reinterpret_cast<Sums*>(sums_.data()),
+  const double bucket_width = 1.0 / static_cast<double>(buckets_);
+  device::reduce_into_then(stream, count, SumsAt{predictions, labels, n, bucket_width}, AddSums{},
+                           Sums{}, reinterpret_cast<Sums*>(sums_.data()),
                            AddToSums{flat_.data() + 2 * buckets_, static_cast<double>(n), steady});
 }
 

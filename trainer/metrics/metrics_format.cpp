@@ -77,6 +77,8 @@ MetricValues compute_metrics(const double* flat, std::size_t buckets) {
   m.steady.examples = sums[metric_sums::kSteadyCount];
   m.steady.positives = sums[metric_sums::kSteadyLabels];
   m.steady.logloss_sum = sums[metric_sums::kSteadyLogLoss];
+  m.steady.pairs = sums[metric_sums::kSteadyPairs];
+  m.steady.tied_pairs = sums[metric_sums::kSteadyTiedPairs];
   return m;
 }
 

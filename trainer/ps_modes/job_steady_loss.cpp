@@ -46,6 +46,8 @@ void put_steady_figures(const MetricValues& metrics, int trainer_id, int trainer
   const bool any = metrics.prediction_buckets > 0;
   put_bucket(any ? metrics.lowest_bucket : -1, at + 3);
   put_bucket(any ? metrics.highest_bucket : -1, at + 5);
+  at[7] = static_cast<float>(metrics.steady.pairs);
+  at[8] = static_cast<float>(metrics.steady.tied_pairs);
 }
 
 void take_steady_figures(const std::vector<float>& values, int trainers, int64_t pass,
@@ -57,6 +59,8 @@ void take_steady_figures(const std::vector<float>& values, int trainers, int64_t
     job.examples += at[0];
     job.positives += at[1];
     job.logloss_sum += at[2];
+    job.pairs += at[7];
+    job.tied_pairs += at[8];
     const double low = bucket_at(at + 3), high = bucket_at(at + 5);
     if (low < 0 || high < 0) continue;  // no prediction
     lowest = lowest < 0 ? low : std::min(lowest, low);

@@ -6,7 +6,9 @@
 // Beside them, each trainer's lowest and highest bucket of predictions for the dead-output
 // check (trainer/schedule/dead_output.hpp): the job's spread is from the lowest of all to the
 // highest of all, so two trainers that each predicted one value, but different ones, are alive,
-// and the job is dead only when every prediction of every trainer fell in one bucket.
+// and the job is dead only when every prediction of every trainer fell in one bucket, or when
+// nearly every steady step's neighbouring instances of every trainer were predicted one value
+// (the pairs' counts are added up like the sums).
 //
 // One table (kSteadyLossTable) holds, for the two parities of the pass id, each trainer's
 // kSteadyLossFigures figures in slots only it writes: a trainer sets its slots (adding its value
@@ -33,9 +35,10 @@ namespace gpubox::trainer::ps_modes {
 // loudly ("DENSE 'ps_steady_loss' holds N values; the request has M"). A new name would let each
 // layout make its own table and read partial figures without a word.
 inline constexpr const char* kSteadyLossTable = "ps_steady_loss";
-// examples, positives, logloss_sum, and the lowest and highest bucket (each as two floats, exact
-// up to 2^28 buckets; -1 for none)
-inline constexpr std::size_t kSteadyLossFigures = 7;
+// examples, positives, logloss_sum, the lowest and highest bucket (each as two floats, exact
+// up to 2^28 buckets; -1 for none), and the steady steps' neighbour pairs and tied pairs (counts,
+// exact in a float up to 2^24 a trainer's pass, their share close past it)
+inline constexpr std::size_t kSteadyLossFigures = 9;
 
 // Writes `metrics`' figures (its SteadyLoss and its lowest and highest bucket) into trainer
 // `trainer_id`'s slots of pass `pass` in `values` (the table of `trainers`).

@@ -46,10 +46,17 @@ std::string dead_layer(const MetricValues& metrics, const TrainerConfig& config)
                                       : std::string());
 }
 
+// Most of the steady steps' neighbouring instances were predicted one value.
+bool tied_within_steps(const MetricValues& metrics) {
+  return metrics.steady.pairs > 0 &&
+         metrics.steady.tied_pairs >= kDeadOutputTiedShare * metrics.steady.pairs;
+}
+
 }  // namespace
 
 bool dead_output(const MetricValues& metrics) {
-  if (metrics.steady.examples < kMinDeadOutputExamples || metrics.prediction_buckets != 1) {
+  if (metrics.steady.examples < kMinDeadOutputExamples ||
+      !(metrics.prediction_buckets == 1 || tied_within_steps(metrics))) {
     return false;
   }
   // Judged on the steady figures, the job's in every mode (every trainer alike). One class (a
@@ -62,11 +69,25 @@ bool dead_output(const MetricValues& metrics) {
 
 std::string dead_output_error(int64_t pass, const MetricValues& metrics,
                               const TrainerConfig& config, const std::string& saves) {
-  return "pass " + std::to_string(pass) + ": every one of its " + number(metrics.examples, "%.0f") +
-         " training predictions is " + number(metrics.predicted_ctr, "%.6f") +
-         " (one AUC bucket of 2^" + std::to_string(config.runner.auc_buckets_log2) + ", " +
-         number(metrics.steady.examples, "%.0f") +
-         " of them after each card's first runner.print_interval steps): the network's output "
+  const std::string bucket =
+      "one AUC bucket of 2^" + std::to_string(config.runner.auc_buckets_log2);
+  const std::string steady = number(metrics.steady.examples, "%.0f") +
+                             " of them after each card's first runner.print_interval steps";
+  const std::string what =
+      metrics.prediction_buckets == 1
+          ? "every one of its " + number(metrics.examples, "%.0f") + " training predictions is " +
+                number(metrics.predicted_ctr, "%.6f") + " (" + bucket + ", " + steady + ")"
+          // One value a step, which the output's bias moves from step to step.
+          : "the network gives most instances of a step one prediction whatever their "
+            "features: " +
+                number(metrics.steady.tied_pairs, "%.0f") + " of the " +
+                number(metrics.steady.pairs, "%.0f") +
+                " pairs of neighbouring instances of its steady steps were predicted the same to "
+                "within " +
+                bucket + " (" + steady + ", their mean " + number(metrics.predicted_ctr, "%.6f") +
+                ", moving from step to step with the output's bias)";
+  return "pass " + std::to_string(pass) + ": " + what +
+         ": the network's output "
          "is dead, AUC " +
          number(metrics.auc, "%.4f") + " and logloss " + number(metrics.logloss, "%.4f") +
          " for good. The layer: " + dead_layer(metrics, config) +
