@@ -168,6 +168,10 @@ void LoadStats::merge(const LoadStats& other, std::size_t max_errors) {
   bytes += other.bytes;
   zero_keys_dropped += other.zero_keys_dropped;
   unknown_slot_tokens += other.unknown_slot_tokens;
+  if (slot_names.empty()) slot_names = other.slot_names;
+  if (slot_keys.size() < other.slot_keys.size()) slot_keys.resize(other.slot_keys.size(), 0);
+  for (std::size_t s = 0; s < other.slot_keys.size(); ++s) slot_keys[s] += other.slot_keys[s];
+  slot_counted_instances += other.slot_counted_instances;
   for (const std::string& name : other.unknown_slot_names) {
     if (unknown_slot_names.size() < kMaxUnknownSlotNames &&
         std::find(unknown_slot_names.begin(), unknown_slot_names.end(), name) ==

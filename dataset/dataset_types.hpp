@@ -166,7 +166,14 @@ struct LoadStats {
   // first few distinct slot names among them.
   std::uint64_t unknown_slot_tokens = 0;
   std::vector<std::string> unknown_slot_names;  // at most kMaxUnknownSlotNames
-  std::vector<FormatNote> formats;              // one per file, in file order
+  // The config's sparse slots (DatasetConfig::slots, in order) and the keys each held over the
+  // instances parsed from text (`slot_counted_instances` of them: not those from the pass data
+  // cache, counted when first read): a slot of the config that no line fills, or no key in any
+  // slot, is a config that does not match the data (load_report.cpp).
+  std::vector<std::string> slot_names;
+  std::vector<std::uint64_t> slot_keys;
+  std::uint64_t slot_counted_instances = 0;
+  std::vector<FormatNote> formats;  // one per file, in file order
   std::array<std::uint64_t, kNumParseReasons> skipped_by_reason{};
   std::vector<ParseErrorRecord> errors;  // the first max_reported_errors, in file order
   double seconds = 0.0;

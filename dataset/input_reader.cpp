@@ -98,7 +98,7 @@ class InputRun {
     const Status finish_status = reader_.finish();
     if (outcome_.status.ok()) outcome_.status = !read_status.ok() ? read_status : finish_status;
     if (!stopped && outcome_.status.ok()) outcome_.status = flush();
-    if (stopped) stats_->positives += positives_of(*block_, counted_);
+    if (stopped) count_from(counted_);
     return outcome_;
   }
 
@@ -139,8 +139,22 @@ class InputRun {
     return n;
   }
 
+  // The positives and each slot's keys of the block's instances from `from` on.
+  void count_from(std::size_t from) {
+    const InstanceBlock& b = *block_;
+    stats_->positives += positives_of(b, from);
+    const auto slots = static_cast<std::size_t>(b.num_slots);
+    if (stats_->slot_keys.size() < slots) stats_->slot_keys.resize(slots, 0);
+    if (stats_->slot_names.empty()) stats_->slot_names = config_.slots;
+    for (std::size_t i = from; i < b.size(); ++i) {
+      const std::uint32_t* sizes = b.slot_sizes.data() + i * slots;
+      for (std::size_t s = 0; s < slots; ++s) stats_->slot_keys[s] += sizes[s];
+    }
+    stats_->slot_counted_instances += b.size() - from;
+  }
+
   Status flush() {
-    stats_->positives += positives_of(*block_, counted_);
+    count_from(counted_);
     counted_ = block_->size();
     if (!hooks_.on_chunk) return Status::OK();
     Status st = hooks_.on_chunk(block_);

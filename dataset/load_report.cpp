@@ -58,7 +58,30 @@ void report_formats(const LoadStats& stats, LoadMessages* out) {
   }
 }
 
+// The config's slots that held no key, by name ("#i" where the config names none).
+std::string empty_slots(const LoadStats& stats, std::size_t* count) {
+  std::string names;
+  *count = 0;
+  for (std::size_t s = 0; s < stats.slot_keys.size(); ++s) {
+    if (stats.slot_keys[s] != 0) continue;
+    if (++*count > kMaxSlotsNamed) continue;
+    const std::string name =
+        s < stats.slot_names.size() ? printable(stats.slot_names[s]) : "#" + std::to_string(s);
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  if (*count > kMaxSlotsNamed) names += ", ...";
+  return names;
+}
+
 }  // namespace
+
+bool no_key_in_any_slot(const LoadStats& stats) {
+  if (stats.slot_counted_instances == 0 || stats.slot_keys.empty()) return false;
+  for (std::uint64_t keys : stats.slot_keys) {
+    if (keys != 0) return false;
+  }
+  return true;
+}
 
 LoadMessages load_messages(const LoadStats& stats) {
   LoadMessages out;
@@ -88,6 +111,31 @@ LoadMessages load_messages(const LoadStats& stats) {
                        " tokens of slots the config does not have were skipped, as PaddleRec's "
                        "readers skip them (slots " +
                        names + "; runner.ignore_unknown_slots: false rejects such lines)");
+  }
+  std::size_t empty = 0;
+  const std::string names = empty_slots(stats, &empty);
+  if (stats.slot_counted_instances > 0 && empty > 0) {
+    const std::string of = std::to_string(stats.slot_counted_instances) + " instances read";
+    const std::string unknown =
+        stats.unknown_slot_tokens > 0
+            ? "; the lines' slots the config does not have were skipped (see above)"
+            : std::string();
+    if (no_key_in_any_slot(stats)) {
+      out.warnings.push_back("none of the config's " + std::to_string(stats.slot_keys.size()) +
+                             " sparse slots holds a key in the " + of +
+                             ": the slot names (hyper_parameters.slot_names, or "
+                             "sparse_inputs_slots' 1..N) do not match the data's" +
+                             unknown);
+    } else {
+      // A note, not a warning: a config of many slots (slot_dnn's 300) meets files that fill
+      // some of them.
+      out.info.push_back("sparse slots " + names + " (" + std::to_string(empty) +
+                         " of the config's " + std::to_string(stats.slot_keys.size()) +
+                         ") hold no key in any of the " + of +
+                         ": they train nothing in this load (does the config name slots the "
+                         "data does not fill?)" +
+                         unknown);
+    }
   }
   if (stats.skipped_lines() > 0) {
     out.warnings.push_back("skipped " + std::to_string(stats.skipped_lines()) +

@@ -21,4 +21,13 @@ inline constexpr std::size_t kMaxFilesNamed = 20;
 
 LoadMessages load_messages(const LoadStats& stats);
 
+// Whether the config's sparse slots held no key at all in the instances parsed from text (some
+// were, and the config has slots): the slots' names do not match the data's, and a model would
+// train on its dense features alone. load_messages warns; a trainer refuses the load
+// (pass_data.cpp).
+bool no_key_in_any_slot(const LoadStats& stats);
+
+// "slots A, B, C (3 of the config's N sparse slots)", at most kMaxSlotsNamed named.
+inline constexpr std::size_t kMaxSlotsNamed = 10;
+
 }  // namespace gpubox::dataset

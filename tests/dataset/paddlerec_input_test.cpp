@@ -414,7 +414,11 @@ TEST(FormatDetect, EachFileHasItsOwnFormatAndRangesOfAFileShareIt) {
   EXPECT_EQ(m.info, (std::vector<std::string>{
                         "data format (runner.data_format auto) differs between files:",
                         "  " + f1 + ": slot text (feasign:slot)",
-                        "  " + f2 + ": MultiSlot (label, sparse slots, dense)"}));
+                        "  " + f2 + ": MultiSlot (label, sparse slots, dense)",
+                        // Both files fill slots 1 and 3 of the config's 3.
+                        "sparse slots 2 (1 of the config's 3) hold no key in any of the 800 "
+                        "instances read: they train nothing in this load (does the config name "
+                        "slots the data does not fill?)"}));
   const Loaded one = load(c, {f1, f1});
   EXPECT_EQ(load_messages(one.stats).info.front(),
             "data format: slot text (feasign:slot) (runner.data_format auto, recognised from the "
@@ -448,9 +452,14 @@ TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
   EXPECT_EQ(got.stats.unknown_slot_tokens, 2u);
   EXPECT_EQ(got.stats.unknown_slot_names, (std::vector<std::string>{"500", "501"}));
   const LoadMessages m = load_messages(got.stats);
-  EXPECT_EQ(m.info.size(), 3u);
+  ASSERT_EQ(m.info.size(), 4u);
   EXPECT_NE(m.info[2].find("2 tokens of slots the config does not have were skipped"),
             std::string::npos);
+  // The config's 299 slots, of which the lines fill 2 (3 and 29; slot 2 held only padding).
+  EXPECT_NE(m.info[3].find("sparse slots 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, ... (297 of the "
+                           "config's 299) hold no key in any of the 2 instances read"),
+            std::string::npos)
+      << m.info[3];
   EXPECT_TRUE(m.warnings.empty());
   // Without label_name the lines have no label: the hint names slot_dnn's.
   StatusOr<DatasetConfig> plain = load_dataset_config(

@@ -10,6 +10,11 @@
 //  - --predictions_out is checked before the evaluation and replaced only when written whole,
 //    through a symlink to its target, and written in place into a FIFO;
 //  - test data of one class says why its AUC is nan;
+//  - slot names of the config that no line has (every key skipped as another slot's) are refused
+//    at the first load naming the count and the slots skipped (it trained the dense part alone
+//    and exited 0);
+//  - a runner.metrics_path that cannot take a line (a full disk: /dev/full) stops the job naming
+//    it, after pass 0's save (it was ignored: exit 0 with the lines lost);
 //  - a bad FLAGS_selected_gpus is named.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -137,6 +142,37 @@ TEST_F(BadInputBinaries, ASavePathThatCannotBeAFolderIsRefusedBeforeTraining) {
             std::string::npos)
       << refused.output;
   EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+}
+
+TEST_F(BadInputBinaries, SlotNamesThatNoLineHasAreRefusedAtTheFirstLoad) {
+  const Finished refused = train({"-o", "hyper_parameters.slot_names=[a, b, c]", "-o",
+                                  "hyper_parameters.sparse_inputs_slots=4", "-o",
+                                  "runner.model_save_path=" + (root_ / "no_keys").string()});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  for (const char* part :
+       {"no key in any of the config's 3 sparse slots in 1 file(s) (600 instances)",
+        "none of the config's 3 sparse slots holds a key in the 600 instances read: the slot "
+        "names (hyper_parameters.slot_names",
+        "tokens of slots the config does not have were skipped"}) {
+    EXPECT_NE(refused.output.find(part), std::string::npos) << part << "\n" << refused.output;
+  }
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+  EXPECT_FALSE(fs::exists(root_ / "no_keys" / "0"));
+}
+
+TEST_F(BadInputBinaries, AMetricsFileThatCannotBeWrittenStopsTheJobAfterThePassSave) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string save = (root_ / "metrics_full").string();
+  const Finished stopped =
+      train({"-o", "runner.metrics_path=/dev/full", "-o", "runner.model_save_path=" + save});
+  EXPECT_EQ(stopped.status, 1) << stopped.output;
+  EXPECT_NE(stopped.output.find("gpubox_train: cannot write runner.metrics_path '/dev/full' (No "
+                                "space left on device): its line for this pass"),
+            std::string::npos)
+      << stopped.output;
+  EXPECT_TRUE(trained_a_pass(stopped)) << stopped.output;
+  EXPECT_TRUE(fs::exists(fs::path(save) / "0" / "MODEL_MANIFEST"));  // saved before its line
+  EXPECT_FALSE(fs::exists(fs::path(save) / "1"));
 }
 
 // The host tier that cannot open says which: the in-process table's disk tier by its key (it

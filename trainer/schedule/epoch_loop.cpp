@@ -1,8 +1,10 @@
 #include "trainer/schedule/epoch_loop.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -23,12 +25,15 @@ namespace gpubox::trainer {
 namespace {
 
 // This trainer's metrics file, opened for appending at the start of the run (a path that cannot
-// be written fails the run before any pass, not after it).
+// be written fails the run before any pass, not after it). A line that cannot be written (a full
+// disk) stops the job naming the file: the pass's save, when it saves, was written before its
+// line (record_pass runs after it), so nothing trained is lost and a resume goes on from it.
 class MetricsFile {
  public:
-  MetricsFile(const std::string& metrics_path, int trainer_id) {
+  MetricsFile(const std::string& metrics_path, int trainer_id)
+      : path_(trainer_metrics_path(metrics_path, trainer_id)) {
     if (metrics_path.empty()) return;
-    const std::filesystem::path path(trainer_metrics_path(metrics_path, trainer_id));
+    const std::filesystem::path path(path_);
     std::error_code ec;
     if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
     out_.open(path, std::ios::app);
@@ -39,11 +44,20 @@ class MetricsFile {
   // One JSON object, one line (metrics_format.hpp's formatters: NaN is null).
   void append(const std::string& json) {
     if (!out_.is_open()) return;
+    errno = 0;
     out_ << json << '\n';
     out_.flush();
+    if (out_.good()) return;
+    const int error = errno;
+    GPUBOX_FAIL("cannot write runner.metrics_path '", path_, "'",
+                error != 0 ? std::string(" (") + std::strerror(error) + ")" : std::string(),
+                ": its line for this pass or evaluation is lost (the line may be cut short in "
+                "the file); the job stops after the pass's save, if it saves, so a resume goes on "
+                "from there once the file can be written");
   }
 
  private:
+  std::string path_;
   std::ofstream out_;
 };
 

@@ -13,6 +13,17 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
   const dataset::LoadMessages messages = dataset::load_messages(stats);
   for (const std::string& line : messages.info) GPUBOX_LOG(INFO) << what << ": " << line;
   for (const std::string& line : messages.warnings) GPUBOX_LOG(WARNING) << what << ": " << line;
+  if (stats.instances > 0 && dataset::no_key_in_any_slot(stats)) {
+    // The model would train its dense part alone and exit 0.
+    std::string why;
+    for (const std::string& line : messages.warnings) why += "; " + line;
+    for (const std::string& line : messages.info) {
+      if (line.find("slots the config does not have") != std::string::npos) why += "; " + line;
+    }
+    GPUBOX_FAIL(what, ": no key in any of the config's ", stats.slot_keys.size(),
+                " sparse slots in ", files.size(), " file(s) (", stats.slot_counted_instances,
+                " instances)", why);
+  }
   if (stats.instances > 0) return;
   // Nothing to learn from or to measure: the metrics would be NaN and a save would store an
   // unchanged model as if a pass had run.
