@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/integration/child_process.hpp"
@@ -235,6 +236,35 @@ TEST(CliRules, ACardAllocationTooLargeNamesTheKeyThatSizedIt) {
 #endif
 
 // A config with a second YAML document is refused by the binaries too, naming file and line.
+#ifdef GPUBOX_TRAIN_BIN
+// gpubox_train's flags of one --mode given to another would do nothing (--predictions_out to a
+// training run wrote no file and exited 0): refused naming the flag and both modes, before the
+// config is read. A flag of the run's own mode, and --load in every mode, pass this check.
+TEST(CliRules, AFlagOfAnotherModeIsRefusedNamingIt) {
+  for (const auto& [mode, flag, owner] : {std::tuple<std::string, std::string, std::string>{
+                                              "train", "--predictions_out=p.txt", "infer"},
+                                          {"train", "--infer_data_dir=x", "infer"},
+                                          {"train", "--out=x", "export"},
+                                          {"infer", "--export_fp16", "export"},
+                                          {"infer", "--show_threshold=2", "export"},
+                                          {"export", "--predictions_out=p.txt", "infer"}}) {
+    const Result r = run(GPUBOX_TRAIN_BIN, {"--config", kConfig, "--mode", mode, flag});
+    EXPECT_EQ(r.status, 2) << flag << ": " << r.output;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_NE(r.output.find("gpubox_train: " + name + " is a flag of --mode " + owner +
+                            "; this run is --mode " + mode + ", where it would do nothing"),
+              std::string::npos)
+        << r.output;
+  }
+  // Its own mode's flag reaches the run: --mode infer's error is about its data, not the flag.
+  const Result own =
+      run(GPUBOX_TRAIN_BIN, {"--config", kConfig, "--mode", "infer", "--load",
+                             "/nonexistent/gpubox/save", "--predictions_out=/nonexistent/p.txt"});
+  EXPECT_NE(own.status, 0);
+  EXPECT_EQ(own.output.find("is a flag of --mode"), std::string::npos) << own.output;
+}
+#endif
+
 TEST(CliRules, AMultiDocumentConfigIsRefused) {
   const fs::path dir = fs::temp_directory_path() / ("gpubox_cli_rules_" + std::to_string(getpid()));
   fs::create_directories(dir);

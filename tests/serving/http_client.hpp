@@ -55,9 +55,8 @@ class HttpClient {
     request.body() = body;
     request.prepare_payload();
     boost::beast::error_code ec = run_io([&](auto done) {
-      http::async_write(socket_, request, [done](boost::beast::error_code e, std::size_t) {
-        done(e);
-      });
+      http::async_write(socket_, request,
+                        [done](boost::beast::error_code e, std::size_t) { done(e); });
     });
     if (!ec) return read_reply();
     reply.error = "write: " + ec.message();

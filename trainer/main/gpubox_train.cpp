@@ -315,6 +315,27 @@ void print_model_root(const gpubox::trainer::TrainerConfig& config) {
       gpubox::trainer::model_root(train ? config.runner.model_save_path : "", load).c_str());
 }
 
+// A flag of another --mode given on the command line would do nothing: named, with the mode it
+// belongs to ("" when every flag given belongs to this mode).
+std::string flag_of_another_mode() {
+  struct Owned {
+    const char* flag;
+    const char* mode;
+  };
+  for (const Owned& f :
+       {Owned{"infer_data_dir", "infer"}, Owned{"predictions_out", "infer"}, Owned{"out", "export"},
+        Owned{"show_threshold", "export"}, Owned{"export_fp16", "export"}}) {
+    if (FLAGS_mode == f.mode) continue;
+    gflags::CommandLineFlagInfo info;
+    if (gflags::GetCommandLineFlagInfo(f.flag, &info) && !info.is_default) {
+      return std::string("--") + f.flag + " is a flag of --mode " + f.mode +
+             "; this run is --mode " + FLAGS_mode +
+             ", where it would do nothing (drop it, or run --mode " + f.mode + ")";
+    }
+  }
+  return "";
+}
+
 // Runs --mode (train, infer or export) with the schedule runner.sync_mode picks; the exit code.
 int run_mode(const gpubox::trainer::TrainerConfig& config) {
   if (FLAGS_mode == "export") return export_for_serving(config);
@@ -388,6 +409,10 @@ int main(int argc, char** argv) {
   if (FLAGS_mode != "train" && FLAGS_mode != "infer" && FLAGS_mode != "export") {
     std::fprintf(stderr, "gpubox_train: --mode must be train, infer or export, got '%s'\n",
                  FLAGS_mode.c_str());
+    return 2;
+  }
+  if (const std::string misplaced = flag_of_another_mode(); !misplaced.empty()) {
+    std::fprintf(stderr, "gpubox_train: %s\n", misplaced.c_str());
     return 2;
   }
   auto doc = gpubox::config::ConfigDocument::load(FLAGS_config, overrides);

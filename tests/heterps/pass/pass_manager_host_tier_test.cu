@@ -25,9 +25,9 @@
 #include "table/server/server.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/free_port.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/heterps/pass/pass_manager_test_util.cuh"
-#include "tests/common/free_port.hpp"
 #include "tests/table/forwarding_host_tier.hpp"
 
 namespace gpubox::pass {

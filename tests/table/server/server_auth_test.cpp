@@ -27,8 +27,7 @@ double seconds_since(Clock::time_point start) {
 
 // A server requiring kTestToken whose AUTH backoff is `backoff_s` from the first wrong proof on.
 std::unique_ptr<Server> start_backoff_server(FakeHostTier* table, double auth_timeout_s,
-                                             double backoff_s,
-                                             std::size_t max_unauthenticated = 0,
+                                             double backoff_s, std::size_t max_unauthenticated = 0,
                                              uint16_t port = 0) {
   ServerOptions so;
   so.port = port;
