@@ -101,16 +101,17 @@ LoadMessages load_messages(const LoadStats& stats) {
                        " padding keys (feasign 0) dropped, as Paddle's DataFeed drops them; "
                        "their instances are kept");
   }
+  // The skipped slots, named in the note below and in the no-key warning.
+  std::string unknown_names;
+  for (const std::string& n : stats.unknown_slot_names) {
+    unknown_names += (unknown_names.empty() ? "" : ", ") + printable(n);  // a data file's bytes
+  }
+  if (stats.unknown_slot_names.size() == kMaxUnknownSlotNames) unknown_names += ", ...";
   if (stats.unknown_slot_tokens > 0) {
-    std::string names;
-    for (const std::string& n : stats.unknown_slot_names) {
-      names += (names.empty() ? "" : ", ") + printable(n);  // a data file's bytes
-    }
-    if (stats.unknown_slot_names.size() == kMaxUnknownSlotNames) names += ", ...";
     out.info.push_back(std::to_string(stats.unknown_slot_tokens) +
                        " tokens of slots the config does not have were skipped, as PaddleRec's "
                        "readers skip them (slots " +
-                       names + "; runner.ignore_unknown_slots: false rejects such lines)");
+                       unknown_names + "; runner.ignore_unknown_slots: false rejects such lines)");
   }
   std::size_t empty = 0;
   const std::string names = empty_slots(stats, &empty);
@@ -118,7 +119,8 @@ LoadMessages load_messages(const LoadStats& stats) {
     const std::string of = std::to_string(stats.slot_counted_instances) + " instances read";
     const std::string unknown =
         stats.unknown_slot_tokens > 0
-            ? "; the lines' slots the config does not have were skipped (see above)"
+            ? "; the lines hold slots the config does not have: " + unknown_names + " (" +
+                  std::to_string(stats.unknown_slot_tokens) + " tokens skipped)"
             : std::string();
     if (no_key_in_any_slot(stats)) {
       out.warnings.push_back("none of the config's " + std::to_string(stats.slot_keys.size()) +

@@ -223,25 +223,34 @@ class DeadOutputRun : public ::testing::Test {
     return env;
   }
 
+  // Trains `cfg` (saving under root/<name>): it must stop with an error holding every part, and
+  // leave no save of pass 0.
+  static void expect_stopped_before_pass_0_save(const TrainerConfig& cfg, const std::string& name,
+                                                const std::vector<std::string>& parts) {
+    Trainer trainer(cfg, one_card());
+    try {
+      trainer.train();
+      ADD_FAILURE() << "no error: the dead network trained on";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      for (const std::string& part : parts) {
+        EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
+      }
+    }
+    EXPECT_FALSE(std::filesystem::exists(root_ / name / "0"));
+  }
+
   static std::filesystem::path root_;
 };
 std::filesystem::path DeadOutputRun::root_;
 
 TEST_F(DeadOutputRun, DlrmsTwoClassOutputWithoutTheNormDiesAndStopsTheJobBeforeItsSave) {
-  Trainer trainer(config("dead", "1"), one_card());
-  try {
-    trainer.train();
-    ADD_FAILURE() << "no error: the dead network trained on";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const char* part :
-         {"pass 0: the network gives most instances of a step one prediction",
-          "hyper_parameters.dlrm_output softmax2", "hyper_parameters.dnn_batch_norm false",
-          "-o hyper_parameters.dnn_batch_norm=true"}) {
-      EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
-    }
-  }
-  EXPECT_FALSE(std::filesystem::exists(root_ / "dead" / "0"));
+  expect_stopped_before_pass_0_save(
+      config("dead", "1"), "dead",
+      {"pass 0: the network gives most instances of a step one "
+       "prediction",
+       "hyper_parameters.dlrm_output softmax2", "hyper_parameters.dnn_batch_norm false",
+       "-o hyper_parameters.dnn_batch_norm=true"});
 }
 
 TEST_F(DeadOutputRun, TheSameNetworkWithTheNormOrAGentlerRateTrainsEveryPass) {
@@ -258,21 +267,12 @@ TEST_F(DeadOutputRun, TheSameNetworkWithTheNormOrAGentlerRateTrainsEveryPass) {
 // one value a step that Adam moves from step to step (so over many buckets in the pass): pass 0
 // stops the job before its save. At Adam 0.01 the same network trains every pass.
 TEST_F(DeadOutputRun, ADnnWhoseOutputMovesWithItsBiasIsDeadToo) {
-  Trainer trainer(config("dnn_dead", "1", {}, /*dlrm=*/false), one_card());
-  try {
-    trainer.train();
-    ADD_FAILURE() << "no error: the dead network trained on";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    for (const char* part :
-         {"pass 0: the network gives most instances of a step one prediction whatever their "
-          "features",
-          "the output layer of hyper_parameters.model dnn",
-          "the last hidden layer's ReLU units (hyper_parameters.fc_sizes)"}) {
-      EXPECT_NE(what.find(part), std::string::npos) << part << "\n" << what;
-    }
-  }
-  EXPECT_FALSE(std::filesystem::exists(root_ / "dnn_dead" / "0"));
+  expect_stopped_before_pass_0_save(
+      config("dnn_dead", "1", {}, /*dlrm=*/false), "dnn_dead",
+      {"pass 0: the network gives most instances of a step one prediction whatever their "
+       "features",
+       "the output layer of hyper_parameters.model dnn",
+       "the last hidden layer's ReLU units (hyper_parameters.fc_sizes)"});
   Trainer gentle(config("dnn_gentle", "0.01", {}, /*dlrm=*/false), one_card());
   EXPECT_EQ(gentle.train().size(), 3u);
 }

@@ -17,9 +17,6 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
     // The model would train its dense part alone and exit 0.
     std::string why;
     for (const std::string& line : messages.warnings) why += "; " + line;
-    for (const std::string& line : messages.info) {
-      if (line.find("slots the config does not have") != std::string::npos) why += "; " + line;
-    }
     GPUBOX_FAIL(what, ": no key in any of the config's ", stats.slot_keys.size(),
                 " sparse slots in ", files.size(), " file(s) (", stats.slot_counted_instances,
                 " instances)", why);
