@@ -39,6 +39,7 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.reader_notes = reader.notes;
   c.feasign_first = doc.get_enum("runner.slot_token_order", config::kSlotTokenOrderNames) ==
                     config::SlotTokenOrder::kFeasignFirst;
+  c.token_order_set = doc.is_set("runner.slot_token_order");
   c.ignore_unknown_slots = doc.get_bool("runner.ignore_unknown_slots");
   c.pipe_command = doc.get_string("runner.pipe_command");
   set_pipe_arguments(doc.get_enum("runner.pipe_command_args", config::kPipeCommandArgsNames),

@@ -38,6 +38,9 @@ struct DatasetConfig {
   // Slot format: tokens written `value:name` (feasign first) instead of `name:value`; applies
   // to every token of the line (label, dense and sparse).
   bool feasign_first = false;
+  // feasign_first was set by the config (runner.slot_token_order): the auto format tries that
+  // order alone, else both.
+  bool token_order_set = false;
   // Slot format: a token naming a slot not in `slots` is skipped and counted (PaddleRec's
   // readers skip it too) instead of making the line malformed.
   bool ignore_unknown_slots = true;

@@ -116,8 +116,12 @@ std::vector<DatasetConfig> format_candidates(const DatasetConfig& config) {
     adjust(c);
     out.push_back(std::move(c));
   };
-  add(DataFormat::kSlot, [](DatasetConfig& c) { c.feasign_first = false; });
-  add(DataFormat::kSlot, [](DatasetConfig& c) { c.feasign_first = true; });
+  // The slot text in either token order, or in the one the config gives: read in the other,
+  // a line's keys would be taken for its slot names and its slot names for keys.
+  for (const bool feasign_first : {false, true}) {
+    if (config.token_order_set && feasign_first != config.feasign_first) continue;
+    add(DataFormat::kSlot, [feasign_first](DatasetConfig& c) { c.feasign_first = feasign_first; });
+  }
   add(DataFormat::kMultiSlot, [](DatasetConfig&) {});
   if (config.multislot_order.empty() && config.dense_dim > 0) {
     add(DataFormat::kMultiSlot,

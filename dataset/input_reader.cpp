@@ -118,9 +118,10 @@ class InputRun {
     if (parsed.unknown_tokens > 0) {
       stats_->unknown_slot_tokens += parsed.unknown_tokens;
       auto& names = stats_->unknown_slot_names;
-      if (names.size() < kMaxUnknownSlotNames &&
-          std::find(names.begin(), names.end(), parsed.unknown_name) == names.end()) {
-        names.emplace_back(parsed.unknown_name);
+      for (std::uint32_t k = 0; k < parsed.unknown_name_count; ++k) {
+        const std::string_view name = parsed.unknown_names[k];
+        if (names.size() == kMaxUnknownSlotNames) break;
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
       }
     }
     if (block_->size() == kSampleInstances && hooks_.expected_bytes > reader_.bytes()) {

@@ -243,6 +243,22 @@ void LineParser::commit(float label, InstanceBlock* out) {
   out->append(label, dense_.data(), keys_.data(), keys_.size(), slot_sizes_.data());
 }
 
+namespace {
+
+// Adds `name` to the line's distinct unknown slot names unless it is there or the list is full.
+// Tokens of one slot are usually adjacent, so the last name is compared first.
+void note_unknown_name(std::string_view name, ParseResult* result) {
+  const std::uint32_t n = result->unknown_name_count;
+  if (n == kMaxUnknownSlotNames || (n > 0 && result->unknown_names[n - 1] == name)) return;
+  for (std::uint32_t k = 0; k + 1 < n; ++k) {
+    if (result->unknown_names[k] == name) return;
+  }
+  result->unknown_names[n] = name;
+  result->unknown_name_count = n + 1;
+}
+
+}  // namespace
+
 ParseResult LineParser::parse_slot(std::string_view line, InstanceBlock* out) {
   pending_.clear();
   dense_.clear();
@@ -303,7 +319,8 @@ ParseResult LineParser::parse_slot(std::string_view line, InstanceBlock* out) {
     } else if (!config_.ignore_unknown_slots) {
       return fail(ParseReason::kUnknownSlot, token);
     } else {
-      if (result.unknown_tokens++ == 0) result.unknown_name = name;
+      ++result.unknown_tokens;
+      note_unknown_name(name, &result);
     }
   }
   if (!has_label) return fail_note(ParseReason::kBadLabel, "missing label");

@@ -2,6 +2,7 @@
 // the scratch buffers have grown.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,9 +24,10 @@ struct ParseResult {
   const char* note = nullptr;   // or a short explanation ("missing label")
   std::uint32_t zero_keys = 0;  // feasigns equal to 0 that were dropped ("no feature")
   // Slot format: tokens of slots not in the config, skipped (ignore_unknown_slots), and the
-  // slot name of the first of them.
+  // distinct slot names among them, the first kMaxUnknownSlotNames of the line.
   std::uint32_t unknown_tokens = 0;
-  std::string_view unknown_name;
+  std::uint32_t unknown_name_count = 0;
+  std::array<std::string_view, kMaxUnknownSlotNames> unknown_names;
   bool ok() const { return reason == ParseReason::kOk; }
 };
 

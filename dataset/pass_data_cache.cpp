@@ -43,8 +43,8 @@ std::string parse_fingerprint(const DatasetConfig& c) {
   add(std::to_string(c.dense_dim));
   add(c.label_name);
   add(c.dense_name);
-  add(std::to_string(c.feasign_first) + std::to_string(c.ignore_unknown_slots) +
-      std::to_string(c.strict_parse));
+  add(std::to_string(c.feasign_first) + std::to_string(c.token_order_set) +
+      std::to_string(c.ignore_unknown_slots) + std::to_string(c.strict_parse));
   add(std::to_string(c.multislot_order.size()));
   for (const std::string& field : c.multislot_order) add(field);
   add(c.pipe_command);

@@ -156,14 +156,17 @@ TEST(SlotFormat, EveryMalformedLineIsRejectedWithItsReason) {
 TEST(SlotFormat, UnknownSlotTokensAreSkippedAndCountedLikePaddleRecsReaders) {
   DatasetConfig c = slot_config(1, 0);
   ASSERT_TRUE(c.ignore_unknown_slots);  // the default, as PaddleRec's readers skip the token
-  const std::string line = "click:0 1:5 9:6 other:7 1:8";  // unknown_name points into it
+  const std::string line = "click:0 1:5 9:6 other:7 1:8 9:4";  // unknown_names point into it
   Parsed p = parse_one(c, line);
   ASSERT_TRUE(p.result.ok()) << describe(p.result);
   EXPECT_EQ(to_plain(p.block.instance(0)).slots, (std::vector<std::vector<std::uint64_t>>{{5, 8}}));
-  EXPECT_EQ(p.result.unknown_tokens, 2u);
-  EXPECT_EQ(p.result.unknown_name, "9");
+  EXPECT_EQ(p.result.unknown_tokens, 3u);
+  ASSERT_EQ(p.result.unknown_name_count, 2u);  // each distinct name once, in line order
+  EXPECT_EQ(p.result.unknown_names[0], "9");
+  EXPECT_EQ(p.result.unknown_names[1], "other");
   p = parse_one(c, "click:0 1:5");
   EXPECT_EQ(p.result.unknown_tokens, 0u);
+  EXPECT_EQ(p.result.unknown_name_count, 0u);
   c.ignore_unknown_slots = false;
   EXPECT_EQ(reason_of(c, "click:0 1:5 9:6"), ParseReason::kUnknownSlot);
 }

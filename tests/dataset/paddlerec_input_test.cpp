@@ -429,9 +429,11 @@ TEST(FormatDetect, EachFileHasItsOwnFormatAndRangesOfAFileShareIt) {
 // feasign 0 the padding, slots beyond the model's skipped token by token.
 TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
   ScratchDir dir;
-  const std::string file = dir.write("demo",
-                                     "0:1 4351255118977467729:3 16543128959394097760:29 0:2 5:500\n"
-                                     "1:1 11450961880964427561:3 8917270926625783717:29 9:501\n");
+  const std::string file =
+      dir.write("demo",
+                "0:1 4351255118977467729:3 16543128959394097760:29 0:2 5:500 6:500 "
+                "7:502 8:500\n"
+                "1:1 11450961880964427561:3 8917270926625783717:29 9:501\n");
   const std::string cfg = dir.write("config.yaml",
                                     "runner:\n  label_name: \"1\"\n  train_data_dir: .\n"
                                     "hyper_parameters:\n  sparse_inputs_slots: 300\n"
@@ -449,11 +451,12 @@ TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
   EXPECT_EQ(got.instances[0].slots[27], std::vector<std::uint64_t>{16543128959394097760ull});
   EXPECT_TRUE(got.instances[0].slots[0].empty());  // slot 2's padding key 0
   EXPECT_EQ(got.stats.zero_keys_dropped, 1u);
-  EXPECT_EQ(got.stats.unknown_slot_tokens, 2u);
-  EXPECT_EQ(got.stats.unknown_slot_names, (std::vector<std::string>{"500", "501"}));
+  EXPECT_EQ(got.stats.unknown_slot_tokens, 5u);
+  // Every distinct name of a line, not only its first.
+  EXPECT_EQ(got.stats.unknown_slot_names, (std::vector<std::string>{"500", "502", "501"}));
   const LoadMessages m = load_messages(got.stats);
   ASSERT_EQ(m.info.size(), 4u);
-  EXPECT_NE(m.info[2].find("2 tokens of slots the config does not have were skipped"),
+  EXPECT_NE(m.info[2].find("5 tokens of slots the config does not have were skipped"),
             std::string::npos);
   // The config's 299 slots, of which the lines fill 2 (3 and 29; slot 2 held only padding).
   EXPECT_NE(m.info[3].find("sparse slots 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, ... (297 of the "
@@ -470,6 +473,42 @@ TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
   ASSERT_FALSE(unlabelled.stats.formats.empty());
   EXPECT_NE(unlabelled.stats.formats[0].hint.find("runner.label_name: \"1\""), std::string::npos)
       << unlabelled.stats.formats[0].hint;
+}
+
+// A line holding more distinct unknown slots than are named: the first kMaxUnknownSlotNames of
+// them, each once, then "...". The token order the config sets is the one read.
+TEST(SlotDnnData, NamesAtMostTheCapOfUnknownSlotsFromOneLine) {
+  ScratchDir dir;
+  std::string line = "1:1 4351255118977467729:3";
+  for (int s = 600; s < 600 + static_cast<int>(kMaxUnknownSlotNames) + 2; ++s) {
+    line +=
+        " 11450961880964427561:" + std::to_string(s) + " 8917270926625783717:" + std::to_string(s);
+  }
+  const std::string file = dir.write("demo", line + "\n");
+  const std::string cfg = dir.write("config.yaml",
+                                    "runner:\n  label_name: \"1\"\n  train_data_dir: .\n"
+                                    "  slot_token_order: feasign:slot\n"
+                                    "hyper_parameters:\n  sparse_inputs_slots: 4\n"
+                                    "  dense_input_dim: 0\n");
+  StatusOr<DatasetConfig> c = load_dataset_config(cfg);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const Loaded got = load(*c, {file});
+  ASSERT_TRUE(got.status.ok()) << got.status.to_string();
+  EXPECT_EQ(got.stats.unknown_slot_tokens, 2 * (kMaxUnknownSlotNames + 2));
+  ASSERT_EQ(got.stats.unknown_slot_names.size(), kMaxUnknownSlotNames);
+  for (std::size_t k = 0; k < kMaxUnknownSlotNames; ++k) {
+    EXPECT_EQ(got.stats.unknown_slot_names[k], std::to_string(600 + k));
+  }
+  // runner.slot_token_order set: the auto format reads that order alone (this line parses in
+  // both; read slot:feasign it held no key of the config and 21 unknown tokens).
+  ASSERT_FALSE(got.stats.formats.empty());
+  EXPECT_EQ(got.stats.formats[0].format, "slot text (feasign:slot)");
+  const LoadMessages m = load_messages(got.stats);
+  bool named = false;
+  for (const std::string& info : m.info) {
+    named = named || info.find("600, 601, 602, 603, 604, 605, 606, 607, ...") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
 }
 
 TEST(CostHints, ManyReaderThreadsAndTinyBatchesSayWhatTheyCost) {
