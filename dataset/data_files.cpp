@@ -41,12 +41,24 @@ std::string skipped_text(const std::string& dir, const std::vector<SkippedEntry>
   return out;
 }
 
-StatusOr<DataFileList> list_data_files(const std::string& dir) {
+namespace {
+
+using ListedAs = std::map<std::string, std::string>;  // canonical path -> the listed path
+
+// Lists `dir` into `out`; `listed_as` holds the files listed before (this folder's and, for a
+// list of folders, the earlier folders').
+Status list_into(const std::string& dir, ListedAs* listed_as, DataFileList* out) {
   std::error_code ec;
-  DataFileList out;
   if (fs::is_regular_file(dir, ec)) {
-    out.files.push_back(dir);
-    return out;
+    const std::string canonical = fs::canonical(dir, ec).string();
+    if (ec) return Status::IOError("cannot resolve '" + dir + "': " + ec.message());
+    const auto [it, inserted] = listed_as->emplace(canonical, dir);
+    if (inserted) {
+      out->files.push_back(dir);
+    } else {
+      out->skipped.push_back({dir, SkipReason::kSameFile, it->second});
+    }
+    return Status::OK();
   }
   if (!fs::is_directory(dir, ec)) {
     return Status::NotFound("data folder '" + dir + "' does not exist or is not a folder");
@@ -58,12 +70,11 @@ StatusOr<DataFileList> list_data_files(const std::string& dir) {
   if (ec) return Status::IOError("cannot list '" + dir + "': " + ec.message());
   std::sort(entries.begin(), entries.end());
 
-  std::map<std::string, std::string> listed_as;  // canonical path -> the listed path
   for (const fs::path& entry : entries) {
     const std::string path = entry.string();
     const std::string name = entry.filename().string();
     const auto skip = [&](SkipReason reason, std::string same_as = "") {
-      out.skipped.push_back({path, reason, std::move(same_as)});
+      out->skipped.push_back({path, reason, std::move(same_as)});
     };
     if (name.empty() || name[0] == '.') {
       skip(SkipReason::kHidden);
@@ -94,12 +105,30 @@ StatusOr<DataFileList> list_data_files(const std::string& dir) {
     const std::string canonical = fs::canonical(entry, canonical_ec).string();
     if (canonical_ec)
       return Status::IOError("cannot resolve '" + path + "': " + canonical_ec.message());
-    const auto [it, inserted] = listed_as.emplace(canonical, path);
+    const auto [it, inserted] = listed_as->emplace(canonical, path);
     if (!inserted) {
       skip(SkipReason::kSameFile, it->second);
       continue;
     }
-    out.files.push_back(path);
+    out->files.push_back(path);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<DataFileList> list_data_files(const std::string& dir) {
+  ListedAs listed_as;
+  DataFileList out;
+  GPUBOX_RETURN_IF_ERROR(list_into(dir, &listed_as, &out));
+  return out;
+}
+
+StatusOr<std::vector<DataFileList>> list_data_folders(const std::vector<std::string>& dirs) {
+  ListedAs listed_as;
+  std::vector<DataFileList> out(dirs.size());
+  for (std::size_t d = 0; d < dirs.size(); ++d) {
+    GPUBOX_RETURN_IF_ERROR(list_into(dirs[d], &listed_as, &out[d]));
   }
   return out;
 }

@@ -52,4 +52,9 @@ std::string skipped_text(const std::string& dir, const std::vector<SkippedEntry>
 // An empty list is not an error here (training refuses it, stat warns).
 StatusOr<DataFileList> list_data_files(const std::string& dir);
 
+// Lists every folder of `dirs` in order, one list each, as list_data_files does; a file listed
+// from an earlier folder (a folder named twice, by another spelling, or through a link) is
+// skipped as the same file, so that no file is read twice in a pass.
+StatusOr<std::vector<DataFileList>> list_data_folders(const std::vector<std::string>& dirs);
+
 }  // namespace gpubox::dataset

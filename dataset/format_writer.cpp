@@ -162,6 +162,25 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
   if (status.ok() && outcome.strict_failure) {
     status = Status::Corruption(summary->stats.errors.back().to_string() + " (strict_parse)");
   }
+  // Slots outside the slot list, not to be dropped: the list is wrong for this file, and the
+  // lines holding them would be left out of the output. Nothing is written.
+  const std::uint64_t unknown_slot_lines =
+      summary->stats.skipped_by_reason[static_cast<std::size_t>(ParseReason::kUnknownSlot)];
+  if (status.ok() && unknown_slot_lines > 0) {
+    std::string first;
+    for (const ParseErrorRecord& e : summary->stats.errors) {
+      if (e.reason == ParseReason::kUnknownSlot) {
+        first = " (first: " + e.to_string() + ")";
+        break;
+      }
+    }
+    status = Status::InvalidArgument(
+        in_path + ": " + std::to_string(unknown_slot_lines) + " lines hold slots outside the " +
+        std::to_string(from.slots.size()) + " slots converted" + first +
+        ": give every slot of the file (--slots or the config's), "
+        "or drop the others (--drop_unknown_slots, runner.ignore_unknown_slots: true); '" +
+        out_path + "' not written");
+  }
   // Lines read and none of them an instance: an empty output would pass for a conversion.
   if (status.ok() && summary->written == 0 && summary->stats.skipped_lines() > 0) {
     status = Status::InvalidArgument(in_path + ": no valid instance (" +

@@ -39,7 +39,9 @@ struct ConvertSummary {
 // accepted instance to `out_path` in `to`, using `from`'s slot names. The output appears under
 // its name only when complete. Malformed input lines are skipped and counted (or, with
 // from.strict_parse, fail the conversion); input whose every line is malformed is an error
-// (nothing written), as training refuses it; I/O errors name the file.
+// (nothing written), as training refuses it, and so is a line rejected for a slot outside
+// from.slots (from.ignore_unknown_slots false): the slot list does not fit the file. I/O errors
+// name the file.
 Status convert_file(const DatasetConfig& from, DataFormat to, const std::string& in_path,
                     const std::string& out_path, ConvertSummary* summary);
 

@@ -165,12 +165,16 @@ cli::CommandSpec convert_command() {
           int_flag("dense", "N", "13", 0, kInt64Max, "without --config: dense values per line"),
           "hyper_parameters.dense_input_dim"),
       flag("strict", FlagType::kBool, "", "false",
-           "the first malformed line is an error instead of skipped")};
+           "the first malformed line is an error instead of skipped"),
+      flag("drop_unknown_slots", FlagType::kBool, "", "false",
+           "without --config: convert lines without the slots past --slots (else they stop the "
+           "conversion; with --config, runner.ignore_unknown_slots rules)")};
   c.usage = [flags = c.flags] {
     cli::Usage u;
     u.synopsis =
         "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot "
-        "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict]";
+        "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict] "
+        "[--drop_unknown_slots]";
     u.summary =
         "Converts one file between the input formats. Slot names and the dense size come from "
         "--config (hyper_parameters.*) or --slots/--dense (slots named 1..N). feat_idx is the "
@@ -310,6 +314,12 @@ int run_convert(const cli::ParsedArgs& args) {
   if (!args.has("config") && !args.overrides.empty()) {
     return fail(Status::InvalidArgument("-o " + args.overrides.front() + ": needs --config"), 2);
   }
+  if (args.has("config") && args.get_bool("drop_unknown_slots")) {
+    return fail(Status::InvalidArgument(
+                    "--drop_unknown_slots: without --config only (a config says it with "
+                    "runner.ignore_unknown_slots)"),
+                2);
+  }
   if (args.has("config")) {
     StatusOr<DatasetConfig> loaded =
         load_dataset_config(args.get_string("config", ""), args.overrides);
@@ -319,6 +329,9 @@ int run_convert(const cli::ParsedArgs& args) {
     const int64_t slots = args.get_int("slots", 26);
     dataset_config.dense_dim = static_cast<int>(args.get_int("dense", 13));
     for (int s = 1; s <= slots; ++s) dataset_config.slots.push_back(std::to_string(s));
+    // --slots is a count typed by hand: a slot past it is more likely a wrong count than a slot
+    // to leave out of the converted file.
+    dataset_config.ignore_unknown_slots = args.get_bool("drop_unknown_slots");
   }
   StatusOr<DataFormat> from =
       parse_enum(kDataFormatNames,

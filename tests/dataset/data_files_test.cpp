@@ -78,5 +78,40 @@ TEST(DataFiles, OneFileEmptyFolderAndMissingFolder) {
   EXPECT_NE(missing.status().message().find("nowhere"), std::string::npos);
 }
 
+// A list of folders: each listed in order; a file met in an earlier folder (the folder named
+// twice, by another spelling, a link into it, a file named beside its folder) is skipped as the
+// same file, so that no file is read twice in a pass.
+TEST(DataFiles, FoldersOfAListShareNoFile) {
+  ScratchDir dir;
+  const std::string a = dir.file("a");
+  const std::string b = dir.file("b");
+  fs::create_directories(a);
+  fs::create_directories(b);
+  dir.write("a/1.txt", "x\n");
+  dir.write("a/2.txt", "x\n");
+  dir.write("b/3.txt", "x\n");
+  fs::create_symlink(a + "/2.txt", b + "/4_link_to_a2");
+  StatusOr<std::vector<DataFileList>> listed =
+      list_data_folders({a, b, dir.path() + "/./a", a + "/1.txt"});
+  ASSERT_TRUE(listed.ok()) << listed.status().to_string();
+  ASSERT_EQ(listed->size(), 4u);
+  EXPECT_EQ((*listed)[0].files, (std::vector<std::string>{a + "/1.txt", a + "/2.txt"}));
+  EXPECT_EQ((*listed)[1].files, std::vector<std::string>{b + "/3.txt"});
+  ASSERT_EQ((*listed)[1].skipped.size(), 1u);
+  EXPECT_EQ((*listed)[1].skipped[0].to_string(),
+            b + "/4_link_to_a2 (same file as " + a + "/2.txt)");
+  EXPECT_TRUE((*listed)[2].files.empty());
+  EXPECT_EQ((*listed)[2].skipped.size(), 2u);
+  EXPECT_EQ((*listed)[2].unexpected_skips().size(), 2u);
+  EXPECT_TRUE((*listed)[3].files.empty());
+  ASSERT_EQ((*listed)[3].skipped.size(), 1u);
+  EXPECT_EQ((*listed)[3].skipped[0].same_as, a + "/1.txt");
+  // One folder alone: nothing is shared.
+  StatusOr<std::vector<DataFileList>> alone = list_data_folders({b});
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ((*alone)[0].files.size(), 2u);
+  EXPECT_FALSE(list_data_folders({a, dir.file("nowhere")}).ok());
+}
+
 }  // namespace
 }  // namespace gpubox::dataset

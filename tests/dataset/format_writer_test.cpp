@@ -223,6 +223,29 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   EXPECT_EQ(summary.written, 1u);
 }
 
+// A slot outside the slot list: dropped token by token when ignore_unknown_slots says so (a
+// config's choice), else the list does not fit the file and nothing is written (the lines
+// holding the slot would have been left out).
+TEST(Convert, SlotsOutsideTheListStopTheConversionUnlessDropped) {
+  ScratchDir dir;
+  DatasetConfig slot = slot_config(2, 0);
+  const std::string in = dir.write("in", "click:1 1:5 2:6\nclick:0 1:7 3:8 2:9\nclick:1 2:4\n");
+  ConvertSummary summary;
+  ASSERT_TRUE(convert_file(slot, DataFormat::kSlot, in, dir.file("out"), &summary).ok());
+  EXPECT_EQ(summary.written, 3u);
+  EXPECT_EQ(summary.stats.unknown_slot_tokens, 1u);
+  slot.ignore_unknown_slots = false;
+  const Status st = convert_file(slot, DataFormat::kSlot, in, dir.file("out2"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find(in + ": 1 lines hold slots outside the 2 slots converted (first: " +
+                              in + ":2: unknown_slot"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("--drop_unknown_slots"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out2")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out2.tmp")));
+}
+
 // OUT naming IN (by another spelling too) is refused and IN left as it was: converted in place,
 // the file lost its skipped lines with no copy left to correct them from.
 TEST(Convert, AFileIsNotConvertedOntoItself) {

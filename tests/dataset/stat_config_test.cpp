@@ -308,6 +308,22 @@ TEST(GpuboxDataBinary, GenThenStatJsonThenStrictFailure) {
                        dir.file("gen/part-00000") + " " + dir.file("p0.multi"));
   EXPECT_EQ(conv.exit_code, 0) << conv.out;
   EXPECT_NE(conv.out.find("converted 1000 instances"), std::string::npos) << conv.out;
+  // --slots short of the file's 4: no output unless the others are dropped on purpose.
+  conv = run("convert --from slot --to slot --slots 3 --dense 2 " + dir.file("gen/part-00000") +
+                 " " + dir.file("p3.slot"),
+             true);
+  EXPECT_EQ(conv.exit_code, 1) << conv.out;
+  EXPECT_NE(conv.out.find("1000 lines hold slots outside the 3 slots converted"), std::string::npos)
+      << conv.out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("p3.slot")));
+  conv = run("convert --from slot --to slot --slots 3 --dense 2 --drop_unknown_slots " +
+             dir.file("gen/part-00000") + " " + dir.file("p3.slot"));
+  EXPECT_EQ(conv.exit_code, 0) << conv.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("p3.slot")));
+  EXPECT_EQ(run("convert --config " + cfg + " --drop_unknown_slots " + dir.file("gen/part-00000") +
+                " " + dir.file("p4.slot"))
+                .exit_code,
+            2);
 }
 
 // #12 item 11: with a minimal config stat reads like the trainer (dense_input_dim 13 by default:

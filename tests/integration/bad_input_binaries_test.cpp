@@ -15,6 +15,8 @@
 //    and exited 0);
 //  - a runner.metrics_path that cannot take a line (a full disk: /dev/full) stops the job naming
 //    it, after pass 0's save (it was ignored: exit 0 with the lines lost);
+//  - a runner.train_data_dir list naming a folder twice is refused naming it and the file it
+//    would have read twice (every pass trained on that data twice);
 //  - a bad FLAGS_selected_gpus is named.
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -153,11 +155,23 @@ TEST_F(BadInputBinaries, SlotNamesThatNoLineHasAreRefusedAtTheFirstLoad) {
        {"no key in any of the config's 3 sparse slots in 1 file(s) (600 instances)",
         "none of the config's 3 sparse slots holds a key in the 600 instances read: the slot "
         "names (hyper_parameters.slot_names",
-        "; the lines hold slots the config does not have: 1 (2400 tokens skipped)"}) {
+        "; the lines hold slots the config does not have: 1, 2, 3, 4 (2400 tokens skipped)"}) {
     EXPECT_NE(refused.output.find(part), std::string::npos) << part << "\n" << refused.output;
   }
   EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
   EXPECT_FALSE(fs::exists(root_ / "no_keys" / "0"));
+}
+
+TEST_F(BadInputBinaries, AFolderNamedTwiceInTheDataListIsRefusedNamingIt) {
+  const Finished refused = train({"-o", "runner.train_data_dir=[train, test, ./train]", "-o",
+                                  "runner.model_save_path=" + (root_ / "twice").string()});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("gpubox_train: the list of data folders names '" +
+                                (root_ / "train").string() + "' twice"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(": each pass would read its files twice"), std::string::npos);
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
 }
 
 TEST_F(BadInputBinaries, AMetricsFileThatCannotBeWrittenStopsTheJobAfterThePassSave) {

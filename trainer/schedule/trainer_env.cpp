@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -92,10 +94,10 @@ std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id
       .string();
 }
 
-std::vector<std::string> data_files(const std::string& dir) {
-  if (dataset::is_memory_source(dir)) return {dir};  // an in-memory data set stands for itself
-  auto listed = dataset::list_data_files(dir);
-  throw_if_error(listed.status());
+namespace {
+
+// A folder's files, with its unexpected skips warned of; a folder with no data file throws.
+std::vector<std::string> files_of(const std::string& dir, dataset::DataFileList* listed) {
   const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());
   if (!skipped.empty()) GPUBOX_LOG(WARNING) << skipped;
   if (listed->files.empty()) {
@@ -105,11 +107,42 @@ std::vector<std::string> data_files(const std::string& dir) {
   return std::move(listed->files);
 }
 
+}  // namespace
+
+std::vector<std::string> data_files(const std::string& dir) {
+  if (dataset::is_memory_source(dir)) return {dir};  // an in-memory data set stands for itself
+  auto listed = dataset::list_data_files(dir);
+  throw_if_error(listed.status());
+  return files_of(dir, &*listed);
+}
+
 std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs) {
   if (dirs.empty()) return data_files(dir);
-  std::vector<std::string> files;
+  std::vector<std::string> folders;  // in-memory sources stand for themselves, in their place
+  std::map<std::string, std::string> named;  // a folder's canonical path -> its entry
   for (const std::string& d : dirs) {
-    std::vector<std::string> more = data_files(d);
+    if (dataset::is_memory_source(d)) continue;
+    folders.push_back(d);
+    std::error_code ec;
+    const std::string canonical = std::filesystem::canonical(d, ec).string();
+    if (ec) continue;  // listing it names what is wrong
+    const auto [it, inserted] = named.emplace(canonical, d);
+    if (!inserted) {
+      GPUBOX_FAIL("the list of data folders names '", it->second, "' twice",
+                  d == it->second ? "" : " (again as '" + d + "')",
+                  ": each pass would read its files twice");
+    }
+  }
+  auto listed = dataset::list_data_folders(folders);
+  throw_if_error(listed.status());
+  std::vector<std::string> files;
+  std::size_t next = 0;
+  for (const std::string& d : dirs) {
+    if (dataset::is_memory_source(d)) {
+      files.push_back(d);
+      continue;
+    }
+    std::vector<std::string> more = files_of(d, &(*listed)[next++]);
     files.insert(files.end(), more.begin(), more.end());
   }
   return files;

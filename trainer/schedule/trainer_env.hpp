@@ -56,7 +56,9 @@ std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id
 // The data files of a folder (sorted; hidden files and *.json skipped). Throws naming it.
 std::vector<std::string> data_files(const std::string& dir);
 // The files of every folder of `dirs` in order (each listed as above), or of `dir` alone when
-// `dirs` is empty (RunnerConfig::train_data_dirs: a config's list of data folders).
+// `dirs` is empty (RunnerConfig::train_data_dirs: a config's list of data folders). A file met
+// again in a later folder is read once, under its first name, with a warning; a folder whose
+// every file was listed before (named twice) throws naming it.
 std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs);
 
 }  // namespace gpubox::trainer
