@@ -1,5 +1,7 @@
 #include "dataset/queue_dataset.hpp"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -15,6 +17,43 @@
 #include "dataset/pipe_command.hpp"
 
 namespace gpubox::dataset {
+namespace {
+
+// Fingerprints of consecutive batches of instances (label, dense values, keys by slot), chained
+// instance by instance: the stream compares its batches' with the scan's, so that a second read
+// with other lines, or the same lines in another order, stops before its batch reaches a card
+// (the pass's keys and step plan come from the scan).
+class BatchPrints {
+ public:
+  explicit BatchPrints(std::size_t batch) : batch_(std::max<std::size_t>(batch, 1)) {}
+  // Adds instance i of `block`; true when it completed a batch, whose print take() gives.
+  bool add(const InstanceBlock& block, std::size_t i) {
+    const std::size_t slots = static_cast<std::size_t>(block.num_slots);
+    const std::size_t dense = static_cast<std::size_t>(block.dense_dim);
+    print_ = XXH3_64bits_withSeed(&block.labels[i], sizeof(float), print_);
+    print_ = XXH3_64bits_withSeed(block.dense.data() + i * dense, dense * sizeof(float), print_);
+    print_ = XXH3_64bits_withSeed(block.slot_sizes.data() + i * slots,
+                                  slots * sizeof(std::uint32_t), print_);
+    const std::uint64_t begin = block.key_begin[i];
+    print_ = XXH3_64bits_withSeed(block.keys.data() + begin,
+                                  (block.key_begin[i + 1] - begin) * sizeof(std::uint64_t), print_);
+    return ++in_batch_ == batch_;
+  }
+  bool partial() const { return in_batch_ > 0; }
+  std::uint64_t take() {
+    const std::uint64_t out = print_;
+    print_ = 0;
+    in_batch_ = 0;
+    return out;
+  }
+
+ private:
+  std::size_t batch_;
+  std::size_t in_batch_ = 0;
+  std::uint64_t print_ = 0;
+};
+
+}  // namespace
 
 // One file's chunks on their way from its reader to the assembler, in order. Every field is
 // guarded by the dataset's mu_ (which the analysis cannot name from here).
@@ -242,8 +281,13 @@ Status QueueDataset::scan(UniqueKeys* keys,
   std::size_t instances = 0;
   // Each distinct key with the slot position of its first occurrence in file order.
   std::unordered_map<std::uint64_t, std::int32_t> first_slot;
+  scanned_prints_.clear();
+  BatchPrints prints(static_cast<std::size_t>(config_.batch_size));
   const Status status = pump([&](const InstanceBlock& chunk) {
     instances += chunk.size();
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      if (prints.add(chunk, i)) scanned_prints_.push_back(prints.take());
+    }
     if (visit) visit(chunk);
     if (keys != nullptr) {
       for (std::size_t i = 0; i < chunk.size(); ++i) {
@@ -259,6 +303,7 @@ Status QueueDataset::scan(UniqueKeys* keys,
     MutexLock lock(mu_);
     queued_ -= chunk.size();
   });
+  if (prints.partial()) scanned_prints_.push_back(prints.take());
   scanned_ = status.ok();
   scanned_instances_ = status.ok() ? instances : 0;
   if (!status.ok() || keys == nullptr) return status;
@@ -309,22 +354,58 @@ void QueueDataset::start(int cards) {
     // After a scan, the card threads take the scanned count's batches and no more: more
     // instances than that stop the stream at once rather than wait for room forever.
     bool too_many = false;
+    // A batch (batch_size divides a round) whose print is not the scan's: the first, by index.
+    BatchPrints prints(static_cast<std::size_t>(config_.batch_size));
+    std::size_t batches = 0;
+    bool differs = false;
+    const auto stop = [&] {
+      MutexLock lock(mu_);
+      stop_ = true;
+      changed_.notify_all();
+    };
+    const auto same_as_scan = [&] {
+      const std::uint64_t print = prints.take();
+      differs =
+          scanned_ && (batches >= scanned_prints_.size() || scanned_prints_[batches] != print);
+      ++batches;
+      return !differs;
+    };
     Status status = pump([&](const InstanceBlock& chunk) {
       for (std::size_t i = 0; i < chunk.size(); ++i) {
         if (scanned_ && streamed == scanned_instances_) {
           too_many = true;
-          MutexLock lock(mu_);
-          stop_ = true;
-          changed_.notify_all();
+          stop();
           return;
         }
         filling.block.append(chunk.instance(i));
         ++streamed;
+        if (prints.add(chunk, i) && !same_as_scan()) {
+          stop();
+          return;
+        }
         if (filling.block.size() == round_size && !push()) return;
       }
     });
-    if (status.ok() && filling.block.size() > 0) push();
-    if ((status.ok() || too_many) && scanned_ && (too_many || streamed != scanned_instances_)) {
+    // A short last batch: compared when the counts agree (else the count says more).
+    if (status.ok() && streamed == scanned_instances_ && prints.partial() && !same_as_scan()) {
+      stop();
+    }
+    if (status.ok() && !differs && filling.block.size() > 0) push();
+    if (differs) {
+      const std::size_t batch = static_cast<std::size_t>(config_.batch_size);
+      status = Status::Corruption(
+          "runner.reader_type QueueDataset: the second read of the pass differs from the first "
+          "in its instances " +
+          std::to_string((batches - 1) * batch) + ".." +
+          std::to_string(std::min(batches * batch, streamed) - 1) +
+          " (other lines, or the same in another order): " +
+          (config_.pipe_command.empty()
+               ? std::string("a data file changed while the pass was read")
+               : "pipe_command '" + config_.pipe_command +
+                     "' must give the same lines, in the same order, each time it reads a "
+                     "file"));
+    } else if ((status.ok() || too_many) && scanned_ &&
+               (too_many || streamed != scanned_instances_)) {
       status =
           Status::Corruption("runner.reader_type QueueDataset: the second read of the pass gave " +
                              std::string(too_many ? "more than " : "") + std::to_string(streamed) +

@@ -17,7 +17,7 @@
 // for them (memory: its distinct keys), for callers that need them before the steps (the gpubox
 // mode's begin_pass, the sync mode's step count); the stream for the steps then reads it again
 // (pipe_command runs twice: it must give the same lines both times, which the stream checks by
-// the instance count).
+// the instance count and a fingerprint of each batch, before the batch reaches a card).
 //
 // Thread-safety: set_*, scan(), start() and finish() from one controlling thread; next_batch()
 // from one thread per card concurrently; abort() from any thread.
@@ -119,6 +119,9 @@ class QueueDataset {
   std::size_t queue_rounds_ = kDefaultQueueRounds;
   std::size_t scanned_instances_ = 0;
   bool scanned_ = false;
+  // The scan's fingerprint of each batch_size instances in order (the last batch may be
+  // shorter), which the stream's must match.
+  std::vector<std::uint64_t> scanned_prints_;
   LoadStats stats_;
 
   // The stream (start() .. finish()). cards_ is set by the controlling thread while no stream

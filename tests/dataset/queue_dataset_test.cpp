@@ -361,5 +361,59 @@ TEST(QueueDataset, ASecondReadThatDiffersFromTheScanIsAnError) {
   }
 }
 
+// The same count of lines but not the same lines (here: in reverse order the second time; a
+// shuffling pipe_command does this): the pass's keys and step plan came from the scan, so the
+// stream stops at the first batch that differs, before a card takes it, naming the instances.
+// The batch sizes 1, n and n+1 and a short last batch; and a second read equal to the first
+// (no shuffle) streams every batch.
+TEST(QueueDataset, ASecondReadWithOtherLinesOfTheSameCountStopsBeforeACardTakesThem) {
+  for (const int batch : {1, 7, 10, 11}) {
+    for (const bool reversed : {true, false}) {
+      SCOPED_TRACE(std::to_string(batch) + (reversed ? " reversed" : " same"));
+      ScratchDir dir;
+      DatasetConfig c = format_config(DataFormat::kSlot);
+      c.dense_dim = 0;
+      c.batch_size = batch;
+      std::string text;
+      for (int i = 0; i < 25; ++i)
+        text += "click:" + std::to_string(i % 2) + " 1:" + std::to_string(i + 1) + "\n";
+      // Lines 0..9 as they are, then 10..24 reversed: the first batches agree.
+      const std::string data = dir.write("d", text);
+      const std::string counter = dir.file("count");
+      const std::string second = reversed ? "(head -n 10; tail -n 15 | tac)" : "cat";
+      c.pipe_command =
+          "if [ -e " + counter + " ]; then " + second + "; else touch " + counter + "; cat; fi";
+      QueueDataset queue(c);
+      queue.set_filelist({data});
+      queue.set_queue_rounds(1);
+      ASSERT_TRUE(queue.scan().ok());
+      ASSERT_EQ(queue.size(), 25u);
+      queue.start(1);
+      Batch b;
+      std::vector<std::uint64_t> taken;
+      for (std::size_t k = 0; k < queue.num_batches_per_card(1) && queue.next_batch(0, &b); ++k) {
+        taken.insert(taken.end(), b.keys.begin(), b.keys.end());
+      }
+      const Status st = queue.finish();
+      if (!reversed) {
+        EXPECT_TRUE(st.ok()) << st.to_string();
+        EXPECT_EQ(taken.size(), 25u);
+        continue;
+      }
+      ASSERT_FALSE(st.ok());
+      EXPECT_EQ(st.code(), Status::Code::kCorruption);
+      const int first_bad = 10 / batch * batch;  // the batch holding line 10
+      EXPECT_NE(st.message().find("differs from the first in its instances " +
+                                  std::to_string(first_bad) + ".."),
+                std::string::npos)
+          << st.to_string();
+      EXPECT_NE(st.message().find("must give the same lines, in the same order"),
+                std::string::npos);
+      // No key of the differing lines reached the card.
+      for (const std::uint64_t key : taken) EXPECT_LE(key, 10u) << st.to_string();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpubox::dataset
