@@ -64,9 +64,21 @@ class InputRun {
     return formats.parser(candidate);
   }
 
-  // Parses one line; false stops reading (strict_parse, on_chunk's error, keep_going).
+  // Parses one line; false stops reading (strict_parse, on_chunk's error, keep_going, a
+  // compressed file).
   bool handle(LineParser& parser, const Line& line) {
     ++stats_->lines;
+    // A gzip file read as text: its bytes would be counted as malformed lines and the file's
+    // instances lost beside the other files' (a compressed file is never text).
+    if (line.number == 1 && line.text.size() >= 2 &&
+        static_cast<unsigned char>(line.text[0]) == 0x1f &&
+        static_cast<unsigned char>(line.text[1]) == 0x8b) {
+      outcome_.status =
+          Status::InvalidArgument(path_ +
+                                  ": it is gzip-compressed: decompress it, or read it through "
+                                  "runner.pipe_command: \"gzip -dc\"");
+      return false;
+    }
     // Every 4096 lines, whatever they hold (blank or rejected lines too).
     if ((line.number & 0xfff) == 0 && hooks_.keep_going && !hooks_.keep_going()) return false;
     if (line.issue == ParseReason::kLineTooLong) {

@@ -270,6 +270,13 @@ bool LineReader::next(Line* line) {
       line->issue = blank ? ParseReason::kOk : ParseReason::kTruncatedLastLine;
     }
     if (length > 0 && start[length - 1] == '\r') --length;
+    // A UTF-8 byte order mark before the file's first line (an editor's) is no part of it.
+    const bool file_start =
+        line_number_ == 0 && (!range_mode_ || base_offset_ + (start - buffer_.get()) == 0);
+    if (file_start && length >= 3 && std::memcmp(start, "\xEF\xBB\xBF", 3) == 0) {
+      start += 3;
+      length -= 3;
+    }
     line->text = std::string_view(start, length);
     line->number = ++line_number_;
     return true;

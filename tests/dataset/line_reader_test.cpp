@@ -59,6 +59,30 @@ TEST(LineReader, SplitsLinesStripsCrAndKeepsBlankLines) {
   EXPECT_EQ(r.bytes, 19u);
 }
 
+// A UTF-8 byte order mark before the first line (an editor's) is not part of it (the line was
+// rejected, its first token a BOM and a label); read whole, in ranges (only the range at the
+// file's start has it), or through a pipe. Further lines keep such bytes.
+TEST(LineReader, AByteOrderMarkBeforeTheFirstLineIsDropped) {
+  ScratchDir dir;
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string text = bom + "click:1 1:5\r\n" + bom + "x\nlast\n";
+  const std::string path = dir.write("bom.txt", text);
+  const std::vector<std::string> want = {"click:1 1:5", bom + "x", "last"};
+  EXPECT_EQ(read_file(path).lines, want);
+  EXPECT_EQ(read_file(path, "cat").lines, want);
+  EXPECT_EQ(read_file(path).bytes, text.size());  // the bytes read, the mark's too
+  for (std::uint64_t step : {1ull, 2ull, 5ull, 16ull}) {
+    std::vector<std::string> got;
+    for (std::uint64_t begin = 0; begin < text.size(); begin += step) {
+      const ReadAll part = read_all(LineReader::open_range(
+          path, begin, std::min<std::uint64_t>(text.size(), begin + step), 1 << 20));
+      got.insert(got.end(), part.lines.begin(), part.lines.end());
+    }
+    EXPECT_EQ(got, want) << "step " << step;
+  }
+  EXPECT_EQ(read_file(dir.write("only.txt", bom)).lines, std::vector<std::string>{""});
+}
+
 TEST(LineReader, EmptyFileHasNoLines) {
   ScratchDir dir;
   const ReadAll r = read_file(dir.write("empty.txt", ""));

@@ -6,6 +6,7 @@
 // python3 writing what PaddleRec's dnn queuedataset_reader.py writes, without Paddle.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -340,6 +341,29 @@ TEST(FormatDetect, AGzipFileIsSaidToBeOne) {
               "it is gzip-compressed: decompress it, or read it through runner.pipe_command: "
               "\"gzip -dc\"");
   }
+}
+
+// A gzip file among text files stops the load naming it (its bytes were skipped as a few dozen
+// "malformed lines" and its instances lost, exit 0 beside the other files); through a pipe that
+// decompresses it, it reads.
+TEST(FormatDetect, AGzipFileAmongTextFilesStopsTheLoad) {
+  ScratchDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i)
+    text += "click:" + std::to_string(i % 2) + " 1:" + std::to_string(i + 1) + "\n";
+  const std::string plain = dir.write("a", text);
+  dir.write("b", text);
+  ASSERT_EQ(std::system(("gzip -c " + dir.file("b") + " > " + dir.file("b.gz")).c_str()), 0);
+  DatasetConfig c = slot_config(1, 0);
+  const Loaded got = load(c, {plain, dir.file("b.gz")});
+  ASSERT_FALSE(got.status.ok());
+  EXPECT_NE(got.status.message().find(dir.file("b.gz") + ": it is gzip-compressed"),
+            std::string::npos)
+      << got.status.to_string();
+  c.pipe_command = "gzip -dcf";
+  const Loaded piped = load(c, {plain, dir.file("b.gz")});
+  ASSERT_TRUE(piped.status.ok()) << piped.status.to_string();
+  EXPECT_EQ(piped.instances.size(), 600u);
 }
 
 // A file of numbers that is idx_value text of another field count is told what idx_value needs
