@@ -58,9 +58,12 @@ struct DatasetConfig {
   std::string pipe_command;
   std::vector<std::string> pipe_arguments;
   std::string pipe_arguments_note;
-  int thread_num = 1;                                 // reader threads; files are shared among them
-  int batch_size = 1;                                 // instances per batch per card
-  bool strict_parse = false;                          // the first malformed line fails the load
+  int thread_num = 1;         // reader threads; files are shared among them
+  int batch_size = 1;         // instances per batch per card
+  bool strict_parse = false;  // the first malformed line fails the load
+  // What the error of a strict load names as the reason (a caller that sets strict_parse for its
+  // own purpose says it).
+  std::string strict_parse_reason = "strict_parse";
   std::size_t max_line_bytes = std::size_t{1} << 20;  // longer lines are malformed
   std::size_t max_reported_errors = 10;               // malformed lines kept as `file:line: reason`
   // Regular files (not piped) larger than this are read as several byte ranges in parallel.

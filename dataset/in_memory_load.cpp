@@ -179,7 +179,8 @@ bool read_item(const ReadPlan& plan, std::size_t i, FormatChooser& chooser,
 // The items' counts merged in file order into `*merged` (line numbers of ranges become line
 // numbers of their file), up to the first failure in item order, which is returned.
 Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>& results,
-                     std::size_t max_reported_errors, LoadStats* merged) {
+                     const DatasetConfig& config, LoadStats* merged) {
+  const std::size_t max_reported_errors = config.max_reported_errors;
   Status failure;
   std::uint64_t line_offset = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -189,7 +190,8 @@ Status merge_results(const std::vector<ReadItem>& items, std::vector<ReadResult>
     line_offset += result.stats.lines;
     if (failure.ok() && !result.status.ok()) failure = result.status;
     if (failure.ok() && result.strict_failure) {
-      failure = Status::Corruption(result.stats.errors.back().to_string() + " (strict_parse)");
+      failure = Status::Corruption(result.stats.errors.back().to_string() + " (" +
+                                   config.strict_parse_reason + ")");
     }
     merged->merge(result.stats, max_reported_errors);
     if (!failure.ok()) break;
@@ -240,7 +242,7 @@ Status read_files(const std::vector<std::string>& files, const DatasetConfig& co
     *was_stopped = true;
     return Status::OK();
   }
-  const Status failure = merge_results(items, results, config.max_reported_errors, merged);
+  const Status failure = merge_results(items, results, config, merged);
   if (!failure.ok()) return failure;
   loaded->reserve(results.size());
   for (ReadResult& result : results) {

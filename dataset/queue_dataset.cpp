@@ -250,7 +250,8 @@ Status QueueDataset::pump(const std::function<void(const InstanceBlock&)>& sink)
     }
     if (!channel.status.ok()) failure = channel.status;
     if (failure.ok() && channel.strict_failure) {
-      failure = Status::Corruption(channel.stats.errors.back().to_string() + " (strict_parse)");
+      failure = Status::Corruption(channel.stats.errors.back().to_string() + " (" +
+                                   config_.strict_parse_reason + ")");
     }
     merged.merge(channel.stats, config_.max_reported_errors);
     if (!failure.ok()) break;

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "common/enum_names.hpp"
 #include "common/json.hpp"
+#include "dataset/paddlerec_readers.hpp"
 
 namespace gpubox::serving {
 namespace {
@@ -119,13 +121,18 @@ class DuplicateKeyFinder {
   std::string duplicate_;
 };
 
-// One dense value: a JSON number within float range (beyond it the float would be inf).
-bool dense_value(const json& v, float* out) {
+// One dense value: a JSON number within float range (beyond it the float would be inf), through
+// the transform training applied (as the slot text's parser applies it).
+bool dense_value(const json& v, config::DenseTransform transform, float* out) {
   if (!v.is_number()) return false;
   const double d = v.get<double>();
   if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(FLT_MAX)) return false;
-  *out = static_cast<float>(d);
-  return true;
+  if (transform == config::DenseTransform::kNone || transform == config::DenseTransform::kAuto) {
+    *out = static_cast<float>(d);
+    return true;
+  }
+  *out = static_cast<float>(dataset::dense_transform(d, transform));
+  return std::isfinite(*out);
 }
 
 std::string shown(const json& value) {
@@ -191,17 +198,22 @@ Status read_slots(const json& value, const std::string& at, const dataset::SlotI
 }
 
 // An instance's "dense" list into `dense` (its size is the model's dense_dim).
-Status read_dense(const json& value, const std::string& at, std::vector<float>* dense) {
+Status read_dense(const json& value, const std::string& at, config::DenseTransform transform,
+                  std::vector<float>* dense) {
   if (!value.is_array() || value.size() != dense->size()) {
     return Status::InvalidArgument(at + "\"dense\" must be a list of " +
                                    std::to_string(dense->size()) + " numbers");
   }
   for (std::size_t d = 0; d < dense->size(); ++d) {
     const json& v = value[d];
-    if (!dense_value(v, &(*dense)[d])) {
-      return Status::InvalidArgument(at + "dense value " + std::to_string(d) + " (" + shown(v) +
-                                     ") is not a finite number within float range "
-                                     "(|v| <= 3.4028235e38)");
+    if (!dense_value(v, transform, &(*dense)[d])) {
+      return Status::InvalidArgument(
+          at + "dense value " + std::to_string(d) + " (" + shown(v) +
+          ") is not a finite number within float range (|v| <= 3.4028235e38)" +
+          (transform == config::DenseTransform::kNone
+               ? std::string()
+               : std::string(", or not one the model's dense transform (") +
+                     name_of(config::kDenseTransformNames, transform) + ") takes"));
     }
   }
   return Status::OK();
@@ -223,6 +235,7 @@ RequestParser::RequestParser(const ServingSpec& spec, std::size_t max_instances)
   text_config_.label_name = spec.label_name;
   text_config_.dense_name = spec.dense_name;
   text_config_.feasign_first = spec.feasign_first;
+  text_config_.dense_transform = spec.dense_transform;
   text_config_.ignore_unknown_slots = false;
   throw_if_error(dataset::validate(text_config_));
   slots_ = std::make_shared<const dataset::SlotIndex>(text_config_.slots);
@@ -274,7 +287,7 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_json(std::string_view body
       if (field == "slots") {
         GPUBOX_RETURN_IF_ERROR(read_slots(value, at, *slots_, slot_list_, &keys));
       } else if (field == "dense") {
-        GPUBOX_RETURN_IF_ERROR(read_dense(value, at, &dense));
+        GPUBOX_RETURN_IF_ERROR(read_dense(value, at, text_config_.dense_transform, &dense));
         has_dense = true;
       } else {
         return Status::InvalidArgument(at + "unknown field " + gpubox::json_quote(field) +

@@ -99,6 +99,9 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   GPUBOX_RETURN_IF_ERROR(
       trainer::check_saved_dense_switches(model_manifest->model_keys, config, save_dir)
           .with_context(context));
+  GPUBOX_RETURN_IF_ERROR(trainer::check_saved_network(model_manifest->model_keys,
+                                                      model_manifest->job, config, save_dir)
+                             .with_context(context));
   if (model_manifest->sparse.size() != 1) {
     return Status::InvalidArgument(
         "save " + save_dir + " keeps its sparse half on " +

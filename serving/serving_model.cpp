@@ -311,6 +311,7 @@ std::map<std::string, std::string> export_properties(const trainer::TrainerConfi
       {"label_name", json_quote(config.dataset.label_name)},
       {"dense_name", json_quote(config.dataset.dense_name)},
       {"feasign_first", config.dataset.feasign_first ? "1" : "0"},
+      {"dense_transform", name_of(config::kDenseTransformNames, config.dataset.dense_transform)},
       {"value_type", name_of(kValueTypeNames, options.value_type)},
       {"show_threshold", number_text(options.show_threshold)},
       {"rows", std::to_string(summary.rows_exported)},
@@ -345,6 +346,10 @@ StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::
   spec.label_name = read.quoted("label_name");
   spec.dense_name = read.quoted("dense_name");
   spec.feasign_first = read.integer("feasign_first", 0, 1) != 0;
+  // Absent from exports made before it: their server read the dense values as given.
+  if (manifest.properties.count("dense_transform") != 0) {
+    spec.dense_transform = read.choice("dense_transform", config::kDenseTransformNames);
+  }
   spec.value_type = read.choice("value_type", kValueTypeNames);
   spec.show_threshold = read.real("show_threshold");
   spec.rows = static_cast<uint64_t>(read.integer("rows", 0, INT64_MAX));

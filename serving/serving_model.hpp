@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config/config_enums.hpp"
 #include "common/status.hpp"
 #include "table/key_index_map.hpp"
 #include "table/sparse_row/accessor.hpp"
@@ -77,6 +78,9 @@ struct ServingSpec {
   std::string label_name;
   std::string dense_name;
   bool feasign_first = false;
+  // What the dense values went through in training (runner.dense_transform as applied: a
+  // PaddleRec folder's reader's when auto); exports made before it record none.
+  config::DenseTransform dense_transform = config::DenseTransform::kNone;
   ValueType value_type = ValueType::kFloat32;
   double show_threshold = 0.0;
   uint64_t rows = 0;

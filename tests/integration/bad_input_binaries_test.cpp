@@ -6,7 +6,8 @@
 //  - a runner.model_save_path that cannot be a folder (a file is in the way) is refused before
 //    pass 0 trains, naming the key (it failed after pass 0 with a bare filesystem error);
 //  - a host tier that cannot open names its disk tier's key, or its servers once;
-//  - a save loaded under another network names the model keys that differ;
+//  - a save loaded (infer, export, --load) under another network or input names the keys that
+//    differ, also where the parameter count is the same (slots reordered, the dense transform);
 //  - --predictions_out is checked before the evaluation and replaced only when written whole,
 //    through a symlink to its target, and written in place into a FIFO;
 //  - test data of one class says why its AUC is nan;
@@ -230,26 +231,37 @@ TEST_F(BadInputBinaries, ASaveOfAnotherNetworkNamesTheKeysThatDiffer) {
     std::vector<std::string> overrides;
     std::string named;
   };
+  // The slots in another order and the dense values transformed have the save's parameter
+  // count: they were read silently as the save (another model's predictions, exit 0).
   for (const Case& c : std::vector<Case>{
            {{"hyper_parameters.model=deepfm"}, "hyper_parameters.model: saved dnn, now deepfm"},
            {{"hyper_parameters.fc_sizes=[16]", "hyper_parameters.optimizer.learning_rate=0.5"},
-            "hyper_parameters.fc_sizes: saved [8], now [16])"}}) {
-    for (const std::string mode : {"infer", "train"}) {
+            "hyper_parameters.fc_sizes: saved [8], now [16]"},
+           {{"hyper_parameters.slot_names=[\"4\", \"3\", \"2\", \"1\"]"},
+            "hyper_parameters.slot_names: saved [], now [4, 3, 2, 1]"},
+           {{"runner.dense_transform=log1p"}, "runner.dense_transform: saved auto, now log1p"}}) {
+    for (const std::string mode : {"infer", "train", "export"}) {
       std::vector<std::string> args = {"--mode", mode, "--load", load};
       for (const std::string& o : c.overrides) args.insert(args.end(), {"-o", o});
       if (mode == "train") args.insert(args.end(), {"-o", "runner.model_save_path="});
+      if (mode == "export") args.insert(args.end(), {"--out", (root_ / "no_export").string()});
       const Finished refused = train(args);
       EXPECT_EQ(refused.status, 1) << refused.output;
-      EXPECT_NE(refused.output.find("dense parameters but the configured model has "),
-                std::string::npos)
-          << refused.output;
-      EXPECT_NE(refused.output.find(" (made with other model settings: " + c.named),
+      EXPECT_NE(refused.output.find("save " + load +
+                                    " was made for another network or input "
+                                    "than the config "),
                 std::string::npos)
           << mode << "\n"
           << refused.output;
+      EXPECT_NE(refused.output.find(c.named), std::string::npos) << mode << "\n" << refused.output;
       EXPECT_EQ(refused.output.find("learning_rate"), std::string::npos) << refused.output;
+      EXPECT_FALSE(fs::exists(root_ / "no_export"));
     }
   }
+  // The numbered slot names written out are the same network as none given.
+  const Finished same = train({"--mode", "infer", "--load", load, "-o",
+                               "hyper_parameters.slot_names=[\"1\", \"2\", \"3\", \"4\"]"});
+  EXPECT_EQ(same.status, 0) << same.output;
 }
 
 // --predictions_out that cannot be written is refused before the evaluation (it was found only
@@ -286,6 +298,57 @@ TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
   for (std::string line; std::getline(again, line);) ++lines;
   EXPECT_EQ(lines, 200u);  // the test data's instances
   EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+}
+
+// --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
+// (it kept the last save's, unsaid), and so is a malformed line, named (skipped, it moved every
+// row after it off its line).
+TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
+  const std::string save = (root_ / "two_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string out = (root_ / "rows.txt").string();
+  const Finished several =
+      train({"--mode", "infer", "-o", "runner.infer_load_path=" + save, "--predictions_out", out});
+  EXPECT_EQ(several.status, 1) << several.output;
+  EXPECT_NE(several.output.find("are one save's, and 2 saves would be evaluated"),
+            std::string::npos)
+      << several.output;
+  EXPECT_FALSE(fs::exists(out));
+  const fs::path bad = root_ / "bad_test";
+  fs::create_directories(bad);
+  {
+    std::ifstream in(root_ / "test" / "part-00000");
+    std::ofstream copy(bad / "part-00000");
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) copy << (n == 5 ? "click:7 1:3" : line) << "\n";
+  }
+  const Finished malformed = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
+                                    bad.string(), "--predictions_out", out});
+  EXPECT_EQ(malformed.status, 1) << malformed.output;
+  EXPECT_NE(malformed.output.find((bad / "part-00000").string() + ":5: bad_label"),
+            std::string::npos)
+      << malformed.output;
+  EXPECT_NE(malformed.output.find("(--predictions_out writes a row per line"), std::string::npos)
+      << malformed.output;
+  EXPECT_FALSE(fs::exists(out));
+  // Without it, the line is skipped and counted as before.
+  const Finished lenient =
+      train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", bad.string()});
+  EXPECT_EQ(lenient.status, 0) << lenient.output;
+}
+
+// Test data that is training data too: its "test auc" is said not to be held out.
+TEST_F(BadInputBinaries, TestDataThatIsTrainingDataIsSaid) {
+  const Finished same = train({"-o", "runner.model_save_path=", "-o", "runner.epochs=1", "-o",
+                               "runner.test_data_dir=./train"});
+  EXPECT_EQ(same.status, 0) << same.output;
+  EXPECT_NE(same.output.find("1 of the 1 files of runner.test_data_dir are training data too ("),
+            std::string::npos)
+      << same.output;
+  const Finished apart = train({"-o", "runner.model_save_path=", "-o", "runner.epochs=1"});
+  EXPECT_EQ(apart.status, 0) << apart.output;
+  EXPECT_EQ(apart.output.find("are training data too"), std::string::npos) << apart.output;
 }
 
 // --predictions_out through a symlink writes its target and keeps the link; into a FIFO it writes

@@ -26,6 +26,7 @@
 #include "common/half.hpp"
 #include "dataset/line_parser.hpp"
 #include "serving/http_server.hpp"
+#include "serving/request_parser.hpp"
 #include "serving/serving_model.hpp"
 #include "table/dense_table.hpp"
 #include "table/sparse_table.hpp"
@@ -332,7 +333,7 @@ void expect_export_refuses_other_settings(const trainer::TrainerConfig& cfg,
     EXPECT_FALSE(fs::exists(exported));
   }
   // fat_deepffm's undropped bias folds into fat_deepffm's output bias only: ffm (the same rows) is
-  // refused.
+  // refused, by the network the save names (before its dense block fat_deepffm.bias would be).
   if (cfg.hyper.model != trainer::ModelKind::kFatDeepffm || cfg.hyper.dnn_dropout == 0) return;
   std::vector<std::string> as_ffm = overrides;
   for (const char* key : {"hyper_parameters.model=ffm", "hyper_parameters.layer_sizes_dnn=[]",
@@ -343,7 +344,7 @@ void expect_export_refuses_other_settings(const trainer::TrainerConfig& cfg,
   ASSERT_TRUE(ffm.ok()) << ffm.status().to_string();
   const auto refused = export_serving_model(*ffm, save.string(), exported.string(), {});
   ASSERT_FALSE(refused.ok()) << "exported fat_deepffm's undropped bias as ffm";
-  EXPECT_NE(refused.status().message().find("holds the dense block fat_deepffm.bias"),
+  EXPECT_NE(refused.status().message().find("hyper_parameters.model: saved fat_deepffm, now ffm"),
             std::string::npos)
       << refused.status().to_string();
   EXPECT_FALSE(fs::exists(exported));
@@ -398,6 +399,54 @@ void expect_trailing_width_comma_refused(const ServingModel& served,
                                         std::to_string(served.spec().model.slots + 1) + " ''"),
       std::string::npos)
       << refused.status().to_string();
+}
+
+// A model trained on transformed dense values (runner.dense_transform, or a PaddleRec folder's
+// reader's when auto) is served through the same transform: its export records it, and slot
+// text and JSON requests go through it (the server read the values as given: other predictions
+// than --mode infer's, status 200).
+TEST_F(Serving, TheDenseTransformTrainedIsTheOneServed) {
+  std::vector<std::string> overrides = config_overrides(root_);
+  overrides.push_back("runner.dense_transform=log1p");
+  auto cfg = load_trainer_config(config_path_, overrides);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const fs::path save = root_ / "save_log1p";
+  const fs::path exported = root_ / "export_log1p";
+  fs::remove_all(save);
+  fs::remove_all(exported);
+  {
+    Trainer trainer(*cfg, env());
+    trainer.train_pass(data_files((root_ / "train").string()));
+    trainer.save(save.string());
+  }
+  Trainer infer(*cfg, env());
+  infer.load(save.string());
+  const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
+  ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());
+  auto served = ServingModel::load(exported.string());
+  ASSERT_TRUE(served.ok()) << served.status().to_string();
+  EXPECT_EQ(served->spec().dense_transform, config::DenseTransform::kLog1p);
+  const std::vector<float> got = served_predictions(*served, options(), test_lines());
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << i;
+  // JSON's dense values go through it as the slot text's do.
+  const RequestParser parser(served->spec(), 16);
+  const auto text = parser.parse("click:0 dense_feature:0.5 dense_feature:0 dense_feature:3 1:7\n",
+                                 BodyForm::kSlotText);
+  const auto json = parser.parse(R"({"instances": [{"slots": {"1": [7]}, "dense": [0.5, 0, 3]}]})",
+                                 BodyForm::kJson);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  ASSERT_TRUE(json.ok()) << json.status().to_string();
+  ASSERT_EQ(json->dense.size(), 3u);
+  EXPECT_EQ(json->dense, text->dense);
+  EXPECT_FLOAT_EQ(json->dense[0], static_cast<float>(std::log1p(0.5)));
+  EXPECT_FLOAT_EQ(json->dense[2], static_cast<float>(std::log1p(3.0)));
+  // A value the transform does not take (log1p of -2) is refused naming it.
+  const auto bad = parser.parse(R"({"instances": [{"slots": {"1": [7]}, "dense": [-2, 0, 3]}]})",
+                                BodyForm::kJson);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("the model's dense transform (log1p)"), std::string::npos)
+      << bad.status().to_string();
 }
 
 TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {

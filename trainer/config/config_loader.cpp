@@ -338,6 +338,15 @@ void record_keys(const config::ConfigDocument& doc, TrainerConfig* c) {
   }
   // The network trained, also when a model folder chose it (a save records what was built).
   c->model_keys["hyper_parameters.model"] = name_of(kModelKindNames, c->hyper.model);
+  // Slot names that are the numbered ones a config without them gets: recorded as not given,
+  // the same network either way (a load compares the text).
+  const std::string names = "hyper_parameters.slot_names";
+  const int sparse_inputs_slots =
+      static_cast<int>(doc.get_int("hyper_parameters.sparse_inputs_slots"));
+  if (doc.is_set(names) &&
+      c->dataset.slots == dataset::numbered_slots(sparse_inputs_slots, c->dataset.label_name)) {
+    c->model_keys[names] = config::ConfigDocument::defaults().value_text(names);
+  }
   // Adagrad's epsilon when the config leaves it: the value used (a resume compares it with the
   // next run's).
   const std::string epsilon = "hyper_parameters.optimizer.epsilon";

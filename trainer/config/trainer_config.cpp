@@ -1,6 +1,10 @@
 #include "trainer/config/trainer_config.hpp"
 
+#include <iterator>
+#include <set>
+
 #include "common/config/config_document.hpp"
+#include "common/config/config_keys.hpp"
 #include "common/enum_names.hpp"
 
 namespace gpubox::trainer {
@@ -42,6 +46,31 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   return model;
 }
 
+// "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
+// code has no model keys: a save made with one, or a run with one, is not compared.
+std::string model_key_differences(const std::map<std::string, std::string>& saved,
+                                  const std::map<std::string, std::string>& now) {
+  if (now.empty() || saved.empty()) return "";
+  std::set<std::string> keys;
+  for (const auto& [k, v] : saved) keys.insert(k);
+  for (const auto& [k, v] : now) keys.insert(k);
+  std::string out;
+  for (const std::string& key : keys) {
+    const auto s = saved.find(key);
+    const auto n = now.find(key);
+    std::string was = s == saved.end() ? "(not recorded)" : s->second;
+    const std::string is = n == now.end() ? "(not a key)" : n->second;
+    if (s == saved.end() && config::find_key(key) != nullptr) {
+      // A key newer than the save: the run that made it behaved as the key's default.
+      const std::string def = config::ConfigDocument::defaults().value_text(key);
+      if (is == def) continue;
+      was = "(not recorded; its default is " + def + ")";
+    }
+    if (was != is) out += (out.empty() ? "" : "; ") + key + ": saved " + was + ", now " + is;
+  }
+  return out;
+}
+
 Status check_saved_dense_switches(const std::map<std::string, std::string>& saved_model_keys,
                                   const TrainerConfig& config, const std::string& save_dir) {
   struct Switch {
@@ -68,6 +97,44 @@ Status check_saved_dense_switches(const std::map<std::string, std::string>& save
         "): add -o " + s.key + "=" + saved + " to read this save");
   }
   return Status::OK();
+}
+
+Status check_saved_network(const std::map<std::string, std::string>& saved_model_keys,
+                           const std::map<std::string, std::string>& saved_job_keys,
+                           const TrainerConfig& config, const std::string& save_dir) {
+  // The keys a save loads under whatever they are: the optimizers' (a warm start at other
+  // rates), the precision computed in (either reads the same parameters; an export says which
+  // it uses), dropout (training only), the rows' storage, and the tiers' runner.* keys.
+  const auto shaping = [](std::map<std::string, std::string> keys) {
+    for (auto it = keys.begin(); it != keys.end();) {
+      const std::string& k = it->first;
+      const bool free =
+          k.rfind("hyper_parameters.", 0) != 0 || k.rfind("hyper_parameters.optimizer.", 0) == 0 ||
+          k.rfind("hyper_parameters.sparse_optimizer.", 0) == 0 ||
+          k == "hyper_parameters.dense_precision" || k == "hyper_parameters.dnn_dropout" ||
+          k == "hyper_parameters.sparse_storage";
+      it = free ? keys.erase(it) : std::next(it);
+    }
+    return keys;
+  };
+  std::string differences =
+      model_key_differences(shaping(saved_model_keys), shaping(config.model_keys));
+  // The dense values' transform (a job key: saves record it with the job's).
+  const std::string transform = "runner.dense_transform";
+  const auto saved = saved_job_keys.find(transform);
+  const auto now = config.job_keys.find(transform);
+  if (saved != saved_job_keys.end() && now != config.job_keys.end() &&
+      saved->second != now->second) {
+    differences += (differences.empty() ? "" : "; ") + transform + ": saved " + saved->second +
+                   ", now " + now->second;
+  }
+  if (differences.empty()) return Status::OK();
+  return Status::InvalidArgument("save " + save_dir +
+                                 " was made for another network or input than "
+                                 "the config " +
+                                 config.config_path + " describes: " + differences +
+                                 "; read it with the config that made it (or -o "
+                                 "each key to its saved value)");
 }
 
 Status check_saved_derived_keys(const std::map<std::string, std::string>& saved_model_keys,

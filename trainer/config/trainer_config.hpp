@@ -153,6 +153,22 @@ struct TrainerConfig {
   DenseModelConfig dense_model_config() const;
 };
 
+// "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
+// code has no model keys: a save made with one, or a run with one, is not compared. A key newer
+// than the save counts as its default there.
+std::string model_key_differences(const std::map<std::string, std::string>& saved,
+                                  const std::map<std::string, std::string>& now);
+
+// OK when the save `save_dir` (its MODEL_MANIFEST's model and job keys) was made for the network
+// and input `config` describes: every hyper_parameters.* model key but the optimizers',
+// dense_precision, dnn_dropout and sparse_storage, and runner.dense_transform of the job. Else
+// InvalidArgument naming each key that differs and both values: --mode infer, an export and a
+// load read a save only with the config of its network (one that only had the same number of
+// dense parameters read it silently as another network, or its slots in another order).
+Status check_saved_network(const std::map<std::string, std::string>& saved_model_keys,
+                           const std::map<std::string, std::string>& saved_job_keys,
+                           const TrainerConfig& config, const std::string& save_dir);
+
 // OK when the save `save_dir` was made with the batch-norm setting and the dlrm output layer
 // `config` has: `saved_model_keys` is its MODEL_MANIFEST's model_keys, whose
 // hyper_parameters.dnn_batch_norm (missing: false) and hyper_parameters.dlrm_output (missing:

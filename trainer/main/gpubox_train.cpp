@@ -56,7 +56,8 @@ DEFINE_string(load, "",
 DEFINE_string(infer_data_dir, "", "infer: data folder to evaluate (default runner.test_data_dir)");
 DEFINE_string(predictions_out, "",
               "infer: write 'label prediction' per instance to this file, each number in the "
-              "shortest text that reads back to the same float");
+              "shortest text that reads back to the same float (one save: with --load, or an "
+              "infer_load_path of one)");
 DEFINE_string(out, "", "export: the serving model folder to write");
 DEFINE_double(show_threshold, 0.0, "export: leave out sparse rows shown fewer times than this");
 GPUBOX_FLAG_RANGE(show_threshold, 0.0, 1e30);
@@ -285,8 +286,17 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   job.keep_predictions = !FLAGS_predictions_out.empty();
   std::unique_ptr<PredictionsOut> predictions;
   if (job.keep_predictions) predictions = std::make_unique<PredictionsOut>(FLAGS_predictions_out);
+  // One row per line: a line skipped as malformed would shift every row after it off its line
+  // (the rows could not be told apart), so the first such line stops the evaluation.
+  TrainerConfig evaluated = config;
+  if (job.keep_predictions) {
+    evaluated.dataset.strict_parse = true;
+    evaluated.dataset.strict_parse_reason =
+        "--predictions_out writes a row per line, and a line skipped would move every row after "
+        "it off its line: fix or remove it";
+  }
   const EvalResult result = infer_job(
-      config, env, job, [](const SaveToEvaluate& save, const EvalResult& r, double seconds) {
+      evaluated, env, job, [](const SaveToEvaluate& save, const EvalResult& r, double seconds) {
         if (save.epoch >= 0) {
           std::printf("%s\n", format_paddlerec_done_line(save.epoch, r.metrics, seconds).c_str());
         }
@@ -299,7 +309,7 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
         const std::string one_class = one_class_note(r.metrics);
         if (!one_class.empty()) GPUBOX_LOG(WARNING) << "the evaluated data: " << one_class;
       });
-  if (predictions) predictions->write(result);  // of the last save evaluated
+  if (predictions) predictions->write(result);  // of the one save evaluated
   return 0;
 }
 

@@ -65,6 +65,13 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
       job.load.empty() ? saves_to_evaluate(runner.infer_load_path, runner.infer_start_epoch,
                                            runner.infer_end_epoch)
                        : std::vector<SaveToEvaluate>{{job.load, -1}};
+  // Predictions are one save's: with several, all but the last were dropped unsaid.
+  if (job.keep_predictions && saves.size() > 1) {
+    GPUBOX_FAIL("the predictions per instance (--predictions_out) are one save's, and ",
+                saves.size(), " saves would be evaluated (runner.infer_load_path ",
+                runner.infer_load_path, ": ", saves.front().dir, " .. ", saves.back().dir,
+                "): name one with --load, or narrow runner.infer_start_epoch / infer_end_epoch");
+  }
   const bool from_config = job.data_dir.empty();
   const std::string data_dir = from_config ? runner.test_data_dir : job.data_dir;
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");

@@ -37,7 +37,8 @@ struct InferJob {
   std::string load;
   // A data folder (--infer_data_dir); "" = runner.test_data_dir with runner.test_data_dirs.
   std::string data_dir;
-  bool keep_predictions = false;  // labels and predictions per instance (--predictions_out)
+  // Labels and predictions per instance (--predictions_out): of one save (several are refused).
+  bool keep_predictions = false;
   // Set (from any thread or a signal handler) to stop: reading the data stops within a few
   // thousand lines (and a PS mode's evaluation between batches), and infer_job throws
   // PassStopped (schedule.hpp). nullptr: none.

@@ -73,7 +73,9 @@ void PsTrainer::load(const std::string& dir) {
   State& s = *state_;
   // Only a save whose halves match its model manifest, with its whole delta chain.
   const RestorePlan plan = plan_restore(dir, false);
-  throw_if_error(check_saved_dense_switches(plan.save().manifest.model_keys, config_, dir));
+  const table::io::ModelManifest& saved = plan.save().manifest;
+  throw_if_error(check_saved_dense_switches(saved.model_keys, config_, dir));
+  throw_if_error(check_saved_network(saved.model_keys, saved.job, config_, dir));
   const DenseModel& model = s.workers[0]->model();
   const DenseState dense = load_dense_half(
       dir, model.parameters().size(), network_note(plan.save(), config_), model.undropped_bias());

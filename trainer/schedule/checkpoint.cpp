@@ -36,31 +36,6 @@ std::string join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-// "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
-// code has no model keys: a save made with one, or a run with one, is not compared.
-std::string model_key_differences(const std::map<std::string, std::string>& saved,
-                                  const std::map<std::string, std::string>& now) {
-  if (now.empty() || saved.empty()) return "";
-  std::set<std::string> keys;
-  for (const auto& [k, v] : saved) keys.insert(k);
-  for (const auto& [k, v] : now) keys.insert(k);
-  std::string out;
-  for (const std::string& key : keys) {
-    const auto s = saved.find(key);
-    const auto n = now.find(key);
-    std::string was = s == saved.end() ? "(not recorded)" : s->second;
-    const std::string is = n == now.end() ? "(not a key)" : n->second;
-    if (s == saved.end() && config::find_key(key) != nullptr) {
-      // A key newer than the save: the run that made it behaved as the key's default.
-      const std::string def = config::ConfigDocument::defaults().value_text(key);
-      if (is == def) continue;
-      was = "(not recorded; its default is " + def + ")";
-    }
-    if (was != is) out += (out.empty() ? "" : "; ") + key + ": saved " + was + ", now " + is;
-  }
-  return out;
-}
-
 // The differences between a save's job and this one's, runner.epochs aside (more epochs
 // continue a job); "" when either records none.
 std::string job_differences_of(std::map<std::string, std::string> saved,

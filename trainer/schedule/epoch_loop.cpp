@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "common/logging.hpp"
 #include "dataset/batch.hpp"
@@ -172,6 +175,33 @@ void check_test_data(const TrainerConfig& config, const std::vector<std::string>
                 finished.message());
   }
   report_read(probe.load_stats(), files, "runner.test_data_dir (checked before the first pass)");
+}
+
+// Test files that are training files too (the same file by any name): the "test auc" of data the
+// model trained on is no held-out measure, said once at the start.
+void warn_of_shared_test_files(const RunPlan& plan) {
+  if (plan.test_files.empty() || dataset::is_memory_source(plan.test_files.front())) return;
+  const auto canonical = [](const std::string& file) {
+    std::error_code ec;
+    const std::string c = std::filesystem::canonical(file, ec).string();
+    return ec ? file : c;
+  };
+  std::set<std::string> trained;
+  for (const std::vector<std::string>& files : plan.pass_files) {
+    for (const std::string& f : files) trained.insert(canonical(f));
+  }
+  std::vector<std::string> shared;
+  for (const std::string& f : plan.test_files) {
+    if (trained.count(canonical(f)) != 0) shared.push_back(f);
+  }
+  if (shared.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < shared.size() && i < 3; ++i) names += (i ? ", " : "") + shared[i];
+  if (shared.size() > 3) names += ", ...";
+  GPUBOX_LOG(WARNING) << shared.size() << " of the " << plan.test_files.size()
+                      << " files of runner.test_data_dir are training data too (" << names
+                      << "): the 'test auc' of each epoch is measured on instances the model "
+                         "trained on, not held out";
 }
 
 // What the saves hold when pass `pass` stops the job before its save (the divergence error).
@@ -390,6 +420,7 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
   const RunnerConfig& runner = config.runner;
   const RunPlan plan = plan_run(runner);
   check_test_data(config, plan.test_files);
+  warn_of_shared_test_files(plan);
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
   const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   // Before the resume looks at the saves: the folder is made (or refused) before any pass

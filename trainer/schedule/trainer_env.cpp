@@ -100,6 +100,16 @@ namespace {
 std::vector<std::string> files_of(const std::string& dir, dataset::DataFileList* listed) {
   const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());
   if (!skipped.empty()) GPUBOX_LOG(WARNING) << skipped;
+  const auto listed_before = [](const dataset::SkippedEntry& e) {
+    return e.reason == dataset::SkipReason::kSameFile;
+  };
+  if (listed->files.empty() && !listed->skipped.empty() &&
+      std::all_of(listed->skipped.begin(), listed->skipped.end(), listed_before)) {
+    const dataset::SkippedEntry& first = listed->skipped.front();
+    GPUBOX_FAIL("'", dir, "' in the list of data folders names only files listed before it (",
+                first.path, " is ", first.same_as,
+                "): each pass would read them twice; leave it out of the list");
+  }
   if (listed->files.empty()) {
     GPUBOX_FAIL("data folder '", dir, "' holds no data file",
                 listed->skipped.empty() ? "" : "; " + dataset::skipped_text(dir, listed->skipped));
