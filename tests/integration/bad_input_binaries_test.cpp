@@ -445,6 +445,12 @@ TEST_F(BadInputBinaries, OneClassTestDataSaysWhyItsAucIsNan) {
   ASSERT_EQ(both.status, 0) << both.output;
   EXPECT_NE(both.output.find("infer: save:"), std::string::npos) << both.output;
   EXPECT_EQ(both.output.find("all negative"), std::string::npos) << both.output;
+  // Training data of one class: its pass line's nan said why as well.
+  const Finished one_class_training =
+      train({"-o", "runner.model_save_path=", "-o", "runner.epochs=1", "-o",
+             "runner.train_data_dir=" + negatives.string()});
+  EXPECT_NE(one_class_training.output.find("pass 0's training data: " + why), std::string::npos)
+      << one_class_training.output;
 }
 
 }  // namespace

@@ -412,16 +412,7 @@ TEST_F(Serving, TheDenseTransformTrainedIsTheOneServed) {
   ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
   const fs::path save = root_ / "save_log1p";
   const fs::path exported = root_ / "export_log1p";
-  fs::remove_all(save);
-  fs::remove_all(exported);
-  {
-    Trainer trainer(*cfg, env());
-    trainer.train_pass(data_files((root_ / "train").string()));
-    trainer.save(save.string());
-  }
-  Trainer infer(*cfg, env());
-  infer.load(save.string());
-  const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
+  const std::vector<float> want = train_save_and_infer(*cfg, save, exported);
   ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());
   auto served = ServingModel::load(exported.string());
   ASSERT_TRUE(served.ok()) << served.status().to_string();
@@ -458,16 +449,7 @@ TEST_F(Serving, EveryModelKindServesWhatInferPredicts) {
     ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
     const fs::path save = root_ / "save_kind";
     const fs::path exported = root_ / "export_kind";
-    fs::remove_all(save);
-    fs::remove_all(exported);
-    {
-      Trainer trainer(*cfg, env());
-      trainer.train_pass(data_files((root_ / "train").string()));
-      trainer.save(save.string());
-    }
-    Trainer infer(*cfg, env());
-    infer.load(save.string());
-    const std::vector<float> want = infer.evaluate(test_files(), true).predictions;
+    const std::vector<float> want = train_save_and_infer(*cfg, save, exported);
     ASSERT_NO_FATAL_FAILURE(
         expect_export_refuses_other_settings(*cfg, config_path_, overrides, save, exported));
     ASSERT_TRUE(export_serving_model(*cfg, save.string(), exported.string(), ExportOptions{}).ok());

@@ -106,6 +106,22 @@ class Serving : public ::testing::Test {
     return e;
   }
   static std::vector<std::string> test_files() { return data_files((root_ / "test").string()); }
+  // `cfg` trained one pass on the suite's training data and saved to `save` (removed first, with
+  // `exported`, the folder its export is to go to): what --mode infer predicts of the test files
+  // from that save.
+  static std::vector<float> train_save_and_infer(const trainer::TrainerConfig& cfg,
+                                                 const fs::path& save, const fs::path& exported) {
+    fs::remove_all(save);
+    fs::remove_all(exported);
+    {
+      Trainer trainer(cfg, env());
+      trainer.train_pass(data_files((root_ / "train").string()));
+      trainer.save(save.string());
+    }
+    Trainer infer(cfg, env());
+    infer.load(save.string());
+    return infer.evaluate(test_files(), true).predictions;
+  }
   static std::vector<std::string> test_lines() {
     std::vector<std::string> lines;
     for (const auto& file : test_files()) {

@@ -226,6 +226,11 @@ void print_pass_line(Schedule& schedule, const RunnerConfig& runner, const PassR
     std::printf("%s\n", divergence_warning(report.pass, runner.print_interval, verdict).c_str());
   }
   std::fflush(stdout);
+  // The pass line's auc and ne read nan: said why, as for the test data.
+  const std::string one_class = one_class_note(report.metrics);
+  if (!one_class.empty()) {
+    GPUBOX_LOG(WARNING) << "pass " << report.pass << "'s training data: " << one_class;
+  }
 }
 
 // A pass whose shrink or save failed, said in the log only (the pass line at WARNING, with its
