@@ -276,6 +276,44 @@ TEST(PaddleRecKeys, ASaveRecordsTheDerivedStartRangesAndAnOlderSaveIsNotResumedA
   EXPECT_TRUE(dcn->derived_model_keys.empty());
 }
 
+// A save is read (infer, export, --load) only under the network and input it was made for: the
+// keys that shape them are compared, those that only train are not.
+TEST(PaddleRecKeys, ASaveIsReadOnlyUnderItsNetworkAndInput) {
+  const StatusOr<TrainerConfig> v2 =
+      load_in_folder("dcn_v2", std::string(kDcnRunner) + kDcnV2Hyper);
+  ASSERT_TRUE(v2.ok()) << v2.status().to_string();
+  const std::map<std::string, std::string>& keys = v2->model_keys;
+  std::map<std::string, std::string> job = v2->job_keys;
+  ASSERT_EQ(job.count("runner.dense_transform"), 1u);
+  EXPECT_TRUE(check_saved_network(keys, job, v2.value(), "/saves/3").ok());
+  // Training-only keys differ: read.
+  std::map<std::string, std::string> trained = keys;
+  for (const char* key : {"hyper_parameters.optimizer.learning_rate",
+                          "hyper_parameters.sparse_optimizer.learning_rate",
+                          "hyper_parameters.dense_precision", "hyper_parameters.dnn_dropout",
+                          "hyper_parameters.cross_l2", "hyper_parameters.sparse_storage"}) {
+    trained[key] = "other";
+  }
+  const Status read = check_saved_network(trained, job, v2.value(), "/saves/3");
+  EXPECT_TRUE(read.ok()) << read.message();
+  // A save from before jobs were recorded: the transform is not compared.
+  EXPECT_TRUE(check_saved_network(keys, {}, v2.value(), "/saves/3").ok());
+  // The network or its input differs: refused naming each key.
+  std::map<std::string, std::string> other = keys;
+  other["hyper_parameters.cross_layers"] = "7";
+  job["runner.dense_transform"] = "none";
+  const Status refused = check_saved_network(other, job, v2.value(), "/saves/3");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(contains(refused.message(), "save /saves/3 was made for another network or input"))
+      << refused.message();
+  EXPECT_TRUE(contains(refused.message(), "hyper_parameters.cross_layers: saved 7, now " +
+                                              keys.at("hyper_parameters.cross_layers")))
+      << refused.message();
+  EXPECT_TRUE(contains(refused.message(), "runner.dense_transform: saved none, now " +
+                                              v2->job_keys.at("runner.dense_transform")))
+      << refused.message();
+}
+
 TEST(PaddleRecKeys, DcnMixWithoutARankIsRefused) {
   EXPECT_TRUE(contains(error_of("hyper_parameters:\n  model: dcn_v2\n  use_low_rank_mixture: "
                                 "True\n"),

@@ -104,7 +104,8 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
                            const TrainerConfig& config, const std::string& save_dir) {
   // The keys a save loads under whatever they are: the optimizers' (a warm start at other
   // rates), the precision computed in (either reads the same parameters; an export says which
-  // it uses), dropout (training only), the rows' storage, and the tiers' runner.* keys.
+  // it uses), dropout and the cross layers' L2 penalty (training only), the rows' storage, and
+  // the tiers' runner.* keys.
   const auto shaping = [](std::map<std::string, std::string> keys) {
     for (auto it = keys.begin(); it != keys.end();) {
       const std::string& k = it->first;
@@ -112,7 +113,7 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
           k.rfind("hyper_parameters.", 0) != 0 || k.rfind("hyper_parameters.optimizer.", 0) == 0 ||
           k.rfind("hyper_parameters.sparse_optimizer.", 0) == 0 ||
           k == "hyper_parameters.dense_precision" || k == "hyper_parameters.dnn_dropout" ||
-          k == "hyper_parameters.sparse_storage";
+          k == "hyper_parameters.cross_l2" || k == "hyper_parameters.sparse_storage";
       it = free ? keys.erase(it) : std::next(it);
     }
     return keys;

@@ -161,7 +161,8 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
 
 // OK when the save `save_dir` (its MODEL_MANIFEST's model and job keys) was made for the network
 // and input `config` describes: every hyper_parameters.* model key but the optimizers',
-// dense_precision, dnn_dropout and sparse_storage, and runner.dense_transform of the job. Else
+// dense_precision, dnn_dropout, cross_l2 and sparse_storage, and runner.dense_transform of the
+// job (a save that records no job: not compared). Else
 // InvalidArgument naming each key that differs and both values: --mode infer, an export and a
 // load read a save only with the config of its network (one that only had the same number of
 // dense parameters read it silently as another network, or its slots in another order).
