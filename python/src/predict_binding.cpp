@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/error_report.hpp"
 #include "common/thread_annotations.hpp"
 #include "dataset/in_memory_dataset.hpp"
+#include "dataset/paddlerec_readers.hpp"
 #include "serving/predictor.hpp"
 #include "serving/request_parser.hpp"
 #include "serving/serving_model.hpp"
@@ -60,10 +62,26 @@ class LoadedModel {
 
   // Instances as CSR per slot: slot s of instance i holds keys[s][offsets[s][i] ..
   // offsets[s][i + 1]); dense is n x dense_dim.
+  // The dense values as in the training data: through the transform the export records, as
+  // gpubox_serve and predict_text apply it.
   py::array_t<float> predict(const std::vector<KeyArray>& keys,
                              const std::vector<OffsetArray>& offsets, const FloatArray& dense) {
-    const dataset::InstanceBlock block =
+    dataset::InstanceBlock block =
         build_block(spec().slot_names, spec().model.dense_dim, keys, offsets, dense, nullptr);
+    const config::DenseTransform transform = spec().dense_transform;
+    if (transform != config::DenseTransform::kNone && transform != config::DenseTransform::kAuto) {
+      for (std::size_t i = 0; i < block.dense.size(); ++i) {
+        const float v = static_cast<float>(dataset::dense_transform(block.dense[i], transform));
+        if (!std::isfinite(v)) {
+          raise(errors().engine_error,
+                "dense value " + std::to_string(i % block.dense_dim) + " of instance " +
+                    std::to_string(i / block.dense_dim) + " (" + std::to_string(block.dense[i]) +
+                    ") is not one the model's dense transform (" +
+                    name_of(config::kDenseTransformNames, transform) + ") takes");
+        }
+        block.dense[i] = v;
+      }
+    }
     return predict_block(block);
   }
 

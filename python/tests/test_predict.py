@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CONFIG, read_slot_text, run_binary
+from conftest import CONFIG, planted_config, read_slot_text, run_binary
 
 import gpubox
 
@@ -129,3 +129,22 @@ def test_threads_predicting_on_one_model_get_what_one_thread_gets(trained: dict[
         for i, future in enumerate(futures):
             np.testing.assert_array_equal(future.result(), want_text if i % 2 else want_columns)
 
+
+
+def test_the_dense_transform_trained_applies_to_columns_as_to_text(planted: dict[str, Any],
+                                                                   tmp_path: pathlib.Path) -> None:
+    """A model trained on log(x + 1) of its files' dense values predicts columns through the
+    transform as slot text (and gpubox_serve) do; a data set in memory under a config naming the
+    transform is refused (its values would be taken as given)."""
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1,
+                                                  "runner.train_data_dir": planted["test"],
+                                                  "runner.dense_transform": "log1p"})
+    gpubox.train(config)
+    model = gpubox.load(tmp_path / "model" / "0", config)
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    columns = read_slot_text(part)
+    from_text = model.predict(part.read_text())
+    np.testing.assert_allclose(model.predict(columns), from_text, rtol=1e-6, atol=1e-7)
+    data = gpubox.Dataset.from_frame(columns, config)
+    with pytest.raises(gpubox.EngineError, match="is held in memory"):
+        gpubox.train(config, train_data=data)

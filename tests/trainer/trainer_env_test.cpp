@@ -123,6 +123,31 @@ TEST(TrainerFileShare, AnInMemoryDataSetIsSplitByRowsAsFilesAre) {
   dataset::unregister_memory_source(name);
 }
 
+// A dense transform named for an in-memory data set is refused (its values were taken as given,
+// the transform unsaid, and the export would have applied it to served values); none, auto and
+// files pass.
+TEST(MemorySourceTransform, ANamedTransformIsRefusedForAnInMemoryDataSet) {
+  const std::string name = numbered_rows(3);
+  dataset::DatasetConfig c;
+  for (const config::DenseTransform t :
+       {config::DenseTransform::kNone, config::DenseTransform::kAuto}) {
+    c.dense_transform = t;
+    EXPECT_NO_THROW(check_memory_source_transform({name}, c));
+  }
+  c.dense_transform = config::DenseTransform::kLog1p;
+  EXPECT_NO_THROW(check_memory_source_transform({"/data/part-0"}, c));
+  EXPECT_NO_THROW(check_memory_source_transform({}, c));
+  try {
+    check_memory_source_transform({name}, c);
+    FAIL() << "log1p named for an in-memory data set";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("runner.dense_transform is log1p, but the data set " + name +
+                                     " is held in memory"));
+  }
+  dataset::unregister_memory_source(name);
+}
+
 TEST(PlanRun, AStreamedReaderRefusesAnInMemoryDataSetNamingTheKey) {
   const std::string name = numbered_rows(3);
   RunnerConfig runner;

@@ -77,6 +77,7 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
   const std::vector<std::string> files =
       data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
+  check_memory_source_transform(files, config.dataset);
   const std::unique_ptr<Schedule> schedule = make_schedule(infer_config(config), env);
   StepHooks hooks;
   hooks.stop_flag = job.stop_flag;

@@ -424,6 +424,10 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
                                        const RunHooks& hooks) {
   const RunnerConfig& runner = config.runner;
   const RunPlan plan = plan_run(runner);
+  for (const std::vector<std::string>& files : plan.pass_files) {
+    check_memory_source_transform(files, config.dataset);
+  }
+  check_memory_source_transform(plan.test_files, config.dataset);
   check_test_data(config, plan.test_files);
   warn_of_shared_test_files(plan);
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "common/enum_names.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "dataset/data_files.hpp"
@@ -156,6 +157,20 @@ std::vector<std::string> data_files(const std::string& dir, const std::vector<st
     files.insert(files.end(), more.begin(), more.end());
   }
   return files;
+}
+
+void check_memory_source_transform(const std::vector<std::string>& files,
+                                   const dataset::DatasetConfig& dataset_config) {
+  const config::DenseTransform t = dataset_config.dense_transform;
+  if (files.empty() || !dataset::is_memory_source(files.front()) ||
+      t == config::DenseTransform::kNone || t == config::DenseTransform::kAuto) {
+    return;
+  }
+  GPUBOX_FAIL("runner.dense_transform is ", name_of(config::kDenseTransformNames, t),
+              ", but the data set ", files.front(),
+              " is held in memory (a DataFrame or arrays), whose dense values are taken as given: "
+              "apply the transform to its dense columns and set runner.dense_transform: none "
+              "(a save records the transform, and its export would apply it to served values)");
 }
 
 }  // namespace gpubox::trainer

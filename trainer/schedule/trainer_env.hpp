@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/memory_limit.hpp"
+#include "dataset/dataset_types.hpp"
 
 namespace gpubox::trainer {
 
@@ -60,5 +61,11 @@ std::vector<std::string> data_files(const std::string& dir);
 // again in a later folder is read once, under its first name, with a warning; a folder whose
 // every file was listed before (named twice) throws naming it.
 std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs);
+
+// Throws when `files` is an in-memory data set (a DataFrame or arrays) and `dataset_config` names
+// a dense transform: its dense values are taken as given (the transform is the file readers'),
+// while a save records the transform and its export applies it when serving.
+void check_memory_source_transform(const std::vector<std::string>& files,
+                                   const dataset::DatasetConfig& dataset_config);
 
 }  // namespace gpubox::trainer
