@@ -160,7 +160,8 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
   Status status =
       from.pipe_command.empty() ? outcome.status : explain_pipe_failure(outcome.status, from);
   if (status.ok() && outcome.strict_failure) {
-    status = Status::Corruption(summary->stats.errors.back().to_string() + " (strict_parse)");
+    status = Status::Corruption(summary->stats.errors.back().to_string() + " (" +
+                                from.strict_parse_reason + ")");
   }
   // Slots outside the slot list, not to be dropped: the list is wrong for this file, and the
   // lines holding them would be left out of the output. Nothing is written.

@@ -55,9 +55,7 @@ inline bool parse_dense(std::string_view text, config::DenseTransform transform,
     return parse_float(text, out);
   }
   double x = 0.0;
-  if (!parse_double(text, &x)) return false;
-  *out = static_cast<float>(dense_transform(x, transform));
-  return std::isfinite(*out);
+  return parse_double(text, &x) && transformed_dense(x, transform, out);
 }
 
 // A plain decimal name without leading zeros ("0", "17"), as the numeric lookup expects.

@@ -180,6 +180,11 @@ double dense_transform(double x, DenseTransform transform) {
   return x;
 }
 
+bool transformed_dense(double x, DenseTransform transform, float* out) {
+  *out = static_cast<float>(dense_transform(x, transform));
+  return std::isfinite(*out);
+}
+
 const char* describe(DenseTransform transform) {
   switch (transform) {
     case DenseTransform::kLog1p:

@@ -50,6 +50,9 @@ ReaderProfile paddlerec_reader_profile(const config::ConfigDocument& doc);
 // x under `transform` as PaddleRec's readers compute it: in double from the text's double value,
 // then rounded once to float (numpy's astype("float32")). kAuto and kNone: x.
 double dense_transform(double x, config::DenseTransform transform);
+// `x` through `transform` as a float, as training reads it (none and auto: x itself); false
+// when that is not a finite float (log of a value at or below -1, or beyond float range).
+bool transformed_dense(double x, config::DenseTransform transform, float* out);
 
 // "log(x + 1)", "clip to [0, 1]", "none".
 const char* describe(config::DenseTransform transform);

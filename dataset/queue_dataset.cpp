@@ -53,6 +53,48 @@ class BatchPrints {
   std::uint64_t print_ = 0;
 };
 
+// The stream's batches checked against the scan's prints, in order (no scan: nothing to check).
+class ScanMatch {
+ public:
+  ScanMatch(std::size_t batch, const std::vector<std::uint64_t>* scanned)
+      : batch_(std::max<std::size_t>(batch, 1)), prints_(batch), scanned_(scanned) {}
+  // Adds instance i of `block`; false when it completed a batch unlike the scan's.
+  bool add(const InstanceBlock& block, std::size_t i) {
+    return !prints_.add(block, i) || same_as_scan();
+  }
+  // The short last batch; false when unlike the scan's.
+  bool finish() { return !prints_.partial() || same_as_scan(); }
+  bool differs() const { return differs_; }
+  // The stream's error for the first batch unlike the scan's (`streamed` instances read).
+  Status error(const DatasetConfig& config, std::size_t streamed) const {
+    return Status::Corruption(
+        "runner.reader_type QueueDataset: the second read of the pass differs from the first in "
+        "its instances " +
+        std::to_string((batches_ - 1) * batch_) + ".." +
+        std::to_string(std::min(batches_ * batch_, streamed) - 1) +
+        " (other lines, or the same in another order): " +
+        (config.pipe_command.empty()
+             ? std::string("a data file changed while the pass was read")
+             : "pipe_command '" + config.pipe_command +
+                   "' must give the same lines, in the same order, each time it reads a file"));
+  }
+
+ private:
+  bool same_as_scan() {
+    const std::uint64_t print = prints_.take();
+    differs_ =
+        scanned_ != nullptr && (batches_ >= scanned_->size() || (*scanned_)[batches_] != print);
+    ++batches_;
+    return !differs_;
+  }
+
+  std::size_t batch_;
+  BatchPrints prints_;
+  const std::vector<std::uint64_t>* scanned_;
+  std::size_t batches_ = 0;
+  bool differs_ = false;
+};
+
 }  // namespace
 
 // One file's chunks on their way from its reader to the assembler, in order. Every field is
@@ -355,21 +397,14 @@ void QueueDataset::start(int cards) {
     // After a scan, the card threads take the scanned count's batches and no more: more
     // instances than that stop the stream at once rather than wait for room forever.
     bool too_many = false;
-    // A batch (batch_size divides a round) whose print is not the scan's: the first, by index.
-    BatchPrints prints(static_cast<std::size_t>(config_.batch_size));
-    std::size_t batches = 0;
-    bool differs = false;
+    // A batch (batch_size divides a round) unlike the scan's stops the stream before it is
+    // pushed.
+    ScanMatch match(static_cast<std::size_t>(config_.batch_size),
+                    scanned_ ? &scanned_prints_ : nullptr);
     const auto stop = [&] {
       MutexLock lock(mu_);
       stop_ = true;
       changed_.notify_all();
-    };
-    const auto same_as_scan = [&] {
-      const std::uint64_t print = prints.take();
-      differs =
-          scanned_ && (batches >= scanned_prints_.size() || scanned_prints_[batches] != print);
-      ++batches;
-      return !differs;
     };
     Status status = pump([&](const InstanceBlock& chunk) {
       for (std::size_t i = 0; i < chunk.size(); ++i) {
@@ -380,7 +415,7 @@ void QueueDataset::start(int cards) {
         }
         filling.block.append(chunk.instance(i));
         ++streamed;
-        if (prints.add(chunk, i) && !same_as_scan()) {
+        if (!match.add(chunk, i)) {
           stop();
           return;
         }
@@ -388,23 +423,10 @@ void QueueDataset::start(int cards) {
       }
     });
     // A short last batch: compared when the counts agree (else the count says more).
-    if (status.ok() && streamed == scanned_instances_ && prints.partial() && !same_as_scan()) {
-      stop();
-    }
-    if (status.ok() && !differs && filling.block.size() > 0) push();
-    if (differs) {
-      const std::size_t batch = static_cast<std::size_t>(config_.batch_size);
-      status = Status::Corruption(
-          "runner.reader_type QueueDataset: the second read of the pass differs from the first "
-          "in its instances " +
-          std::to_string((batches - 1) * batch) + ".." +
-          std::to_string(std::min(batches * batch, streamed) - 1) +
-          " (other lines, or the same in another order): " +
-          (config_.pipe_command.empty()
-               ? std::string("a data file changed while the pass was read")
-               : "pipe_command '" + config_.pipe_command +
-                     "' must give the same lines, in the same order, each time it reads a "
-                     "file"));
+    if (status.ok() && streamed == scanned_instances_ && !match.finish()) stop();
+    if (status.ok() && !match.differs() && filling.block.size() > 0) push();
+    if (match.differs()) {
+      status = match.error(config_, streamed);
     } else if ((status.ok() || too_many) && scanned_ &&
                (too_many || streamed != scanned_instances_)) {
       status =

@@ -131,8 +131,7 @@ bool dense_value(const json& v, config::DenseTransform transform, float* out) {
     *out = static_cast<float>(d);
     return true;
   }
-  *out = static_cast<float>(dataset::dense_transform(d, transform));
-  return std::isfinite(*out);
+  return dataset::transformed_dense(d, transform, out);
 }
 
 std::string shown(const json& value) {

@@ -6,7 +6,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,8 +70,8 @@ class LoadedModel {
     const config::DenseTransform transform = spec().dense_transform;
     if (transform != config::DenseTransform::kNone && transform != config::DenseTransform::kAuto) {
       for (std::size_t i = 0; i < block.dense.size(); ++i) {
-        const float v = static_cast<float>(dataset::dense_transform(block.dense[i], transform));
-        if (!std::isfinite(v)) {
+        float v = 0.0f;
+        if (!dataset::transformed_dense(block.dense[i], transform, &v)) {
           raise(errors().engine_error,
                 "dense value " + std::to_string(i % block.dense_dim) + " of instance " +
                     std::to_string(i / block.dense_dim) + " (" + std::to_string(block.dense[i]) +
