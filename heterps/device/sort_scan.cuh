@@ -215,13 +215,67 @@ class PairSorter {
     std::size_t count;
   };
 
-  // The sort on one thread. Only the bits some keys differ in order them: when those of the low
-  // word and of the high word's significant ones fit one word together, they are packed into it
-  // (the high word's above the low word's) and sorted in digits of up to kPackedDigitBits, as few
-  // passes as that takes (a step's keys, feasigns under 2^22 with a 2-bit owner: 2 passes of 12
-  // bits instead of 3 placing of 6 of 11); else the keys' own digits of kDigitBits. Either way
-  // every pass's counts come from one read, a pass whose digit every key shares places nothing,
-  // and the last pass places straight into the outputs: the stable order of sort_part.
+  // The bits a set of keys differ in, and how sort_serial orders them by those bits: when the low
+  // word's (up to its highest differing one) and the high word's significant ones fit one word
+  // together, packed into it, the high word's above the low word's (word()); else by the keys'
+  // own bits [0, 64 + high_bits) (wide).
+  struct Packing {
+    uint64_t high_mask = 0;
+    uint64_t low_kept = 0;   // the low word's bits up to its highest differing one
+    uint64_t high_kept = 0;  // high_mask when the high words differ, else 0
+    int low_bits = 0;
+    int high_bits = 0;  // the high word's bits up to its highest differing one
+    // Over entries[0, n), n > 0.
+    static Packing of(const Entry* entries, std::size_t n, uint64_t high_mask) {
+      uint64_t low_differs = 0;
+      uint64_t high_differs = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        low_differs |= entries[i].key.low ^ entries[0].key.low;
+        high_differs |= entries[i].key.high ^ entries[0].key.high;
+      }
+      return from(low_differs, high_differs & high_mask, high_mask);
+    }
+    static Packing from(uint64_t low_differs, uint64_t high_differs, uint64_t high_mask) {
+      Packing packing;
+      packing.high_mask = high_mask;
+      packing.low_bits = bit_width(low_differs);
+      packing.high_bits = bit_width(high_differs);
+      packing.low_kept =
+          packing.low_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << packing.low_bits) - 1;
+      packing.high_kept = high_differs == 0 ? 0 : high_mask;
+      return packing;
+    }
+    bool packed() const { return low_bits + high_bits <= 64; }
+    // The bits that order the keys: the highest differing one's position + 1.
+    int bits() const { return packed() ? low_bits + high_bits : 64 + high_bits; }
+    // The packed word (packed() only). Bits past bits() are every key's same (the high word's
+    // above its differing ones), so a digit reaching past them orders nothing differently.
+    uint64_t word(const WideKey& key) const {
+      const uint64_t high = (key.high & high_kept) << (low_bits & 63);
+      return (key.low & low_kept) | (low_bits == 64 ? 0 : high);
+    }
+    // The `width` bits (0 < width <= bits()) up to the highest differing one: every bit above
+    // them is every key's same, so ascending digits are ascending keys.
+    std::size_t top_digit(const WideKey& key, int width) const {
+      const uint64_t digit_mask = (uint64_t{1} << width) - 1;
+      if (packed()) return static_cast<std::size_t>((word(key) >> (bits() - width)) & digit_mask);
+      const int shift = 64 + high_bits - width;  // wide: high_bits >= 1, so shift > 0
+      const uint64_t high = key.high & high_mask;
+      if (shift >= 64) return static_cast<std::size_t>((high >> (shift - 64)) & digit_mask);
+      return static_cast<std::size_t>(((high << (64 - shift)) | (key.low >> shift)) & digit_mask);
+    }
+  };
+
+  // sort_serial's split: inputs of more than kInsertionLimit pairs whose differing bits take
+  // more than two passes (a step's 64-bit feasigns: 6) are first split by their top differing
+  // bits, up to kSplitBits (about 8 pairs a part), then each part is sorted alone: by insertion
+  // up to kInsertionLimit pairs, else by the passes over its own differing bits.
+  static constexpr std::size_t kInsertionLimit = 48;
+  static constexpr int kSplitBits = 11;
+
+  // The sort on one thread, in wide_key_less's stable order (sort_part's). Only the bits some
+  // keys differ in order them (Packing): a step's keys, feasigns under 2^22 with a 2-bit owner,
+  // take 2 passes of 12 bits; 64-bit feasigns are split by their top 11 bits first (split_sort).
   static void sort_serial(const WideKey* keys_in, const V* values_in, const Buffers& buffers,
                           std::size_t n, int high_bits, WideKey* keys_out, V* values_out) {
     const uint64_t high_mask = wide_high_mask(high_bits);
@@ -233,29 +287,91 @@ class PairSorter {
       low_differs |= keys_in[i].low ^ keys_in[0].low;
       high_differs |= (keys_in[i].high ^ keys_in[0].high) & high_mask;
     }
-    const int low_bits = bit_width(low_differs);
-    const int packed_bits = low_bits + bit_width(high_differs);
-    if (packed_bits > 64) {
+    if (n <= kInsertionLimit) {
+      insertion_sort(in, n, high_bits, keys_out, values_out);
+      return;
+    }
+    const Packing packing = Packing::from(low_differs, high_differs, high_mask);
+    const bool many_passes = !packing.packed() || packing.bits() > 2 * kPackedDigitBits;
+    if (many_passes && split_sort(buffers, n, high_bits, packing, keys_out, values_out)) return;
+    lsd_sort(buffers, n, high_bits, packing, kPackedDigitBits, keys_out, values_out);
+  }
+
+  // entries[0, n) into the outputs in stable order (n small: quadratic).
+  static void insertion_sort(const Entry* entries, std::size_t n, int high_bits, WideKey* keys_out,
+                             V* values_out) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Entry entry = entries[i];
+      std::size_t j = i;
+      for (; j > 0 && wide_key_less(entry.key, keys_out[j - 1], high_bits); --j) {
+        keys_out[j] = keys_out[j - 1];
+        values_out[j] = values_out[j - 1];
+      }
+      keys_out[j] = entry.key;
+      values_out[j] = entry.value;
+    }
+  }
+
+  // buffers.a's n entries into the outputs by least significant digit first: packed, in as few
+  // passes of up to max_width bits as packing.bits() takes; wide, in digits of kDigitBits.
+  static void lsd_sort(const Buffers& buffers, std::size_t n, int high_bits, const Packing& packing,
+                       int max_width, WideKey* keys_out, V* values_out) {
+    if (!packing.packed()) {
+      const uint64_t high_mask = packing.high_mask;
       place_passes(
           buffers, n, (64 + high_bits + kDigitBits - 1) / kDigitBits, kDigitBits,
           [=](const WideKey& key, int shift) { return digit_of(key, shift, high_mask); }, keys_out,
           values_out);
       return;
     }
-    const int passes = (packed_bits + kPackedDigitBits - 1) / kPackedDigitBits;
-    const int width = passes == 0 ? 0 : (packed_bits + passes - 1) / passes;
-    const uint64_t low_kept = low_bits == 64 ? ~uint64_t{0} : (uint64_t{1} << low_bits) - 1;
-    const uint64_t high_kept = high_differs == 0 ? 0 : high_mask;
+    const int passes = (packing.bits() + max_width - 1) / max_width;
+    const int width = passes == 0 ? 0 : (packing.bits() + passes - 1) / passes;
     place_passes(
         buffers, n, passes, width,
         [=](const WideKey& key, int shift) {
-          // Bits past packed_bits are every key's same (the high word's above its differing
-          // ones), so a last digit reaching past them orders nothing differently.
-          const uint64_t high = (key.high & high_kept) << (low_bits & 63);
-          const uint64_t word = (key.low & low_kept) | (low_bits == 64 ? 0 : high);
-          return static_cast<std::size_t>((word >> shift) & ((uint64_t{1} << width) - 1));
+          return static_cast<std::size_t>((packing.word(key) >> shift) &
+                                          ((uint64_t{1} << width) - 1));
         },
         keys_out, values_out);
+  }
+
+  // buffers.a's n entries split by their top differing bits into buffers.b (stable: parts in
+  // ascending order), then each part sorted alone into the outputs at its place. Returns false,
+  // having moved nothing, when one part would hold more than half the entries (a hot key or a
+  // shared top: the passes over every entry cost no more).
+  static bool split_sort(const Buffers& buffers, std::size_t n, int high_bits,
+                         const Packing& packing, WideKey* keys_out, V* values_out) {
+    const int width = std::min({kSplitBits, packing.bits(), std::max(1, bit_width(n) - 3)});
+    const std::size_t parts = std::size_t{1} << width;
+    const Entry* in = buffers.a;
+    Entry* split = buffers.b;
+    std::size_t at[std::size_t{1} << kSplitBits];
+    std::fill(at, at + parts, std::size_t{0});
+    for (std::size_t i = 0; i < n; ++i) ++at[packing.top_digit(in[i].key, width)];
+    std::size_t sum = 0;
+    std::size_t largest = 0;
+    for (std::size_t d = 0; d < parts; ++d) {
+      const std::size_t count = at[d];
+      at[d] = sum;
+      sum += count;
+      largest = std::max(largest, count);
+    }
+    if (largest > n / 2) return false;
+    for (std::size_t i = 0; i < n; ++i) split[at[packing.top_digit(in[i].key, width)]++] = in[i];
+    // at[d] is now part d's end; buffers.a is free, each part's scratch at its own place.
+    std::size_t begin = 0;
+    for (std::size_t d = 0; d < parts; begin = at[d], ++d) {
+      const std::size_t size = at[d] - begin;
+      if (size <= kInsertionLimit) {
+        insertion_sort(split + begin, size, high_bits, keys_out + begin, values_out + begin);
+        continue;
+      }
+      const Buffers part{split + begin, buffers.a + begin, buffers.counts, buffers.count_rows};
+      lsd_sort(part, size, high_bits, Packing::of(part.a, size, packing.high_mask),
+               std::clamp(bit_width(size), 4, kPackedDigitBits), keys_out + begin,
+               values_out + begin);
+    }
+    return true;
   }
 
   // Bits up to the highest set one of `x` (0 for 0).

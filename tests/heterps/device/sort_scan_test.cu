@@ -171,6 +171,44 @@ TEST(PairSorter, SkipsThePassesEveryKeySharesInTheStableOrder) {
   }
 }
 
+// 64-bit feasigns (a step's keys on a real job: every bit differs) under 0 to 2 owner bits: the
+// cpu twin splits them by their top bits and sorts each part alone (by insertion when small,
+// else by its own differing bits). The stable order at the insertion limit's edges, with a hot
+// key holding up to and past half the pairs (past it the split is declined), and with a top
+// shared by most keys (a few large parts).
+TEST(PairSorter, SplitsFullWidthKeysByTheirTopBitsInTheStableOrder) {
+  CardSet cards = CardSet::from_list("0");
+  Card& card = cards.card(0);
+  card.activate();
+  PairSorter<uint32_t> sorter(card.memory(), card.stream());
+  sorter.reserve(13824);
+  std::mt19937_64 rng(11);
+  for (const std::size_t n :
+       {std::size_t{47}, std::size_t{48}, std::size_t{49}, std::size_t{50}, std::size_t{13824}}) {
+    for (const int high_bits : {0, 1, 2}) {
+      for (const std::size_t hot : {std::size_t{0}, n / 2, n / 2 + 1}) {
+        for (const bool shared_top : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << n << " pairs, high bits " << high_bits << ", hot "
+                                            << hot << (shared_top ? ", top shared" : ""));
+          std::vector<WideKey> keys(n);
+          const WideKey hot_key{rng(), high_bits == 0 ? 0 : rng() % (uint64_t{1} << high_bits)};
+          for (WideKey& k : keys) {
+            // Shared: 8 tops of 4096 keys each (a few large parts). Duplicates: stability shows.
+            k.low = shared_top ? (rng() % 8) << 60 | (rng() % 4096) << 28
+                               : rng() % 3000 * 0x9e3779b97f4a7c15ULL;
+            k.high = high_bits == 0 ? rng() : rng() % (uint64_t{1} << high_bits) | rng() << 8;
+          }
+          std::vector<std::size_t> where(n);
+          std::iota(where.begin(), where.end(), std::size_t{0});
+          std::shuffle(where.begin(), where.end(), rng);
+          for (std::size_t i = 0; i < hot; ++i) keys[where[i]] = hot_key;
+          expect_sorted(sorter, card, keys, high_bits, 0);
+        }
+      }
+    }
+  }
+}
+
 #if !defined(GPUBOX_BACKEND_CUDA)
 // The cpu twin on a card of 3 threads (parts of unequal sizes) and of 1: below, at and above
 // kParallelSortLimit, where it sorts on the card's threads, the same stable order as
