@@ -13,6 +13,7 @@
 // skip the segments past it), and the checks that the plan described the batch and that no key was
 // missing are written on the card and read a few steps late (StepCheck, drain_checks). Every buffer
 // is sized before the keys move, so nothing is allocated while a collective is in flight.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -35,6 +36,17 @@ struct ScatterRecords {
     const std::size_t f = item % static_cast<std::size_t>(dim);
     out[item] = records[static_cast<std::size_t>(occurrence_unique[i]) * dim + f];
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: occurrence by occurrence, one division and one record look-up a row, its fields copied
+  // together (the per-field form read the index again for every float).
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, dim, [this](int64_t i, int64_t first, int64_t last) {
+      const float* record =
+          records + static_cast<std::size_t>(occurrence_unique[i]) * static_cast<std::size_t>(dim);
+      std::copy(record + first, record + last, out + i * dim + first);
+    });
+  }
+#endif
 };
 
 // send_slots[u] = the slot of unique key u's first occurrence (a key that comes in two slots of
