@@ -84,6 +84,16 @@ Status read_memory_sources(const std::vector<std::string>& files, const DatasetC
           " slots and " + std::to_string(block.dense_dim) + " dense values, the config " +
           std::to_string(config.slots.size()) + " and " + std::to_string(config.dense_dim));
     }
+    const auto differs =
+        std::mismatch(source.slot_names.begin(), source.slot_names.end(), config.slots.begin());
+    if (differs.first != source.slot_names.end()) {
+      const auto at = static_cast<std::size_t>(differs.first - source.slot_names.begin());
+      return Status::InvalidArgument(
+          "in-memory data set '" + name + "' was built under other slots: slot " +
+          std::to_string(at + 1) + " is '" + *differs.first + "' there, '" + *differs.second +
+          "' in the config (its keys would be read as another slot's): build it under this "
+          "config (Dataset.from_frame(data, config))");
+    }
     ++stats.files;
     stats.lines += block.size();
     stats.instances += block.size();

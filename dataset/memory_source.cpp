@@ -50,9 +50,13 @@ uint64_t digest_of(const InstanceBlock& block) {
 
 bool is_memory_source(const std::string& name) { return name.rfind(kPrefix, 0) == 0; }
 
-std::string register_memory_source(InstanceBlock block) {
+std::string register_memory_source(InstanceBlock block, std::vector<std::string> slot_names) {
+  GPUBOX_EXPECTS(slot_names.size() == static_cast<std::size_t>(block.num_slots),
+                 "memory data set: ", slot_names.size(), " slot names for ", block.num_slots,
+                 " slots");
   MemorySource source;
   source.digest = digest_of(block);
+  source.slot_names = std::move(slot_names);
   source.block = std::make_shared<const InstanceBlock>(std::move(block));
   Registry& r = registry();
   MutexLock lock(r.mu);
@@ -104,6 +108,7 @@ MemorySource find_memory_source(const std::string& name) {
   for (std::size_t i = begin; i < end; ++i) part.append(all.instance(i));
   MemorySource share;
   share.digest = digest_of(part);
+  share.slot_names = whole.slot_names;
   share.block = std::make_shared<const InstanceBlock>(std::move(part));
   return share;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dataset/instance_block.hpp"
 
@@ -18,12 +19,16 @@ namespace gpubox::dataset {
 struct MemorySource {
   std::shared_ptr<const InstanceBlock> block;
   uint64_t digest = 0;  // of its labels, dense values, keys and slot sizes (the job identity's)
+  // The slots its keys are in, in order: the config's it was built under (a config whose slots
+  // differ reads it as another data set: read_memory_sources refuses it).
+  std::vector<std::string> slot_names;
 };
 
 // True when `name` is a memory source's name (registered or not).
 bool is_memory_source(const std::string& name);
-// Registers `block` and returns its new name ("memory:<n>").
-std::string register_memory_source(InstanceBlock block);
+// Registers `block`, its keys in the slots `slot_names` (one per block slot), and returns its new
+// name ("memory:<n>").
+std::string register_memory_source(InstanceBlock block, std::vector<std::string> slot_names);
 // Drops the name (a data set already loaded keeps the block: it shares it, immutable).
 void unregister_memory_source(const std::string& name);
 // The source `name` names; throws gpubox::Error naming it when none is registered. A share's

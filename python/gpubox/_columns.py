@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -63,11 +64,62 @@ def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
         raise ValueError(f"the model reads {dense_dim} dense values per instance: give a "
                          f"'{name}' column (a list per row) or an n x {dense_dim} array")
     values = column.to_numpy() if hasattr(column, "to_numpy") else column
-    matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,
-                        dtype=np.float32)
+    with np.errstate(over="ignore"):  # a value past float32's range is refused below
+        matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,
+                            dtype=np.float32)
     if matrix.shape != (n, dense_dim):
         raise ValueError(f"'{name}': shape {matrix.shape}, the model needs ({n}, {dense_dim})")
+    finite = np.isfinite(matrix)
+    if not finite.all():
+        row, value = (int(i) for i in np.argwhere(~finite)[0])
+        raise ValueError(f"'{name}': row {row}, value {value} is {matrix[row, value]} as float32, "
+                         "not a finite number (as the files' bad_dense and gpubox_serve's 400)")
     return np.ascontiguousarray(matrix)
+
+
+def _labels(column: Any, n: int, name: str) -> np.ndarray:
+    """The label column as float32 0/1 values; any other value (2, -1, 0.7, NaN, "1") is an
+    error naming the row, as the files' bad_label."""
+    values = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"label column '{name}': labels are the numbers 0 and 1, got dtype "
+                         f"{values.dtype}")
+    labels = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    if len(labels) != n:
+        raise ValueError(f"label column '{name}': {len(labels)} labels, the first column has "
+                         f"{n} rows")
+    bad = np.flatnonzero((labels != 0) & (labels != 1))
+    if bad.size:
+        raise ValueError(f"label column '{name}': row {int(bad[0])} holds "
+                         f"{values.reshape(-1)[bad[0]]!r}; labels are 0 or 1 (the files' "
+                         "bad_label)")
+    return labels
+
+
+def _shown(names: Sequence[Any], most: int = 8) -> str:
+    """Names for a message: the first `most`, then how many more."""
+    text = ", ".join(repr(x) for x in list(names)[:most])
+    return text + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _check_slot_columns(columns: Sequence[Any], slot_names: Sequence[str],
+                        read: Sequence[Optional[str]]) -> None:
+    """No slot of the model among the columns is an error (every instance would have no id:
+    the file loader refuses such a pass); some slots without a column while other columns go
+    unread is warned, naming both (a misspelt or renamed slot column)."""
+    missing = [s for s in slot_names if s not in columns]
+    if not missing:
+        return
+    unread = [c for c in columns if c not in slot_names and c not in read]
+    numbered = any(not isinstance(c, str) and str(c) in slot_names for c in columns)
+    hint = (" (slot names are strings and some columns are named by numbers: "
+            "df.columns = df.columns.astype(str))" if numbered else "")
+    if len(missing) == len(slot_names):
+        raise ValueError(f"none of the model's {len(slot_names)} slots "
+                         f"({_shown(slot_names)}) is a column{hint}; columns: {_shown(columns)}")
+    if unread:
+        warnings.warn(f"{len(missing)} slots have no column, so no id ({_shown(missing)}), "
+                      f"while columns {_shown(unread)} are not read{hint}", stacklevel=4)
 
 
 def columns_of(
@@ -89,6 +141,7 @@ def columns_of(
     if not columns:
         raise TypeError("expected a pandas DataFrame or a mapping of columns")
     n = len(data[columns[0]])
+    _check_slot_columns(columns, slot_names, [dense_name, label_name])
     keys, offsets = [], []
     for slot in slot_names:
         if slot in columns:
@@ -104,7 +157,5 @@ def columns_of(
     if label_name is not None:
         if label_name not in columns:
             raise ValueError(f"no label column '{label_name}' (runner.label_name)")
-        column = data[label_name]
-        labels = np.ascontiguousarray(
-            column.to_numpy() if hasattr(column, "to_numpy") else column, dtype=np.float32)
+        labels = _labels(data[label_name], n, label_name)
     return keys, offsets, matrix, labels

@@ -47,6 +47,10 @@ class Config:
         directory. Raises :class:`gpubox.ConfigError` with the text gpubox_train prints after
         ``gpubox_train:``.
         """
+        for key, value in (overrides or {}).items():
+            if value is None:  # str(None) would be the path or name "None"
+                raise _core.ConfigError(f"{key}: None is not a value (leave the key out for its "
+                                        "default, or give \"\" for an empty path)")
         items = [f"{key}={_override_value(value)}" for key, value in (overrides or {}).items()]
         items.extend(override_list)
         return cls(_core.load_config(os.fspath(path), items))

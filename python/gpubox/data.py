@@ -68,6 +68,7 @@ def stat(
     """What ``gpubox_data stat --config ... --json`` reports (files, lines, instances, skipped
     lines by reason, unique keys, positives, bytes, seconds, MB/s, ...) for ``sources``: data
     folders or files, or Datasets; by default the config's training data (runner.pass_dirs, else
-    runner.train_data_dir). Loads them exactly as training would."""
+    runner.train_data_dir). Loads them exactly as training would; a load that fails (as
+    gpubox_data stat exits 1) raises :class:`gpubox.EngineError` with its error."""
     names = [s.name if isinstance(s, Dataset) else os.fspath(s) for s in sources]
     return json.loads(_core.stat(config._loaded, names))

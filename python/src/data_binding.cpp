@@ -59,11 +59,12 @@ std::string register_data(const LoadedConfig& config, const std::vector<KeyArray
   }
   dataset::InstanceBlock block =
       build_block(ds.slots, ds.dense_dim, keys, offsets, dense, labels.data());
-  return dataset::register_memory_source(std::move(block));
+  return dataset::register_memory_source(std::move(block), ds.slots);
 }
 
 // gpubox_data stat of `dirs` (data folders, files or in-memory data sets; none: the config's
-// runner.pass_dirs, else runner.train_data_dir): its JSON object's text.
+// runner.pass_dirs, else runner.train_data_dir): its JSON object's text; a load that fails
+// raises its error, as gpubox_data stat exits 1.
 std::string stat(const LoadedConfig& config, const std::vector<std::string>& dirs) {
   std::vector<std::string> sources = dirs;
   if (sources.empty()) {
@@ -80,7 +81,12 @@ std::string stat(const LoadedConfig& config, const std::vector<std::string>& dir
       for (const std::string& dir : sources) {
         for (std::string& file : trainer::data_files(dir)) files.push_back(std::move(file));
       }
-      json = dataset::stat_json(dataset::run_stat(config.config.dataset, files));
+      const dataset::StatReport report = dataset::run_stat(config.config.dataset, files);
+      if (report.load_status.ok()) {
+        json = dataset::stat_json(report);
+      } else {  // gpubox_data stat prints the report and exits 1
+        failure = report.load_status.to_string();
+      }
     } catch (const std::exception& e) {
       failure = user_message(e);
     }

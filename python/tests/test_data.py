@@ -92,3 +92,58 @@ def test_a_streamed_reader_refuses_a_dataset_naming_the_key(planted: dict[str, A
                              "runner.reader_type: InmemoryDataset"):
         gpubox.train(config, train_data=data)
     assert not (tmp_path / "model").exists()  # refused before any pass
+
+
+def test_a_frame_that_names_no_slot_or_holds_other_labels_is_refused(
+        trained: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    dense = [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]
+    # Columns named by numbers (a frame read without a header): every instance would have no id.
+    numbered = {"click": [1, 0], 1: [5, 6], 2: [7, 8], "dense_feature": dense}
+    with pytest.raises(ValueError, match=r"none of the model's 8 slots .*astype\(str\)"):
+        gpubox.Dataset.from_frame(numbered, config)
+    # A slot without a column is a slot without ids; beside a column nobody reads, it is said.
+    with pytest.warns(UserWarning, match=r"7 slots have no column.*'slot1'.* not read"):
+        gpubox.Dataset.from_frame({"click": [1, 0], "slot1": [5, 6], "2": [7, 8],
+                                   "dense_feature": dense}, config)
+    # Labels are 0 or 1, as the files' bad_label: the row is named.
+    for labels, shown in (([1, 2], "2"), ([-1, 0], "-1"), ([0.7, 1.0], "0.7"),
+                          ([1.0, float("nan")], "nan")):
+        with pytest.raises(ValueError, match=rf"label column 'click': row \d holds {shown}"):
+            gpubox.Dataset.from_frame({"click": labels, "1": [5, 6], "dense_feature": dense},
+                                      config)
+    with pytest.raises(ValueError, match="labels are the numbers 0 and 1, got dtype"):
+        gpubox.Dataset.from_frame({"click": ["1", "0"], "1": [5, 6], "dense_feature": dense},
+                                  config)
+    for labels in ([True, False], [1.0, 0.0], np.array([1, 0], dtype=np.int8)):
+        assert len(gpubox.Dataset.from_frame({"click": labels, "1": [5, 6],
+                                              "dense_feature": dense}, config)) == 2
+    # Dense values that are no finite float32 (NaN, inf, 1e300) name the row and the value.
+    for bad in (float("nan"), float("inf"), 1e300):
+        with pytest.raises(ValueError, match="'dense_feature': row 1, value 2 is .*not a finite"):
+            gpubox.Dataset.from_frame({"click": [1, 0], "1": [5, 6],
+                                       "dense_feature": [[0.1, 0.2, 0.3], [0.0, 0.0, bad]]},
+                                      config)
+
+
+def test_a_dataset_built_under_other_slots_is_refused(trained: dict[str, Any],
+                                                      planted: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    data = gpubox.Dataset.from_frame(read_slot_text(part), config)
+    reversed_slots = gpubox.Config.from_yaml(
+        config.path, override_list=[*config.overrides,
+                                    "hyper_parameters.slot_names=[8, 7, 6, 5, 4, 3, 2, 1]",
+                                    "runner.model_save_path=", "runner.metrics_path=",
+                                    "runner.test_data_dir="])
+    with pytest.raises(gpubox.EngineError,
+                       match="built under other slots: slot 1 is '1' there, '8' in the config"):
+        gpubox.train(reversed_slots, train_data=data)
+    with pytest.raises(gpubox.EngineError, match="built under other slots"):
+        gpubox.data.stat(reversed_slots, [data])
+
+
+def test_an_override_of_none_is_refused(trained: dict[str, Any]) -> None:
+    config: gpubox.Config = trained["config"]
+    with pytest.raises(gpubox.ConfigError, match="runner.model_save_path: None is not a value"):
+        gpubox.Config.from_yaml(config.path, {"runner.model_save_path": None})

@@ -86,6 +86,12 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
         model.predict("click:1 dense_feature:0.1 dense_feature:0.2 dense_feature:0.3 99:5")
     with pytest.raises(ValueError, match="dense"):
         model.predict({"1": [3, 4]})
+    # Dense values that are no finite float32: refused as gpubox_serve refuses them (400).
+    for bad in (float("nan"), float("-inf"), 1e300):
+        with pytest.raises(ValueError, match="not a finite number"):
+            model.predict({"1": [3, 4]}, dense=[[0.1, 0.2, 0.3], [bad, 0.0, 0.0]])
+    with pytest.raises(ValueError, match="none of the model's"):
+        model.predict({1: [3, 4]}, dense=[[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]])
     with pytest.raises(ValueError, match="config"):
         gpubox.load(infer["save"])
 

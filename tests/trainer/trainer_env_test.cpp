@@ -97,7 +97,7 @@ std::string numbered_rows(int n) {
     const float no_dense = 0.0f;  // dense_dim 0: none read
     block.append(static_cast<float>(i), &no_dense, &key, 1, &sizes);
   }
-  return dataset::register_memory_source(std::move(block));
+  return dataset::register_memory_source(std::move(block), {"1"});
 }
 
 TEST(TrainerFileShare, AnInMemoryDataSetIsSplitByRowsAsFilesAre) {
