@@ -163,6 +163,12 @@ class ArgParser {
   }
 
   Status set(const FlagSpec& flag, const std::string& text) {
+    // A flag given twice would be read as its last value, the first dropped unsaid (a config
+    // key given twice in a YAML file is refused alike).
+    if (const auto given = out_.text_.find(flag.name); given != out_.text_.end()) {
+      return Status::InvalidArgument("--" + flag.name + " given twice (" + given->second +
+                                     ", then " + text + "): give it once");
+    }
     config::ConfigValue value;
     GPUBOX_RETURN_IF_ERROR(config::parse_value_text(key_spec_of(flag), text, &value));
     if (flag.type == FlagType::kString || flag.type == FlagType::kLoose) value = text;

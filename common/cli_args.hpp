@@ -16,8 +16,8 @@
 // but not 1.5, numbers must be finite, and each value must lie in its flag's range — the key
 // table's range for a flag that mirrors a config key (FlagSpec::key), else the range declared
 // next to the flag. Errors name the flag and exit 2: an unknown flag (with the closest names),
-// a missing or bad value, an out-of-range value, -o for a command without a config, an
-// unexpected positional argument.
+// a missing or bad value, an out-of-range value, a flag given twice (-o is the repeatable one),
+// -o for a command without a config, an unexpected positional argument.
 #pragma once
 
 #include <cstdint>
@@ -86,7 +86,7 @@ class ParsedArgs {
   double get_float(std::string_view name, double fallback) const;
   std::string get_string(std::string_view name, const std::string& fallback) const;
   // Flag name -> the value given, as text a parser of its type reads back exactly ("4000000"
-  // for --lines 4e6; "true"/"false"; strings as given). In name order; last given wins.
+  // for --lines 4e6; "true"/"false"; strings as given). In name order.
   const std::map<std::string, std::string>& given_text() const { return text_; }
 
  private:

@@ -99,8 +99,13 @@ TEST(CliArgs, FlagSpellings) {
   EXPECT_EQ(parse_ok({"--seed", "18446744073709551615"}).get_uint64("seed", 0),
             18446744073709551615ull);
   EXPECT_EQ(parse_ok({"--out", "a b:c"}).get_string("out", ""), "a b:c");
-  // The last one given wins.
-  EXPECT_EQ(parse_ok({"--lines", "5", "--lines=6"}).get_int("lines", 0), 6);
+  // A flag given twice is refused (its first value would be dropped unsaid), however spelt.
+  EXPECT_EQ(error_of({"--lines", "5", "--lines=6"}),
+            "--lines given twice (5, then 6): give it once");
+  EXPECT_EQ(error_of({"--json", "--nojson"}),
+            "--json given twice (true, then false): give it once");
+  EXPECT_EQ(error_of({"--mf-dim", "7", "-mf_dim=7"}),
+            "--mf_dim given twice (7, then 7): give it once");
   EXPECT_EQ(parse_ok({}).get_int("lines", 42), 42);
   EXPECT_FALSE(parse_ok({}).has("lines"));
   EXPECT_EQ(error_of({"--lines"}), "--lines needs a value");

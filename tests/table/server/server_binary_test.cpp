@@ -129,13 +129,24 @@ class ServerBinary : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // The defaults, a flag of `extra` that is one of them replacing its value (a flag given twice
+  // is refused), then extra's other arguments.
   std::vector<std::string> args(std::vector<std::string> extra = {}) const {
     std::vector<std::string> a{"--port",         "0",
                                "--threads",      "2",
                                "--data_dir",     dir_.string(),
                                "--config",       (dir_ / "config.yaml").string(),
                                "--table_shards", "4"};
-    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::string> rest;
+    for (std::size_t i = 0; i < extra.size(); ++i) {
+      const auto same = std::find(a.begin(), a.end(), extra[i]);
+      if (same != a.end() && (same - a.begin()) % 2 == 0 && i + 1 < extra.size()) {
+        *(same + 1) = extra[++i];
+      } else {
+        rest.push_back(extra[i]);
+      }
+    }
+    a.insert(a.end(), rest.begin(), rest.end());
     return a;
   }
 
