@@ -397,5 +397,31 @@ TEST(TrainerConfigTest, ShrinkEveryAndColdAfterDays) {
   }
 }
 
+// A key of another runner.sync_mode set off its default is said at start (the shipped configs
+// list every key at its default: nothing said for them).
+TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
+  const auto note = [](const std::vector<std::string>& overrides) {
+    auto doc = config::ConfigDocument::load(shipped_path("config_gpubox.yaml"), overrides);
+    EXPECT_TRUE(doc.ok()) << doc.status().to_string();
+    return doc.ok() ? other_mode_keys_note(*doc) : std::string();
+  };
+  EXPECT_EQ(note({}), "");
+  EXPECT_EQ(note({"runner.geo_step=100"}), "");  // its default
+  const std::string gpubox = note({"runner.geo_step=5", "runner.split_file_list=true"});
+  EXPECT_NE(gpubox.find("not read in runner.sync_mode gpubox: runner.geo_step (read in geo "
+                        "mode); runner.split_file_list (read in async, sync and geo mode)"),
+            std::string::npos)
+      << gpubox;
+  EXPECT_EQ(note({"runner.sync_mode=geo", "runner.geo_step=5", "runner.split_file_list=true"}), "");
+  const std::string async =
+      note({"runner.sync_mode=async", "runner.geo_step=5", "runner.dense_sync_steps=7"});
+  EXPECT_NE(async.find("runner.sync_mode async: runner.geo_step (read in geo mode)"),
+            std::string::npos)
+      << async;
+  EXPECT_EQ(async.find("dense_sync_steps"), std::string::npos) << async;
+  EXPECT_NE(note({"runner.sync_mode=geo", "runner.dense_sync_steps=7"}).find("dense_sync_steps"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpubox::trainer

@@ -524,6 +524,32 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   return c;
 }
 
+std::string other_mode_keys_note(const config::ConfigDocument& doc) {
+  struct ModeKey {
+    const char* key;
+    std::vector<SyncMode> read_in;
+    const char* modes;
+  };
+  static const ModeKey kModeKeys[] = {
+      {"runner.geo_step", {SyncMode::kGeo}, "geo"},
+      {"runner.dense_sync_steps", {SyncMode::kAsync, SyncMode::kSync}, "async and sync"},
+      {"runner.split_file_list",
+       {SyncMode::kAsync, SyncMode::kSync, SyncMode::kGeo},
+       "async, sync and geo"}};
+  const SyncMode mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
+  std::string keys;
+  for (const ModeKey& k : kModeKeys) {
+    if (doc.is_default(k.key) ||
+        std::find(k.read_in.begin(), k.read_in.end(), mode) != k.read_in.end()) {
+      continue;
+    }
+    keys += std::string(keys.empty() ? "" : "; ") + k.key + " (read in " + k.modes + " mode)";
+  }
+  if (keys.empty()) return "";
+  return doc.source() + ": set, but not read in runner.sync_mode " +
+         name_of(config::kSyncModeNames, mode) + ": " + keys;
+}
+
 std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {
   if (doc.is_set("hyper_parameters.dnn_batch_norm") ||
       config::paddlerec_model_name(doc) != "dlrm") {
