@@ -158,6 +158,14 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
   const std::string dense_note =
       dense_exchange_note(config_, s.workers.at(0)->model().parameters().size());
   if (!dense_note.empty()) GPUBOX_LOG(INFO) << dense_note;
+  if (env_.trainers > 1 && env_.trainer_id == 0) {
+    // Unlike the gpubox mode's, where trainer 0's lines are the job's (its metric buffer is
+    // all-reduced): said once, so that one trainer's share is not read as the job's.
+    GPUBOX_LOG(INFO) << "trainer 0's pass lines and runner.metrics_path hold its own share of "
+                        "each pass (examples, ips, auc of the instances it trained); each other "
+                        "trainer's are in its own log and beside it as <name>.trainer<N>.jsonl; "
+                        "the divergence check judges the job's sums";
+  }
 }
 
 void PsTrainer::make_workers() {
