@@ -10,6 +10,8 @@
 #include <sstream>
 #include <utility>
 
+#include "table/io/model_manifest.hpp"
+
 namespace gpubox::table::io {
 namespace {
 
@@ -129,8 +131,13 @@ StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env,
     auto entries = env->list_dir(path);
     if (!entries.ok()) return entries.status();
     if (!entries->empty()) {
-      return Status::InvalidArgument("save path " + path +
-                                     " exists and is not a gpubox save; refusing to replace it");
+      // A model save (a pass's folder) is a gpubox save too, of another kind than this one.
+      const bool model_save = env->exists(path + "/" + kModelManifestName);
+      return Status::InvalidArgument(
+          "save path " + path +
+          (model_save ? " holds a model save (its " + std::string(kModelManifestName) +
+                            "), not a part or an export; refusing to replace it"
+                      : " exists and is not a gpubox save; refusing to replace it"));
     }
   }
   std::unique_ptr<StagedSave> save(new StagedSave(env, path));

@@ -117,6 +117,31 @@ TEST_F(Serving, Float16AndTheShowThresholdKeepWhatTheySay) {
   EXPECT_EQ(model->spec().value_type, ValueType::kFloat16);
 }
 
+// An export whose --out is a pass's model save (or any folder that is not an export) is refused,
+// the folder kept, and the message says which it is.
+TEST_F(Serving, AnExportOverAModelSaveOrAnotherFolderIsRefusedSayingWhichItIs) {
+  const fs::path model_save = root_ / "model_save_as_out";
+  fs::create_directories(model_save);
+  std::ofstream(model_save / "MODEL_MANIFEST") << "kept";
+  auto over_save = export_serving_model(*config_, (root_ / "save").string(), model_save.string(),
+                                        ExportOptions{});
+  ASSERT_FALSE(over_save.ok());
+  EXPECT_NE(over_save.status().message().find("holds a model save (its MODEL_MANIFEST)"),
+            std::string::npos)
+      << over_save.status().to_string();
+  EXPECT_TRUE(fs::exists(model_save / "MODEL_MANIFEST"));
+  const fs::path other = root_ / "other_as_out";
+  fs::create_directories(other);
+  std::ofstream(other / "notes.txt") << "kept";
+  auto over_other =
+      export_serving_model(*config_, (root_ / "save").string(), other.string(), ExportOptions{});
+  ASSERT_FALSE(over_other.ok());
+  EXPECT_NE(over_other.status().message().find("exists and is not a gpubox save"),
+            std::string::npos)
+      << over_other.status().to_string();
+  EXPECT_TRUE(fs::exists(other / "notes.txt"));
+}
+
 TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
   auto copy = [&](const std::string& name) {
     const fs::path dir = root_ / name;
