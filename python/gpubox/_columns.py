@@ -63,6 +63,8 @@ def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
     if column is None:
         raise ValueError(f"the model reads {dense_dim} dense values per instance: give a "
                          f"'{name}' column (a list per row) or an n x {dense_dim} array")
+    if n == 0:  # no rows: nothing to read (an empty column's shape says nothing of its width)
+        return np.zeros((0, dense_dim), dtype=np.float32)
     values = column.to_numpy() if hasattr(column, "to_numpy") else column
     with np.errstate(over="ignore"):  # a value past float32's range is refused below
         matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,

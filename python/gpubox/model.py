@@ -81,6 +81,8 @@ class Model:
             return self._core.predict_text("\n".join(data))
         keys, offsets, matrix, _ = columns_of(data, self.slot_names, self.dense_name,
                                               self.dense_dim, dense=dense)
+        if len(matrix) == 0:  # no instance, no prediction
+            return np.zeros(0, dtype=np.float32)
         return self._core.predict(keys, offsets, matrix)
 
 

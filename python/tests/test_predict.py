@@ -92,6 +92,10 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
             model.predict({"1": [3, 4]}, dense=[[0.1, 0.2, 0.3], [bad, 0.0, 0.0]])
     with pytest.raises(ValueError, match="none of the model's"):
         model.predict({1: [3, 4]}, dense=[[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]])
+    # No rows: no prediction (and no data set to train).
+    assert model.predict({"1": [], "dense_feature": []}).shape == (0,)
+    with pytest.raises(ValueError, match="no rows"):
+        gpubox.Dataset.from_frame({"click": [], "1": [], "dense_feature": []}, trained["config"])
     with pytest.raises(ValueError, match="config"):
         gpubox.load(infer["save"])
 
