@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/dense_model_types.hpp"
@@ -28,6 +29,27 @@ struct DropUnits {
     const float v = to_float(y[at]);
     store_as(y + at, v * (kept ? mask.scale : 0.0f));
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: row by row (a division a row, not one a unit) with the step's key read once, so that the
+  // units' hashes form a loop the AVX-512 clone runs 8 wide (isa_clones); the same products.
+  void run_range(std::size_t begin, std::size_t end) const {
+    // Locals: a store through `out` (a float) could otherwise be mask.scale's, re-read each unit.
+    const DropoutMask m = mask;
+    const uint64_t key = *step_key;
+    T* const data = y;
+    const std::size_t width = cols;
+    const std::size_t stride = ld;
+    device::for_row_segments(
+        begin, end, static_cast<int>(width), [=](int64_t row, int64_t first, int64_t last) {
+          T* out = data + static_cast<std::size_t>(row) * stride;
+          const std::size_t base = static_cast<std::size_t>(row) * width;
+          for (int64_t j = first; j < last; ++j) {
+            const float factor = m.keeps(key, base + static_cast<std::size_t>(j)) ? m.scale : 0.0f;
+            store_as(out + j, to_float(out[j]) * factor);
+          }
+        });
+  }
+#endif
 };
 
 // One thread: the step (advanced, or set to `value`) and every mask's key of it.
@@ -78,10 +100,12 @@ void apply_dropout_async(const device::Stream& stream, const DropoutMask& mask,
   const auto stride = static_cast<std::size_t>(ld);
   if (type == ElementType::kBf16) {
     device::parallel_for(stream, n,
-                         DropUnits<Bf16>{mask, step_key, static_cast<Bf16*>(y), c, stride});
+                         device::isa_clones(
+                             DropUnits<Bf16>{mask, step_key, static_cast<Bf16*>(y), c, stride}));
   } else {
     device::parallel_for(stream, n,
-                         DropUnits<float>{mask, step_key, static_cast<float*>(y), c, stride});
+                         device::isa_clones(
+                             DropUnits<float>{mask, step_key, static_cast<float*>(y), c, stride}));
   }
 }
 
