@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/activation_layout.hpp"
 #include "trainer/nn/deepfefm_part.hpp"
@@ -97,6 +98,7 @@ GPUBOX_HD inline void sym_times(const float* __restrict__ m, const float* __rest
   for (int j = 0; j < k; ++j) {
     const float* __restrict__ row = m + static_cast<int64_t>(j) * k + i0;
     const float vj = v[j];
+    GPUBOX_LANES
     for (int i = 0; i < kSymChunk; ++i) out[i] += row[i] * vj;
   }
 }
@@ -183,8 +185,11 @@ struct FieldGrad {
         const int n = k - i0 < kSymChunk ? k - i0 : kSymChunk;
         float mv[kSymChunk];
         sym_times(m, vg, k, i0, mv);
-        for (int i = 0; i < kSymChunk; ++i) {
-          if (i < n) dv[i0 + i] += dr * mv[i];
+        if (n == kSymChunk) {  // a whole chunk: lanes without a mask (the cpu's vectors)
+          GPUBOX_LANES
+          for (int i = 0; i < kSymChunk; ++i) dv[i0 + i] += dr * mv[i];
+        } else {
+          for (int i = 0; i < n; ++i) dv[i0 + i] += dr * mv[i];
         }
       }
     }
@@ -216,6 +221,7 @@ struct PairWeightGrad {
         const float* __restrict__ vg = fields + (b * nf + g) * k;
         const float dr = d_pairs[b * shape.pairs() + p];
         const float ar = dr * va[r], gr = dr * vg[r];
+        GPUBOX_LANES
         for (int c = 0; c < kSymChunk; ++c) sum[c] += ar * vg[c0 + c] + gr * va[c0 + c];
       }
       float* out = grad + static_cast<int64_t>(item) * k + c0;
@@ -358,8 +364,9 @@ void DeepfefmPart::forward(const device::Stream& stream, const DenseParameters& 
                   has_dense ? params.values(dense_v_) : nullptr,
                   has_dense ? params.values(dense_w_block) : nullptr, fields_.data(), x0_.data(),
                   shape, use_cvm_, slot_width_, embedx_column_});
-  device::parallel_for(stream, items(batch, fields()),
-                       PairForward{fields_.data(), sym_.data(), x0_.data(), shape});
+  device::parallel_for(
+      stream, items(batch, fields()),
+      device::isa_clones(PairForward{fields_.data(), sym_.data(), x0_.data(), shape}));
 }
 
 void DeepfefmPart::add_logits(const device::Stream& stream, int64_t batch, float* logits) const {
@@ -375,11 +382,11 @@ void DeepfefmPart::backward(const device::Stream& stream, DenseParameters& param
   device::parallel_for(stream, items(batch, pairs()),
                        PairGrad{dx0_.data(), dlogits, d_pairs_.data(), scale, shape});
   device::parallel_for(stream, items(batch, fields()),
-                       FieldGrad{fields_.data(), sym_.data(), d_pairs_.data(), dx0_.data(),
-                                 d_fields_.data(), shape});
-  device::parallel_for(
-      stream, items(pairs(), width_),
-      PairWeightGrad{fields_.data(), d_pairs_.data(), params.grads(field_w_), batch, shape});
+                       device::isa_clones(FieldGrad{fields_.data(), sym_.data(), d_pairs_.data(),
+                                                    dx0_.data(), d_fields_.data(), shape}));
+  device::parallel_for(stream, items(pairs(), width_),
+                       device::isa_clones(PairWeightGrad{fields_.data(), d_pairs_.data(),
+                                                         params.grads(field_w_), batch, shape}));
   const int pool_cols = slots_ * slot_width_;
   device::parallel_for(stream, items(batch, pool_cols),
                        ScatterPooledGrad{d_fields_.data(), d_pooled, pool_cols, slot_width_,

@@ -99,13 +99,13 @@ void apply_dropout_async(const device::Stream& stream, const DropoutMask& mask,
   const auto c = static_cast<std::size_t>(cols);
   const auto stride = static_cast<std::size_t>(ld);
   if (type == ElementType::kBf16) {
-    device::parallel_for(stream, n,
-                         device::isa_clones(
-                             DropUnits<Bf16>{mask, step_key, static_cast<Bf16*>(y), c, stride}));
+    device::parallel_for(
+        stream, n,
+        device::isa_clones(DropUnits<Bf16>{mask, step_key, static_cast<Bf16*>(y), c, stride}));
   } else {
-    device::parallel_for(stream, n,
-                         device::isa_clones(
-                             DropUnits<float>{mask, step_key, static_cast<float*>(y), c, stride}));
+    device::parallel_for(
+        stream, n,
+        device::isa_clones(DropUnits<float>{mask, step_key, static_cast<float*>(y), c, stride}));
   }
 }
 
