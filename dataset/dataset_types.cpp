@@ -148,7 +148,9 @@ std::int32_t slot_id(const std::vector<std::string>& slots, std::size_t position
 }
 
 std::string ParseErrorRecord::to_string() const {
-  std::string out = file + ":" + std::to_string(line) + ": " + name_of(kParseReasonNames, reason);
+  std::string out =
+      file + ":" + std::to_string(line) + ": " +
+      (reason == ParseReason::kOk ? "blank line" : name_of(kParseReasonNames, reason));
   if (!detail.empty()) out += ": " + detail;
   return out;
 }

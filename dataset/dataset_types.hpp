@@ -61,6 +61,9 @@ struct DatasetConfig {
   int thread_num = 1;         // reader threads; files are shared among them
   int batch_size = 1;         // instances per batch per card
   bool strict_parse = false;  // the first malformed line fails the load
+  // With strict_parse, a blank line fails it too (a row per line: gpubox_train's
+  // --predictions_out, where a line skipped would move every row after it).
+  bool blank_lines_fail = false;
   // What the error of a strict load names as the reason (a caller that sets strict_parse for its
   // own purpose says it).
   std::string strict_parse_reason = "strict_parse";
@@ -137,9 +140,9 @@ static_assert(std::size(kParseReasonNames) == kNumParseReasons, "a ParseReason h
 // One rejected line, reported as `file:line: reason: detail`.
 struct ParseErrorRecord {
   std::string file;
-  std::uint64_t line = 0;  // 1-based
-  ParseReason reason = ParseReason::kOk;
-  std::string detail;  // the offending token or a short explanation
+  std::uint64_t line = 0;                 // 1-based
+  ParseReason reason = ParseReason::kOk;  // kOk: a blank line (DatasetConfig::blank_lines_fail)
+  std::string detail;                     // the offending token or a short explanation
   std::string to_string() const;
 };
 

@@ -90,7 +90,10 @@ class InputRun {
       const ParseResult parsed = parser.parse(line.text, block_);
       if (parsed.blank) {
         ++stats_->blank_lines;
-        return true;
+        if (!config_.strict_parse || !config_.blank_lines_fail) return true;
+        stats_->errors.push_back(ParseErrorRecord{path_, line.number, ParseReason::kOk, ""});
+        outcome_.strict_failure = true;
+        return false;
       }
       if (parsed.ok()) return accept(parsed);
       reject(parsed.reason, line.number, describe(parsed));

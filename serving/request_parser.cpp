@@ -323,6 +323,17 @@ StatusOr<dataset::InstanceBlock> RequestParser::parse_slot_text(std::string_view
     begin = end + 1;
     ++line_no;
     dataset::ParseResult result = parser.parse(line, &out);
+    if (result.blank) {
+      // Blank lines at the end are the body's trailing newlines; one before a line would move
+      // every prediction after it off its line (they are one per line, in order).
+      if (body.find_first_not_of(" \t\r\n", std::min(begin, body.size())) ==
+          std::string_view::npos) {
+        break;
+      }
+      return Status::InvalidArgument("line " + std::to_string(line_no) +
+                                     " is blank: the predictions are one per line, in order, "
+                                     "and a blank line has none (remove it)");
+    }
     if (result.reason == dataset::ParseReason::kBadLabel && result.note != nullptr) {
       with_label = no_label;
       with_label.append(line);

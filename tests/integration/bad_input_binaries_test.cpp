@@ -336,6 +336,25 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
   const Finished lenient =
       train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", bad.string()});
   EXPECT_EQ(lenient.status, 0) << lenient.output;
+  // A blank line (or one of spaces) would move every row after it too: named, nothing written.
+  const fs::path blank = root_ / "blank_test";
+  fs::create_directories(blank);
+  {
+    std::ifstream in(root_ / "test" / "part-00000");
+    std::ofstream copy(blank / "part-00000");
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) copy << line << (n == 3 ? "\n   \n" : "\n");
+  }
+  const Finished blank_line = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
+                                     blank.string(), "--predictions_out", out});
+  EXPECT_EQ(blank_line.status, 1) << blank_line.output;
+  EXPECT_NE(blank_line.output.find((blank / "part-00000").string() + ":4: blank line"),
+            std::string::npos)
+      << blank_line.output;
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(
+      train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", blank.string()}).status,
+      0);
 }
 
 // Test data that is training data too: its "test auc" is said not to be held out.

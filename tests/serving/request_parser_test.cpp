@@ -157,8 +157,13 @@ TEST(RequestParser, SlotTextIsReadAsTheTrainingParserReadsIt) {
   dataset::LineParser oracle(config);
   dataset::InstanceBlock want(3, 2);
   for (const auto& line : lines) ASSERT_TRUE(oracle.parse(line, &want).ok());
-  auto got = parser.parse(lines[0] + "\n\n" + lines[1] + "\n", BodyForm::kSlotText);
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  auto got = parser.parse(lines[0] + "\n" + lines[1] + "\n \n\n", BodyForm::kSlotText);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();  // trailing blank lines: the body's end
+  // A blank line before another would move every prediction after it off its line: refused.
+  const auto blank = parser.parse(lines[0] + "\n  \n" + lines[1] + "\n", BodyForm::kSlotText);
+  ASSERT_FALSE(blank.ok());
+  EXPECT_NE(blank.status().message().find("line 2 is blank"), std::string::npos)
+      << blank.status().message();
   EXPECT_EQ(got->keys, want.keys);
   EXPECT_EQ(got->slot_sizes, want.slot_sizes);
   EXPECT_EQ(got->dense, want.dense);
