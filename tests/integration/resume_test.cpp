@@ -341,9 +341,12 @@ TEST_F(Resume, OnlyAnInterruptedRunOfTheSameJobResumes) {
   // Another batch size: another job too.
   what = error_of([&] { Trainer(config(dir, {"runner.train_batch_size=50"}), env()).train(); });
   EXPECT_NE(what.find("runner.train_batch_size: saved 40, now 50"), std::string::npos) << what;
-  // Keys that cannot change the result (where it logs, how it overlaps its work) are the same
-  // job: it resumes with pass 1.
-  Trainer again(config(dir, {"runner.print_interval=7", "runner.prefetch_passes=0"}), env());
+  // Keys that cannot change the result (where it logs, how it overlaps its work, where its rows
+  // are held: a budget and a disk tier) are the same job: it resumes with pass 1.
+  Trainer again(config(dir, {"runner.print_interval=7", "runner.prefetch_passes=0",
+                             "runner.rocksdb_path=" + (root_ / "rows_on_disk").string(),
+                             "runner.host_memory_row_budget=100"}),
+                env());
   EXPECT_EQ(passes(again.train()), (std::vector<int64_t>{1, 2}));
 }
 

@@ -135,6 +135,22 @@ RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
   return plan;
 }
 
+namespace {
+
+// The model keys less those that only place the rows (memory budgets, the disk tier's folder, the
+// servers' connections): the disk tier trains as the memory does, so a job that died of memory
+// resumes under a budget.
+std::map<std::string, std::string> without_placement(std::map<std::string, std::string> keys) {
+  for (const char* placing : {"runner.rocksdb_path", "runner.host_memory_row_budget",
+                              "runner.host_memory_mb", "runner.server_timeout_s",
+                              "runner.server_connect_timeout_s", "runner.server_connections"}) {
+    keys.erase(placing);
+  }
+  return keys;
+}
+
+}  // namespace
+
 std::string network_note(const SavePoint& point, const TrainerConfig& config) {
   // The optimizers' keys shape no parameter: a save loads under other learning rates.
   auto shaping = [](std::map<std::string, std::string> keys) {
@@ -239,7 +255,8 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
                 describe_start(m.origin), ", and this command starts ", describe_start(origin_),
                 remedy);
   }
-  const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
+  const std::string differences =
+      model_key_differences(without_placement(m.model_keys), without_placement(config_.model_keys));
   if (!differences.empty()) {
     // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
     // dlrm folder, built one logit): the -o that resumes it.
