@@ -237,7 +237,7 @@ void add_sparse_optimizer_keys(std::vector<KeySpec>& t) {
   t.push_back(float_key(s + "embedx_threshold", "10.0", -kFloatMax, kFloatMax, kTable, "embedx is created once the score reaches this (Paddle's embedx_threshold / mf_create_thresholds)"));
   t.push_back(float_key(s + "show_click_decay_rate", "0.98", 0, 1, kTable, "show/click decay per shrink (only when runner.shrink_every is not never)"));
   t.push_back(float_key(s + "delete_threshold", "0.8", -kFloatMax, kFloatMax, kTable, "shrink deletes rows scoring below this (only when runner.shrink_every is not never)"));
-  t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for more than this many shrinks (days; only when runner.shrink_every is not never)"));
+  t.push_back(float_key(s + "delete_after_unseen_days", "30.0", 0, kFloatMax, kTable, "shrink deletes rows unseen for more than this many shrinks (days; only when runner.shrink_every is not never); a shrink counts a row one more first, so a row trained in the pass before it is unseen for 1 there (PaddleRec's accessor): 0 deletes every row at each shrink (warned)"));
   t.push_back(seed_key(s + "seed", kTable, "embedding initialisation seed (a hash of key and seed), xor runner.seed"));
 }
 // clang-format on

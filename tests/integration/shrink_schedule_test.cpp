@@ -174,6 +174,26 @@ TEST_F(ShrinkSchedule, ADeletedRowSeenAgainStartsAfresh) {
   EXPECT_GT(checked, 0u);
 }
 
+// delete_after_unseen_days 0 deletes every row at each shrink, the pass's own included (a shrink
+// counts a row one more first, as PaddleRec's accessor): the table ends empty, and it is warned.
+TEST_F(ShrinkSchedule, AShrinkThatEmptiesTheTableIsWarned) {
+  ::testing::internal::CaptureStderr();
+  const RunResult got = run({0}, {"hyper_parameters.sparse_optimizer.delete_threshold=-1",
+                                  "hyper_parameters.sparse_optimizer.delete_after_unseen_days=0",
+                                  "runner.shrink_every=pass"});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(got.rows.empty());
+  EXPECT_NE(log.find("the shrink after pass 0 deleted every sparse row"), std::string::npos) << log;
+  // A shrink that keeps rows says nothing of the kind.
+  ::testing::internal::CaptureStderr();
+  const RunResult kept = run({0}, {"hyper_parameters.sparse_optimizer.delete_threshold=-1",
+                                   "hyper_parameters.sparse_optimizer.delete_after_unseen_days=1",
+                                   "runner.shrink_every=pass"});
+  const std::string quiet = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(kept.rows.empty());
+  EXPECT_EQ(quiet.find("deleted every sparse row"), std::string::npos) << quiet;
+}
+
 // The shrink comes before the pass's save, and the save keeps the table's day counter: a run
 // resumed from it counts on (pass 0 and its shrink saved, then pass 1 and its shrink: day 2).
 TEST_F(ShrinkSchedule, AResumedRunCountsDaysOn) {

@@ -50,6 +50,9 @@ ShrinkOutcome shrink_logged(table::HostTier& tier, int64_t pass) {
   auto* table = dynamic_cast<table::SparseTable*>(&tier);
   const uint64_t evicted_before = table != nullptr ? table->disk_traffic().rows_evicted : 0;
   const uint64_t disk_before = table != nullptr ? 0 : rows_on_disk(tier);
+  const auto stats_before = tier.stats();
+  const uint64_t rows_before =
+      stats_before.ok() ? stats_before->rows_in_memory + stats_before->rows_on_disk : 0;
   const auto start = std::chrono::steady_clock::now();
   StatusOr<uint64_t> deleted = tier.shrink();
   throw_if_error(deleted.status().with_context(where));
@@ -65,6 +68,17 @@ ShrinkOutcome shrink_logged(table::HostTier& tier, int64_t pass) {
   GPUBOX_LOG(INFO) << "runner.shrink_every: shrank the sparse table after pass " << pass << ": "
                    << outcome.rows_deleted << " rows deleted, " << outcome.rows_to_disk
                    << " rows moved to disk, " << outcome.seconds << " s";
+  if (rows_before > 0 && outcome.rows_deleted >= rows_before) {
+    // A table emptied is what delete_after_unseen_days 0 (or a delete_threshold above every
+    // row's score) asks, but rarely what was meant: said, not only counted.
+    GPUBOX_LOG(WARNING) << "runner.shrink_every: the shrink after pass " << pass
+                        << " deleted every sparse row (" << rows_before
+                        << "): a row counts as unseen for one shrink more at each shrink, the "
+                           "pass before it included, so hyper_parameters.sparse_optimizer."
+                           "delete_after_unseen_days 0 deletes every row, and delete_threshold "
+                           "deletes every row whose score is below it; the saves after it hold "
+                           "no sparse row";
+  }
   return outcome;
 }
 
