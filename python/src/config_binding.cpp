@@ -20,7 +20,7 @@ LoadedConfig load_config(const std::string& path, const std::vector<std::string>
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
   auto config = trainer::trainer_config_from(*doc);
   if (!config.ok()) raise(errors().config_error, config.status().to_string());
-  if (const std::string note = trainer::other_mode_keys_note(*doc); !note.empty()) {
+  if (const std::string note = trainer::unread_keys_note(*doc); !note.empty()) {
     GPUBOX_LOG(WARNING) << note;
   }
   LoadedConfig loaded;

@@ -403,7 +403,7 @@ TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
   const auto note = [](const std::vector<std::string>& overrides) {
     auto doc = config::ConfigDocument::load(shipped_path("config_gpubox.yaml"), overrides);
     EXPECT_TRUE(doc.ok()) << doc.status().to_string();
-    return doc.ok() ? other_mode_keys_note(*doc) : std::string();
+    return doc.ok() ? unread_keys_note(*doc) : std::string();
   };
   EXPECT_EQ(note({}), "");
   EXPECT_EQ(note({"runner.geo_step=100"}), "");  // its default
@@ -421,6 +421,13 @@ TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
   EXPECT_EQ(async.find("dense_sync_steps"), std::string::npos) << async;
   EXPECT_NE(note({"runner.sync_mode=geo", "runner.dense_sync_steps=7"}).find("dense_sync_steps"),
             std::string::npos);
+  // pass_dirs replace train_data_dir (the shipped config sets one): said.
+  EXPECT_NE(note({"runner.pass_dirs=[a, b]"})
+                .find("configs/data/sample_data/train) is not read: runner.pass_dirs "
+                      "replaces it"),
+            std::string::npos)
+      << note({"runner.pass_dirs=[a, b]"});
+  EXPECT_EQ(note({"runner.pass_dirs=[a, b]", "runner.train_data_dir="}), "");
 }
 
 }  // namespace

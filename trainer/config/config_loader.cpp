@@ -524,7 +524,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   return c;
 }
 
-std::string other_mode_keys_note(const config::ConfigDocument& doc) {
+std::string unread_keys_note(const config::ConfigDocument& doc) {
   struct ModeKey {
     const char* key;
     std::vector<SyncMode> read_in;
@@ -545,9 +545,17 @@ std::string other_mode_keys_note(const config::ConfigDocument& doc) {
     }
     keys += std::string(keys.empty() ? "" : "; ") + k.key + " (read in " + k.modes + " mode)";
   }
-  if (keys.empty()) return "";
-  return doc.source() + ": set, but not read in runner.sync_mode " +
-         name_of(config::kSyncModeNames, mode) + ": " + keys;
+  std::string note;
+  if (!keys.empty()) {
+    note = doc.source() + ": set, but not read in runner.sync_mode " +
+           name_of(config::kSyncModeNames, mode) + ": " + keys;
+  }
+  if (!doc.get_string_list("runner.pass_dirs").empty() &&
+      !doc.is_default("runner.train_data_dir")) {
+    note += std::string(note.empty() ? doc.source() + ": " : "; ") + "runner.train_data_dir (" +
+            doc.get_string("runner.train_data_dir") + ") is not read: runner.pass_dirs replaces it";
+  }
+  return note;
 }
 
 std::string dnn_batch_norm_note(const config::ConfigDocument& doc) {

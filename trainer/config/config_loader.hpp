@@ -25,8 +25,9 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc);
 // runner.sync_mode does not read (runner.geo_step outside geo, runner.dense_sync_steps outside
 // async and sync, runner.split_file_list in gpubox mode): kept, not refused (the shipped configs
 // and PaddleRec's carry keys of several modes), but said, so that a run is not taken for one
-// under them; "" when none.
-std::string other_mode_keys_note(const config::ConfigDocument& doc);
+// under them; and runner.train_data_dir set beside runner.pass_dirs, which replace it. "" when
+// none.
+std::string unread_keys_note(const config::ConfigDocument& doc);
 
 // gpubox_train's start line when PaddleRec's dlrm folder's default (not the config) turned
 // hyper_parameters.dnn_batch_norm on; "" otherwise.

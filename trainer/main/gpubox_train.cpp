@@ -381,7 +381,7 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   }
   for (const std::string& note : config.dataset.reader_notes) GPUBOX_LOG(INFO) << note;
   for (const std::string& warning :
-       {gpubox::trainer::dlrm_output_warning(config), gpubox::trainer::other_mode_keys_note(doc)}) {
+       {gpubox::trainer::dlrm_output_warning(config), gpubox::trainer::unread_keys_note(doc)}) {
     if (!warning.empty()) GPUBOX_LOG(WARNING) << warning;
   }
 }

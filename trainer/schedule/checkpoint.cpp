@@ -271,7 +271,21 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
 
 std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
   const RunnerConfig& r = config_.runner;
-  if (r.model_save_path.empty() || r.save_mode == table::SaveKind::kNone) return std::nullopt;
+  if (r.model_save_path.empty()) return std::nullopt;
+  if (r.save_mode == table::SaveKind::kNone) {
+    // Nothing is saved, so nothing resumes: an earlier run's saves there are not read (a rerun
+    // of a killed job starts afresh), said rather than passed over.
+    std::vector<std::string> ignored;
+    const std::vector<SavePoint> saves = saves_under(r.model_save_path, &ignored);
+    if (r.resume != ResumeMode::kOff && !saves.empty()) {
+      GPUBOX_LOG(WARNING) << "runner.resume: not resuming: runner.save_mode is none, and "
+                          << r.model_save_path << " holds saves of an earlier run (the newest: "
+                          << "pass " << saves.front().manifest.pass - 1 << "); this run starts "
+                          << describe_start(origin_) << " and saves nothing (set save_mode to "
+                          << "resume from them)";
+    }
+    return std::nullopt;
+  }
   std::vector<std::string> incomplete;
   const std::vector<SavePoint> saves = saves_under(r.model_save_path, &incomplete);
   if (r.resume == ResumeMode::kOff) {
