@@ -158,6 +158,9 @@ struct FormatNote {
   std::size_t sample_lines = 0;   // non-blank first lines looked at
   std::size_t sample_parsed = 0;  // of them, lines the chosen format accepts
   std::string hint;               // "these look like raw Criteo TSV: set runner.data_format: ..."
+  // Detected: another format that accepted as many of the first lines (the first tried was
+  // taken), described with its setting ("" when none did).
+  std::string tie;
 };
 
 // What one load read and what it skipped. Merged over files in file-list order.

@@ -313,12 +313,22 @@ std::size_t FormatChooser::choose(const std::string& file, const std::vector<std
                                   FormatNote* note) {
   std::size_t best = 0;
   std::size_t best_ok = 0;
+  note->tie.clear();
   if (parsers_.size() > 1) {
+    std::vector<std::size_t> oks;
     for (std::size_t i = 0; i < parsers_.size(); ++i) {
-      const std::size_t ok = accepted(*parsers_[i], sample);
-      if (ok > best_ok) {
+      oks.push_back(accepted(*parsers_[i], sample));
+      if (oks[i] > best_ok) {
         best = i;
-        best_ok = ok;
+        best_ok = oks[i];
+      }
+    }
+    // Another reading of the same lines as good: the first tried is taken, the other said.
+    const std::string taken = describe_format(parsers_[best]->config());
+    for (std::size_t i = best + 1; i < parsers_.size() && best_ok > 0 && note->tie.empty(); ++i) {
+      const DatasetConfig& other = parsers_[i]->config();
+      if (oks[i] == best_ok && describe_format(other) != taken) {
+        note->tie = describe_format(other) + " (" + format_setting(other) + ")";
       }
     }
   } else if (!sample.empty()) {

@@ -35,6 +35,25 @@ void report_formats(const LoadStats& stats, LoadMessages* out) {
       out->info.push_back("  ... and " + files_text(read.size() - kMaxFilesNamed) + " more");
     }
   }
+  // Inputs whose first lines two formats read alike: the one taken is a guess, said once per pair.
+  std::map<std::string, std::pair<const FormatNote*, std::size_t>> ties;
+  std::vector<std::string> tie_order;
+  for (const FormatNote* n : read) {
+    if (n->tie.empty()) continue;
+    const std::string key = n->format + "|" + n->tie;
+    auto [it, fresh] = ties.try_emplace(key, n, 0);
+    if (fresh) tie_order.push_back(key);
+    ++it->second.second;
+  }
+  for (const std::string& key : tie_order) {
+    const auto& [first, count] = ties[key];
+    out->warnings.push_back(
+        first->file + (count > 1 ? " (and " + files_text(count - 1) + " more)" : "") +
+        ": runner.data_format auto read its first " + std::to_string(first->sample_parsed) +
+        " lines alike as " + first->format + " (taken: tried first) and as " + first->tie +
+        "; if they are the latter, set it (a wrong reading shifts the fields: keys read as dense "
+        "values and dense values as keys)");
+  }
   // Inputs whose first lines no format accepts: one warning per distinct hint, naming its first
   // file and how many share it.
   std::map<std::string, std::pair<const FormatNote*, std::size_t>> hints;

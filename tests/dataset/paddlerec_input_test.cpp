@@ -261,6 +261,7 @@ TEST(FormatDetect, EachFormatIsRecognisedFromItsFirstLines) {
     EXPECT_TRUE(note.detected);
     EXPECT_EQ(note.sample_parsed, note.sample_lines) << format;
     EXPECT_TRUE(note.hint.empty()) << note.hint;
+    EXPECT_TRUE(note.tie.empty()) << format << ": " << note.tie;
   }
   // Criteo is a candidate only for a config of its shape (26 slots, 13 dense).
   DatasetConfig criteo = slot_config(26, 13);
@@ -278,6 +279,32 @@ TEST(FormatDetect, EachFormatIsRecognisedFromItsFirstLines) {
   EXPECT_NE(note.hint.find("raw Criteo TSV, which needs hyper_parameters.sparse_inputs_slots: 27"),
             std::string::npos)
       << note.hint;
+}
+
+// Lines two formats read alike (MultiSlot of one value a field, integer dense values: label,
+// sparse, dense and label, dense, sparse both parse): the first tried is taken and the other is
+// warned with its setting, since the wrong one shifts every field.
+TEST(FormatDetect, LinesTwoFormatsReadAlikeAreWarned) {
+  DatasetConfig c = slot_config(3, 1);
+  c.data_format = DataFormat::kAuto;
+  FormatChooser chooser(c);
+  FormatNote note;
+  chooser.choose("f", {"1 1 1 10 1 20 1 30 1 5", "1 0 1 11 1 21 1 31 1 6"}, &note);
+  EXPECT_EQ(note.format, "MultiSlot (label, sparse slots, dense)");
+  EXPECT_NE(note.tie.find("MultiSlot (label, dense, sparse slots) (runner.data_format: multislot"),
+            std::string::npos)
+      << note.tie;
+  LoadStats stats;
+  note.sample_lines = note.sample_parsed = 2;
+  stats.formats = {note, note};
+  stats.formats[1].file = "g";
+  const LoadMessages m = load_messages(stats);
+  ASSERT_EQ(m.warnings.size(), 1u);
+  EXPECT_NE(m.warnings[0].find("f (and 1 file more): runner.data_format auto read its first 2 "
+                               "lines alike as MultiSlot (label, sparse slots, dense) (taken: "
+                               "tried first) and as MultiSlot (label, dense, sparse slots)"),
+            std::string::npos)
+      << m.warnings[0];
 }
 
 // An explicitly configured format that rejects an input's first lines gets the hint of what they
