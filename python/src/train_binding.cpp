@@ -213,8 +213,11 @@ py::dict evaluate(const LoadedConfig& config, const std::string& load, const std
   job.stop_flag = &stop;
   trainer::EvalResult result;
   SigintStop sigint(&stop);  // Ctrl-C stops reading the data (and a PS mode between batches)
+  const trainer::TrainerConfig evaluated =
+      keep_predictions ? trainer::one_row_per_line(config.config, "predictions=True")
+                       : config.config;
   const std::string failure = run_released(
-      config, [&] { result = trainer::infer_job(config.config, env_with(threads_per_card), job); });
+      config, [&] { result = trainer::infer_job(evaluated, env_with(threads_per_card), job); });
   if (sigint.release()) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);
     throw py::error_already_set();

@@ -80,6 +80,19 @@ def test_an_export_predicts_as_the_save(trained: dict[str, Any], infer: dict[str
                                rtol=1e-5, atol=1e-6)
 
 
+def test_predictions_per_line_stop_at_a_line_they_would_skip(trained: dict[str, Any],
+                                                              infer: dict[str, Any],
+                                                              tmp_path: pathlib.Path) -> None:
+    lines = infer["file"].read_text().splitlines()
+    blank = tmp_path / "blank"
+    blank.mkdir()
+    (blank / "part-00000").write_text("\n".join(lines[:3] + ["  "] + lines[3:]) + "\n")
+    with pytest.raises(gpubox.EngineError, match=r"part-00000:4: blank line \(predictions=True"):
+        gpubox.evaluate(trained["config"], infer["save"], blank, predictions=True)
+    # Without predictions the line is skipped and counted, as before.
+    assert gpubox.evaluate(trained["config"], infer["save"], blank).metrics.examples == len(lines)
+
+
 def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) -> None:
     model = gpubox.load(infer["save"], trained["config"])
     with pytest.raises(gpubox.EngineError, match="unknown slot|'99'"):

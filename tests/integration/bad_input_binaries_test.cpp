@@ -329,7 +329,7 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
   EXPECT_NE(malformed.output.find((bad / "part-00000").string() + ":5: bad_label"),
             std::string::npos)
       << malformed.output;
-  EXPECT_NE(malformed.output.find("(--predictions_out writes a row per line"), std::string::npos)
+  EXPECT_NE(malformed.output.find("(--predictions_out keeps a row per line"), std::string::npos)
       << malformed.output;
   EXPECT_FALSE(fs::exists(out));
   // Without it, the line is skipped and counted as before.

@@ -288,14 +288,8 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   if (job.keep_predictions) predictions = std::make_unique<PredictionsOut>(FLAGS_predictions_out);
   // One row per line: a line skipped as malformed, or blank, would shift every row after it off
   // its line (the rows could not be told apart), so the first such line stops the evaluation.
-  TrainerConfig evaluated = config;
-  if (job.keep_predictions) {
-    evaluated.dataset.strict_parse = true;
-    evaluated.dataset.blank_lines_fail = true;
-    evaluated.dataset.strict_parse_reason =
-        "--predictions_out writes a row per line, and a line skipped would move every row after "
-        "it off its line: fix or remove it";
-  }
+  const TrainerConfig evaluated =
+      job.keep_predictions ? one_row_per_line(config, "--predictions_out") : config;
   const EvalResult result = infer_job(
       evaluated, env, job, [](const SaveToEvaluate& save, const EvalResult& r, double seconds) {
         if (save.epoch >= 0) {

@@ -58,6 +58,16 @@ TrainerConfig infer_config(const TrainerConfig& config) {
   return evaluating;
 }
 
+TrainerConfig one_row_per_line(const TrainerConfig& config, const std::string& what) {
+  TrainerConfig strict = config;
+  strict.dataset.strict_parse = true;
+  strict.dataset.blank_lines_fail = true;
+  strict.dataset.strict_parse_reason = what +
+                                       " keeps a row per line, and a line skipped would move "
+                                       "every row after it off its line: fix or remove it";
+  return strict;
+}
+
 EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
                      const InferCallback& on_save) {
   const RunnerConfig& runner = config.runner;

@@ -60,4 +60,9 @@ TrainerConfig infer_config(const TrainerConfig& config);
 EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
                      const InferCallback& on_save = {});
 
+// `config` for predictions kept a row per input line (--predictions_out, Python's
+// evaluate(predictions=True)): a line skipped as malformed, or blank, would move every row after
+// it off its line, so the first such line stops the load, naming it and `what` (the flag).
+TrainerConfig one_row_per_line(const TrainerConfig& config, const std::string& what);
+
 }  // namespace gpubox::trainer
