@@ -8,6 +8,7 @@
 #include "common/enum_names.hpp"
 #include "common/logging.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/unread_keys.hpp"
 
 namespace py = pybind11;
 

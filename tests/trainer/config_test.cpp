@@ -15,6 +15,7 @@
 #include "table/sparse_config.hpp"
 #include "tests/trainer/config_test_util.hpp"
 #include "trainer/config/config_loader.hpp"
+#include "trainer/config/unread_keys.hpp"
 #include "trainer/schedule/epoch_loop.hpp"
 
 namespace gpubox::trainer {

@@ -21,14 +21,6 @@ namespace trainer {
 // Every part of a TrainerConfig from `doc`; errors (the dataset part's checks) name the key.
 StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc);
 
-// gpubox_train's start warning for keys the config sets off their defaults that its
-// runner.sync_mode does not read (runner.geo_step outside geo, runner.dense_sync_steps outside
-// async and sync, runner.split_file_list in gpubox mode): kept, not refused (the shipped configs
-// and PaddleRec's carry keys of several modes), but said, so that a run is not taken for one
-// under them; and runner.train_data_dir set beside runner.pass_dirs, which replace it. "" when
-// none.
-std::string unread_keys_note(const config::ConfigDocument& doc);
-
 // gpubox_train's start line when PaddleRec's dlrm folder's default (not the config) turned
 // hyper_parameters.dnn_batch_norm on; "" otherwise.
 std::string dnn_batch_norm_note(const config::ConfigDocument& doc);

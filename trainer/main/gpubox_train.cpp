@@ -38,6 +38,7 @@
 #include "trainer/config/config_loader.hpp"
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
+#include "trainer/config/unread_keys.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
