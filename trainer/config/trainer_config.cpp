@@ -46,6 +46,22 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   return model;
 }
 
+namespace {
+
+// Keys recorded with a save that only place its rows (memory budgets, the disk tier's folder,
+// the servers' connections): the disk tier trains as memory does, so two runs that differ in
+// them are the same model (a job that died of memory resumes under a budget).
+bool places_rows_only(const std::string& key) {
+  for (const char* placing : {"runner.rocksdb_path", "runner.host_memory_row_budget",
+                              "runner.host_memory_mb", "runner.server_timeout_s",
+                              "runner.server_connect_timeout_s", "runner.server_connections"}) {
+    if (key == placing) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 // "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
 // code has no model keys: a save made with one, or a run with one, is not compared.
 std::string model_key_differences(const std::map<std::string, std::string>& saved,
@@ -56,6 +72,7 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
   for (const auto& [k, v] : now) keys.insert(k);
   std::string out;
   for (const std::string& key : keys) {
+    if (places_rows_only(key)) continue;
     const auto s = saved.find(key);
     const auto n = now.find(key);
     std::string was = s == saved.end() ? "(not recorded)" : s->second;

@@ -155,7 +155,8 @@ struct TrainerConfig {
 
 // "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
 // code has no model keys: a save made with one, or a run with one, is not compared. A key newer
-// than the save counts as its default there.
+// than the save counts as its default there. Keys that only place the rows (memory budgets, the
+// disk tier's folder, the servers' connections) never differ.
 std::string model_key_differences(const std::map<std::string, std::string>& saved,
                                   const std::map<std::string, std::string>& now);
 

@@ -135,22 +135,6 @@ RestorePlan plan_restore(const std::string& dir, bool sparse_required) {
   return plan;
 }
 
-namespace {
-
-// The model keys less those that only place the rows (memory budgets, the disk tier's folder, the
-// servers' connections): the disk tier trains as the memory does, so a job that died of memory
-// resumes under a budget.
-std::map<std::string, std::string> without_placement(std::map<std::string, std::string> keys) {
-  for (const char* placing : {"runner.rocksdb_path", "runner.host_memory_row_budget",
-                              "runner.host_memory_mb", "runner.server_timeout_s",
-                              "runner.server_connect_timeout_s", "runner.server_connections"}) {
-    keys.erase(placing);
-  }
-  return keys;
-}
-
-}  // namespace
-
 std::string network_note(const SavePoint& point, const TrainerConfig& config) {
   // The optimizers' keys shape no parameter: a save loads under other learning rates.
   auto shaping = [](std::map<std::string, std::string> keys) {
@@ -255,8 +239,7 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
                 describe_start(m.origin), ", and this command starts ", describe_start(origin_),
                 remedy);
   }
-  const std::string differences =
-      model_key_differences(without_placement(m.model_keys), without_placement(config_.model_keys));
+  const std::string differences = model_key_differences(m.model_keys, config_.model_keys);
   if (!differences.empty()) {
     // A switch a config's folder flips when unset (a save from before dlrm_output, of PaddleRec's
     // dlrm folder, built one logit): the -o that resumes it.
@@ -272,11 +255,11 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
 std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
   const RunnerConfig& r = config_.runner;
   if (r.model_save_path.empty()) return std::nullopt;
+  std::vector<std::string> incomplete;
+  const std::vector<SavePoint> saves = saves_under(r.model_save_path, &incomplete);
   if (r.save_mode == table::SaveKind::kNone) {
     // Nothing is saved, so nothing resumes: an earlier run's saves there are not read (a rerun
     // of a killed job starts afresh), said rather than passed over.
-    std::vector<std::string> ignored;
-    const std::vector<SavePoint> saves = saves_under(r.model_save_path, &ignored);
     if (r.resume != ResumeMode::kOff && !saves.empty()) {
       GPUBOX_LOG(WARNING) << "runner.resume: not resuming: runner.save_mode is none, and "
                           << r.model_save_path << " holds saves of an earlier run (the newest: "
@@ -286,8 +269,6 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     }
     return std::nullopt;
   }
-  std::vector<std::string> incomplete;
-  const std::vector<SavePoint> saves = saves_under(r.model_save_path, &incomplete);
   if (r.resume == ResumeMode::kOff) {
     if (!saves.empty()) {
       GPUBOX_LOG(WARNING) << "runner.resume is off: " << r.model_save_path
