@@ -1,6 +1,9 @@
 #include "dataset/load_report.hpp"
 
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "dataset/line_parser.hpp"
 
@@ -8,6 +11,28 @@ namespace gpubox::dataset {
 namespace {
 
 std::string files_text(std::size_t n) { return std::to_string(n) + (n == 1 ? " file" : " files"); }
+
+// The notes grouped by key(note) ("": left out), in the order each key first comes: the first
+// note of each and how many share it.
+template <class Key>
+std::vector<std::pair<const FormatNote*, std::size_t>> grouped(const std::vector<FormatNote>& notes,
+                                                               const Key& key) {
+  std::vector<std::pair<const FormatNote*, std::size_t>> groups;
+  std::map<std::string, std::size_t> index;
+  for (const FormatNote& n : notes) {
+    const std::string k = key(n);
+    if (k.empty()) continue;
+    const auto [it, fresh] = index.try_emplace(k, groups.size());
+    if (fresh) groups.emplace_back(&n, 0);
+    ++groups[it->second].second;
+  }
+  return groups;
+}
+
+// "FILE" or "FILE (and N files more)" for a group's first note.
+std::string where_text(const FormatNote& first, std::size_t count) {
+  return first.file + (count > 1 ? " (and " + files_text(count - 1) + " more)" : "");
+}
 
 void report_formats(const LoadStats& stats, LoadMessages* out) {
   // The inputs whose first lines a format accepts; inputs without a line (empty files, a reader
@@ -36,39 +61,24 @@ void report_formats(const LoadStats& stats, LoadMessages* out) {
     }
   }
   // Inputs whose first lines two formats read alike: the one taken is a guess, said once per pair.
-  std::map<std::string, std::pair<const FormatNote*, std::size_t>> ties;
-  std::vector<std::string> tie_order;
-  for (const FormatNote* n : read) {
-    if (n->tie.empty()) continue;
-    const std::string key = n->format + "|" + n->tie;
-    auto [it, fresh] = ties.try_emplace(key, n, 0);
-    if (fresh) tie_order.push_back(key);
-    ++it->second.second;
-  }
-  for (const std::string& key : tie_order) {
-    const auto& [first, count] = ties[key];
+  for (const auto& [first, count] : grouped(stats.formats, [](const FormatNote& n) {
+         return n.sample_parsed == 0 || n.tie.empty() ? std::string() : n.format + "|" + n.tie;
+       })) {
     out->warnings.push_back(
-        first->file + (count > 1 ? " (and " + files_text(count - 1) + " more)" : "") +
-        ": runner.data_format auto read its first " + std::to_string(first->sample_parsed) +
-        " lines alike as " + first->format + " (taken: tried first) and as " + first->tie +
+        where_text(*first, count) + ": runner.data_format auto read its first " +
+        std::to_string(first->sample_parsed) + " lines alike as " + first->format +
+        " (taken: tried first) and as " + first->tie +
         "; if they are the latter, set it (a wrong reading shifts the fields: keys read as dense "
         "values and dense values as keys)");
   }
   // Inputs whose first lines no format accepts: one warning per distinct hint, naming its first
   // file and how many share it.
-  std::map<std::string, std::pair<const FormatNote*, std::size_t>> hints;
-  std::vector<std::string> order;
-  for (const FormatNote& n : stats.formats) {
-    if (n.sample_lines == 0 || n.sample_parsed > 0) continue;
-    const std::string key = (n.detected ? "auto:" : "set:") + n.hint;
-    auto [it, fresh] = hints.try_emplace(key, &n, 0);
-    if (fresh) order.push_back(key);
-    ++it->second.second;
-  }
-  for (const std::string& key : order) {
-    const auto& [first, count] = hints[key];
-    const std::string where =
-        first->file + (count > 1 ? " (and " + files_text(count - 1) + " more)" : "");
+  for (const auto& [first, count] : grouped(stats.formats, [](const FormatNote& n) {
+         return n.sample_lines == 0 || n.sample_parsed > 0
+                    ? std::string()
+                    : (n.detected ? "auto:" : "set:") + n.hint;
+       })) {
+    const std::string where = where_text(*first, count);
     std::string what = first->detected ? "no GPUBox format accepts its first lines"
                                        : "its first " + std::to_string(first->sample_lines) +
                                              " lines are not " + first->format;

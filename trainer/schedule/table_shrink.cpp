@@ -49,10 +49,10 @@ ShrinkOutcome shrink_logged(table::HostTier& tier, int64_t pass) {
   const std::string where = "shrinking the sparse table after pass " + std::to_string(pass);
   auto* table = dynamic_cast<table::SparseTable*>(&tier);
   const uint64_t evicted_before = table != nullptr ? table->disk_traffic().rows_evicted : 0;
-  const uint64_t disk_before = table != nullptr ? 0 : rows_on_disk(tier);
-  const auto stats_before = tier.stats();
-  const uint64_t rows_before =
-      stats_before.ok() ? stats_before->rows_in_memory + stats_before->rows_on_disk : 0;
+  // One look at the tier before (a remote tier's is a request): its rows, and those on disk.
+  const auto before = tier.stats();
+  const uint64_t rows_before = before.ok() ? before->rows_in_memory + before->rows_on_disk : 0;
+  const uint64_t disk_before = table != nullptr || !before.ok() ? 0 : before->rows_on_disk;
   const auto start = std::chrono::steady_clock::now();
   StatusOr<uint64_t> deleted = tier.shrink();
   throw_if_error(deleted.status().with_context(where));
