@@ -80,6 +80,18 @@ class BadInputBinaries : public ::testing::Test {
     args.insert(args.begin(), {"--config", (root_ / "config.yaml").string()});
     return run_to_end(GPUBOX_TRAIN_BIN, args, kLocalTier, root_.string(), 120);
   }
+  // The test file copied to <folder>/part-00000, line n (from 1) written as edit(n, line) (its
+  // newline included); the folder.
+  template <class Edit>
+  static fs::path edited_test_data(const std::string& folder, const Edit& edit) {
+    const fs::path dir = root_ / folder;
+    fs::create_directories(dir);
+    std::ifstream in(root_ / "test" / "part-00000");
+    std::ofstream copy(dir / "part-00000");
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) copy << edit(n, line);
+    return dir;
+  }
   static bool trained_a_pass(const Finished& run) {
     return run.output.find("pass: 0, using time") != std::string::npos;
   }
@@ -315,14 +327,9 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
             std::string::npos)
       << several.output;
   EXPECT_FALSE(fs::exists(out));
-  const fs::path bad = root_ / "bad_test";
-  fs::create_directories(bad);
-  {
-    std::ifstream in(root_ / "test" / "part-00000");
-    std::ofstream copy(bad / "part-00000");
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) copy << (n == 5 ? "click:7 1:3" : line) << "\n";
-  }
+  const fs::path bad = edited_test_data("bad_test", [](int n, const std::string& line) {
+    return (n == 5 ? "click:7 1:3" : line) + "\n";
+  });
   const Finished malformed = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
                                     bad.string(), "--predictions_out", out});
   EXPECT_EQ(malformed.status, 1) << malformed.output;
@@ -337,14 +344,9 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
       train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", bad.string()});
   EXPECT_EQ(lenient.status, 0) << lenient.output;
   // A blank line (or one of spaces) would move every row after it too: named, nothing written.
-  const fs::path blank = root_ / "blank_test";
-  fs::create_directories(blank);
-  {
-    std::ifstream in(root_ / "test" / "part-00000");
-    std::ofstream copy(blank / "part-00000");
-    std::string line;
-    for (int n = 1; std::getline(in, line); ++n) copy << line << (n == 3 ? "\n   \n" : "\n");
-  }
+  const fs::path blank = edited_test_data("blank_test", [](int n, const std::string& line) {
+    return line + (n == 3 ? "\n   \n" : "\n");
+  });
   const Finished blank_line = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
                                      blank.string(), "--predictions_out", out});
   EXPECT_EQ(blank_line.status, 1) << blank_line.output;
@@ -355,6 +357,25 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
   EXPECT_EQ(
       train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", blank.string()}).status,
       0);
+}
+
+// A run that saves nothing does not resume from the saves an earlier run left there: said (it
+// started afresh unsaid), and not when runner.resume is off (that run says so itself).
+TEST_F(BadInputBinaries, ARunSavingNothingSaysItDoesNotResume) {
+  const std::string save = (root_ / "earlier_saves").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"}).status, 0);
+  const Finished none = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1",
+                               "-o", "runner.save_mode=none"});
+  EXPECT_EQ(none.status, 0) << none.output;
+  EXPECT_NE(none.output.find("runner.resume: not resuming: runner.save_mode is none, and " + save +
+                             " holds saves of an earlier run (the newest: pass 0)"),
+            std::string::npos)
+      << none.output;
+  EXPECT_TRUE(trained_a_pass(none)) << none.output;
+  const Finished off = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1", "-o",
+                              "runner.save_mode=none", "-o", "runner.resume=off"});
+  EXPECT_EQ(off.status, 0) << off.output;
+  EXPECT_EQ(off.output.find("not resuming"), std::string::npos) << off.output;
 }
 
 // Test data that is training data too: its "test auc" is said not to be held out.

@@ -177,19 +177,20 @@ TEST_F(ShrinkSchedule, ADeletedRowSeenAgainStartsAfresh) {
 // delete_after_unseen_days 0 deletes every row at each shrink, the pass's own included (a shrink
 // counts a row one more first, as PaddleRec's accessor): the table ends empty, and it is warned.
 TEST_F(ShrinkSchedule, AShrinkThatEmptiesTheTableIsWarned) {
-  ::testing::internal::CaptureStderr();
-  const RunResult got = run({0}, {"hyper_parameters.sparse_optimizer.delete_threshold=-1",
-                                  "hyper_parameters.sparse_optimizer.delete_after_unseen_days=0",
-                                  "runner.shrink_every=pass"});
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(got.rows.empty());
+  // Pass 0 shrunk with rows unseen for more than `days` deleted: its rows and its log.
+  const auto shrunk = [](const std::string& days) {
+    ::testing::internal::CaptureStderr();
+    RunResult result =
+        run({0}, {"hyper_parameters.sparse_optimizer.delete_threshold=-1",
+                  "hyper_parameters.sparse_optimizer.delete_after_unseen_days=" + days,
+                  "runner.shrink_every=pass"});
+    return std::make_pair(std::move(result), ::testing::internal::GetCapturedStderr());
+  };
+  const auto [emptied, log] = shrunk("0");
+  EXPECT_TRUE(emptied.rows.empty());
   EXPECT_NE(log.find("the shrink after pass 0 deleted every sparse row"), std::string::npos) << log;
   // A shrink that keeps rows says nothing of the kind.
-  ::testing::internal::CaptureStderr();
-  const RunResult kept = run({0}, {"hyper_parameters.sparse_optimizer.delete_threshold=-1",
-                                   "hyper_parameters.sparse_optimizer.delete_after_unseen_days=1",
-                                   "runner.shrink_every=pass"});
-  const std::string quiet = ::testing::internal::GetCapturedStderr();
+  const auto [kept, quiet] = shrunk("1");
   EXPECT_FALSE(kept.rows.empty());
   EXPECT_EQ(quiet.find("deleted every sparse row"), std::string::npos) << quiet;
 }

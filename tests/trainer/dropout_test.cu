@@ -123,6 +123,33 @@ TEST_F(DropoutTest, DropFractionIsWithinABinomialBound) {
   }
 }
 
+// On a card of 3 threads the units split into parts that start and end inside rows (the cpu's
+// row-by-row form): every unit is still the host mask's, the row padding untouched.
+TEST(DropoutThreads, PartsStartingInsideARowDropTheHostMasksUnits) {
+  device::CardSet cards = device::CardSet::from_list("0", 0, 1, 3);
+  device::Card& card = cards.card(0);
+  card.activate();
+  const int64_t rows = 130, ld = 40;
+  const int cols =
+      37;  // 4,810 units: past the serial limit; parts end at 1,603 and 3,206 (mid-row)
+  const DropoutMask mask = make_dropout_mask(9, 0, 2, 0.6);
+  auto state =
+      device::to_device(std::vector<uint64_t>{0, mask.layer_key, 0}, card.memory(), card.stream());
+  set_dropout_step_async(card.stream(), state.data(), 1, 5);
+  auto y = device::to_device(std::vector<float>(rows * ld, 2.0f), card.memory(), card.stream());
+  apply_dropout_async(card.stream(), mask, dropout_step_keys(state.data(), 1), y.data(),
+                      ElementType::kF32, rows, cols, ld);
+  const std::vector<float> out = device::to_host(y);
+  const uint64_t key = mask.step_key(5);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < ld; ++c) {
+      const bool kept = c < cols && mask.keeps(key, static_cast<uint64_t>(r * cols + c));
+      const float want = c >= cols ? 2.0f : kept ? 2.0f * mask.scale : 0.0f;
+      ASSERT_EQ(out[r * ld + c], want) << r << "," << c;
+    }
+  }
+}
+
 // bf16 activations: the same units, the kept ones rounded to bf16 after the scale.
 TEST_F(DropoutTest, Bf16UnitsAreTheFloatUnits) {
   const DropoutMask mask = make_dropout_mask(5, 1, 0, 0.64);
