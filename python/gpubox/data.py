@@ -33,11 +33,11 @@ class Dataset:
         values (the runner.dense_name column, a list per row, or ``dense=`` an n x dense_dim
         array). Other columns are ignored."""
         loaded = config._loaded
-        if hasattr(data, "keys") and list(data.keys()) and len(data[list(data.keys())[0]]) == 0:
-            raise ValueError("the frame has no rows: a data set needs at least one instance")
         keys, offsets, matrix, labels = columns_of(
             data, loaded.slot_names, loaded.dense_name, loaded.dense_dim, dense=dense,
             label_name=loaded.label_name)
+        if len(matrix) == 0:
+            raise ValueError("the frame has no rows: a data set needs at least one instance")
         return cls(_core.register_data(loaded, keys, offsets, matrix, labels), len(matrix))
 
     @property
