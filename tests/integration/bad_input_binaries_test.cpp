@@ -327,36 +327,31 @@ TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
             std::string::npos)
       << several.output;
   EXPECT_FALSE(fs::exists(out));
-  const fs::path bad = edited_test_data("bad_test", [](int n, const std::string& line) {
-    return (n == 5 ? "click:7 1:3" : line) + "\n";
-  });
-  const Finished malformed = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
-                                    bad.string(), "--predictions_out", out});
-  EXPECT_EQ(malformed.status, 1) << malformed.output;
-  EXPECT_NE(malformed.output.find((bad / "part-00000").string() + ":5: bad_label"),
-            std::string::npos)
-      << malformed.output;
-  EXPECT_NE(malformed.output.find("(--predictions_out keeps a row per line"), std::string::npos)
-      << malformed.output;
-  EXPECT_FALSE(fs::exists(out));
-  // Without it, the line is skipped and counted as before.
-  const Finished lenient =
-      train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", bad.string()});
-  EXPECT_EQ(lenient.status, 0) << lenient.output;
-  // A blank line (or one of spaces) would move every row after it too: named, nothing written.
-  const fs::path blank = edited_test_data("blank_test", [](int n, const std::string& line) {
-    return line + (n == 3 ? "\n   \n" : "\n");
-  });
-  const Finished blank_line = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
-                                     blank.string(), "--predictions_out", out});
-  EXPECT_EQ(blank_line.status, 1) << blank_line.output;
-  EXPECT_NE(blank_line.output.find((blank / "part-00000").string() + ":4: blank line"),
-            std::string::npos)
-      << blank_line.output;
-  EXPECT_FALSE(fs::exists(out));
-  EXPECT_EQ(
-      train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", blank.string()}).status,
-      0);
+  // The evaluation of `data` with --predictions_out stops naming `line` (file:line: reason),
+  // writing nothing; without the flag the line is skipped and counted as before.
+  const auto stops_at = [&](const fs::path& data, const std::string& line) {
+    const Finished refused = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
+                                    data.string(), "--predictions_out", out});
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find((data / "part-00000").string() + line), std::string::npos)
+        << refused.output;
+    EXPECT_NE(refused.output.find("(--predictions_out keeps a row per line"), std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(fs::exists(out));
+    const Finished lenient =
+        train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", data.string()});
+    EXPECT_EQ(lenient.status, 0) << lenient.output;
+  };
+  stops_at(edited_test_data("bad_test",
+                            [](int n, const std::string& line) {
+                              return (n == 5 ? "click:7 1:3" : line) + "\n";
+                            }),
+           ":5: bad_label");
+  // A blank line (or one of spaces) would move every row after it too.
+  stops_at(edited_test_data(
+               "blank_test",
+               [](int n, const std::string& line) { return line + (n == 3 ? "\n   \n" : "\n"); }),
+           ":4: blank line");
 }
 
 // A run that saves nothing does not resume from the saves an earlier run left there: said (it
