@@ -209,16 +209,20 @@ struct PoolBackward {
     const int first = group * kColumnsPerItem;
     const int count = columns_left(push_dim, first);
 #if !defined(GPUBOX_BACKEND_CUDA)
-    // cpu: a segment of one key whose slot fills the record (the usual one) written directly:
-    // field_value's values, without its per-field branches and the guarded loops below.
+    // cpu: a segment of one key whose slot fills the record (the usual one) written directly,
+    // this group's fields of it: field_value's values, without its per-field branches and the
+    // guarded loops below (records wider than a group, e.g. 16-float embeddings, take two).
     const uint32_t begin = offsets[segment];
-    if (group == 0 && count == push_dim && offsets[segment + 1] == begin + 1 &&
-        blocks.width_of(s) - cvm_columns >= push_dim - 2) {
+    if (offsets[segment + 1] == begin + 1 && blocks.width_of(s) - cvm_columns >= push_dim - 2) {
       float* row = push + static_cast<int64_t>(begin) * push_dim;
       const float* d = d_pooled + i * out_dim + blocks.begin(s) + cvm_columns;
-      row[0] = 1.0f;
-      row[1] = labels[i];
-      for (int k = 0; k < push_dim - 2; ++k) row[2 + k] = scale * d[k];
+      int field = first;
+      if (field == 0) {  // count >= 2: push_dim >= 3 and a group is wider
+        row[0] = 1.0f;
+        row[1] = labels[i];
+        field = 2;
+      }
+      for (; field < first + count; ++field) row[field] = scale * d[field - 2];
       return;
     }
 #endif
