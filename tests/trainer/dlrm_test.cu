@@ -69,7 +69,10 @@ std::vector<std::pair<int, int>> slots_and_widths() {
   for (const int slots : {4, 5, 6, 9}) {
     for (const int d : {16, 17}) cases.emplace_back(slots, d);
   }
-  cases.emplace_back(9, 32);  // groups of 4 over two blocks
+  cases.emplace_back(9, 32);    // groups of 4 over two blocks
+  cases.emplace_back(20, 16);   // the forward's pairs of feature 0 in a block and a part of one
+  cases.emplace_back(26, 16);   // PaddleRec's dlrm: 27 features
+  cases.emplace_back(130, 64);  // past the forward's column-major copy: its item-by-item form
   return cases;
 }
 #endif
@@ -165,15 +168,18 @@ TEST_P(DlrmTest, RefusesWidthsTheInteractionCannotTake) {
   EXPECT_THROW(DenseModel(card_, cfg), Error);
 }
 
-// The cpu interaction backward (dot_interaction.cu: columns in register vectors of 16, then a
-// tail summed in memory, compiled per instruction set) against the scalar loop it replaces, in
+// The cpu interaction forward (dot_interaction.cu: an instance's vectors copied column-major, 16
+// pairs summed in register vectors, compiled per instruction set) against dot()'s scalar order,
+// every pair bit for bit, with 4 to 27 features (a block of pairs and a part of one) and past the
+// copy's size (131 features of 64: the item-by-item form). The backward (columns in register
+// vectors of 16, then a tail summed in memory) against the scalar loop it replaces, in
 // the same order: each column's sum from 0.0f over b = 0, 1, ... (f skipped), then times
 // `unscale`. The pooled gradient bit for bit for d = 15, 16, 17, 32 and 33 (a tail alone, one
 // block, one and a tail of one, two blocks, two and a tail of one); the cvm columns 0. The bottom
 // output's gradient goes through the same sums. 3 to 6 and 9 slots (4 to 7 and 10 features): an
 // instance's features summed in groups of 4 and then of 1, 2 or 3. cpu only: nvcc contracts the
 // GPU form's multiply-adds.
-TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
+TEST_P(DlrmTest, InteractionIsTheScalarLoopBitForBit) {
 #if defined(GPUBOX_BACKEND_CUDA)
   GTEST_SKIP() << "the cpu backward's test";
 #else
@@ -184,54 +190,81 @@ TEST_P(DlrmTest, InteractionBackwardIsTheScalarLoopBitForBit) {
     for (float& x : v) x = value(rng);
     return v;
   };
-  for (const auto& [slots, d] : slots_and_widths()) {
-    SCOPED_TRACE("slots " + std::to_string(slots) + ", d = " + std::to_string(d));
-    DenseModelConfig cfg = config();
-    cfg.slots = slots;
-    cfg.mf_dim = d - 1;
-    cfg.bot_layer_sizes = {5, d};
-    const SlotSumPool pool(cfg.slots, cfg.mf_dim, cfg.use_cvm);
-    DenseParameters params(card_);
-    Blas blas(card_);
-    DlrmPart part(card_, params, blas, pool, cfg, ElementType::kF32);
-    params.finalize(cfg.seed);
-    const int64_t batch = 7;
-    const auto n = static_cast<std::size_t>(batch);
-    part.reserve(batch);
-    const int ld = pool.out_dim() + 3;  // the pool's rows, padded
-    const std::vector<float> x0 = random(n * ld);
-    const std::vector<float> dense = random(n * cfg.dense_dim);
-    const std::vector<float> d_top = random(n * part.top_ld());
-    const float unscale = 0.75f;
-    auto x0_card = up(x0);
-    auto dense_card = up(dense);
-    auto d_pooled = up(std::vector<float>(n * pool.out_dim(), 9.0f));
-    const InputRows rows{x0_card.data(), ld, ElementType::kF32};
-    part.forward(card_.stream(), params, rows, dense_card.data(), batch, true);
-    auto d_top_card = up(d_top);
-    device::copy_async(part.top_input_grad(), d_top_card.data(), d_top.size(), card_.stream());
-    part.backward(card_.stream(), params, rows, batch, 1.0f, unscale, d_pooled.data());
-    const std::vector<float> r = device::to_host(static_cast<const float*>(part.top_input()),
-                                                 n * part.top_ld(), card_.stream());
-    const std::vector<float> got = to_host(d_pooled);
-    const int features = part.features(), vc = pool.embed_w_column();
-    const auto pair = [&](int a, int b) { return a * features - a * (a + 1) / 2 + (b - a - 1); };
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto vector = [&](int b) {
-        return b < cfg.slots ? &x0[i * ld + b * pool.width() + vc] : &r[i * part.top_ld()];
-      };
-      const float* d_pairs = &d_top[i * part.top_ld() + d];
-      for (int f = 0; f < cfg.slots; ++f) {
-        const float* g = &got[i * pool.out_dim() + f * pool.width()];
-        for (int c = 0; c < vc; ++c) EXPECT_EQ(g[c], 0.0f) << i << " " << f << " cvm " << c;
-        for (int k = 0; k < d; ++k) {
-          float sum = 0.0f;
-          for (int b = 0; b < features; ++b) {
-            if (b != f) sum += d_pairs[b < f ? pair(b, f) : pair(f, b)] * vector(b)[k];
+  // On 1 thread a kernel's items come in one range; on 3 (a batch of 521) the forward's ranges
+  // start and end inside an instance where 3 does not divide the features.
+  for (const int threads : {1, 3}) {
+    device::CardSet cards = device::CardSet::from_list("0", 0, 1, threads);
+    device::Card& card = cards.card(0);
+    card.activate();
+    const auto up = [&](const std::vector<float>& host) {
+      return device::to_device(host, card.memory(), card.stream());
+    };
+    for (const auto& [slots, d] : slots_and_widths()) {
+      if (threads > 1 && slots > 30) continue;  // (the item-by-item form splits as any kernel)
+      SCOPED_TRACE(std::to_string(threads) + " thread(s), slots " + std::to_string(slots) +
+                   ", d = " + std::to_string(d));
+      DenseModelConfig cfg = config();
+      cfg.slots = slots;
+      cfg.mf_dim = d - 1;
+      cfg.bot_layer_sizes = {5, d};
+      const SlotSumPool pool(cfg.slots, cfg.mf_dim, cfg.use_cvm);
+      DenseParameters params(card);
+      Blas blas(card);
+      DlrmPart part(card, params, blas, pool, cfg, ElementType::kF32);
+      params.finalize(cfg.seed);
+      // (3 threads: enough items for the kernels to split, parallel_for's kSerialLoopLimit.)
+      const int64_t batch = threads == 1 ? 7 : 521;
+      const auto n = static_cast<std::size_t>(batch);
+      part.reserve(batch);
+      const int ld = pool.out_dim() + 3;  // the pool's rows, padded
+      const std::vector<float> x0 = random(n * ld);
+      const std::vector<float> dense = random(n * cfg.dense_dim);
+      const std::vector<float> d_top = random(n * part.top_ld());
+      const float unscale = 0.75f;
+      auto x0_card = up(x0);
+      auto dense_card = up(dense);
+      auto d_pooled = up(std::vector<float>(n * pool.out_dim(), 9.0f));
+      const InputRows rows{x0_card.data(), ld, ElementType::kF32};
+      part.forward(card.stream(), params, rows, dense_card.data(), batch, true);
+      auto d_top_card = up(d_top);
+      device::copy_async(part.top_input_grad(), d_top_card.data(), d_top.size(), card.stream());
+      part.backward(card.stream(), params, rows, batch, 1.0f, unscale, d_pooled.data());
+      const std::vector<float> r = device::to_host(static_cast<const float*>(part.top_input()),
+                                                   n * part.top_ld(), card.stream());
+      const std::vector<float> got = to_host(d_pooled);
+      const int features = part.features(), vc = pool.embed_w_column();
+      const auto pair = [&](int a, int b) { return a * features - a * (a + 1) / 2 + (b - a - 1); };
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto vector = [&](int b) {
+          return b < cfg.slots ? &x0[i * ld + b * pool.width() + vc] : &r[i * part.top_ld()];
+        };
+        for (int a = 0; a < features; ++a) {  // the forward: dot()'s order, four partial sums
+          for (int b = a + 1; b < features; ++b) {
+            float lane[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            int k = 0;
+            for (; k + 4 <= d; k += 4) {
+              for (int j = 0; j < 4; ++j) lane[j] += vector(a)[k + j] * vector(b)[k + j];
+            }
+            float dot = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+            for (; k < d; ++k) dot += vector(a)[k] * vector(b)[k];
+            const float got_dot = r[i * part.top_ld() + d + pair(a, b)];
+            EXPECT_EQ(std::memcmp(&got_dot, &dot, sizeof dot), 0)
+                << i << " pair " << a << " " << b << ": " << got_dot << " vs " << dot;
           }
-          sum *= unscale;
-          EXPECT_EQ(std::memcmp(&g[vc + k], &sum, sizeof sum), 0)
-              << i << " " << f << " " << k << ": " << g[vc + k] << " vs " << sum;
+        }
+        const float* d_pairs = &d_top[i * part.top_ld() + d];
+        for (int f = 0; f < cfg.slots; ++f) {
+          const float* g = &got[i * pool.out_dim() + f * pool.width()];
+          for (int c = 0; c < vc; ++c) EXPECT_EQ(g[c], 0.0f) << i << " " << f << " cvm " << c;
+          for (int k = 0; k < d; ++k) {
+            float sum = 0.0f;
+            for (int b = 0; b < features; ++b) {
+              if (b != f) sum += d_pairs[b < f ? pair(b, f) : pair(f, b)] * vector(b)[k];
+            }
+            sum *= unscale;
+            EXPECT_EQ(std::memcmp(&g[vc + k], &sum, sizeof sum), 0)
+                << i << " " << f << " " << k << ": " << g[vc + k] << " vs " << sum;
+          }
         }
       }
     }

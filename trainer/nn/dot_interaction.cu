@@ -52,6 +52,30 @@ GPUBOX_HD float dot(const T* u, const T* v, int width) {
   return sum;
 }
 
+#if !defined(GPUBOX_BACKEND_CUDA)
+// The cpu backward's columns per block (dlrm's default width, 16), and the forward's pairs per
+// block: one AVX-512 vector, four SSE ones. A GNU vector acts lane by lane, so each lane's sums
+// are a scalar loop's.
+constexpr int kBlockColumns = 16;
+using BlockColumns = float __attribute__((vector_size(kBlockColumns * sizeof(float))));
+
+// Columns [0, kBlockColumns) of `p` as floats (through a pointer: a 64-byte vector passed by
+// value has an ABI of its own per instruction set).
+GPUBOX_FORCEINLINE void load_block(const float* p, BlockColumns* v) {
+  std::memcpy(v, p, sizeof(BlockColumns));
+}
+GPUBOX_FORCEINLINE void load_block(const Bf16* p, BlockColumns* v) {
+  for (int c = 0; c < kBlockColumns; ++c) (*v)[c] = to_float(p[c]);
+}
+
+// The forward's per-instance copy of the F vectors, column-major (column k's F values, then
+// kBlockColumns zeros a block of pairs may read past the last feature), and its pairs' values
+// (then a block's room: a block past the last feature is stored whole): up to these many floats
+// on the stack; larger instances take the item-by-item form.
+constexpr int kTransposedFloats = 8192;
+constexpr int kPairFloats = 4096;
+#endif
+
 // Item (i, a): R[i, d + pair(a, b)] = <T_a, T_b> for b > a; slot a's cvm columns copied behind
 // the pairs.
 template <class T>
@@ -66,29 +90,83 @@ struct InteractionForward {
     for (int b = a + 1, at = shape.pair(a, b); b < features; ++b, ++at) {
       store_as(out + at, dot(va, shape.vector(i, b), shape.width));
     }
+    copy_cvm(i, a);
+  }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // Items [begin, end) on the cpu (run through isa_clones): an instance's vectors copied once,
+  // column-major, so that a block of kBlockColumns pairs (a, b..b+15) sums in register vectors,
+  // lane by lane dot()'s additions in its order (four partial sums over k mod 4, added pairwise,
+  // then the tail columns): the same bits as the item-by-item form, which the dot's 4 lanes
+  // kept at a quarter of an AVX-512 vector.
+  void run_range(std::size_t begin, std::size_t end) const {
+    const int features = shape.features();
+    const int ld = features + kBlockColumns;
+    if (static_cast<int64_t>(shape.width) * ld > kTransposedFloats ||
+        shape.pairs() + kBlockColumns > kPairFloats) {
+      for (std::size_t item = begin; item < end; ++item) (*this)(item);
+      return;
+    }
+    const auto per_instance = static_cast<std::size_t>(features);
+    float columns[kTransposedFloats];
+    float values[kPairFloats];
+    for (std::size_t item = begin; item < end;) {
+      const auto i = static_cast<int64_t>(item / per_instance);
+      const int a_begin = static_cast<int>(item % per_instance);
+      const int a_end = static_cast<int>(std::min(per_instance, a_begin + (end - item)));
+      for (int k = 0; k < shape.width; ++k) {
+        std::fill(columns + k * ld + features, columns + (k + 1) * ld, 0.0f);
+      }
+      for (int b = 0; b < features; ++b) {
+        const T* v = shape.vector(i, b);
+        for (int k = 0; k < shape.width; ++k) columns[k * ld + b] = to_float(v[k]);
+      }
+      // In order of a, so a block stored past a's last pair is overwritten by a + 1's; the
+      // pairs of [a_begin, a_end) then copied out at once.
+      for (int a = a_begin; a < a_end; ++a) pairs_of(a, columns, ld, values);
+      // (pair(a, a + 1) is the count of pairs before a's, for a up to F.)
+      const int first = shape.pair(a_begin, a_begin + 1);
+      const int last = shape.pair(a_end, a_end + 1);
+      T* out = shape.top + i * shape.top_ld + shape.width;
+      for (int p = first; p < last; ++p) store_as(out + p, values[p]);
+      for (int a = a_begin; a < a_end; ++a) copy_cvm(i, a);
+      item += static_cast<std::size_t>(a_end - a_begin);
+    }
+  }
+  // values[pair(a, b)] for every b > a, kBlockColumns b at a time from `columns`, each block
+  // stored whole.
+  void pairs_of(int a, const float* columns, int ld, float* values) const {
+    const int features = shape.features();
+    const int width = shape.width;
+    for (int b0 = a + 1; b0 < features; b0 += kBlockColumns) {
+      BlockColumns lane[4] = {};
+      int k = 0;
+      for (; k + 4 <= width; k += 4) {
+        for (int j = 0; j < 4; ++j) {
+          BlockColumns vb;
+          load_block(columns + (k + j) * ld + b0, &vb);
+          lane[j] += columns[(k + j) * ld + a] * vb;
+        }
+      }
+      BlockColumns sum = (lane[0] + lane[2]) + (lane[1] + lane[3]);
+      for (; k < width; ++k) {
+        BlockColumns vb;
+        load_block(columns + k * ld + b0, &vb);
+        sum += columns[k * ld + a] * vb;
+      }
+      std::memcpy(values + shape.pair(a, b0), &sum, sizeof sum);
+    }
+  }
+#endif
+  // Slot a's cvm columns behind the pairs.
+  GPUBOX_HD void copy_cvm(int64_t i, int a) const {
     if (shape.use_cvm && a < shape.slots) {
+      T* out = shape.top + i * shape.top_ld + shape.width;
       const T* block = shape.x0 + i * shape.x0_ld + a * shape.slot_width;
       out[shape.pairs() + 2 * a] = block[0];
       out[shape.pairs() + 2 * a + 1] = block[1];
     }
   }
 };
-
-#if !defined(GPUBOX_BACKEND_CUDA)
-// The cpu backward's columns per block (dlrm's default width, 16): one AVX-512 vector, four SSE
-// ones. A GNU vector acts lane by lane, so each lane's sums are a scalar loop's.
-constexpr int kBlockColumns = 16;
-using BlockColumns = float __attribute__((vector_size(kBlockColumns * sizeof(float))));
-
-// Columns [0, kBlockColumns) of `p` as floats (through a pointer: a 64-byte vector passed by
-// value has an ABI of its own per instruction set).
-GPUBOX_FORCEINLINE void load_block(const float* p, BlockColumns* v) {
-  std::memcpy(v, p, sizeof(BlockColumns));
-}
-GPUBOX_FORCEINLINE void load_block(const Bf16* p, BlockColumns* v) {
-  for (int c = 0; c < kBlockColumns; ++c) (*v)[c] = to_float(p[c]);
-}
-#endif
 
 // Item (i, f): g = sum_{b != f} dR[i, d + pair(f, b)] T_b, the gradient of T_f (scaled like dR),
 // summed in fp32 memory the item owns (the compiler vectorizes the sum over the columns): a
@@ -271,7 +349,7 @@ void DlrmPart::interaction_forward(const device::Stream& stream, const InputRows
                                     width_,
                                     use_cvm_};
     device::parallel_for(stream, static_cast<std::size_t>(batch) * features(),
-                         InteractionForward<T>{shape});
+                         device::isa_clones(InteractionForward<T>{shape}));
   });
 }
 
