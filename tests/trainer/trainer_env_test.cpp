@@ -24,9 +24,9 @@ namespace {
 class ScopedEnv {
  public:
   explicit ScopedEnv(const std::map<std::string, std::string>& values) {
-    for (const char* name :
-         {"PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", "PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
-          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"}) {
+    for (const char* name : {"PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID", "PADDLE_TRAINERS_NUM",
+                             "GPUBOX_TRAINERS_NUM", "PADDLE_TRAINERS", "OMPI_COMM_WORLD_RANK",
+                             "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"}) {
       if (const char* old = std::getenv(name)) saved_[name] = old;
       ::unsetenv(name);
     }
@@ -86,6 +86,44 @@ TEST(TrainerEnv, AMalformedLauncherValueNamesTheVariable) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("OMPI_COMM_WORLD_RANK='one'"));
   }
+}
+
+// from_environment's error for `values`, or "" when it accepts them.
+std::string refusal(const std::map<std::string, std::string>& values) {
+  ScopedEnv env(values);
+  try {
+    TrainerEnv::from_environment();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainerEnv, PaddleRecsTrainersCountIsRead) {
+  ScopedEnv env({{"PADDLE_TRAINERS", "2"}, {"PADDLE_TRAINER_ID", "1"}});
+  const TrainerEnv e = TrainerEnv::from_environment();
+  EXPECT_EQ(e.trainers, 2);
+  EXPECT_EQ(e.trainer_id, 1);
+}
+
+TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {
+  using ::testing::HasSubstr;
+  EXPECT_THAT(refusal({{"PADDLE_TRAINER_ID", "5"}, {"PADDLE_TRAINERS_NUM", "2"}}),
+              HasSubstr("PADDLE_TRAINER_ID=5 is not a trainer of the job: ids run from 0 to 1 "
+                        "(PADDLE_TRAINERS_NUM=2)"));
+  EXPECT_THAT(refusal({{"GPUBOX_TRAINER_ID", "1"}}),
+              HasSubstr("GPUBOX_TRAINER_ID=1 is not a trainer of the job: ids run from 0 to 0 "
+                        "(PADDLE_TRAINERS_NUM unset: 1 trainer)"));
+  EXPECT_THAT(refusal({{"PADDLE_TRAINER_ID", "-1"}, {"PADDLE_TRAINERS", "3"}}),
+              HasSubstr("PADDLE_TRAINER_ID=-1 is not a trainer of the job: ids run from 0 to 2 "
+                        "(PADDLE_TRAINERS=3)"));
+  EXPECT_THAT(refusal({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}),
+              HasSubstr("SLURM_PROCID=4 is not a trainer of the job"));
+  EXPECT_THAT(refusal({{"PADDLE_TRAINERS_NUM", "0"}}),
+              HasSubstr("PADDLE_TRAINERS_NUM=0: a job has at least one trainer"));
+  EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "3"}, {"PADDLE_TRAINERS_NUM", "2"}}),
+              HasSubstr("PADDLE_TRAINERS=3 and PADDLE_TRAINERS_NUM=2 disagree"));
+  EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "2"}, {"PADDLE_TRAINERS_NUM", "2"}}), "");
 }
 
 // Labels 0 .. n-1 in one slot each (key = label + 1): a share's labels say which rows it got.

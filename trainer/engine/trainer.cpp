@@ -149,7 +149,7 @@ using engine_detail::kLocalTierSaves;
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
   if (env_.trainers > 1) {
-    GPUBOX_EXPECTS(!env_.rendezvous.empty(), "PADDLE_TRAINERS_NUM=", env_.trainers,
+    GPUBOX_EXPECTS(!env_.rendezvous.empty(), env_.trainers_from, "=", env_.trainers,
                    ": the trainers meet through a rendezvous store; set "
                    "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
     // Refused here, before the job meets, when the config asks for saves or a start from one;
@@ -157,7 +157,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     GPUBOX_EXPECTS(
         !env_.servers.empty() || config_.runner.collective ||
             (config_.runner.model_save_path.empty() && config_.runner.model_init_path.empty()),
-        "PADDLE_TRAINERS_NUM=", env_.trainers, ": runner.model_save_path / runner.model_init_path",
+        env_.trainers_from, "=", env_.trainers, ": runner.model_save_path / runner.model_init_path",
         kLocalTierSaves);
   }
   state_ = std::make_unique<State>(

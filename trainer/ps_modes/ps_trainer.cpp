@@ -133,8 +133,8 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
   GPUBOX_EXPECTS(config_.runner.sync_mode != SyncMode::kGpubox,
                  "PsTrainer runs the async, sync and geo modes");
   GPUBOX_EXPECTS(env_.trainers >= 1 && env_.trainer_id >= 0 && env_.trainer_id < env_.trainers,
-                 "PADDLE_TRAINER_ID=", env_.trainer_id,
-                 " is not in [0, PADDLE_TRAINERS_NUM=", env_.trainers, ")");
+                 "PADDLE_TRAINER_ID=", env_.trainer_id, " is not in [0, ", env_.trainers_from, "=",
+                 env_.trainers, ")");
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(thread_cards(config_, env_), 0, 1, 1),
             nullptr,

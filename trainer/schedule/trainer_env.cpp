@@ -15,10 +15,13 @@
 namespace gpubox::trainer {
 namespace {
 
-int env_int(const char* paddle, const char* gpubox, int fallback) {
+// $paddle, else $gpubox, else `fallback`; `read_from` (when given) names the variable read.
+int env_int(const char* paddle, const char* gpubox, int fallback,
+            std::string* read_from = nullptr) {
   const char* name = std::getenv(paddle) ? paddle : gpubox;
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
+  if (read_from != nullptr) *read_from = name;
   char* end = nullptr;
   const long parsed = std::strtol(value, &end, 10);
   GPUBOX_EXPECTS(end != value && *end == '\0', "environment variable ", name, "='", value,
@@ -41,10 +44,10 @@ std::string env_string(const char* paddle, const char* gpubox, const std::string
 // A cluster launcher's value for a job variable the launcher did not set itself: mpirun's
 // (Open MPI) first, then srun's (Slurm), else `fallback`. The launcher only starts processes;
 // each learns its place from the variables the launcher gives every rank.
-int launcher_int(const char* ompi, const char* slurm, int fallback) {
+int launcher_int(const char* ompi, const char* slurm, int fallback, std::string* read_from) {
   for (const char* name : {ompi, slurm}) {
     const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') return env_int(name, name, fallback);
+    if (value != nullptr && *value != '\0') return env_int(name, name, fallback, read_from);
   }
   return fallback;
 }
@@ -56,10 +59,33 @@ TrainerEnv TrainerEnv::from_environment() {
   env.selected_cards =
       env_string("FLAGS_selected_gpus", "GPUBOX_SELECTED_GPUS", "0", &env.selected_cards_from);
   env.servers = env_string("PADDLE_PSERVERS_IP_PORT_LIST", "GPUBOX_PSERVERS_IP_PORT_LIST", "");
-  env.trainer_id = env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID",
-                           launcher_int("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", 0));
+  std::string id_from = "PADDLE_TRAINER_ID";
+  std::string count_from;  // empty: no variable gave the count (1)
+  env.trainer_id =
+      env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID",
+              launcher_int("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", 0, &id_from), &id_from);
+  // PADDLE_TRAINERS: the count's name in PaddleRec's launch scripts (its fleetrun sets
+  // PADDLE_TRAINERS_NUM); a job that sets both with different counts is refused.
+  std::string paddle_trainers_from;
+  const int paddle_trainers =
+      env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from);
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
-                         launcher_int("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", 1));
+                         paddle_trainers_from.empty()
+                             ? launcher_int("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", 1, &count_from)
+                             : paddle_trainers,
+                         &count_from);
+  if (count_from.empty()) count_from = paddle_trainers_from;
+  if (!count_from.empty()) env.trainers_from = count_from;
+  GPUBOX_EXPECTS(paddle_trainers_from.empty() || paddle_trainers == env.trainers,
+                 "PADDLE_TRAINERS=", paddle_trainers, " and ", count_from, "=", env.trainers,
+                 " disagree on the trainers in the job: set one");
+  const std::string count_text = count_from.empty()
+                                     ? std::string("PADDLE_TRAINERS_NUM unset: 1 trainer")
+                                     : count_from + "=" + std::to_string(env.trainers);
+  GPUBOX_EXPECTS(env.trainers >= 1, count_text, ": a job has at least one trainer");
+  GPUBOX_EXPECTS(env.trainer_id >= 0 && env.trainer_id < env.trainers, id_from, "=", env.trainer_id,
+                 " is not a trainer of the job: ids run from 0 to ", env.trainers - 1, " (",
+                 count_text, ")");
   env.rendezvous = env_string("GPUBOX_RENDEZVOUS", "GPUBOX_RENDEZVOUS", "");
   env.host = env_string("POD_IP", "GPUBOX_POD_IP", "127.0.0.1");
   return env;

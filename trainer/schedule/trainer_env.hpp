@@ -24,21 +24,24 @@ namespace gpubox::trainer {
 struct TrainerEnv {
   std::string selected_cards = "0";  // FLAGS_selected_gpus (cpu build: simulated cards)
   std::string selected_cards_from = "FLAGS_selected_gpus";  // or GPUBOX_SELECTED_GPUS: its errors
-  std::string servers;       // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
-  int trainer_id = 0;        // PADDLE_TRAINER_ID
-  int trainers = 1;          // PADDLE_TRAINERS_NUM
-  int threads_per_card = 0;  // cpu backend; 0 = cores / cards
-  std::string rendezvous;    // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
+  std::string servers;  // PADDLE_PSERVERS_IP_PORT_LIST; empty: in-process host tier
+  int trainer_id = 0;   // PADDLE_TRAINER_ID
+  int trainers = 1;     // PADDLE_TRAINERS_NUM
+  std::string trainers_from = "PADDLE_TRAINERS_NUM";  // the variable read: its errors name it
+  int threads_per_card = 0;                           // cpu backend; 0 = cores / cards
+  std::string rendezvous;  // GPUBOX_RENDEZVOUS (file:///shared/dir); needed when trainers > 1
   std::string host = "127.0.0.1";  // POD_IP: where this trainer's peers reach it
   // What this process may still take, asked before a copy that holds a pass twice (a shuffled
   // pass stored in its order; skipped when it would not fit). Tests give their own.
   std::function<uint64_t()> memory_headroom = memory_headroom_bytes;
 
   // Reads FLAGS_selected_gpus, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINER_ID,
-  // PADDLE_TRAINERS_NUM (or their GPUBOX_* names), GPUBOX_RENDEZVOUS and POD_IP (or
-  // GPUBOX_POD_IP). Without a trainer id or count, a cluster launcher's gives it:
-  // OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (mpirun), else SLURM_PROCID / SLURM_NTASKS
-  // (srun), as scripts/run_gpubox.sh reads them. A malformed number names the variable.
+  // PADDLE_TRAINERS_NUM (or their GPUBOX_* names; the count also as PaddleRec's scripts name it,
+  // PADDLE_TRAINERS), GPUBOX_RENDEZVOUS and POD_IP (or GPUBOX_POD_IP). Without a trainer id or
+  // count, a cluster launcher's gives it: OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (mpirun),
+  // else SLURM_PROCID / SLURM_NTASKS (srun), as scripts/run_gpubox.sh reads them. A malformed
+  // number, a count below 1, an id outside [0, count) and two counts that disagree throw, naming
+  // the variables.
   static TrainerEnv from_environment();
 };
 
