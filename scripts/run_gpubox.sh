@@ -123,7 +123,18 @@ if [ -n "$local_trainers" ]; then
 fi
 selected="${selected:-0}"
 role="${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}"
-local_tier="${GPUBOX_LOCAL_TIER:-0}"
+case "${GPUBOX_LOCAL_TIER:-0}" in
+  1 | [Tt]rue | TRUE | [Yy]es | YES | [Oo]n | ON) local_tier=1 ;;
+  0 | [Ff]alse | FALSE | [Nn]o | NO | [Oo]ff | OFF) local_tier=0 ;;
+  *) echo "run_gpubox: GPUBOX_LOCAL_TIER='$GPUBOX_LOCAL_TIER': 1 (the host tier inside the trainer, no servers) or 0 (servers)" >&2; exit 2 ;;
+esac
+# The job's counts and this trainer's id, whole numbers (the trainer names a bad one too; the
+# comparisons below would fail on it first).
+for pair in "trainers:$trainers_num" "trainer id:$trainer_id"; do
+  case "${pair#*:}" in
+    '' | *[!0-9]*) echo "run_gpubox: the job's ${pair%%:*} '${pair#*:}' (from PADDLE_TRAINERS_NUM / PADDLE_TRAINERS / PADDLE_TRAINER_ID or their GPUBOX_*, OMPI_COMM_WORLD_*, SLURM_* names) is not a whole number" >&2; exit 2 ;;
+  esac
+done
 build_dir="${GPUBOX_BUILD_DIR:-$repo/build}"
 bin="$build_dir/bin"
 
@@ -170,6 +181,8 @@ trap 'exit 143' TERM
 
 port_in_use() { (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null; }  # PORT [IP]
 is_this_machine() { [ "$1" = "$pod_ip" ] || [ "$1" = 127.0.0.1 ] || [ "$1" = localhost ]; }
+is_loopback() { case "$1" in 127.* | localhost | ::1) return 0 ;; esac; return 1; }
+same_host() { [ "$1" = "$2" ] || { is_loopback "$1" && is_loopback "$2"; }; }  # IP IP
 
 # The token the servers started here require: $GPUBOX_AUTH_TOKEN_FILE when given, else (when
 # the trainer runs here too) a fresh random one that only this job knows.
@@ -229,16 +242,24 @@ if [ "$role" = "PSERVER" ]; then
   server_extra=(--exit_when_job_ends)
   for i in "${!endpoints[@]}"; do
     ip="${endpoints[$i]%:*}"; port="${endpoints[$i]##*:}"
-    if [ "$ip" = "$pod_ip" ] && { [ -z "${PADDLE_PORT:-}" ] || [ "$PADDLE_PORT" = "$port" ]; }; then
-      start_server "$i" "$port" "$i" "${#endpoints[@]}"
+    if same_host "$ip" "$pod_ip" && { [ -z "${PADDLE_PORT:-}" ] || [ "$PADDLE_PORT" = "$port" ]; }; then
+      bind_ip="$ip" start_server "$i" "$port" "$i" "${#endpoints[@]}"
     fi
   done
+  if [ "${#server_pids[@]}" -eq 0 ]; then
+    echo "run_gpubox: TRAINING_ROLE=PSERVER: no endpoint of PADDLE_PSERVERS_IP_PORT_LIST=$servers is this machine's (POD_IP=$pod_ip${PADDLE_PORT:+, PADDLE_PORT=$PADDLE_PORT}): nothing to serve; set POD_IP to the address the list names for this machine${PADDLE_PORT:+ and PADDLE_PORT to one of its ports}" >&2
+    exit 2
+  fi
   echo "run_gpubox: servers running until their job's trainers finish (Ctrl-C to stop)"
   status=0
   for pid in "${server_pids[@]}"; do wait "$pid" || status=$?; done
   exit "$status"
 fi
 
+if [ "$role" = "TRAINER" ] && [ -z "$servers" ] && [ "$local_tier" != "1" ]; then
+  echo "run_gpubox: TRAINING_ROLE=TRAINER runs a trainer against servers started elsewhere: set PADDLE_PSERVERS_IP_PORT_LIST to them (or GPUBOX_LOCAL_TIER=1 for the host tier inside the trainer, or leave TRAINING_ROLE unset for servers started here)" >&2
+  exit 2
+fi
 if [ -z "$servers" ] && [ "$role" != "TRAINER" ] && [ "$local_tier" != "1" ]; then
   check_server_count PADDLE_PSERVER_NUMS "$pserver_nums"
   make_token

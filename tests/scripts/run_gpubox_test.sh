@@ -15,7 +15,8 @@
 #  5. TRAINING_ROLE=PSERVER and TRAINING_ROLE=TRAINER started apart (as PaddleRec's launcher
 #     does): the server exits with status 0 once its job's trainer finished;
 #  0. --help and --version print and exit, making no folder and starting no server; a count of
-#     trainers or servers that is not a positive number is refused naming it (exit 2);
+#     trainers or servers that is not a positive number is refused naming it (exit 2), as are
+#     launcher variables that would run something else than asked (0c);
 #  6. a server's "listening on" line read half-written is waited for, not a failed start.
 set -eu
 repo="$1"
@@ -54,6 +55,27 @@ PADDLE_PSERVER_NUMS=abc GPUBOX_LOCAL_TIER=0 timeout 60 sh "$repo/scripts/run_gpu
 [ "$status" = 2 ] || { cat out0b.txt; fail "PADDLE_PSERVER_NUMS=abc exited $status, not 2"; }
 grep -q "^run_gpubox: PADDLE_PSERVER_NUMS takes a positive number of servers, got 'abc'" out0b.txt ||
   { cat out0b.txt; fail "PADDLE_PSERVER_NUMS=abc: no error naming it"; }
+# 0c. Launcher variables that would run something else than asked are refused naming them
+#     (exit 2): a PSERVER role none of whose listed endpoints is this machine's (it said its
+#     servers were running and exited 0, serving nothing), a TRAINER role with no servers (it
+#     trained alone on the in-process tier), a GPUBOX_LOCAL_TIER other than a yes or no, a
+#     trainer count that is not a number (bash's own noise first).
+refused() {  # refused NAME TEXT ENV...: run_gpubox.sh under ENV exits 2 printing TEXT
+  name="$1" text="$2"
+  shift 2
+  status=0
+  env "$@" timeout 60 sh "$repo/scripts/run_gpubox.sh" --config "$config" >out0c.txt 2>&1 </dev/null ||
+    status=$?
+  [ "$status" = 2 ] || { cat out0c.txt; fail "$name exited $status, not 2"; }
+  grep -q -- "$text" out0c.txt || { cat out0c.txt; fail "$name: no error saying '$text'"; }
+  if grep -q "integer expression\|servers running until" out0c.txt; then cat out0c.txt; fail "$name: went on"; fi
+}
+refused "PSERVER on another port" "no endpoint of PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:45678 is this machine's (POD_IP=127.0.0.1, PADDLE_PORT=45679)" \
+  TRAINING_ROLE=PSERVER PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:45678 POD_IP=127.0.0.1 PADDLE_PORT=45679
+refused "TRAINER without servers" "TRAINING_ROLE=TRAINER runs a trainer against servers started elsewhere: set PADDLE_PSERVERS_IP_PORT_LIST" \
+  TRAINING_ROLE=TRAINER GPUBOX_LOCAL_TIER=0
+refused "GPUBOX_LOCAL_TIER=maybe" "GPUBOX_LOCAL_TIER='maybe': 1" GPUBOX_LOCAL_TIER=maybe
+refused "PADDLE_TRAINERS_NUM=abc" "the job's trainers 'abc'" PADDLE_TRAINERS_NUM=abc GPUBOX_LOCAL_TIER=1
 
 # 1.
 GPUBOX_LOCAL_TIER=1 timeout 120 sh "$repo/scripts/run_gpubox.sh" -m "$config" -o runner.epochs=1 \
@@ -199,4 +221,10 @@ env GPUBOX_BUILD_DIR="$fake" TRAINING_ROLE=PSERVER PADDLE_PSERVERS_IP_PORT_LIST=
   POD_IP=127.0.0.1 timeout 60 bash "$repo/scripts/run_gpubox.sh" --config "$config" \
   >out7.txt 2>&1 </dev/null || { cat out7.txt log/pserver.0.log; fail "a half-written listening line failed the launcher"; }
 grep -q "servers running until" out7.txt || { cat out7.txt; fail "the server was not waited for"; }
+#    POD_IP=localhost is the list's 127.0.0.1 (a string compare found no endpoint to serve).
+rm -rf log
+env GPUBOX_BUILD_DIR="$fake" TRAINING_ROLE=PSERVER PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:45678 \
+  POD_IP=localhost timeout 60 bash "$repo/scripts/run_gpubox.sh" --config "$config" \
+  >out7.txt 2>&1 </dev/null || { cat out7.txt; fail "POD_IP=localhost: the launcher failed"; }
+[ -s log/pserver.0.log ] || { cat out7.txt; fail "POD_IP=localhost started no server for 127.0.0.1"; }
 echo "PASS"
