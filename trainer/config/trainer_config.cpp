@@ -46,11 +46,6 @@ DenseModelConfig TrainerConfig::dense_model_config() const {
   return model;
 }
 
-namespace {
-
-// Keys recorded with a save that only place its rows (memory budgets, the disk tier's folder,
-// the servers' connections): the disk tier trains as memory does, so two runs that differ in
-// them are the same model (a job that died of memory resumes under a budget).
 bool places_rows_only(const std::string& key) {
   for (const char* placing : {"runner.rocksdb_path", "runner.host_memory_row_budget",
                               "runner.host_memory_mb", "runner.server_timeout_s",
@@ -59,8 +54,6 @@ bool places_rows_only(const std::string& key) {
   }
   return false;
 }
-
-}  // namespace
 
 // "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
 // code has no model keys: a save made with one, or a run with one, is not compared.

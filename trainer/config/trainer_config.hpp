@@ -153,6 +153,12 @@ struct TrainerConfig {
   DenseModelConfig dense_model_config() const;
 };
 
+// Keys recorded with a save that only place its rows (memory budgets, the disk tier's folder,
+// the servers' connections): the disk tier trains as memory does, so two runs that differ in
+// them are the same model (a job that died of memory resumes under a budget), and two trainers
+// of one job may set them for their own machines.
+bool places_rows_only(const std::string& key);
+
 // "key: saved A, now B; ..." for every model key that differs ("" when none). A config built in
 // code has no model keys: a save made with one, or a run with one, is not compared. A key newer
 // than the save counts as its default there. Keys that only place the rows (memory budgets, the

@@ -26,6 +26,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
+#include "trainer/engine/job_agreement.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer_state.hpp"
 #include "trainer/metrics/metrics.hpp"
@@ -174,10 +175,12 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             nullptr});
   State& s = *state_;
-  s.group = comm::make_group(s.cards,
-                             std::chrono::milliseconds(static_cast<int64_t>(
-                                 std::ceil(config_.runner.collective_timeout_s * 1000.0))),
-                             s.store.get(), env_.host);
+  const std::chrono::milliseconds collective_timeout(
+      static_cast<int64_t>(std::ceil(config_.runner.collective_timeout_s * 1000.0)));
+  if (s.store != nullptr) {
+    agree_on_job(*s.store, config_, env_, s.cards.num_local_cards(), collective_timeout);
+  }
+  s.group = comm::make_group(s.cards, collective_timeout, s.store.get(), env_.host);
   const tier_owner::CardTierOptions tier_options = card_tier_options(config_, env_);
   // The in-process table's options (a budget without runner.rocksdb_path) before its budget is
   // planned: a missing disk tier is named before a budget too small for the cards.

@@ -1,0 +1,123 @@
+// agree_on_job (trainer/engine/job_agreement.hpp): the trainers of one job, each on its own thread
+// over one file rendezvous store, compare what they were started with before they connect. The
+// same config agrees (and keys set per machine may differ); a learning rate, a row width, a trainer
+// count or a card count that differs is refused on both sides naming the key and both values; a
+// trainer that never comes is named; an entry of this trainer's id already in the folder (an
+// earlier job's, or two trainers with one id) is refused naming the folder.
+#include "trainer/engine/job_agreement.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.hpp"
+#include "tests/common/test_data_config.hpp"
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class JobAgreementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("gpubox_job_agreement_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static TrainerConfig config(const std::vector<std::string>& extra = {}) {
+    return testing::load_test_config({"runner.metrics_path=", "runner.model_save_path="}, extra);
+  }
+
+  // Trainer t of `trainers` (its own count: counts[t]) with configs[t] and cards[t], each on its
+  // own thread; their errors ("" when it agreed).
+  std::vector<std::string> run(const std::vector<TrainerConfig>& configs,
+                               const std::vector<int>& counts, const std::vector<int>& cards,
+                               double timeout_s = 20.0) {
+    const auto store = comm::open_rendezvous_store("file://" + (root_ / "rendezvous").string());
+    std::vector<std::string> errors(configs.size());
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < configs.size(); ++t) {
+      threads.emplace_back([&, t] {
+        TrainerEnv env;
+        env.trainer_id = static_cast<int>(t);
+        env.trainers = counts[t];
+        try {
+          agree_on_job(*store, configs[t], env, cards[t],
+                       std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+        } catch (const Error& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    return errors;
+  }
+
+  fs::path root_;
+};
+
+TEST_F(JobAgreementTest, TheSameConfigAgreesAndKeysSetPerMachineMayDiffer) {
+  const TrainerConfig a = config();
+  const TrainerConfig b = config({"runner.thread_num=3", "runner.host_memory_mb=512"});
+  EXPECT_EQ(run({a, b, a}, {3, 3, 3}, {2, 2, 2}), std::vector<std::string>(3, ""));
+}
+
+TEST_F(JobAgreementTest, AnotherLearningRateIsRefusedOnBothSidesNamingTheKey) {
+  const auto errors =
+      run({config(), config({"hyper_parameters.optimizer.learning_rate=0.5"})}, {2, 2}, {1, 1});
+  EXPECT_THAT(errors[0], HasSubstr("were started with different settings: "
+                                   "hyper_parameters.optimizer.learning_rate: trainer 1 has 0.5, "
+                                   "trainer 0 (this one) 0.001"));
+  EXPECT_THAT(errors[1], HasSubstr("hyper_parameters.optimizer.learning_rate: trainer 0 has 0.001, "
+                                   "trainer 1 (this one) 0.5"));
+}
+
+TEST_F(JobAgreementTest, AnotherRowWidthEpochCountOrBatchIsRefused) {
+  const auto errors = run({config(), config({"hyper_parameters.sparse_feature_dim=5",
+                                             "runner.epochs=2", "runner.train_batch_size=7"})},
+                          {2, 2}, {1, 1});
+  for (const std::string& error : errors) {
+    EXPECT_THAT(error, HasSubstr("hyper_parameters.sparse_feature_dim: trainer"));
+    EXPECT_THAT(error, HasSubstr("runner.epochs: trainer"));
+    EXPECT_THAT(error, HasSubstr("runner.train_batch_size: trainer"));
+  }
+}
+
+TEST_F(JobAgreementTest, AnotherTrainerCountOrCardCountIsRefused) {
+  const auto counts = run({config(), config()}, {2, 3}, {1, 1}, 2.0);
+  EXPECT_THAT(counts[0], HasSubstr("trainers in the job (PADDLE_TRAINERS_NUM): trainer 1 has 3, "
+                                   "trainer 0 (this one) 2"));
+  EXPECT_THAT(counts[1], HasSubstr("trainers in the job (PADDLE_TRAINERS_NUM): trainer 0 has 2"));
+  fs::remove_all(root_);
+  const auto cards = run({config(), config()}, {2, 2}, {2, 1});
+  EXPECT_THAT(cards[1], HasSubstr("cards per trainer (FLAGS_selected_gpus): trainer 0 has 2, "
+                                  "trainer 1 (this one) 1"));
+}
+
+TEST_F(JobAgreementTest, ATrainerThatNeverComesIsNamed) {
+  const auto errors = run({config()}, {2}, {1}, 0.2);
+  EXPECT_THAT(errors[0], HasSubstr("trainer 1 of the job (PADDLE_TRAINERS_NUM=2) did not arrive "
+                                   "within runner.collective_timeout_s (0.2 s)"));
+}
+
+TEST_F(JobAgreementTest, AFolderHoldingThisTrainersEntryIsRefused) {
+  ASSERT_EQ(run({config(), config()}, {2, 2}, {1, 1}), std::vector<std::string>(2, ""));
+  // The same job again in the same folder: each trainer finds its own entry there.
+  for (const std::string& error : run({config(), config()}, {2, 2}, {1, 1}, 0.5)) {
+    EXPECT_THAT(error, HasSubstr("already holds trainer "));
+    EXPECT_THAT(error, HasSubstr("the folder of an earlier job (give each job a fresh, empty "
+                                 "folder), or two trainers started with PADDLE_TRAINER_ID="));
+  }
+}
+
+}  // namespace
+}  // namespace gpubox::trainer

@@ -1,0 +1,25 @@
+// The trainers of one gpubox-mode (or Collective) job agree on what they train before they
+// connect: each publishes, in the job's rendezvous store, its count of trainers, its cards and
+// the keys that shape the job (TrainerConfig::model_keys and job_keys, less those a trainer sets
+// for its own machine: memory budgets, the disk tier's folder, reader threads), and compares
+// them with trainer 0's (trainer 0: with every other trainer's). Without it, trainers started
+// with another learning rate trained diverging replicas with exit 0, another row width aborted
+// with no message, and another trainer count failed inside Gloo's address exchange.
+#pragma once
+
+#include <chrono>
+
+#include "heterps/comm/rendezvous_store.hpp"
+#include "trainer/config/trainer_config.hpp"
+#include "trainer/schedule/trainer_env.hpp"
+
+namespace gpubox::trainer {
+
+// Publishes this trainer's entry (key "job/config/<id>") and compares as above, waiting up to
+// `timeout` for the entries it reads. Throws naming every key that differs with both trainers'
+// values (up to a few), a trainer whose entry never appeared, or an entry of this trainer's id
+// already in the store (an earlier job's folder, or two trainers started with one id).
+void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, const TrainerEnv& env,
+                  int cards_per_trainer, std::chrono::milliseconds timeout);
+
+}  // namespace gpubox::trainer
