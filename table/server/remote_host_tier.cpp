@@ -231,6 +231,19 @@ Status RemoteHostTier::check_servers() {
         infos[index] = *info;
         return Status::OK();
       }));
+  // A server listed twice (under one address or two: its instance id is the same) would take
+  // two shares of the keys under one shard's saves.
+  for (std::size_t e = 0; e < n; ++e) {
+    for (std::size_t earlier = 0; earlier < e; ++earlier) {
+      if (infos[earlier].instance_id != infos[e].instance_id) continue;
+      const std::string where = transport_.endpoints()[e].to_string();
+      return Status::InvalidArgument(
+          "server " + where + " is listed twice in the servers' list (positions " +
+          std::to_string(earlier) + " and " + std::to_string(e) + ", as " +
+          transport_.endpoints()[earlier].to_string() + " and " + where +
+          "): list each server once (PADDLE_PSERVERS_IP_PORT_LIST)");
+    }
+  }
   for (std::size_t e = 0; e < n; ++e) {
     const InfoReply& info = infos[e];
     const std::string where = transport_.endpoints()[e].to_string();
@@ -264,14 +277,20 @@ Status RemoteHostTier::check_servers() {
           std::to_string(info.shard_num) + " but is listed at position " + std::to_string(e) +
           " of " + std::to_string(n) + " endpoints");
     }
+    // One started alone (shard 0 of 1) in a list of several writes saves that collide with the
+    // others'.
+    if (info.shard_num == 1 && n > 1) {
+      return Status::InvalidArgument(
+          "server " + where +
+          " runs alone (shard 0 of 1: started without --shard_id/--shard_num) "
+          "but is listed at position " +
+          std::to_string(e) + " of " + std::to_string(n) +
+          " endpoints sharing the keys: start server i of the list with --shard_id i --shard_num " +
+          std::to_string(n) + " (scripts/launch.sh and run_gpubox.sh do)");
+    }
     // Chunks must fit the smallest frame limit among the servers too.
     chunk_rows_ = std::min(chunk_rows_, rows_per_frame(info.max_payload_bytes));
     frame_limit_ = std::min(frame_limit_, info.max_payload_bytes);
-    if (info.shard_num == 1 && n > 1) {
-      GPUBOX_LOG(WARNING) << "RemoteHostTier: server " << where
-                          << " runs without --shard_id/--shard_num although " << n
-                          << " endpoints share the keys; its saves may collide with the others'";
-    }
   }
   return Status::OK();
 }

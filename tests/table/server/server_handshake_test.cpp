@@ -75,5 +75,41 @@ TEST(ServerHandshake, SparseRuleMismatchIsRefusedAtConnectNamingTheKey) {
   EXPECT_TRUE(RemoteHostTier::connect(options).ok());
 }
 
+// A server listed twice (as 127.0.0.1 and as localhost: one server under two names, its
+// instance id the same) would take two shares of the keys; one started alone (shard 0 of 1) in
+// a list of two writes saves that collide with the other's. Both are refused at connect naming
+// the server and what to do (a duplicate list and a mix of 0/2 and 0/1 trained with exit 0).
+TEST(ServerHandshake, AServerListedTwiceOrStartedAloneAmongSeveralIsRefused) {
+  FakeHostTier table(test_config());
+  auto alone = start_server(&table);
+  ASSERT_TRUE(alone);
+  const std::string endpoint = alone->endpoint();
+  const std::string port = endpoint.substr(endpoint.rfind(':') + 1);
+  auto twice = RemoteHostTier::connect(client_options(endpoint + ",localhost:" + port));
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("is listed twice in the servers' list (positions 0 and "
+                                          "1, as " +
+                                          endpoint + " and localhost:" + port + ")"),
+            std::string::npos)
+      << twice.status().to_string();
+
+  FakeHostTier table0(test_config());
+  ServerOptions first;
+  first.shard_id = 0;
+  first.shard_num = 2;
+  auto shard0 = start_server(&table0, first);
+  ASSERT_TRUE(shard0);
+  auto mixed = RemoteHostTier::connect(client_options(shard0->endpoint() + "," + endpoint));
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find(
+                "server " + endpoint +
+                " runs alone (shard 0 of 1: started without --shard_id/--shard_num) but is "
+                "listed at position 1 of 2 endpoints"),
+            std::string::npos)
+      << mixed.status().to_string();
+  // Alone, it serves.
+  EXPECT_TRUE(RemoteHostTier::connect(client_options(endpoint)).ok());
+}
+
 }  // namespace
 }  // namespace gpubox::table::server

@@ -188,8 +188,12 @@ TEST(ServerProgress, OneServerMovingDoesNotHideAnotherThatStopped) {
   auto table_b = sparse_table();
   SlowIoTier moving(*table_a, milliseconds(0));
   SlowIoTier stopped(*table_b, milliseconds(0));
-  auto a = start_server(&moving, progress_options(dir_a.path()));
-  auto b = start_server(&stopped, progress_options(dir_b.path()));
+  ServerOptions options_a = progress_options(dir_a.path()),
+                options_b = progress_options(dir_b.path());
+  options_a.shard_num = options_b.shard_num = 2;  // shards 0 and 1 of the list
+  options_b.shard_id = 1;
+  auto a = start_server(&moving, options_a);
+  auto b = start_server(&stopped, options_b);
   ASSERT_TRUE(a && b);
   ReleaseAtEnd release_a{moving}, release_b{stopped};
   auto client = connect_client(bounded_client(a->endpoint() + "," + b->endpoint()));
