@@ -136,6 +136,12 @@ TEST(Server, AuthTokenRequiredFirst) {
   EXPECT_EQ(no_token.status().code(), Status::Code::kPermissionDenied)
       << no_token.status().to_string();
   EXPECT_NE(no_token.status().message().find("requires AUTH"), std::string::npos);
+  // What to do, naming where the token comes from.
+  EXPECT_NE(no_token.status().message().find(
+                "the server requires a token and this client has none: give it the servers' token "
+                "file (GPUBOX_AUTH_TOKEN_FILE"),
+            std::string::npos)
+      << no_token.status().to_string();
 
   auto wrong = client_options(server->endpoint());
   wrong.auth_token = std::string(kTestToken) + "-s3creT";
@@ -143,6 +149,11 @@ TEST(Server, AuthTokenRequiredFirst) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kPermissionDenied);
   EXPECT_NE(refused.status().message().find("wrong auth token"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("the server was started with another token than this "
+                                            "client's: give the servers and the trainers one "
+                                            "token file (GPUBOX_AUTH_TOKEN_FILE"),
+            std::string::npos)
+      << refused.status().to_string();
   EXPECT_EQ(table.pull_calls.load(), 0u);
 
   auto right = client_options(server->endpoint());
