@@ -314,6 +314,16 @@ int run_convert(const cli::ParsedArgs& args) {
   if (!args.has("config") && !args.overrides.empty()) {
     return fail(Status::InvalidArgument("-o " + args.overrides.front() + ": needs --config"), 2);
   }
+  for (const char* shape : {"slots", "dense"}) {
+    if (args.has("config") && args.has(shape)) {
+      return fail(Status::InvalidArgument(
+                      std::string("--") + shape +
+                      ": without --config only (a config gives the slots and dense values: "
+                      "hyper_parameters.sparse_inputs_slots / slot_names and dense_input_dim; "
+                      "-o them to change)"),
+                  2);
+    }
+  }
   if (args.has("config") && args.get_bool("drop_unknown_slots")) {
     return fail(Status::InvalidArgument(
                     "--drop_unknown_slots: without --config only (a config says it with "

@@ -418,6 +418,9 @@ float LineParser::criteo_dense(std::int64_t value, int index, CriteoDense transf
 }
 
 ParseResult LineParser::parse_criteo(std::string_view line, InstanceBlock* out) {
+  // Spaces at the line's end (an editor's, a paste's: Criteo's values hold none) would end up in
+  // the last categorical and hash it as another key, or make a missing one a key.
+  while (!line.empty() && line.back() == ' ') line.remove_suffix(1);
   dense_.assign(13, 0.0f);
   keys_.clear();
   std::fill(slot_sizes_.begin(), slot_sizes_.end(), 0u);

@@ -458,6 +458,23 @@ TEST(CriteoFormat, MalformedLines) {
   EXPECT_EQ(reason_of(c, criteo_line("1", ints, cats) + "\r"), ParseReason::kOk);
 }
 
+// Spaces at a line's end are not part of its last categorical: the same key as without them,
+// and a missing last categorical followed by spaces stays missing (both became other keys).
+TEST(CriteoFormat, SpacesAtTheLineEndAreNotPartOfTheLastValue) {
+  const DatasetConfig c = criteo_config(CriteoDense::kMinMax);
+  const std::vector<std::string> ints(13, "1");
+  std::vector<std::string> cats(26, "ab");
+  const PlainInstance plain =
+      to_plain(parse_one(c, criteo_line("1", ints, cats)).block.instance(0));
+  const Parsed spaced = parse_one(c, criteo_line("1", ints, cats) + "  \r");
+  ASSERT_TRUE(spaced.result.ok()) << describe(spaced.result);
+  EXPECT_EQ(to_plain(spaced.block.instance(0)).slots, plain.slots);
+  cats.back() = "";
+  const Parsed missing = parse_one(c, criteo_line("1", ints, cats) + "   ");
+  ASSERT_TRUE(missing.result.ok()) << describe(missing.result);
+  EXPECT_TRUE(to_plain(missing.block.instance(0)).slots[25].empty());
+}
+
 // A rejected token's control bytes (a compressed file's ESC, NUL, CR) are written \xNN in the
 // detail that terminals and logs show; other bytes as they are; cut to 64 bytes.
 TEST(Describe, ControlBytesOfARejectedTokenAreEscaped) {

@@ -324,6 +324,18 @@ TEST(GpuboxDataBinary, GenThenStatJsonThenStrictFailure) {
                 " " + dir.file("p4.slot"))
                 .exit_code,
             2);
+  // --slots / --dense beside --config: refused naming the flag (the config's shapes were used,
+  // the flags ignored, and a Criteo input converted with exit 0).
+  for (const std::string flag : {"--slots 3", "--dense 2"}) {
+    conv = run("convert --config " + cfg + " " + flag + " " + dir.file("gen/part-00000") + " " +
+                   dir.file("p5.slot"),
+               true);
+    EXPECT_EQ(conv.exit_code, 2) << flag << ": " << conv.out;
+    EXPECT_NE(conv.out.find(flag.substr(0, flag.find(' ')) + ": without --config only"),
+              std::string::npos)
+        << conv.out;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("p5.slot")));
+  }
 }
 
 // #12 item 11: with a minimal config stat reads like the trainer (dense_input_dim 13 by default:
