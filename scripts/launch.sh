@@ -64,6 +64,9 @@ while [ $# -gt 0 ]; do
     --config=*) config="${1#*=}"; config_args+=(--config "$config"); shift ;;
     -o) config_args+=(-o "${2:?}"); shift 2 ;;
     -h | --help) usage 0 ;;
+    # This script's own flags spelt with hyphens ran on with the flag handed to the trainers.
+    --server-num* | --worker-num*)
+      die "${1%%=*}: did you mean $(echo "${1%%=*}" | tr - _ | sed 's/^__/--/')? (this script's flags are spelt with underscores)" ;;
     # fleetrun's training script (tools/static_ps_trainer.py, tools/trainer.py ...): gpubox_train
     # is the trainer, so a PaddleRec command line works as it is.
     *.py) echo "launch: $1: GPUBox needs no training script (gpubox_train trains); ignored" >&2
@@ -109,6 +112,8 @@ elif [ -n "$server_list$worker_list" ]; then
   for e in "${servers[@]}" "${workers[@]}"; do
     [[ "$e" =~ ^[^:]+:[0-9]+$ ]] || die "endpoint '$e' is not ip:port"
   done
+  duplicate="$(printf '%s\n' "${servers[@]}" "${workers[@]}" | sort | uniq -d | head -n 1)"
+  [ -z "$duplicate" ] || die "endpoint $duplicate is listed twice in --servers/--workers: each server and trainer needs its own port"
 else
   is_count "${server_num:-}" || die "--server_num must be a positive count (or use --servers; --help)"
   is_count "${worker_num:-}" || die "--worker_num must be a positive count (or use --workers; --help)"
@@ -196,6 +201,10 @@ fi
 server_csv="$(IFS=,; echo "${servers[*]}")"
 
 # The workers to start here.
+if [ "$role" = TRAINER ] && [ -n "${PADDLE_TRAINER_ID:-}" ]; then
+  [[ "$PADDLE_TRAINER_ID" =~ ^[0-9]+$ ]] && [ "$PADDLE_TRAINER_ID" -lt "${#workers[@]}" ] ||
+    die "PADDLE_TRAINER_ID='$PADDLE_TRAINER_ID' is not a trainer of this job: --workers lists ${#workers[@]}, ids 0 to $(( ${#workers[@]} - 1 ))"
+fi
 mine=()
 if [ "$role" != PSERVER ]; then
   for i in "${!workers[@]}"; do

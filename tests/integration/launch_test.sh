@@ -222,4 +222,20 @@ FLAGS_selected_gpus=0,1,2 "$repo/scripts/launch.sh" --server_num 1 --worker_num 
 status=0
 "$repo/scripts/launch.sh" --server_num 0 --worker_num 2 >out.txt 2>&1 || status=$?
 [ "$status" = 2 ] && grep -q "server_num" out.txt || fail "--server_num 0 accepted"
+# A flag spelt with hyphens (it went on to the trainers, and the count was reported missing), a
+# trainer id outside --workers (reported as no endpoint on POD_IP) and an endpoint listed twice
+# (only the second server's 'Address already in use') are each named.
+refused() {  # refused TEXT ARGS...: launch.sh exits 2 saying TEXT
+  local text="$1"
+  shift
+  status=0
+  "$@" >out.txt 2>&1 || status=$?
+  [ "$status" = 2 ] && grep -q -- "$text" out.txt || { cat out.txt; fail "not refused with '$text': $*"; }
+}
+refused "--server-num: did you mean --server_num?" "$repo/scripts/launch.sh" --server-num 1 --worker_num 1
+refused "PADDLE_TRAINER_ID='5' is not a trainer of this job: --workers lists 2, ids 0 to 1" \
+  env TRAINING_ROLE=TRAINER PADDLE_TRAINER_ID=5 "$repo/scripts/launch.sh" \
+  --servers 127.0.0.1:36001 --workers 127.0.0.1:36011,127.0.0.1:36012
+refused "endpoint 127.0.0.1:36001 is listed twice" "$repo/scripts/launch.sh" \
+  --servers 127.0.0.1:36001,127.0.0.1:36001 --workers 127.0.0.1:36011
 echo "launch_test: ok"

@@ -92,7 +92,9 @@ std::unique_ptr<RemoteHostTier> connect_servers(const TrainerConfig& config,
   GPUBOX_EXPECTS(!env.servers.empty(),
                  "runner.sync_mode: ", name_of(config::kSyncModeNames, config.runner.sync_mode),
                  " trains against gpubox_server processes: name them in "
-                 "PADDLE_PSERVERS_IP_PORT_LIST (scripts/launch.sh starts servers and trainers)");
+                 "PADDLE_PSERVERS_IP_PORT_LIST (scripts/launch.sh --server_num S --worker_num W "
+                 "starts servers and trainers; its --gpus, Collective mode, trains a config of "
+                 "runner.use_fleet without runner.sync_mode: configs/config_collective.yaml)");
   table::server::RemoteHostTierOptions options;
   options.endpoints = env.servers;
   options.config = config.sparse;
