@@ -14,8 +14,8 @@ namespace {
 // Keys a trainer sets for its own machine (besides places_rows_only's): its reader threads,
 // the in-process table's lock shards, where its pipe_command's utilities lie.
 bool set_per_machine(const std::string& key) {
-  return places_rows_only(key) || key == "runner.thread_num" ||
-         key == "runner.host_table_shards" || key == "runner.pipe_utils_path";
+  return places_rows_only(key) || key == "runner.thread_num" || key == "runner.host_table_shards" ||
+         key == "runner.pipe_utils_path";
 }
 
 // What a trainer publishes: "who" (host and pid, for messages), the trainer count under the
@@ -78,7 +78,8 @@ std::map<std::string, std::string> decode(const std::vector<char>& bytes) {
     if (end == std::string::npos) end = text.size();
     const std::string line = text.substr(begin, end - begin);
     const std::size_t tab = line.find('\t');
-    if (tab != std::string::npos) entry[unescaped(line.substr(0, tab))] = unescaped(line.substr(tab + 1));
+    if (tab != std::string::npos)
+      entry[unescaped(line.substr(0, tab))] = unescaped(line.substr(tab + 1));
     begin = end + 1;
   }
   return entry;
@@ -117,8 +118,9 @@ void compare(const std::map<std::string, std::string>& mine, int me,
   if (differences.size() > kNamed) {
     named += "; and " + std::to_string(differences.size() - kNamed) + " more";
   }
-  GPUBOX_FAIL("the trainers of this job (", store, ") were started with different settings: ",
-              named, " (trainer ", other, ": ", value_or_unset(theirs, " who"),
+  GPUBOX_FAIL("the trainers of this job (", store,
+              ") were started with different settings: ", named, " (trainer ", other, ": ",
+              value_or_unset(theirs, " who"),
               "): every trainer of a job trains one model, so give each the same config, -o "
               "overrides and trainer count");
 }
@@ -137,8 +139,8 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
   }
   if (taken) {
     const auto earlier = decode(store.get(mine_key, std::chrono::milliseconds(0)));
-    GPUBOX_FAIL("GPUBOX_RENDEZVOUS=", store.describe(), " already holds trainer ", me,
-                "'s entry (", mine_key, ", from ", value_or_unset(earlier, " who"),
+    GPUBOX_FAIL("GPUBOX_RENDEZVOUS=", store.describe(), " already holds trainer ", me, "'s entry (",
+                mine_key, ", from ", value_or_unset(earlier, " who"),
                 "): the folder of an earlier job (give each job a fresh, empty folder), or two "
                 "trainers started with PADDLE_TRAINER_ID=",
                 me);
@@ -150,8 +152,8 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
       return decode(store.get(key_of(trainer), timeout));
     } catch (const Error& e) {
       GPUBOX_FAIL("trainer ", trainer, " of the job (", env.trainers_from, "=", env.trainers,
-                  ") did not arrive within runner.collective_timeout_s (",
-                  timeout.count() / 1000.0, " s): ", e.what());
+                  ") did not arrive within runner.collective_timeout_s (", timeout.count() / 1000.0,
+                  " s): ", e.what());
     }
   };
   if (me != 0) {
