@@ -221,6 +221,11 @@ std::size_t RemoteHostTier::rows_per_frame(uint32_t max_payload_bytes) const {
                                max_payload_bytes > head ? (max_payload_bytes - head) / per_row : 1);
 }
 
+void RemoteHostTier::accept_restarts() {
+  identities_.accept_restarts();
+  throw_if_error(check_servers().with_context("a server restarted within the job"));
+}
+
 Status RemoteHostTier::check_servers() {
   const std::size_t n = endpoint_count();
   std::vector<InfoReply> infos(n);

@@ -192,8 +192,10 @@ class RemoteHostTier final : public HostTier {
   }
   // Adopts the restarted servers as they are now, so calls to them proceed: after the caller
   // restored their state (accept first, then load() the last save), or chose to go on without
-  // the lost rows.
-  void accept_restarts() { identities_.accept_restarts(); }
+  // the lost rows. Then checks every server as connect() does (rows, rule, seed, shard): a server
+  // restarted with another config throws naming what differs (a recovery trained on under its
+  // rule, or failed on a row stride that named no config).
+  void accept_restarts();
   // What this client knows of endpoint `e` (instance id and generation).
   ServerIdentity server_identity(std::size_t e) const { return identities_.identity(e); }
   // The generation each server replied to the last successful save() or load(), in endpoint

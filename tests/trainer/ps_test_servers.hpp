@@ -68,8 +68,10 @@ class Servers {
   // Server i killed and started again on its port, as a new instance over an empty table (what a
   // gpubox_server restarted after a crash holds). `stopping` (when set) runs once the old
   // instance stopped accepting, before its threads are waited for: a fault hook running on one of
-  // them (ServerOptions::drop_reply) may let go then.
-  void restart(int i, const std::function<void()>& stopping = nullptr) {
+  // them (ServerOptions::drop_reply) may let go then. `as` (when set): the table of that config
+  // (a server restarted with another config).
+  void restart(int i, const std::function<void()>& stopping = nullptr,
+               const TrainerConfig* as = nullptr) {
     const auto at = static_cast<std::size_t>(i);
     table::server::ServerOptions options = options_.at(at);
     options.port = servers_.at(at)->port();
@@ -77,7 +79,8 @@ class Servers {
     if (stopping) stopping();
     servers_[at]->wait();
     servers_[at].reset();
-    auto table = table::SparseTable::open(config_.sparse, config_.host_tier.table);
+    const TrainerConfig& config = as != nullptr ? *as : config_;
+    auto table = table::SparseTable::open(config.sparse, config.host_tier.table);
     throw_if_error(table.status());
     tables_[at] = std::move(table).value();
     auto server = table::server::Server::start(tables_[at].get(), options);

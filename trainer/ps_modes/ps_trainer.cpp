@@ -197,6 +197,14 @@ void PsTrainer::start_job(bool recovery) {
   // (The averaged step's gradient tables need nothing here: each step's first writer overwrites
   // its table whole, before anyone adds to it or reads it: PsWorker::add_gradients.)
   const bool sums_steps = s.pushes != nullptr && env_.trainers > 1;
+  // At the job's first start, the trainers compare their settings (ps_job_settings.hpp): the
+  // training threads too where they shape the job (sync: one step of every thread; geo: deltas
+  // scaled by them), not in async, where each trainer's Hogwild threads are its own.
+  const bool agrees = !recovery && env_.trainers > 1;
+  const bool threads_shape_job = config_.runner.sync_mode != SyncMode::kAsync;
+  const JobSettings settings =
+      job_settings(config_, env_, threads_shape_job ? "training threads (runner.thread_num)" : "",
+                   s.cards.num_local_cards(), threads_shape_job);
   on_trainer_zero(
       [&] {
         PsWorker& first = *s.workers[0];
@@ -218,6 +226,7 @@ void PsTrainer::start_job(bool recovery) {
         throw_if_error(PsPeerWatch::reset(*s.servers, env_.trainers, recovery));
         throw_if_error(PsPassStop::reset(*s.servers, env_.trainers));
         throw_if_error(reset_restart_votes());
+        if (agrees) throw_if_error(write_settings_table(*s.servers, env_.trainers, settings));
         if (sums_steps) {
           std::vector<float> job = job_id_to_floats(draw_job_id());
           throw_if_error(s.servers->dense(DenseAction::kWrite, kJobTokenTable, &job)
@@ -225,6 +234,10 @@ void PsTrainer::start_job(bool recovery) {
         }
       },
       "ps/start", "to start the job");
+  if (agrees) {
+    check_settings(*s.servers, env_.trainer_id, env_.trainers, settings,
+                   [this](const std::string& name, const std::string& what) { meet(name, what); });
+  }
   // A sync job of several trainers: every trainer's pushes of a step are parts of the job's step,
   // summed by the servers before one update (MergedPushes::join_job).
   if (sums_steps) {

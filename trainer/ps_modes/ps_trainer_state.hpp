@@ -13,6 +13,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/job_steady_loss.hpp"
 #include "trainer/ps_modes/merged_pushes.hpp"
+#include "trainer/ps_modes/ps_job_settings.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -54,7 +55,8 @@ inline constexpr const char* kJobDenseTables[] = {kDenseTableName,
                                                   "ps_sync_job",
                                                   "ps_restart_votes",
                                                   "ps_recovery",
-                                                  TrainerZeroWork::kTable};
+                                                  TrainerZeroWork::kTable,
+                                                  kSettingsTable};
 static_assert(std::size(kJobDenseTables) <= table::server::kMaxDenseTables,
               "a PS job's dense tables must fit on server 0 (kMaxDenseTables)");
 
