@@ -188,7 +188,18 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
                                  std::string* text_out) {
   const std::string where = path + "/" + kManifestName;
   if (!env->exists(where)) {
-    return Status::NotFound(where + " is missing: no complete save at " + path);
+    // A trainer's save (its MODEL_MANIFEST) keeps this part in a subfolder: name it.
+    std::string hint;
+    for (const char* part : {"sparse", "dense"}) {
+      if (env->exists(path + "/MODEL_MANIFEST") &&
+          env->exists(path + "/" + part + "/" + kManifestName)) {
+        hint += std::string(hint.empty() ? "" : " or ") + path + "/" + part;
+      }
+    }
+    return Status::NotFound(where + " is missing: no complete save at " + path +
+                            (hint.empty() ? ""
+                                          : " (a trainer's save: its parts are in " + hint +
+                                                "; a server loads " + path + "/sparse)"));
   }
   auto text = env->read_file(where, kMaxManifestBytes);
   if (!text.ok()) return text.status();

@@ -358,6 +358,20 @@ TEST_F(ServerBinary, BadStartupIsAClearError) {
   std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("does-not-exist"), std::string::npos) << text;
 
+  // A trainer's save given whole (its MODEL_MANIFEST, the servers' part under sparse/): the
+  // error names the subfolder to load, not only that no save is there.
+  fs::create_directories(dir_ / "trainer_save" / "sparse");
+  std::ofstream(dir_ / "trainer_save" / "MODEL_MANIFEST") << "x";
+  std::ofstream(dir_ / "trainer_save" / "sparse" / "MANIFEST") << "x";
+  ServerProcess whole_save;
+  EXPECT_FALSE(whole_save.start(args({"--load", "trainer_save"}), dir_ / "whole.log"));
+  EXPECT_EQ(whole_save.wait(5), 1);
+  std::ifstream whole_log(dir_ / "whole.log");
+  const std::string whole((std::istreambuf_iterator<char>(whole_log)),
+                          std::istreambuf_iterator<char>());
+  EXPECT_NE(whole.find("(a trainer's save: its parts are in "), std::string::npos) << whole;
+  EXPECT_NE(whole.find("trainer_save/sparse"), std::string::npos) << whole;
+
   // A data_dir that is a file: refused at start, naming the flag, not a warning and a server
   // whose every SAVE and LOAD fails later.
   const fs::path file = dir_ / "not-a-folder";
