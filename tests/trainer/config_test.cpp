@@ -167,6 +167,25 @@ TEST_F(ConfigTest, ShippedConfigsLoadWithTheirDocumentedValues) {
   EXPECT_FALSE(synthetic->runner.shuffle);
 }
 
+// A load of a save trained in another dense precision than the config computes in is warned,
+// naming both and the -o that computes as it trained; one in the same precision is not.
+TEST_F(ConfigTest, ASaveOfAnotherDensePrecisionIsWarnedOfWhenLoaded) {
+  auto cfg = load_shipped("config_gpubox.yaml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().to_string();
+  const std::string key = "hyper_parameters.dense_precision";
+  ASSERT_EQ(cfg->model_keys.at(key), "fp32");
+  ::testing::internal::CaptureStderr();
+  note_saved_precision({{key, "bf16"}}, *cfg, "saves/3");
+  note_saved_precision({{key, "fp32"}}, *cfg, "saves/4");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("save saves/3 was trained with hyper_parameters.dense_precision=bf16; this "
+                     "run computes its dense net in fp32 (the config's)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("add -o hyper_parameters.dense_precision=bf16"), std::string::npos) << log;
+  EXPECT_EQ(log.find("saves/4"), std::string::npos) << log;
+}
+
 TEST_F(ConfigTest, EveryPartArrivesFromTheOverrides) {
   const std::string path = write("sub/c.yaml",
                                  "runner:\n  epochs: 2\n  pipe_command: cat\n"

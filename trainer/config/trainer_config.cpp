@@ -6,6 +6,7 @@
 #include "common/config/config_document.hpp"
 #include "common/config/config_keys.hpp"
 #include "common/enum_names.hpp"
+#include "common/logging.hpp"
 
 namespace gpubox::trainer {
 
@@ -146,6 +147,21 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
                                  config.config_path + " describes: " + differences +
                                  "; read it with the config that made it (or -o "
                                  "each key to its saved value)");
+}
+
+void note_saved_precision(const std::map<std::string, std::string>& saved_model_keys,
+                          const TrainerConfig& config, const std::string& save_dir) {
+  const std::string key = "hyper_parameters.dense_precision";
+  const auto saved = saved_model_keys.find(key);
+  const auto now = config.model_keys.find(key);
+  if (saved == saved_model_keys.end() || now == config.model_keys.end() ||
+      saved->second == now->second) {
+    return;
+  }
+  GPUBOX_LOG(WARNING) << "save " << save_dir << " was trained with " << key << "=" << saved->second
+                      << "; this run computes its dense net in " << now->second
+                      << " (the config's): its figures differ from the save's own a little; add -o "
+                      << key << "=" << saved->second << " to compute as it trained";
 }
 
 Status check_saved_derived_keys(const std::map<std::string, std::string>& saved_model_keys,

@@ -173,6 +173,12 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
 // InvalidArgument naming each key that differs and both values: --mode infer, an export and a
 // load read a save only with the config of its network (one that only had the same number of
 // dense parameters read it silently as another network, or its slots in another order).
+// Logs a warning when the save `save_dir` (its model keys) was trained in another
+// hyper_parameters.dense_precision than `config` computes in (a load reads either: --mode infer
+// of a bf16 save under an fp32 config evaluated in fp32 without a word).
+void note_saved_precision(const std::map<std::string, std::string>& saved_model_keys,
+                          const TrainerConfig& config, const std::string& save_dir);
+
 Status check_saved_network(const std::map<std::string, std::string>& saved_model_keys,
                            const std::map<std::string, std::string>& saved_job_keys,
                            const TrainerConfig& config, const std::string& save_dir);

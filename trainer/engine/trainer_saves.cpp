@@ -196,6 +196,7 @@ std::string Trainer::load_located(const std::function<std::string()>& locate,
         const table::io::ModelManifest& saved = plan.save().manifest;
         throw_if_error(check_saved_dense_switches(saved.model_keys, config_, dir));
         throw_if_error(check_saved_network(saved.model_keys, saved.job, config_, dir));
+        note_saved_precision(saved.model_keys, config_, dir);
         // One trainer reads the dense half after the sparse one, whose load names a save of
         // other slot widths (the dense half would only say that its size differs).
         if (env_.trainers > 1) dense = read_dense(dir, plan.save());

@@ -76,6 +76,7 @@ void PsTrainer::load(const std::string& dir) {
   const table::io::ModelManifest& saved = plan.save().manifest;
   throw_if_error(check_saved_dense_switches(saved.model_keys, config_, dir));
   throw_if_error(check_saved_network(saved.model_keys, saved.job, config_, dir));
+  note_saved_precision(saved.model_keys, config_, dir);
   const DenseModel& model = s.workers[0]->model();
   const DenseState dense = load_dense_half(
       dir, model.parameters().size(), network_note(plan.save(), config_), model.undropped_bias());
