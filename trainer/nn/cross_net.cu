@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/detail/cross_functors.cuh"
 #include "trainer/nn/layers.hpp"
@@ -221,7 +222,8 @@ void CrossNet::forward_matrix(const Blas& blas, const DenseParameters& params, c
     gemm(blas, kNo, kNo, batch, dim_, rank_, lows, weight(params, u_[at], dim_), 0.0f, pre, ld_);
   }
   device::parallel_for(blas.stream(), entries(batch, dim_),
-                       CrossCombine{x0, in, params.values(b_[at]), pre, xs_[at].data(), ld_, dim_});
+                       device::isa_clones(CrossCombine{x0, in, params.values(b_[at]), pre,
+                                                       xs_[at].data(), ld_, dim_}));
 }
 
 void CrossNet::add_logits(const Blas& blas, const DenseParameters& params, int64_t batch,
@@ -256,9 +258,9 @@ void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* 
         break;
     }
   }
-  device::parallel_for(
-      blas.stream(), entries(batch, pooled_cols),
-      PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_, pooled_cols, unscale, accumulate});
+  device::parallel_for(blas.stream(), entries(batch, pooled_cols),
+                       device::isa_clones(PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_,
+                                                     pooled_cols, unscale, accumulate}));
 }
 
 void CrossNet::backward_matrix(const Blas& blas, DenseParameters& params, const float* x0,
@@ -266,11 +268,13 @@ void CrossNet::backward_matrix(const Blas& blas, DenseParameters& params, const 
   const device::Stream& stream = blas.stream();
   const auto at = static_cast<std::size_t>(l);
   const float* in = layer_input(x0, l);
-  device::parallel_for(stream, entries(batch, dim_),
-                       CrossBackwardProduct{g_.data(), x0, pre_[at].data(), dpre_.data(),
-                                            dx0_.data(), ld_, dim_, l == layers_ - 1});
-  device::parallel_for(stream, static_cast<std::size_t>(dim_),
-                       ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_});
+  device::parallel_for(
+      stream, entries(batch, dim_),
+      device::isa_clones(CrossBackwardProduct{g_.data(), x0, pre_[at].data(), dpre_.data(),
+                                              dx0_.data(), ld_, dim_, l == layers_ - 1}));
+  device::parallel_for(
+      stream, static_cast<std::size_t>(dim_),
+      device::isa_clones(ColumnSum{dpre_.data(), params.grads(b_[at]), batch, ld_}));
   // g becomes dL/dx_l: the identity path (g itself) plus dpre through the layer's GEMM(s).
   constexpr Transpose kNo = Transpose::kNo, kYes = Transpose::kYes;
   const Operand x = stored(in, copy_of(in_bf16_, at), ld_);

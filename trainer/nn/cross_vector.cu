@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "heterps/device/isa_clones.cuh"
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/detail/cross_functors.cuh"
 #include "trainer/nn/layers.hpp"
@@ -33,7 +34,8 @@ void CrossNet::forward_vector(const Blas& blas, const DenseParameters& params, c
   float* s = low_[at].data();
   blas.sgemv(Transpose::kNo, batch, dim_, 1.0f, in, ld_, params.values(w_[at]), 0.0f, s);
   device::parallel_for(blas.stream(), entries(batch, dim_),
-                       VectorCombine{x0, in, s, params.values(b_[at]), xs_[at].data(), ld_, dim_});
+                       device::isa_clones(VectorCombine{x0, in, s, params.values(b_[at]),
+                                                        xs_[at].data(), ld_, dim_}));
 }
 
 void CrossNet::backward_vector(const Blas& blas, DenseParameters& params, const float* x0,
@@ -43,12 +45,13 @@ void CrossNet::backward_vector(const Blas& blas, DenseParameters& params, const 
   const float* in = layer_input(x0, l);
   float* t = dlow_.data();
   device::parallel_for(stream, static_cast<std::size_t>(batch),
-                       RowDot{g_.data(), x0, t, ld_, dim_});
-  device::parallel_for(stream, static_cast<std::size_t>(dim_),
-                       detail::ColumnSum{g_.data(), params.grads(b_[at]), batch, ld_});
+                       device::isa_clones(RowDot{g_.data(), x0, t, ld_, dim_}));
   device::parallel_for(
-      stream, entries(batch, dim_),
-      VectorX0Grad{g_.data(), low_[at].data(), dx0_.data(), ld_, dim_, l == layers_ - 1});
+      stream, static_cast<std::size_t>(dim_),
+      device::isa_clones(detail::ColumnSum{g_.data(), params.grads(b_[at]), batch, ld_}));
+  device::parallel_for(stream, entries(batch, dim_),
+                       device::isa_clones(VectorX0Grad{g_.data(), low_[at].data(), dx0_.data(), ld_,
+                                                       dim_, l == layers_ - 1}));
   blas.sgemv(Transpose::kYes, batch, dim_, 1.0f, in, ld_, t, 0.0f, params.grads(w_[at]));
   // g becomes dL/dx_l: the identity path plus the rank-1 term t w_l^T.
   blas.sgemm(Transpose::kNo, Transpose::kNo, batch, dim_, 1, 1.0f, t, 1, params.values(w_[at]),
