@@ -67,8 +67,9 @@ TEST_F(PsModes, TrainersWithAnotherSlotOrderOrLearningRateAreRefused) {
   for (int s = cfg.num_sparse_slots(); s >= 1; --s) {
     reversed += std::to_string(s) + (s > 1 ? ", " : "]");
   }
-  const TrainerConfig other = config({"runner.sync_mode=async", "hyper_parameters.slot_names=" +
-                                      reversed, "hyper_parameters.optimizer.learning_rate=0.5"});
+  const TrainerConfig other =
+      config({"runner.sync_mode=async", "hyper_parameters.slot_names=" + reversed,
+              "hyper_parameters.optimizer.learning_rate=0.5"});
   const auto errors = start({cfg, other}, {0, 1});
   EXPECT_NE(errors[1].find("hyper_parameters.slot_names: trainer 0 has"), std::string::npos)
       << errors[1];

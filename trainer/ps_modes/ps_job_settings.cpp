@@ -67,10 +67,11 @@ std::vector<float> read_table(table::server::RemoteHostTier& servers, int traine
   std::vector<float> table(table_size(trainers), 0.0f);
   const Status read = servers.dense(DenseAction::kRead, kSettingsTable, &table);
   if (!read.ok() && read.message().find("the request has") != std::string::npos) {
-    GPUBOX_FAIL("the trainers of this job were started with different settings: trainers in the "
-                "job (PADDLE_TRAINERS_NUM): this trainer has ",
-                trainers, ", and trainer 0 another count (the servers' table ", kSettingsTable,
-                " is not of this count's size: ", read.message(), ")");
+    GPUBOX_FAIL(
+        "the trainers of this job were started with different settings: trainers in the "
+        "job (PADDLE_TRAINERS_NUM): this trainer has ",
+        trainers, ", and trainer 0 another count (the servers' table ", kSettingsTable,
+        " is not of this count's size: ", read.message(), ")");
   }
   throw_if_error(read.with_context(std::string("reading the servers' table ") + kSettingsTable +
                                    " (" + why + ")"));
@@ -108,13 +109,13 @@ void check_settings(table::server::RemoteHostTier& servers, int me, int trainers
   for (int w = 0; w < trainers; ++w) {
     const long count = std::lround(table[kSlotFloats * static_cast<std::size_t>(w)]);
     if (count == 1) continue;
-    claims += (claims.empty() ? "" : "; ") + std::string("PADDLE_TRAINER_ID=") +
-              std::to_string(w) +
-              (count == 0 ? " was given to no trainer" : " was given to " + std::to_string(count) +
-                                                             " trainers");
+    claims += (claims.empty() ? "" : "; ") + std::string("PADDLE_TRAINER_ID=") + std::to_string(w) +
+              (count == 0 ? " was given to no trainer"
+                          : " was given to " + std::to_string(count) + " trainers");
   }
-  GPUBOX_EXPECTS(claims.empty(), "the trainers of this job do not hold one id each: ", claims,
-                 " (", trainers, " trainers met, so another id was given twice or none): each "
+  GPUBOX_EXPECTS(claims.empty(), "the trainers of this job do not hold one id each: ", claims, " (",
+                 trainers,
+                 " trainers met, so another id was given twice or none): each "
                  "trainer's files are its id's share, so one share would train twice and another "
                  "never; start trainer i with PADDLE_TRAINER_ID=i");
   const uint64_t first = get_digest(table.data() + 1);
@@ -133,8 +134,11 @@ void check_settings(table::server::RemoteHostTier& servers, int me, int trainers
       others += (others.empty() ? "" : ", ") + std::to_string(w);
     }
   }
-  GPUBOX_EXPECTS(others.empty(), "the trainers of this job were started with different settings: "
-                 "trainer(s) ", others, " differ from trainer 0 (each names the keys in its own "
+  GPUBOX_EXPECTS(others.empty(),
+                 "the trainers of this job were started with different settings: "
+                 "trainer(s) ",
+                 others,
+                 " differ from trainer 0 (each names the keys in its own "
                  "error): every trainer of a job trains one model, so give each the same config, "
                  "-o overrides and trainer count");
 }

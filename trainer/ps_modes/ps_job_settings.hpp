@@ -5,9 +5,9 @@
 //    settings as text, 3 bytes a float}.
 // Trainer 0 writes it in the start's part (zeroed claims, its text); after the start's meeting each
 // trainer adds its claim and digest to its own slot; after a second meeting every trainer reads
-// the table and stops, naming what it found, when an id was claimed by no trainer or by several (two
-// trainers started with one PADDLE_TRAINER_ID: one share of the files trained twice, another never)
-// or a trainer's digest is not trainer 0's (the trainer that differs names the keys and both
+// the table and stops, naming what it found, when an id was claimed by no trainer or by several
+// (two trainers started with one PADDLE_TRAINER_ID: one share of the files trained twice, another
+// never) or a trainer's digest is not trainer 0's (the trainer that differs names the keys and both
 // values; the others name it). Without it, trainers of another mode (async beside geo), slot order,
 // dense transform or learning rate trained one job with exit 0.
 #pragma once
@@ -27,7 +27,8 @@ inline constexpr const char* kSettingsTable = "ps_job_settings";
 Status write_settings_table(table::server::RemoteHostTier& servers, int trainers,
                             const JobSettings& mine);
 
-// Every trainer (id `me` of `trainers`), after the start's meeting: adds its claim, meets the others
+// Every trainer (id `me` of `trainers`), after the start's meeting: adds its claim, meets the
+// others
 // (`meet(name, what)`), reads the table and throws as above.
 void check_settings(table::server::RemoteHostTier& servers, int me, int trainers,
                     const JobSettings& mine,

@@ -19,9 +19,9 @@ namespace gpubox::trainer {
 using JobSettings = std::map<std::string, std::string>;  // what -> its value as text
 
 // This trainer's settings; `parallelism` names its per-trainer parallelism (e.g. "cards per
-// trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. `threads_shape_job`: runner.thread_num
-// is compared (the PS modes' training threads) rather than left to each machine (the gpubox
-// mode's reader threads).
+// trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. `threads_shape_job`:
+// runner.thread_num is compared (the PS modes' training threads) rather than left to each machine
+// (the gpubox mode's reader threads).
 JobSettings job_settings(const TrainerConfig& config, const TrainerEnv& env,
                          const std::string& parallelism, int units, bool threads_shape_job);
 
