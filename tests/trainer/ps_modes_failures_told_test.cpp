@@ -82,7 +82,7 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
                                     "runner.test_data_dir=", "runner.sync_mode=sync",
                                     "runner.epochs=1", "runner.peer_timeout_s=1"});
   Servers shards(cfg, 1);
-  const ps_test::TrainerJob job_a = ps_test::run_trainers(
+  ps_test::TrainerJob job_a = ps_test::run_trainers(
       cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) { trainer.train(); });
   ASSERT_TRUE(job_a.trainers[0] && job_a.trainers[1]);
   job_a.trainers[1]->tell_failure(std::runtime_error("job A's trainer 1 failed"));
@@ -90,6 +90,8 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
   StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   ASSERT_EQ(*mark, "job A's trainer 1 failed");
+  // Job A ends (its trainer 0 releases the servers: ps_servers_owner.hpp); its mark stays.
+  for (auto& trainer : job_a.trainers) trainer.reset();
   const std::vector<std::string> errors =
       ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) {
         trainer.train();

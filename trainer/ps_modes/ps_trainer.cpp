@@ -147,6 +147,9 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
             nullptr,
             {},
             nullptr,
+            nullptr,
+            false,
+            0,
             nullptr});
   State& s = *state_;
   s.servers = connect_servers(config_, env_);
@@ -207,6 +210,12 @@ void PsTrainer::start_job(bool recovery) {
                    s.cards.num_local_cards(), threads_shape_job);
   on_trainer_zero(
       [&] {
+        // The servers are this job's before it writes its tables there.
+        if (s.owner == nullptr) {
+          s.owner = std::make_unique<ServersOwner>(*s.servers, config_.runner.peer_timeout_s / 5);
+        } else {
+          s.owner->reclaim();
+        }
         PsWorker& first = *s.workers[0];
         first.card().activate();
         std::vector<float> dense = first.model().parameters().values_to_host();

@@ -488,6 +488,11 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
     data.check_stream(pass);
     report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass));
   }
+  if (s.owner != nullptr) {
+    if (const std::string taken = s.owner->taken_over(); !taken.empty()) {
+      GPUBOX_FAIL("pass ", pass, ": ", taken);
+    }
+  }
   PassReport report = pass_report(pass, pass_timer);
   report.extra = {
       {"load_seconds", load_seconds},

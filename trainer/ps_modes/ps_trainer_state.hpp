@@ -15,6 +15,7 @@
 #include "trainer/ps_modes/merged_pushes.hpp"
 #include "trainer/ps_modes/ps_job_settings.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
+#include "trainer/ps_modes/ps_servers_owner.hpp"
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
@@ -56,7 +57,8 @@ inline constexpr const char* kJobDenseTables[] = {kDenseTableName,
                                                   "ps_restart_votes",
                                                   "ps_recovery",
                                                   TrainerZeroWork::kTable,
-                                                  kSettingsTable};
+                                                  kSettingsTable,
+                                                  kOwnerTable};
 static_assert(std::size(kJobDenseTables) <= table::server::kMaxDenseTables,
               "a PS job's dense tables must fit on server 0 (kMaxDenseTables)");
 
@@ -77,6 +79,9 @@ struct PsTrainer::State {
   // job, whose failure marks hold it (PsPeerWatchOptions::run), so that an earlier train()'s
   // mark is told apart. 0 before the first train() (the constructor's meetings).
   int run = 0;
+  // Trainer 0: the servers claimed for this job (ps_servers_owner.hpp), from the job's start; its
+  // beats stop and the claim is released before the servers' client goes.
+  std::unique_ptr<ServersOwner> owner;
 };
 
 }  // namespace gpubox::trainer::ps_modes
