@@ -62,7 +62,7 @@ ServersOwner::ServersOwner(table::server::RemoteHostTier& servers, double interv
 
 ServersOwner::~ServersOwner() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -80,7 +80,7 @@ ServersOwner::~ServersOwner() {
 void ServersOwner::reclaim() { claim(); }
 
 std::string ServersOwner::taken_over() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return taken_over_;
 }
 
@@ -99,8 +99,7 @@ void ServersOwner::claim() {
                    "the servers (", servers_.endpoint_name(0),
                    " first) serve another job that is running: its trainer 0 beats in the first "
                    "server's table ",
-                   kOwnerTable, " (", std::lround(now[3] - seen[3]), " beats in the last ",
-                   wait_s,
+                   kOwnerTable, " (", std::lround(now[3] - seen[3]), " beats in the last ", wait_s,
                    " s): a second job there would replace its dense table and rows, and both "
                    "would report wrong figures; start this one against other servers "
                    "(PADDLE_PSERVERS_IP_PORT_LIST), or when that job has ended (or, if this "
@@ -116,9 +115,13 @@ void ServersOwner::claim() {
 }
 
 void ServersOwner::beat_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    wake_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stopping_; });
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(interval_s_));
+    while (!stopping_ && wake_.wait_until(lock, until) != std::cv_status::timeout) {
+    }
     if (stopping_) return;
     lock.unlock();
     std::vector<float> beat(kFloats, 0.0f);

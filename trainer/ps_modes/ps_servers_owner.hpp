@@ -1,7 +1,7 @@
 // Which PS job the servers serve: kOwnerTable on the first server, {the job's nonce in 3 floats of
-// 24 bits, beats, beat interval in ms}. Trainer 0 claims the servers in its part of the job's start,
-// before it writes the job's tables: a table holding another job's nonce whose beats advance is
-// that job running, and this one is refused naming it (a second job, or an --mode infer, on the
+// 24 bits, beats, beat interval in ms}. Trainer 0 claims the servers in its part of the job's
+// start, before it writes the job's tables: a table holding another job's nonce whose beats advance
+// is that job running, and this one is refused naming it (a second job, or an --mode infer, on the
 // servers of a running job replaced its dense table and rows, both exiting 0 with wrong figures).
 // A claim whose beats stand still (its job ended without releasing, e.g. killed) is taken over
 // after 2.5 of its intervals. Trainer 0 then beats while it lives, reading the nonce back from each
@@ -12,12 +12,11 @@
 // Thread-safety: construct, reclaim and destroy from one thread; taken_over() from any.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 
+#include "common/thread_annotations.hpp"
 #include "table/server/remote_host_tier.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -45,10 +44,10 @@ class ServersOwner {
   table::server::RemoteHostTier& servers_;
   const double interval_s_;
   const uint64_t nonce_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  bool stopping_ = false;        // guarded by mu_
-  std::string taken_over_;       // guarded by mu_
+  mutable Mutex mu_;
+  CondVar wake_;
+  bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
+  std::string taken_over_ GPUBOX_GUARDED_BY(mu_);
   std::thread beats_;
 };
 
