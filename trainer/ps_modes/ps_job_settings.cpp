@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "trainer/ps_modes/table_text.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -13,7 +14,6 @@ namespace {
 using table::server::DenseAction;
 
 constexpr std::size_t kSlotFloats = 4;  // claim, digest in three 24-bit parts
-constexpr std::size_t kBytesPerFloat = 3;
 // Trainer 0's settings as text: up to 12 KiB (a config's keys take 4 to 5; longer text is cut,
 // naming fewer of the keys that differ, while the digests still compare every one).
 constexpr std::size_t kTextFloats = 4096;
@@ -40,25 +40,8 @@ uint64_t get_digest(const float* in) {
 // `text` in kTextFloats floats, cut to leave the last one 0 (the end).
 std::vector<float> text_floats(const std::string& text) {
   std::vector<float> out(kTextFloats, 0.0f);
-  const std::size_t bytes = std::min(text.size(), (kTextFloats - 1) * kBytesPerFloat);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    const auto byte = static_cast<uint32_t>(static_cast<unsigned char>(text[i]));
-    out[i / kBytesPerFloat] += static_cast<float>(byte << (8 * (i % kBytesPerFloat)));
-  }
+  put_table_text(text.substr(0, (kTextFloats - 1) * kTextBytesPerFloat), out.data());
   return out;
-}
-
-std::string floats_text(const float* in, std::size_t floats) {
-  std::string text;
-  for (std::size_t f = 0; f < floats; ++f) {
-    auto packed = static_cast<uint32_t>(std::lround(in[f]));
-    for (std::size_t b = 0; b < kBytesPerFloat; ++b, packed >>= 8) {
-      const char byte = static_cast<char>(packed & 0xffu);
-      if (byte == '\0') return text;
-      text += byte;
-    }
-  }
-  return text;
 }
 
 // The table of a job of `trainers`: a table of another size is a trainer 0 of another count.
@@ -120,7 +103,7 @@ void check_settings(table::server::RemoteHostTier& servers, int me, int trainers
                  "never; start trainer i with PADDLE_TRAINER_ID=i");
   const uint64_t first = get_digest(table.data() + 1);
   if (me != 0 && settings_digest(mine) != first) {
-    const std::string text = floats_text(table.data() + slots, table.size() - slots);
+    const std::string text = get_table_text(table.data() + slots, table.size() - slots);
     std::string differences = settings_differences(mine, me, decode_settings(text), 0);
     if (differences.empty()) differences = "(trainer 0's settings could not be read back)";
     GPUBOX_FAIL("the trainers of this job were started with different settings: ", differences,

@@ -14,6 +14,7 @@
 #include "common/logging.hpp"
 #include "table/server/remote_host_tier.hpp"
 #include "trainer/ps_modes/ps_alive_table.hpp"
+#include "trainer/ps_modes/table_text.hpp"
 #include "trainer/schedule/lost_peers.hpp"
 
 namespace gpubox::trainer::ps_modes {
@@ -24,38 +25,14 @@ using table::server::DenseAction;
 
 using namespace alive_table;  // NOLINT: the table's sections, this file's vocabulary
 
-// Text travels 3 bytes a float (24 bits: exact in a float), up to its first zero byte.
-constexpr std::size_t kBytesPerFloat = 3;
-constexpr std::size_t kReasonFloats = PsPeerWatch::kReasonBytes / kBytesPerFloat;
-static_assert(kReasonFloats * kBytesPerFloat == PsPeerWatch::kReasonBytes);
+constexpr std::size_t kReasonFloats = PsPeerWatch::kReasonBytes / kTextBytesPerFloat;
+static_assert(kReasonFloats * kTextBytesPerFloat == PsPeerWatch::kReasonBytes);
 
 // kFailureTable per trainer: the run its reason was reported in, then the reason's text.
 constexpr std::size_t kFailureFloats = 1 + kReasonFloats;
 
 std::vector<float> failure_zeros(int trainers) {
   return std::vector<float>(kFailureFloats * static_cast<std::size_t>(trainers), 0.0f);
-}
-
-// `text` into `floats` floats at `out` (zeros), as get_text reads it back.
-void put_text(const std::string& text, float* out) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto byte = static_cast<uint32_t>(static_cast<unsigned char>(text[i]));
-    const uint32_t shift = 8 * static_cast<uint32_t>(i % kBytesPerFloat);
-    out[i / kBytesPerFloat] += static_cast<float>(byte << shift);
-  }
-}
-
-std::string get_text(const float* in, std::size_t floats) {
-  std::string text;
-  for (std::size_t f = 0; f < floats; ++f) {
-    auto packed = static_cast<uint32_t>(std::lround(in[f]));
-    for (std::size_t b = 0; b < kBytesPerFloat; ++b, packed >>= 8) {
-      const char byte = static_cast<char>(packed & 0xffu);
-      if (byte == '\0') return text;
-      text += byte;
-    }
-  }
-  return text;
 }
 
 }  // namespace
@@ -134,7 +111,7 @@ Status PsPeerWatch::set_own_failure(table::server::RemoteHostTier& servers, int 
   std::vector<float> mine = failure_zeros(trainers);
   const std::size_t first = kFailureFloats * static_cast<std::size_t>(trainer_id);
   mine[first] = static_cast<float>(reason_run);
-  put_text(stored, mine.data() + first + 1);
+  put_table_text(stored, mine.data() + first + 1);
   if (held.size() == mine.size()) {
     for (std::size_t f = first; f < first + kFailureFloats; ++f) mine[f] -= held[f];
   }
@@ -195,7 +172,7 @@ StatusOr<std::vector<std::string>> PsPeerWatch::failures(table::server::RemoteHo
     const float* slot = all.data() + kFailureFloats * w;
     // A reason of another run than `run` is stale (an earlier train()'s, not yet taken back).
     if (run != kAnyRun && slot[0] != static_cast<float>(run)) continue;
-    reasons[w] = get_text(slot + 1, kReasonFloats);
+    reasons[w] = get_table_text(slot + 1, kReasonFloats);
   }
   return reasons;
 }
