@@ -263,6 +263,21 @@ TEST(CliRules, AFlagOfAnotherModeIsRefusedNamingIt) {
   EXPECT_NE(own.status, 0);
   EXPECT_EQ(own.output.find("is a flag of --mode"), std::string::npos) << own.output;
 }
+
+// The cpu build's --threads_per_card far past the cores (4096 on any machine of fewer than 2048
+// cores): warned, naming the flag (a run took turns 75 times slower without a word); here an
+// --mode infer that then stops on its missing save.
+TEST(CliRules, FarMoreThreadsPerCardThanCoresAreWarnedOf) {
+#if defined(GPUBOX_BACKEND_CPU)
+  const Result r = run(GPUBOX_TRAIN_BIN, {"--config", kConfig, "--mode", "infer", "--load",
+                                          "/nonexistent/gpubox/save", "--threads_per_card=4096"});
+  EXPECT_NE(r.output.find("--threads_per_card 4096 on 1 simulated card(s): 4096 threads on "),
+            std::string::npos)
+      << r.output;
+#else
+  GTEST_SKIP() << "cpu build: simulated cards' threads";
+#endif
+}
 #endif
 
 TEST(CliRules, AMultiDocumentConfigIsRefused) {
