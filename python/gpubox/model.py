@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gpubox import _core, _logs
+from gpubox import _args, _core, _logs
 from gpubox._columns import columns_of
 from gpubox.config import Config
 
@@ -98,6 +99,7 @@ def load(path: PathLike, config: Optional[Config] = None, *, card_threads: int =
     one the model was trained in. bf16 runs in fp32, logged, where the network or the card has
     no bf16 path (:attr:`Model.precision` says which).
     """
+    _args.threads("card_threads", card_threads)
     try:
         return _load(os.fspath(path), config, card_threads, precision)
     finally:
@@ -114,4 +116,8 @@ def _load(path: str, config: Optional[Config], card_threads: int,
             out = os.path.join(tmp, "model")
             _core.export_save(config._loaded, path, out)
             return Model(_core.ServingModel(out, card_threads, precision))
+    if config is not None:
+        # An export carries its own network: a config given beside it was read for nothing.
+        warnings.warn(f"{path} is an export: it carries its network and rules; the config given "
+                      "is not used (it is for a save, model_save_path/<pass>)", stacklevel=3)
     return Model(_core.ServingModel(path, card_threads, precision))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from gpubox import _core, _logs, _progress
+from gpubox import _args, _core, _logs, _progress
 from gpubox._progress import StepProgress
 from gpubox.config import Config
 from gpubox.data import Dataset
@@ -128,6 +128,10 @@ def train(
     is stopped as it begins). Engine errors raise :class:`gpubox.EngineError` with the text
     gpubox_train prints after ``gpubox_train:``.
     """
+    for name, value in (("on_pass", on_pass), ("on_epoch", on_epoch),
+                        ("on_progress", on_progress)):
+        _args.callback(name, value)
+    _args.threads("threads_per_card", threads_per_card)
     show = _progress.interactive() if progress is None else progress
     bar = _progress.ProgressBar() if show else None
 
@@ -197,6 +201,7 @@ def evaluate(
     runs; Ctrl-C stops it while it reads the data (in a PS mode also between batches) with
     KeyboardInterrupt; engine errors raise :class:`gpubox.EngineError` with gpubox_train's
     text."""
+    _args.threads("threads_per_card", threads_per_card)
     data = data_dir.name if isinstance(data_dir, Dataset) else os.fspath(data_dir)
     try:
         raw = _core.evaluate(config._loaded, os.fspath(load), data,

@@ -76,6 +76,9 @@ def test_an_export_predicts_as_the_save(trained: dict[str, Any], infer: dict[str
                      "--mode", "export", "--load", str(infer["save"]), "--out", str(export))
     assert ran.returncode == 0, ran.stderr
     model = gpubox.load(export)  # what gpubox_serve loads; no config needed
+    with pytest.warns(UserWarning, match="is an export: it carries its network and rules; the "
+                      "config given is not used"):
+        gpubox.load(export, trained["config"])
     np.testing.assert_allclose(model.predict(infer["file"].read_text()), infer["predictions"],
                                rtol=1e-5, atol=1e-6)
 

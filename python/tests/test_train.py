@@ -115,6 +115,23 @@ def test_ctrl_c_stops_a_pass_between_steps_and_keeps_the_last_save(
     assert all(p.metrics.examples == 40000 for p in resumed.passes)
 
 
+def test_arguments_of_a_wrong_type_or_range_are_refused_before_anything_trains(
+        planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    # on_pass=5 raised only when pass 0 had trained and saved; threads_per_card=-1 ran.
+    config = planted_config(planted, tmp_path, **{"runner.epochs": 1, "runner.test_data_dir": ""})
+    with pytest.raises(TypeError, match="on_pass must be a callable or None, got int 5"):
+        gpubox.train(config, on_pass=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="on_progress must be a callable or None"):
+        gpubox.train(config, on_progress="print")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"threads_per_card must be in \[0, 4096\]"):
+        gpubox.train(config, threads_per_card=-1)
+    with pytest.raises(TypeError, match="threads_per_card must be a whole number"):
+        gpubox.evaluate(config, threads_per_card=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"card_threads must be in \[0, 4096\]"):
+        gpubox.load(tmp_path, card_threads=-1)
+    assert not (tmp_path / "model").exists()
+
+
 def test_a_callbacks_exception_stops_the_run(planted: dict[str, Any],
                                              tmp_path: pathlib.Path) -> None:
     config = planted_config(planted, tmp_path, **{"runner.epochs": 2, "runner.test_data_dir": "",
