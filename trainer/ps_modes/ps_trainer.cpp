@@ -210,9 +210,11 @@ void PsTrainer::start_job(bool recovery) {
                    s.cards.num_local_cards(), threads_shape_job);
   on_trainer_zero(
       [&] {
-        // The servers are this job's before it writes its tables there.
+        // The servers are this job's before it writes its tables there. Beats as the peer
+        // watch's, and at least every 2 s (another job's start waits 2.5 beats for them).
         if (s.owner == nullptr) {
-          s.owner = std::make_unique<ServersOwner>(*s.servers, config_.runner.peer_timeout_s / 5);
+          s.owner = std::make_unique<ServersOwner>(
+              *s.servers, std::min(config_.runner.peer_timeout_s / 5, 2.0));
         } else {
           s.owner->reclaim();
         }
