@@ -66,9 +66,20 @@ def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
     if n == 0:  # no rows: nothing to read (an empty column's shape says nothing of its width)
         return np.zeros((0, dense_dim), dtype=np.float32)
     values = column.to_numpy() if hasattr(column, "to_numpy") else column
+    try:
+        raw = np.asarray(list(values) if getattr(values, "dtype", None) == object else values)
+    except ValueError:  # rows of unequal length (numpy >= 1.24)
+        raw = np.asarray(list(values), dtype=object)
+    if raw.dtype == object and raw.ndim == 1:
+        raise ValueError(f"'{name}': rows of unequal length; the model needs {dense_dim} dense "
+                         "values in every row")
+    if raw.dtype.kind not in "biuf":
+        # Text ("0.1") or mixed rows: numpy would parse or reject them one way, the files and
+        # gpubox_serve (400) another; numbers only.
+        raise TypeError(f"'{name}': dense values must be numbers, got dtype {raw.dtype} "
+                        f"(first row {list(raw[0]) if raw.ndim > 1 else raw[:1]!r})")
     with np.errstate(over="ignore"):  # a value past float32's range is refused below
-        matrix = np.asarray(list(values) if getattr(values, "dtype", None) == object else values,
-                            dtype=np.float32)
+        matrix = raw.astype(np.float32)
     if matrix.shape != (n, dense_dim):
         raise ValueError(f"'{name}': shape {matrix.shape}, the model needs ({n}, {dense_dim})")
     finite = np.isfinite(matrix)
@@ -152,6 +163,9 @@ def columns_of(
             k, o = np.zeros(0, dtype=np.uint64), np.zeros(n + 1, dtype=np.int64)
         keys.append(k)
         offsets.append(o)
+    if dense is not None and dense_name in columns:
+        raise ValueError(f"dense values given twice: a '{dense_name}' column and dense=; give "
+                         "one (the other would be ignored)")
     dense_column = dense if dense is not None else (
         data[dense_name] if dense_name in columns else None)
     matrix = _dense_matrix(dense_column, n, dense_dim, dense_name)

@@ -108,6 +108,13 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
             model.predict({"1": [3, 4]}, dense=[[0.1, 0.2, 0.3], [bad, 0.0, 0.0]])
     with pytest.raises(ValueError, match="none of the model's"):
         model.predict({1: [3, 4]}, dense=[[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]])
+    # Dense values as text (the server refuses them), or given twice (one was ignored).
+    with pytest.raises(TypeError, match="'dense_feature': dense values must be numbers"):
+        model.predict({"1": [3, 4], "dense_feature": [["0.1", "0.2", "0.3"]] * 2})
+    with pytest.raises(ValueError, match="'dense_feature': rows of unequal length"):
+        model.predict({"1": [3, 4], "dense_feature": [[0.1, 0.2, 0.3], [0.1]]})
+    with pytest.raises(ValueError, match="dense values given twice"):
+        model.predict({"1": [3], "dense_feature": [[0.1, 0.2, 0.3]]}, dense=[[0.1, 0.2, 0.3]])
     # No rows: no prediction (and no data set to train).
     assert model.predict({"1": [], "dense_feature": []}).shape == (0,)
     with pytest.raises(ValueError, match="no rows"):
