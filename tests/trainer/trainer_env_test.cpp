@@ -100,10 +100,19 @@ std::string refusal(const std::map<std::string, std::string>& values) {
 }
 
 TEST(TrainerEnv, PaddleRecsTrainersCountIsRead) {
-  ScopedEnv env({{"PADDLE_TRAINERS", "2"}, {"PADDLE_TRAINER_ID", "1"}});
+  {
+    ScopedEnv env({{"PADDLE_TRAINERS", "2"}, {"PADDLE_TRAINER_ID", "1"}});
+    const TrainerEnv e = TrainerEnv::from_environment();
+    EXPECT_EQ(e.trainers, 2);
+    EXPECT_EQ(e.trainer_id, 1);
+  }
+  // Paddle's cloud launcher's PADDLE_TRAINERS, the trainers' addresses: not a count.
+  ScopedEnv env({{"PADDLE_TRAINERS", "10.0.0.1,10.0.0.2"},
+                 {"PADDLE_TRAINERS_NUM", "2"},
+                 {"PADDLE_TRAINER_ID", "1"}});
   const TrainerEnv e = TrainerEnv::from_environment();
   EXPECT_EQ(e.trainers, 2);
-  EXPECT_EQ(e.trainer_id, 1);
+  EXPECT_EQ(e.trainers_from, "PADDLE_TRAINERS_NUM");
 }
 
 TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -65,10 +66,15 @@ TrainerEnv TrainerEnv::from_environment() {
       env_int("PADDLE_TRAINER_ID", "GPUBOX_TRAINER_ID",
               launcher_int("OMPI_COMM_WORLD_RANK", "SLURM_PROCID", 0, &id_from), &id_from);
   // PADDLE_TRAINERS: the count's name in PaddleRec's launch scripts (its fleetrun sets
-  // PADDLE_TRAINERS_NUM); a job that sets both with different counts is refused.
+  // PADDLE_TRAINERS_NUM); a job that sets both with different counts is refused. Paddle's cloud
+  // launcher gives the trainers' addresses under that name ("10.0.0.1,10.0.0.2"): not a count,
+  // so not read as one.
   std::string paddle_trainers_from;
+  const char* listed = std::getenv("PADDLE_TRAINERS");
+  const bool counted = listed != nullptr && *listed != '\0' &&
+                       std::strspn(listed, "0123456789") == std::strlen(listed);
   const int paddle_trainers =
-      env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from);
+      counted ? env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from) : 0;
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
                          paddle_trainers_from.empty()
                              ? launcher_int("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", 1, &count_from)
