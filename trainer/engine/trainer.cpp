@@ -147,20 +147,28 @@ void prepare_card_memory(device::CardSet& cards, const TrainerConfig& config) {
 
 using engine_detail::kLocalTierSaves;
 
+namespace {
+
+// A job of several trainers: they meet through a rendezvous store, and the in-process host tier
+// saves nothing (refused here, before the job meets, when the config asks for saves or a start
+// from one; save() and load() refuse the same: gpubox_train --load, --mode infer).
+void check_job_of_several(const TrainerConfig& config, const TrainerEnv& env) {
+  if (env.trainers <= 1) return;
+  GPUBOX_EXPECTS(!env.rendezvous.empty(), env.trainers_from, "=", env.trainers,
+                 ": the trainers meet through a rendezvous store; set "
+                 "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
+  GPUBOX_EXPECTS(
+      !env.servers.empty() || config.runner.collective ||
+          (config.runner.model_save_path.empty() && config.runner.model_init_path.empty()),
+      env.trainers_from, "=", env.trainers, ": runner.model_save_path / runner.model_init_path",
+      kLocalTierSaves);
+}
+
+}  // namespace
+
 Trainer::Trainer(TrainerConfig config, TrainerEnv env)
     : config_(std::move(config)), env_(std::move(env)) {
-  if (env_.trainers > 1) {
-    GPUBOX_EXPECTS(!env_.rendezvous.empty(), env_.trainers_from, "=", env_.trainers,
-                   ": the trainers meet through a rendezvous store; set "
-                   "GPUBOX_RENDEZVOUS=file:///shared/dir (scripts/run_gpubox.sh does)");
-    // Refused here, before the job meets, when the config asks for saves or a start from one;
-    // save() and load() refuse the same (gpubox_train --load, --mode infer).
-    GPUBOX_EXPECTS(
-        !env_.servers.empty() || config_.runner.collective ||
-            (config_.runner.model_save_path.empty() && config_.runner.model_init_path.empty()),
-        env_.trainers_from, "=", env_.trainers, ": runner.model_save_path / runner.model_init_path",
-        kLocalTierSaves);
-  }
+  check_job_of_several(config_, env_);
   state_ = std::make_unique<State>(
       State{device::CardSet::from_list(env_.selected_cards, env_.trainer_id, env_.trainers,
                                        env_.threads_per_card, env_.selected_cards_from),
