@@ -43,9 +43,7 @@ void compare(const JobSettings& mine, int me, JobSettings theirs, int other,
   if (differences.empty()) return;
   GPUBOX_FAIL("the trainers of this job (", store,
               ") were started with different settings: ", differences, " (trainer ", other, ": ",
-              who,
-              "): every trainer of a job trains one model, so give each the same config, -o "
-              "overrides and trainer count");
+              who, "): ", kGiveTheSameSettings);
 }
 
 }  // namespace

@@ -107,8 +107,7 @@ void check_settings(table::server::RemoteHostTier& servers, int me, int trainers
     std::string differences = settings_differences(mine, me, decode_settings(text), 0);
     if (differences.empty()) differences = "(trainer 0's settings could not be read back)";
     GPUBOX_FAIL("the trainers of this job were started with different settings: ", differences,
-                ": every trainer of a job trains one model, so give each the same config, -o "
-                "overrides and trainer count");
+                ": ", kGiveTheSameSettings);
   }
   std::string others;
   for (int w = 1; w < trainers; ++w) {
@@ -120,10 +119,8 @@ void check_settings(table::server::RemoteHostTier& servers, int me, int trainers
   GPUBOX_EXPECTS(others.empty(),
                  "the trainers of this job were started with different settings: "
                  "trainer(s) ",
-                 others,
-                 " differ from trainer 0 (each names the keys in its own "
-                 "error): every trainer of a job trains one model, so give each the same config, "
-                 "-o overrides and trainer count");
+                 others, " differ from trainer 0 (each names the keys in its own error): ",
+                 kGiveTheSameSettings);
 }
 
 }  // namespace gpubox::trainer::ps_modes

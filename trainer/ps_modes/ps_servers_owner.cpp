@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
+#include "trainer/ps_modes/ps_peer_watch.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -18,6 +19,8 @@ constexpr std::size_t kFloats = 5;  // nonce (3 x 24 bits), beats, interval in m
 constexpr uint64_t kPart = (uint64_t{1} << 24) - 1;
 // The longest wait for a claim's beats (its interval is its job's peer_timeout_s / 5).
 constexpr double kLongestWaitS = 30.0;
+// A count wraps as the peer watch's beats do.
+constexpr float kBeatWrap = PsPeerWatch::kBeatWrap;
 // The bound of the release as trainer 0 ends, and of a beat (at most: its interval).
 constexpr double kReleaseDeadlineS = 2.0;
 
@@ -123,16 +126,20 @@ void ServersOwner::beat_loop() {
     while (!stopping_ && wake_.wait_until(lock, until) != std::cv_status::timeout) {
     }
     if (stopping_) return;
-    lock.unlock();
     std::vector<float> beat(kFloats, 0.0f);
-    beat[3] = 1.0f;
+    // A count at 2^23 goes back by 2^23 - 1 (float adds of 1 stop counting at 2^24): every beat
+    // still changes it, which is all a claim's reader looks at.
+    beat[3] = count_ >= kBeatWrap ? 1.0f - kBeatWrap : 1.0f;
+    lock.unlock();
     table::server::DenseCall call;
     call.mutation = false;  // a sign of life, no change of the job's state
     call.deadline_s = std::min(interval_s_, kReleaseDeadlineS);
     const Status added = servers_.dense(DenseAction::kAdd, kOwnerTable, &beat, call);
     lock.lock();
     // A failed beat (a server restarting, which the job finds and repairs itself) says nothing.
-    if (!added.ok() || !taken_over_.empty()) continue;
+    if (!added.ok()) continue;
+    count_ = beat[3];
+    if (!taken_over_.empty()) continue;
     const uint64_t holder = nonce_of(beat);
     if (holder != nonce_ && holder != 0) {
       taken_over_ = std::string("another job took the servers over (the first server's table ") +

@@ -48,6 +48,7 @@ class ServersOwner {
   CondVar wake_;
   bool stopping_ GPUBOX_GUARDED_BY(mu_) = false;
   std::string taken_over_ GPUBOX_GUARDED_BY(mu_);
+  float count_ GPUBOX_GUARDED_BY(mu_) = 0.0f;  // the beats the last reply held
   std::thread beats_;
 };
 

@@ -18,6 +18,11 @@ namespace gpubox::trainer {
 
 using JobSettings = std::map<std::string, std::string>;  // what -> its value as text
 
+// What to do when they differ (the end of every such refusal).
+inline constexpr const char* kGiveTheSameSettings =
+    "every trainer of a job trains one model, so give each the same config, -o overrides and "
+    "trainer count";
+
 // This trainer's settings; `parallelism` names its per-trainer parallelism (e.g. "cards per
 // trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. `threads_shape_job`:
 // runner.thread_num is compared (the PS modes' training threads) rather than left to each machine
