@@ -112,7 +112,8 @@ elif [ -n "$server_list$worker_list" ]; then
   for e in "${servers[@]}" "${workers[@]}"; do
     [[ "$e" =~ ^[^:]+:[0-9]+$ ]] || die "endpoint '$e' is not ip:port"
   done
-  duplicate="$(printf '%s\n' "${servers[@]}" "${workers[@]}" | sort | uniq -d | head -n 1)"
+  # (Port 0: each its own port, the kernel's choice.)
+  duplicate="$(printf '%s\n' "${servers[@]}" "${workers[@]}" | grep -v ':0$' | sort | uniq -d | head -n 1)"
   [ -z "$duplicate" ] || die "endpoint $duplicate is listed twice in --servers/--workers: each server and trainer needs its own port"
 else
   is_count "${server_num:-}" || die "--server_num must be a positive count (or use --servers; --help)"

@@ -109,13 +109,14 @@ struct InteractionForward {
     const auto per_instance = static_cast<std::size_t>(features);
     float columns[kTransposedFloats];
     float values[kPairFloats];
+    // The padding past the features: zero once (each instance's copy writes the features only).
+    for (int k = 0; k < shape.width; ++k) {
+      std::fill(columns + k * ld + features, columns + (k + 1) * ld, 0.0f);
+    }
     for (std::size_t item = begin; item < end;) {
       const auto i = static_cast<int64_t>(item / per_instance);
       const int a_begin = static_cast<int>(item % per_instance);
       const int a_end = static_cast<int>(std::min(per_instance, a_begin + (end - item)));
-      for (int k = 0; k < shape.width; ++k) {
-        std::fill(columns + k * ld + features, columns + (k + 1) * ld, 0.0f);
-      }
       for (int b = 0; b < features; ++b) {
         const T* v = shape.vector(i, b);
         for (int k = 0; k < shape.width; ++k) columns[k * ld + b] = to_float(v[k]);
