@@ -79,4 +79,21 @@ Status check_token_strength(const std::string& token, const std::string& what) {
       " are needed (128 bits as hex digits): make one with `openssl rand -hex 32`");
 }
 
+Status with_token_hint(const Status& refused, bool has_token) {
+  const std::string& message = refused.message();
+  if (refused.code() != Status::Code::kPermissionDenied ||
+      (message.find("wrong auth token") == std::string::npos &&
+       message.find("requires AUTH") == std::string::npos)) {
+    return refused;
+  }
+  return Status::PermissionDenied(
+      message +
+      (!has_token
+           ? ": the server requires a token and this client has none: give it the servers' "
+             "token file (GPUBOX_AUTH_TOKEN_FILE or runner.auth_token_file)"
+           : ": the server was started with another token than this client's: give the servers "
+             "and the trainers one token file (GPUBOX_AUTH_TOKEN_FILE or runner.auth_token_file; "
+             "scripts/launch.sh and run_gpubox.sh make one per job only when they start both)"));
+}
+
 }  // namespace gpubox::table::server

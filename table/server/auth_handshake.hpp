@@ -43,4 +43,8 @@ StatusOr<AuthProof> decode_auth_proof(const uint8_t* data, std::size_t n);
 // InvalidArgument naming `what` (a flag, a file) when `token` is shorter than kMinTokenChars.
 Status check_token_strength(const std::string& token, const std::string& what);
 
+// `refused` (a server's answer to a client) with what to do when the server refused the client's
+// token, or its lack of one (`has_token`: whether the client sent one); else `refused` as it is.
+Status with_token_hint(const Status& refused, bool has_token);
+
 }  // namespace gpubox::table::server

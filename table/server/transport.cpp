@@ -236,23 +236,6 @@ StatusOr<Connection> Transport::acquire(uint32_t endpoint, Clock::time_point dea
   return conn;
 }
 
-Status Transport::with_token_hint(const Status& refused) const {
-  const std::string& message = refused.message();
-  if (refused.code() != Status::Code::kPermissionDenied ||
-      (message.find("wrong auth token") == std::string::npos &&
-       message.find("requires AUTH") == std::string::npos)) {
-    return refused;
-  }
-  return Status::PermissionDenied(
-      message +
-      (options_.auth_token.empty()
-           ? ": the server requires a token and this client has none: give it the servers' "
-             "token file (GPUBOX_AUTH_TOKEN_FILE or runner.auth_token_file)"
-           : ": the server was started with another token than this client's: give the servers "
-             "and the trainers one token file (GPUBOX_AUTH_TOKEN_FILE or runner.auth_token_file; "
-             "scripts/launch.sh and run_gpubox.sh make one per job only when they start both)"));
-}
-
 Status Transport::authenticate(Connection& conn, Clock::time_point deadline, bool* heard) {
   // Challenge-response (auth_handshake.hpp): the token itself never crosses the wire.
   FrameHeader ask;
@@ -487,7 +470,7 @@ Status Transport::open_attempts(RunState& state, uint32_t e,
       const auto code = conn.status().code();
       if (code == Status::Code::kPermissionDenied || code == Status::Code::kInvalidArgument ||
           code == Status::Code::kAborted) {
-        return with_token_hint(conn.status())
+        return with_token_hint(conn.status(), !options_.auth_token.empty())
             .with_context(std::string(op_name(state.op)) + " at " + endpoints_[e].to_string());
       }
       if (!state.retry || unreachable) {

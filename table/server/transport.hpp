@@ -132,8 +132,6 @@ class Transport {
                                bool* reused, bool* opened, bool* heard);
   void release(uint32_t endpoint, Connection connection);
   // AUTH and AUTH_PROOF on a new connection.
-  // `refused` with what to do when a server refused this client's token (or its lack of one).
-  Status with_token_hint(const Status& refused) const;
   Status authenticate(Connection& conn, Clock::time_point deadline, bool* heard);
   struct RunState;
   // Sends and reads the attempts' requests until each finished, failed, or was cut by its
