@@ -256,21 +256,39 @@ TEST_F(Divergence, AHealthyRunEndsUnderTheConstantPredictorWithoutAWarning) {
   }
 }
 
+// Whatever runner.print_interval: one larger than a pass's steps once left no steady step, and
+// the diverged run was saved with an INFO line; now the pass's later half is judged.
 TEST_F(Divergence, ADivergedRunStopsBeforeItsSave) {
-  Trainer trainer(config("diverged", kDiverging), one_card());
-  ::testing::internal::CaptureStdout();
-  std::string error;
-  try {
-    trainer.train();
-  } catch (const Error& e) {
-    error = e.message();
+  for (const char* interval : {"20", "1000000"}) {
+    SCOPED_TRACE(interval);
+    const std::string name = std::string("diverged_") + interval;
+    std::vector<std::string> extra = kDiverging;
+    extra.push_back(std::string("runner.print_interval=") + interval);
+    Trainer trainer(config(name, extra), one_card());
+    ::testing::internal::CaptureStdout();
+    std::string error;
+    try {
+      trainer.train();
+    } catch (const Error& e) {
+      error = e.message();
+    }
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    std::printf("%s\n%s\n", out.c_str(), error.c_str());
+    EXPECT_NE(error.find("pass 0 is not saved"), std::string::npos) << error;
+    EXPECT_NE(error.find("show_scale: true"), std::string::npos) << error;
+    EXPECT_NE(out.find("pass: 0,"), std::string::npos) << "the pass line comes first: " << out;
+    EXPECT_FALSE(fs::exists(root_ / name / "0"));
   }
-  const std::string out = ::testing::internal::GetCapturedStdout();
-  std::printf("%s\n%s\n", out.c_str(), error.c_str());
-  EXPECT_NE(error.find("pass 0 is not saved"), std::string::npos) << error;
-  EXPECT_NE(error.find("show_scale: true"), std::string::npos) << error;
-  EXPECT_NE(out.find("pass: 0,"), std::string::npos) << "the pass line comes first: " << out;
-  EXPECT_FALSE(fs::exists(root_ / "diverged" / "0"));
+}
+
+TEST(SteadyAfter, IsThePrintIntervalButAtMostHalfAKnownPass) {
+  EXPECT_EQ(steady_after(20, 100), 20);
+  EXPECT_EQ(steady_after(20, 40), 20);
+  EXPECT_EQ(steady_after(20, 39), 19);
+  EXPECT_EQ(steady_after(1000000, 7), 3);  // steps 3..6 are judged
+  EXPECT_EQ(steady_after(5, 1), 0);        // a pass of one step judges it
+  EXPECT_EQ(steady_after(5, 0), 0);
+  EXPECT_EQ(steady_after(20, -1), 20);  // a stream's unknown count: the interval
 }
 
 TEST_F(Divergence, WithStopOnDivergenceOffItTrainsOnWarned) {

@@ -34,7 +34,11 @@ using detail::run_captured;
 
 CardWorker::CardWorker(device::Card& card, comm::Communicator& comm, tier_owner::CardTier& tier,
                        const TrainerConfig& config)
-    : card_(card), comm_(comm), tier_(tier), warmup_steps_(config.runner.print_interval) {
+    : card_(card),
+      comm_(comm),
+      tier_(tier),
+      print_interval_(config.runner.print_interval),
+      steady_after_(config.runner.print_interval) {
   model_ = std::make_unique<DenseModel>(card, config.dense_model_config());
   optimizer_ =
       std::make_unique<DenseOptimizer>(card, config.hyper.optimizer, model_->parameters().size());
@@ -189,6 +193,11 @@ void CardWorker::train_step(const dataset::Batch& batch, int64_t global_batch, i
   });
 }
 
+void CardWorker::begin_pass_steps(std::size_t steps) {
+  metrics_->reset();
+  steady_after_ = steady_after(print_interval_, static_cast<int64_t>(steps));
+}
+
 void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batch, int64_t pass,
                                 int64_t step, bool progress,
                                 const heter_comm::PlannedCounts& planned_counts, bool stop_vote) {
@@ -201,7 +210,7 @@ void CardWorker::run_train_step(const dataset::Batch& batch, int64_t global_batc
   TrainStep s;
   s.size = upload(batch);
   s.global_batch = global_batch;
-  s.steady = step >= warmup_steps_;
+  s.steady = step >= steady_after_;
   s.progress = progress;
   s.stop_vote = stop_vote;
   s.view = batch_view(batch.num_slots);

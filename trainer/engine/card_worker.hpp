@@ -155,6 +155,9 @@ class CardWorker {
   DenseModel& model() { return *model_; }
   DenseOptimizer& optimizer() { return *optimizer_; }
   MetricsAccumulator& metrics() { return *metrics_; }
+  // A training pass of `steps` steps begins: its metrics are cleared and its first
+  // steady_after(print_interval, steps) steps are left out of their SteadyLoss.
+  void begin_pass_steps(std::size_t steps);
 
  private:
   // The batch into the next upload buffer on the card's copy stream (the compute stream waits
@@ -227,9 +230,11 @@ class CardWorker {
   device::DeviceCounts last_step_;
   uint32_t stop_votes_ = 0;
   std::function<void(int64_t, double)> progress_sink_;
-  // Steps of a pass before its steady part (runner.print_interval): the metrics' SteadyLoss
-  // counts the steps from this one on.
-  int64_t warmup_steps_;
+  // runner.print_interval, and the steps of this pass before its steady part (steady_after, set
+  // by begin_pass_steps; print_interval before any): the metrics' SteadyLoss counts the steps
+  // from that one on.
+  int print_interval_;
+  int64_t steady_after_;
 };
 
 }  // namespace trainer

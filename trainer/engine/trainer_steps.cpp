@@ -95,11 +95,11 @@ Trainer::StepTally Trainer::train_steps(const dataset::InMemoryDataset* ds,
         const int c = card.local_index();
         CardWorker& worker = *s.workers[static_cast<std::size_t>(c)];
         comm::Communicator& comm = s.group->at(c);
-        worker.metrics().reset();
         // Every card's plan is the same (agreed over the job).
         const StepPlan plan = agree_step_plan(instances, batch_size, cards, card, comm, sizes);
         reserve_steps(worker, plan, batch_size, config_.dataset);
         const std::size_t batches = plan.steps();
+        worker.begin_pass_steps(batches);
         if (c == 0) {
           tally.steps = batches;
           progress = std::make_unique<PassProgress>(

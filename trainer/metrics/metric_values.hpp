@@ -2,6 +2,7 @@
 // line / JSON formatters. Host-only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,7 +18,7 @@ namespace gpubox::trainer {
 inline constexpr double kLoglossClip = 1e-7;
 
 // A pass's training loss over its steady steps (every step of a card or training thread after
-// its first runner.print_interval steps), as sums so that trainers can add them up: what the
+// its first steady_after() steps), as sums so that trainers can add them up: what the
 // divergence check (epoch_loop.cpp) compares with the constant predictor.
 struct SteadyLoss {
   double examples = 0;
@@ -36,6 +37,16 @@ struct SteadyLoss {
   // The entropy of the steady instances' CTR (NaN when undefined).
   double constant_logloss() const;
 };
+
+// The steps a card's or training thread's pass begins with that SteadyLoss leaves out:
+// runner.print_interval, but at most half of the pass's steps when they are known
+// (`pass_steps` >= 0; a stream read until it ends is not counted first), so that a pass of fewer
+// steps than print_interval is judged on its later half (a print_interval as large as a pass had
+// turned the divergence and dead-output checks off).
+inline int64_t steady_after(int print_interval, int64_t pass_steps) {
+  const int64_t first = print_interval;
+  return pass_steps < 0 ? first : std::min(first, pass_steps / 2);
+}
 
 // Undefined values (AUC with one class only, NE with actual CTR 0 or 1, anything of an empty
 // set) are NaN; the formatters print them as "nan" / JSON null.

@@ -318,7 +318,7 @@ std::size_t PsTrainer::train_thread(PassThreads& run, int t) {
   const SyncMode mode = run.mode;
   PsWorker& worker = *s.workers[static_cast<std::size_t>(t)];
   const PsWorker::GradientShare share = run.gradient_share(t);
-  worker.metrics().reset();
+  worker.begin_pass_steps(run.open_ended ? -1 : static_cast<int64_t>(run.data.steps));
   // async reads one batch ahead: its rows are pulled while this step computes (PsWorker). Not
   // when the pass stops before it: its pull would create rows it never trains. So async asks
   // whether to stop before step b + 1 at step b's read-ahead, and that answer is step b + 1's.

@@ -40,6 +40,7 @@ PsWorker::PsWorker(device::Card& card, table::server::RemoteHostTier& servers,
       averages_gradients_(averages_gradients(config.runner)),
       uploaded_(card.device(), card.stream().counters(), device::EventTiming::kOff,
                 device::EventReader::kHost) {
+  steady_after_ = config.runner.print_interval;  // until a pass begins (begin_pass_steps)
   card_.activate();
   DenseModelConfig model = config.dense_model_config();
   // The threads' cards are ranked 0.. on every trainer: the trainer tells their masks apart.
@@ -307,6 +308,11 @@ DenseBatchView PsWorker::batch_view(const dataset::Batch& batch) const {
   return view;
 }
 
+void PsWorker::begin_pass_steps(int64_t steps) {
+  metrics_->reset();
+  steady_after_ = steady_after(config_.runner.print_interval, steps);
+}
+
 double PsWorker::train_step(const dataset::Batch& batch, int64_t pass, int64_t step,
                             const dataset::Batch* next) {
   GPUBOX_EXPECTS(!averages_gradients_, "pass ", pass, ", step ", step,
@@ -354,10 +360,8 @@ double PsWorker::compute_gradients(const dataset::Batch& batch, const RowSlot& s
   // the job's batch in step_averaged, as the gpubox mode scales by its global batch).
   scales.dense = averages_gradients_ ? 1.0f : 1.0f / static_cast<float>(size);
   const double loss = model_->forward_backward(batch_view(batch), scales, buffers_->push.data());
-  // Steady after the thread's first runner.print_interval steps (SteadyLoss, the divergence
-  // check's).
-  metrics_->add(model_->predictions(), buffers_->labels.data(), size,
-                step >= config_.runner.print_interval);
+  // Steady after the thread's first steady_after steps (SteadyLoss, the divergence check's).
+  metrics_->add(model_->predictions(), buffers_->labels.data(), size, step >= steady_after_);
   model_->check_finite(loss, pass, step);  // before any parameter changes
   merge_push(slot.keys, merge_target(slot.keys.size()));
   return loss;

@@ -207,6 +207,10 @@ class PsWorker {
   DenseModel& model() { return *model_; }
   DenseOptimizer& optimizer() { return *optimizer_; }
   MetricsAccumulator& metrics() { return *metrics_; }
+  // A training pass of `steps` steps of this thread begins (-1: not known, a stream read until it
+  // ends): its metrics are cleared and its first steady_after(print_interval, steps) steps are
+  // left out of their SteadyLoss.
+  void begin_pass_steps(int64_t steps);
   // The AUC of what metrics() holds so far (the progress line's; waits for the card).
   double running_auc();
 
@@ -338,6 +342,7 @@ class PsWorker {
   int current_ = 0;
   PushSlot pushes_[2];  // async: taken in turn
   int next_push_ = 0;
+  int64_t steady_after_ = 0;  // the steps of a pass SteadyLoss leaves out (begin_pass_steps)
   bool rows_failure_thrown_ = false;  // a row_calls_ failure reached the caller
   bool abandoned_ = false;            // abandon(): the destructor logs no failure
   // What compute_step left for apply_step.

@@ -71,8 +71,9 @@ std::string dead_output_error(int64_t pass, const MetricValues& metrics,
                               const TrainerConfig& config, const std::string& saves) {
   const std::string bucket =
       "one AUC bucket of 2^" + std::to_string(config.runner.auc_buckets_log2);
-  const std::string steady = number(metrics.steady.examples, "%.0f") +
-                             " of them after each card's first runner.print_interval steps";
+  const std::string steady =
+      number(metrics.steady.examples, "%.0f") +
+      " of them after each card's first runner.print_interval steps (half of a shorter pass)";
   const std::string what =
       metrics.prediction_buckets == 1
           ? "every one of its " + number(metrics.examples, "%.0f") + " training predictions is " +

@@ -19,8 +19,10 @@ std::string comparison(int64_t pass, int warmup_steps, const DivergenceVerdict& 
   return "pass " + std::to_string(pass) + ": its training logloss " +
          number(v.steady_logloss, "%.4f") + " (over its steps after the first " +
          std::to_string(warmup_steps) +
-         " of each card or training thread, runner.print_interval) is " + number(v.ratio, "%.2f") +
-         " times the constant predictor's " + number(v.constant_logloss, "%.4f") +
+         " of each card or training thread, runner.print_interval, or half of a shorter pass) "
+         "is " +
+         number(v.ratio, "%.2f") + " times the constant predictor's " +
+         number(v.constant_logloss, "%.4f") +
          " (the logloss of predicting the pass's click rate for every instance)";
 }
 
@@ -93,12 +95,13 @@ std::string divergence_note(int64_t pass, int warmup_steps, const DivergenceVerd
   if (std::isnan(v.ratio)) {
     if (!(v.examples > 0)) {
       return p + "no step after the first " + std::to_string(warmup_steps) +
-             " (runner.print_interval) of any card or training thread: its divergence is not "
-             "checked";
+             " (runner.print_interval, or half of a shorter pass) of any card or training "
+             "thread: its divergence is not checked";
     }
     return p + "its " + number(v.examples, "%.0f") + " instances after the first " +
            std::to_string(warmup_steps) +
-           " steps (runner.print_interval) of each card or training thread are of one class "
+           " steps (runner.print_interval, or half of a shorter pass) of each card or training "
+           "thread are of one class "
            "only: its divergence is not checked";
   }
   if (!v.judged) {
