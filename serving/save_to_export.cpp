@@ -102,6 +102,11 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   GPUBOX_RETURN_IF_ERROR(trainer::check_saved_network(model_manifest->model_keys,
                                                       model_manifest->job, config, save_dir)
                              .with_context(context));
+  // The export's unseen keys read as the rows they would have started at (its MANIFEST's
+  // initial_range and sparse_seed): the save's.
+  GPUBOX_RETURN_IF_ERROR(
+      trainer::check_saved_row_starts(model_manifest->model_keys, config, save_dir)
+          .with_context(context));
   if (model_manifest->sparse.size() != 1) {
     return Status::InvalidArgument(
         "save " + save_dir + " keeps its sparse half on " +

@@ -231,6 +231,43 @@ TEST_F(BadInputBinaries, AHostTierThatCannotOpenIsNamed) {
   EXPECT_EQ(remote.output.find(named, first + 1), std::string::npos) << remote.output;
 }
 
+// A key the save never saw reads, in --mode infer and an export, as the row it would have started
+// at: under another initial_range or seed than the save's, both answered for other rows (exit 0).
+// They are refused naming the -o that reads the save at its own; a load to train on takes the
+// config's for its new keys.
+TEST_F(BadInputBinaries, ASaveIsEvaluatedAndExportedAtItsOwnRowStarts) {
+  const std::string save = (root_ / "row_start_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1",
+                               "-o", "hyper_parameters.sparse_optimizer.initial_range=0.1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string load = save + "/0";
+  const std::string range = "hyper_parameters.sparse_optimizer.initial_range";
+  for (const std::string mode : {"infer", "export"}) {
+    for (const std::string& other : {range + "=0.2", std::string("runner.seed=5"),
+                                     std::string("hyper_parameters.sparse_optimizer.seed=9")}) {
+      std::vector<std::string> args = {"--mode", mode,           "--load", load,
+                                       "-o",     range + "=0.1", "-o",     other};
+      if (mode == "export") args.insert(args.end(), {"--out", (root_ / "no_export").string()});
+      const Finished refused = train(args);
+      EXPECT_EQ(refused.status, 1) << refused.output;
+      EXPECT_NE(refused.output.find("started its rows at other values"), std::string::npos)
+          << mode << " " << other << "\n"
+          << refused.output;
+      const std::string key = other.substr(0, other.find('='));
+      EXPECT_NE(refused.output.find(key + ": saved "), std::string::npos) << refused.output;
+      EXPECT_FALSE(fs::exists(root_ / "no_export"));
+    }
+    // At the save's own values: read.
+    std::vector<std::string> args = {"--mode", mode, "--load", load, "-o", range + "=0.1"};
+    if (mode == "export") args.insert(args.end(), {"--out", (root_ / "row_start_export").string()});
+    const Finished read = train(args);
+    EXPECT_EQ(read.status, 0) << mode << "\n" << read.output;
+  }
+  const Finished warm = train({"--load", load, "-o", "runner.model_save_path=", "-o",
+                               "runner.epochs=1", "-o", range + "=0.2"});
+  EXPECT_EQ(warm.status, 0) << warm.output;
+}
+
 // A save loaded under another network names the keys that differ (it guessed "different
 // fc_sizes, slots, dense_input_dim or dnn_batch_norm?", even when the model was another one);
 // learning rates that differ are not named (a save loads under other ones).
@@ -251,7 +288,7 @@ TEST_F(BadInputBinaries, ASaveOfAnotherNetworkNamesTheKeysThatDiffer) {
             "hyper_parameters.fc_sizes: saved [8], now [16]"},
            {{"hyper_parameters.slot_names=[\"4\", \"3\", \"2\", \"1\"]"},
             "hyper_parameters.slot_names: saved [], now [4, 3, 2, 1]"},
-           {{"runner.dense_transform=log1p"}, "runner.dense_transform: saved auto, now log1p"}}) {
+           {{"runner.dense_transform=log1p"}, "runner.dense_transform: saved none, now log1p"}}) {
     for (const std::string mode : {"infer", "train", "export"}) {
       std::vector<std::string> args = {"--mode", mode, "--load", load};
       for (const std::string& o : c.overrides) args.insert(args.end(), {"-o", o});

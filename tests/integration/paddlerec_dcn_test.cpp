@@ -296,8 +296,20 @@ TEST(PaddleRecKeys, ASaveIsReadOnlyUnderItsNetworkAndInput) {
   }
   const Status read = check_saved_network(trained, job, v2.value(), "/saves/3");
   EXPECT_TRUE(read.ok()) << read.message();
-  // A save from before jobs were recorded: the transform is not compared.
+  // A save from before jobs were recorded, or before the transform was recorded as applied (its
+  // text, `auto`): the transform is not compared.
   EXPECT_TRUE(check_saved_network(keys, {}, v2.value(), "/saves/3").ok());
+  std::map<std::string, std::string> texts = job;
+  texts["runner.dense_transform"] = "auto";
+  EXPECT_TRUE(check_saved_network(keys, texts, v2.value(), "/saves/3").ok());
+  // Criteo's integer scaling is compared where either side reads Criteo files.
+  std::map<std::string, std::string> scaled = job;
+  scaled["runner.criteo_dense"] = "log";
+  EXPECT_TRUE(check_saved_network(keys, scaled, v2.value(), "/saves/3").ok());
+  scaled["runner.data_format"] = "criteo";
+  const Status criteo = check_saved_network(keys, scaled, v2.value(), "/saves/3");
+  EXPECT_TRUE(contains(criteo.message(), "runner.criteo_dense: saved log, now minmax"))
+      << criteo.message();
   // The network or its input differs: refused naming each key.
   std::map<std::string, std::string> other = keys;
   other["hyper_parameters.cross_layers"] = "7";

@@ -517,6 +517,10 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   // one made at another (main's in these folders: 0) is told the -o that resumes it.
   record_dnn_dropout(doc, &c);
   record_clip_by_norm(doc, &c);  // likewise the clip (the dcn_v2 folder's when unset)
+  // The dense transform applied, not `auto` (a PaddleRec folder's reader picks it): infer and
+  // export elsewhere, or without runner.train_reader_path, compare what the model was fed.
+  c.job_keys["runner.dense_transform"] =
+      name_of(config::kDenseTransformNames, c.dataset.dense_transform);
   // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
   c.model_keys["hyper_parameters.optimizer.class"] =
       name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);

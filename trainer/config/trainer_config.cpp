@@ -131,14 +131,24 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
   };
   std::string differences =
       model_key_differences(shaping(saved_model_keys), shaping(config.model_keys));
-  // The dense values' transform (a job key: saves record it with the job's).
-  const std::string transform = "runner.dense_transform";
-  const auto saved = saved_job_keys.find(transform);
-  const auto now = config.job_keys.find(transform);
-  if (saved != saved_job_keys.end() && now != config.job_keys.end() &&
-      saved->second != now->second) {
-    differences += (differences.empty() ? "" : "; ") + transform + ": saved " + saved->second +
-                   ", now " + now->second;
+  // What the dense values went through (job keys: saves record them with the job's): the
+  // transform as applied (a save from before that records `auto`, the text, is not compared),
+  // and Criteo's integer scaling where either side reads Criteo files.
+  const auto job_key = [](const std::map<std::string, std::string>& keys, const char* key) {
+    const auto found = keys.find(key);
+    return found == keys.end() ? std::string() : found->second;
+  };
+  const auto differ = [&](const char* key) {
+    const std::string was = job_key(saved_job_keys, key);
+    const std::string is = job_key(config.job_keys, key);
+    if (was.empty() || is.empty() || was == is) return;
+    differences +=
+        (differences.empty() ? "" : "; ") + std::string(key) + ": saved " + was + ", now " + is;
+  };
+  if (job_key(saved_job_keys, "runner.dense_transform") != "auto") differ("runner.dense_transform");
+  if (job_key(saved_job_keys, "runner.data_format") == "criteo" ||
+      job_key(config.job_keys, "runner.data_format") == "criteo") {
+    differ("runner.criteo_dense");
   }
   if (differences.empty()) return Status::OK();
   return Status::InvalidArgument("save " + save_dir +
@@ -147,6 +157,32 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
                                  config.config_path + " describes: " + differences +
                                  "; read it with the config that made it (or -o "
                                  "each key to its saved value)");
+}
+
+Status check_saved_row_starts(const std::map<std::string, std::string>& saved_model_keys,
+                              const TrainerConfig& config, const std::string& save_dir) {
+  std::string differences;
+  std::string remedy;
+  for (const char* key : {"hyper_parameters.sparse_optimizer.initial_range",
+                          "hyper_parameters.sparse_optimizer.mf_initial_range",
+                          "hyper_parameters.sparse_optimizer.seed", "runner.seed"}) {
+    const auto saved = saved_model_keys.find(key);
+    const auto now = config.model_keys.find(key);
+    if (saved == saved_model_keys.end() || now == config.model_keys.end() ||
+        saved->second == now->second) {
+      continue;
+    }
+    differences += (differences.empty() ? "" : "; ") + std::string(key) + ": saved " +
+                   saved->second + ", now " + now->second;
+    remedy += std::string(" -o ") + key + "=" + saved->second;
+  }
+  if (differences.empty()) return Status::OK();
+  return Status::InvalidArgument(
+      "save " + save_dir + " started its rows at other values than the config " +
+      config.config_path + " has: " + differences +
+      "; a key the save never saw is read as the row it would have started at, so evaluating or "
+      "exporting under other values answers for other rows: add" +
+      remedy);
 }
 
 void note_saved_precision(const std::map<std::string, std::string>& saved_model_keys,

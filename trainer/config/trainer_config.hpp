@@ -168,8 +168,9 @@ std::string model_key_differences(const std::map<std::string, std::string>& save
 
 // OK when the save `save_dir` (its MODEL_MANIFEST's model and job keys) was made for the network
 // and input `config` describes: every hyper_parameters.* model key but the optimizers',
-// dense_precision, dnn_dropout, cross_l2 and sparse_storage, and runner.dense_transform of the
-// job (a save that records no job: not compared). Else
+// dense_precision, dnn_dropout, cross_l2 and sparse_storage, and of the job's keys
+// runner.dense_transform as applied (a save that records no job, or `auto`: not compared) and
+// runner.criteo_dense where either reads Criteo files. Else
 // InvalidArgument naming each key that differs and both values: --mode infer, an export and a
 // load read a save only with the config of its network (one that only had the same number of
 // dense parameters read it silently as another network, or its slots in another order).
@@ -182,6 +183,15 @@ void note_saved_precision(const std::map<std::string, std::string>& saved_model_
 Status check_saved_network(const std::map<std::string, std::string>& saved_model_keys,
                            const std::map<std::string, std::string>& saved_job_keys,
                            const TrainerConfig& config, const std::string& save_dir);
+
+// OK when the save `save_dir` (its MODEL_MANIFEST's model keys) started its rows where `config`
+// starts them: hyper_parameters.sparse_optimizer.initial_range, mf_initial_range, seed and
+// runner.seed (a key the save does not record: not compared). Else InvalidArgument naming each
+// key, both values and the -o that reads the save at its own: --mode infer and an export read a
+// key the save never saw as the row it would have started at (a load to train on takes the
+// config's, for keys new to it).
+Status check_saved_row_starts(const std::map<std::string, std::string>& saved_model_keys,
+                              const TrainerConfig& config, const std::string& save_dir);
 
 // OK when the save `save_dir` was made with the batch-norm setting and the dlrm output layer
 // `config` has: `saved_model_keys` is its MODEL_MANIFEST's model_keys, whose

@@ -5,6 +5,7 @@
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
+#include "table/io/model_manifest.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/schedule/pass_data.hpp"
@@ -98,7 +99,11 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   for (const SaveToEvaluate& save : saves) {
     Timer timer;
     GPUBOX_LOG(INFO) << "load model " << save.dir;
-    schedule->load(save.dir);
+    // A key the save never saw reads as the row it would have started at: the save's starts.
+    auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.dir);
+    if (manifest.ok())
+      throw_if_error(check_saved_row_starts(manifest->model_keys, config, save.dir));
+    schedule->load(save.dir);  // names a save it cannot read
     result = schedule->evaluate(files, job.keep_predictions);
     if (on_save) on_save(save, result, timer.seconds());
   }
