@@ -41,6 +41,7 @@
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 #include "trainer/config/unread_keys.hpp"
+#include "trainer/main/predictions_out.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/saved_models.hpp"
@@ -170,113 +171,6 @@ std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
   return out;
 }
 
-// Where --predictions_out goes, opened before the evaluation so a path that cannot be written
-// fails first. A regular file (or a new one) is written under <file>.tmp and renamed over it, so
-// a failed run leaves an earlier file whole; a symlink to one replaces its target, not the link.
-// Anything else (a FIFO, /dev/stdout, a file in a folder gpubox_train cannot write in) is
-// written in place, opened without truncating, and truncated only when the lines are ready.
-class PredictionsOut {
- public:
-  explicit PredictionsOut(const std::string& path) : flag_path_(path), target_(resolved(path)) {
-    struct stat st {};
-    const bool exists = ::stat(target_.c_str(), &st) == 0;
-    const int output = output_fd(target_);
-    if (output >= 0) {  // its lines follow the printed ones through the same descriptor
-      fd_ = ::dup(output);
-      check_open(target_);
-      return;
-    }
-    if (!exists || S_ISREG(st.st_mode)) {
-      tmp_ = target_ + ".tmp";
-      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-      if (fd_ >= 0) {
-        if (exists) (void)::fchmod(fd_, st.st_mode & 07777);  // the replaced file's mode
-        return;
-      }
-      if (!exists) check_open(tmp_);
-      tmp_.clear();  // a file in a folder that refuses new files: write the file itself
-    }
-    regular_in_place_ = exists && S_ISREG(st.st_mode);
-    fd_ = ::open(target_.c_str(), O_WRONLY | O_CLOEXEC);  // no O_TRUNC: not before the lines
-    check_open(target_);
-  }
-  PredictionsOut(const PredictionsOut&) = delete;
-  PredictionsOut& operator=(const PredictionsOut&) = delete;
-  ~PredictionsOut() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!tmp_.empty()) std::remove(tmp_.c_str());
-  }
-
-  // Writes "label prediction" per line and closes; throws naming the flag when it cannot. Each
-  // float is the shortest text that reads back to it exactly (a stream's default 6 significant
-  // digits lost up to 5e-7 of a prediction: a calibration or a comparison with another system
-  // would see values the model never computed).
-  void write(const gpubox::trainer::EvalResult& result) {
-    std::string text;
-    for (std::size_t i = 0; i < result.predictions.size(); ++i) {
-      gpubox::dataset::append_float(&text, result.labels[i]);
-      text += ' ';
-      gpubox::dataset::append_float(&text, result.predictions[i]);
-      text += '\n';
-    }
-    std::fflush(stdout);
-    if (regular_in_place_) GPUBOX_EXPECTS(::ftruncate(fd_, 0) == 0, failed("truncate"));
-    for (std::size_t done = 0; done < text.size();) {
-      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      GPUBOX_EXPECTS(n > 0, failed("write"));
-      done += static_cast<std::size_t>(n);
-    }
-    const int fd = fd_;
-    fd_ = -1;
-    GPUBOX_EXPECTS(::close(fd) == 0, failed("close"));
-    if (tmp_.empty()) return;
-    GPUBOX_EXPECTS(std::rename(tmp_.c_str(), target_.c_str()) == 0, failed("rename"));
-    tmp_.clear();
-  }
-
- private:
-  // A symlink to a regular file stands for its target: the target is replaced, the link kept.
-  static std::string resolved(const std::string& path) {
-    struct stat link {};
-    struct stat st {};
-    if (::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode) ||
-        ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || output_fd(path) >= 0) {
-      return path;
-    }
-    std::error_code ec;
-    const std::filesystem::path real = std::filesystem::canonical(path, ec);
-    return ec ? path : real.string();
-  }
-  // stdout or stderr when the path is the same file (/dev/stdout, or a file a shell redirected
-  // them to), else -1: a rename or a new descriptor at offset 0 would lose the printed lines.
-  static int output_fd(const std::string& path) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return -1;
-    for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-      struct stat out {};
-      if (::fstat(fd, &out) == 0 && out.st_dev == st.st_dev && out.st_ino == st.st_ino) {
-        return fd;
-      }
-    }
-    return -1;
-  }
-  void check_open(const std::string& opened) const {
-    GPUBOX_EXPECTS(fd_ >= 0, "cannot write --predictions_out '", flag_path_, "' (", opened, ": ",
-                   std::strerror(errno), ")");
-  }
-  std::string failed(const char* step) const {
-    return std::string("writing --predictions_out '") + flag_path_ + "' failed (" + step + " " +
-           (tmp_.empty() ? target_ : tmp_) + ": " + std::strerror(errno) + ")";
-  }
-
-  std::string flag_path_;
-  std::string target_;  // the file written: symlinks to a regular file resolved
-  std::string tmp_;     // empty: target_ is written in place
-  bool regular_in_place_ = false;
-  int fd_ = -1;
-};
-
 // --mode infer (run_job.hpp's infer_job, as gpubox.evaluate runs it): every save --load or
 // runner.infer_load_path names, each on the same data, one PaddleRec line and one GPUBox line
 // per save.
@@ -288,7 +182,10 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   job.data_dir = FLAGS_infer_data_dir;
   job.keep_predictions = !FLAGS_predictions_out.empty();
   std::unique_ptr<PredictionsOut> predictions;
-  if (job.keep_predictions) predictions = std::make_unique<PredictionsOut>(FLAGS_predictions_out);
+  if (job.keep_predictions) {
+    check_not_an_input(FLAGS_predictions_out, infer_inputs(config, job), config.config_path);
+    predictions = std::make_unique<PredictionsOut>(FLAGS_predictions_out);
+  }
   // One row per line: a line skipped as malformed, or blank, would shift every row after it off
   // its line (the rows could not be told apart), so the first such line stops the evaluation.
   const TrainerConfig evaluated =

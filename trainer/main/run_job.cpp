@@ -69,25 +69,31 @@ TrainerConfig one_row_per_line(const TrainerConfig& config, const std::string& w
   return strict;
 }
 
-EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
-                     const InferCallback& on_save) {
+InferInputs infer_inputs(const TrainerConfig& config, const InferJob& job) {
   const RunnerConfig& runner = config.runner;
-  const std::vector<SaveToEvaluate> saves =
-      job.load.empty() ? saves_to_evaluate(runner.infer_load_path, runner.infer_start_epoch,
-                                           runner.infer_end_epoch)
-                       : std::vector<SaveToEvaluate>{{job.load, -1}};
+  InferInputs in;
+  in.saves = job.load.empty() ? saves_to_evaluate(runner.infer_load_path, runner.infer_start_epoch,
+                                                  runner.infer_end_epoch)
+                              : std::vector<SaveToEvaluate>{{job.load, -1}};
   // Predictions are one save's: with several, all but the last were dropped unsaid.
-  if (job.keep_predictions && saves.size() > 1) {
+  if (job.keep_predictions && in.saves.size() > 1) {
     GPUBOX_FAIL("the predictions per instance (--predictions_out) are one save's, and ",
-                saves.size(), " saves would be evaluated (runner.infer_load_path ",
-                runner.infer_load_path, ": ", saves.front().dir, " .. ", saves.back().dir,
+                in.saves.size(), " saves would be evaluated (runner.infer_load_path ",
+                runner.infer_load_path, ": ", in.saves.front().dir, " .. ", in.saves.back().dir,
                 "): name one with --load, or narrow runner.infer_start_epoch / infer_end_epoch");
   }
   const bool from_config = job.data_dir.empty();
   const std::string data_dir = from_config ? runner.test_data_dir : job.data_dir;
   GPUBOX_EXPECTS(!data_dir.empty(), "--mode infer needs --infer_data_dir or runner.test_data_dir");
-  const std::vector<std::string> files =
-      data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
+  in.files = data_files(data_dir, from_config ? runner.test_data_dirs : std::vector<std::string>{});
+  return in;
+}
+
+EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const InferJob& job,
+                     const InferCallback& on_save) {
+  const InferInputs in = infer_inputs(config, job);
+  const std::vector<SaveToEvaluate>& saves = in.saves;
+  const std::vector<std::string>& files = in.files;
   check_memory_source_transform(files, config.dataset);
   const std::unique_ptr<Schedule> schedule = make_schedule(infer_config(config), env);
   StepHooks hooks;
@@ -101,8 +107,9 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
     GPUBOX_LOG(INFO) << "load model " << save.dir;
     // A key the save never saw reads as the row it would have started at: the save's starts.
     auto manifest = table::io::read_model_manifest(table::io::FileEnv::posix(), save.dir);
-    if (manifest.ok())
+    if (manifest.ok()) {
       throw_if_error(check_saved_row_starts(manifest->model_keys, config, save.dir));
+    }
     schedule->load(save.dir);  // names a save it cannot read
     result = schedule->evaluate(files, job.keep_predictions);
     if (on_save) on_save(save, result, timer.seconds());

@@ -45,6 +45,14 @@ struct InferJob {
   const std::atomic<bool>* stop_flag = nullptr;
 };
 
+// What --mode infer reads: the saves of `job` in order and the data files evaluated. Throws
+// gpubox::Error naming what is missing (no data folder; several saves with predictions kept).
+struct InferInputs {
+  std::vector<SaveToEvaluate> saves;
+  std::vector<std::string> files;
+};
+InferInputs infer_inputs(const TrainerConfig& config, const InferJob& job);
+
 // After each save's evaluation: the save, its result, the seconds its load and evaluation took.
 using InferCallback =
     std::function<void(const SaveToEvaluate& save, const EvalResult& result, double seconds)>;

@@ -1,0 +1,277 @@
+// A save read by --mode infer, an export or --load, and --mode infer's --predictions_out, through
+// the real binaries (the fixture: bad_input_binaries.hpp):
+//  - a save loaded under another network or input names the keys that differ, also where the
+//    parameter count is the same (slots reordered, the dense transform as applied);
+//  - infer and export read a save at its own row starts (initial_range, seeds), or refuse;
+//  - --predictions_out is checked before the evaluation, never one of its inputs (a data file,
+//    the config, a path in the save), and replaced only when written whole, through a symlink to
+//    its target, and written in place into a FIFO.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tests/integration/bad_input_binaries.hpp"
+
+namespace gpubox {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::BadInputBinaries;
+using testing::Finished;
+
+// A key the save never saw reads, in --mode infer and an export, as the row it would have started
+// at: under another initial_range or seed than the save's, both answered for other rows (exit 0).
+// They are refused naming the -o that reads the save at its own; a load to train on takes the
+// config's for its new keys.
+TEST_F(BadInputBinaries, ASaveIsEvaluatedAndExportedAtItsOwnRowStarts) {
+  const std::string save = (root_ / "row_start_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1",
+                               "-o", "hyper_parameters.sparse_optimizer.initial_range=0.1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string load = save + "/0";
+  const std::string range = "hyper_parameters.sparse_optimizer.initial_range";
+  for (const std::string mode : {"infer", "export"}) {
+    for (const std::string& other : {range + "=0.2", std::string("runner.seed=5"),
+                                     std::string("hyper_parameters.sparse_optimizer.seed=9")}) {
+      std::vector<std::string> args = {"--mode", mode,           "--load", load,
+                                       "-o",     range + "=0.1", "-o",     other};
+      if (mode == "export") args.insert(args.end(), {"--out", (root_ / "no_export").string()});
+      const Finished refused = train(args);
+      EXPECT_EQ(refused.status, 1) << refused.output;
+      EXPECT_NE(refused.output.find("started its rows at other values"), std::string::npos)
+          << mode << " " << other << "\n"
+          << refused.output;
+      const std::string key = other.substr(0, other.find('='));
+      EXPECT_NE(refused.output.find(key + ": saved "), std::string::npos) << refused.output;
+      EXPECT_FALSE(fs::exists(root_ / "no_export"));
+    }
+    // At the save's own values: read.
+    std::vector<std::string> args = {"--mode", mode, "--load", load, "-o", range + "=0.1"};
+    if (mode == "export") args.insert(args.end(), {"--out", (root_ / "row_start_export").string()});
+    const Finished read = train(args);
+    EXPECT_EQ(read.status, 0) << mode << "\n" << read.output;
+  }
+  const Finished warm = train({"--load", load, "-o", "runner.model_save_path=", "-o",
+                               "runner.epochs=1", "-o", range + "=0.2"});
+  EXPECT_EQ(warm.status, 0) << warm.output;
+}
+
+// A save loaded under another network names the keys that differ (it guessed "different
+// fc_sizes, slots, dense_input_dim or dnn_batch_norm?", even when the model was another one);
+// learning rates that differ are not named (a save loads under other ones).
+TEST_F(BadInputBinaries, ASaveOfAnotherNetworkNamesTheKeysThatDiffer) {
+  const std::string save = (root_ / "network_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string load = save + "/0";
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string named;
+  };
+  // The slots in another order and the dense values transformed have the save's parameter
+  // count: they were read silently as the save (another model's predictions, exit 0).
+  for (const Case& c : std::vector<Case>{
+           {{"hyper_parameters.model=deepfm"}, "hyper_parameters.model: saved dnn, now deepfm"},
+           {{"hyper_parameters.fc_sizes=[16]", "hyper_parameters.optimizer.learning_rate=0.5"},
+            "hyper_parameters.fc_sizes: saved [8], now [16]"},
+           {{"hyper_parameters.slot_names=[\"4\", \"3\", \"2\", \"1\"]"},
+            "hyper_parameters.slot_names: saved [], now [4, 3, 2, 1]"},
+           {{"runner.dense_transform=log1p"}, "runner.dense_transform: saved none, now log1p"}}) {
+    for (const std::string mode : {"infer", "train", "export"}) {
+      std::vector<std::string> args = {"--mode", mode, "--load", load};
+      for (const std::string& o : c.overrides) args.insert(args.end(), {"-o", o});
+      if (mode == "train") args.insert(args.end(), {"-o", "runner.model_save_path="});
+      if (mode == "export") args.insert(args.end(), {"--out", (root_ / "no_export").string()});
+      const Finished refused = train(args);
+      EXPECT_EQ(refused.status, 1) << refused.output;
+      EXPECT_NE(refused.output.find("save " + load +
+                                    " was made for another network or input "
+                                    "than the config "),
+                std::string::npos)
+          << mode << "\n"
+          << refused.output;
+      EXPECT_NE(refused.output.find(c.named), std::string::npos) << mode << "\n" << refused.output;
+      EXPECT_EQ(refused.output.find("learning_rate"), std::string::npos) << refused.output;
+      EXPECT_FALSE(fs::exists(root_ / "no_export"));
+    }
+  }
+  // The numbered slot names written out are the same network as none given.
+  const Finished same = train({"--mode", "infer", "--load", load, "-o",
+                               "hyper_parameters.slot_names=[\"1\", \"2\", \"3\", \"4\"]"});
+  EXPECT_EQ(same.status, 0) << same.output;
+}
+
+// --predictions_out that cannot be written is refused before the evaluation (it was found only
+// after every save was evaluated), and an evaluation that fails leaves an earlier file whole.
+TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
+  const std::string save = (root_ / "predicted_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const fs::path file = root_ / "a_file_three";
+  std::ofstream(file) << "not a folder\n";
+  const std::string nowhere = (file / "p.txt").string();
+  const Finished refused =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", nowhere});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("gpubox_train: cannot write --predictions_out '" + nowhere + "'"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(refused.output.find("infer: save:"), std::string::npos) << refused.output;
+
+  const fs::path kept = root_ / "predictions.txt";
+  std::ofstream(kept) << "1 0.5\n";
+  const Finished failed = train(
+      {"--mode", "infer", "--load", save + "/7", "--predictions_out", kept.string()});  // no save
+  EXPECT_EQ(failed.status, 1) << failed.output;
+  std::ifstream in(kept);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "1 0.5\n");
+  EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+
+  const Finished written =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", kept.string()});
+  ASSERT_EQ(written.status, 0) << written.output;
+  std::ifstream again(kept);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(again, line);) ++lines;
+  EXPECT_EQ(lines, 200u);  // the test data's instances
+  EXPECT_FALSE(fs::exists(kept.string() + ".tmp"));
+}
+
+// --predictions_out naming one of the evaluation's inputs replaced it, exit 0: the test data by
+// its predictions, a save's MODEL_MANIFEST (the save unreadable after), the config. Refused
+// before the evaluation, naming the input; each is left as it was.
+TEST_F(BadInputBinaries, PredictionsOutIsNeverAnInput) {
+  const std::string save = (root_ / "input_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const fs::path data = root_ / "input_data";
+  fs::create_directories(data);
+  fs::copy_file(root_ / "test" / "part-00000", data / "part-00000",
+                fs::copy_options::overwrite_existing);
+  fs::create_symlink(data / "part-00000", root_ / "input_data_link");
+  const std::string manifest = save + "/0/MODEL_MANIFEST";
+  const auto bytes = [](const fs::path& file) {
+    std::ifstream in(file);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string data_before = bytes(data / "part-00000");
+  const std::string manifest_before = bytes(manifest);
+  const std::string config_before = bytes(root_ / "config.yaml");
+  struct Case {
+    std::string out;
+    std::string named;
+  };
+  for (const Case& c : std::vector<Case>{
+           {(data / "part-00000").string(), "is the data file"},
+           {(root_ / "input_data_link").string(), "is the data file"},  // a link to it
+           {manifest, "is inside the save"},
+           {save + "/0/new.txt", "is inside the save"},
+           {(root_ / "." / "config.yaml").string(), "is the config"}}) {
+    const Finished refused = train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir",
+                                    data.string(), "--predictions_out", c.out});
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find("--predictions_out '" + c.out + "' " + c.named),
+              std::string::npos)
+        << refused.output;
+    EXPECT_EQ(refused.output.find("infer: save:"), std::string::npos) << refused.output;
+  }
+  EXPECT_EQ(bytes(data / "part-00000"), data_before);
+  EXPECT_EQ(bytes(manifest), manifest_before);
+  EXPECT_EQ(bytes(root_ / "config.yaml"), config_before);
+  EXPECT_FALSE(fs::exists(save + "/0/new.txt"));
+  // Beside the inputs: written.
+  const Finished written = train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir",
+                                  data.string(), "--predictions_out",
+                                  (root_ / "input_predictions.txt").string()});
+  EXPECT_EQ(written.status, 0) << written.output;
+}
+
+// --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
+// (it kept the last save's, unsaid), and so is a malformed line, named (skipped, it moved every
+// row after it off its line).
+TEST_F(BadInputBinaries, PredictionsOutIsOneSavesRowPerLine) {
+  const std::string save = (root_ / "two_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string out = (root_ / "rows.txt").string();
+  const Finished several =
+      train({"--mode", "infer", "-o", "runner.infer_load_path=" + save, "--predictions_out", out});
+  EXPECT_EQ(several.status, 1) << several.output;
+  EXPECT_NE(several.output.find("are one save's, and 2 saves would be evaluated"),
+            std::string::npos)
+      << several.output;
+  EXPECT_FALSE(fs::exists(out));
+  // The evaluation of `data` with --predictions_out stops naming `line` (file:line: reason),
+  // writing nothing; without the flag the line is skipped and counted as before.
+  const auto stops_at = [&](const fs::path& data, const std::string& line) {
+    const Finished refused = train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir",
+                                    data.string(), "--predictions_out", out});
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find((data / "part-00000").string() + line), std::string::npos)
+        << refused.output;
+    EXPECT_NE(refused.output.find("(--predictions_out keeps a row per line"), std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(fs::exists(out));
+    const Finished lenient =
+        train({"--mode", "infer", "--load", save + "/1", "--infer_data_dir", data.string()});
+    EXPECT_EQ(lenient.status, 0) << lenient.output;
+  };
+  stops_at(edited_test_data("bad_test",
+                            [](int n, const std::string& line) {
+                              return (n == 5 ? "click:7 1:3" : line) + "\n";
+                            }),
+           ":5: bad_label");
+  // A blank line (or one of spaces) would move every row after it too.
+  stops_at(edited_test_data(
+               "blank_test",
+               [](int n, const std::string& line) { return line + (n == 3 ? "\n   \n" : "\n"); }),
+           ":4: blank line");
+}
+
+// --predictions_out through a symlink writes its target and keeps the link; into a FIFO it writes
+// the lines to the reader (both were replaced by a regular file <path>.tmp was renamed to).
+TEST_F(BadInputBinaries, PredictionsOutWritesThroughSymlinksAndFifos) {
+  const std::string save = (root_ / "linked_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"});
+  ASSERT_EQ(made.status, 0) << made.output;
+  const fs::path target = root_ / "target.txt";
+  const fs::path link = root_ / "link.txt";
+  std::ofstream(target) << "1 0.5\n";
+  fs::create_symlink(target, link);
+  const Finished linked =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", link.string()});
+  ASSERT_EQ(linked.status, 0) << linked.output;
+  EXPECT_TRUE(fs::is_symlink(link));
+  std::ifstream in(target);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 200u);
+
+  const fs::path fifo = root_ / "predictions.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Held open read-write and non-blocking: the run's open does not wait, and 200 short lines fit
+  // the pipe's buffer, read after the run.
+  const int reader = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const Finished piped =
+      train({"--mode", "infer", "--load", save + "/0", "--predictions_out", fifo.string()});
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(reader, buf, sizeof(buf))) > 0;) text.append(buf, n);
+  ::close(reader);
+  ASSERT_EQ(piped.status, 0) << piped.output;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 200) << text;
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
+}  // namespace
+}  // namespace gpubox
