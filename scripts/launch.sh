@@ -35,6 +35,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
 source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port)
+source "$repo/scripts/lib/config_args.sh"  # (config_flag)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
   sed -n '2,/^if /p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -60,9 +61,18 @@ while [ $# -gt 0 ]; do
     --workers=*) worker_list="${1#*=}"; shift ;;
     --gpus) gpus="${2:?}"; shift 2 ;;
     --gpus=*) gpus="${1#*=}"; shift ;;
-    --config | -m) config="${2:?}"; config_args+=(--config "$2"); shift 2 ;;
-    --config=*) config="${1#*=}"; config_args+=(--config "$config"); shift ;;
-    -o) config_args+=(-o "${2:?}"); shift 2 ;;
+    # The config and overrides in any spelling gpubox_train takes (config_args.sh): the servers
+    # get them too.
+    --config | -config | -m | --config_yaml | -config_yaml | --config=* | -config=* | \
+    --config_yaml=* | -config_yaml=* | -o | --o | -o=* | --o=* | -o[!u]*=* | -ou[!t]*=*)
+      config_flag "$1" "${2-}"
+      [ "$config_flag_used" -eq 1 ] || [ $# -ge 2 ] || die "$1 needs a value"
+      if [ "$config_flag_kind" = config ]; then
+        config="$config_flag_value"; config_args+=(--config "$config")
+      else
+        config_args+=(-o "$config_flag_value")
+      fi
+      shift "$config_flag_used" ;;
     -h | --help) usage 0 ;;
     # This script's own flags spelt with hyphens ran on with the flag handed to the trainers.
     --server-num* | --worker-num*)

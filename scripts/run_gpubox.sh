@@ -53,6 +53,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
 source "$repo/scripts/lib/procs.sh"
+source "$repo/scripts/lib/config_args.sh"  # (config_flag)
 
 # --help and --version answer at once: no folder made, no build, no server started.
 for arg in "$@"; do
@@ -154,12 +155,12 @@ fi
 config=""
 overrides=()  # the trainer's -o key=value: servers read the same config, overrides included
 for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[$i]}" in
-    --config | -m | --config_yaml) if [ $((i + 1)) -lt ${#args[@]} ]; then config="${args[$((i + 1))]}"; fi ;;
-    --config=* | --config_yaml=*) config="${args[$i]#*=}" ;;
+  config_flag "${args[$i]}" "${args[$((i + 1))]-}"
+  case "$config_flag_kind" in
+    config) config="$config_flag_value" ;;
+    override) overrides+=(-o "$config_flag_value") ;;
   esac
-  if [ "${args[$i]}" = "-o" ] && [ $((i + 1)) -lt ${#args[@]} ]; then overrides+=(-o "${args[$((i + 1))]}"); fi
-  case "${args[$i]}" in -o?*=*) overrides+=("${args[$i]}") ;; esac
+  i=$((i + config_flag_used - 1))
 done
 
 mkdir -p log

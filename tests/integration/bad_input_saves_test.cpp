@@ -187,9 +187,9 @@ TEST_F(BadInputBinaries, PredictionsOutIsNeverAnInput) {
   EXPECT_EQ(bytes(root_ / "config.yaml"), config_before);
   EXPECT_FALSE(fs::exists(save + "/0/new.txt"));
   // Beside the inputs: written.
-  const Finished written = train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir",
-                                  data.string(), "--predictions_out",
-                                  (root_ / "input_predictions.txt").string()});
+  const Finished written =
+      train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir", data.string(),
+             "--predictions_out", (root_ / "input_predictions.txt").string()});
   EXPECT_EQ(written.status, 0) << written.output;
 }
 

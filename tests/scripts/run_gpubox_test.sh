@@ -4,7 +4,8 @@
 #  1. `sh run_gpubox.sh -m CONFIG` with the in-process host tier: trains, prints PaddleRec's
 #     epoch line, logs to ./log/worker.0.log and says how to plot the metrics;
 #  2. the variables PaddleRec's tools/run_gpubox.sh exports (a server list, no TRAINING_ROLE):
-#     the named server is started on its port, the trainer uses it, and it is stopped at the end;
+#     the named server is started on its port with the trainer's config and overrides (in every
+#     spelling gpubox_train takes), the trainer uses it, and it is stopped at the end;
 #  3. --trainers 2 --servers 1: two trainer processes (one card each) and a server, trainer 0's
 #     lines shown, log/worker.0.log and log/worker.1.log, every process stopped at the end; cards
 #     that cannot be split between the trainers are refused;
@@ -107,9 +108,14 @@ port="$(python3 "$repo/tests/scripts/free_port.py")"  # below the ephemeral rang
 rm -rf log
 env GPUBOX_LOCAL_TIER=0 PADDLE_PSERVERS_IP_PORT_LIST="127.0.0.1:$port" PADDLE_PSERVER_NUMS=1 \
   PADDLE_TRAINERS=1 PADDLE_TRAINERS_NUM=1 PADDLE_TRAINER_ID=0 POD_IP=127.0.0.1 \
-  timeout 120 sh "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1 \
-  -o runner.model_save_path= -o runner.metrics_path= >out2.txt 2>&1 </dev/null ||
+  timeout 120 sh "$repo/scripts/run_gpubox.sh" -config "$config" --o=runner.epochs=1 \
+  -orunner.model_save_path= -o runner.metrics_path= --o runner.host_memory_mb=900 \
+  >out2.txt 2>&1 </dev/null ||
   { cat out2.txt; cat log/pserver.0.log 2>/dev/null; fail "PaddleRec's exports: exited nonzero"; }
+# The server reads the trainer's config and overrides in the spellings gpubox_train takes
+# (-config, --o=, -okey=value: it ran on its defaults under them, exit 0).
+grep -q "memory limit 900 MiB (runner.host_memory_mb)" log/pserver.0.log ||
+  { cat log/pserver.0.log; fail "the server did not get --o runner.host_memory_mb=900"; }
 grep -q "gpubox_server on 127.0.0.1:$port" out2.txt || { cat out2.txt; fail "the listed server was not started"; }
 grep -q "listening on 127.0.0.1:$port" log/pserver.0.log || fail "log/pserver.0.log: not listening on $port"
 grep -q "^Epoch: 0, " out2.txt || { cat out2.txt; fail "no training"; }

@@ -159,8 +159,8 @@ std::vector<std::string> paddlerec_config_flags(int argc, char** argv) {
     const std::string arg = argv[i];
     if ((arg == "-m" || arg == "--config_yaml" || arg == "-config_yaml") && i + 1 < argc) {
       out.push_back("--config=" + std::string(argv[++i]));
-    } else if (arg.rfind("--config_yaml=", 0) == 0) {
-      out.push_back("--config=" + arg.substr(14));
+    } else if (arg.rfind("--config_yaml=", 0) == 0 || arg.rfind("-config_yaml=", 0) == 0) {
+      out.push_back("--config=" + arg.substr(arg.find('=') + 1));
     } else if (arg == "-o" && i + 1 < argc) {
       out.push_back(arg);
       out.push_back(argv[++i]);

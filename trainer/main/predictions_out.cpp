@@ -82,7 +82,8 @@ void check_not_an_input(const std::string& path, const InferInputs& inputs,
   }
 }
 
-PredictionsOut::PredictionsOut(const std::string& path) : flag_path_(path), target_(resolved(path)) {
+PredictionsOut::PredictionsOut(const std::string& path)
+    : flag_path_(path), target_(resolved(path)) {
   struct stat st {};
   const bool exists = ::stat(target_.c_str(), &st) == 0;
   const int output = output_fd(target_);
