@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # (sets config_flag_* for its caller)
 # The config and the -o overrides among gpubox_train's arguments, in every spelling gpubox_train
 # takes: gflags' -flag and --flag with the value after '=' or as the next argument, PaddleRec's
 # -m and --config_yaml, and -okey=value. The servers run_gpubox.sh and launch.sh start must read

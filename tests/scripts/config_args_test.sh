@@ -6,17 +6,18 @@
 # other flags): run_gpubox.sh and launch.sh hand the servers what it finds.
 set -eu
 repo="$1"
-# shellcheck source=../../scripts/lib/config_args.sh
+# shellcheck source=scripts/lib/config_args.sh
 source "$repo/scripts/lib/config_args.sh"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 expect() {  # expect KIND VALUE USED ARG [NEXT]
   local kind="$1" value="$2" used="$3"
   shift 3
   config_flag "$@"
-  [ "$config_flag_kind" = "$kind" ] && [ "$config_flag_value" = "$value" ] &&
-    [ "$config_flag_used" = "$used" ] ||
+  if [ "$config_flag_kind" != "$kind" ] || [ "$config_flag_value" != "$value" ] ||
+    [ "$config_flag_used" != "$used" ]; then
     fail "'$*': got kind '$config_flag_kind' value '$config_flag_value' used $config_flag_used," \
       "expected '$kind' '$value' $used"
+  fi
 }
 for flag in --config -config -m --config_yaml -config_yaml; do
   expect config c.yaml 2 "$flag" c.yaml
