@@ -24,10 +24,29 @@ std::string resolve_path(const std::string& value, const std::string& base_dir) 
   return (fs::path(base_dir) / p).lexically_normal().string();
 }
 
+// An integer written with a leading 0 (0100, -010): YAML 1.1 readers (yaml-cpp, PyYAML, so
+// PaddleRec's) take it as octal, YAML 1.2's as decimal, and a user most likely meant decimal:
+// 0100 became 64 with nothing said. Refused naming the key and both readings.
+Status leading_zero(const KeySpec& key, const std::string& text) {
+  const std::size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  if (text.size() < digits + 2 || text[digits] != '0' || text[digits + 1] < '0' ||
+      text[digits + 1] > '9') {
+    return Status::OK();
+  }
+  const std::size_t first = text.find_first_not_of('0', digits);
+  const std::string decimal =
+      text.substr(0, digits) + (first == std::string::npos ? "0" : text.substr(first));
+  return Status::InvalidArgument(key.name + ": '" + text +
+                                 "' has a leading 0, which YAML 1.1 readers take as octal and "
+                                 "others as decimal: write " +
+                                 decimal + " for the decimal value (0o.. for octal, 0x.. for hex)");
+}
+
 // An integer in [key.int_min, key.int_max]. Integral numbers written as floats (1e6, 2.0) are
 // integers too, so that 1e12 is reported as out of range rather than as "not an integer".
 Status parse_int(const KeySpec& key, const YAML::Node& node, int64_t* out) {
   if (!node.IsScalar()) return wrong_type(key, "an integer", node);
+  GPUBOX_RETURN_IF_ERROR(leading_zero(key, node.Scalar()));
   long long v = 0;
   double d = 0;
   if (!YAML::convert<long long>::decode(node, v)) {
@@ -56,6 +75,7 @@ Status parse_uint64(const KeySpec& key, const YAML::Node& node, uint64_t* out) {
   if (!node.IsScalar() || node.Scalar().empty() || node.Scalar()[0] == '-') {
     return wrong_type(key, wanted, node);
   }
+  GPUBOX_RETURN_IF_ERROR(leading_zero(key, node.Scalar()));
   unsigned long long v = 0;
   if (!YAML::convert<unsigned long long>::decode(node, v)) return wrong_type(key, wanted, node);
   *out = v;
@@ -68,6 +88,11 @@ Status parse_float(const KeySpec& key, const YAML::Node& node, double* out) {
     return wrong_type(key, "a number", node);
   }
   if (!std::isfinite(v)) return wrong_type(key, "a finite number", node);
+  // Under a double's smallest (1e-400): read as 0, which a rate or range of 0 means otherwise.
+  const std::string& text = node.Scalar();
+  if (v == 0 && text.find_first_of("123456789") < text.find_first_of("eE")) {
+    return wrong_type(key, "a number a double holds (under about 4.9e-324 it reads as 0)", node);
+  }
   if (v < key.float_min || v > key.float_max) {
     std::ostringstream msg;
     msg << key.name << ": " << node.Scalar() << " is out of range [" << key.float_min << ", "
