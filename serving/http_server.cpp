@@ -129,10 +129,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->read(); });
   }
-  // Closes the connection if it is waiting for a request (server stop).
+  // Closes the connection if it is waiting for a request of which nothing has come (server
+  // stop). A request part-way received is read to its end and answered (it was dropped, the
+  // client told nothing): its read still ends at the idle timeout, the server's wait at the
+  // drain timeout.
   void close_if_idle() {
     net::post(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->reading_) self->stream_.socket().close(self->ignored_);
+      const bool begun = self->buffer_.size() > 0 || (self->parser_ && self->parser_->got_some());
+      if (self->reading_ && !begun) self->stream_.socket().close(self->ignored_);
     });
   }
 

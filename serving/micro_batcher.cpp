@@ -29,14 +29,19 @@ void MicroBatcher::join() {
   if (worker_.joinable()) worker_.join();
 }
 
+bool queue_admits(std::size_t queued, std::size_t n, const BatcherOptions& options) {
+  if (queued == 0) return true;
+  const std::size_t limit = n > options.max_batch_instances
+                                ? options.max_queued_instances - options.max_queued_instances / 8
+                                : options.max_queued_instances;
+  return queued + n <= limit;
+}
+
 bool MicroBatcher::submit(std::shared_ptr<const dataset::InstanceBlock> instances, Done done) {
   const std::size_t n = instances->size();
   {
     MutexLock lock(mu_);
-    if (stopping_ ||
-        (queued_instances_ > 0 && queued_instances_ + n > options_.max_queued_instances)) {
-      return false;
-    }
+    if (stopping_ || !queue_admits(queued_instances_, n, options_)) return false;
     queued_instances_ += n;
     queue_.push_back(
         Pending{std::move(instances), std::move(done), std::chrono::steady_clock::now()});

@@ -4,8 +4,9 @@
 // requests' instances into one batch (dataset::assemble_batch, as the trainer's steps are),
 // runs the predictor once and hands each request its own predictions.
 //
-// Bounded: at most max_queued_instances instances wait at once (submit refuses more), and a
-// batch takes whole requests up to max_batch_instances (a larger request runs alone).
+// Bounded: at most max_queued_instances instances wait at once (submit refuses more; requests
+// over one batch stop at seven eighths of it, queue_admits), and a batch takes whole requests up
+// to max_batch_instances (a larger request runs alone).
 // Thread-safety: submit() and stop() may be called from any thread; `done` callbacks run on the
 // worker thread and must not block.
 #pragma once
@@ -31,6 +32,14 @@ struct BatcherOptions {
   std::chrono::microseconds max_wait{1000};
   std::size_t max_queued_instances = 1 << 16;
 };
+
+// Whether a request of `n` instances joins a queue holding `queued`: a request into an empty
+// queue always does (a larger one than the queue runs alone), else the queue may not pass
+// max_queued_instances, and a request over max_batch_instances may not pass seven eighths of it:
+// the last eighth is kept for requests of one batch or less, so that a client sending large
+// requests on many connections does not shut out a light one (20 connections of 4,096 instances
+// each refused a 1-instance client 9 tries in 10).
+bool queue_admits(std::size_t queued, std::size_t n, const BatcherOptions& options);
 
 class MicroBatcher {
  public:

@@ -202,6 +202,50 @@ TEST_F(Serving, StopAnswersTheRequestInFlightThenStopsListening) {
   EXPECT_FALSE(late.connect());
 }
 
+// A request part-way received when the stop comes is read to its end and answered (it was
+// closed as idle, the client told nothing); a connection that has sent nothing is closed.
+TEST_F(Serving, StopAnswersARequestPartWayReceived) {
+  PredictionServer server(*model_, options());
+  ASSERT_TRUE(server.start().ok());
+  const uint16_t port = server.port();
+  HttpClient idle(port);
+  ASSERT_TRUE(idle.connect());
+  HttpClient part(port);
+  ASSERT_TRUE(part.connect());
+  const std::string body = test_lines()[0];
+  const std::string head =
+      "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  const std::string first = head + body.substr(0, body.size() / 2);
+  boost::asio::write(part.socket(), boost::asio::buffer(first));
+  // The server has the first half when the stop comes (its read holds it, or has parsed it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  server.request_stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const HttpReply answered = part.send_raw(body.substr(body.size() / 2));
+  server.wait();
+  EXPECT_EQ(answered.status, 200) << answered.error;
+  EXPECT_FALSE(answered.keep_alive);
+  EXPECT_NEAR(parse_predictions(answered.body).at(0), (*infer_)[0], 1e-6);
+  EXPECT_EQ(idle.send(http::verb::get, "/health").status, 0);  // closed
+}
+
+// The queue's last eighth is kept for requests of one batch or less: requests over one batch (a
+// heavy client's) stop at seven eighths, small ones fill it; an empty queue takes any request.
+TEST(MicroBatcherQueue, ItsLastEighthIsKeptForRequestsOfOneBatch) {
+  BatcherOptions o;
+  o.max_batch_instances = 8;
+  o.max_queued_instances = 64;  // seven eighths: 56
+  EXPECT_TRUE(queue_admits(0, 1000, o));
+  EXPECT_TRUE(queue_admits(40, 16, o));   // 56
+  EXPECT_FALSE(queue_admits(41, 16, o));  // 57: past 56 for a heavy request
+  EXPECT_TRUE(queue_admits(56, 8, o));    // one batch: the last eighth is its
+  EXPECT_TRUE(queue_admits(63, 1, o));
+  EXPECT_FALSE(queue_admits(63, 2, o));  // past the whole queue
+  EXPECT_FALSE(queue_admits(57, 9, o));
+}
+
 // A child process; its stdout is read through a pipe.
 struct Child {
   pid_t pid = -1;
