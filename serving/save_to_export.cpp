@@ -111,8 +111,10 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
     return Status::InvalidArgument(
         "save " + save_dir + " keeps its sparse half on " +
         std::to_string(model_manifest->sparse.size()) +
-        " servers: export reads one sparse half (save from an in-process run, or load the save "
-        "into one process first)");
+        " servers: export reads a sparse half kept in one piece, which a save of one "
+        "process (gpubox mode, or the in-process host tier) is; a save made through several "
+        "servers is evaluated through them (--mode infer with the same servers listed) but "
+        "cannot be exported yet");
   }
   GPUBOX_RETURN_IF_ERROR(
       table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));

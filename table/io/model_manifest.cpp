@@ -2,6 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "common/enum_names.hpp"
 #include "table/io/save_dir.hpp"
 
@@ -171,12 +175,44 @@ Status remove_model_manifest(FileEnv* env, const std::string& dir) {
   return env->sync_dir(dir).with_context("syncing " + dir);
 }
 
+namespace {
+
+// Why a folder without a MODEL_MANIFEST is none: an export (its MANIFEST names the serving
+// format), a folder of saves (the saves it holds), or a save cut short / no gpubox save.
+std::string what_else_is_there(FileEnv* env, const std::string& dir) {
+  const std::string exported = join(dir, "MANIFEST");
+  if (env->exists(exported)) {
+    auto text = env->read_file(exported, kMaxManifestBytes);
+    if (text.ok() && text->find("gpubox-serving") != std::string::npos) {
+      return "it is an export, which gpubox_serve reads: name the training save it was made from";
+    }
+  }
+  auto entries = env->list_dir(dir);
+  std::vector<std::string> saves;
+  if (entries.ok()) {
+    for (const std::string& name : *entries) {
+      if (env->exists(join(join(dir, name), kModelManifestName))) saves.push_back(name);
+    }
+  }
+  if (!saves.empty()) {
+    std::sort(saves.begin(), saves.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;  // 2 before 10
+    });
+    return "it is a folder of " + std::to_string(saves.size()) + " saves (" + saves.front() +
+           (saves.size() > 1 ? " .. " + saves.back() : std::string()) + "): name one, e.g. " +
+           join(dir, saves.back());
+  }
+  return "a save cut short, or not a gpubox save";
+}
+
+}  // namespace
+
 StatusOr<ModelManifest> read_model_manifest(FileEnv* env, const std::string& dir,
                                             uint64_t* digest) {
   const std::string path = join(dir, kModelManifestName);
   if (!env->exists(path)) {
-    return Status::NotFound(path + " is missing: " + dir +
-                            " holds no complete save (a save cut short, or not a gpubox save)");
+    return Status::NotFound(path + " is missing: " + dir + " holds no complete save (" +
+                            what_else_is_there(env, dir) + ")");
   }
   auto text = env->read_file(path, kMaxManifestBytes);
   if (!text.ok()) return text.status();

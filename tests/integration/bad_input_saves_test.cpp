@@ -3,6 +3,7 @@
 //  - a save loaded under another network or input names the keys that differ, also where the
 //    parameter count is the same (slots reordered, the dense transform as applied);
 //  - infer and export read a save at its own row starts (initial_range, seeds), or refuse;
+//  - --load of an export or of the folder of saves says which it is;
 //  - --predictions_out is checked before the evaluation, never one of its inputs (a data file,
 //    the config, a path in the save), and replaced only when written whole, through a symlink to
 //    its target, and written in place into a FIFO.
@@ -191,6 +192,26 @@ TEST_F(BadInputBinaries, PredictionsOutIsNeverAnInput) {
       train({"--mode", "infer", "--load", save + "/0", "--infer_data_dir", data.string(),
              "--predictions_out", (root_ / "input_predictions.txt").string()});
   EXPECT_EQ(written.status, 0) << written.output;
+}
+
+// --load naming an export, or the folder the saves are in, said "a save cut short, or not a gpubox
+// save": it says which it is, and names a save to load.
+TEST_F(BadInputBinaries, ALoadOfAnExportOrAFolderOfSavesSaysWhatItIs) {
+  const std::string saves = (root_ / "what_saves").string();
+  const Finished made = train({"-o", "runner.model_save_path=" + saves});  // 2 epochs: 0 and 1
+  ASSERT_EQ(made.status, 0) << made.output;
+  const std::string exported = (root_ / "what_export").string();
+  ASSERT_EQ(train({"--mode", "export", "--load", saves + "/1", "--out", exported}).status, 0);
+  const Finished of_export = train({"--mode", "infer", "--load", exported});
+  EXPECT_EQ(of_export.status, 1) << of_export.output;
+  EXPECT_NE(of_export.output.find("it is an export, which gpubox_serve reads"), std::string::npos)
+      << of_export.output;
+  const Finished of_folder = train({"--mode", "infer", "--load", saves});
+  EXPECT_EQ(of_folder.status, 1) << of_folder.output;
+  EXPECT_NE(
+      of_folder.output.find("it is a folder of 2 saves (0 .. 1): name one, e.g. " + saves + "/1"),
+      std::string::npos)
+      << of_folder.output;
 }
 
 // --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
