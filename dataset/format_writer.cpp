@@ -98,8 +98,10 @@ void LineWriter::append(const InstanceRef& instance, std::string* out) const {
           out->push_back(' ');
           append_float(out, instance.dense[d]);
         }
-      } else if (field == kMultiSlotSkipped) {
-        out->push_back('0');
+      } else if (field == kMultiSlotSkipped || instance.slot_sizes[field] == 0) {
+        // An empty slot as Paddle's MultiSlot readers take it: one padding key, 0 (a count of 0
+        // is refused there, "the number of ids can not be zero"; LineParser skips key 0).
+        out->append("1 0");
       } else {
         append_u64(out, instance.slot_sizes[field]);
         for (std::uint64_t k = slot_begin[field]; k < slot_begin[field + 1]; ++k) {
@@ -182,12 +184,14 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
         "or drop the others (--drop_unknown_slots, runner.ignore_unknown_slots: true); '" +
         out_path + "' not written");
   }
-  // Lines read and none of them an instance: an empty output would pass for a conversion.
-  if (status.ok() && summary->written == 0 && summary->stats.skipped_lines() > 0) {
-    status = Status::InvalidArgument(in_path + ": no valid instance (" +
-                                     std::to_string(summary->stats.lines) + " lines, " +
-                                     std::to_string(summary->stats.skipped_lines()) +
-                                     " malformed): '" + out_path + "' not written");
+  // No instance (an empty input too): an empty output would pass for a conversion.
+  if (status.ok() && summary->written == 0) {
+    status = Status::InvalidArgument(
+        in_path + ": no valid instance (" + std::to_string(summary->stats.lines) + " lines" +
+        (summary->stats.lines == 0
+             ? ": the file is empty"
+             : ", " + std::to_string(summary->stats.skipped_lines()) + " malformed") +
+        "): '" + out_path + "' not written");
   }
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));

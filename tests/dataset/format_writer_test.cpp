@@ -67,7 +67,7 @@ TEST(FormatWriter, SlotLineLooksLikePaddleRecs) {
   c.multislot_order = {"click", "dense_feature", "1", "show", "2"};
   out.clear();
   append_line(c, DataFormat::kMultiSlot, block.instance(0), &out);
-  EXPECT_EQ(out, "1 1 1 0.5 1 7 0 2 8 9\n");  // a skipped field is written empty
+  EXPECT_EQ(out, "1 1 1 0.5 1 7 1 0 2 8 9\n");  // a skipped field: one padding key, 0
   c.multislot_order.clear();
   c.feasign_first = true;
   out.clear();
@@ -183,6 +183,23 @@ TEST(Convert, CriteoToSlotKeepsEveryInstanceAndSkipsBadLines) {
   EXPECT_EQ(load(multi, dir.file("day_0.multi")), want);
 }
 
+// An empty slot is written to MultiSlot as Paddle's readers take it, one padding key 0 (a count
+// of 0 is refused there: "the number of ids can not be zero"), and reads back as empty.
+TEST(Convert, AnEmptySlotIsWrittenAsOnePaddingKey) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(3, 0);
+  const std::string in = dir.write("a.slot", "click:1 2:5 2:6\nclick:0 1:7\n");
+  ConvertSummary summary;
+  ASSERT_TRUE(convert_file(slot, DataFormat::kMultiSlot, in, dir.file("a.multi"), &summary).ok());
+  std::ifstream out(dir.file("a.multi"));
+  std::stringstream text;
+  text << out.rdbuf();
+  EXPECT_EQ(text.str(), "1 1 1 0 2 5 6 1 0\n1 0 1 7 1 0 1 0\n");
+  DatasetConfig multi = slot;
+  multi.data_format = DataFormat::kMultiSlot;
+  EXPECT_EQ(load(multi, dir.file("a.multi")), load(slot, in));
+}
+
 TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
   ScratchDir dir;
   const DatasetConfig slot = slot_config(1, 0);
@@ -201,23 +218,27 @@ TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
   EXPECT_FALSE(convert_file(slot, DataFormat::kCriteo, in, dir.file("out"), &summary).ok());
 }
 
-// Every line malformed: an error naming the input and the counts, and no (empty) output that
-// would pass for a conversion. An empty input converts to an empty output; one good line is
-// enough.
+// Every line malformed, or none at all: an error naming the input and the counts, and no (empty)
+// output that would pass for a conversion; one good line is enough.
 TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   ScratchDir dir;
   const DatasetConfig slot = slot_config(1, 0);
   ConvertSummary summary;
   const std::string bad = dir.write("bad", "garbage\nclick:1 1:x\nmore garbage\n");
-  const Status st = convert_file(slot, DataFormat::kMultiSlot, bad, dir.file("out"), &summary);
+  Status st = convert_file(slot, DataFormat::kMultiSlot, bad, dir.file("out"), &summary);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find(bad + ": no valid instance (3 lines, 3 malformed"), std::string::npos)
       << st.message();
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
   EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  // An empty input is no conversion either (it wrote an empty file, exit 0).
   const std::string empty = dir.write("empty", "");
-  EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, empty, dir.file("out"), &summary).ok());
+  st = convert_file(slot, DataFormat::kMultiSlot, empty, dir.file("out"), &summary);
+  EXPECT_NE(st.message().find("no valid instance (0 lines: the file is empty)"), std::string::npos)
+      << st.message();
   EXPECT_EQ(summary.written, 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
   const std::string one = dir.write("one", "garbage\nclick:1 1:5\n");
   EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, one, dir.file("out"), &summary).ok());
   EXPECT_EQ(summary.written, 1u);
