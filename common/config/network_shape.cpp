@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iterator>
+#include <utility>
 #include <vector>
 
 #include "common/config/config_document.hpp"
@@ -81,6 +82,36 @@ std::optional<std::string> rank_folder(const std::string& path) {
   return std::nullopt;
 }
 
+// "<family>/<name>" when `path`'s components hold models/<family>/<name> for a PaddleRec family
+// other than rank (multitask, match, recall, ...): none of their networks is built here.
+std::optional<std::string> other_family_folder(const std::string& path) {
+  std::vector<std::string> parts;
+  for (const auto& part : std::filesystem::path(path).lexically_normal()) {
+    parts.push_back(part.string());
+  }
+  static const char* const kFamilies[] = {"multitask", "match",     "recall",
+                                          "rerank",    "treebased", "contentunderstanding",
+                                          "demo",      "multiview", "retrieval"};
+  for (std::size_t i = 0; i + 2 < parts.size(); ++i) {
+    if (parts[i] != "models" || parts[i + 2].empty()) continue;
+    for (const char* family : kFamilies) {
+      if (parts[i + 1] == family) return parts[i + 1] + "/" + parts[i + 2];
+    }
+  }
+  return std::nullopt;
+}
+
+// PaddleRec 1.x's dotted workspace (paddlerec.models.rank.dnn) as the folder it names.
+std::string workspace_path(const std::string& workspace) {
+  const std::string dotted = "paddlerec.models.";
+  if (workspace.rfind(dotted, 0) != 0 || workspace.find('/') != std::string::npos) {
+    return workspace;
+  }
+  std::string path = workspace.substr(std::string("paddlerec.").size());
+  std::replace(path.begin(), path.end(), '.', '/');
+  return path;
+}
+
 // The path a document's folder is looked for in: its file, else its source name (a config parsed
 // from text, "<config>", sits in no folder).
 std::string config_path_of(const ConfigDocument& doc) {
@@ -104,7 +135,7 @@ const PaddleRecEmbeddingInit* paddlerec_embedding_init(const std::string& folder
 std::optional<std::string> paddlerec_model_name(const std::string& workspace,
                                                 const std::string& config_path,
                                                 std::string* source) {
-  if (auto name = rank_folder(workspace + "/")) {
+  if (auto name = rank_folder(workspace_path(workspace) + "/")) {
     *source = "workspace " + workspace;
     return name;
   }
@@ -187,6 +218,21 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
   std::string from;
   const std::optional<std::string> name = paddlerec_model_name(workspace, config_path, &from);
   if (!name) {
+    // A model folder of another PaddleRec family (its config copied in, or named as the
+    // workspace) trained the default dnn, exit 0.
+    std::string folder = std::filesystem::path(config_path).parent_path().string();
+    std::error_code ec;
+    if (!folder.empty()) folder = std::filesystem::absolute(folder, ec).string();
+    for (const auto& [path, what] :
+         {std::pair<std::string, std::string>{workspace_path(workspace), "workspace " + workspace},
+          {folder, "the config's folder " + folder}}) {
+      if (auto other = other_family_folder(path + "/")) {
+        return Status::InvalidArgument(
+            config_path + ": " + what + " names PaddleRec's network models/" + *other +
+            ", which GPUBox does not build (it builds ranking networks, PaddleRec's models/rank); "
+            "to train one of those instead, knowingly, set it: -o hyper_parameters.model=dnn");
+      }
+    }
     choice.source = "the default (no hyper_parameters.model, no PaddleRec model folder)";
     return choice;
   }

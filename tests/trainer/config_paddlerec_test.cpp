@@ -169,6 +169,31 @@ void expect_folders_refused_unless_the_key_says(ConfigTest& test, const std::str
   EXPECT_EQ(knowingly->hyper.model, config::ModelKind::kDnn);
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");
 
+  // A folder of another PaddleRec family (multitask, match, ...) or its workspace, and PaddleRec
+  // 1.x's dotted workspace, trained the dnn by default (exit 0): refused, unless the key says.
+  for (const char* folder : {"PaddleRec/models/multitask/mmoe", "PaddleRec/models/match/dssm"}) {
+    auto other = test.load_in(folder, yaml);
+    ASSERT_FALSE(other.ok()) << folder;
+    EXPECT_NE(other.status().message().find(std::string("names PaddleRec's network models/") +
+                                            (folder + std::string("PaddleRec/models/").size()) +
+                                            ", which GPUBox does not build"),
+              std::string::npos)
+        << other.status().to_string();
+    EXPECT_TRUE(test.load_in(folder, yaml, {"hyper_parameters.model=dnn"}).ok()) << folder;
+  }
+  auto mmoe = test.load_in("plain", yaml, {"workspace=models/multitask/mmoe"});
+  ASSERT_FALSE(mmoe.ok());
+  EXPECT_NE(mmoe.status().message().find("workspace models/multitask/mmoe names PaddleRec's"),
+            std::string::npos)
+      << mmoe.status().to_string();
+  auto dotted = test.load_in("plain", yaml, {"workspace=paddlerec.models.rank.din"});
+  ASSERT_FALSE(dotted.ok());
+  EXPECT_NE(dotted.status().message().find("names PaddleRec's network 'din'"), std::string::npos)
+      << dotted.status().to_string();
+  auto dotted_dnn = test.load_in("plain", yaml, {"workspace=paddlerec.models.rank.deepfm"});
+  ASSERT_TRUE(dotted_dnn.ok()) << dotted_dnn.status().to_string();
+  EXPECT_EQ(dotted_dnn->hyper.model, config::ModelKind::kDeepFm);
+
   auto plain = test.load_in("plain", yaml);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
