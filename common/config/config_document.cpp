@@ -1,5 +1,6 @@
 #include "common/config/config_document.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -156,6 +157,19 @@ std::string ConfigDocument::no_effect_note() const {
                              : note_reasons[k]);
   }
   return text;
+}
+
+std::string ConfigDocument::no_effect_overrides(const std::vector<std::string>& overrides) const {
+  const std::vector<std::string> keys = no_effect_keys();
+  std::string text;
+  for (const std::string& o : overrides) {
+    const std::string key = o.substr(0, o.find('='));
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+    text += (text.empty() ? "" : "; ") + std::string("-o ") + o + ": " + key +
+            " has no effect in GPUBox";
+  }
+  if (text.empty()) return "";
+  return text + " (the line on the PaddleRec keys without effect says why and what to set)";
 }
 
 }  // namespace gpubox::config

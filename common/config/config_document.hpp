@@ -117,6 +117,10 @@ class ConfigDocument {
   //     runner.use_gpu: PaddleRec's device switch; cards come from FLAGS_selected_gpus
   //     runner.num_workers: PaddleRec DataLoader's worker processes; ...
   std::string no_effect_note() const;
+  // A warning ("" when none) naming each of `overrides` (the command line's -o key=value) whose
+  // key is one of no_effect_keys(): a key typed to change this run, which no_effect_note only
+  // lists at INFO (-o runner.batch_size=64 trained at runner.train_batch_size, unsaid).
+  std::string no_effect_overrides(const std::vector<std::string>& overrides) const;
 
   // Every key a getter was asked for since load (tests check each part reads exactly the keys
   // the table says it reads).

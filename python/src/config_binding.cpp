@@ -19,6 +19,9 @@ LoadedConfig load_config(const std::string& path, const std::vector<std::string>
   auto doc = config::ConfigDocument::load(path, overrides);
   if (!doc.ok()) raise(errors().config_error, doc.status().to_string());
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
+  if (const std::string typed = doc->no_effect_overrides(overrides); !typed.empty()) {
+    GPUBOX_LOG(WARNING) << typed;
+  }
   auto config = trainer::trainer_config_from(*doc);
   if (!config.ok()) raise(errors().config_error, config.status().to_string());
   if (const std::string note = trainer::unread_keys_note(*doc); !note.empty()) {

@@ -131,6 +131,19 @@ TEST(PaddleRecKeys, DcnAndDcnV2ConfigsLoadUnchangedAndBuildTheirNetworks) {
                        "which keeps it unused, and dcn_v2 reads it unused"))
       << note;
   EXPECT_TRUE(contains(note, "hyper_parameters.is_sparse: ")) << note;
+  // A key without effect typed on the command line is warned of by its -o (the INFO note alone
+  // let -o runner.batch_size=64 train at train_batch_size unsaid); the file's are not.
+  EXPECT_EQ(doc->no_effect_overrides({"runner.train_batch_size=64"}), "");
+  const std::vector<std::string> typed = {"runner.batch_size=64", "runner.epochs=2"};
+  auto with_typed =
+      config::ConfigDocument::parse(std::string(kDcnRunner) + kDcnHyper, "/base", typed, "p.yaml");
+  ASSERT_TRUE(with_typed.ok()) << with_typed.status().to_string();
+  const std::string warned = with_typed->no_effect_overrides(typed);
+  EXPECT_TRUE(
+      contains(warned, "-o runner.batch_size=64: runner.batch_size has no effect in GPUBox"))
+      << warned;
+  EXPECT_FALSE(contains(warned, "epochs")) << warned;
+  EXPECT_FALSE(contains(warned, "clip_by_norm")) << warned;
 
   const StatusOr<TrainerConfig> v2 =
       load_in_folder("dcn_v2", std::string(kDcnRunner) + kDcnV2Hyper);

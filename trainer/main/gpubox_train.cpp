@@ -343,6 +343,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
+    if (const std::string typed = doc->no_effect_overrides(overrides); !typed.empty()) {
+      GPUBOX_LOG(WARNING) << typed;
+    }
     auto config = gpubox::trainer::trainer_config_from(*doc);
     if (!config.ok()) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
