@@ -47,6 +47,7 @@ StatusOr<DatasetConfig> dataset_config_from(const config::ConfigDocument& doc) {
   c.thread_num = doc.get_int("runner.thread_num");
   c.batch_size = doc.get_int("runner.train_batch_size");
   c.strict_parse = doc.get_bool("runner.strict_parse");
+  c.max_malformed_share = doc.get_float("runner.max_malformed_share");
   c.max_line_bytes = doc.get_int<std::size_t>("runner.max_line_bytes");
   c.criteo_dense = doc.get_enum("runner.criteo_dense", kCriteoDenseNames);
   // PaddleRec's LR/FM configs name their feat_idx lines' field count: what this config reads;

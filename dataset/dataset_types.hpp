@@ -61,6 +61,8 @@ struct DatasetConfig {
   int thread_num = 1;         // reader threads; files are shared among them
   int batch_size = 1;         // instances per batch per card
   bool strict_parse = false;  // the first malformed line fails the load
+  // runner.max_malformed_share: more of a load's lines malformed stop the job (report_read).
+  double max_malformed_share = 0.5;
   // With strict_parse, a blank line fails it too (a row per line: gpubox_train's
   // --predictions_out, where a line skipped would move every row after it).
   bool blank_lines_fail = false;

@@ -141,6 +141,7 @@ void add_runner_keys(std::vector<KeySpec>& t) {
   t.push_back(list_key(r + "multislot_order", KeyType::kStringList, kDataset, "multislot: the fields of a line by name (label_name, slot names, dense_name; other names are read and skipped); empty = label, sparse slots, dense, as PaddleRec's readers write"));
   t.push_back(enum_key(r + "slot_token_order", kSlotTokenOrderNames, SlotTokenOrder::kSlotFirst, kDataset, "token order of the slot format"));
   t.push_back(bool_key(r + "strict_parse", "false", kDataset, "true: the first malformed line is an error instead of skipped and counted"));
+  t.push_back(float_key(r + "max_malformed_share", "0.5", 0, 1, kDataset, "the share of a load's lines (a pass, the test data) that may be malformed and skipped; more stops the job naming the counts and the first of them (1: never; strict_parse: the first one)"));
   t.push_back(int_key(r + "max_line_bytes", "1048576", 16, int64_t{1} << 30, kDataset, "longer lines are malformed (line_too_long)"));
   t.push_back(string_key(r + "label_name", "click", kDataset, "slot and multislot: name of the label (PaddleRec's slot_dnn: \"1\"); numbered slots skip it"));
   t.push_back(string_key(r + "dense_name", "dense_feature", kDataset, "slot and multislot: name of the dense values"));

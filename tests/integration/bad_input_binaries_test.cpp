@@ -14,7 +14,10 @@
 //  - a runner.metrics_path that cannot take a line (a full disk: /dev/full) stops the job naming
 //    it, after pass 0's save (it was ignored: exit 0 with the lines lost);
 //  - a runner.train_data_dir list naming a folder twice is refused naming it and the file it
-//    would have read twice (every pass trained on that data twice);
+//    would have read twice (every pass trained on that data twice), and so is a runner.pass_dirs
+//    list naming a day twice;
+//  - a pass more of whose lines are malformed than runner.max_malformed_share allows stops
+//    before it trains, naming the counts and the first of them (it trained on the rest, exit 0);
 //  - a bad FLAGS_selected_gpus is named.
 #include "tests/integration/bad_input_binaries.hpp"
 
@@ -127,6 +130,48 @@ TEST_F(BadInputBinaries, AFolderNamedTwiceInTheDataListIsRefusedNamingIt) {
       << refused.output;
   EXPECT_NE(refused.output.find(": each pass would read its files twice"), std::string::npos);
   EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+  // A day of runner.pass_dirs named twice trained twice an epoch, and the day it stood for never
+  // (exit 0): refused alike, through a link too.
+  fs::create_directory_symlink(root_ / "train", root_ / "train_link");
+  const Finished days = train({"-o", "runner.pass_dirs=[train, test, train_link]", "-o",
+                               "runner.model_save_path=" + (root_ / "twice_days").string()});
+  EXPECT_EQ(days.status, 1) << days.output;
+  EXPECT_NE(days.output.find("gpubox_train: runner.pass_dirs names '" + (root_ / "train").string() +
+                             "' twice (again as '" + (root_ / "train_link").string() + "')"),
+            std::string::npos)
+      << days.output;
+  EXPECT_FALSE(trained_a_pass(days)) << days.output;
+}
+
+// A pass most of whose lines are malformed (a float label in exported data made 1,999 of 2,000
+// lines malformed) trained on what was left and saved it, exit 0: over
+// runner.max_malformed_share it stops before training, naming the counts and the first lines.
+TEST_F(BadInputBinaries, APassOfMostlyMalformedLinesStopsBeforeTraining) {
+  const fs::path data = edited_test_data("mostly_malformed", [](int n, const std::string& line) {
+    return (n % 4 == 0 ? line : "click:1.0" + line.substr(line.find(' '))) + "\n";
+  });
+  const std::vector<std::string> args = {"-o", "runner.train_data_dir=" + data.string(),
+                                         "-o", "runner.test_data_dir=",
+                                         "-o", "runner.epochs=1"};
+  std::vector<std::string> refused_args = args;
+  refused_args.insert(refused_args.end(),
+                      {"-o", "runner.model_save_path=" + (root_ / "malformed").string()});
+  const Finished refused = train(refused_args);
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("150 of its 200 lines (75.0%) are malformed, over "
+                                "runner.max_malformed_share's 0.5"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(":1: bad_label"), std::string::npos) << refused.output;
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+  EXPECT_FALSE(fs::exists(root_ / "malformed" / "0"));
+  // Raised: trains on the 50 lines that parse.
+  std::vector<std::string> raised = args;
+  raised.insert(raised.end(), {"-o", "runner.max_malformed_share=0.8", "-o",
+                               "runner.model_save_path=" + (root_ / "malformed_raised").string()});
+  const Finished trained = train(raised);
+  EXPECT_EQ(trained.status, 0) << trained.output;
+  EXPECT_TRUE(trained_a_pass(trained)) << trained.output;
 }
 
 TEST_F(BadInputBinaries, AMetricsFileThatCannotBeWrittenStopsTheJobAfterThePassSave) {

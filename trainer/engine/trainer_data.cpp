@@ -38,7 +38,7 @@ std::unique_ptr<dataset::InMemoryDataset> Trainer::load_dataset(
     throw PassStopped(pass, "reading " + what);
   }
   if (!st.ok()) GPUBOX_FAIL("loading ", what, ": ", st.message());
-  report_read(ds->load_stats(), files, what);
+  report_read(ds->load_stats(), files, what, config_.dataset.max_malformed_share);
   return ds;
 }
 
@@ -79,7 +79,7 @@ void Trainer::read_pass(const std::vector<std::string>& files, int64_t pass,
   into->keys = std::move(keys);
   into->step_sizes = std::make_shared<const PassStepSizes>(sizer.finish());
   if (!share.empty() || env_.trainers == 1) {
-    report_read(into->stream->load_stats(), share, what);
+    report_read(into->stream->load_stats(), share, what, config_.dataset.max_malformed_share);
   }
 }
 

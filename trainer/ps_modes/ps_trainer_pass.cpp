@@ -92,7 +92,8 @@ PsTrainer::PassData PsTrainer::read_pass(const std::vector<std::string>& share, 
     data.held->set_filelist(share);
     const Status loaded = load_stoppable(*data.held, "reading pass " + std::to_string(pass), pass);
     if (!loaded.ok()) GPUBOX_FAIL("loading pass ", pass, ": ", loaded.message());
-    report_read(data.held->load_stats(), share, "pass " + std::to_string(pass));
+    report_read(data.held->load_stats(), share, "pass " + std::to_string(pass),
+                config_.dataset.max_malformed_share);
     if (config_.runner.shuffle) data.held->local_shuffle(config_.runner.seed * 1000003 + pass);
     data.batches = data.held->num_batches_per_card(threads);
   }
@@ -112,7 +113,8 @@ PsTrainer::PassData PsTrainer::read_eval(const std::vector<std::string>& files) 
     data.held->set_filelist(files);
     const Status loaded = load_stoppable(*data.held, "reading the evaluation data", -1);
     if (!loaded.ok()) GPUBOX_FAIL("loading evaluation data: ", loaded.message());
-    report_read(data.held->load_stats(), files, "evaluation data");
+    report_read(data.held->load_stats(), files, "evaluation data",
+                config_.dataset.max_malformed_share);
     data.held->set_batch_size(config_.runner.infer_batch_size);
     data.batches = data.held->num_batches_per_card(1);
   }
@@ -392,7 +394,8 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
   if (data.stream != nullptr) {
     const Status read = data.stream->finish();
     if (!read.ok()) GPUBOX_FAIL("reading evaluation data: ", read.message());
-    report_read(data.stream->load_stats(), files, "evaluation data");
+    report_read(data.stream->load_stats(), files, "evaluation data",
+                config_.dataset.max_malformed_share);
   }
   return result;
 }
@@ -486,7 +489,8 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
   const double train_seconds = train_timer.seconds();
   if (data.stream != nullptr) {
     data.check_stream(pass);
-    report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass));
+    report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass),
+                config_.dataset.max_malformed_share);
   }
   if (s.owner != nullptr) {
     if (const std::string taken = s.owner->taken_over(); !taken.empty()) {

@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -174,7 +175,8 @@ void check_test_data(const TrainerConfig& config, const std::vector<std::string>
     GPUBOX_FAIL("reading runner.test_data_dir (checked before the first pass): ",
                 finished.message());
   }
-  report_read(probe.load_stats(), files, "runner.test_data_dir (checked before the first pass)");
+  report_read(probe.load_stats(), files, "runner.test_data_dir (checked before the first pass)",
+              config.dataset.max_malformed_share);
 }
 
 // Test files that are training files too (the same file by any name): the "test auc" of data the
@@ -392,6 +394,18 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
 RunPlan plan_run(const RunnerConfig& runner) {
   RunPlan plan;
   if (!runner.pass_dirs.empty()) {
+    // A day named twice (a copy-paste in the list, a link to it) trained twice an epoch and
+    // pushed out the day it stood for, exit 0; runner.train_data_dir's list refuses the same.
+    std::map<std::string, std::string> named;  // a folder's canonical path -> its entry
+    for (const auto& dir : runner.pass_dirs) {
+      std::error_code ec;
+      const std::string canonical = std::filesystem::canonical(dir, ec).string();
+      if (ec || dataset::is_memory_source(dir)) continue;  // listing it names what is wrong
+      const auto [it, inserted] = named.emplace(canonical, dir);
+      GPUBOX_EXPECTS(inserted, "runner.pass_dirs names '", it->second, "' twice",
+                     dir == it->second ? "" : " (again as '" + dir + "')",
+                     ": that pass's data would train twice an epoch; name each pass's folder once");
+    }
     for (const auto& dir : runner.pass_dirs) plan.pass_files.push_back(data_files(dir));
   } else {
     GPUBOX_EXPECTS(!runner.train_data_dir.empty(),

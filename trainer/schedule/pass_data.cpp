@@ -1,6 +1,7 @@
 #include "trainer/schedule/pass_data.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
@@ -9,7 +10,7 @@
 namespace gpubox::trainer {
 
 void report_read(const dataset::LoadStats& stats, const std::vector<std::string>& files,
-                 const std::string& what) {
+                 const std::string& what, double max_malformed_share) {
   const dataset::LoadMessages messages = dataset::load_messages(stats);
   for (const std::string& line : messages.info) GPUBOX_LOG(INFO) << what << ": " << line;
   for (const std::string& line : messages.warnings) GPUBOX_LOG(WARNING) << what << ": " << line;
@@ -20,6 +21,22 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
     GPUBOX_FAIL(what, ": no key in any of the config's ", stats.slot_keys.size(),
                 " sparse slots in ", files.size(), " file(s) (", stats.slot_counted_instances,
                 " instances)", why);
+  }
+  const auto malformed = static_cast<double>(stats.skipped_lines());
+  if (stats.instances > 0 && malformed > max_malformed_share * static_cast<double>(stats.lines)) {
+    std::string first;
+    for (std::size_t i = 0; i < stats.errors.size() && i < 3; ++i) {
+      first += (i ? "; " : "") + stats.errors[i].to_string();
+    }
+    char share[32];
+    std::snprintf(share, sizeof(share), "%.1f%%",
+                  100.0 * malformed / static_cast<double>(stats.lines));
+    GPUBOX_FAIL(what, ": ", stats.skipped_lines(), " of its ", stats.lines, " lines (", share,
+                ") are malformed, over runner.max_malformed_share's ", max_malformed_share,
+                ": the model would learn from the ", stats.instances,
+                " instances left as if they were the data (first: ", first,
+                "); fix the data or the reading settings (runner.data_format, the slots), or raise "
+                "runner.max_malformed_share to train on what parses");
   }
   if (stats.instances > 0) return;
   // Nothing to learn from or to measure: the metrics would be NaN and a save would store an

@@ -22,9 +22,12 @@ namespace gpubox::trainer {
 
 // Logs what the load of `files` tells its user (load_report.hpp), prefixed with `what` ("pass 3",
 // "evaluation data"); throws when it read no valid instance, naming `what`, the files (the first
-// ten), the lines read and why they were skipped, with counts.
+// ten), the lines read and why they were skipped, with counts; and when more than
+// `max_malformed_share` of its lines were malformed (runner.max_malformed_share: a float label
+// made 1,999 of 2,000 lines malformed, and the pass trained and saved one instance, exit 0),
+// naming the counts, the first of them and the key.
 void report_read(const dataset::LoadStats& stats, const std::vector<std::string>& files,
-                 const std::string& what);
+                 const std::string& what, double max_malformed_share);
 
 // What runner.pass_cache_mb gives the cache of one trainer process, and where it came from (for
 // the start log): its MiB; with -1 an eighth of `memory` (the machine's physical memory, or its
