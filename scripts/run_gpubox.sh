@@ -325,7 +325,16 @@ if [ -n "$local_trainers" ] && [ "$local_trainers" -gt 1 ]; then
   exit "$status"
 fi
 status=0
-"$bin/gpubox_train" "${args[@]}" 2>&1 | tee "log/worker.$trainer_id.log" || status=${PIPESTATUS[0]}
+# In the background, waited for: a TERM or INT sent to this script reaches the trainer at once
+# (bash runs a trap only after the foreground command ends, so the job trained on to its last
+# pass and the script exited 143 after it).
+"$bin/gpubox_train" "${args[@]}" > >(tee "log/worker.$trainer_id.log") 2>&1 &
+trainer_pid=$!
+stop_trainer() { kill "-$1" "$trainer_pid" 2>/dev/null || true; wait "$trainer_pid" 2>/dev/null || true; wait; exit "$2"; }
+trap 'stop_trainer INT 130' INT
+trap 'stop_trainer TERM 143' TERM
+wait "$trainer_pid" || status=$?
+wait  # tee's last lines
 if [ "$status" = 0 ]; then
   metrics="$(sed -n 's/.*runner.metrics_path: appending to \(.*\)$/\1/p' "log/worker.$trainer_id.log" | tail -n 1)"
   if [ -n "$metrics" ]; then
