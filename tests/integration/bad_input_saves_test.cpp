@@ -3,7 +3,8 @@
 //  - a save loaded under another network or input names the keys that differ, also where the
 //    parameter count is the same (slots reordered, the dense transform as applied);
 //  - infer and export read a save at its own row starts (initial_range, seeds), or refuse;
-//  - --load of an export or of the folder of saves says which it is;
+//  - --load of an export or of the folder of saves says which it is, and a run is refused that
+//    would save over the save it starts from;
 //  - --predictions_out is checked before the evaluation, never one of its inputs (a data file,
 //    the config, a path in the save), and replaced only when written whole, through a symlink to
 //    its target, and written in place into a FIFO.
@@ -212,6 +213,54 @@ TEST_F(BadInputBinaries, ALoadOfAnExportOrAFolderOfSavesSaysWhatItIs) {
       of_folder.output.find("it is a folder of 2 saves (0 .. 1): name one, e.g. " + saves + "/1"),
       std::string::npos)
       << of_folder.output;
+}
+
+// A run loading a save its own passes save over (--load <model_save_path>/1, resume off, as a
+// user trains on from a save in place) replaced it, and each rerun of the same command started
+// from the model the last one left there, exit 0: refused before training, the save untouched.
+TEST_F(BadInputBinaries, ARunNeverSavesOverTheSaveItStartsFrom) {
+  const std::string saves = (root_ / "in_place_saves").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + saves}).status, 0);  // saves 0 and 1
+  std::ifstream before_in(saves + "/1/MODEL_MANIFEST");
+  const std::string before(std::istreambuf_iterator<char>(before_in), {});
+  for (const std::string& load : {saves + "/1", saves + "/./1/"}) {
+    const Finished refused =
+        train({"--load", load, "-o", "runner.model_save_path=" + saves, "-o", "runner.resume=off"});
+    EXPECT_EQ(refused.status, 1) << refused.output;
+    EXPECT_NE(refused.output.find("the run starts from the save " + load +
+                                  ", which its pass 1 saves over"),
+              std::string::npos)
+        << refused.output;
+    EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+  }
+  std::ifstream after_in(saves + "/1/MODEL_MANIFEST");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
+  // Saved elsewhere: trains.
+  const Finished elsewhere =
+      train({"--load", saves + "/1", "-o",
+             "runner.model_save_path=" + (root_ / "in_place_next").string()});
+  EXPECT_EQ(elsewhere.status, 0) << elsewhere.output;
+}
+
+// runner.train_batch_size is per card: a resume on two cards of a job of one trained on at twice
+// its batch, unsaid. The cards are the job's now: another count is another job, named.
+TEST_F(BadInputBinaries, AResumeOnAnotherCardCountIsAnotherJob) {
+  const std::string saves = (root_ / "card_saves").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + saves, "-o", "runner.epochs=1"}).status, 0);
+  std::vector<std::string> env = testing::kLocalTier;
+  env.push_back("FLAGS_selected_gpus=0,1");
+  const Finished refused = testing::run_to_end(
+      GPUBOX_TRAIN_BIN,
+      {"--config", (root_ / "config.yaml").string(), "-o", "runner.model_save_path=" + saves}, env,
+      root_.string(), 120);
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("cards: saved 1, now 2"), std::string::npos) << refused.output;
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
+  // On its one card the job goes on.
+  const Finished resumed =
+      train({"-o", "runner.model_save_path=" + saves});  // epochs 2: pass 1 is new
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("pass: 1,"), std::string::npos) << resumed.output;
 }
 
 // --predictions_out holds one save's rows, one per line: several saves to evaluate are refused

@@ -44,10 +44,13 @@ std::string job_differences_of(std::map<std::string, std::string> saved,
   now.erase("runner.epochs");
   // A save from before the transform was recorded as applied holds the config's text: `auto`
   // names no transform to compare.
-  if (saved["runner.dense_transform"] == "auto") {
+  if (const auto t = saved.find("runner.dense_transform");
+      t != saved.end() && t->second == "auto") {
     saved.erase("runner.dense_transform");
     now.erase("runner.dense_transform");
   }
+  // A save from before the job recorded its cards: not compared.
+  if (saved.count("cards") == 0) now.erase("cards");
   return model_key_differences(saved, now);
 }
 

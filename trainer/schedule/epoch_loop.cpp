@@ -93,7 +93,11 @@ std::string run_origin(Schedule& schedule, const TrainerConfig& config,
 // Where the run starts; returns the first pass to train.
 int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                   const std::string& origin) {
-  schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers), plan.total);
+  const std::string& listed = schedule.env().selected_cards;
+  const int cards =
+      listed.empty() ? 1 : 1 + static_cast<int>(std::count(listed.begin(), listed.end(), ','));
+  schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers, cards),
+                             plan.total);
   const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
   schedule.agree_on_start(resume, origin);
   if (resume) {
@@ -391,20 +395,43 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
 
 }  // namespace
 
+void check_not_saving_over(const std::string& start_from, const std::string& model_save_path,
+                           int64_t first, int64_t total) {
+  if (start_from.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path from = std::filesystem::weakly_canonical(start_from, ec);
+  if (ec) return;  // its load names what is wrong
+  for (int64_t pass = first; pass < total; ++pass) {
+    const std::filesystem::path save = std::filesystem::weakly_canonical(
+        std::filesystem::path(model_save_path) / std::to_string(pass), ec);
+    GPUBOX_EXPECTS(ec || save != from, "the run starts from the save ", start_from,
+                   ", which its pass ", pass, " saves over (runner.model_save_path ",
+                   model_save_path,
+                   "): every rerun would start from the model the last one left there; save "
+                   "into another runner.model_save_path, or load a copy of that save");
+  }
+}
+
 RunPlan plan_run(const RunnerConfig& runner) {
   RunPlan plan;
   if (!runner.pass_dirs.empty()) {
     // A day named twice (a copy-paste in the list, a link to it) trained twice an epoch and
-    // pushed out the day it stood for, exit 0; runner.train_data_dir's list refuses the same.
-    std::map<std::string, std::string> named;  // a folder's canonical path -> its entry
-    for (const auto& dir : runner.pass_dirs) {
+    // left out the day it stood for, unsaid; named twice on purpose (a day trained as two
+    // passes) it is said too.
+    std::map<std::string, std::size_t> named;  // a folder's canonical path -> its pass
+    for (std::size_t p = 0; p < runner.pass_dirs.size(); ++p) {
+      const std::string& dir = runner.pass_dirs[p];
       std::error_code ec;
       const std::string canonical = std::filesystem::canonical(dir, ec).string();
       if (ec || dataset::is_memory_source(dir)) continue;  // listing it names what is wrong
-      const auto [it, inserted] = named.emplace(canonical, dir);
-      GPUBOX_EXPECTS(inserted, "runner.pass_dirs names '", it->second, "' twice",
-                     dir == it->second ? "" : " (again as '" + dir + "')",
-                     ": that pass's data would train twice an epoch; name each pass's folder once");
+      const auto [it, inserted] = named.emplace(canonical, p);
+      if (inserted) continue;
+      const std::string& first_name = runner.pass_dirs[it->second];
+      GPUBOX_LOG(WARNING) << "runner.pass_dirs names '" << first_name << "' twice (passes "
+                          << it->second << " and " << p
+                          << (dir == first_name ? "" : ", again as '" + dir + "'")
+                          << "): its data trains twice an epoch (a copy of a line meant for "
+                             "another day?)";
     }
     for (const auto& dir : runner.pass_dirs) plan.pass_files.push_back(data_files(dir));
   } else {
@@ -456,6 +483,7 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
   if (saver) delete_removal_leftovers(runner.model_save_path, save_lock.held());
   const std::string origin = run_origin(schedule, config, start_from, loaded);
   const int64_t first = start_run(schedule, config, plan, origin);
+  if (saving) check_not_saving_over(start_from, runner.model_save_path, first, plan.total);
   // The earlier run's saves this run's end removes (earlier_saves.hpp) are checked now, before
   // any pass trains; trainer 0 writes every save.
   if (saver) check_earlier_saves(runner.model_save_path, origin, plan.total);

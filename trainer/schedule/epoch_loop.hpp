@@ -55,6 +55,13 @@ struct RunHooks {
 // naming it).
 RunPlan plan_run(const RunnerConfig& runner);
 
+// Throws naming both when the save a run starts from (`start_from`: --load, model_init_path) is
+// one its passes [first, total) save over, <model_save_path>/<pass> (links resolved): the run
+// replaced the save it started from, and each rerun of the same command started from the model
+// the last one left there, exit 0.
+void check_not_saving_over(const std::string& start_from, const std::string& model_save_path,
+                           int64_t first, int64_t total);
+
 // Every pass of the config on `schedule`, from `start_from` (gpubox_train --load; "" = the
 // config's start) unless a resume finds a save of this run. `loaded`: a model was loaded before
 // (runner.model_init_path is then not needed). Returns the reports of the passes it trained

@@ -15,9 +15,10 @@
 namespace gpubox::trainer {
 
 std::map<std::string, std::string> job_identity(const TrainerConfig& config, const RunPlan& plan,
-                                                int trainers) {
+                                                int trainers, int cards) {
   std::map<std::string, std::string> identity = config.job_keys;
   identity["trainers"] = std::to_string(trainers);
+  if (config.runner.sync_mode == SyncMode::kGpubox) identity["cards"] = std::to_string(cards);
   // Freed on every way out (find_memory_source and GPUBOX_FAIL throw).
   const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> owned(XXH3_createState(),
                                                                               &XXH3_freeState);

@@ -16,9 +16,12 @@
 namespace gpubox::trainer {
 
 // Each entry a name and its value as text: the job keys, "trainers" (the job's trainer
-// processes: each trains its share of the files) and "data" = "<n> files in <p> passes an epoch,
-// digest <hex>" over the files of `plan`. Throws naming a file whose metadata cannot be read.
+// processes: each trains its share of the files), in the gpubox mode "cards" (a trainer's cards,
+// `cards`: runner.train_batch_size is per card, so another count is another global batch; a
+// resume on two cards of a job of one trained on at twice its batch, unsaid) and "data" = "<n>
+// files in <p> passes an epoch, digest <hex>" over the files of `plan`. Throws naming a file
+// whose metadata cannot be read.
 std::map<std::string, std::string> job_identity(const TrainerConfig& config, const RunPlan& plan,
-                                                int trainers);
+                                                int trainers, int cards);
 
 }  // namespace gpubox::trainer
