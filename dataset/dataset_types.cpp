@@ -152,6 +152,8 @@ std::string ParseErrorRecord::to_string() const {
       file + ":" + std::to_string(line) + ": " +
       (reason == ParseReason::kOk ? "blank line" : name_of(kParseReasonNames, reason));
   if (!detail.empty()) out += ": " + detail;
+  // What a label must be, beside the token refused ('click:1.0', exported data's float label).
+  if (reason == ParseReason::kBadLabel && detail != "missing label") out += " (a label is 0 or 1)";
   return out;
 }
 

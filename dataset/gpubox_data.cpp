@@ -221,6 +221,13 @@ int run_gen(const cli::ParsedArgs& args) {
   o.threads =
       static_cast<int>(args.get_int("threads", std::max(1u, std::thread::hardware_concurrency())));
   if (o.out_dir.empty()) return fail(Status::InvalidArgument("gen: --out DIR is required"), 2);
+  // More files than lines left files empty, unsaid (a data folder's empty file then warns).
+  if (static_cast<uint64_t>(o.files) > o.lines) {
+    return fail(Status::InvalidArgument("gen: --files " + std::to_string(o.files) +
+                                        " is more than --lines " + std::to_string(o.lines) +
+                                        ": the files past the lines would be empty"),
+                2);
+  }
   const std::string sampler = args.get_string("key_sampler", "alias");
   if (sampler == "closed_form") {
     o.key_sampler = KeySampler::kClosedForm;

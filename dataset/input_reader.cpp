@@ -85,7 +85,12 @@ class InputRun {
       reject(line.issue, line.number,
              "longer than " + std::to_string(config_.max_line_bytes) + " bytes");
     } else if (line.issue == ParseReason::kTruncatedLastLine) {
-      reject(line.issue, line.number, "no newline at the end of the file");
+      // Lines ended by CR alone (old Mac files) read as one line without a newline: say so.
+      const bool cr_lines = line.number == 1 && line.text.find('\r') != std::string_view::npos;
+      reject(line.issue, line.number,
+             cr_lines ? "no newline in the whole file, whose lines end in CR alone: convert "
+                        "them (tr '\\r' '\\n')"
+                      : "no newline at the end of the file");
     } else {
       const ParseResult parsed = parser.parse(line.text, block_);
       if (parsed.blank) {

@@ -386,9 +386,11 @@ class DocumentBuilder {
   // dlrm folder when the key is not set: note_output_width), or one logit.
   static Status hidden_layers(const KeyAlias& alias, const YAML::Node& value, YAML::Node* out) {
     if (!value.IsSequence() || value.size() < 2) {
-      return Status::InvalidArgument(alias.name +
-                                     ": expected the layer sizes and the output layer (2), got " +
-                                     describe(value));
+      return Status::InvalidArgument(
+          alias.name +
+          ": expected a list of at least two sizes, the hidden layers' then the output layer's "
+          "(2: PaddleRec's two-class softmax, or 1: one logit), e.g. [512, 256, 2], got " +
+          (value.IsSequence() ? "a list of " + std::to_string(value.size()) : describe(value)));
     }
     const YAML::Node last = value[value.size() - 1];
     long long width = 0;

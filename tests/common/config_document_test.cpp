@@ -213,6 +213,11 @@ TEST_F(ConfigDocumentTest, CrossKeyRules) {
                                                 "hyper_parameters.dlrm_output=softmax2"})
                 .rfind(p + ": -o: " + why + "-o)", 0),
             0u);
+  EXPECT_NE(error_of("hyper_parameters:\n  top_layer_sizes: [8]\n")
+                .find("top_layer_sizes: expected a list of at least two sizes, the hidden layers' "
+                      "then the output layer's (2: PaddleRec's two-class softmax, or 1: one "
+                      "logit), e.g. [512, 256, 2], got a list of 1"),
+            std::string::npos);
   for (const char* fine : {"  top_layer_sizes: [64, 2]\n  dlrm_output: softmax2\n",
                            "  top_layer_sizes: [64, 1]\n  dlrm_output: logit\n",
                            "  fc_sizes: [64]\n  dlrm_output: softmax2\n"}) {

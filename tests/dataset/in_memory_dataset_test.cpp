@@ -185,6 +185,19 @@ TEST(InMemoryDataset, TruncatedLastLineAndOverLongLinesAreCounted) {
   EXPECT_EQ(st.errors[1].line, 4u);
   EXPECT_EQ(st.errors[1].to_string(),
             a + ":4: truncated_last_line: no newline at the end of the file");
+  // A file whose lines end in CR alone reads as one line without a newline: said as such.
+  const std::string mac = dir.write("mac",
+                                    "click:1 dense_feature:1 dense_feature:2 1:5\rclick:0 "
+                                    "dense_feature:1 dense_feature:2 1:6\r");
+  c.max_line_bytes = 1 << 20;
+  InMemoryDataset cr_ds(c);
+  cr_ds.set_filelist({mac});
+  (void)cr_ds.load_into_memory();
+  ASSERT_EQ(cr_ds.load_stats().errors.size(), 1u);
+  EXPECT_EQ(cr_ds.load_stats().errors[0].to_string(),
+            mac +
+                ":1: truncated_last_line: no newline in the whole file, whose lines end in CR "
+                "alone: convert them (tr '\\r' '\\n')");
 }
 
 TEST(InMemoryDataset, UnreadableFileIsAnErrorNamingItAndKeepsEarlierPasses) {

@@ -303,6 +303,12 @@ TEST(GpuboxDataBinary, GenThenStatJsonThenStrictFailure) {
   // Usage errors: exit 2.
   EXPECT_EQ(run("stat").exit_code, 2);
   EXPECT_EQ(run("frobnicate").exit_code, 2);
+  // More files than lines: refused (the files past the lines were written empty, unsaid).
+  const RunResult empty_files =
+      run("gen --out " + dir.file("gen_few") + " --lines 3 --files 5", true);
+  EXPECT_EQ(empty_files.exit_code, 2);
+  EXPECT_NE(empty_files.out.find("--files 5 is more than --lines 3"), std::string::npos)
+      << empty_files.out;
   // convert through the binary.
   RunResult conv = run("convert --from slot --to multislot --slots 4 --dense 2 " +
                        dir.file("gen/part-00000") + " " + dir.file("p0.multi"));
