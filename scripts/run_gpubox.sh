@@ -328,13 +328,23 @@ status=0
 # In the background, waited for: a TERM or INT sent to this script reaches the trainer at once
 # (bash runs a trap only after the foreground command ends, so the job trained on to its last
 # pass and the script exited 143 after it).
-"$bin/gpubox_train" "${args[@]}" > >(tee "log/worker.$trainer_id.log") 2>&1 &
+exec {shown}> >(tee "log/worker.$trainer_id.log")
+tee_pid=$!
+"$bin/gpubox_train" "${args[@]}" >&"$shown" 2>&1 &
 trainer_pid=$!
-stop_trainer() { kill "-$1" "$trainer_pid" 2>/dev/null || true; wait "$trainer_pid" 2>/dev/null || true; wait; exit "$2"; }
+# The trainer's last lines through tee before the script goes on (not `wait` alone: that waits
+# for the servers too).
+trainer_done() { exec {shown}>&-; wait "$tee_pid" 2>/dev/null || true; }
+stop_trainer() {
+  kill "-$1" "$trainer_pid" 2>/dev/null || true
+  wait "$trainer_pid" 2>/dev/null || true
+  trainer_done
+  exit "$2"
+}
 trap 'stop_trainer INT 130' INT
 trap 'stop_trainer TERM 143' TERM
 wait "$trainer_pid" || status=$?
-wait  # tee's last lines
+trainer_done
 if [ "$status" = 0 ]; then
   metrics="$(sed -n 's/.*runner.metrics_path: appending to \(.*\)$/\1/p' "log/worker.$trainer_id.log" | tail -n 1)"
   if [ -n "$metrics" ]; then
