@@ -263,6 +263,29 @@ TEST_F(BadInputBinaries, AResumeOnAnotherCardCountIsAnotherJob) {
   EXPECT_NE(resumed.output.find("pass: 1,"), std::string::npos) << resumed.output;
 }
 
+// save_mode delta after a --load of another folder's save: the run's first save is a base (it
+// was a delta onto the loaded save, in the other folder: unloadable once that folder's job was
+// rerun or removed), the next ones deltas in this folder.
+TEST_F(BadInputBinaries, ADeltaChainStaysInItsFolder) {
+  const std::string a = (root_ / "delta_a").string();
+  const std::string b = (root_ / "delta_b").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + a, "-o", "runner.save_mode=delta"}).status, 0);
+  ASSERT_EQ(train({"--load", a + "/1", "-o", "runner.model_save_path=" + b, "-o",
+                   "runner.save_mode=delta"})
+                .status,
+            0);
+  const auto manifest = [](const std::string& dir) {
+    std::ifstream in(dir + "/MODEL_MANIFEST");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_NE(manifest(a + "/1").find("property parent ../0\n"), std::string::npos);
+  EXPECT_NE(manifest(b + "/0").find("property save_mode base\n"), std::string::npos)
+      << manifest(b + "/0");
+  EXPECT_EQ(manifest(b + "/0").find("property parent "), std::string::npos) << manifest(b + "/0");
+  EXPECT_NE(manifest(b + "/1").find("property parent ../0\n"), std::string::npos)
+      << manifest(b + "/1");
+}
+
 // --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
 // (it kept the last save's, unsaid), and so is a malformed line, named (skipped, it moved every
 // row after it off its line).

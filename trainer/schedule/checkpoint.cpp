@@ -345,9 +345,13 @@ table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind 
                                         io::FileEnv* files) {
   if (files == nullptr) files = env();
   throw_if_error(io::remove_model_manifest(files, dir).with_context("starting a save in " + dir));
+  // A delta chain starts with a save that replaces the table, and stays in its folder: the
+  // first save after a --load of another folder's save is a base (a delta onto it became
+  // unloadable once that folder's job was rerun or removed).
   if (configured == table::SaveKind::kDelta &&
-      (!last_ || normalized(last_->dir) == normalized(dir))) {
-    return table::SaveKind::kBase;  // a delta chain starts with a save that replaces the table
+      (!last_ || normalized(last_->dir) == normalized(dir) ||
+       fs::path(normalized(last_->dir)).parent_path() != fs::path(normalized(dir)).parent_path())) {
+    return table::SaveKind::kBase;
   }
   return configured;
 }
