@@ -10,6 +10,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace gpubox::table {
@@ -33,6 +36,48 @@ uint64_t decode_key(const char* in) {
 Status to_status(const rocksdb::Status& st, const std::string& what) {
   if (st.ok()) return Status::OK();
   return Status::IOError("rocksdb " + what + ": " + st.ToString());
+}
+
+// A name RocksDB gives a file of its database folder (db/filename.cc's kinds).
+bool rocksdb_file_name(const std::string& name) {
+  const auto starts = [&](const char* p) { return name.rfind(p, 0) == 0; };
+  const auto ends = [&](const char* e) {
+    const std::size_t n = std::strlen(e);
+    return name.size() >= n && name.compare(name.size() - n, n, e) == 0;
+  };
+  return name == "CURRENT" || name == "IDENTITY" || name == "LOCK" || starts("LOG") ||
+         starts("MANIFEST-") || starts("OPTIONS-") || ends(".sst") || ends(".log") ||
+         ends(".blob") || ends(".dbtmp");
+}
+
+// The folder `path` is wiped at open (DestroyDB removes the files of RocksDB's names in it): an
+// existing folder holding anything else, or whose CURRENT names no manifest, is not an earlier
+// disk tier, and is refused untouched (a runner.rocksdb_path naming a user's or the data's folder
+// lost its files of those names, and the rest was read as training data).
+Status check_disk_tier_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return Status::OK();
+  if (!fs::is_directory(path, ec)) {
+    return Status::InvalidArgument("disk tier folder '" + path + "' is not a folder");
+  }
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    bool ours = entry.is_regular_file(ec) && rocksdb_file_name(name);
+    if (ours && name == "CURRENT") {
+      std::ifstream in(entry.path());
+      std::string line;
+      std::getline(in, line);
+      ours = line.rfind("MANIFEST-", 0) == 0;
+    }
+    if (!ours) {
+      return Status::InvalidArgument(
+          "disk tier folder '" + path + "' holds '" + name +
+          "', which no disk tier writes: the folder is wiped when the tier opens, so it must be "
+          "new, empty or an earlier disk tier's; name another folder");
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -68,6 +113,14 @@ StatusOr<std::unique_ptr<DiskTier>> DiskTier::open(const std::string& path, int3
   table.block_cache = rocksdb::NewLRUCache(std::max(memory_bytes / 4, kMinMemtableBytes));
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // Working storage only (the folder is wiped on open), so a fresh database each time.
+  GPUBOX_RETURN_IF_ERROR(check_disk_tier_folder(path));
+  // RocksDB makes the folder, not its parents (<rocksdb_path>/shard-i of a server of several
+  // failed "No such file or directory" until <rocksdb_path> was made by hand).
+  if (const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      !parent.empty()) {
+    std::error_code made;
+    std::filesystem::create_directories(parent, made);  // a failure: RocksDB's open names it
+  }
   rocksdb::Status destroyed = rocksdb::DestroyDB(path, options);
   if (!destroyed.ok() && !destroyed.IsNotFound() && !destroyed.IsIOError()) {
     return to_status(destroyed, "wipe " + path);

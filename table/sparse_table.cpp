@@ -13,14 +13,19 @@ Status SparseTable::check_options(const AccessorConfig& optimizer, const HostTab
   if (optimizer.mf_dim < 0) return Status::InvalidArgument("mf_dim must be >= 0");
   const bool disk = !config.rocksdb_path.empty();
   if (config.memory_row_budget > 0 && !disk) {
-    return Status::InvalidArgument("memory_row_budget needs a disk tier (rocksdb_path)");
+    return Status::InvalidArgument(
+        "a host row budget (runner.host_memory_row_budget, gpubox_server --memory_row_budget) "
+        "needs a disk tier (runner.rocksdb_path, gpubox_server --rocksdb_dir)");
   }
   if (config.memory_budget_bytes > 0 && !disk) {
     return Status::InvalidArgument(
-        "a host memory budget (runner.host_memory_mb) needs a disk tier (rocksdb_path)");
+        "a host memory budget (runner.host_memory_mb) needs a disk tier (runner.rocksdb_path, "
+        "gpubox_server --rocksdb_dir)");
   }
   if (config.cold_after_days > 0 && !disk) {
-    return Status::InvalidArgument("cold_after_days needs a disk tier (rocksdb_path)");
+    return Status::InvalidArgument(
+        "runner.cold_after_days needs a disk tier (runner.rocksdb_path, gpubox_server "
+        "--rocksdb_dir)");
   }
   return Status::OK();
 }

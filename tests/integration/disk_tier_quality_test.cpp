@@ -155,7 +155,7 @@ TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("needs a disk tier (rocksdb_path)"), std::string::npos) << what;
+    EXPECT_NE(what.find("needs a disk tier (runner.rocksdb_path"), std::string::npos) << what;
   }
   try {
     Trainer refused(config(no_card_budget), testing::cards_env(2));

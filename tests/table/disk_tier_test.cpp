@@ -9,6 +9,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <unordered_map>
@@ -98,6 +101,38 @@ TEST(DiskTier, OpenWipesAnEarlierDatabase) {
   int rows = 0;
   ASSERT_TRUE((*disk)->scan(0, [&](uint64_t, const float*, uint32_t) { ++rows; }).ok());
   EXPECT_EQ(rows, 0);
+}
+
+// A folder holding anything a disk tier does not write (a user's notes, a data folder, files
+// named as RocksDB's but not its) is refused untouched: the open's wipe removed RocksDB-named
+// files of any folder and replaced LOG and CURRENT, exit 0. New, empty and earlier tiers open.
+TEST(DiskTier, OpenRefusesAFolderThatIsNoDiskTiersUntouched) {
+  ScratchDir dir;
+  const auto write = [](const std::string& file, const std::string& text) {
+    std::ofstream(file) << text;
+  };
+  const std::string user = dir.sub("user");
+  std::filesystem::create_directories(user);
+  write(user + "/notes.txt", "mine\n");
+  write(user + "/000123.log", "mine too\n");
+  auto refused = DiskTier::open(user, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("holds 'notes.txt', which no disk tier writes"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(std::filesystem::exists(user + "/000123.log"));
+  const std::string named = dir.sub("named");  // RocksDB's names, not its contents
+  std::filesystem::create_directories(named);
+  write(named + "/CURRENT", "keep\n");
+  EXPECT_FALSE(DiskTier::open(named, 2).ok());
+  std::ifstream current(named + "/CURRENT");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(current), {}), "keep\n");
+  const std::string empty = dir.sub("empty");
+  std::filesystem::create_directories(empty);
+  EXPECT_TRUE(DiskTier::open(empty, 2).ok());
+  EXPECT_TRUE(DiskTier::open(empty, 2).ok());  // now an earlier tier's
+  // Its parents are made too (a server's <rocksdb_path>/shard-i of a path not made yet).
+  EXPECT_TRUE(DiskTier::open(dir.sub("not_yet") + "/shard-1", 2).ok());
 }
 
 TEST(DiskTier, MemoryBudgetSpillsAndPullBringsBackBitExact) {
