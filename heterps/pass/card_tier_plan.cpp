@@ -200,9 +200,11 @@ std::size_t row_budget_for(const CardTierShape& shape) {
   if (shape.options.card_memory_bytes == 0) return rows;
   const std::size_t fits = rows_fitting_memory(shape);
   rows = rows == 0 ? fits : std::min(rows, fits);
-  GPUBOX_EXPECTS(rows > 0, "card memory budget of ", shape.options.card_memory_bytes,
-                 " bytes holds no row (", plan_for(shape, 1).total_bytes(),
-                 " bytes for one: ", plan_for(shape, 1).to_string(), ")");
+  const std::size_t one = plan_for(shape, 1).total_bytes();
+  GPUBOX_EXPECTS(rows > 0, "runner.card_memory_mb: a card budget of ",
+                 shape.options.card_memory_bytes, " bytes holds no row: the card tier takes ", one,
+                 " bytes before its first (", plan_for(shape, 1).to_string(),
+                 "); raise it to at least ", (one >> 20) + 1, " MiB, or 0 for no budget");
   return rows;
 }
 

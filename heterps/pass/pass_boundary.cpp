@@ -139,7 +139,7 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
                                                     ReplicaRows& replica, PassAccess access) {
   CardBegin done;
   done.keys = mine.keys.size();
-  check_fits(c, done.keys);
+  check_fits(c, done.keys, access);
   Timer phase;
   // Rows on the card before this pass's inserts: none in the card's first pass.
   const bool card_was_empty = cards_.store(c).size() == 0;
@@ -178,15 +178,21 @@ PassBoundary::CardBegin PassBoundary::begin_on_card(int c, const OwnedKeys& mine
   return done;
 }
 
-void PassBoundary::check_fits(int c, std::size_t n) const {
+void PassBoundary::check_fits(int c, std::size_t n, PassAccess access) const {
   const std::size_t budget = cards_.row_budget();
   if (budget == 0 || n <= budget) return;
   if (cards_.replicated()) cards_.fail_table_over_budget(n);
-  GPUBOX_FAIL("pass ", next_pass_id_, " does not fit on card ", cards_.card(c).rank(),
-              ": it needs ", n, " rows (", cards_.plan_for(n).total_bytes(),
-              " bytes) but the card budget is ", budget, " rows (", cards_.plan().total_bytes(),
-              " bytes). Use smaller passes (fewer files per pass) or more cards, or raise "
-              "runner.card_memory_mb.");
+  // Named by what it is, not by this tier's count (which counts evaluations too, from 1: it
+  // named "pass 5" for epoch 0's evaluation, and a pass for --mode infer's data).
+  const bool training = access == PassAccess::kTrain;
+  GPUBOX_FAIL(training ? "a training pass's keys do not" : "the evaluated data's keys do not",
+              " fit on card ", cards_.card(c).rank(), ": they need ", n, " rows (",
+              cards_.plan_for(n).total_bytes(), " bytes) but the card budget is ", budget,
+              " rows (", cards_.plan().total_bytes(), " bytes). ",
+              training ? "Use smaller passes (fewer files per pass) or more cards"
+                       : "Evaluate smaller files (runner.test_data_dir, --infer_data_dir) or use "
+                         "more cards",
+              ", or raise runner.card_memory_mb.");
 }
 
 PassBoundary::CardMisses PassBoundary::find_missing(int c, const OwnedKeys& mine,

@@ -65,8 +65,9 @@ class PassBoundary {
   // the previous pass when usable.
   CardBegin begin_on_card(int c, const OwnedKeys& mine, const StagedRows* staged,
                           NextPassCard* early, ReplicaRows& replica, PassAccess access);
-  // Throws when card `c` cannot hold the pass's `n` rows.
-  void check_fits(int c, std::size_t n) const;
+  // Throws when card `c` cannot hold the pass's `n` rows (`access`: a training pass or an
+  // evaluation, which the error names).
+  void check_fits(int c, std::size_t n, PassAccess access) const;
   // The card's keys split into hits, missing staged, missing to pull: looked up now, or taken
   // from `early`.
   CardMisses find_missing(int c, const OwnedKeys& mine, const StagedRows* staged);

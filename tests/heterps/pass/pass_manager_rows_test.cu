@@ -255,12 +255,22 @@ TEST(PassManager, PassLargerThanBudgetFailsBeforeTrainingWithNumbers) {
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("does not fit on card"), std::string::npos) << what;
+    EXPECT_NE(what.find("a training pass's keys do not fit on card"), std::string::npos) << what;
     EXPECT_NE(what.find("budget is 10 rows"), std::string::npos) << what;
     EXPECT_NE(what.find("more cards"), std::string::npos) << what;
   }
   EXPECT_FALSE(engine.manager->in_pass());
   EXPECT_EQ(engine.host_rows().size(), 0u) << "nothing pulled for a pass that cannot fit";
+  // An evaluation's keys are named as such (it was "pass N" in the tier's count, which counts
+  // evaluations too: epoch 0's evaluation failed as "pass 5").
+  try {
+    engine.manager->begin_pass(keys, {}, nullptr, PassAccess::kEvaluate);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the evaluated data's keys do not fit on card"), std::string::npos) << what;
+    EXPECT_NE(what.find("runner.test_data_dir, --infer_data_dir"), std::string::npos) << what;
+  }
 }
 
 // end_pass writes back 1, a batch's worth, and n + 1 rows (batches of 3, 2 in flight: the last
