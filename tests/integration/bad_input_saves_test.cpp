@@ -286,6 +286,34 @@ TEST_F(BadInputBinaries, ADeltaChainStaysInItsFolder) {
       << manifest(b + "/1");
 }
 
+// A run killed after an epoch's last save and before its evaluation ended left the epoch
+// unevaluated, and the rerun (resuming after that save) never evaluated it, unsaid. An epoch's
+// evaluation marks its save; a resume after a save without the mark evaluates that epoch first.
+// With the mark (more epochs for a finished job), it is not evaluated again.
+TEST_F(BadInputBinaries, AnEpochWhoseEvaluationWasCutShortIsEvaluatedOnResume) {
+  const std::string saves = (root_ / "evaluated_saves").string();
+  const Finished one = train({"-o", "runner.model_save_path=" + saves, "-o", "runner.epochs=1"});
+  ASSERT_EQ(one.status, 0) << one.output;
+  ASSERT_TRUE(fs::exists(saves + "/0/.gpubox_evaluated"));
+  const std::string said = "epoch 0: the run before this one stopped after its last pass's save";
+  const Finished more = train({"-o", "runner.model_save_path=" + saves, "-o", "runner.epochs=2"});
+  ASSERT_EQ(more.status, 0) << more.output;
+  EXPECT_EQ(more.output.find(said), std::string::npos) << more.output;
+  EXPECT_EQ(more.output.find("epoch: 0, test auc"), std::string::npos) << more.output;
+  // As if killed before epoch 1's evaluation ended: its save holds no mark.
+  fs::remove(saves + "/1/.gpubox_evaluated");
+  const Finished again = train({"-o", "runner.model_save_path=" + saves, "-o", "runner.epochs=3"});
+  ASSERT_EQ(again.status, 0) << again.output;
+  const auto note = again.output.find("epoch 1: the run before this one stopped");
+  const auto line = again.output.find("epoch: 1, test auc");
+  const auto pass = again.output.find("pass: 2,");
+  ASSERT_NE(note, std::string::npos) << again.output;
+  ASSERT_NE(line, std::string::npos) << again.output;
+  EXPECT_LT(line, pass) << "evaluated before the next pass trains";
+  EXPECT_TRUE(fs::exists(saves + "/1/.gpubox_evaluated"));
+  EXPECT_TRUE(fs::exists(saves + "/2/.gpubox_evaluated"));
+}
+
 // --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
 // (it kept the last save's, unsaid), and so is a malformed line, named (skipped, it moved every
 // row after it off its line).

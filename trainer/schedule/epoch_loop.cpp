@@ -320,6 +320,20 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
 // The run's passes from `first` on, each trained and saved, each epoch's end evaluated; a pass
 // that failed is trained again from where the schedule recovered it. Returns whether the job
 // reached its end (false: stopped as asked, between passes or within one).
+// The mark an epoch's evaluation leaves in the save of the epoch's last pass (a job of one
+// trainer that saves and evaluates): a run killed after that save and before the evaluation
+// ended left none, and its rerun, which resumes after the save, evaluates the epoch first (the
+// epoch went unevaluated, unsaid). Several trainers would have to agree on it first: not marked.
+std::string evaluated_mark(const RunnerConfig& runner, int64_t pass) {
+  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) /
+          ".gpubox_evaluated")
+      .string();
+}
+
+void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
+  if (marks) std::ofstream(evaluated_mark(runner, pass)) << "evaluated\n";  // at worst, again
+}
+
 bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                   int64_t first, bool saving, const RunHooks& hooks, MetricsFile* metrics,
                   std::vector<PassReport>* reports) {
@@ -333,6 +347,19 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
   // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
   // same pass; alone, it stops here, before reading the next pass.
   const bool alone = schedule.env().trainers == 1;
+  const bool marks = saving && alone && !plan.test_files.empty();
+  if (marks && first > 0 && first < plan.total && plan.ends_epoch(first - 1) &&
+      !std::filesystem::exists(evaluated_mark(config.runner, first - 1))) {
+    GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
+                     << ": the run before this one stopped after its last pass's save (pass "
+                     << first - 1
+                     << ") and before its evaluation ended (the save holds no mark of one): "
+                        "evaluating it now (its training line is that run's)";
+    RunHooks evaluating = hooks;
+    evaluating.on_epoch = nullptr;  // its training metrics were the run before's
+    evaluate_epoch(schedule, plan, first - 1, MetricValues{}, metrics, evaluating);
+    mark_evaluated(config.runner, marks, first - 1);
+  }
   EpochTally tally;
   // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
   // a server restart found there (after the epoch's last pass was saved) reloads that save, and
@@ -353,6 +380,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
     try {
       if (rerun_end) {
         evaluate_epoch(schedule, plan, k - 1, *ending, metrics, hooks);
+        mark_evaluated(config.runner, marks, k - 1);
         ending.reset();
         rerun_end = false;
         continue;
@@ -364,6 +392,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       if (plan.ends_epoch(k)) {
         ending = print_epoch(schedule, plan, k, tally, cards);
         evaluate_epoch(schedule, plan, k, *ending, metrics, hooks);
+        mark_evaluated(config.runner, marks, k);
         ending.reset();
       }
       ++k;
