@@ -68,6 +68,16 @@ void Server::Impl::note_ranged_write_retry(const FrameHeader& header,
       request->write_id);
 }
 
+namespace {
+
+// "client C at ADDRESS" (without a token the client id is the client's own word: the address
+// says where it came from).
+std::string who(const FrameHeader& header, const RequestOrigin& origin) {
+  return "client " + std::to_string(header.client_id) + " at " + std::string(origin.address);
+}
+
+}  // namespace
+
 Reply Server::Impl::handle(const FrameHeader& header, const std::vector<uint8_t>& payload,
                            const ReserveReply& reserve, const RequestOrigin& origin) {
   if (!is_mutation(header.op, payload)) return apply(header, payload, reserve, origin);
@@ -131,15 +141,15 @@ Reply Server::Impl::apply(const FrameHeader& header, const std::vector<uint8_t>&
     case Op::kErase:
       return erase(header, payload);
     case Op::kSave:
-      return after_bulk_call(save(header, payload, origin.progress));
+      return after_bulk_call(save(header, payload, origin));
     case Op::kLoad:
-      return after_bulk_call(load(header, payload, origin.progress));
+      return after_bulk_call(load(header, payload, origin));
     case Op::kShrink:
-      return after_bulk_call(shrink(header, payload, origin.progress));
+      return after_bulk_call(shrink(header, payload, origin));
     case Op::kStats:
       return stats(header);
     case Op::kShutdown:
-      return shutdown(header);
+      return shutdown(header, origin);
     case Op::kPsPush:
       return ps_push(header, payload, origin);
     case Op::kDense:
@@ -305,7 +315,8 @@ Reply Server::Impl::erase(const FrameHeader& header, const std::vector<uint8_t>&
 }
 
 Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                         io::FileWorkProgress* progress) {
+                         const RequestOrigin& origin) {
+  io::FileWorkProgress* const progress = origin.progress;
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_save_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
@@ -319,12 +330,14 @@ Reply Server::Impl::save(const FrameHeader& header, const std::vector<uint8_t>& 
   if (!st.ok()) return fail(st);
   const uint64_t generation = model_generation(data_env_.get(), *path);
   GPUBOX_LOG(INFO) << "gpubox_server: saved to " << data_env_->root() << "/" << *path
-                   << " (generation " << std::hex << generation << std::dec << ")";
+                   << " (generation " << std::hex << generation << std::dec << "), asked by "
+                   << who(header, origin);
   return u64_reply(header, generation);
 }
 
 Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                         io::FileWorkProgress* progress) {
+                         const RequestOrigin& origin) {
+  io::FileWorkProgress* const progress = origin.progress;
   const auto fail = [&](const Status& st) { return table_error_reply(header, st); };
   auto req = decode_path_request(payload.data(), payload.size());
   if (!req.ok()) return fail(req.status());
@@ -339,12 +352,14 @@ Reply Server::Impl::load(const FrameHeader& header, const std::vector<uint8_t>& 
   const uint64_t generation = model_generation(data_env_.get(), *path);
   generation_.store(generation);
   GPUBOX_LOG(INFO) << "gpubox_server: loaded " << data_env_->root() << "/" << *path
-                   << " (generation " << std::hex << generation << std::dec << ")";
+                   << " (generation " << std::hex << generation << std::dec
+                   << ") over the table, asked by " << who(header, origin);
   return u64_reply(header, generation);
 }
 
 Reply Server::Impl::shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
-                           io::FileWorkProgress* progress) {
+                           const RequestOrigin& origin) {
+  io::FileWorkProgress* const progress = origin.progress;
   if (!payload.empty()) {
     return table_error_reply(header, Status::Corruption("SHRINK request carries a payload"));
   }
@@ -353,6 +368,8 @@ Reply Server::Impl::shrink(const FrameHeader& header, const std::vector<uint8_t>
   if (progress != nullptr) on_progress = [progress] { progress->step(); };
   auto deleted = table_->shrink(on_progress);
   if (!deleted.ok()) return table_error_reply(header, deleted.status());
+  GPUBOX_LOG(INFO) << "gpubox_server: shrank the table (" << *deleted << " rows deleted), asked by "
+                   << who(header, origin);
   return u64_reply(header, *deleted);
 }
 
@@ -364,8 +381,8 @@ Reply Server::Impl::stats(const FrameHeader& header) {
   return make_reply(header, Status::Code::kOk, std::move(out));
 }
 
-Reply Server::Impl::shutdown(const FrameHeader& header) {
-  GPUBOX_LOG(INFO) << "gpubox_server: SHUTDOWN requested by client " << header.client_id;
+Reply Server::Impl::shutdown(const FrameHeader& header, const RequestOrigin& origin) {
+  GPUBOX_LOG(INFO) << "gpubox_server: SHUTDOWN requested by " << who(header, origin);
   Reply reply = make_reply(header, Status::Code::kOk, {});
   reply.stop_server_after = true;
   return reply;

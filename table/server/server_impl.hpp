@@ -234,16 +234,17 @@ class Server::Impl {
              const ReserveReply& reserve);
   Reply push(const FrameHeader& header, const std::vector<uint8_t>& payload);
   Reply erase(const FrameHeader& header, const std::vector<uint8_t>& payload);
-  // Through data_env_, counted in `progress` when not null (RequestOrigin::progress).
+  // Through data_env_, counted in origin.progress when not null. These calls change the whole
+  // table (or end the server): each is logged naming its client and address.
   Reply save(const FrameHeader& header, const std::vector<uint8_t>& payload,
-             io::FileWorkProgress* progress);
+             const RequestOrigin& origin);
   Reply load(const FrameHeader& header, const std::vector<uint8_t>& payload,
-             io::FileWorkProgress* progress);
-  // Each step the table reports (HostTier::shrink) counted in `progress` when not null.
+             const RequestOrigin& origin);
+  // Each step the table reports (HostTier::shrink) counted in origin.progress when not null.
   Reply shrink(const FrameHeader& header, const std::vector<uint8_t>& payload,
-               io::FileWorkProgress* progress);
+               const RequestOrigin& origin);
   Reply stats(const FrameHeader& header);
-  Reply shutdown(const FrameHeader& header);
+  Reply shutdown(const FrameHeader& header, const RequestOrigin& origin);
   // ---- ps_handlers.cpp: the parameter-server modes' ops ----
   Reply ps_push(const FrameHeader& header, const std::vector<uint8_t>& payload,
                 const RequestOrigin& origin);

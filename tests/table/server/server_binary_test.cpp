@@ -235,6 +235,10 @@ TEST_F(ServerBinary, KilledServerRestartedWithLoadKeepsEverySavedRow) {
   ASSERT_TRUE((*client)->push(pushed.data(), pushed.size(), pushed_rows.data()).ok());
   Status st = (*client)->save("ckpt", SaveKind::kCheckpoint);
   ASSERT_TRUE(st.ok()) << st.to_string();
+  // A call that changes the whole table is logged naming its client and where it came from.
+  EXPECT_NE(log_text().find("/ckpt (generation "), std::string::npos) << log_text();
+  EXPECT_NE(log_text().find("), asked by client "), std::string::npos) << log_text();
+  EXPECT_NE(log_text().find(" at 127.0.0.1"), std::string::npos) << log_text();
 
   // Unsaved work after the save, then SIGKILL: no chance to flush anything.
   std::vector<uint64_t> unsaved{rng(), rng()};
@@ -277,6 +281,10 @@ TEST_F(ServerBinary, AuthTokenFileAndShutdown) {
   ASSERT_TRUE(client.ok()) << client.status().to_string();
   ASSERT_TRUE((*client)->shutdown_servers().ok());
   EXPECT_EQ(server.wait(5), 0);
+  const std::string text = log_text();
+  const auto asked = text.find("SHUTDOWN requested by client ");
+  ASSERT_NE(asked, std::string::npos) << text;
+  EXPECT_NE(text.find(" at 127.0.0.1", asked), std::string::npos) << text;
 }
 
 TEST_F(ServerBinary, SigintStopsCleanlyAndFlagsAreChecked) {
