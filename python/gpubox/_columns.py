@@ -20,11 +20,33 @@ def _as_keys(values: np.ndarray, name: str) -> np.ndarray:
     return values.astype(np.uint64)
 
 
+def _check_rows(rows: Any, name: str) -> None:
+    """Rows that are no id, list of ids or None, though len() and iteration take some of them:
+    True read as id 1, b"17" as ids 49 and 55, a dict as its keys."""
+    stray = next((v for v in rows
+                  if isinstance(v, (float, np.floating, str, bytes, bytearray, bool, np.bool_,
+                                    dict))), None)
+    if stray is not None:
+        raise ValueError(f"slot {name}: a row holds {stray!r}; a row is an id, a list of ids "
+                         "or None")
+    # In lists of ids too ([[True], [6]] became ids 1 and 6 through NumPy).
+    inner = next((x for v in rows if isinstance(v, (list, tuple)) for x in v
+                  if isinstance(x, (bool, np.bool_, float, np.floating, str, bytes))), None)
+    if inner is not None:
+        raise ValueError(f"slot {name}: ids must be integers >= 0, got {inner!r}")
+
+
 def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     """One slot column (an id per row, or a list of ids per row) as (keys, offsets)."""
+    if hasattr(column, "columns"):  # a frame's columns of one name come as a frame
+        raise ValueError(f"slot {name}: the frame has {len(column.columns)} columns named "
+                         f"{name!r}; give each slot one column (a list of ids per row for "
+                         "several)")
     if hasattr(column, "to_numpy"):
         values = column.to_numpy()
     else:
+        if isinstance(column, (list, tuple)):
+            _check_rows(column, name)  # before NumPy turns [True, 6] into ids 1 and 6
         try:
             values = np.asarray(column)
         except ValueError:  # lists of different lengths
@@ -40,16 +62,14 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
     # A row is an id, a list (or array) of ids, or None (no id): flattened without a NumPy
     # array per row.
-    stray = next((v for v in values if isinstance(v, (float, np.floating, str))), None)
-    if stray is not None:
-        raise ValueError(f"slot {name}: a row holds {stray!r}; a row is an id, a list of ids "
-                         "or None")
+    _check_rows(values, name)
     rows = [() if v is None else (v,) if isinstance(v, (int, np.integer)) else v for v in values]
     lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = list(itertools.chain.from_iterable(rows))
-    bad = next((v for v in flat if not isinstance(v, (int, np.integer)) or v < 0), None)
+    bad = next((v for v in flat
+                if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0), None)
     if bad is not None:
         raise ValueError(f"slot {name}: ids must be integers >= 0, got {bad!r}")
     keys = np.fromiter(flat, dtype=np.uint64, count=int(offsets[-1]))
@@ -97,11 +117,14 @@ def _labels(column: Any, n: int, name: str) -> np.ndarray:
     if values.dtype.kind not in "biuf":
         raise ValueError(f"label column '{name}': labels are the numbers 0 and 1, got dtype "
                          f"{values.dtype}")
-    labels = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    # Checked before the cast to float32: 0.99999999 and 1e-60 became 1 and 0 (the files refuse
+    # them as bad_label).
+    exact = np.asarray(values, dtype=np.float64).reshape(-1)
+    labels = exact.astype(np.float32)
     if len(labels) != n:
         raise ValueError(f"label column '{name}': {len(labels)} labels, the first column has "
                          f"{n} rows")
-    bad = np.flatnonzero((labels != 0) & (labels != 1))
+    bad = np.flatnonzero((exact != 0) & (exact != 1))
     if bad.size:
         raise ValueError(f"label column '{name}': row {int(bad[0])} holds "
                          f"{values.reshape(-1)[bad[0]]!r}; labels are 0 or 1 (the files' "
@@ -135,6 +158,23 @@ def _check_slot_columns(columns: Sequence[Any], slot_names: Sequence[str],
                       f"while columns {_shown(unread)} are not read{hint}", stacklevel=4)
 
 
+def _check_same_index(parts: Sequence[Any]) -> None:
+    """Pandas columns (Series, a dense DataFrame) of one input must share their index: gpubox
+    reads rows in order, where pandas pairs them by index (a mapping of Series, or dense= as a
+    DataFrame, of another index was paired row by row, each row with another's values)."""
+    first = None
+    for part in parts:
+        index = getattr(part, "index", None)
+        if index is None or callable(index):  # not pandas (a list's index is a method)
+            continue
+        if first is None:
+            first = index
+        elif not first.equals(index):
+            raise ValueError("the columns' pandas indexes differ (pandas pairs rows by index, "
+                             "gpubox reads them in order): align them, e.g. with "
+                             ".reset_index(drop=True) on each, or build one DataFrame")
+
+
 def columns_of(
     data: Any,
     slot_names: Sequence[str],
@@ -155,6 +195,7 @@ def columns_of(
         raise TypeError("expected a pandas DataFrame or a mapping of columns")
     n = len(data[columns[0]])
     _check_slot_columns(columns, slot_names, [dense_name, label_name])
+    _check_same_index([data[c] for c in columns] + ([dense] if dense is not None else []))
     keys, offsets = [], []
     for slot in slot_names:
         if slot in columns:

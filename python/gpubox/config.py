@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -10,14 +11,20 @@ from gpubox import _core
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def _override_value(value: Any) -> str:
-    """The text of one ``-o key=value`` value: YAML spellings for bools and lists."""
+def _override_value(value: Any, in_list: bool = False) -> str:
+    """The text of one ``-o key=value`` value: YAML spellings for bools and lists. A string in
+    a list is a quoted YAML string (a path holding ", " was split into two paths, quotes were
+    lost); bytes are refused (their text was "b'...'")."""
+    if isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"a config value is text, not bytes: {value!r} (decode it)")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_override_value(v) for v in value) + "]"
+        return "[" + ", ".join(_override_value(v, in_list=True) for v in value) + "]"
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        value = os.fspath(value)
+    if in_list and isinstance(value, str):
+        return json.dumps(value)  # a YAML double-quoted string
     return str(value)
 
 

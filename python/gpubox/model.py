@@ -79,7 +79,14 @@ class Model:
         if isinstance(data, str):
             return self._core.predict_text(data)
         if isinstance(data, (list, tuple)) and (not data or isinstance(data[0], str)):
-            return self._core.predict_text("\n".join(data))
+            # One prediction per element: an element holding a line break was two lines, and
+            # its prediction count no longer matched the list's.
+            for i, line in enumerate(data):
+                if not isinstance(line, str) or "\n" in line.rstrip("\r\n"):
+                    raise ValueError(f"predict: element {i} of the list is "
+                                     f"{'not text' if not isinstance(line, str) else 'several lines'}"
+                                     "; give one line per element (or the lines as one text)")
+            return self._core.predict_text("\n".join(line.rstrip("\r\n") for line in data))
         keys, offsets, matrix, _ = columns_of(data, self.slot_names, self.dense_name,
                                               self.dense_dim, dense=dense)
         if len(matrix) == 0:  # no instance, no prediction

@@ -147,3 +147,44 @@ def test_an_override_of_none_is_refused(trained: dict[str, Any]) -> None:
     config: gpubox.Config = trained["config"]
     with pytest.raises(gpubox.ConfigError, match="runner.model_save_path: None is not a value"):
         gpubox.Config.from_yaml(config.path, {"runner.model_save_path": None})
+
+
+def test_values_that_read_as_other_data_are_refused(trained: dict[str, Any],
+                                                    tmp_path: pathlib.Path) -> None:
+    """Inputs read as something else than given (a helper's probe): each is refused, naming it."""
+    pd = pytest.importorskip("pandas")
+    config: gpubox.Config = trained["config"]
+    dense = [[0.1, 0.2, 0.3], [0.0, 0.0, 1.0]]
+    # Labels are checked before the float32 cast (0.99999999 and 1e-60 became 1 and 0).
+    for labels, shown in (([0.99999999, 0.0], "0.99999999"), ([1.0, 1e-60], "1e-60")):
+        with pytest.raises(ValueError, match=rf"label column 'click': row \d holds {shown}"):
+            gpubox.Dataset.from_frame({"click": labels, "1": [5, 6], "dense_feature": dense},
+                                      config)
+    # Two columns of one slot name were merged into two ids a row.
+    twice = pd.concat([pd.DataFrame({"click": [1, 0], "1": [5, 6]}),
+                       pd.DataFrame({"1": [7, 8], "dense_feature": dense})], axis=1)
+    with pytest.raises(ValueError, match="slot 1: the frame has 2 columns named '1'"):
+        gpubox.Dataset.from_frame(twice, config)
+    # Rows that len() and iteration take but are no ids: True was id 1, b"17" ids 49 and 55.
+    for row in (True, b"17", {5: "x"}, np.bool_(True)):
+        with pytest.raises(ValueError, match="slot 1: a row holds"):
+            gpubox.Dataset.from_frame({"click": [1, 0], "1": [row, 6], "dense_feature": dense},
+                                      config)
+    with pytest.raises(ValueError, match="slot 1: ids must be integers >= 0, got True"):
+        gpubox.Dataset.from_frame({"click": [1, 0], "1": [[True], [6]], "dense_feature": dense},
+                                  config)
+    # Series of other indexes were paired by position, each row with another's values.
+    shuffled = pd.Series([5, 6], index=[1, 0])
+    with pytest.raises(ValueError, match="the columns' pandas indexes differ"):
+        gpubox.Dataset.from_frame({"click": pd.Series([1, 0]), "1": shuffled,
+                                   "dense_feature": pd.Series(dense)}, config)
+    frame = pd.DataFrame({"click": [1, 0], "1": [5, 6]})
+    with pytest.raises(ValueError, match="the columns' pandas indexes differ"):
+        gpubox.Dataset.from_frame(frame, config, dense=pd.DataFrame(dense, index=[7, 8]))
+    assert len(gpubox.Dataset.from_frame(frame, config, dense=pd.DataFrame(dense))) == 2
+    # A list override's strings stay whole (a path holding ", " was two paths); bytes refused.
+    folder = tmp_path / "t, d"
+    loaded = gpubox.Config.from_yaml(CONFIG, {"runner.test_data_dir": [str(folder)]})
+    assert loaded.test_data_dir == str(folder)
+    with pytest.raises(TypeError, match="not bytes"):
+        gpubox.Config.from_yaml(CONFIG, {"runner.train_data_dir": b"/data"})

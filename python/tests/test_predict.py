@@ -121,6 +121,12 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
         gpubox.Dataset.from_frame({"click": [], "1": [], "dense_feature": []}, trained["config"])
     with pytest.raises(ValueError, match="config"):
         gpubox.load(infer["save"])
+    # A list of lines is one prediction per element: an element of two lines (three predictions
+    # for two elements) is refused; an element's own line end is taken.
+    lines = infer["file"].read_text().splitlines()[:3]
+    with pytest.raises(ValueError, match="element 0 of the list is several lines"):
+        model.predict([lines[0] + "\n" + lines[1], lines[2]])
+    assert model.predict([lines[0] + "\n", lines[1]]).shape == (2,)
 
 
 def test_precision_is_the_trained_one_unless_asked(trained: dict[str, Any],
