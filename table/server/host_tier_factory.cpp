@@ -11,9 +11,18 @@ StatusOr<std::unique_ptr<HostTier>> make_host_tier(const AccessorConfig& accesso
     auto table = SparseTable::open(accessor, config.table);
     if (!table.ok()) {
       const std::string& disk = config.table.rocksdb_path;
-      return table.status().with_context(
-          disk.empty() ? std::string("opening the host table")
-                       : "opening the host table's disk tier (runner.rocksdb_path '" + disk + "')");
+      if (disk.empty()) return table.status().with_context("opening the host table");
+      // RocksDB's lock of the folder: another process (a second server given the same
+      // --rocksdb_dir, another run) has it open.
+      const bool locked = table.status().message().find("/LOCK") != std::string::npos;
+      const Status opened = table.status().with_context(
+          "opening the host table's disk tier (runner.rocksdb_path or gpubox_server "
+          "--rocksdb_dir '" +
+          disk + "')");
+      if (!locked) return opened;
+      return Status::IOError(opened.message() +
+                             " (another process has this folder open: each server and run needs "
+                             "its own)");
     }
     return std::unique_ptr<HostTier>(std::move(table).value());
   }

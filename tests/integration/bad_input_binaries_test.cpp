@@ -200,7 +200,7 @@ TEST_F(BadInputBinaries, AHostTierThatCannotOpenIsNamed) {
   const Finished local = train({"-o", "runner.rocksdb_path=" + disk});
   EXPECT_EQ(local.status, 1) << local.output;
   EXPECT_NE(local.output.find("gpubox_train: IOError: opening the host table's disk tier "
-                              "(runner.rocksdb_path '" +
+                              "(runner.rocksdb_path or gpubox_server --rocksdb_dir '" +
                               disk + "'): rocksdb open " + disk),
             std::string::npos)
       << local.output;

@@ -112,6 +112,15 @@ TEST(MakeHostTier, InProcessTableGetsTheTableConfigAndItsDiskTier) {
   std::vector<float> again(rows.size());
   ASSERT_TRUE(table->pull(keys.data(), nullptr, keys.size(), again.data(), nullptr).ok());
   EXPECT_EQ(rows, again);
+  // A second table on the same folder (a second server given the same --rocksdb_dir) is refused
+  // naming both spellings of the folder and why (RocksDB's lock error said neither).
+  auto second = make_host_tier(accessor(), config);
+  ASSERT_FALSE(second.ok());
+  const std::string what = second.status().message();
+  EXPECT_NE(what.find("(runner.rocksdb_path or gpubox_server --rocksdb_dir '" + disk.string()),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("another process has this folder open"), std::string::npos) << what;
   tier->reset();
   fs::remove_all(disk);
 }
