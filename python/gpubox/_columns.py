@@ -20,14 +20,18 @@ def _as_keys(values: np.ndarray, name: str) -> np.ndarray:
     return values.astype(np.uint64)
 
 
+_MAX_KEY = 2**64 - 1
+
+
 def _check_rows(rows: Any, name: str) -> None:
-    """Rows that are no id, list of ids or None, though len() and iteration take some of them:
-    True read as id 1, b"17" as ids 49 and 55, a dict as its keys."""
-    stray = next((v for v in rows
-                  if isinstance(v, (float, np.floating, str, bytes, bytearray, bool, np.bool_,
-                                    dict))), None)
-    if stray is not None:
-        raise ValueError(f"slot {name}: a row holds {stray!r}; a row is an id, a list of ids "
+    """A row is an id, a list (tuple, array) of ids or None; anything else, though len() and
+    iteration take some of it (True read as id 1, b"17" as ids 49 and 55, a dict as its keys,
+    pandas' NA failing with "no len()"), is refused naming its row."""
+    for i, v in enumerate(rows):
+        if v is None or (isinstance(v, (int, np.integer, list, tuple, np.ndarray))
+                         and not isinstance(v, (bool, np.bool_))):
+            continue
+        raise ValueError(f"slot {name}: row {i} holds {v!r}; a row is an id, a list of ids "
                          "or None")
     # In lists of ids too ([[True], [6]] became ids 1 and 6 through NumPy).
     inner = next((x for v in rows if isinstance(v, (list, tuple)) for x in v
@@ -55,7 +59,7 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     if values.ndim == 1 and values.dtype != object:
         keys = _as_keys(values, name)
         return keys, np.arange(n + 1, dtype=np.int64)
-    if values.ndim == 2:  # a fixed number of ids per row
+    if values.ndim == 2 and values.dtype != object:  # a fixed number of ids per row
         keys = _as_keys(values, name).reshape(-1)
         return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
     if len(values) != n:
@@ -69,9 +73,10 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     np.cumsum(lengths, out=offsets[1:])
     flat = list(itertools.chain.from_iterable(rows))
     bad = next((v for v in flat
-                if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0), None)
+                if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0
+                or v > _MAX_KEY), None)
     if bad is not None:
-        raise ValueError(f"slot {name}: ids must be integers >= 0, got {bad!r}")
+        raise ValueError(f"slot {name}: ids must be integers in [0, 2^64), got {bad!r}")
     keys = np.fromiter(flat, dtype=np.uint64, count=int(offsets[-1]))
     return keys.astype(np.uint64), offsets
 
@@ -91,8 +96,10 @@ def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
     except ValueError:  # rows of unequal length (numpy >= 1.24)
         raw = np.asarray(list(values), dtype=object)
     if raw.dtype == object and raw.ndim == 1:
-        raise ValueError(f"'{name}': rows of unequal length; the model needs {dense_dim} dense "
-                         "values in every row")
+        odd = next((i for i, row in enumerate(raw)
+                    if not hasattr(row, "__len__") or len(row) != dense_dim), 0)
+        raise ValueError(f"'{name}': rows of unequal length (row {odd} holds {raw[odd]!r}); the "
+                         f"model needs {dense_dim} dense values in every row")
     if raw.dtype.kind not in "biuf":
         # Text ("0.1") or mixed rows: numpy would parse or reject them one way, the files and
         # gpubox_serve (400) another; numbers only.

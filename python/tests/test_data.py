@@ -167,10 +167,20 @@ def test_values_that_read_as_other_data_are_refused(trained: dict[str, Any],
         gpubox.Dataset.from_frame(twice, config)
     # Rows that len() and iteration take but are no ids: True was id 1, b"17" ids 49 and 55.
     for row in (True, b"17", {5: "x"}, np.bool_(True)):
-        with pytest.raises(ValueError, match="slot 1: a row holds"):
+        with pytest.raises(ValueError, match="slot 1: row 0 holds"):
             gpubox.Dataset.from_frame({"click": [1, 0], "1": [row, 6], "dense_feature": dense},
                                       config)
-    with pytest.raises(ValueError, match="slot 1: ids must be integers >= 0, got True"):
+    # Errors that named no row: pandas' NA, an id past 2^64, a dense row of another width.
+    with pytest.raises(ValueError, match="slot 1: row 1 holds <NA>"):
+        gpubox.Dataset.from_frame({"click": [1, 0], "1": pd.array([5, None], dtype="Int64"),
+                                   "dense_feature": dense}, config)
+    with pytest.raises(ValueError, match=r"ids must be integers in \[0, 2\^64\), got 1844"):
+        gpubox.Dataset.from_frame({"click": [1, 0], "1": [[5], [2**64 + 1]],
+                                   "dense_feature": dense}, config)
+    with pytest.raises(ValueError, match=r"rows of unequal length \(row 1 holds \[0.1\]\)"):
+        gpubox.Dataset.from_frame({"click": [1, 0], "1": [5, 6],
+                                   "dense_feature": [[0.1, 0.2, 0.3], [0.1]]}, config)
+    with pytest.raises(ValueError, match=r"slot 1: ids must be integers >= 0, got True"):
         gpubox.Dataset.from_frame({"click": [1, 0], "1": [[True], [6]], "dense_feature": dense},
                                   config)
     # Series of other indexes were paired by position, each row with another's values.
