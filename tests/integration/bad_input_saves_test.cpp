@@ -314,6 +314,24 @@ TEST_F(BadInputBinaries, AnEpochWhoseEvaluationWasCutShortIsEvaluatedOnResume) {
   EXPECT_TRUE(fs::exists(saves + "/2/.gpubox_evaluated"));
 }
 
+// A resume within an epoch: the epoch's lines count its passes from the resume on only, and say
+// so (they read as the whole epoch's, over a third of its examples).
+TEST_F(BadInputBinaries, AnEpochLineAfterAResumeWithinItSaysWhatItCounts) {
+  const std::string saves = (root_ / "mid_epoch_saves").string();
+  const std::vector<std::string> args = {"-o", "runner.model_save_path=" + saves,
+                                         "-o", "runner.pass_dirs=[train, test]",
+                                         "-o", "runner.epochs=1"};
+  ASSERT_EQ(train(args).status, 0);
+  EXPECT_EQ(train(args).output.find("its lines count passes"), std::string::npos);  // rerun: whole
+  fs::remove_all(saves + "/1");  // as if killed before pass 1's save
+  const Finished resumed = train(args);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("epoch 0: its lines count passes 1 to 1 only (this run went on "
+                                "after pass 0's save"),
+            std::string::npos)
+      << resumed.output;
+}
+
 // --predictions_out holds one save's rows, one per line: several saves to evaluate are refused
 // (it kept the last save's, unsaid), and so is a malformed line, named (skipped, it moved every
 // row after it off its line).

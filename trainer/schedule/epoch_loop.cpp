@@ -72,9 +72,11 @@ struct EpochTally {
   double seconds = 0;
   MetricValues last;         // the last pass's metrics (an epoch of one pass)
   std::vector<double> sums;  // the passes' metric buffers, merged (an epoch of several)
+  int64_t first_pass = -1;   // the first pass counted (-1: none yet)
   void reset() {
     seconds = 0;
     sums.clear();
+    first_pass = -1;
   }
 };
 
@@ -132,6 +134,15 @@ MetricValues print_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
             .c_str(),
         format_paddlerec_done_line(epoch, merged, tally.seconds).c_str());
     std::fflush(stdout);
+    // After a resume (or a reload) within the epoch the lines count its passes from there on
+    // only: said, or they read as the whole epoch's.
+    const int64_t begins = epoch * plan.per_epoch;
+    if (tally.first_pass > begins) {
+      GPUBOX_LOG(INFO) << "epoch " << epoch << ": its lines count passes " << tally.first_pass
+                       << " to " << pass << " only (this run went on after pass "
+                       << tally.first_pass - 1 << "'s save; passes " << begins << " to "
+                       << tally.first_pass - 1 << " are in the pass lines of the run before)";
+    }
   }
   return merged;
 }
@@ -266,6 +277,7 @@ void record_pass(Schedule& schedule, const RunnerConfig& runner, const RunPlan& 
                  "); nothing is saved");
   tally->seconds += report.seconds;
   tally->last = report.metrics;
+  if (tally->first_pass < 0) tally->first_pass = report.pass;
   if (plan.per_epoch > 1) schedule.accumulate_pass_metrics(&tally->sums);
   metrics->append(format_pass_json(report));
 }
