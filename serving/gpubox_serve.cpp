@@ -2,8 +2,8 @@
 //
 // Serves a model exported by `gpubox_train --mode export` over HTTP/1.1 (http_server.hpp):
 // POST /predict, GET /health, GET /metrics. Binds loopback unless --bind says otherwise (there
-// is no authentication: put a proxy in front of it for other hosts). SIGTERM or SIGINT stops it
-// gracefully: no new connection, the requests in flight are answered, then it exits 0.
+// is no authentication: put a proxy in front of it for other hosts). SIGTERM, SIGINT or SIGHUP
+// stops it gracefully: no new connection, the requests in flight are answered, then it exits 0.
 #include <gflags/gflags.h>
 #include <signal.h>
 
@@ -67,7 +67,8 @@ std::string usage_text() {
   u.summary =
       "Serves a model exported by gpubox_train --mode export over HTTP/1.1: POST /predict, GET "
       "/health, GET /metrics. Binds loopback unless --bind says otherwise (no authentication: "
-      "put a proxy in front of it for other hosts). SIGTERM or SIGINT stops it gracefully.";
+      "put a proxy in front of it for other hosts). SIGTERM, SIGINT or SIGHUP stops it "
+      "gracefully.";
   u.options = gpubox::cli::gflags_options(__FILE__);
   u.options.push_back({"--help, -h", "", "print this text and exit"});
   u.options.push_back({"--version", "", "print the version, commit and backend and exit"});
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  // A closed terminal's SIGHUP ended the process at once (exit 129), the requests in flight
+  // unanswered: it stops as SIGTERM does (there is no reload).
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   try {
     auto model = gpubox::serving::ServingModel::load(FLAGS_model);
@@ -142,8 +146,9 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    std::printf("gpubox_serve: %s received, stopping\n",
-                signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+    std::printf("gpubox_serve: %s received, stopping\n", signal_number == SIGTERM  ? "SIGTERM"
+                                                         : signal_number == SIGHUP ? "SIGHUP"
+                                                                                   : "SIGINT");
     std::fflush(stdout);
     server.request_stop();
     server.wait();

@@ -338,6 +338,22 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   ASSERT_EQ(done, serve.pid) << "gpubox_serve did not exit within 10 s of SIGTERM";
   serve.pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // SIGHUP (a closed terminal) stops it the same way (it exited 129 at once).
+  Child hung =
+      spawn({GPUBOX_SERVE_BIN, "--model", out.string(), "--port", "0", "--card_threads", "1"},
+            root_ / "serve_hup.log");
+  ASSERT_TRUE(hung.read_until("\n", 60)) << read_text(root_ / "serve_hup.log");
+  ASSERT_EQ(::kill(hung.pid, SIGHUP), 0);
+  EXPECT_TRUE(hung.read_until("gpubox_serve: stopped", 20)) << hung.text;
+  EXPECT_NE(hung.text.find("SIGHUP received, stopping"), std::string::npos) << hung.text;
+  done = 0;
+  for (int i = 0; i < 200 && done == 0; ++i) {
+    done = ::waitpid(hung.pid, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(done, hung.pid) << "gpubox_serve did not exit within 10 s of SIGHUP";
+  hung.pid = -1;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 // --precision bf16 asked of a model trained in fp32 is served in bf16 where the CPU has bf16
