@@ -123,7 +123,9 @@ elif [ -n "$server_list$worker_list" ]; then
     [[ "$e" =~ ^[^:]+:[0-9]+$ ]] || die "endpoint '$e' is not ip:port"
   done
   # (Port 0: each its own port, the kernel's choice.)
-  duplicate="$(printf '%s\n' "${servers[@]}" "${workers[@]}" | grep -v ':0$' | sort | uniq -d | head -n 1)"
+  # awk, not grep -v: with every entry on port 0 grep selects nothing and fails the pipeline
+  # (set -o pipefail), which ended the script silently.
+  duplicate="$(printf '%s\n' "${servers[@]}" "${workers[@]}" | awk '!/:0$/' | sort | uniq -d | head -n 1)"
   [ -z "$duplicate" ] || die "endpoint $duplicate is listed twice in --servers/--workers: each server and trainer needs its own port"
 else
   is_count "${server_num:-}" || die "--server_num must be a positive count (or use --servers; --help)"
