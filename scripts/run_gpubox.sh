@@ -113,7 +113,7 @@ servers="$(env_or PSERVERS_IP_PORT_LIST "")"
 # Cluster launchers: mpirun (OMPI_*) and srun (SLURM_*) start the processes; GPUBox does the rest.
 # PADDLE_TRAINERS: PaddleRec's scripts' count; Paddle's cloud launcher's address list is not one.
 paddle_trainers="${PADDLE_TRAINERS:-}"
-case "$paddle_trainers" in *[!0-9]*) paddle_trainers="" ;; esac
+case "$paddle_trainers" in *[,.:]*) paddle_trainers="" ;; esac  # an address list, not a count
 trainers_num="$(env_or TRAINERS_NUM "${paddle_trainers:-${OMPI_COMM_WORLD_SIZE:-${SLURM_NTASKS:-1}}}")"
 pserver_nums="${PADDLE_PSERVER_NUMS:-${GPUBOX_PSERVER_NUMS:-1}}"
 trainer_id="$(env_or TRAINER_ID "${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}")"

@@ -133,6 +133,10 @@ TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {
   EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "3"}, {"PADDLE_TRAINERS_NUM", "2"}}),
               HasSubstr("PADDLE_TRAINERS=3 and PADDLE_TRAINERS_NUM=2 disagree"));
   EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "2"}, {"PADDLE_TRAINERS_NUM", "2"}}), "");
+  // A count with a typo is refused naming it (it was skipped as an address list: one trainer).
+  EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "2x"}, {"PADDLE_TRAINER_ID", "1"}}),
+              HasSubstr("PADDLE_TRAINERS"));
+  EXPECT_NE(refusal({{"PADDLE_TRAINERS", "2x"}, {"PADDLE_TRAINER_ID", "1"}}), "");
 }
 
 // Labels 0 .. n-1 in one slot each (key = label + 1): a share's labels say which rows it got.

@@ -71,8 +71,10 @@ TrainerEnv TrainerEnv::from_environment() {
   // so not read as one.
   std::string paddle_trainers_from;
   const char* listed = std::getenv("PADDLE_TRAINERS");
-  const bool counted = listed != nullptr && *listed != '\0' &&
-                       std::strspn(listed, "0123456789") == std::strlen(listed);
+  // An address list holds ',', '.' or ':'; anything else is read as the count, so a typo
+  // ("2x", "-2") is refused naming the variable rather than taken as one trainer.
+  const bool counted =
+      listed != nullptr && *listed != '\0' && std::strpbrk(listed, ",.:") == nullptr;
   const int paddle_trainers =
       counted ? env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from) : 0;
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
