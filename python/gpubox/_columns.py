@@ -104,7 +104,7 @@ def _dense_matrix(column: Any, n: int, dense_dim: int, name: str) -> np.ndarray:
         # Text ("0.1") or mixed rows: numpy would parse or reject them one way, the files and
         # gpubox_serve (400) another; numbers only.
         raise TypeError(f"'{name}': dense values must be numbers, got dtype {raw.dtype} "
-                        f"(first row {list(raw[0]) if raw.ndim > 1 else raw[:1]!r})")
+                        f"(first row {list(raw[0]) if raw.ndim > 1 else raw.reshape(-1)[:1]!r})")
     with np.errstate(over="ignore"):  # a value past float32's range is refused below
         matrix = raw.astype(np.float32)
     if matrix.shape != (n, dense_dim):
