@@ -23,6 +23,7 @@ class ForwardingSchedule : public Schedule {
   table::HostTier& host_tier() override { return inner_.host_tier(); }
   SaveLineage& lineage() override { return inner_.lineage(); }
   bool prints() const override { return inner_.prints(); }
+  int local_cards() const override { return inner_.local_cards(); }
   int64_t passes_done() const override { return inner_.passes_done(); }
   void set_passes_done(int64_t passes) override { inner_.set_passes_done(passes); }
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override {

@@ -279,6 +279,8 @@ void Trainer::plan_pass_cache(int64_t loads) {
 
 const dataset::PassDataCache* Trainer::pass_cache() const { return state_->pass_cache.get(); }
 
+int Trainer::local_cards() const { return state_->cards.num_local_cards(); }
+
 int64_t Trainer::step_plans_served() const {
   return static_cast<int64_t>(state_->step_plans->served());
 }

@@ -175,6 +175,7 @@ class Trainer final : public Schedule {
   const TrainerEnv& env() const override { return env_; }
   SaveLineage& lineage() override;
   bool prints() const override { return env_.trainer_id == 0; }  // the job's lines, once
+  int local_cards() const override;
   void set_passes_done(int64_t passes) override { pass_id_ = passes; }
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
   void plan_pass_cache(int64_t loads) override;

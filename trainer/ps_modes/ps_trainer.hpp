@@ -203,6 +203,7 @@ class PsTrainer final : public Schedule {
   table::HostTier& host_tier() override;
   SaveLineage& lineage() override;
   bool prints() const override { return true; }
+  int local_cards() const override;
   int64_t passes_done() const override { return pass_id_; }
   void set_passes_done(int64_t passes) override { pass_id_ = passes; }
   PassReport train_scheduled_pass(const RunPlan& plan, int64_t pass) override;

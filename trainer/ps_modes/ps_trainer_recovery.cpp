@@ -72,6 +72,8 @@ std::optional<int64_t> PsTrainer::recover(const Error& error, int64_t pass) {
 
 bool PsTrainer::repairs_together() const { return env_.trainers > 1; }
 
+int PsTrainer::local_cards() const { return state_->cards.num_local_cards(); }
+
 std::string PsTrainer::own_failure_in_pass(const Error& error, int64_t pass, bool after) const {
   const auto* cards = dynamic_cast<const device::CardsFailed*>(&error);
   if (cards == nullptr) return "";

@@ -95,11 +95,8 @@ std::string run_origin(Schedule& schedule, const TrainerConfig& config,
 // Where the run starts; returns the first pass to train.
 int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                   const std::string& origin) {
-  const std::string& listed = schedule.env().selected_cards;
-  const int cards =
-      listed.empty() ? 1 : 1 + static_cast<int>(std::count(listed.begin(), listed.end(), ','));
-  schedule.lineage().set_job(job_identity(config, plan, schedule.env().trainers, cards),
-                             plan.total);
+  schedule.lineage().set_job(
+      job_identity(config, plan, schedule.env().trainers, schedule.local_cards()), plan.total);
   const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
   schedule.agree_on_start(resume, origin);
   if (resume) {
@@ -346,6 +343,25 @@ void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
   if (marks) std::ofstream(evaluated_mark(runner, pass)) << "evaluated\n";  // at worst, again
 }
 
+// A run resuming right after an epoch's last save whose evaluation left no mark: that epoch is
+// evaluated first (the run before stopped between the save and the evaluation's end).
+void evaluate_cut_short_epoch(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
+                              int64_t first, const RunHooks& hooks, MetricsFile* metrics) {
+  if (first <= 0 || first >= plan.total || !plan.ends_epoch(first - 1) ||
+      std::filesystem::exists(evaluated_mark(config.runner, first - 1))) {
+    return;
+  }
+  GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
+                   << ": the run before this one stopped after its last pass's save (pass "
+                   << first - 1
+                   << ") and before its evaluation ended (the save holds no mark of one): "
+                      "evaluating it now (its training line is that run's)";
+  RunHooks evaluating = hooks;
+  evaluating.on_epoch = nullptr;  // its training metrics were the run before's
+  evaluate_epoch(schedule, plan, first - 1, MetricValues{}, metrics, evaluating);
+  mark_evaluated(config.runner, true, first - 1);
+}
+
 bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                   int64_t first, bool saving, const RunHooks& hooks, MetricsFile* metrics,
                   std::vector<PassReport>* reports) {
@@ -360,18 +376,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
   // same pass; alone, it stops here, before reading the next pass.
   const bool alone = schedule.env().trainers == 1;
   const bool marks = saving && alone && !plan.test_files.empty();
-  if (marks && first > 0 && first < plan.total && plan.ends_epoch(first - 1) &&
-      !std::filesystem::exists(evaluated_mark(config.runner, first - 1))) {
-    GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
-                     << ": the run before this one stopped after its last pass's save (pass "
-                     << first - 1
-                     << ") and before its evaluation ended (the save holds no mark of one): "
-                        "evaluating it now (its training line is that run's)";
-    RunHooks evaluating = hooks;
-    evaluating.on_epoch = nullptr;  // its training metrics were the run before's
-    evaluate_epoch(schedule, plan, first - 1, MetricValues{}, metrics, evaluating);
-    mark_evaluated(config.runner, marks, first - 1);
-  }
+  if (marks) evaluate_cut_short_epoch(schedule, config, plan, first, hooks, metrics);
   EpochTally tally;
   // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
   // a server restart found there (after the epoch's last pass was saved) reloads that save, and

@@ -113,6 +113,8 @@ class Schedule {
   virtual SaveLineage& lineage() = 0;
   // Whether this process prints the job's pass and epoch lines.
   virtual bool prints() const = 0;
+  // The cards (or, in the PS modes, training threads) this trainer trains on.
+  virtual int local_cards() const = 0;
 
   // The passes done so far (the next pass's id); set before a resumed save is loaded, so that
   // the load records the pass it stands for.
