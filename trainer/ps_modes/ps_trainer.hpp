@@ -349,6 +349,9 @@ class PsTrainer final : public Schedule {
   std::size_t train_threads(PassData& data, int64_t pass, PsPassStop& stop, SyncBarriers& barriers);
   std::size_t train_thread(PassThreads& run, int t);
   PassReport pass_report(int64_t pass, const Timer& pass_timer);
+  // Throws naming `what` when another job took the servers over (ServersOwner::taken_over): a
+  // pass's or an evaluation's figures would be of its dense table.
+  void check_still_owner(const std::string& what) const;
   // An evaluation: its data (read as a pass's, thread 0 its one consumer), and thread 0's steps
   // over it (false when a stop cut them short).
   PassData read_eval(const std::vector<std::string>& files);

@@ -397,7 +397,17 @@ EvalResult PsTrainer::evaluate(const std::vector<std::string>& files, bool keep_
     report_read(data.stream->load_stats(), files, "evaluation data",
                 config_.dataset.max_malformed_share);
   }
+  // Its figures are of this job's dense table only while no other job took the servers over.
+  check_still_owner("the evaluation");
   return result;
+}
+
+void PsTrainer::check_still_owner(const std::string& what) const {
+  const State& s = *state_;
+  if (s.owner == nullptr) return;
+  if (const std::string taken = s.owner->taken_over(); !taken.empty()) {
+    GPUBOX_FAIL(what, ": ", taken);
+  }
 }
 
 bool PsTrainer::eval_thread(PassData& data, bool keep_predictions, EvalResult* result) {
@@ -492,11 +502,7 @@ PassReport PsTrainer::train_pass(const std::vector<std::string>& files) {
     report_read(data.stream->load_stats(), share, "pass " + std::to_string(pass),
                 config_.dataset.max_malformed_share);
   }
-  if (s.owner != nullptr) {
-    if (const std::string taken = s.owner->taken_over(); !taken.empty()) {
-      GPUBOX_FAIL("pass ", pass, ": ", taken);
-    }
-  }
+  check_still_owner("pass " + std::to_string(pass));
   PassReport report = pass_report(pass, pass_timer);
   report.extra = {
       {"load_seconds", load_seconds},
