@@ -21,6 +21,7 @@
 
 #include "common/error.hpp"
 #include "heterps/device/deferred.hpp"
+#include "tests/common/scratch_root.hpp"
 #include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -40,8 +41,8 @@ struct OrderRun {
 
 // Slot lines whose keys per slot vary (0 to 3) and whose last round is short.
 std::string order_data_dir() {
-  static const fs::path dir =
-      fs::temp_directory_path() / ("gpubox_stream_order_" + std::to_string(::getpid()));
+  static const fs::path dir = gpubox::testing::scratch_root("gpubox_stream_order");
+  static const gpubox::testing::RemovedAtExit removed{dir};
   if (fs::exists(dir)) return dir.string();
   fs::create_directories(dir);
   std::ofstream out(dir / "part-00000");

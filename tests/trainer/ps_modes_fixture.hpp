@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "dataset/generator.hpp"
+#include "tests/common/scratch_root.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/config/config_loader.hpp"
@@ -122,7 +123,7 @@ TrainerJob run_trainers(
 class PsModes : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_ps_modes_" + std::to_string(::getpid()));
+    root_ = gpubox::testing::scratch_root("gpubox_ps_modes");
     fs::remove_all(root_);
     dataset::OracleSummary oracle;
     gpubox::testing::write_planted_train_test(root_, &oracle);

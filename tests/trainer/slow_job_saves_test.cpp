@@ -29,6 +29,7 @@
 #include "table/io/model_manifest.hpp"
 #include "table/server/server.hpp"
 #include "table/sparse_table.hpp"
+#include "tests/common/scratch_root.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/dataset/planted_data.hpp"
 #include "tests/table/server/slow_io_tier.hpp"
@@ -92,7 +93,7 @@ struct HeldJob {
 class SlowJobSaves : public ::testing::TestWithParam<Mode> {
  protected:
   static void SetUpTestSuite() {
-    root_ = fs::temp_directory_path() / ("gpubox_slow_job_saves_" + std::to_string(::getpid()));
+    root_ = gpubox::testing::scratch_root("gpubox_slow_job_saves");
     fs::remove_all(root_);
     gpubox::testing::write_small_train_test(root_, 3000, 300, 11, 8, 3, 2000, 2);
   }
