@@ -29,8 +29,7 @@ inline std::filesystem::path scratch_root(const std::string& name) {
       return folder / ("child_" + me);
     }
   }
-  const std::filesystem::path folder =
-      std::filesystem::temp_directory_path() / (name + "_" + me);
+  const std::filesystem::path folder = std::filesystem::temp_directory_path() / (name + "_" + me);
   ::setenv(var.c_str(), (me + ":" + folder.string()).c_str(), 1);
   return folder;
 }

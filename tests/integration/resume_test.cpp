@@ -335,6 +335,11 @@ TEST_F(Resume, OnlyAnInterruptedRunOfTheSameJobResumes) {
       [&] { Trainer(config(dir, {"runner.train_data_dir=" + other.string()}), env()).train(); });
   EXPECT_NE(what.find("is of another job than this one: data: saved 2 files"), std::string::npos)
       << what;
+  // Naming the files: the saved ones gone, the copies new.
+  EXPECT_NE(what.find("(the files that differ: " + (root_ / "train").string()), std::string::npos)
+      << what;
+  EXPECT_NE(what.find(") is not in this job's data; "), std::string::npos) << what;
+  EXPECT_NE(what.find(other.string() + "/part-00000 ("), std::string::npos) << what;
   EXPECT_NE(what.find("runner.resume=off"), std::string::npos) << what;
   EXPECT_NE(what.find("another runner.model_save_path"), std::string::npos) << what;
   // Another batch size: another job too.

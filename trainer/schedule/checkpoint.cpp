@@ -10,6 +10,7 @@
 #include "common/logging.hpp"
 #include "table/io/save_dir.hpp"
 #include "trainer/schedule/detail/save_lineage_detail.hpp"
+#include "trainer/schedule/job_identity.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -51,7 +52,10 @@ std::string job_differences_of(std::map<std::string, std::string> saved,
   }
   // A save from before the job recorded its cards: not compared.
   if (saved.count("cards") == 0) now.erase("cards");
-  return model_key_differences(saved, now);
+  const std::string files = data_file_differences(&saved, &now);
+  const std::string keys = model_key_differences(saved, now);
+  if (keys.empty() || files.empty()) return keys;
+  return keys + " (the files that differ: " + files + ")";
 }
 
 // The complete-looking saves directly under `root` (their MODEL_MANIFEST reads back; hidden

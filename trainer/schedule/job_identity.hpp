@@ -19,9 +19,16 @@ namespace gpubox::trainer {
 // processes: each trains its share of the files), in the gpubox mode "cards" (a trainer's cards,
 // `cards`: runner.train_batch_size is per card, so another count is another global batch; a
 // resume on two cards of a job of one trained on at twice its batch, unsaid) and "data" = "<n>
-// files in <p> passes an epoch, digest <hex>" over the files of `plan`. Throws naming a file
-// whose metadata cannot be read.
+// files in <p> passes an epoch, digest <hex>" over the files of `plan`; with at most 1,000
+// files, each also as "data_file.<i>" = "<bytes> <modified, s.ns> <absolute name>" (so that a
+// refusal names the file that changed). Throws naming a file whose metadata cannot be read.
 std::map<std::string, std::string> job_identity(const TrainerConfig& config, const RunPlan& plan,
                                                 int trainers, int cards);
+
+// Takes the "data_file.<i>" entries out of both jobs and names the files that differ: added,
+// gone, or of another size or time (the first three; the rest counted). "" when either job lists
+// none (a save from before the list, or a job of more files than it holds).
+std::string data_file_differences(std::map<std::string, std::string>* saved,
+                                  std::map<std::string, std::string>* now);
 
 }  // namespace gpubox::trainer
