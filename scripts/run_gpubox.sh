@@ -327,7 +327,8 @@ fi
 status=0
 # In the background, waited for: a TERM or INT sent to this script reaches the trainer at once
 # (bash runs a trap only after the foreground command ends, so the job trained on to its last
-# pass and the script exited 143 after it).
+# pass and the script exited 143 after it). An INT is passed on as TERM: a background job of a
+# script ignores SIGINT (Ctrl-C in a terminal reached the trainer and left it training).
 exec {shown}> >(tee "log/worker.$trainer_id.log")
 tee_pid=$!
 "$bin/gpubox_train" "${args[@]}" >&"$shown" 2>&1 &
@@ -341,7 +342,7 @@ stop_trainer() {
   trainer_done
   exit "$2"
 }
-trap 'stop_trainer INT 130' INT
+trap 'stop_trainer TERM 130' INT
 trap 'stop_trainer TERM 143' TERM
 wait "$trainer_pid" || status=$?
 trainer_done

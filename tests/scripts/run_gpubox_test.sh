@@ -19,7 +19,7 @@
 #     trainers or servers that is not a positive number is refused naming it (exit 2), as are
 #     launcher variables that would run something else than asked (0c);
 #  6. a server's "listening on" line read half-written is waited for, not a failed start;
-#  8. SIGTERM to the launcher stops its trainer at once, exit 143.
+#  8. SIGTERM (SIGINT) to the launcher stops its trainer at once, exit 143 (130).
 set -eu
 repo="$1"
 build="$2"
@@ -234,20 +234,33 @@ env GPUBOX_BUILD_DIR="$fake" TRAINING_ROLE=PSERVER PADDLE_PSERVERS_IP_PORT_LIST=
   POD_IP=localhost timeout 60 bash "$repo/scripts/run_gpubox.sh" --config "$config" \
   >out7.txt 2>&1 </dev/null || { cat out7.txt; fail "POD_IP=localhost: the launcher failed"; }
 [ -s log/pserver.0.log ] || { cat out7.txt; fail "POD_IP=localhost started no server for 127.0.0.1"; }
-# 8. SIGTERM to the launcher stops its trainer at once (bash held the trap until the foreground
-#    trainer ended: the job trained on to its last pass, then the script exited 143).
-rm -rf log
-GPUBOX_LOCAL_TIER=1 bash "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1000 \
-  -o runner.model_save_path= -o runner.metrics_path= -o runner.test_data_dir= >out8.txt 2>&1 </dev/null &
-launcher=$!
-for _ in $(seq 600); do grep -q "^pass: 0" out8.txt && break; sleep 0.1; done
-grep -q "^pass: 0" out8.txt || { kill -9 "$launcher"; cat out8.txt; fail "the long job trained no pass"; }
-kill -TERM "$launcher"
-status=0
-for _ in $(seq 100); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$launcher" 2>/dev/null; then kill -9 "$launcher"; fail "SIGTERM: the launcher still runs 10 s later"; fi
-wait "$launcher" || status=$?
-[ "$status" = 143 ] || { cat out8.txt; fail "SIGTERM: the launcher exited $status, not 143"; }
-pgrep -f "gpubox_train --config $config -o runner.epochs=1000" >/dev/null &&
-  fail "SIGTERM: the trainer outlived its launcher"
+# 8. SIGTERM or SIGINT to the launcher stops its trainer at once (bash held the trap until the
+#    foreground trainer ended: the job trained on to its last pass, then the script exited 143;
+#    and a trainer started in the background ignores SIGINT, so passing INT on stopped nothing).
+#    `env --default-signal=INT`: the launcher as a terminal starts it, INT not ignored (a
+#    script's background job ignores it, and a shell cannot trap what it was started ignoring).
+stop_launcher_with() {
+  local signal=$1 expected=$2
+  rm -rf log
+  GPUBOX_LOCAL_TIER=1 env --default-signal=INT bash "$repo/scripts/run_gpubox.sh" --config "$config" -o runner.epochs=1000000 \
+    -o runner.model_save_path= -o runner.metrics_path= -o runner.test_data_dir= >out8.txt 2>&1 </dev/null &
+  launcher=$!
+  for _ in $(seq 600); do grep -q "^pass: 0" out8.txt && break; sleep 0.1; done
+  grep -q "^pass: 0" out8.txt || { kill -9 "$launcher"; cat out8.txt; fail "the long job trained no pass"; }
+  kill "-$signal" "$launcher"
+  status=0
+  for _ in $(seq 100); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then
+    kill -9 "$launcher"
+    pkill -9 -f "gpubox_train --config $config -o runner.epochs=1000000"
+    fail "SIG$signal: the launcher still runs 10 s later"
+  fi
+  wait "$launcher" || status=$?
+  [ "$status" = "$expected" ] || { cat out8.txt; fail "SIG$signal: the launcher exited $status, not $expected"; }
+  pgrep -f "gpubox_train --config $config -o runner.epochs=1000000" >/dev/null &&
+    fail "SIG$signal: the trainer outlived its launcher"
+  return 0
+}
+stop_launcher_with TERM 143
+stop_launcher_with INT 130
 echo "PASS"
