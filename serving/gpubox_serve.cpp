@@ -103,8 +103,12 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   // A closed terminal's SIGHUP ended the process at once (exit 129), the requests in flight
-  // unanswered: it stops as SIGTERM does (there is no reload).
-  sigaddset(&stop_signals, SIGHUP);
+  // unanswered: it stops as SIGTERM does (there is no reload). Not when started ignoring it
+  // (nohup): a blocked signal is delivered to sigwait even when its action is to ignore it.
+  struct sigaction hup {};
+  if (sigaction(SIGHUP, nullptr, &hup) != 0 || hup.sa_handler != SIG_IGN) {
+    sigaddset(&stop_signals, SIGHUP);
+  }
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   try {
     auto model = gpubox::serving::ServingModel::load(FLAGS_model);

@@ -354,6 +354,21 @@ TEST_F(Serving, BinariesExportThenServeUntilSigterm) {
   ASSERT_EQ(done, hung.pid) << "gpubox_serve did not exit within 10 s of SIGHUP";
   hung.pid = -1;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // Started under nohup (SIGHUP ignored): a SIGHUP leaves it serving.
+  Child kept = spawn({"/usr/bin/nohup", GPUBOX_SERVE_BIN, "--model", out.string(), "--port", "0",
+                      "--card_threads", "1"},
+                     root_ / "serve_nohup.log");
+  ASSERT_TRUE(kept.read_until("\n", 60)) << read_text(root_ / "serve_nohup.log");
+  const auto kept_at = kept.text.find("listening on 127.0.0.1:");
+  ASSERT_NE(kept_at, std::string::npos) << kept.text << read_text(root_ / "serve_nohup.log");
+  ASSERT_EQ(::kill(kept.pid, SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(::waitpid(kept.pid, &status, WNOHANG), 0) << "gpubox_serve under nohup ended on SIGHUP";
+  HttpClient kept_client(static_cast<uint16_t>(std::stoi(kept.text.substr(kept_at + 23))));
+  EXPECT_EQ(kept_client.send(http::verb::get, "/health").status, 200);
+  EXPECT_EQ(read_text(root_ / "serve_nohup.log").find("SIGHUP received"), std::string::npos);
+  ASSERT_EQ(::kill(kept.pid, SIGTERM), 0);
+  EXPECT_TRUE(kept.read_until("gpubox_serve: stopped", 20)) << kept.text;
 }
 
 // --precision bf16 asked of a model trained in fp32 is served in bf16 where the CPU has bf16

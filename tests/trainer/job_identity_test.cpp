@@ -2,8 +2,8 @@
 // text that names the ones that differ between a save's job and this one.
 #include "trainer/schedule/job_identity.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -76,8 +76,7 @@ TEST_F(JobIdentity, NamesFilesAddedAndGoneAndCountsPastThree) {
   plan_.pass_files[1] = {files_[0]};  // b gone
   Job now = identity();
   const std::string named = data_file_differences(&saved, &now);
-  EXPECT_EQ(named.rfind(fs::absolute(files_[1]).string() + " (6 bytes, modified ", 0), 0u)
-      << named;
+  EXPECT_EQ(named.rfind(fs::absolute(files_[1]).string() + " (6 bytes, modified ", 0), 0u) << named;
   EXPECT_NE(named.find("is not in this job's data; "), std::string::npos) << named;
   EXPECT_NE(named.find(scratch_.file("c") + " (0 bytes, modified "), std::string::npos) << named;
   EXPECT_NE(named.find(") is new; "), std::string::npos) << named;
