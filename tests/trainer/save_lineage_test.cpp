@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,24 @@ TEST(SaveLineageRefusal, ResumeOffThenNoSaveThenOther) {
                       config::DensePrecision::kFp32);
   // A save and recoveries left: go_back refused for another reason (its own error says which).
   EXPECT_EQ(lineage.refusal(), Refusal::kOther);
+  std::filesystem::remove_all(dir.parent_path());
+}
+
+// A folder saved into again (a rerun of a finished job) loses the evaluation mark of what it
+// held: a run killed between the new save and its evaluation leaves the epoch unevaluated, and
+// the rerun after it must see so (epoch_loop.cpp), not the old run's mark.
+TEST(SaveLineage, ASaveIntoAFolderRemovesItsEvaluationMark) {
+  TrainerConfig config;
+  SaveLineage lineage(config);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("save_lineage_mark_" + std::to_string(::getpid())) / "0";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / kEvaluatedMark) << "evaluated\n";
+  std::ofstream(dir / "kept") << "not the save's\n";
+  lineage.begin_save(dir.string(), table::SaveKind::kCheckpoint);
+  EXPECT_FALSE(std::filesystem::exists(dir / kEvaluatedMark));
+  EXPECT_TRUE(std::filesystem::exists(dir / "kept"));
+  lineage.begin_save(dir.string(), table::SaveKind::kCheckpoint);  // none to remove
   std::filesystem::remove_all(dir.parent_path());
 }
 
@@ -76,9 +95,10 @@ TEST(SaveLineage, BeginAndCommitGoThroughTheGivenEnv) {
   sink.ops.clear();
   EXPECT_EQ(lineage.begin_save(second, table::SaveKind::kCheckpoint, &shown),
             table::SaveKind::kCheckpoint);
-  EXPECT_EQ(sink.ops, (std::vector<std::string>{"stat of " + second + "/MODEL_MANIFEST",
-                                                "remove of " + second + "/MODEL_MANIFEST",
-                                                "fsync of folder " + second}));
+  EXPECT_EQ(sink.ops,
+            (std::vector<std::string>{
+                "stat of " + second + "/" + kEvaluatedMark, "stat of " + second + "/MODEL_MANIFEST",
+                "remove of " + second + "/MODEL_MANIFEST", "fsync of folder " + second}));
   EXPECT_FALSE(std::filesystem::exists(second + "/MODEL_MANIFEST"));
   std::filesystem::remove_all(root);
 }

@@ -348,6 +348,11 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
 table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind configured,
                                         io::FileEnv* files) {
   if (files == nullptr) files = env();
+  // The evaluation of what the folder held before (a rerun saves into a finished job's folders);
+  // first, so that the manifest's removal syncs the folder after both.
+  if (const std::string mark = join(dir, kEvaluatedMark); files->exists(mark)) {
+    throw_if_error(files->remove_all(mark).with_context("starting a save in " + dir));
+  }
   throw_if_error(io::remove_model_manifest(files, dir).with_context("starting a save in " + dir));
   // A delta chain starts with a save that replaces the table, and stays in its folder: the
   // first save after a --load of another folder's save is a base (a delta onto it became

@@ -83,6 +83,11 @@ void restore_sparse(table::HostTier& host, const RestorePlan& plan);
 // in-process tier, the servers' SAVE replies otherwise.
 std::vector<uint64_t> saved_sparse_digests(table::HostTier& host, const std::string& dir);
 
+// The file an epoch's evaluation leaves in the save of the epoch's last pass (epoch_loop.cpp:
+// a resume after a save without it evaluates that epoch first). begin_save removes it: a folder
+// saved into again holds no evaluation of the new save.
+inline constexpr const char* kEvaluatedMark = ".gpubox_evaluated";
+
 // True when `host` is held by servers (their share of a save is on their machine).
 bool host_is_remote(const table::HostTier& host);
 
@@ -120,10 +125,11 @@ class SaveLineage {
   // already hold rows (of another run) is warned that it trains on top of them.
   std::optional<SavePoint> find_resume_point(const std::string& start_from, table::HostTier& host);
 
-  // A save into `dir` begins: its MODEL_MANIFEST is removed (the folder holds no complete save
-  // until commit_save) and the sparse half's mode is chosen: `configured`, except that a delta
-  // without a save to apply onto (the run's first save) is written as a base. Through `files`
-  // (null: POSIX; trainer 0 passes the env that shows its part's moves, trainer_zero_work.hpp).
+  // A save into `dir` begins: its MODEL_MANIFEST and evaluation mark are removed (the folder
+  // holds no complete save until commit_save, nor an evaluation of it) and the sparse half's mode
+  // is chosen: `configured`, except that a delta without a save to apply onto (the run's first
+  // save) is written as a base. Through `files` (null: POSIX; trainer 0 passes the env that shows
+  // its part's moves, trainer_zero_work.hpp).
   table::SaveKind begin_save(const std::string& dir, table::SaveKind configured,
                              table::io::FileEnv* files = nullptr);
   // Both halves are saved: writes the model manifest, reading the manifests of the saves beside
