@@ -18,6 +18,7 @@
 #include "dataset/batch.hpp"
 #include "dataset/memory_source.hpp"
 #include "dataset/queue_dataset.hpp"
+#include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dead_output.hpp"
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/earlier_saves.hpp"
@@ -326,16 +327,12 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   return report;
 }
 
-// The run's passes from `first` on, each trained and saved, each epoch's end evaluated; a pass
-// that failed is trained again from where the schedule recovered it. Returns whether the job
-// reached its end (false: stopped as asked, between passes or within one).
 // The mark an epoch's evaluation leaves in the save of the epoch's last pass (a job of one
 // trainer that saves and evaluates): a run killed after that save and before the evaluation
 // ended left none, and its rerun, which resumes after the save, evaluates the epoch first (the
 // epoch went unevaluated, unsaid). Several trainers would have to agree on it first: not marked.
 std::string evaluated_mark(const RunnerConfig& runner, int64_t pass) {
-  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) /
-          ".gpubox_evaluated")
+  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) / kEvaluatedMark)
       .string();
 }
 
@@ -344,39 +341,40 @@ void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
 }
 
 // A run resuming right after an epoch's last save whose evaluation left no mark: that epoch is
-// evaluated first (the run before stopped between the save and the evaluation's end).
-void evaluate_cut_short_epoch(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
-                              int64_t first, const RunHooks& hooks, MetricsFile* metrics) {
+// evaluated first (the run before stopped between the save and the evaluation's end), as an
+// epoch's end run again (train_passes: a stop or a server failure there is handled as in any).
+bool epoch_cut_short(const TrainerConfig& config, const RunPlan& plan, int64_t first) {
   if (first <= 0 || first >= plan.total || !plan.ends_epoch(first - 1) ||
       std::filesystem::exists(evaluated_mark(config.runner, first - 1))) {
-    return;
+    return false;
   }
   GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
                    << ": the run before this one stopped after its last pass's save (pass "
                    << first - 1
                    << ") and before its evaluation ended (the save holds no mark of one): "
                       "evaluating it now (its training line is that run's)";
-  RunHooks evaluating = hooks;
-  evaluating.on_epoch = nullptr;  // its training metrics were the run before's
-  evaluate_epoch(schedule, plan, first - 1, MetricValues{}, metrics, evaluating);
-  mark_evaluated(config.runner, true, first - 1);
+  return true;
 }
 
+// Whether the caller asked the run to stop (its flag, or its stop_requested).
+bool stop_asked(const RunHooks& hooks) {
+  const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
+  // Asked either way: stop_requested may be where the caller sees its own request.
+  const bool requested = hooks.stop_requested && hooks.stop_requested();
+  return flagged || requested;
+}
+
+// The run's passes from `first` on, each trained and saved, each epoch's end evaluated; a pass
+// that failed is trained again from where the schedule recovered it. Returns whether the job
+// reached its end (false: stopped as asked, between passes or within one).
 bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan& plan,
                   int64_t first, bool saving, const RunHooks& hooks, MetricsFile* metrics,
                   std::vector<PassReport>* reports) {
-  const auto stop_asked = [&hooks] {
-    const bool flagged = hooks.steps.stop_flag != nullptr && hooks.steps.stop_flag->load();
-    // Asked either way: stop_requested may be where the caller sees its own request.
-    const bool requested = hooks.stop_requested && hooks.stop_requested();
-    return flagged || requested;
-  };
   // Several trainers stop together: a stop asked between passes in one of them rides on the
   // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
   // same pass; alone, it stops here, before reading the next pass.
   const bool alone = schedule.env().trainers == 1;
   const bool marks = saving && alone && !plan.test_files.empty();
-  if (marks) evaluate_cut_short_epoch(schedule, config, plan, first, hooks, metrics);
   EpochTally tally;
   // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
   // a server restart found there (after the epoch's last pass was saved) reloads that save, and
@@ -385,9 +383,18 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
   // PaddleRec lines were printed before the evaluation and are not printed again.
   std::optional<MetricValues> ending;
   bool rerun_end = false;  // `ending`, of the pass before k, runs again first
+  // The epoch before `first`, its evaluation cut short: its training metrics were the run
+  // before's (on_epoch is not called for it).
+  bool cut_short = marks && epoch_cut_short(config, plan, first);
+  RunHooks cut_short_hooks = hooks;
+  cut_short_hooks.on_epoch = nullptr;
+  if (cut_short) {
+    ending = MetricValues{};
+    rerun_end = true;
+  }
   for (int64_t k = first; k < plan.total || rerun_end;) {
     if (!rerun_end) {
-      if (k > first && stop_asked() && alone) {
+      if (k > first && stop_asked(hooks) && alone) {
         GPUBOX_LOG(INFO) << "stopped before pass " << k << " as asked; the saves end with pass "
                          << k - 1;
         return false;  // not the job's end: the servers keep its state
@@ -396,10 +403,11 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
     }
     try {
       if (rerun_end) {
-        evaluate_epoch(schedule, plan, k - 1, *ending, metrics, hooks);
+        evaluate_epoch(schedule, plan, k - 1, *ending, metrics,
+                       cut_short ? cut_short_hooks : hooks);
         mark_evaluated(config.runner, marks, k - 1);
         ending.reset();
-        rerun_end = false;
+        rerun_end = cut_short = false;
         continue;
       }
       PassReport report = train_and_save_pass(schedule, config, plan, k, saving, &tally, metrics);
