@@ -31,7 +31,7 @@ using testing::Finished;
 // A key the save never saw reads, in --mode infer and an export, as the row it would have started
 // at: under another initial_range or seed than the save's, both answered for other rows (exit 0).
 // They are refused naming the -o that reads the save at its own; a load to train on takes the
-// config's for its new keys.
+// config's for its new keys. At initial_range 0 the seeds start nothing.
 TEST_F(BadInputBinaries, ASaveIsEvaluatedAndExportedAtItsOwnRowStarts) {
   const std::string save = (root_ / "row_start_saves").string();
   const Finished made = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1",
@@ -63,6 +63,17 @@ TEST_F(BadInputBinaries, ASaveIsEvaluatedAndExportedAtItsOwnRowStarts) {
   const Finished warm = train({"--load", load, "-o", "runner.model_save_path=", "-o",
                                "runner.epochs=1", "-o", range + "=0.2"});
   EXPECT_EQ(warm.status, 0) << warm.output;
+  // At initial_range 0 (both) an unseen key's row is zeros whatever the seeds, and embedx is
+  // never drawn outside a push: other seeds and mf_initial_range are read (a seed sweep's
+  // evaluation was refused).
+  const std::string zero = (root_ / "row_start_zero").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + zero, "-o", "runner.epochs=1", "-o",
+                   "runner.seed=7"})
+                .status,
+            0);
+  const Finished swept = train({"--mode", "infer", "--load", zero + "/0", "-o", "runner.seed=8",
+                                "-o", "hyper_parameters.sparse_optimizer.mf_initial_range=0.3"});
+  EXPECT_EQ(swept.status, 0) << swept.output;
 }
 
 // A save loaded under another network names the keys that differ (it guessed "different

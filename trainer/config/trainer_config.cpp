@@ -1,5 +1,6 @@
 #include "trainer/config/trainer_config.hpp"
 
+#include <cstdlib>
 #include <iterator>
 #include <set>
 
@@ -163,9 +164,17 @@ Status check_saved_row_starts(const std::map<std::string, std::string>& saved_mo
                               const TrainerConfig& config, const std::string& save_dir) {
   std::string differences;
   std::string remedy;
-  for (const char* key : {"hyper_parameters.sparse_optimizer.initial_range",
-                          "hyper_parameters.sparse_optimizer.mf_initial_range",
-                          "hyper_parameters.sparse_optimizer.seed", "runner.seed"}) {
+  // An unseen key's row starts with embed_w drawn from initial_range under the seeds (none at
+  // 0) and no embedx (made at a push, which evaluating and serving never do): the seeds count
+  // only where either range is above 0, and mf_initial_range never.
+  const char* const range = "hyper_parameters.sparse_optimizer.initial_range";
+  bool drawn = false;
+  for (const auto* keys : {&saved_model_keys, &config.model_keys}) {
+    const auto found = keys->find(range);
+    drawn = drawn || (found != keys->end() && std::strtod(found->second.c_str(), nullptr) > 0);
+  }
+  for (const char* key : {range, "hyper_parameters.sparse_optimizer.seed", "runner.seed"}) {
+    if (key != range && !drawn) continue;
     const auto saved = saved_model_keys.find(key);
     const auto now = config.model_keys.find(key);
     if (saved == saved_model_keys.end() || now == config.model_keys.end() ||

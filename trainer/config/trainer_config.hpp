@@ -185,8 +185,9 @@ Status check_saved_network(const std::map<std::string, std::string>& saved_model
                            const TrainerConfig& config, const std::string& save_dir);
 
 // OK when the save `save_dir` (its MODEL_MANIFEST's model keys) started its rows where `config`
-// starts them: hyper_parameters.sparse_optimizer.initial_range, mf_initial_range, seed and
-// runner.seed (a key the save does not record: not compared). Else InvalidArgument naming each
+// starts them: hyper_parameters.sparse_optimizer.initial_range, and where either range is above
+// 0 its seed and runner.seed (mf_initial_range never: embedx is drawn at a push; a key the save
+// does not record: not compared). Else InvalidArgument naming each
 // key, both values and the -o that reads the save at its own: --mode infer and an export read a
 // key the save never saw as the row it would have started at (a load to train on takes the
 // config's, for keys new to it).
