@@ -50,6 +50,12 @@ bool rocksdb_file_name(const std::string& name) {
          ends(".blob") || ends(".dbtmp");
 }
 
+// "shard-<i>": a sharded server's disk tier folder under the config's rocksdb_path.
+bool shard_folder_name(const std::string& name) {
+  return name.size() > 6 && name.compare(0, 6, "shard-") == 0 &&
+         name.find_first_not_of("0123456789", 6) == std::string::npos;
+}
+
 // The folder `path` is wiped at open (DestroyDB removes the files of RocksDB's names in it): an
 // existing folder holding anything else, or whose CURRENT names no manifest, is not an earlier
 // disk tier, and is refused untouched (a runner.rocksdb_path naming a user's or the data's folder
@@ -63,6 +69,9 @@ Status check_disk_tier_folder(const std::string& path) {
   }
   for (const auto& entry : fs::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
+    // Folders the wipe leaves alone: the disk tiers of a sharded server run's shards (their
+    // <rocksdb_path>/shard-i, server_main.cpp), and a mount point's lost+found.
+    if (entry.is_directory(ec) && (shard_folder_name(name) || name == "lost+found")) continue;
     bool ours = entry.is_regular_file(ec) && rocksdb_file_name(name);
     if (ours && name == "CURRENT") {
       std::ifstream in(entry.path());

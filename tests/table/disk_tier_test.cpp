@@ -105,7 +105,8 @@ TEST(DiskTier, OpenWipesAnEarlierDatabase) {
 
 // A folder holding anything a disk tier does not write (a user's notes, a data folder, files
 // named as RocksDB's but not its) is refused untouched: the open's wipe removed RocksDB-named
-// files of any folder and replaced LOG and CURRENT, exit 0. New, empty and earlier tiers open.
+// files of any folder and replaced LOG and CURRENT, exit 0. New, empty and earlier tiers open,
+// and so does a folder of a sharded server run's shard tiers.
 TEST(DiskTier, OpenRefusesAFolderThatIsNoDiskTiersUntouched) {
   ScratchDir dir;
   const auto write = [](const std::string& file, const std::string& text) {
@@ -133,6 +134,15 @@ TEST(DiskTier, OpenRefusesAFolderThatIsNoDiskTiersUntouched) {
   EXPECT_TRUE(DiskTier::open(empty, 2).ok());  // now an earlier tier's
   // Its parents are made too (a server's <rocksdb_path>/shard-i of a path not made yet).
   EXPECT_TRUE(DiskTier::open(dir.sub("not_yet") + "/shard-1", 2).ok());
+  // That path, once a sharded server run made its shards' tiers in it, opens for a run of one
+  // tier (the config's rocksdb_path), shards kept; as does a mount point's lost+found. A folder
+  // named like a shard's but not one is no tier's.
+  EXPECT_TRUE(DiskTier::open(dir.sub("not_yet") + "/shard-0", 2).ok());
+  std::filesystem::create_directories(dir.sub("not_yet") + "/lost+found");
+  EXPECT_TRUE(DiskTier::open(dir.sub("not_yet"), 2).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir.sub("not_yet") + "/shard-1/CURRENT"));
+  std::filesystem::create_directories(dir.sub("not_yet") + "/shard-x");
+  EXPECT_FALSE(DiskTier::open(dir.sub("not_yet"), 2).ok());
 }
 
 TEST(DiskTier, MemoryBudgetSpillsAndPullBringsBackBitExact) {
