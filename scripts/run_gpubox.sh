@@ -113,7 +113,8 @@ servers="$(env_or PSERVERS_IP_PORT_LIST "")"
 # Cluster launchers: mpirun (OMPI_*) and srun (SLURM_*) start the processes; GPUBox does the rest.
 # PADDLE_TRAINERS: PaddleRec's scripts' count; Paddle's cloud launcher's address list is not one.
 paddle_trainers="${PADDLE_TRAINERS:-}"
-case "$paddle_trainers" in *[,.:]*) paddle_trainers="" ;; esac  # an address list, not a count
+# An address list (a host's name alone starts with a letter), not a count.
+case "$paddle_trainers" in *[,.:]* | [A-Za-z]*) paddle_trainers="" ;; esac
 trainers_num="$(env_or TRAINERS_NUM "${paddle_trainers:-${OMPI_COMM_WORLD_SIZE:-${SLURM_NTASKS:-1}}}")"
 pserver_nums="${PADDLE_PSERVER_NUMS:-${GPUBOX_PSERVER_NUMS:-1}}"
 trainer_id="$(env_or TRAINER_ID "${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}}")"

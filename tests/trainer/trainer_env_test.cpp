@@ -137,6 +137,9 @@ TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {
   EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "2x"}, {"PADDLE_TRAINER_ID", "1"}}),
               HasSubstr("PADDLE_TRAINERS"));
   EXPECT_NE(refusal({{"PADDLE_TRAINERS", "2x"}, {"PADDLE_TRAINER_ID", "1"}}), "");
+  // One host's name is an address list of one, not a count.
+  EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "localhost"}, {"PADDLE_TRAINERS_NUM", "1"}}), "");
+  EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "node7"}}), "");
 }
 
 // Labels 0 .. n-1 in one slot each (key = label + 1): a share's labels say which rows it got.

@@ -1,6 +1,7 @@
 #include "trainer/schedule/trainer_env.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -71,10 +72,12 @@ TrainerEnv TrainerEnv::from_environment() {
   // so not read as one.
   std::string paddle_trainers_from;
   const char* listed = std::getenv("PADDLE_TRAINERS");
-  // An address list holds ',', '.' or ':'; anything else is read as the count, so a typo
-  // ("2x", "-2") is refused naming the variable rather than taken as one trainer.
-  const bool counted =
-      listed != nullptr && *listed != '\0' && std::strpbrk(listed, ",.:") == nullptr;
+  // An address list holds ',', '.' or ':', or is one host's name (it starts with a letter:
+  // "localhost"); what starts as a number is read as the count, so a typo ("2x", "-2") is refused
+  // naming the variable rather than taken as one trainer.
+  const bool counted = listed != nullptr && *listed != '\0' &&
+                       std::strpbrk(listed, ",.:") == nullptr &&
+                       std::isalpha(static_cast<unsigned char>(*listed)) == 0;
   const int paddle_trainers =
       counted ? env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from) : 0;
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
