@@ -83,8 +83,10 @@ std::optional<std::string> rank_folder(const std::string& path) {
 }
 
 // "<family>/<name>" when `path`'s components hold models/<family>/<name> for a PaddleRec family
-// other than rank (multitask, match, recall, ...): none of their networks is built here.
-std::optional<std::string> other_family_folder(const std::string& path) {
+// other than rank (multitask, match, recall, ...): none of their networks is built here. With
+// `in_checkout`, only where that models/ folder also holds rank/ (a PaddleRec checkout: a user's
+// own models/demo/v1 is not PaddleRec's).
+std::optional<std::string> other_family_folder(const std::string& path, bool in_checkout) {
   std::vector<std::string> parts;
   for (const auto& part : std::filesystem::path(path).lexically_normal()) {
     parts.push_back(part.string());
@@ -92,8 +94,12 @@ std::optional<std::string> other_family_folder(const std::string& path) {
   static const char* const kFamilies[] = {"multitask", "match",     "recall",
                                           "rerank",    "treebased", "contentunderstanding",
                                           "demo",      "multiview", "retrieval"};
+  std::filesystem::path models;
   for (std::size_t i = 0; i + 2 < parts.size(); ++i) {
+    models /= parts[i];
     if (parts[i] != "models" || parts[i + 2].empty()) continue;
+    std::error_code ec;
+    if (in_checkout && !std::filesystem::is_directory(models / "rank", ec)) continue;
     for (const char* family : kFamilies) {
       if (parts[i + 1] == family) return parts[i + 1] + "/" + parts[i + 2];
     }
@@ -223,10 +229,15 @@ StatusOr<NetworkChoice> network_from_paddlerec_folder(const std::string& workspa
     std::string folder = std::filesystem::path(config_path).parent_path().string();
     std::error_code ec;
     if (!folder.empty()) folder = std::filesystem::absolute(folder, ec).string();
-    for (const auto& [path, what] :
-         {std::pair<std::string, std::string>{workspace_path(workspace), "workspace " + workspace},
-          {folder, "the config's folder " + folder}}) {
-      if (auto other = other_family_folder(path + "/")) {
+    struct Place {
+      std::string path;
+      std::string what;
+      bool in_checkout;  // a workspace is PaddleRec's key: its models/<family> is PaddleRec's
+    };
+    for (const Place& place : {Place{workspace_path(workspace), "workspace " + workspace, false},
+                               Place{folder, "the config's folder " + folder, true}}) {
+      const std::string& what = place.what;
+      if (auto other = other_family_folder(place.path + "/", place.in_checkout)) {
         return Status::InvalidArgument(
             config_path + ": " + what + " names PaddleRec's network models/" + *other +
             ", which GPUBox does not build (it builds ranking networks, PaddleRec's models/rank); "

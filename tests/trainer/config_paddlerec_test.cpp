@@ -170,7 +170,8 @@ void expect_folders_refused_unless_the_key_says(ConfigTest& test, const std::str
   EXPECT_EQ(knowingly->hyper.model_source, "hyper_parameters.model");
 
   // A folder of another PaddleRec family (multitask, match, ...) or its workspace, and PaddleRec
-  // 1.x's dotted workspace, trained the dnn by default (exit 0): refused, unless the key says.
+  // 1.x's dotted workspace, trained the dnn by default (exit 0): refused, unless the key says
+  // (the folders are beside PaddleRec/models/rank, made above: a checkout).
   for (const char* folder : {"PaddleRec/models/multitask/mmoe", "PaddleRec/models/match/dssm"}) {
     auto other = test.load_in(folder, yaml);
     ASSERT_FALSE(other.ok()) << folder;
@@ -181,6 +182,10 @@ void expect_folders_refused_unless_the_key_says(ConfigTest& test, const std::str
         << other.status().to_string();
     EXPECT_TRUE(test.load_in(folder, yaml, {"hyper_parameters.model=dnn"}).ok()) << folder;
   }
+  // A user's own models/demo/v1 (no models/rank beside it) is no PaddleRec folder: the default.
+  auto own = test.load_in("mine/models/demo/v1", yaml);
+  ASSERT_TRUE(own.ok()) << own.status().to_string();
+  EXPECT_EQ(own->hyper.model, config::ModelKind::kDnn);
   auto mmoe = test.load_in("plain", yaml, {"workspace=models/multitask/mmoe"});
   ASSERT_FALSE(mmoe.ok());
   EXPECT_NE(mmoe.status().message().find("workspace models/multitask/mmoe names PaddleRec's"),
