@@ -184,14 +184,13 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
         "or drop the others (--drop_unknown_slots, runner.ignore_unknown_slots: true); '" +
         out_path + "' not written");
   }
-  // No instance (an empty input too): an empty output would pass for a conversion.
-  if (status.ok() && summary->written == 0) {
-    status = Status::InvalidArgument(
-        in_path + ": no valid instance (" + std::to_string(summary->stats.lines) + " lines" +
-        (summary->stats.lines == 0
-             ? ": the file is empty"
-             : ", " + std::to_string(summary->stats.skipped_lines()) + " malformed") +
-        "): '" + out_path + "' not written");
+  // Lines but no instance: an empty output would pass for a conversion. An empty input converts
+  // to an empty output (Spark's and Hadoop's empty part files; the caller says so).
+  if (status.ok() && summary->written == 0 && summary->stats.lines > 0) {
+    status = Status::InvalidArgument(in_path + ": no valid instance (" +
+                                     std::to_string(summary->stats.lines) + " lines, " +
+                                     std::to_string(summary->stats.skipped_lines()) +
+                                     " malformed): '" + out_path + "' not written");
   }
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));

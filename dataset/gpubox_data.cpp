@@ -370,6 +370,10 @@ int run_convert(const cli::ParsedArgs& args) {
     }
   }
   if (!st.ok()) return fail(st);
+  if (summary.stats.lines == 0) {
+    std::fprintf(stderr, "gpubox_data convert: %s is empty: %s written empty\n",
+                 args.positionals[0].c_str(), args.positionals[1].c_str());
+  }
   std::printf("converted %llu instances (%llu lines, %llu skipped) from %s to %s\n",
               static_cast<unsigned long long>(summary.written),
               static_cast<unsigned long long>(summary.stats.lines),
