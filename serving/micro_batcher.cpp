@@ -31,8 +31,11 @@ void MicroBatcher::join() {
 
 bool queue_admits(std::size_t queued, std::size_t n, const BatcherOptions& options) {
   if (queued == 0) return true;
-  const std::size_t limit = n > options.max_batch_instances
-                                ? options.max_queued_instances - options.max_queued_instances / 8
+  const std::size_t heavy_limit = options.max_queued_instances - options.max_queued_instances / 8;
+  // A request over seven eighths on its own may use the whole queue (kept to the heavy limit,
+  // it would wait for an empty queue, which steady light traffic never leaves).
+  const std::size_t limit = n > options.max_batch_instances && n <= heavy_limit
+                                ? heavy_limit
                                 : options.max_queued_instances;
   return queued + n <= limit;
 }

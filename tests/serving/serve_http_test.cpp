@@ -244,6 +244,10 @@ TEST(MicroBatcherQueue, ItsLastEighthIsKeptForRequestsOfOneBatch) {
   EXPECT_TRUE(queue_admits(63, 1, o));
   EXPECT_FALSE(queue_admits(63, 2, o));  // past the whole queue
   EXPECT_FALSE(queue_admits(57, 9, o));
+  // Over seven eighths on its own: the whole queue, not only an empty one (light traffic never
+  // leaves it empty).
+  EXPECT_TRUE(queue_admits(4, 60, o));
+  EXPECT_FALSE(queue_admits(5, 60, o));
 }
 
 // A child process; its stdout is read through a pipe.
