@@ -137,6 +137,19 @@ TEST_F(BadInputBinaries, PredictionsOutIsCheckedFirstAndWrittenWhole) {
             std::string::npos)
       << refused.output;
   EXPECT_EQ(refused.output.find("infer: save:"), std::string::npos) << refused.output;
+  // With several trainers each evaluates its share: one file would hold a share alone.
+  std::vector<std::string> two = testing::kLocalTier;
+  two.insert(two.end(), {"PADDLE_TRAINERS_NUM=2", "PADDLE_TRAINER_ID=0"});
+  const Finished shared = testing::run_to_end(
+      GPUBOX_TRAIN_BIN,
+      {"--config", (root_ / "config.yaml").string(), "--mode", "infer", "--load", save + "/0",
+       "--predictions_out", (root_ / "shared.txt").string()},
+      two, root_.string(), 60);
+  EXPECT_EQ(shared.status, 1) << shared.output;
+  EXPECT_NE(shared.output.find("--predictions_out with 2 trainers (PADDLE_TRAINERS_NUM=2)"),
+            std::string::npos)
+      << shared.output;
+  EXPECT_FALSE(fs::exists(root_ / "shared.txt"));
 
   const fs::path kept = root_ / "predictions.txt";
   std::ofstream(kept) << "1 0.5\n";

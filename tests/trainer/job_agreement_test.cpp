@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +102,49 @@ TEST_F(JobAgreementTest, AnotherTrainerCountOrCardCountIsRefused) {
   const auto cards = run({config(), config()}, {2, 2}, {2, 1});
   EXPECT_THAT(cards[1], HasSubstr("cards per trainer (FLAGS_selected_gpus): trainer 0 has 2, "
                                   "trainer 1 (this one) 1"));
+}
+
+// The data files each trainer lists and takes its share of: other files (or sizes) are refused
+// (each took its block of its own list: a file trained twice and one never, exit 0); the same
+// files under another mount point agree.
+TEST_F(JobAgreementTest, OtherDataFilesAreRefusedTheSameUnderAnotherMountAgree) {
+  const auto folder = [&](const std::string& path, const std::vector<std::string>& texts) {
+    fs::create_directories(root_ / path);
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      std::ofstream(root_ / path / ("part-0000" + std::to_string(i))) << texts[i];
+    }
+    return "runner.train_data_dir=" + (root_ / path).string();
+  };
+  const std::string a = folder("here/train", {"1 2\n", "3 4 5\n"});
+  const std::string copy = folder("there/train", {"1 2\n", "3 4 5\n"});
+  const std::string other = folder("other/train", {"1 2\n", "3 4 5 6\n"});
+  EXPECT_EQ(run({config({a}), config({copy})}, {2, 2}, {1, 1}), std::vector<std::string>(2, ""));
+  fs::remove_all(root_ / "rendezvous");
+  const auto errors = run({config({a}), config({other})}, {2, 2}, {1, 1});
+  EXPECT_THAT(errors[0], HasSubstr("training data files (their folder, name and size): trainer 1 "
+                                   "has 2 files, 12 bytes, digest "));
+  EXPECT_THAT(errors[0], HasSubstr("trainer 0 (this one) 2 files, 10 bytes, digest "));
+  EXPECT_THAT(errors[1], HasSubstr("(first: train/part-00000)"));
+}
+
+// What shapes the job's meetings though no result: how many passes an epoch, whether it
+// evaluates and saves, the AUC's buckets (one trainer waited alone at a meeting, or a gather of
+// another size aborted the job): refused at the start naming them.
+TEST_F(JobAgreementTest, OtherPassesEvaluationSavesOrAucBucketsAreRefused) {
+  const std::string train =
+      (fs::path(GPUBOX_SOURCE_DIR) / "configs/data/sample_data/train").string();
+  const auto errors =
+      run({config({"runner.test_data_dir=" + train}),
+           config({"runner.pass_dirs=[" + train + ", " + train + "]", "runner.auc_buckets_log2=21",
+                   "runner.model_save_path=" + (root_ / "saves").string()})},
+          {2, 2}, {1, 1});
+  EXPECT_THAT(errors[1], HasSubstr("passes an epoch (runner.pass_dirs): trainer 0 has 1, trainer "
+                                   "1 (this one) 2"));
+  EXPECT_THAT(errors[1], HasSubstr("evaluates each epoch (runner.test_data_dir): trainer 0 has "
+                                   "yes, trainer 1 (this one) no"));
+  EXPECT_THAT(errors[1], HasSubstr("runner.auc_buckets_log2: trainer 0 has 20"));
+  EXPECT_THAT(errors[1], HasSubstr("saves (runner.model_save_path, runner.save_mode): trainer 0 "
+                                   "has no, trainer 1 (this one) base"));
 }
 
 TEST_F(JobAgreementTest, ATrainerThatNeverComesIsNamed) {

@@ -183,6 +183,13 @@ int run_infer(const gpubox::trainer::TrainerConfig& config,
   job.keep_predictions = !FLAGS_predictions_out.empty();
   std::unique_ptr<PredictionsOut> predictions;
   if (job.keep_predictions) {
+    // Each trainer evaluates its share of the files: its file would hold that share alone (and
+    // trainers in one folder raced on one file).
+    GPUBOX_EXPECTS(env.trainers == 1, "--predictions_out with ", env.trainers, " trainers (",
+                   env.trainers_from, "=", env.trainers,
+                   "): each trainer evaluates its share of the data, so its lines would be that "
+                   "share's alone; write them from one trainer (PADDLE_TRAINERS_NUM=1 reads all "
+                   "the data), or leave the flag out for the job's metrics");
     check_not_an_input(FLAGS_predictions_out, infer_inputs(config, job), config.config_path);
     predictions = std::make_unique<PredictionsOut>(FLAGS_predictions_out);
   }

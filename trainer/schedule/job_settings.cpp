@@ -2,8 +2,15 @@
 
 #include <xxhash.h>
 
+#include <exception>
+#include <filesystem>
 #include <set>
+#include <system_error>
 #include <vector>
+
+#include "common/config/config_enums.hpp"
+#include "dataset/memory_source.hpp"
+#include "table/io/save_dir.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -41,6 +48,55 @@ std::string unescaped(const std::string& text) {
   return out;
 }
 
+// A file as the trainers compare it: its folder's name and its own (the data's mount point may
+// differ between machines), and its size (copies differ in times).
+std::string listed_file(const std::string& file) {
+  if (dataset::is_memory_source(file)) {
+    return "in memory, digest " + std::to_string(dataset::find_memory_source(file).digest);
+  }
+  const std::filesystem::path path(file);
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  return (path.parent_path().filename() / path.filename()).string() + " " +
+         (ec ? std::string("(no size)") : std::to_string(bytes));
+}
+
+// The data every trainer lists and takes its share of (trainer_file_share): the same files, or
+// one trains a file another also trains and a file goes untrained, unsaid. "<n> files, <bytes>
+// bytes, digest <hex> (first: <folder/name>)", or why they could not be listed (evaluating or
+// exporting lists none: those compare as they fail).
+std::string data_listing(const RunnerConfig& runner) {
+  std::vector<std::vector<std::string>> passes;
+  try {
+    if (!runner.pass_dirs.empty()) {
+      for (const std::string& dir : runner.pass_dirs) passes.push_back(data_files(dir));
+    } else if (!runner.train_data_dir.empty()) {
+      passes.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
+    }
+  } catch (const std::exception& e) {
+    return std::string("(not listed: ") + e.what() + ")";
+  }
+  std::string text;
+  std::size_t files = 0;
+  uint64_t bytes = 0;
+  std::string first;
+  for (const auto& pass : passes) {
+    for (const std::string& file : pass) {
+      const std::string entry = listed_file(file);
+      text += entry + '\n';
+      ++files;
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(file, ec);
+      if (!ec) bytes += size;
+      if (first.empty()) first = entry.substr(0, entry.rfind(' '));
+    }
+    text += "|\n";
+  }
+  return std::to_string(files) + " files, " + std::to_string(bytes) + " bytes, digest " +
+         table::io::hex64(XXH3_64bits(text.data(), text.size())) +
+         (first.empty() ? std::string() : " (first: " + first + ")");
+}
+
 std::string value_or_unset(const JobSettings& settings, const std::string& key) {
   const auto found = settings.find(key);
   return found == settings.end() ? "(not set)" : found->second;
@@ -59,6 +115,19 @@ JobSettings job_settings(const TrainerConfig& config, const TrainerEnv& env,
       settings[key] = value;
     }
   }
+  if (env.trainers == 1) return settings;
+  // What no result depends on but every trainer must do alike, or one waits alone at a meeting
+  // the others never come to (a pass, an evaluation, a save) or gathers another size.
+  const RunnerConfig& runner = config.runner;
+  settings["passes an epoch (runner.pass_dirs)"] =
+      std::to_string(runner.pass_dirs.empty() ? 1 : runner.pass_dirs.size());
+  settings["evaluates each epoch (runner.test_data_dir)"] =
+      runner.test_data_dir.empty() ? "no" : "yes";
+  settings["runner.auc_buckets_log2"] = std::to_string(runner.auc_buckets_log2);
+  const bool saves = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
+  settings["saves (runner.model_save_path, runner.save_mode)"] =
+      saves ? std::string(name_of(config::kSaveKindNames, runner.save_mode)) : "no";
+  settings["training data files (their folder, name and size)"] = data_listing(runner);
   return settings;
 }
 

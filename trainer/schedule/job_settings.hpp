@@ -20,8 +20,8 @@ using JobSettings = std::map<std::string, std::string>;  // what -> its value as
 
 // What to do when they differ (the end of every such refusal).
 inline constexpr const char* kGiveTheSameSettings =
-    "every trainer of a job trains one model, so give each the same config, -o overrides and "
-    "trainer count";
+    "every trainer of a job trains one model, so give each the same config, -o overrides, "
+    "trainer count and data files (each trains its share of the list all of them make)";
 
 // This trainer's settings; `parallelism` names its per-trainer parallelism (e.g. "cards per
 // trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. `threads_shape_job`:
