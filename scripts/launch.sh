@@ -265,30 +265,44 @@ done
 [ "${#pids[@]}" -gt 0 ] || die "nothing to start on POD_IP=$pod_ip (no endpoint of --servers/--workers is on it)"
 
 # Until every worker here finished: the first failure (a worker's non-zero status, or a server
-# that exits while workers run) stops everything.
+# that exits while workers run) stops everything. `wait -n` takes them in the order they ended (a
+# poll in index order named worker 0, which failed because worker 1 had been killed).
+declare -A index_of=()
+for k in "${!pids[@]}"; do index_of[${pids[$k]}]=$k; done
 left=$workers_here
 while true; do
-  for k in "${!pids[@]}"; do
-    pid="${pids[$k]}"
-    if [ -z "$pid" ] || kill -0 "$pid" 2>/dev/null; then continue; fi  # gone or still running
-    status=0
-    wait "$pid" || status=$?
-    pids[k]=""
-    if [ "${kinds[$k]}" = worker ] && [ "$status" = 0 ]; then
-      left=$((left - 1))
-      echo "launch: ${names[$k]} finished"
-      continue
-    fi
-    if [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && [ "$role" = PSERVER ]; then
-      servers_here=$((servers_here - 1))
-      echo "launch: ${names[$k]} exited with its job"
-      continue
-    fi
+  live=()
+  for k in "${!pids[@]}"; do [ -z "${pids[$k]}" ] || live+=("${pids[$k]}"); done
+  [ "${#live[@]}" -gt 0 ] || exit 0
+  status=0
+  pid=""
+  wait -n -p pid "${live[@]}" || status=$?
+  [ -n "$pid" ] || exit 0  # nothing left to wait for
+  k="${index_of[$pid]}"
+  pids[k]=""
+  if [ "${kinds[$k]}" = worker ] && [ "$status" = 0 ]; then
+    left=$((left - 1))
+    echo "launch: ${names[$k]} finished"
+  elif [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && [ "$role" = PSERVER ]; then
+    servers_here=$((servers_here - 1))
+    echo "launch: ${names[$k]} exited with its job"
+  else
     echo "launch: ${names[$k]} exited with status $status; stopping the job. Last lines of ${logs[$k]}:" >&2
     tail -n 15 "${logs[$k]}" >&2
+    # A process's end is often what made another fail: name those gone since.
+    sleep 0.2
+    for j in "${!pids[@]}"; do
+      other="${pids[$j]}"
+      if [ -n "$other" ] && ! kill -0 "$other" 2>/dev/null; then
+        other_status=0
+        wait "$other" 2>/dev/null || other_status=$?
+        pids[j]=""
+        echo "launch: ${names[$j]} exited too, with status $other_status (${logs[$j]})" >&2
+      fi
+    done
     [ "${kinds[$k]}" = server ] && [ "$status" = 0 ] && status=1
     exit "$status"
-  done
+  fi
   if [ "$workers_here" -gt 0 ] && [ "$left" = 0 ]; then
     echo "launch: every worker finished"
     exit 0
@@ -297,5 +311,4 @@ while true; do
     echo "launch: every server here exited with its job"
     exit 0
   fi
-  sleep 0.2
 done

@@ -181,6 +181,23 @@ if [ "$gpus" -ge 2 ]; then
     [ -f output/model_collective/0/MODEL_MANIFEST ] || { ls -R output >&2 || true; fail "--gpus x $workers: no save"; }
   done
   grep -q "worker 1 of 2 on cards 1 " out.txt || fail "trainer 1 was not given card 1"
+  # Worker 1 killed: launch.sh names it and exits with its status (worker 0, failing at once for
+  # its lost peer, was named first: the workers were polled in index order).
+  rm -rf log output
+  "$repo/scripts/launch.sh" --gpus 0,1 --worker_num 2 -o runner.epochs=100000 -o runner.metrics_path= \
+    -o runner.model_save_path= >out.txt 2>&1 &
+  job=$!
+  trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+  for _ in $(seq 1 600); do grep -q "^pass: 1" log/workerlog.0 2>/dev/null && break; sleep 0.1; done
+  grep -q "^pass: 1" log/workerlog.0 || { kill "$job"; cat out.txt; fail "killed worker: no pass 1"; }
+  kill -KILL "$(ps -o pid=,args= --ppid "$job" | awk '$2 ~ /\/gpubox_train$/ { print $1 }' | sed -n 2p)"
+  status=0
+  timeout 60 tail --pid="$job" -f /dev/null || true
+  wait "$job" || status=$?
+  trap 'rm -rf "$work"' EXIT
+  first="$(grep -m1 "exited with status" out.txt || true)"
+  [[ "$first" == "launch: worker 1 exited with status 137"* ]] || { cat out.txt; fail "killed worker 1: first named '$first'"; }
+  [ "$status" = 137 ] || { cat out.txt; fail "killed worker 1: launch.sh exited $status, not 137"; }
 else
   echo "launch_test: SKIPPED Collective --gpus 0,1 (1 and 2 trainers): needs 2 GPUs, $gpus counted by $counted_by"
 fi
