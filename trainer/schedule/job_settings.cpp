@@ -48,23 +48,12 @@ std::string unescaped(const std::string& text) {
   return out;
 }
 
-// A file as the trainers compare it: its folder's name and its own (the data's mount point may
-// differ between machines), and its size (copies differ in times).
-std::string listed_file(const std::string& file) {
-  if (dataset::is_memory_source(file)) {
-    return "in memory, digest " + std::to_string(dataset::find_memory_source(file).digest);
-  }
-  const std::filesystem::path path(file);
-  std::error_code ec;
-  const auto bytes = std::filesystem::file_size(path, ec);
-  return (path.parent_path().filename() / path.filename()).string() + " " +
-         (ec ? std::string("(no size)") : std::to_string(bytes));
-}
-
 // The data every trainer lists and takes its share of (trainer_file_share): the same files, or
-// one trains a file another also trains and a file goes untrained, unsaid. "<n> files, <bytes>
-// bytes, digest <hex> (first: <folder/name>)", or why they could not be listed (evaluating or
-// exporting lists none: those compare as they fail).
+// one trains a file another also trains and a file goes untrained, unsaid. A file is compared by
+// its folder's name and its own (the data's mount point may differ between machines) and its
+// size (copies differ in times); a data set in memory by its rows' digest. "<n> files, <bytes>
+// bytes[, <r> rows in memory], digest <hex> (first: <folder/name>)", or why they could not be
+// listed (evaluating or exporting lists none: those compare as they fail).
 std::string data_listing(const RunnerConfig& runner) {
   std::vector<std::vector<std::string>> passes;
   try {
@@ -78,22 +67,33 @@ std::string data_listing(const RunnerConfig& runner) {
   }
   std::string text;
   std::size_t files = 0;
+  std::size_t rows = 0;
   uint64_t bytes = 0;
   std::string first;
   for (const auto& pass : passes) {
     for (const std::string& file : pass) {
-      const std::string entry = listed_file(file);
+      std::string entry;
+      if (dataset::is_memory_source(file)) {
+        const dataset::MemorySource source = dataset::find_memory_source(file);
+        rows += source.block->size();
+        entry = "in memory " + std::to_string(source.digest);
+      } else {
+        const std::filesystem::path path(file);
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(path, ec);
+        if (!ec) bytes += size;
+        ++files;
+        entry = (path.parent_path().filename() / path.filename()).string();
+        if (first.empty()) first = entry;
+        entry += ec ? std::string(" (no size)") : " " + std::to_string(size);
+      }
       text += entry + '\n';
-      ++files;
-      std::error_code ec;
-      const auto size = std::filesystem::file_size(file, ec);
-      if (!ec) bytes += size;
-      if (first.empty()) first = entry.substr(0, entry.rfind(' '));
     }
     text += "|\n";
   }
-  return std::to_string(files) + " files, " + std::to_string(bytes) + " bytes, digest " +
-         table::io::hex64(XXH3_64bits(text.data(), text.size())) +
+  return std::to_string(files) + " files, " + std::to_string(bytes) + " bytes" +
+         (rows > 0 ? ", " + std::to_string(rows) + " rows in memory" : std::string()) +
+         ", digest " + table::io::hex64(XXH3_64bits(text.data(), text.size())) +
          (first.empty() ? std::string() : " (first: " + first + ")");
 }
 

@@ -24,7 +24,10 @@ inline constexpr const char* kGiveTheSameSettings =
     "trainer count and data files (each trains its share of the list all of them make)";
 
 // This trainer's settings; `parallelism` names its per-trainer parallelism (e.g. "cards per
-// trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. `threads_shape_job`:
+// trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. In a job of several
+// trainers also what shapes its meetings though no result (passes an epoch, whether it evaluates
+// and saves, the AUC's buckets) and the training data files each lists (folder, name and size;
+// a data set in memory by its digest), of which each takes its share. `threads_shape_job`:
 // runner.thread_num is compared (the PS modes' training threads) rather than left to each machine
 // (the gpubox mode's reader threads).
 JobSettings job_settings(const TrainerConfig& config, const TrainerEnv& env,
