@@ -111,6 +111,21 @@ def test_two_trainers_split_a_dataframe_as_its_files(planted: dict[str, Any],
         assert from_frame[t]["passes"] == from_files[t]["passes"]
 
 
+def test_trainers_given_different_dataframes_are_refused(planted: dict[str, Any],
+                                                        tmp_path: pathlib.Path) -> None:
+    """Each trainer takes its share of its own data set: given different frames (a shard each,
+    as one feeds other engines), rows were trained twice or never, and the job returned."""
+    pytest.importorskip("pandas")
+    overrides = job_overrides(planted, tmp_path, **{"runner.model_save_path": ""})
+    results = run_job(tmp_path, "frames", overrides, frame=planted["train"],
+                      per_trainer={1: {"frame": str(planted["test"])}})
+    for t in range(2):
+        error = results[t]["error"] or ""
+        assert "were started with different settings: training data files" in error, error
+        assert "40000 rows in memory" in error and "5000 rows in memory" in error, error
+        assert results[t]["passes"] == []
+
+
 def test_a_stop_in_one_trainer_ends_every_trainer_after_the_same_pass(
         planted: dict[str, Any], tmp_path: pathlib.Path) -> None:
     overrides = job_overrides(planted, tmp_path, **{"runner.epochs": 3,
