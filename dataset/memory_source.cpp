@@ -16,10 +16,18 @@ namespace {
 constexpr const char kPrefix[] = "memory:";
 constexpr char kShareMark = '@';  // "memory:<id>@<trainer>/<trainers>"
 
+// A registered source, and the runs holding it (MemorySourcePins): released while held, it goes
+// when the last of them ends.
+struct Entry {
+  MemorySource source;
+  int pins = 0;
+  bool released = false;
+};
+
 struct Registry {
   Mutex mu;
   uint64_t next GPUBOX_GUARDED_BY(mu) = 0;
-  std::map<std::string, MemorySource> named GPUBOX_GUARDED_BY(mu);
+  std::map<std::string, Entry> named GPUBOX_GUARDED_BY(mu);
 };
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: safe from any thread at exit
@@ -61,14 +69,43 @@ std::string register_memory_source(InstanceBlock block, std::vector<std::string>
   Registry& r = registry();
   MutexLock lock(r.mu);
   std::string name = kPrefix + std::to_string(r.next++);
-  r.named.emplace(name, std::move(source));
+  r.named.emplace(name, Entry{std::move(source), 0, false});
   return name;
 }
 
 void unregister_memory_source(const std::string& name) {
   Registry& r = registry();
   MutexLock lock(r.mu);
-  r.named.erase(name);
+  const auto found = r.named.find(name);
+  if (found == r.named.end()) return;
+  if (found->second.pins > 0) {
+    found->second.released = true;  // the runs holding it read it to their end
+  } else {
+    r.named.erase(found);
+  }
+}
+
+MemorySourcePins::MemorySourcePins(const std::vector<std::string>& names) {
+  Registry& r = registry();
+  MutexLock lock(r.mu);
+  for (const std::string& name : names) {
+    if (!is_memory_source(name)) continue;
+    const std::string whole = name.substr(0, name.find(kShareMark));
+    const auto found = r.named.find(whole);
+    if (found == r.named.end()) continue;  // its first read names it
+    ++found->second.pins;
+    pinned_.push_back(whole);
+  }
+}
+
+MemorySourcePins::~MemorySourcePins() {
+  Registry& r = registry();
+  MutexLock lock(r.mu);
+  for (const std::string& name : pinned_) {
+    const auto found = r.named.find(name);
+    if (found == r.named.end()) continue;
+    if (--found->second.pins == 0 && found->second.released) r.named.erase(found);
+  }
 }
 
 namespace {
@@ -79,7 +116,7 @@ MemorySource find_registered(const std::string& name) {
   const auto found = r.named.find(name);
   GPUBOX_EXPECTS(found != r.named.end(), "in-memory data set '", name,
                  "' is not registered (released, or from another process)");
-  return found->second;
+  return found->second.source;
 }
 
 // Rows [begin, end) of trainer t's share of n rows among `trainers` (trainer_file_share's split).

@@ -29,8 +29,23 @@ bool is_memory_source(const std::string& name);
 // Registers `block`, its keys in the slots `slot_names` (one per block slot), and returns its new
 // name ("memory:<n>").
 std::string register_memory_source(InstanceBlock block, std::vector<std::string> slot_names);
-// Drops the name (a data set already loaded keeps the block: it shares it, immutable).
+// Drops the name (a data set already loaded keeps the block: it shares it, immutable); while a
+// run holds it (MemorySourcePins), when the last such run ends.
 void unregister_memory_source(const std::string& name);
+
+// Holds the in-memory data sets among `names` (a share: its whole set) registered while it
+// lives: a run that reads them pass after pass is not cut short by a release meanwhile (a
+// Python Dataset released during training failed the run at its next pass's read).
+class MemorySourcePins {
+ public:
+  explicit MemorySourcePins(const std::vector<std::string>& names);
+  ~MemorySourcePins();
+  MemorySourcePins(const MemorySourcePins&) = delete;
+  MemorySourcePins& operator=(const MemorySourcePins&) = delete;
+
+ private:
+  std::vector<std::string> pinned_;
+};
 // The source `name` names; throws gpubox::Error naming it when none is registered. A share's
 // name (memory_source_share) gives that share's rows, with their own digest.
 MemorySource find_memory_source(const std::string& name);

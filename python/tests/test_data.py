@@ -32,6 +32,27 @@ def test_a_dataframe_trains_bit_for_bit_as_its_file(planted: dict[str, Any],
     assert len(from_frame.passes) == 2 and from_frame.epochs[-1].test is not None
 
 
+def test_a_dataset_released_during_training_is_read_to_the_runs_end(
+        planted: dict[str, Any], trained: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    """Dataset.release keeps a run's copy: the run reads every pass (it failed at the first pass
+    read after the release), and the name is gone once the run ends."""
+    config = planted_config(planted, tmp_path, **{
+        "runner.epochs": 3, "runner.train_data_dir": planted["test"], "runner.test_data_dir": "",
+        "runner.model_save_path": "", "runner.metrics_path": ""})
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    data = gpubox.Dataset.from_frame(read_slot_text(part), config)
+    name = data.name
+
+    def release_at_pass_0(p: gpubox.PassMetrics) -> None:
+        if p.pass_id == 0:
+            data.release()
+
+    result = gpubox.train(config, release_at_pass_0, train_data=data)
+    assert [p.metrics.examples for p in result.passes] == [5000, 5000, 5000]
+    with pytest.raises(gpubox.EngineError, match="not registered"):
+        gpubox.evaluate(trained["config"], trained["out"] / "model" / "2", name)
+
+
 def test_evaluate_a_dataframe(trained: dict[str, Any], planted: dict[str, Any]) -> None:
     config: gpubox.Config = trained["config"]
     save = trained["out"] / "model" / "2"

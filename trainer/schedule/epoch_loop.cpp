@@ -441,6 +441,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       tally.reset();
       // The epoch's end was under way and the reload lands right after its last pass.
       rerun_end = ending.has_value() && k == pass + 1;
+      cut_short = cut_short && rerun_end;  // that epoch's end is not run again otherwise
       if (!rerun_end) ending.reset();
     }
   }
@@ -519,6 +520,12 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
                                        const RunHooks& hooks) {
   const RunnerConfig& runner = config.runner;
   const RunPlan plan = plan_run(runner);
+  // Its data sets in memory stay registered to its end (a release meanwhile waits for it).
+  std::vector<std::string> sources = plan.test_files;
+  for (const auto& files : plan.pass_files) {
+    sources.insert(sources.end(), files.begin(), files.end());
+  }
+  const dataset::MemorySourcePins pinned(sources);
   for (const std::vector<std::string>& files : plan.pass_files) {
     check_memory_source_transform(files, config.dataset);
   }
