@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class JobAgreementTest : public ::testing::Test {
  protected:
@@ -61,6 +62,15 @@ class JobAgreementTest : public ::testing::Test {
     }
     for (auto& thread : threads) thread.join();
     return errors;
+  }
+
+  // A folder under root_ holding a file part-0000<i> of each text; its path.
+  std::string folder(const std::string& path, const std::vector<std::string>& texts) const {
+    fs::create_directories(root_ / path);
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      std::ofstream(root_ / path / ("part-0000" + std::to_string(i))) << texts[i];
+    }
+    return (root_ / path).string();
   }
 
   fs::path root_;
@@ -106,25 +116,59 @@ TEST_F(JobAgreementTest, AnotherTrainerCountOrCardCountIsRefused) {
 
 // The data files each trainer lists and takes its share of: other files (or sizes) are refused
 // (each took its block of its own list: a file trained twice and one never, exit 0); the same
-// files under another mount point agree.
+// files in another folder (another mount point or name) agree, and so do other files where each
+// reads its own whole.
 TEST_F(JobAgreementTest, OtherDataFilesAreRefusedTheSameUnderAnotherMountAgree) {
-  const auto folder = [&](const std::string& path, const std::vector<std::string>& texts) {
-    fs::create_directories(root_ / path);
-    for (std::size_t i = 0; i < texts.size(); ++i) {
-      std::ofstream(root_ / path / ("part-0000" + std::to_string(i))) << texts[i];
-    }
-    return "runner.train_data_dir=" + (root_ / path).string();
-  };
   const std::string a = folder("here/train", {"1 2\n", "3 4 5\n"});
-  const std::string copy = folder("there/train", {"1 2\n", "3 4 5\n"});
+  const std::string copy = folder("there/data_copy", {"1 2\n", "3 4 5\n"});
   const std::string other = folder("other/train", {"1 2\n", "3 4 5 6\n"});
-  EXPECT_EQ(run({config({a}), config({copy})}, {2, 2}, {1, 1}), std::vector<std::string>(2, ""));
+  EXPECT_EQ(run({config({"runner.train_data_dir=" + a}), config({"runner.train_data_dir=" + copy})},
+                {2, 2}, {1, 1}),
+            std::vector<std::string>(2, ""));
   fs::remove_all(root_ / "rendezvous");
-  const auto errors = run({config({a}), config({other})}, {2, 2}, {1, 1});
-  EXPECT_THAT(errors[0], HasSubstr("training data files (their folder, name and size): trainer 1 "
-                                   "has 2 files, 12 bytes, digest "));
+  const auto errors =
+      run({config({"runner.train_data_dir=" + a}), config({"runner.train_data_dir=" + other})},
+          {2, 2}, {1, 1});
+  EXPECT_THAT(errors[0], HasSubstr("training data files (their name and size): trainer 1 has 2 "
+                                   "files, 12 bytes, digest "));
   EXPECT_THAT(errors[0], HasSubstr("trainer 0 (this one) 2 files, 10 bytes, digest "));
-  EXPECT_THAT(errors[1], HasSubstr("(first: train/part-00000)"));
+  EXPECT_THAT(errors[1], HasSubstr("(first: part-00000)"));
+  // The test data each trainer evaluates its share of, alike.
+  fs::remove_all(root_ / "rendezvous");
+  const auto tests = run({config({"runner.train_data_dir=" + a, "runner.test_data_dir=" + a}),
+                          config({"runner.train_data_dir=" + a, "runner.test_data_dir=" + other})},
+                         {2, 2}, {1, 1});
+  EXPECT_THAT(tests[1], HasSubstr("test data files (their name and size): trainer 0 has 2 files, "
+                                  "10 bytes"));
+  EXPECT_THAT(tests[1], Not(HasSubstr("training data files")));
+  // The PS modes without runner.split_file_list: each trainer reads its own files whole (and
+  // evaluates every test file, gathering no AUC buckets).
+  fs::remove_all(root_ / "rendezvous");
+  EXPECT_EQ(run({config({"runner.train_data_dir=" + a, "runner.test_data_dir=" + a,
+                         "runner.sync_mode=async"}),
+                 config({"runner.train_data_dir=" + other, "runner.test_data_dir=" + other,
+                         "runner.auc_buckets_log2=21", "runner.sync_mode=async"})},
+                {2, 2}, {1, 1}),
+            std::vector<std::string>(2, ""));
+}
+
+// A job that only evaluates (--mode infer, gpubox.evaluate) compares the files it evaluates, not
+// the training data (which one machine may lack), and refuses others.
+TEST_F(JobAgreementTest, AnEvaluatingJobComparesTheFilesItEvaluates) {
+  const std::string a = folder("here/test", {"1 2\n", "3 4 5\n"});
+  const std::string other = folder("other/test", {"1 2\n", "3 4 5 6\n"});
+  const auto evaluating = [&](const std::string& train, const std::string& data) {
+    TrainerConfig c = config({"runner.train_data_dir=" + train});
+    c.evaluated_files = data_files(data);
+    return c;
+  };
+  EXPECT_EQ(run({evaluating(a, a), evaluating((root_ / "absent").string(), a)}, {2, 2}, {1, 1}),
+            std::vector<std::string>(2, ""));
+  fs::remove_all(root_ / "rendezvous");
+  const auto errors = run({evaluating(a, a), evaluating(a, other)}, {2, 2}, {1, 1});
+  EXPECT_THAT(errors[0], HasSubstr("evaluated data files (their name and size): trainer 1 has 2 "
+                                   "files, 12 bytes"));
+  EXPECT_THAT(errors[0], Not(HasSubstr("training data files")));
 }
 
 // What shapes the job's meetings though no result: how many passes an epoch, whether it

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,9 @@ struct TrainerConfig {
   // identity of a training job that a save records, so that runner.resume continues only the
   // same job (trainer/schedule/job_identity.hpp).
   std::map<std::string, std::string> job_keys;
+  // Set by a job that only evaluates (run_job.hpp's infer_job): the files it evaluates, which the
+  // trainers of a job compare instead of its training data (trainer/schedule/job_settings.hpp).
+  std::optional<std::vector<std::string>> evaluated_files;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }

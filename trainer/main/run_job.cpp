@@ -5,6 +5,7 @@
 #include "common/logging.hpp"
 #include "common/timer.hpp"
 #include "dataset/dataset_config.hpp"
+#include "dataset/memory_source.hpp"
 #include "table/io/model_manifest.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -95,7 +96,10 @@ EvalResult infer_job(const TrainerConfig& config, const TrainerEnv& env, const I
   const std::vector<SaveToEvaluate>& saves = in.saves;
   const std::vector<std::string>& files = in.files;
   check_memory_source_transform(files, config.dataset);
-  const std::unique_ptr<Schedule> schedule = make_schedule(infer_config(config), env);
+  const dataset::MemorySourcePins pinned(files);  // read save after save: kept to the end
+  TrainerConfig evaluating = infer_config(config);
+  evaluating.evaluated_files = files;  // what the job's trainers compare
+  const std::unique_ptr<Schedule> schedule = make_schedule(evaluating, env);
   StepHooks hooks;
   hooks.stop_flag = job.stop_flag;
   schedule->set_step_hooks(hooks);

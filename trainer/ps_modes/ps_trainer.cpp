@@ -205,9 +205,11 @@ void PsTrainer::start_job(bool recovery) {
   // scaled by them), not in async, where each trainer's Hogwild threads are its own.
   const bool agrees = !recovery && env_.trainers > 1;
   const bool threads_shape_job = config_.runner.sync_mode != SyncMode::kAsync;
-  const JobSettings settings =
-      job_settings(config_, env_, threads_shape_job ? "training threads (runner.thread_num)" : "",
-                   s.cards.num_local_cards(), threads_shape_job);
+  const JobSettings settings =  // (lists the data: not again at each recovery)
+      agrees ? job_settings(config_, env_,
+                            threads_shape_job ? "training threads (runner.thread_num)" : "",
+                            s.cards.num_local_cards(), threads_shape_job)
+             : JobSettings{};
   on_trainer_zero(
       [&] {
         // The servers are this job's before it writes its tables there. Beats as the peer

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <system_error>
 #include <vector>
@@ -49,52 +50,81 @@ std::string unescaped(const std::string& text) {
 }
 
 // The data every trainer lists and takes its share of (trainer_file_share): the same files, or
-// one trains a file another also trains and a file goes untrained, unsaid. A file is compared by
-// its folder's name and its own (the data's mount point may differ between machines) and its
-// size (copies differ in times); a data set in memory by its rows' digest. "<n> files, <bytes>
-// bytes[, <r> rows in memory], digest <hex> (first: <folder/name>)", or why they could not be
-// listed (evaluating or exporting lists none: those compare as they fail).
-std::string data_listing(const RunnerConfig& runner) {
-  std::vector<std::vector<std::string>> passes;
-  try {
-    if (!runner.pass_dirs.empty()) {
-      for (const std::string& dir : runner.pass_dirs) passes.push_back(data_files(dir));
-    } else if (!runner.train_data_dir.empty()) {
-      passes.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
-    }
-  } catch (const std::exception& e) {
-    return std::string("(not listed: ") + e.what() + ")";
-  }
+// one reads a file another also reads and a file goes unread, unsaid. A file is compared by its
+// name and size (the folder's mount point and name may differ between machines, copies differ in
+// times; the passes' order is kept); a data set in memory by its rows' digest. "<n> files,
+// <bytes> bytes[, <r> rows in memory], digest <hex> (first: <name>)", or why they could not be
+// listed (those compare as they fail).
+using ListFiles = std::function<std::vector<std::vector<std::string>>()>;
+
+std::string data_listing(const ListFiles& list) {
   std::string text;
   std::size_t files = 0;
   std::size_t rows = 0;
   uint64_t bytes = 0;
   std::string first;
-  for (const auto& pass : passes) {
-    for (const std::string& file : pass) {
-      std::string entry;
-      if (dataset::is_memory_source(file)) {
-        const dataset::MemorySource source = dataset::find_memory_source(file);
-        rows += source.block->size();
-        entry = "in memory " + std::to_string(source.digest);
-      } else {
-        const std::filesystem::path path(file);
-        std::error_code ec;
-        const auto size = std::filesystem::file_size(path, ec);
-        if (!ec) bytes += size;
-        ++files;
-        entry = (path.parent_path().filename() / path.filename()).string();
-        if (first.empty()) first = entry;
-        entry += ec ? std::string(" (no size)") : " " + std::to_string(size);
+  try {
+    for (const auto& pass : list()) {
+      for (const std::string& file : pass) {
+        std::string entry;
+        if (dataset::is_memory_source(file)) {
+          const dataset::MemorySource source = dataset::find_memory_source(file);
+          rows += source.block->size();
+          entry = "in memory " + std::to_string(source.digest);
+        } else {
+          const std::filesystem::path path(file);
+          std::error_code ec;
+          const auto size = std::filesystem::file_size(path, ec);
+          if (!ec) bytes += size;
+          ++files;
+          entry = path.filename().string();
+          if (first.empty()) first = entry;
+          entry += ec ? std::string(" (no size)") : " " + std::to_string(size);
+        }
+        text += entry + '\n';
       }
-      text += entry + '\n';
+      text += "|\n";
     }
-    text += "|\n";
+  } catch (const std::exception& e) {
+    return std::string("(not listed: ") + e.what() + ")";
   }
   return std::to_string(files) + " files, " + std::to_string(bytes) + " bytes" +
          (rows > 0 ? ", " + std::to_string(rows) + " rows in memory" : std::string()) +
          ", digest " + table::io::hex64(XXH3_64bits(text.data(), text.size())) +
          (first.empty() ? std::string() : " (first: " + first + ")");
+}
+
+// The data listings a job of several trainers compares, where each reads its share of them: in
+// the gpubox mode what it evaluates (a --mode infer or gpubox.evaluate job), else what it trains
+// and evaluates each epoch; the PS modes evaluate every file on every trainer, and read every
+// training file on every trainer unless runner.split_file_list says (each its own data, as
+// PaddleRec's parameter-server workers).
+void add_data_listings(const TrainerConfig& config, JobSettings& settings) {
+  const RunnerConfig& runner = config.runner;
+  const bool gpubox = runner.sync_mode == SyncMode::kGpubox;
+  if (config.evaluated_files) {
+    if (gpubox) {
+      settings["evaluated data files (their name and size)"] = data_listing(
+          [&] { return std::vector<std::vector<std::string>>{*config.evaluated_files}; });
+    }
+    return;
+  }
+  if (gpubox || runner.split_file_list) {
+    settings["training data files (their name and size)"] = data_listing([&] {
+      std::vector<std::vector<std::string>> passes;
+      for (const std::string& dir : runner.pass_dirs) passes.push_back(data_files(dir));
+      if (passes.empty() && !runner.train_data_dir.empty()) {
+        passes.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
+      }
+      return passes;
+    });
+  }
+  if (gpubox && !runner.test_data_dir.empty()) {
+    settings["test data files (their name and size)"] = data_listing([&] {
+      return std::vector<std::vector<std::string>>{
+          data_files(runner.test_data_dir, runner.test_data_dirs)};
+    });
+  }
 }
 
 std::string value_or_unset(const JobSettings& settings, const std::string& key) {
@@ -123,11 +153,15 @@ JobSettings job_settings(const TrainerConfig& config, const TrainerEnv& env,
       std::to_string(runner.pass_dirs.empty() ? 1 : runner.pass_dirs.size());
   settings["evaluates each epoch (runner.test_data_dir)"] =
       runner.test_data_dir.empty() ? "no" : "yes";
-  settings["runner.auc_buckets_log2"] = std::to_string(runner.auc_buckets_log2);
+  // The gpubox mode gathers the AUC's buckets across trainers; the PS modes' trainers each their
+  // own.
+  if (runner.sync_mode == SyncMode::kGpubox) {
+    settings["runner.auc_buckets_log2"] = std::to_string(runner.auc_buckets_log2);
+  }
   const bool saves = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   settings["saves (runner.model_save_path, runner.save_mode)"] =
       saves ? std::string(name_of(config::kSaveKindNames, runner.save_mode)) : "no";
-  settings["training data files (their folder, name and size)"] = data_listing(runner);
+  add_data_listings(config, settings);
   return settings;
 }
 

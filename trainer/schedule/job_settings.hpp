@@ -26,10 +26,11 @@ inline constexpr const char* kGiveTheSameSettings =
 // This trainer's settings; `parallelism` names its per-trainer parallelism (e.g. "cards per
 // trainer (FLAGS_selected_gpus)"; "": not compared) and `units` is its count. In a job of several
 // trainers also what shapes its meetings though no result (passes an epoch, whether it evaluates
-// and saves, the AUC's buckets) and the training data files each lists (folder, name and size;
-// a data set in memory by its digest), of which each takes its share. `threads_shape_job`:
-// runner.thread_num is compared (the PS modes' training threads) rather than left to each machine
-// (the gpubox mode's reader threads).
+// and saves, the gpubox mode's AUC buckets) and the data files of which each reads its share
+// (name and size; a data set in memory by its digest): in the gpubox mode those it trains and
+// evaluates, or only evaluates (TrainerConfig::evaluated_files), in the PS modes those it trains
+// under runner.split_file_list. `threads_shape_job`: runner.thread_num is compared (the PS modes'
+// training threads) rather than left to each machine (the gpubox mode's reader threads).
 JobSettings job_settings(const TrainerConfig& config, const TrainerEnv& env,
                          const std::string& parallelism, int units, bool threads_shape_job);
 
