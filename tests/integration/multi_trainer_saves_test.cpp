@@ -161,6 +161,19 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
                 std::string::npos)
           << trainer->output();
     }
+    // One loads a save, the other not: the other names it as a load (its path read blank).
+    std::vector<std::string> fresh = args;
+    fresh.insert(fresh.end(), {"-o", "runner.model_save_path=", "-o", "runner.resume=off"});
+    std::vector<std::string> loads = fresh;
+    loads.insert(loads.end(), {"--load", (root_ / "saves_resume" / "1").string()});
+    auto loader = start_trainer("load_mixed", 0, 2, "0,1", "train_2x2", loads, endpoint);
+    auto plain = start_trainer("load_mixed", 1, 2, "0,1", "train_2x2", fresh, endpoint);
+    EXPECT_NE(plain->wait(kRunSeconds), 0) << plain->output();
+    EXPECT_NE(loader->wait(kRunSeconds), 0) << loader->output();
+    EXPECT_NE(plain->output().find("trainer 1 starts from scratch, trainer 0 from a save it was "
+                                   "given (--load or runner.model_init_path)"),
+              std::string::npos)
+        << plain->output();
   }
   // The delta chain loaded into 2 trainers evaluates as loaded into 1.
   const auto [one_out, two_out] = one_by_four_and_two_by_two(

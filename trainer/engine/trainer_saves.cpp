@@ -35,9 +35,13 @@ void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::
   const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
   const std::vector<int64_t> starts = gather_over_job(
       std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
-  auto describe = [&](int64_t how) {
+  // Another trainer's load is known here only as one (this trainer's own is named).
+  auto describe = [&](int64_t how, std::size_t trainer) {
+    const bool mine = trainer == static_cast<std::size_t>(env_.trainer_id) && !origin.empty();
     return how == 0   ? std::string("from scratch")
-           : how == 1 ? "from " + origin
+           : how == 1 ? (mine ? "from " + origin
+                              : std::string("from a save it was given (--load or "
+                                            "runner.model_init_path)"))
                       : "by resuming the save under " + config_.runner.model_save_path +
                             " whose MODEL_MANIFEST has digest " +
                             table::io::hex64(static_cast<uint64_t>(how));
@@ -45,7 +49,7 @@ void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::
   const auto cards = static_cast<std::size_t>(num_cards());
   for (std::size_t rank = cards; rank < starts.size(); rank += cards) {
     GPUBOX_EXPECTS(starts[rank] == starts[0], "trainer ", rank / cards, " starts ",
-                   describe(starts[rank]), ", trainer 0 ", describe(starts[0]),
+                   describe(starts[rank], rank / cards), ", trainer 0 ", describe(starts[0], 0),
                    ": every trainer must see the same saves (a folder they share) and "
                    "runner.resume, --load and runner.model_init_path alike");
   }
