@@ -31,6 +31,11 @@
 # died while workers ran), after every process started here was stopped.
 if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
 set -euo pipefail
+# `wait -n -p` (which process ended) came with bash 5.1.
+if ((BASH_VERSINFO[0] < 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] < 1))); then
+  echo "launch.sh: needs bash 5.1 or newer (this is $BASH_VERSION)" >&2
+  exit 2
+fi
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
@@ -277,7 +282,10 @@ while true; do
   status=0
   pid=""
   wait -n -p pid "${live[@]}" || status=$?
-  [ -n "$pid" ] || exit 0  # nothing left to wait for
+  if [ -z "$pid" ]; then  # none of those it waited for was its child: never so, unless bash errs
+    echo "launch: wait -n named no process (status $status) while ${#live[@]} ran; stopping the job" >&2
+    exit 1
+  fi
   k="${index_of[$pid]}"
   pids[k]=""
   if [ "${kinds[$k]}" = worker ] && [ "$status" = 0 ]; then
