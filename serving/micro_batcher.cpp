@@ -1,5 +1,6 @@
 #include "serving/micro_batcher.hpp"
 
+#include <algorithm>
 #include <exception>
 
 #include "common/error_report.hpp"
@@ -31,12 +32,15 @@ void MicroBatcher::join() {
 
 bool queue_admits(std::size_t queued, std::size_t n, const BatcherOptions& options) {
   if (queued == 0) return true;
-  const std::size_t heavy_limit = options.max_queued_instances - options.max_queued_instances / 8;
-  // A request over seven eighths on its own may use the whole queue (kept to the heavy limit,
-  // it would wait for an empty queue, which steady light traffic never leaves).
-  const std::size_t limit = n > options.max_batch_instances && n <= heavy_limit
-                                ? heavy_limit
-                                : options.max_queued_instances;
+  const std::size_t reserve = options.max_queued_instances / 8;
+  const std::size_t heavy_limit = options.max_queued_instances - reserve;
+  // A request over one batch stops at seven eighths, or, were it large, at its own size and the
+  // last eighth (a large request held to seven eighths would wait for an empty queue, which
+  // steady light traffic never leaves; and a larger one never finds room a smaller one lacks).
+  const std::size_t limit =
+      n > options.max_batch_instances
+          ? std::min(options.max_queued_instances, std::max(heavy_limit, n + reserve))
+          : options.max_queued_instances;
   return queued + n <= limit;
 }
 

@@ -38,8 +38,9 @@ struct BatcherOptions {
 // max_queued_instances, and a request over max_batch_instances may not pass seven eighths of it:
 // the last eighth is kept for requests of one batch or less, so that a client sending large
 // requests on many connections does not shut out a light one (20 connections of 4,096 instances
-// each refused a 1-instance client 9 tries in 10). A request larger than seven eighths itself
-// may fill the whole queue (else only an empty queue would take it).
+// each refused a 1-instance client 9 tries in 10). A request larger than six eighths stops at its
+// own size and the last eighth (held to seven eighths, only an empty queue would take one larger
+// than that), so a larger request never finds room a smaller one lacks.
 bool queue_admits(std::size_t queued, std::size_t n, const BatcherOptions& options);
 
 class MicroBatcher {

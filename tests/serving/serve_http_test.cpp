@@ -248,6 +248,18 @@ TEST(MicroBatcherQueue, ItsLastEighthIsKeptForRequestsOfOneBatch) {
   // leaves it empty).
   EXPECT_TRUE(queue_admits(4, 60, o));
   EXPECT_FALSE(queue_admits(5, 60, o));
+  // Large ones at their size and the last eighth: a larger request never finds room a smaller
+  // one lacks (one of 56 was refused behind 1 where one of 57 was taken behind 7).
+  EXPECT_TRUE(queue_admits(8, 56, o));
+  EXPECT_FALSE(queue_admits(9, 56, o));
+  EXPECT_TRUE(queue_admits(7, 57, o));
+  for (std::size_t n = 9; n < 64; ++n) {
+    for (std::size_t queued = 1; queued < 64; ++queued) {
+      if (queue_admits(queued, n + 1, o)) {
+        EXPECT_TRUE(queue_admits(queued, n, o)) << queued << " " << n;
+      }
+    }
+  }
 }
 
 // A child process; its stdout is read through a pipe.
