@@ -192,6 +192,16 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
                                      std::to_string(summary->stats.skipped_lines()) +
                                      " malformed): '" + out_path + "' not written");
   }
+  // No lines from an input that is not empty: its pipe_command gave none (a filter that drops
+  // every line, a decompressor that read nothing), not an empty part file.
+  if (const auto in_bytes = std::filesystem::file_size(in_path, ec);
+      status.ok() && summary->stats.lines == 0 && !ec && in_bytes > 0) {
+    status = Status::InvalidArgument(
+        in_path + " (" + std::to_string(in_bytes) + " bytes): no line came from it" +
+        (from.pipe_command.empty() ? std::string()
+                                   : " through its pipe_command '" + from.pipe_command + "'") +
+        ": '" + out_path + "' not written");
+  }
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
   }

@@ -242,6 +242,17 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   EXPECT_EQ(std::filesystem::file_size(dir.file("out")), 0u);
   EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
   std::filesystem::remove(dir.file("out"));
+  // A pipe_command that gives no line from an input that is not empty is not an empty part file.
+  DatasetConfig filtered = slot;
+  filtered.pipe_command = "sed -n /nothing-matches/p";
+  const std::string lines = dir.write("lines", "click:1 1:5\n");
+  st = convert_file(filtered, DataFormat::kMultiSlot, lines, dir.file("out"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.message();
+  EXPECT_NE(st.message().find(lines + " (12 bytes): no line came from it through its pipe_command "
+                                      "'sed -n /nothing-matches/p'"),
+            std::string::npos)
+      << st.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
   const std::string one = dir.write("one", "garbage\nclick:1 1:5\n");
   EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, one, dir.file("out"), &summary).ok());
   EXPECT_EQ(summary.written, 1u);
