@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <system_error>
 
@@ -116,6 +117,69 @@ void LineWriter::append(const InstanceRef& instance, std::string* out) const {
   out->push_back('\n');
 }
 
+namespace {
+
+// A gzip stream of nothing: Spark's and Hadoop's empty compressed part files (their trailer's
+// ISIZE, the uncompressed length mod 2^32, is 0).
+bool is_empty_gzip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  unsigned char size[4] = {1, 1, 1, 1};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  if (!in || magic[0] != 0x1f || magic[1] != 0x8b) return false;
+  in.seekg(-4, std::ios::end);
+  in.read(reinterpret_cast<char*>(size), 4);
+  return in && (size[0] | size[1] | size[2] | size[3]) == 0;
+}
+
+// What the read of `in_path` must have given for its conversion to be written: every slot among
+// those converted, an instance where there were lines, a line where the input was not empty.
+Status check_converted(const DatasetConfig& from, const std::string& in_path,
+                       const std::string& out_path, const ConvertSummary& summary) {
+  // Slots outside the slot list, not to be dropped: the list is wrong for this file, and the
+  // lines holding them would be left out of the output. Nothing is written.
+  const std::uint64_t unknown_slot_lines =
+      summary.stats.skipped_by_reason[static_cast<std::size_t>(ParseReason::kUnknownSlot)];
+  if (unknown_slot_lines > 0) {
+    std::string first;
+    for (const ParseErrorRecord& e : summary.stats.errors) {
+      if (e.reason == ParseReason::kUnknownSlot) {
+        first = " (first: " + e.to_string() + ")";
+        break;
+      }
+    }
+    return Status::InvalidArgument(
+        in_path + ": " + std::to_string(unknown_slot_lines) + " lines hold slots outside the " +
+        std::to_string(from.slots.size()) + " slots converted" + first +
+        ": give every slot of the file (--slots or the config's), "
+        "or drop the others (--drop_unknown_slots, runner.ignore_unknown_slots: true); '" +
+        out_path + "' not written");
+  }
+  // Lines but no instance: an empty output would pass for a conversion. An empty input converts
+  // to an empty output (Spark's and Hadoop's empty part files; the caller says so).
+  if (summary.written == 0 && summary.stats.lines > 0) {
+    return Status::InvalidArgument(in_path + ": no valid instance (" +
+                                   std::to_string(summary.stats.lines) + " lines, " +
+                                   std::to_string(summary.stats.skipped_lines()) +
+                                   " malformed): '" + out_path + "' not written");
+  }
+  // No lines from an input that is not empty: its pipe_command gave none (a filter that drops
+  // every line, a command that failed quietly), not an empty part file, unless the input is a
+  // compressed empty one.
+  std::error_code ec;
+  const auto in_bytes = std::filesystem::file_size(in_path, ec);
+  if (summary.stats.lines == 0 && !ec && in_bytes > 0 && !is_empty_gzip(in_path)) {
+    return Status::InvalidArgument(
+        in_path + " (" + std::to_string(in_bytes) + " bytes): no line came from it" +
+        (from.pipe_command.empty() ? std::string()
+                                   : " through its pipe_command '" + from.pipe_command + "'") +
+        ": '" + out_path + "' not written");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status convert_file(const DatasetConfig& from, DataFormat to, const std::string& in_path,
                     const std::string& out_path, ConvertSummary* summary) {
   if (to != DataFormat::kSlot && to != DataFormat::kMultiSlot) {
@@ -165,43 +229,7 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
     status = Status::Corruption(summary->stats.errors.back().to_string() + " (" +
                                 from.strict_parse_reason + ")");
   }
-  // Slots outside the slot list, not to be dropped: the list is wrong for this file, and the
-  // lines holding them would be left out of the output. Nothing is written.
-  const std::uint64_t unknown_slot_lines =
-      summary->stats.skipped_by_reason[static_cast<std::size_t>(ParseReason::kUnknownSlot)];
-  if (status.ok() && unknown_slot_lines > 0) {
-    std::string first;
-    for (const ParseErrorRecord& e : summary->stats.errors) {
-      if (e.reason == ParseReason::kUnknownSlot) {
-        first = " (first: " + e.to_string() + ")";
-        break;
-      }
-    }
-    status = Status::InvalidArgument(
-        in_path + ": " + std::to_string(unknown_slot_lines) + " lines hold slots outside the " +
-        std::to_string(from.slots.size()) + " slots converted" + first +
-        ": give every slot of the file (--slots or the config's), "
-        "or drop the others (--drop_unknown_slots, runner.ignore_unknown_slots: true); '" +
-        out_path + "' not written");
-  }
-  // Lines but no instance: an empty output would pass for a conversion. An empty input converts
-  // to an empty output (Spark's and Hadoop's empty part files; the caller says so).
-  if (status.ok() && summary->written == 0 && summary->stats.lines > 0) {
-    status = Status::InvalidArgument(in_path + ": no valid instance (" +
-                                     std::to_string(summary->stats.lines) + " lines, " +
-                                     std::to_string(summary->stats.skipped_lines()) +
-                                     " malformed): '" + out_path + "' not written");
-  }
-  // No lines from an input that is not empty: its pipe_command gave none (a filter that drops
-  // every line, a decompressor that read nothing), not an empty part file.
-  if (const auto in_bytes = std::filesystem::file_size(in_path, ec);
-      status.ok() && summary->stats.lines == 0 && !ec && in_bytes > 0) {
-    status = Status::InvalidArgument(
-        in_path + " (" + std::to_string(in_bytes) + " bytes): no line came from it" +
-        (from.pipe_command.empty() ? std::string()
-                                   : " through its pipe_command '" + from.pipe_command + "'") +
-        ": '" + out_path + "' not written");
-  }
+  if (status.ok()) status = check_converted(from, in_path, out_path, *summary);
   if (status.ok() && std::fclose(out.release()) != 0) {
     status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
   }

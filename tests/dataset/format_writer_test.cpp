@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -252,6 +253,25 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
                                       "'sed -n /nothing-matches/p'"),
             std::string::npos)
       << st.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
+  // ... but a gzip of nothing through its decompressor is one (Spark's compressed empty parts).
+  DatasetConfig gzipped = slot;
+  gzipped.pipe_command = "gzip -dc";
+  const std::string empty_gz =
+      dir.write("empty.gz", std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00"
+                                        "\x00\x00\x00\x00\x00\x00\x00\x00",
+                                        20));
+  st = convert_file(gzipped, DataFormat::kMultiSlot, empty_gz, dir.file("out"), &summary);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(summary.stats.lines, 0u);
+  EXPECT_EQ(std::filesystem::file_size(dir.file("out")), 0u);
+  std::filesystem::remove(dir.file("out"));
+  // A gzip of a line the filter drops is still refused.
+  gzipped.pipe_command = "gzip -dc | sed -n /nothing-matches/p";
+  ASSERT_EQ(std::system(("printf 'click:1 1:5\\n' | gzip -c > " + dir.file("line.gz")).c_str()), 0);
+  st =
+      convert_file(gzipped, DataFormat::kMultiSlot, dir.file("line.gz"), dir.file("out"), &summary);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.message();
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
   const std::string one = dir.write("one", "garbage\nclick:1 1:5\n");
   EXPECT_TRUE(convert_file(slot, DataFormat::kMultiSlot, one, dir.file("out"), &summary).ok());
