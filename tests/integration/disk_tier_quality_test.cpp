@@ -21,6 +21,7 @@
 #include "heterps/card_tier/card_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "tests/common/test_data_config.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/integration/trainer_rows.hpp"
 #include "trainer/config/config_loader.hpp"
 #include "trainer/engine/trainer.hpp"
@@ -144,6 +145,7 @@ TEST_F(DiskTierQuality, ForcedDiskTierTrainsExactlyAsInMemory) {
 // the budget, and the host table opens with the budget less both cards' share, at least its own
 // 1 MiB. Without runner.rocksdb_path the error names the missing disk tier, not the budget.
 TEST_F(DiskTierQuality, AHostBudgetTooSmallForThePinnedMemoryIsRefusedAtStart) {
+  GPUBOX_REQUIRE_CARDS(2);  // the pinned memory of 2 cards
   const std::vector<std::string> budget = {"runner.rocksdb_path=" + (root_ / "rocksdb").string(),
                                            "runner.host_memory_mb=2", "runner.prefetch_passes=1"};
   std::vector<std::string> no_card_budget = budget;

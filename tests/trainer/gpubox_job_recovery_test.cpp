@@ -34,6 +34,7 @@
 #include "table/sparse_row/accessor.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -111,6 +112,7 @@ class GpuboxJobRecovery : public ::testing::Test {
     gpubox::testing::write_planted_train_test(root_, &oracle);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override { GPUBOX_REQUIRE_CARDS(2); }  // a card a trainer
 
   // Trainer w's hooks: trainer 0 restarts server 1 at `at` (`restart`).
   static RunHooks hooks_of(int w, RestartAt at, const std::function<void()>& restart, JobRan* ran) {
@@ -169,6 +171,7 @@ class GpuboxJobRecovery : public ::testing::Test {
         env.trainer_id = w;
         env.trainers = 2;
         env.threads_per_card = 1;
+        env.selected_cards = device::testing::trainer_card(w);
         env.rendezvous = "file://" + (root_ / ("rendezvous_" + job.name)).string();
         std::unique_ptr<Trainer> trainer;
         // Caught before the trainer goes: it then tells the other one that it ended.

@@ -21,6 +21,7 @@
 #include "dataset/in_memory_dataset.hpp"
 #include "table/sparse_row/accessor.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/trainer/ps_pipeline_util.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -45,6 +46,7 @@ std::vector<dataset::Batch> read_batches(const TrainerConfig& cfg,
 }
 
 TEST(PsTrainerReadAhead, AnAsyncPassOfTwoThreadsPushesEveryOccurrenceOnce) {
+  GPUBOX_REQUIRE_CARDS(2);  // a training thread a card
   const fs::path root =
       fs::temp_directory_path() / ("gpubox_ps_read_ahead_" + std::to_string(::getpid()));
   fs::remove_all(root);
@@ -66,6 +68,7 @@ TEST(PsTrainerReadAhead, AnAsyncPassOfTwoThreadsPushesEveryOccurrenceOnce) {
   {
     TrainerEnv env;
     env.servers = shards.endpoints();
+    env.selected_cards = device::testing::card_list(2);  // cuda: the threads' cards
     PsTrainer trainer(cfg, env);
     ASSERT_EQ(trainer.threads(), 2);
     trainer.train_pass(train);

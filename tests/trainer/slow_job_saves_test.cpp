@@ -32,6 +32,7 @@
 #include "tests/common/scratch_root.hpp"
 #include "tests/common/test_data_config.hpp"
 #include "tests/dataset/planted_data.hpp"
+#include "tests/heterps/device/test_cards.hpp"
 #include "tests/table/server/slow_io_tier.hpp"
 #include "trainer/engine/trainer.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
@@ -98,6 +99,9 @@ class SlowJobSaves : public ::testing::TestWithParam<Mode> {
     gpubox::testing::write_small_train_test(root_, 3000, 300, 11, 8, 3, 2000, 2);
   }
   static void TearDownTestSuite() { fs::remove_all(root_); }
+  void SetUp() override {
+    if (GetParam() == Mode::kGpubox) GPUBOX_REQUIRE_CARDS(2);  // a card a trainer
+  }
 
   // The job's config: `epochs` passes, each saved under `saves` (resuming the newest save
   // there); trainer 0's client waits
@@ -129,6 +133,7 @@ class SlowJobSaves : public ::testing::TestWithParam<Mode> {
     env.trainer_id = w;
     env.trainers = 2;
     env.threads_per_card = 1;
+    env.selected_cards = device::testing::trainer_card(w);
     env.rendezvous = "file://" + rendezvous;
     try {
       if (GetParam() == Mode::kPsAsync) {

@@ -35,6 +35,11 @@ inline int cards_here(int cards) {
   return gpus < 0 ? cards : std::max(1, std::min(cards, gpus));
 }
 
+// The card of trainer `w` of a job of several trainers in one process: on cuda a GPU each, as a
+// launcher gives them (FLAGS_selected_gpus=w: NCCL refuses two ranks on one GPU); the cpu
+// backend's simulated card 0 for every trainer.
+inline std::string trainer_card(int w) { return visible_gpus() < 0 ? "0" : std::to_string(w); }
+
 }  // namespace gpubox::device::testing
 
 // At the top of a test body (or SetUp): skips the test when the machine lacks `cards` cards.
