@@ -181,7 +181,8 @@ void expect_masked_dx(const std::vector<char>& bytes, bool bf16, const MaskShape
 // (a third of them), and the columns past dx_cols untouched; batches 0, 1, 64 and 65 of the
 // strided shape, and a row's items split across threads (70 x 33). The activations are written
 // by A's forward, as the layer API asks (cuBLASLt's DRELU reads the mask that forward recorded):
-// A's input is one-hot rows, its weights the activations wanted, its bias 0, so Y_A = them.
+// A's input is one-hot rows, its weights the pre-activations wanted, its bias 0, so Y_A is their
+// ReLU.
 TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
   setenv("GPUBOX_BF16_EMULATION", "1", 1);
   Blas bf16_blas(card_);  // the CPU's bf16 GEMMs, else emulated
@@ -202,6 +203,14 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
     const auto as_read = [&](std::vector<float> v) {
       if (bf16) {
         for (float& x : v) x = to_float(to_bf16(x));
+      }
+      return v;
+    };
+    const auto decoded = [&](const std::vector<char>& bytes) {
+      std::vector<float> v(bytes.size() / element_bytes(mode.type));
+      for (std::size_t k = 0; k < v.size(); ++k) {
+        v[k] = bf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[k])
+                    : reinterpret_cast<const float*>(bytes.data())[k];
       }
       return v;
     };
@@ -230,12 +239,16 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       layer_a.prepare(s.batch);
       layer_b.prepare(s.batch);
       SCOPED_TRACE(expect_mask_kernels(layer_a, layer_b, s.batch, bf16, emulated));
-      std::vector<float> act = random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f);
+      // A's pre-activations: a third negative, none exactly 0 (at 0 the ReLU's derivative is
+      // a convention: cuBLASLt's RELU_AUX mask let the gradient through there on the H200, where
+      // the x > 0 mask stops it); the activations are their ReLU.
+      const std::vector<float> pre =
+          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f));
+      std::vector<float> act = pre;
       for (float& v : act) v = std::max(v, 0.0f);
-      act = as_read(act);
-      {  // W_A = the activations, b_A = 0
+      {  // W_A = the pre-activations, b_A = 0
         std::vector<float> values = params.values_to_host();
-        std::copy(act.begin(), act.end(),
+        std::copy(pre.begin(), pre.end(),
                   values.begin() + params.blocks()[layer_a.weight_block()].offset);
         const std::size_t ba = params.blocks()[layer_a.bias_block()].offset;
         std::fill_n(values.begin() + ba, s.in, 0.0f);
@@ -250,8 +263,8 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       auto d_x = upload(one_hot);
       auto d_act = upload(std::vector<float>(act.size(), -1.0f));
       layer_a.forward(params, d_x.data(), d_act.data(), s.batch);
-      ASSERT_EQ(to_host(d_act), to_host(upload(act)))
-          << "A's forward did not write the activations";
+      // Compared as values: a ReLU may write -0 for a negative input.
+      ASSERT_EQ(decoded(to_host(d_act)), act) << "A's forward did not write the activations";
       auto d_dz = upload(dz);
       auto dx = upload(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
       layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);
