@@ -73,7 +73,9 @@ class Resume : public testing::ResumeFixture {
       EXPECT_EQ(got[i].metrics.logloss, want[i + 1].metrics.logloss) << "pass " << got[i].pass;
     }
     EXPECT_EQ(again.dense_values(0), straight.dense_values(0));
-    EXPECT_GT(want.back().metrics.auc, want.front().metrics.auc + 0.03);  // it learns
+    // It learns: 3 passes of 1200 lines move the training AUC a few hundredths (the dnn at
+    // dropout 0.1: +0.032 on the cpu build, +0.027 on an H200, whose GEMMs round otherwise).
+    EXPECT_GT(want.back().metrics.auc, want.front().metrics.auc + 0.02);
     Trainer loaded(config(root_ / (name + "_loaded"), network), env());
     loaded.load((straight_dir / "2").string());
     const auto files = data_files((root_ / "train").string());

@@ -124,7 +124,9 @@ TEST_F(PsModes, FatDeepffmWithDropoutInEveryModeAndThroughASave) {
   const std::vector<std::string> fat = {
       "hyper_parameters.model=fat_deepffm", "hyper_parameters.layer_sizes_dnn=[16]",
       "hyper_parameters.sparse_feature_dim=3", "hyper_parameters.dnn_dropout=0.5"};
-  network_in_every_mode_and_through_a_save("fat_dropout", fat, 0.68);
+  // Dense weights within 5e-4 of the gpubox mode's: the H200 ended 2.1e-4 apart (cuBLAS's
+  // summation orders; under 1e-4 on the cpu build).
+  network_in_every_mode_and_through_a_save("fat_dropout", fat, 0.68, 5e-4);
   const std::filesystem::path save = root_ / "fat_dropout_saves" / "0";
   table::DenseTable dense;
   throw_if_error(dense.load((save / "dense").string()));
