@@ -13,12 +13,15 @@ sanitize() {
   shift 2
   if ((dry_run)); then
     would_run "$item" ${FLAGS_selected_gpus:+env "FLAGS_selected_gpus=$FLAGS_selected_gpus"} \
-        "${sanitizer:-compute-sanitizer}" --tool "$tool" --error-exitcode 97 "$@"
+        "${sanitizer:-compute-sanitizer}" --tool "$tool" --report-api-errors no --error-exitcode 97 "$@"
     return 0
   fi
   note "$item"
+  # --report-api-errors no: NCCL probes its kernels with cudaFuncGetAttributes at start and
+  # counts "no kernel image" answers as normal (the H200 lease's memcheck counted 148 of them, all
+  # from libnccl, and no error of GPUBox's); the code checks every API call's error itself.
   GPUBOX_DEVICE_CHECK=1 TMPDIR="$out/sanitizer" run_limited "$sanitizer_timeout" "$log" "$sanitizer" \
-      --tool "$tool" --error-exitcode 97 --log-file "$log.report" "$@" || rc=$?
+      --tool "$tool" --report-api-errors no --error-exitcode 97 --log-file "$log.report" "$@" || rc=$?
   errors="$(grep -h -m1 -o 'ERROR SUMMARY: [0-9]* error[s]*\|RACECHECK SUMMARY: [0-9]* hazard[s]*[^.]*' "$log.report" "$log" 2>/dev/null | head -n 1 || true)"
   if ((rc == 0)); then
     record PASS "$item" "${errors:-no errors}"
