@@ -26,7 +26,8 @@
 # scripts/gpu_check.sh beside this script (with its parts, scripts/gpu_check/*.sh, and
 # scripts/lib/gpu_check_lib.sh) replaces the bundle's, so a fix to the checklist needs no new bundle.
 # Limits in seconds, from the environment: GPUBOX_LEASE_TRAIN_S (150), GPUBOX_LEASE_PRED_S (90),
-# GPUBOX_LEASE_TESTS_S (170), GPUBOX_LEASE_SAN_S (0); GPUBOX_LEASE_LINES (400000) training lines;
+# GPUBOX_LEASE_TESTS_S (170), GPUBOX_LEASE_SAN_S (0), GPUBOX_LEASE_NCU_S (0: no ncu phase; else ncu's
+# per-graph and per-node GPU times of gpubox_bench step, into gc/ncu/, half the limit each); GPUBOX_LEASE_LINES (400000) training lines;
 # GPUBOX_LEASE_TESTS and GPUBOX_LEASE_SAN_TESTS: comma-separated test binaries; GPUBOX_LEASE_CPU_BIN:
 # a cpu build's bin/ (its gpubox_train and the libraries it needs must run there), item 10's
 # reference.
@@ -37,7 +38,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 t0=$(date +%s)
 elapsed() { echo $(($(date +%s) - t0)); }
 [ -f "$tarball" ] || { echo "gpu_lease_check: no bundle '$tarball'" >&2; exit 1; }
-for var in GPUBOX_LEASE_TRAIN_S GPUBOX_LEASE_PRED_S GPUBOX_LEASE_TESTS_S GPUBOX_LEASE_SAN_S \
+for var in GPUBOX_LEASE_TRAIN_S GPUBOX_LEASE_PRED_S GPUBOX_LEASE_TESTS_S GPUBOX_LEASE_SAN_S GPUBOX_LEASE_NCU_S \
            GPUBOX_LEASE_LINES GPUBOX_LEASE_ALL_P GPUBOX_LEASE_ALL_TEST_S; do
   [[ "${!var:-0}" =~ ^[0-9]+$ ]] || { echo "gpu_lease_check: $var must be a whole number, got '${!var}'" >&2; exit 2; }
 done
@@ -132,6 +133,34 @@ fi
 if ((${GPUBOX_LEASE_SAN_S:-0} > 0)); then
   phase san "$GPUBOX_LEASE_SAN_S" --skip-tests "${skip_rest[@]}" --skip-step --skip-bench --skip-varying --skip-predictions \
     --sanitizer-timeout 40 --sanitizer-tests "${GPUBOX_LEASE_SAN_TESTS:-device_test,heter_comm_padded_test,step_accounting_test}"
+fi
+# ncu: the GPU time of one replayed step graph, and of each of its nodes (kernels profiled one by
+# one), against the step's wall time that item 7 reports; gpubox_bench step, 1 card, batch 512.
+# ncu times each workload alone, launched by itself: its figures are upper bounds, read as ranks
+# (the H200's node profile of 2026-12-04 summed to more than the step's wall time).
+if ((${GPUBOX_LEASE_NCU_S:-0} > 0)); then
+  echo "==== phase ncu (limit $GPUBOX_LEASE_NCU_S s) at $(elapsed) s"
+  ncu="$(command -v ncu || true)"
+  for candidate in /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu; do
+    [ -n "$ncu" ] || [ ! -x "$candidate" ] || ncu="$candidate"
+  done
+  mkdir -p "$work/gc/ncu"
+  if [ -z "$ncu" ]; then
+    echo "ncu: not found" | tee "$work/gc/ncu/none.txt"
+  else
+    half=$((GPUBOX_LEASE_NCU_S / 2))
+    for how in graph node; do
+      timeout -k 5 "$half" "$ncu" --graph-profiling "$how" --metrics gpu__time_duration.sum --clock-control none \
+        --cache-control none --csv --page raw "$bundle/bin/gpubox_bench" step --cards 1 --batch 512 --steps 8 \
+        --no_predictions > "$work/gc/ncu/$how.csv" 2> "$work/gc/ncu/$how.err"
+      echo "ncu $how: rc=$? at $(elapsed) s, $(wc -l < "$work/gc/ncu/$how.csv") lines"
+      pkill -9 -f "$bundle/bin/" 2>/dev/null
+      # The summary (by name, then the last steps node by node) and the raw file gzipped: a node
+      # profile's raw file is megabytes, over what gc.tgz carries (the first try lost it).
+      python3 "$here/lib/ncu_summary.py" "$work/gc/ncu/$how.csv" > "$work/gc/ncu/$how.summary.txt" 2>&1
+      gzip -9 "$work/gc/ncu/$how.csv"
+    done
+  fi
 fi
 # The logs, summaries and tables fit; data, saves and predictions (megabytes each) stay behind, named.
 (cd "$work" && find gc -type f -size +2048k -printf '%s\t%p\n' > gc/large_files.txt &&
