@@ -363,8 +363,11 @@ class DocumentBuilder {
     std::vector<detail::TableSetting> settings;
     std::vector<detail::TableNote> notes;
     int line = 0;
-    GPUBOX_RETURN_IF_ERROR(
-        detail::translate_table_parameters(section, &settings, &notes, &line).with_context("-o"));
+    // Named as every -o error is: the config's source first (the fuzzer found this one without).
+    if (const Status st = detail::translate_table_parameters(section, &settings, &notes, &line);
+        !st.ok()) {
+      return error("-o: " + st.message());
+    }
     for (const detail::TableSetting& s : settings) {
       const KeySpec& key = *find_key(s.key);
       ConfigValue parsed;

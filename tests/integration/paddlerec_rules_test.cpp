@@ -67,6 +67,13 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
     EXPECT_FLOAT_EQ(own->sparse.embedx_threshold, 10.0f) << rule;
     EXPECT_EQ(rows_note(kAutoint, {rule}), "") << rule;
   }
+  // A table setting -o cannot take is refused naming the config, as every -o error is.
+  const StatusOr<TrainerConfig> unknown = parse(kAutoint, {"table_parameters.t.foo=1"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message().rfind(
+                "p.yaml: -o: table_parameters.t.foo: not a PaddleRec table setting", 0),
+            0u)
+      << unknown.status().message();
   // Outside a model folder the same keys are GPUBox's own: its dense optimizer only.
   std::string own_config = kAutoint;
   own_config.erase(0, own_config.find('\n') + 1);  // the workspace line
