@@ -17,6 +17,7 @@
 
 #include "common/error.hpp"
 #include "tests/common/test_data_config.hpp"
+#include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -205,6 +206,24 @@ TEST_F(JobAgreementTest, AFolderHoldingThisTrainersEntryIsRefused) {
     EXPECT_THAT(error, HasSubstr("the folder of an earlier job (give each job a fresh, empty "
                                  "folder), or two trainers started with PADDLE_TRAINER_ID="));
   }
+}
+
+// The agreement lists the data folders quietly: what a folder holds that is not data (here a
+// folder inside it) is warned of once, by the run's own listing, not again by the agreement's.
+TEST_F(JobAgreementTest, TheAgreementListsTheDataWithoutWarningAgain) {
+  const std::string data = folder("train", {"1 2\n", "3 4 5\n"});
+  fs::create_directories(root_ / "train" / "not_data");
+  const std::string warning = "skipped 1 entry of " + data;
+  ::testing::internal::CaptureStderr();
+  const std::vector<std::string> errors =
+      run({config({"runner.train_data_dir=" + data}), config({"runner.train_data_dir=" + data})},
+          {2, 2}, {1, 1});
+  const std::string agreed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(errors, std::vector<std::string>(2, ""));
+  EXPECT_THAT(agreed, Not(HasSubstr(warning)));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(data_files(data).size(), 2u);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr(warning));
 }
 
 }  // namespace

@@ -112,9 +112,13 @@ void add_data_listings(const TrainerConfig& config, JobSettings& settings) {
   if (gpubox || runner.split_file_list) {
     settings["training data files (their name and size)"] = data_listing([&] {
       std::vector<std::vector<std::string>> passes;
-      for (const std::string& dir : runner.pass_dirs) passes.push_back(data_files(dir));
+      // Quiet: the run's own listing warns of what it skips (once, not here again).
+      for (const std::string& dir : runner.pass_dirs) {
+        passes.push_back(data_files(dir, SkipWarnings::kQuiet));
+      }
       if (passes.empty() && !runner.train_data_dir.empty()) {
-        passes.push_back(data_files(runner.train_data_dir, runner.train_data_dirs));
+        passes.push_back(
+            data_files(runner.train_data_dir, runner.train_data_dirs, SkipWarnings::kQuiet));
       }
       return passes;
     });
@@ -122,7 +126,7 @@ void add_data_listings(const TrainerConfig& config, JobSettings& settings) {
   if (gpubox && !runner.test_data_dir.empty()) {
     settings["test data files (their name and size)"] = data_listing([&] {
       return std::vector<std::vector<std::string>>{
-          data_files(runner.test_data_dir, runner.test_data_dirs)};
+          data_files(runner.test_data_dir, runner.test_data_dirs, SkipWarnings::kQuiet)};
     });
   }
 }

@@ -135,9 +135,10 @@ std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id
 namespace {
 
 // A folder's files, with its unexpected skips warned of; a folder with no data file throws.
-std::vector<std::string> files_of(const std::string& dir, dataset::DataFileList* listed) {
+std::vector<std::string> files_of(const std::string& dir, dataset::DataFileList* listed,
+                                  SkipWarnings warnings) {
   const std::string skipped = dataset::skipped_text(dir, listed->unexpected_skips());
-  if (!skipped.empty()) GPUBOX_LOG(WARNING) << skipped;
+  if (!skipped.empty() && warnings == SkipWarnings::kLog) GPUBOX_LOG(WARNING) << skipped;
   const auto listed_before = [](const dataset::SkippedEntry& e) {
     return e.reason == dataset::SkipReason::kSameFile;
   };
@@ -157,15 +158,16 @@ std::vector<std::string> files_of(const std::string& dir, dataset::DataFileList*
 
 }  // namespace
 
-std::vector<std::string> data_files(const std::string& dir) {
+std::vector<std::string> data_files(const std::string& dir, SkipWarnings warnings) {
   if (dataset::is_memory_source(dir)) return {dir};  // an in-memory data set stands for itself
   auto listed = dataset::list_data_files(dir);
   throw_if_error(listed.status());
-  return files_of(dir, &*listed);
+  return files_of(dir, &*listed, warnings);
 }
 
-std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs) {
-  if (dirs.empty()) return data_files(dir);
+std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs,
+                                    SkipWarnings warnings) {
+  if (dirs.empty()) return data_files(dir, warnings);
   std::vector<std::string> folders;  // in-memory sources stand for themselves, in their place
   std::map<std::string, std::string> named;  // a folder's canonical path -> its entry
   for (const std::string& d : dirs) {
@@ -190,7 +192,7 @@ std::vector<std::string> data_files(const std::string& dir, const std::vector<st
       files.push_back(d);
       continue;
     }
-    std::vector<std::string> more = files_of(d, &(*listed)[next++]);
+    std::vector<std::string> more = files_of(d, &(*listed)[next++], warnings);
     files.insert(files.end(), more.begin(), more.end());
   }
   return files;

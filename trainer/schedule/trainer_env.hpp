@@ -57,13 +57,20 @@ std::vector<std::string> trainer_file_share(const std::vector<std::string>& file
 // "<stem>.trainer<t><extension>" beside it for the others.
 std::string trainer_metrics_path(const std::string& metrics_path, int trainer_id);
 
+// Whether data_files logs the entries it skipped unexpectedly (a folder, a broken link, a file met
+// before): the run's own listing does; a second listing of the same folders (the job agreement's)
+// does not, so each is said once.
+enum class SkipWarnings { kLog, kQuiet };
+
 // The data files of a folder (sorted; hidden files and *.json skipped). Throws naming it.
-std::vector<std::string> data_files(const std::string& dir);
+std::vector<std::string> data_files(const std::string& dir,
+                                    SkipWarnings warnings = SkipWarnings::kLog);
 // The files of every folder of `dirs` in order (each listed as above), or of `dir` alone when
 // `dirs` is empty (RunnerConfig::train_data_dirs: a config's list of data folders). A file met
 // again in a later folder is read once, under its first name, with a warning; a folder whose
 // every file was listed before (named twice) throws naming it.
-std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs);
+std::vector<std::string> data_files(const std::string& dir, const std::vector<std::string>& dirs,
+                                    SkipWarnings warnings = SkipWarnings::kLog);
 
 // Throws when `files` is an in-memory data set (a DataFrame or arrays) and `dataset_config` names
 // a dense transform: its dense values are taken as given (the transform is the file readers'),
