@@ -143,6 +143,37 @@ std::string expect_mask_kernels(const Linear& a, const Linear& b, int64_t batch,
 #endif
 }
 
+// Value k of card bytes holding bf16 (`bf16`) or fp32 values.
+float value_at(const std::vector<char>& bytes, bool bf16, std::size_t k) {
+  return bf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[k])
+              : reinterpret_cast<const float*>(bytes.data())[k];
+}
+// Every value of such bytes.
+std::vector<float> values_of(const std::vector<char>& bytes, bool bf16) {
+  std::vector<float> v(bytes.size() / (bf16 ? sizeof(Bf16) : sizeof(float)));
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = value_at(bytes, bf16, k);
+  return v;
+}
+// `v` as the card holds it: bf16 or fp32 bytes.
+std::vector<char> bytes_of(const std::vector<float>& v, bool bf16) {
+  std::vector<char> bytes(v.size() * (bf16 ? sizeof(Bf16) : sizeof(float)));
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    if (bf16) {
+      reinterpret_cast<Bf16*>(bytes.data())[k] = to_bf16(v[k]);
+    } else {
+      reinterpret_cast<float*>(bytes.data())[k] = v[k];
+    }
+  }
+  return bytes;
+}
+// `v` as a GEMM reads it: bf16 rounds each value to 8 significant bits.
+std::vector<float> as_read(std::vector<float> v, bool bf16) {
+  if (bf16) {
+    for (float& x : v) x = to_float(to_bf16(x));
+  }
+  return v;
+}
+
 // dX (as the card wrote it, fp32 or bf16 bytes) against 0.5 dZ W_B^T in float64 where the
 // activation is positive, exactly 0 where it is not, and `sentinel` in the columns past dx_cols.
 void expect_masked_dx(const std::vector<char>& bytes, bool bf16, const MaskShape& s,
@@ -151,8 +182,7 @@ void expect_masked_dx(const std::vector<char>& bytes, bool bf16, const MaskShape
   for (int i = 0; i < s.batch; ++i) {
     for (int k = 0; k < s.dx_ld; ++k) {
       const std::size_t at = static_cast<std::size_t>(i) * s.dx_ld + k;
-      const float g = bf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[at])
-                           : reinterpret_cast<const float*>(bytes.data())[at];
+      const float g = value_at(bytes, bf16, at);
       if (k >= s.dx_cols) {
         EXPECT_EQ(g, sentinel) << i << " " << k;
         continue;
@@ -199,32 +229,7 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
         Mode{emulated ? "bf16 emulated" : "bf16", &bf16_blas, ElementType::kBf16}}) {
     const bool bf16 = mode.type == ElementType::kBf16;
     std::mt19937_64 rng(41);
-    // Values as the GEMM reads them (bf16: rounded), and their bytes for the card.
-    const auto as_read = [&](std::vector<float> v) {
-      if (bf16) {
-        for (float& x : v) x = to_float(to_bf16(x));
-      }
-      return v;
-    };
-    const auto decoded = [&](const std::vector<char>& bytes) {
-      std::vector<float> v(bytes.size() / element_bytes(mode.type));
-      for (std::size_t k = 0; k < v.size(); ++k) {
-        v[k] = bf16 ? to_float(reinterpret_cast<const Bf16*>(bytes.data())[k])
-                    : reinterpret_cast<const float*>(bytes.data())[k];
-      }
-      return v;
-    };
-    const auto upload = [&](const std::vector<float>& v) {
-      std::vector<char> bytes(v.size() * element_bytes(mode.type));
-      for (std::size_t k = 0; k < v.size(); ++k) {
-        if (bf16) {
-          reinterpret_cast<Bf16*>(bytes.data())[k] = to_bf16(v[k]);
-        } else {
-          reinterpret_cast<float*>(bytes.data())[k] = v[k];
-        }
-      }
-      return up(bytes);
-    };
+    const auto upload = [&](const std::vector<float>& v) { return up(bytes_of(v, bf16)); };
     for (const MaskShape s : {MaskShape{1, 1, 1, 1, 1}, MaskShape{70, 33, 5, 33, 33},
                               MaskShape{0, 40, 3, 40, 48}, MaskShape{1, 40, 3, 40, 48},
                               MaskShape{64, 40, 3, 40, 48}, MaskShape{65, 40, 3, 40, 48}}) {
@@ -243,7 +248,7 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       // a convention: cuBLASLt's RELU_AUX mask let the gradient through there on the H200, where
       // the x > 0 mask stops it); the activations are their ReLU.
       const std::vector<float> pre =
-          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f));
+          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.in, rng, -0.5f), bf16);
       std::vector<float> act = pre;
       for (float& v : act) v = std::max(v, 0.0f);
       {  // W_A = the pre-activations, b_A = 0
@@ -254,9 +259,9 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
         std::fill_n(values.begin() + ba, s.in, 0.0f);
         params.set_values(values);
       }
-      const std::vector<float> w = as_read(params.values_to_host());
+      const std::vector<float> w = as_read(params.values_to_host(), bf16);
       const std::vector<float> dz =
-          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.out, rng));
+          as_read(random_vector(static_cast<std::size_t>(s.batch) * s.out, rng), bf16);
       const float sentinel = 7.0f;  // the padding columns keep it
       std::vector<float> one_hot(static_cast<std::size_t>(s.batch) * a.in, 0.0f);
       for (int i = 0; i < s.batch; ++i) one_hot[static_cast<std::size_t>(i) * a.in + i] = 1.0f;
@@ -264,7 +269,8 @@ TEST_F(LayersTest, ReluMaskAfterTheGemmMatchesAScalarOracle) {
       auto d_act = upload(std::vector<float>(act.size(), -1.0f));
       layer_a.forward(params, d_x.data(), d_act.data(), s.batch);
       // Compared as values: a ReLU may write -0 for a negative input.
-      ASSERT_EQ(decoded(to_host(d_act)), act) << "A's forward did not write the activations";
+      ASSERT_EQ(values_of(to_host(d_act), bf16), act)
+          << "A's forward did not write the activations";
       auto d_dz = upload(dz);
       auto dx = upload(std::vector<float>(static_cast<std::size_t>(s.batch) * s.dx_ld, sentinel));
       layer_b.backward_data(params, d_dz.data(), d_act.data(), &layer_a, 0.5f, dx.data(), s.batch);
