@@ -49,6 +49,7 @@ class ScratchArena {
     }
     used_ += bytes;  // counted, so the arena grows to the whole demand
     ++overflow_allocations_;
+    ++card_allocations_;
     char* out = static_cast<char*>(memory_->allocate(bytes, *stream_));
     overflow_.emplace_back(out, bytes);
     return out;
@@ -58,6 +59,7 @@ class ScratchArena {
     for (std::size_t i = 0; i < overflow_.size(); ++i) {
       if (overflow_[i].first == ptr) {
         memory_->deallocate(ptr, overflow_[i].second, *stream_);
+        ++card_frees_;
         overflow_[i] = overflow_.back();
         overflow_.pop_back();
         break;
@@ -65,7 +67,7 @@ class ScratchArena {
     }
     if (--live_ == 0) {
       used_ = 0;
-      if (peak_ > arena_.size()) arena_.resize_discard(peak_);
+      grow_to_peak();
     }
   }
 
@@ -73,7 +75,7 @@ class ScratchArena {
   // an allocation. The caller picks the moment: before enqueueing a collective (rule 1).
   void reserve(std::size_t bytes) {
     peak_ = std::max(peak_, round_up(bytes));
-    if (live_ == 0 && peak_ > arena_.size()) arena_.resize_discard(peak_);
+    if (live_ == 0) grow_to_peak();
   }
 
   // One-off allocations so far (they stop once the arena has grown to the steady demand).
@@ -81,9 +83,23 @@ class ScratchArena {
   std::size_t bytes() const { return arena_.size(); }
   // The largest demand seen (or reserved) so far.
   std::size_t peak() const { return peak_; }
+  // The card allocations and frees the arena made: its one-offs and its own growth. Thrust's
+  // demand differs by backend (CUB's tile states on CUDA, generic flag arrays on OpenMP), so a
+  // test that counts a card's allocations subtracts these to compare the two backends.
+  std::size_t card_allocations() const { return card_allocations_; }
+  std::size_t card_frees() const { return card_frees_; }
 
  private:
   static std::size_t round_up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+  void grow_to_peak() {
+    if (peak_ <= arena_.size()) return;
+    const std::size_t capacity = arena_.capacity();
+    arena_.resize_discard(peak_);
+    if (arena_.capacity() == capacity) return;  // it fitted the block it had
+    ++card_allocations_;
+    if (capacity > 0) ++card_frees_;
+  }
 
   CardMemory* memory_;
   const Stream* stream_;
@@ -93,6 +109,8 @@ class ScratchArena {
   std::size_t peak_ = 0;
   std::size_t live_ = 0;
   std::size_t overflow_allocations_ = 0;
+  std::size_t card_allocations_ = 0;
+  std::size_t card_frees_ = 0;
 };
 
 }  // namespace gpubox::device

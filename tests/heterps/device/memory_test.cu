@@ -199,6 +199,7 @@ TEST(ScratchArena, GrowsToPeakDemandThenReuses) {
   Card& card = cards.card(0);
   card.activate();
   const std::size_t base = card.memory().bytes_in_use();
+  const DeviceCounts counts_before = card.counts();
   {
     ScratchArena arena(card.memory(), card.stream());
     // The blocks are card memory (a GPU's: the host may not touch them): each is filled on the
@@ -234,6 +235,13 @@ TEST(ScratchArena, GrowsToPeakDemandThenReuses) {
     big = arena.allocate(400000);
     arena.deallocate(big, 400000);
     EXPECT_EQ(arena.overflow_allocations(), 3u);
+    // Its own count of card allocations and frees is the card's (nothing else allocated here):
+    // 3 one-offs and their frees, 3 growths (6000, 100000, 400000) and 2 frees of the old block.
+    const DeviceCounts made = card.counts() - counts_before;
+    EXPECT_EQ(arena.card_allocations(), made.allocations);
+    EXPECT_EQ(arena.card_frees(), made.frees);
+    EXPECT_EQ(arena.card_allocations(), 6u);
+    EXPECT_EQ(arena.card_frees(), 5u);
   }
   EXPECT_EQ(card.memory().bytes_in_use(), base) << "the arena leaked card memory";
 }
