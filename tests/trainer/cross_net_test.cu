@@ -218,7 +218,8 @@ TEST_P(CrossNetTest, MatchesFloat64AndNumericalGradients) {
       for (float& v : scaled) v *= scale;
       device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card_.stream());
     }
-    net.backward(blas_, params, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled, false);
+    net.backward(blas_, params, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled,
+                 kPooled, false);
   }
   const std::vector<float> grads = params.grads_to_host();
   const std::vector<float> dp = to_host(d_pooled);
@@ -240,7 +241,7 @@ TEST_P(CrossNetTest, L2TermLandsOnTheWeightsAloneAndEmptyBatchWritesZeros) {
     auto logits = card_.make_buffer<float>(1);
     net.backward_from_logits(blas_, params, logits.data(), 1.0f, 0);
   }
-  net.backward(blas_, params, nullptr, 0, 1.0f, nullptr, kPooled, false);
+  net.backward(blas_, params, nullptr, 0, 1.0f, nullptr, kPooled, kPooled, false);
   for (float g : params.grads_to_host()) ASSERT_EQ(g, 0.0f);
   // Then the L2 term alone: alpha * value on W, V, U, C and w; nothing on biases, gate, w_out.
   const float alpha = 0.5f;
@@ -306,7 +307,8 @@ TEST_P(CrossNetTest, Bf16GemmsMatchFloat64WithinBf16Rounding) {
     } else {
       device::copy_async(n.output_grad(), scaled.data(), scaled.size(), card_.stream());
     }
-    n.backward(blas, p, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled, false);
+    n.backward(blas, p, dx0.data(), batch(), 1.0f / scale, d_pooled.data(), kPooled, kPooled,
+               false);
     return c.parallel ? to_host(logits) : to_host(n.output(), batch() * kLd, card_.stream());
   };
   const std::vector<float> want32 = run(blas_, params32, net32);
@@ -426,11 +428,13 @@ TEST_F(CrossFunctorRangesTest, RunRangeIsBitEqualToPerEntryCalls) {
         "VectorX0Grad");
   }
   const int pooled = kCols - 2;
+  const int64_t pooled_ld = pooled + 3;  // padded rows (DenseModel's d_pooled_ld_): 3 left alone
   for (const bool accumulate : {true, false}) {
     expect_bit_equal(
-        entries(kRows, pooled), {random_vector(kRows * pooled, rng_)},
+        entries(kRows, pooled), {random_vector(kRows * pooled_ld, rng_)},
         [&](std::vector<std::vector<float>>& o) {
-          return PooledGrad{g.data(), pre.data(), o[0].data(), kStride, pooled, 0.37f, accumulate};
+          return PooledGrad{g.data(),  pre.data(), o[0].data(), kStride,
+                            pooled_ld, pooled,     0.37f,       accumulate};
         },
         "PooledGrad");
   }

@@ -83,7 +83,7 @@ TEST_P(FmPartTest, MatchesPairwiseFloat64AndNumericalGradients) {
   auto dr = up(rows);
   auto dz = up(r);
   fm.backward(card_.stream(), InputRows{dr.data(), ld, ElementType::kF32}, dz.data(), c.batch,
-              d_pooled.data());
+              d_pooled.data(), pool.out_dim());
   const std::vector<float> dp = to_host(d_pooled);
   for (int i = 0; i < c.batch; ++i) {
     for (int col = 0; col < pool.out_dim(); ++col) {

@@ -190,7 +190,8 @@ struct CrossNetCase {
       for (float& v : scaled) v *= kScale;
       device::copy_async(net.output_grad(), scaled.data(), scaled.size(), card.stream());
     }
-    net.backward(blas, params, dx0.data(), kBatch, 1.0f / kScale, d_pooled, kPooled, accumulate);
+    net.backward(blas, params, dx0.data(), kBatch, 1.0f / kScale, d_pooled, kPooled, kPooled,
+                 accumulate);
   }
 
   device::Card& card;
@@ -248,7 +249,8 @@ TEST_F(LayersTest, CrossNetMatchesFloat64AndNumericalGradients) {
       cross.net.add_logits(blas_, cross.params, 0, cross.logits.data());
       cross.net.backward_from_logits(blas_, cross.params, cross.logits.data(), kScale, 0);
     }
-    cross.net.backward(blas_, cross.params, nullptr, 0, 1.0f / kScale, nullptr, kPooled, false);
+    cross.net.backward(blas_, cross.params, nullptr, 0, 1.0f / kScale, nullptr, kPooled, kPooled,
+                       false);
     for (float g : cross.params.grads_to_host()) ASSERT_EQ(g, 0.0f);
   }
 }

@@ -71,7 +71,7 @@ TEST_P(SlotPoolTest, ForwardMatchesReferenceAndBackwardScattersNumericalGradient
   const std::size_t occurrences = h.offsets.back();
   auto push = card_.make_buffer<float>(occurrences * pool.push_dim());
   pool.backward(card_.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                d_pooled.data(), labels.data(), scale, push.data());
+                d_pooled.data(), pool.out_dim(), labels.data(), scale, push.data());
   std::vector<float> push_host = to_host(push);
   for (int s = 0; s < slots; ++s) {
     for (int i = 0; i < batch; ++i) {

@@ -307,7 +307,8 @@ TEST_F(LayersTest, WidePartMatchesReferenceAndNumericalGradients) {
     auto d_pooled = up(d_pooled_init);
     auto dd = up(dense);
     auto dz = up(r);
-    wide.backward(blas_, params, dd.data(), dz.data(), batch, scale, d_pooled.data());
+    wide.backward(blas_, params, dd.data(), dz.data(), batch, scale, d_pooled.data(),
+                  pool.out_dim());
     std::vector<float> grads = params.grads_to_host();
     for (int d = 0; d < dense_dim; ++d) {
       expect_gradient_near(grads[w_off + d], scale * central_difference(w, w_off + d, 1e-2f, run),

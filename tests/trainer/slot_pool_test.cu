@@ -98,7 +98,7 @@ void expect_backward(device::Card& card, const SlotSumPool& pool, const HostSlot
   auto d_pooled_card = up(d_pooled);
   auto push = up(std::vector<float>(h.offsets.back() * pool.push_dim(), 9.0f));
   pool.backward(card.stream(), SlotBatchView{records.data(), offsets.data(), batch, slots},
-                d_pooled_card.data(), labels.data(), scale, push.data());
+                d_pooled_card.data(), pool.out_dim(), labels.data(), scale, push.data());
   const std::vector<float> pushed = to_host(push);
   const int cvm_columns = use_cvm ? 2 : 0;
   for (int s = 0; s < slots; ++s) {

@@ -242,9 +242,10 @@ void CrossNet::backward_from_logits(const Blas& blas, DenseParameters& params, c
 }
 
 void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
-                        float unscale, float* d_pooled, int pooled_cols, bool accumulate) {
-  GPUBOX_EXPECTS(pooled_cols >= 0 && pooled_cols <= dim_, "pooled columns ", pooled_cols,
-                 " of a cross network over ", dim_);
+                        float unscale, float* d_pooled, int pooled_cols, int64_t d_ld,
+                        bool accumulate) {
+  GPUBOX_EXPECTS(pooled_cols >= 0 && pooled_cols <= dim_ && d_ld >= pooled_cols, "pooled columns ",
+                 pooled_cols, " of a cross network over ", dim_, " at row stride ", d_ld);
   for (int l = layers_ - 1; l >= 0; --l) {
     switch (kind_) {
       case CrossKind::kMatrix:
@@ -259,7 +260,7 @@ void CrossNet::backward(const Blas& blas, DenseParameters& params, const float* 
     }
   }
   device::parallel_for(blas.stream(), entries(batch, pooled_cols),
-                       device::isa_clones(PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_,
+                       device::isa_clones(PooledGrad{g_.data(), dx0_.data(), d_pooled, ld_, d_ld,
                                                      pooled_cols, unscale, accumulate}));
 }
 

@@ -74,6 +74,7 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   // With a field part the pool writes the slots alone; the part reads the dense features.
   const int input_dim = pool_.out_dim() + (field ? 0 : config.dense_dim);
   x0_ld_ = activation_ld(input_dim);
+  d_pooled_ld_ = pool_.out_dim();
   if (field) {
     field_ = field->make(FieldPartArgs{card, params_, blas_, pool_, config, activation_type_});
   }
@@ -98,6 +99,9 @@ DenseModel::DenseModel(device::Card& card, const DenseModelConfig& config)
   if (config.kind == ModelKind::kFfm) {
     ffm_ = std::make_unique<FfmPart>(params_, pool_, config.dense_dim);
   }
+  GPUBOX_EXPECTS(d_pooled_ld_ == pool_.out_dim() || !(flen_ || ffm_ || field_),
+                 "the pooled gradient's rows are padded, which flen's, ffm's and the field parts' "
+                 "backward do not read");
   if (!has_mlp) wide_bias_ = params_.add("wide.bias", 1, ParamInit::kZero);
   add_dropout();
   add_undropped_bias();
@@ -187,10 +191,18 @@ void DenseModel::add_mlp(int input_dim) {
     // embeddings, not the cvm columns behind them; dlrm: all of R).
     spec.dx_cols = l == 0 && !stacked ? pool_.out_dim() : in;
     if (l == 0 && field_) spec.dx_cols = field_->dnn_dx_cols();
+    if (l == 0) first_dx_wanted_ = spec.dx_cols;
+    if (l == 0 && !stacked && !field_ && config_.kind != ModelKind::kFlen) {
+      // Straight into d_pooled_, over the columns the GEMM runs fastest (the dense features'
+      // first few beside the pooled ones: computed, not read); d_pooled_'s rows hold them. Every
+      // part that reads or adds to d_pooled_ here takes its stride (flen's does not).
+      spec.dx_cols = fast_dx_cols(spec.dx_cols, in);
+      d_pooled_ld_ = spec.dx_cols;
+    }
     spec.x_ld = l == 0 ? first_ld : activation_ld(in);
     spec.y_ld = activation_ld(spec.out);
     spec.dz_ld = activation_ld(spec.out);
-    spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : pool_.out_dim()) : activation_ld(in);
+    spec.dx_ld = l == 0 ? (stacked || field_ ? first_ld : d_pooled_ld_) : activation_ld(in);
     layers_.emplace_back(params_, blas_, spec);
     if (!logit) add_norm(spec);
     in = spec.out;
@@ -247,9 +259,10 @@ void DenseModel::add_norm(const LinearGemmSpec& layer) {
 double DenseModel::flops_per_example() const {
   double macs = 0.0;
   for (const Linear& layer : layers_) {
-    // forward X W and weight gradient X^T dZ over every input, input gradient dZ W^T over
-    // dx_cols of them.
-    macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + layer.spec().dx_cols);
+    // forward X W and weight gradient X^T dZ over every input, input gradient dZ W^T over the
+    // dX columns read (the first layer's GEMM may compute a few more: not the model's work).
+    const int dx_cols = &layer == &layers_.front() ? first_dx_wanted_ : layer.spec().dx_cols;
+    macs += static_cast<double>(layer.out()) * (2.0 * layer.in() + dx_cols);
   }
   return 2.0 * macs + (cross_ ? cross_->flops_per_example() : 0.0) +
          (field_ ? field_->flops_per_example() : 0.0) + (ffm_ ? ffm_->flops_per_example() : 0.0) +
@@ -284,7 +297,7 @@ void DenseModel::reserve(int64_t batch) {
   }
   preds_.resize_discard(n);
   dlogits_.resize_discard(n);
-  d_pooled_.resize_discard(n * pool_.out_dim());
+  d_pooled_.resize_discard(n * static_cast<std::size_t>(d_pooled_ld_));
   loss_partials_.resize_discard(SigmoidLogLoss::loss_partials(n));
   if (reported_batch_ < 0 && (!layers_.empty() || field_) && batch > 0) {
     reported_batch_ = batch;
@@ -469,7 +482,7 @@ void DenseModel::backward_layers(void* dz, void* spare, int64_t n, float unscale
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, cross_->output_grad(),
                                n);
       cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
-                       /*accumulate=*/false);
+                       d_pooled_ld_, /*accumulate=*/false);
     } else if (field_) {
       // dL/d(the field part's DNN input), still scaled, into the part's backward below.
       layers_[0].backward_data(params_, dz, layer_input(0), nullptr, 1.0f, field_->dnn_input_grad(),
@@ -494,7 +507,7 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
   if (cross_ && cross_->parallel()) {
     cross_->backward_from_logits(blas_, params_, dlogits_.data(), scales.dense, n);
     cross_->backward(blas_, params_, x0_floats(), n, unscale, d_pooled_.data(), pool_.out_dim(),
-                     /*accumulate=*/true);
+                     d_pooled_ld_, /*accumulate=*/true);
   }
   if (cross_ && config_.cross_l2 > 0.0f && n > 0) {
     // The penalty l2 * |w|^2 rides on every instance's loss, so that the mean over the global
@@ -515,11 +528,11 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
                 params_.grads(undropped_bias_));
   }
   if (wide_) {
-    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense,
-                    d_pooled_.data());
+    wide_->backward(blas_, params_, batch.dense, dlogits_.data(), n, scales.dense, d_pooled_.data(),
+                    d_pooled_ld_);
   }
   if (field_) field_->add_wide_grads(field_step(batch, true));  // deepfefm's DNN reads wide.dense_w
-  if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data());
+  if (fm_) fm_->backward(stream, input_rows(), dlogits_.data(), n, d_pooled_.data(), d_pooled_ld_);
   if (flen_) {
     flen_->backward(blas_, params_, dlogits_.data(), n, scales.dense, *dropout_, d_pooled_.data());
   }
@@ -527,7 +540,8 @@ void DenseModel::backward_parts(const DenseBatchView& batch, const GradScales& s
     ffm_->backward(stream, params_, input_rows(), batch.dense, dlogits_.data(), n, scales.dense,
                    d_pooled_.data());
   }
-  pool_.backward(stream, batch.sparse, d_pooled_.data(), batch.labels, scales.sparse, push);
+  pool_.backward(stream, batch.sparse, d_pooled_.data(), d_pooled_ld_, batch.labels, scales.sparse,
+                 push);
 }
 
 void DenseModel::backward_hidden(std::size_t l, void*& dz, void*& spare, int64_t batch,

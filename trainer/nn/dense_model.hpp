@@ -271,7 +271,11 @@ class DenseModel {
   device::device_buffer<float> preds_;
   device::device_buffer<float> dlogits_;   // unscaled d loss / d logit (the wide part's input)
   device::device_buffer<float> d_pooled_;  // [B x pool out_dim]: the sparse side's gradient
-  device::device_buffer<float> ones_;      // kWide, kFm, kFfm, the undropped bias: its broadcast
+  // d_pooled_'s row stride: the pool's out_dim, or the first layer's dX columns where it computes
+  // more of them (fast_dx_cols) straight into d_pooled_ (add_mlp).
+  int64_t d_pooled_ld_ = 0;
+  int first_dx_wanted_ = 0;  // the first layer's dX columns read (its spec may compute more)
+  device::device_buffer<float> ones_;  // kWide, kFm, kFfm, the undropped bias: its broadcast
   device::device_buffer<double> loss_partials_;         // reduce_into's partials for the loss
   device::device_buffer<DenseStepStatus> status_;       // 1 element
   device::pinned_buffer<DenseStepStatus> host_status_;  // for the synchronous forms

@@ -170,13 +170,12 @@ void FmPart::forward(const device::Stream& stream, const InputRows& input, int64
 }
 
 void FmPart::backward(const device::Stream& stream, const InputRows& input, const float* dlogits,
-                      int64_t batch, float* d_pooled) const {
+                      int64_t batch, float* d_pooled, int64_t d_ld) const {
   const FmShape shape{slots_, width_, embedx_column_, mf_dim_};
   with_row_type(input, [&](const auto* rows) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(rows)>>;
-    device::parallel_for(
-        stream, static_cast<std::size_t>(batch),
-        FmBackward<T>{rows, input.ld, dlogits, d_pooled, int64_t{slots_} * width_, shape});
+    device::parallel_for(stream, static_cast<std::size_t>(batch),
+                         FmBackward<T>{rows, input.ld, dlogits, d_pooled, d_ld, shape});
   });
 }
 

@@ -131,11 +131,12 @@ class SlotSumPool {
   // `dense_dim` dense features (`dense`: [B x dense_dim] floats). One launch.
   void forward(const device::Stream& stream, const SlotBatchView& in, const float* dense,
                int dense_dim, const InputRows& out) const;
-  // Scatters d_pooled ([B x out_dim()] floats) to every occurrence as its push record: show = 1,
-  // click = labels[i], embed_g = scale * d(embed_w), embedx_g[k] = scale * d(embedx_w[k]). The
-  // cvm features carry no gradient (show/click are counters). push: [occurrences x push_dim()].
+  // Scatters d_pooled ([B x out_dim()] floats at row stride d_ld >= out_dim()) to every
+  // occurrence as its push record: show = 1, click = labels[i], embed_g = scale * d(embed_w),
+  // embedx_g[k] = scale * d(embedx_w[k]). The cvm features carry no gradient (show/click are
+  // counters). push: [occurrences x push_dim()].
   void backward(const device::Stream& stream, const SlotBatchView& in, const float* d_pooled,
-                const float* labels, float scale, float* push) const;
+                int64_t d_ld, const float* labels, float scale, float* push) const;
 
  private:
   int slots_;
@@ -156,9 +157,10 @@ class WidePart {
   // logits[i] += wide_i; the pooled embed_w are read from the first layer's input rows.
   void forward(const device::Stream& stream, const DenseParameters& params, const InputRows& input,
                const float* dense, int64_t batch, float* logits) const;
-  // d_pooled[i, embed_w of every slot] += dlogits[i]; dW = scale * dense^T dlogits.
+  // d_pooled[i, embed_w of every slot] += dlogits[i] (row stride d_ld); dW = scale * dense^T
+  // dlogits.
   void backward(const Blas& blas, DenseParameters& params, const float* dense, const float* dlogits,
-                int64_t batch, float grad_scale, float* d_pooled) const;
+                int64_t batch, float grad_scale, float* d_pooled, int64_t d_ld) const;
 
  private:
   SlotBlocks blocks_;
@@ -182,9 +184,9 @@ class FmPart {
   void forward(const device::Stream& stream, const InputRows& input, int64_t batch,
                float* logits) const;
   // d_pooled[i, embedx_w[k] of slot s] += dlogits[i] * (sum_t v_tk - v_sk) (d_pooled:
-  // [B x pool out_dim] floats, unscaled like the rest of the pooled gradient).
+  // [B x pool out_dim] floats at row stride d_ld, unscaled like the rest of the pooled gradient).
   void backward(const device::Stream& stream, const InputRows& input, const float* dlogits,
-                int64_t batch, float* d_pooled) const;
+                int64_t batch, float* d_pooled, int64_t d_ld) const;
 
  private:
   int slots_;
@@ -328,9 +330,10 @@ class CrossNet {
                             float scale, int64_t batch);
   // From output_grad(): every cross parameter's gradient, and the pooled gradient
   // d_pooled[i, c] (+)= unscale * dL/dx0[i, c] for c < pooled_cols (d_pooled: [B x pooled_cols]
-  // floats; written when !accumulate, added to when accumulate). Uses output_grad() as scratch.
+  // floats at row stride d_ld >= pooled_cols; written when !accumulate, added to when
+  // accumulate). Uses output_grad() as scratch.
   void backward(const Blas& blas, DenseParameters& params, const float* x0, int64_t batch,
-                float unscale, float* d_pooled, int pooled_cols, bool accumulate);
+                float unscale, float* d_pooled, int pooled_cols, int64_t d_ld, bool accumulate);
   // After backward: grad += alpha * value for the cross layers' weights (W, V, U, C, w; not the
   // biases, the gate or w_out): the L2 penalty's term, alpha = 2 * l2 * (the penalty's weight).
   void add_l2_gradient(const device::Stream& stream, DenseParameters& params, float alpha) const;

@@ -64,6 +64,14 @@ struct LinearGemmSpec {
   int64_t dx_ld = 0;
 };
 
+// The dX columns a layer whose input gradient is wanted for its first `wanted` columns (of `in`)
+// computes fastest, >= wanted and <= in. oneDNN's fp32 and bf16 GEMMs run dX's last partial
+// block of 16 columns slowly: 234 columns of a 512-wide layer's dX took 13% longer than 240 did
+// (`gpubox_bench layer-gemms --dx-cols`; 10-15% at 256, 768 and 1024 wide, bf16 10%), so on
+// the cpu backend this rounds up to 16 where `in` has the columns; cuBLASLt: `wanted`. The
+// extra columns' gradients are computed and not read: the caller's dX rows must hold them.
+int fast_dx_cols(int wanted, int in);
+
 class LinearGemms {
  public:
   // `blas` must outlive this object; plans are made on its card.

@@ -179,6 +179,11 @@ struct LinearGemms::Plans {
   int64_t last_forward_batch = -1;
 };
 
+int fast_dx_cols(int wanted, int in) {
+  GPUBOX_EXPECTS(wanted >= 0 && wanted <= in, "dX columns ", wanted, " of a layer over ", in);
+  return wanted;
+}
+
 LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
     : blas_(&blas), spec_(spec), plans_(std::make_unique<Plans>()) {
   GPUBOX_EXPECTS(spec.in > 0 && spec.out > 0 && spec.dx_cols >= 0 && spec.dx_cols <= spec.in,

@@ -218,6 +218,11 @@ struct LinearGemms::Plans {
   device::device_buffer<float> x32, w32, dz32, out32;
 };
 
+int fast_dx_cols(int wanted, int in) {
+  GPUBOX_EXPECTS(wanted >= 0 && wanted <= in, "dX columns ", wanted, " of a layer over ", in);
+  return std::min(in, (wanted + 15) / 16 * 16);
+}
+
 LinearGemms::LinearGemms(Blas& blas, const LinearGemmSpec& spec)
     : blas_(&blas), spec_(spec), plans_(std::make_unique<Plans>()) {
   plans_->name = spec.name;

@@ -185,7 +185,7 @@ struct PoolBackward {
   int push_dim;
   int groups;  // ceil(push_dim / kColumnsPerItem)
   SlotBlocks blocks;
-  int out_dim;
+  int64_t d_ld;  // d_pooled's row stride (>= the pool's out_dim)
   int cvm_columns;
   GPUBOX_HD void operator()(std::size_t item) const {
     const std::size_t segment = groups == 1 ? item : item / static_cast<std::size_t>(groups);
@@ -215,7 +215,7 @@ struct PoolBackward {
     const uint32_t begin = offsets[segment];
     if (offsets[segment + 1] == begin + 1 && blocks.width_of(s) - cvm_columns >= push_dim - 2) {
       float* row = push + static_cast<int64_t>(begin) * push_dim;
-      const float* d = d_pooled + i * out_dim + blocks.begin(s) + cvm_columns;
+      const float* d = d_pooled + i * d_ld + blocks.begin(s) + cvm_columns;
       int field = first;
       if (field == 0) {  // count >= 2: push_dim >= 3 and a group is wider
         row[0] = 1.0f;
@@ -242,7 +242,7 @@ struct PoolBackward {
     if (field == 1) return labels[i];
     // Fields past the slot's width (a narrower slot's in wider records) push zero.
     const int column = cvm_columns + (field - 2);
-    return column < blocks.width_of(s) ? scale * d_pooled[i * out_dim + blocks.begin(s) + column]
+    return column < blocks.width_of(s) ? scale * d_pooled[i * d_ld + blocks.begin(s) + column]
                                        : 0.0f;
   }
 };
@@ -299,14 +299,16 @@ void SlotSumPool::forward(const device::Stream& stream, const SlotBatchView& in,
 }
 
 void SlotSumPool::backward(const device::Stream& stream, const SlotBatchView& in,
-                           const float* d_pooled, const float* labels, float scale,
+                           const float* d_pooled, int64_t d_ld, const float* labels, float scale,
                            float* push) const {
   GPUBOX_EXPECTS(in.slots == slots_, "batch has ", in.slots, " slots, the model ", slots_);
+  GPUBOX_EXPECTS(d_ld >= out_dim(), "pooled gradient rows of ", d_ld, " floats cannot hold ",
+                 out_dim(), " pooled columns");
   if (in.batch == 0) return;
   const int groups = (push_dim() + kColumnsPerItem - 1) / kColumnsPerItem;
   device::parallel_for(stream, static_cast<std::size_t>(in.batch) * slots_ * groups,
                        PoolBackward{in.offsets, d_pooled, labels, push, scale, in.batch, push_dim(),
-                                    groups, blocks(), out_dim(), use_cvm_ ? 2 : 0});
+                                    groups, blocks(), d_ld, use_cvm_ ? 2 : 0});
 }
 
 }  // namespace gpubox::trainer

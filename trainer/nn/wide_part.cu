@@ -31,11 +31,12 @@ struct WideForward {
 struct WideBackward {
   const float* dlogits;
   float* d_pooled;
+  int64_t d_ld;
   SlotBlocks blocks;
   int slots;
   int embed_w_column;
   GPUBOX_HD void operator()(std::size_t i) const {
-    float* row = d_pooled + static_cast<int64_t>(i) * blocks.begin(slots) + embed_w_column;
+    float* row = d_pooled + static_cast<int64_t>(i) * d_ld + embed_w_column;
     for (int s = 0; s < slots; ++s) row[blocks.begin(s)] += dlogits[i];
   }
 };
@@ -67,10 +68,10 @@ void WidePart::forward(const device::Stream& stream, const DenseParameters& para
 }
 
 void WidePart::backward(const Blas& blas, DenseParameters& params, const float* dense,
-                        const float* dlogits, int64_t batch, float grad_scale,
-                        float* d_pooled) const {
+                        const float* dlogits, int64_t batch, float grad_scale, float* d_pooled,
+                        int64_t d_ld) const {
   device::parallel_for(blas.stream(), static_cast<std::size_t>(batch),
-                       WideBackward{dlogits, d_pooled, blocks_, slots_, embed_w_column_});
+                       WideBackward{dlogits, d_pooled, d_ld, blocks_, slots_, embed_w_column_});
   blas.sgemv(Transpose::kYes, batch, dense_dim_, grad_scale, dense, dense_dim_, dlogits, 0.0f,
              params.grads(w_));
 }

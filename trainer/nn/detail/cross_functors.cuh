@@ -161,12 +161,14 @@ struct VectorX0Grad {
 #endif
 };
 
-// d_pooled[i, j] (+)= unscale * (g[i, j] + dx0[i, j]) for the pooled columns j < cols.
+// d_pooled[i, j] (+)= unscale * (g[i, j] + dx0[i, j]) for the pooled columns j < cols (d_pooled's
+// rows d_ld apart).
 struct PooledGrad {
   const float* g;
   const float* dx0;
   float* d_pooled;
   int64_t ld;
+  int64_t d_ld;
   int cols;
   float unscale;
   bool accumulate;
@@ -174,7 +176,7 @@ struct PooledGrad {
     const Entry e = entry(flat, cols);
     const int64_t at = e.i * ld + e.j;
     const float d = unscale * (g[at] + dx0[at]);
-    float* out = d_pooled + e.i * cols + e.j;
+    float* out = d_pooled + e.i * d_ld + e.j;
     *out = accumulate ? *out + d : d;
   }
 #if !defined(GPUBOX_BACKEND_CUDA)
@@ -182,7 +184,7 @@ struct PooledGrad {
     for_row_segments(begin, end, cols, [this](int64_t i, int64_t j0, int64_t j1) {
       const float* __restrict g_row = g + i * ld;
       const float* __restrict dx0_row = dx0 + i * ld;
-      float* __restrict out_row = d_pooled + i * cols;
+      float* __restrict out_row = d_pooled + i * d_ld;
       const float u = unscale;
       if (accumulate) {
         for (int64_t j = j0; j < j1; ++j) out_row[j] = out_row[j] + u * (g_row[j] + dx0_row[j]);
