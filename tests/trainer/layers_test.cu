@@ -116,7 +116,7 @@ class LinearChainTest : public LayersTest, public ::testing::WithParamInterface<
   // as 7s, so a value the GEMMs fail to write shows.
   Result run_chain(Chain& chain, const ChainShape& c, const std::vector<float>& w,
                    const std::vector<float>& x, const std::vector<float>& r, float alpha,
-                   ElementType type, bool backward) {
+                   ElementType type, bool backward, float alpha_b = 1.0f) {
     Linear& a = *chain.layer_a;
     Linear& b = *chain.layer_b;
     chain.params.set_values(w);
@@ -135,7 +135,7 @@ class LinearChainTest : public LayersTest, public ::testing::WithParamInterface<
     auto dx =
         upload(sevens(c.batch * c.dx_cols), c.batch, c.dx_cols, a.spec().dx_ld, ElementType::kF32);
     b.backward_weights(chain.params, ya.data(), dzb.data(), c.batch);
-    b.backward_data(chain.params, dzb.data(), ya.data(), &a, 1.0f, dza.data(), c.batch);
+    b.backward_data(chain.params, dzb.data(), ya.data(), &a, alpha_b, dza.data(), c.batch);
     a.backward_weights(chain.params, xa.data(), dza.data(), c.batch);
     a.backward_data(chain.params, dza.data(), xa.data(), nullptr, alpha, dx.data(), c.batch);
     res.grads = chain.params.grads_to_host();
@@ -258,6 +258,43 @@ TEST_P(LinearChainTest, Bf16PathStaysWithinRoundingBoundOfFp32) {
       largest = std::max(largest, std::fabs(double{got.y_b[k]} - want.y_b[k]));
     }
     EXPECT_GT(largest, 0.0);
+  }
+}
+
+// The input gradient's GEMM without a runtime output scale (the path of bf16 GEMMs on AMX,
+// linear_gemms_onednn.cpp make_data; GPUBOX_UNSCALED_INPUT_GRADIENT=1 takes it on any CPU)
+// against the runtime-scaled one, fp32 and bf16 (emulated where the CPU has none): alpha 4 into
+// A's fp32 dX (the pass after the GEMM scales), and 1 or 1.25 into B's masked dX (bf16 rows with
+// 1.25: the runtime-scaled GEMM the plan keeps for them). Kernels differ, so within the sums'
+// rounding: fp32 1e-5 relative, bf16 a bf16 rounding (2^-7) of the value and its neighbours.
+TEST_P(LinearChainTest, UnscaledInputGradientMatchesTheRuntimeScaledOne) {
+  const ChainShape c = GetParam();
+  setenv("GPUBOX_BF16_EMULATION", "1", 1);
+  Blas bf16_blas(card_);
+  unsetenv("GPUBOX_BF16_EMULATION");
+  for (const ElementType type : {ElementType::kF32, ElementType::kBf16}) {
+    Blas& blas = type == ElementType::kBf16 ? bf16_blas : blas_;
+    for (const float alpha_b : {1.0f, 1.25f}) {
+      SCOPED_TRACE(std::string(element_type_name(type)) + ", alpha_b " + std::to_string(alpha_b));
+      Chain scaled(card_, blas, c, type);
+      setenv("GPUBOX_UNSCALED_INPUT_GRADIENT", "1", 1);
+      Chain unscaled(card_, blas, c, type);
+      unsetenv("GPUBOX_UNSCALED_INPUT_GRADIENT");
+      std::vector<float> w, x, r;
+      make_inputs(scaled, c, w, x, r);
+      const Result want = run_chain(scaled, c, w, x, r, 4.0f, type, true, alpha_b);
+      const Result got = run_chain(unscaled, c, w, x, r, 4.0f, type, true, alpha_b);
+      const double rel = type == ElementType::kBf16 ? std::ldexp(1.0, -6) : 1e-5;
+      ASSERT_EQ(got.grads.size(), want.grads.size());
+      for (std::size_t k = 0; k < want.grads.size(); ++k) {
+        EXPECT_NEAR(got.grads[k], want.grads[k], rel * (1 + std::fabs(want.grads[k])))
+            << scaled.params.describe(k);
+      }
+      ASSERT_EQ(got.dx.size(), want.dx.size());
+      for (std::size_t k = 0; k < want.dx.size(); ++k) {
+        EXPECT_NEAR(got.dx[k], want.dx[k], rel * (1 + std::fabs(want.dx[k]))) << "dX " << k;
+      }
+    }
   }
 }
 

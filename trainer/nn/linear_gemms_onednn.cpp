@@ -35,13 +35,15 @@
 // 111 us for 256x128, 700-790 against 960 us for 512x256 with a bf16 mask pass after; the results
 // bit-equal but for the chain's inexact corners), except where oneDNN 2.6 runs the chain on its
 // reference kernel (ref:any: a binary post-op whose X rows are strided unlike dX's, x_ld != dx_ld),
-// which takes the mask after as well, over bf16 rows.
+// which takes the mask after as well, over bf16 rows. On AMX, bf16 input gradients run without
+// the runtime scale, on AMX's brgemm (make_data).
 //
 // bf16 (Blas::bf16() == kHardware): X, W, dZ and the hidden outputs are bf16 memory, dW/db/bias
 // fp32; oneDNN accumulates in fp32. Under kEmulated the same bf16 buffers are converted to fp32
 // copies before each GEMM and its bf16 output rounded after it (see blas.hpp): the numerics of
 // the bf16 path on a CPU without it, at a cost.
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <unordered_map>
 #include <utility>
@@ -51,6 +53,7 @@
 #include "heterps/device/parallel_for.cuh"
 #include "trainer/nn/bf16.hpp"
 #include "trainer/nn/detail/gemm_backend.hpp"
+#include "trainer/nn/detail/input_grad_pass.hpp"
 #include "trainer/nn/linear_gemms.hpp"
 
 namespace gpubox::trainer {
@@ -109,58 +112,6 @@ void round_rows_to_bf16(const device::Stream& stream, std::size_t rows, int64_t 
                        ToBf16Rows{in, static_cast<Bf16*>(out), ld, cols});
 }
 
-// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0. TX and TD:
-// float or Bf16 (a bf16 zero is +0; to_float(Bf16) is exact, so the test is the same).
-template <class TX, class TD>
-struct ReluMask {
-  const TX* x;
-  int64_t x_ld;
-  TD* dx;
-  int64_t dx_ld;
-  int cols;
-  void run_range(std::size_t begin, std::size_t end) const {
-    device::for_row_segments(begin, end, cols, [&](int64_t i, int64_t j0, int64_t j1) {
-      const TX* __restrict in = x + i * x_ld;
-      TD* __restrict out = dx + i * dx_ld;
-      for (int64_t j = j0; j < j1; ++j) out[j] = to_float(in[j]) > 0.0f ? out[j] : TD{};
-    });
-  }
-};
-
-// ReluMask over rows [0, n), split over the card thread's OpenMP threads as its GEMM is (each
-// entry is masked alone: the same bits whatever the split).
-template <class TX, class TD>
-void mask_rows(const ReluMask<TX, TD>& mask, int64_t n) {
-  const auto cols = static_cast<std::size_t>(mask.cols);
-#pragma omp parallel for schedule(static) if (n * mask.cols >= 16384)
-  for (int64_t i = 0; i < n; ++i) {
-    mask.run_range(static_cast<std::size_t>(i) * cols, static_cast<std::size_t>(i + 1) * cols);
-  }
-}
-
-// The mask pass of one backward_data call, over X and dX in the types the GEMM read and wrote
-// (bf16 only over hardware bf16 rows; fp32 copies under emulation).
-struct MaskPass {
-  const void* x;
-  int64_t x_ld;
-  void* dx;
-  int64_t dx_ld;
-  int cols;
-  bool x_bf16, dx_bf16;
-  template <class TX, class TD>
-  void run(int64_t n) const {
-    mask_rows(ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols},
-              n);
-  }
-  void operator()(int64_t n) const {
-    if (x_bf16) {
-      dx_bf16 ? run<Bf16, Bf16>(n) : run<Bf16, float>(n);
-    } else {
-      dx_bf16 ? run<float, Bf16>(n) : run<float, float>(n);
-    }
-  }
-};
-
 // A primitive with one memory object per argument, made with it: a call only points them at its
 // operands (set_data_handle) and executes, so it allocates nothing.
 struct Gemm {
@@ -172,7 +123,7 @@ struct Gemm {
   // `post_op_src`: the descriptor of the mask chain's X (oneDNN 2.6 answers the exec_arg_md
   // query for a binary post-op's input with an empty descriptor); its scalar is a [1 x 1].
   Gemm(const dnnl::matmul::primitive_desc& pd, const dnnl::engine& engine,
-       std::initializer_list<int> arg_ids, const memory::desc& post_op_src = memory::desc())
+       const std::vector<int>& arg_ids, const memory::desc& post_op_src = memory::desc())
       : primitive(pd), impl(pd.impl_info_str()) {
     for (int id : arg_ids) {
       memory::desc md;
@@ -200,10 +151,18 @@ struct Gemm {
 
 struct LinearGemms::Plans {
   std::string name;  // the layer's (errors name it)
+  // An input-gradient GEMM: without a runtime output scale (alpha applied after it, or 1), or
+  // with one (`scaled`: alpha read at execution).
+  struct Data {
+    Gemm gemm;
+    bool mask_after = false;  // input_is_relu: no mask chain, ReluMask follows it
+    bool scaled = false;
+  };
   struct Plan {
     int64_t batch = 0;
-    Gemm forward, weights, bias_grad, data;
-    bool mask_after = false;  // input_is_relu: `data` has no mask chain, ReluMask follows it
+    Gemm forward, weights, bias_grad;
+    Data data;         // alpha == 1, or fp32 dX rows (alpha applied by the pass after it)
+    Data data_scaled;  // bf16 dX rows only, for alpha != 1 (a pass after would round twice)
   };
   std::vector<Plan> plans;  // most recently made first
   // The batch of the last non-empty forward (-1 before one): a consumer's backward_data demands
@@ -257,6 +216,7 @@ namespace {
 // under emulation).
 struct PlanTypes {
   memory::data_type input, output, dx;
+  bool unscaled_dx = false;  // the input gradient's GEMM without a runtime scale (make_data)
 };
 
 dnnl::primitive_attr user_scratchpad() {
@@ -265,18 +225,69 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
+// Layer `s`'s input-gradient GEMM for `rows` rows, by `make` (make_plan's). Unscaled, it has no
+// runtime output scale: oneDNN 2.6 keeps a matmul with one on gemm:jit, which on an AMX machine
+// ran a bf16 512-wide layer's dX 8x slower than the AMX brgemm it gets without (750 against 90
+// us); alpha is then 1, or applied to fp32 dX rows by the pass after it (one rounding, as
+// oneDNN's), and the mask chain's 2^-64 a static scale (brgemm takes that). Only bf16 GEMMs on
+// AMX go unscaled (plan_types): fp32's brgemm over W^T ran 2-6x slower than gemm:jit on the same
+// machine (a 256x512 layer's dX 1,743 against 849 us), and bf16 without AMX is not measured.
+// fp32 rows mask after the GEMM (exact; see the file comment), and so do rows whose chain oneDNN
+// would run on its reference kernel (ref:any: X's rows strided unlike dX's).
+template <class Make>
+LinearGemms::Plans::Data make_data(Make& make, const LinearGemmSpec& s, const PlanTypes& t,
+                                   int64_t rows, bool scaled) {
+  const auto f32 = memory::data_type::f32;
+  const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
+                                transposed(s.dx_cols, s.out, s.out, t.input),
+                                matrix(rows, s.dx_cols, s.dx_ld, t.dx));
+  std::vector<int> args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+  if (scaled) args.push_back(DNNL_ARG_ATTR_OUTPUT_SCALES);
+  auto attr_of = [&](bool chain) {
+    dnnl::primitive_attr attr = user_scratchpad();
+    if (scaled) {
+      attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
+    } else if (chain) {
+      attr.set_output_scales(0, {kMaskScaleDown});
+    }
+    return attr;
+  };
+  LinearGemms::Plans::Data data;
+  data.scaled = scaled;
+  const bool fp32_rows = t.input == f32 && t.dx == f32;
+  if (s.input_is_relu && !fp32_rows) {
+    const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
+    dnnl::primitive_attr attr = attr_of(true);
+    dnnl::post_ops ops;
+    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinFirst
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, -1.0f, 0.0f);
+    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinSecond
+    ops.append_binary(dnnl::algorithm::binary_mul,
+                      memory::desc(dims{1, 1}, f32, dims{1, 1}));  // kMaskScaleUpOp
+    attr.set_post_ops(ops);
+    std::vector<int> chain_args = args;
+    for (int op : {kMaskMinFirst, kMaskMinSecond, kMaskScaleUpOp}) {
+      chain_args.push_back(DNNL_ARG_ATTR_MULTIPLE_POST_OP(op) | DNNL_ARG_SRC_1);
+    }
+    data.gemm = make(desc, attr, chain_args, mask);
+    if (data.gemm.impl.rfind("ref", 0) != 0) return data;
+  }
+  data.gemm = make(desc, attr_of(false), args);
+  data.mask_after = s.input_is_relu;
+  return data;
+}
+
 // The four primitives of layer `s` for `rows` rows; `scratch` grows to the largest scratchpad
 // any of them asks for.
 LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmSpec& s,
                                    const PlanTypes& t, int64_t rows, std::size_t* scratch) {
   const auto f32 = memory::data_type::f32;
   auto make = [&](const dnnl::matmul::desc& desc, const dnnl::primitive_attr& attr,
-                  std::initializer_list<int> args, const memory::desc& post_op_src = {}) {
+                  const std::vector<int>& args, const memory::desc& post_op_src = {}) {
     const dnnl::matmul::primitive_desc pd(desc, attr, engine);
     *scratch = std::max(*scratch, pd.scratchpad_desc().get_size());
     return Gemm(pd, engine, args, post_op_src);
   };
-  using std::initializer_list;
   LinearGemms::Plans::Plan plan;
   {
     dnnl::primitive_attr attr = user_scratchpad();
@@ -290,8 +301,8 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
                            matrix(1, s.out, s.out, f32), matrix(rows, s.out, s.y_ld, t.output)),
         attr, {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD});
   }
-  const initializer_list<int> plain_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST,
-                                            DNNL_ARG_SCRATCHPAD};
+  const std::vector<int> plain_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST,
+                                       DNNL_ARG_SCRATCHPAD};
   plan.weights = make(
       dnnl::matmul::desc(transposed(rows, s.in, s.x_ld, t.input),
                          matrix(rows, s.out, s.dz_ld, t.input), matrix(s.in, s.out, s.out, f32)),
@@ -301,44 +312,9 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
                               matrix(1, s.out, s.out, f32)),
            user_scratchpad(), plain_args);
   if (s.dx_cols == 0) return plan;
-  dnnl::primitive_attr attr = user_scratchpad();
-  attr.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-  const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
-  if (s.input_is_relu) {
-    dnnl::post_ops ops;
-    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinFirst
-    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_linear, -1.0f, 0.0f);
-    ops.append_binary(dnnl::algorithm::binary_min, mask);  // kMaskMinSecond
-    ops.append_binary(dnnl::algorithm::binary_mul,
-                      memory::desc(dims{1, 1}, f32, dims{1, 1}));  // kMaskScaleUpOp
-    attr.set_post_ops(ops);
-  }
-  const dnnl::matmul::desc desc(matrix(rows, s.out, s.dz_ld, t.input),
-                                transposed(s.dx_cols, s.out, s.out, t.input),
-                                matrix(rows, s.dx_cols, s.dx_ld, t.dx));
-  const initializer_list<int> scaled_args = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST,
-                                             DNNL_ARG_SCRATCHPAD, DNNL_ARG_ATTR_OUTPUT_SCALES};
-  if (s.input_is_relu) {
-    plan.data = make(desc, attr,
-                     {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD,
-                      DNNL_ARG_ATTR_OUTPUT_SCALES,
-                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1,
-                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1,
-                      DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1},
-                     mask);
-    // The chain outside a brgemm epilogue, over fp32 rows, or on oneDNN's reference kernel
-    // (any rows; 2.6 takes it for a chain whose X rows are strided unlike dX's): the mask after
-    // the GEMM instead (see the file comment).
-    const bool fp32_rows = t.input == f32 && t.dx == f32;
-    const bool reference = plan.data.impl.rfind("ref", 0) == 0;
-    if ((fp32_rows && plan.data.impl.rfind("brg", 0) != 0) || reference) {
-      dnnl::primitive_attr scaled = user_scratchpad();
-      scaled.set_output_scales(0, {DNNL_RUNTIME_F32_VAL});
-      plan.data = make(desc, scaled, scaled_args);
-      plan.mask_after = true;
-    }
-  } else {
-    plan.data = make(desc, attr, scaled_args);
+  plan.data = make_data(make, s, t, rows, /*scaled=*/!t.unscaled_dx);
+  if (t.unscaled_dx && t.dx != f32) {
+    plan.data_scaled = make_data(make, s, t, rows, /*scaled=*/true);
   }
   return plan;
 }
@@ -382,9 +358,15 @@ void LinearGemms::prepare(int64_t batch) {
   }
   Blas::Backend& backend = blas_->backend();
   const LinearGemmSpec& s = spec_;
-  const PlanTypes t =
+  PlanTypes t =
       p.emulated ? PlanTypes{memory::data_type::f32, memory::data_type::f32, memory::data_type::f32}
                  : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
+  // bf16 GEMMs on AMX (make_data); GPUBOX_UNSCALED_INPUT_GRADIENT=1 takes the path on any CPU
+  // and precision (its tests run it where no AMX is).
+  const char* forced = std::getenv("GPUBOX_UNSCALED_INPUT_GRADIENT");
+  t.unscaled_dx =
+      (t.input == memory::data_type::bf16 && backend.isa.find("amx") != std::string::npos) ||
+      (forced != nullptr && std::string(forced) == "1");
   const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
   std::size_t scratch = 0;
   Plans::Plan plan;
@@ -516,49 +498,54 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
     w = p.w32.data();
   }
   void* out = p.emulated && spec_.dx == ElementType::kBf16 ? p.out32.data() : dx;
-  // The mask chain's scale-down rides on the output scale (see the file comment). oneDNN reads
-  // the scale from p.alpha when the GEMM runs: it is set there, from this call's value.
-  const bool mask_after = plan_for(p, batch, p.name).mask_after;
-  const bool chain = spec_.input_is_relu && !mask_after;
-  const float scale = chain ? alpha * kMaskScaleDown : alpha;
+  // A runtime-scaled GEMM where the plan has no other, or for alpha != 1 into bf16 rows (oneDNN
+  // reads the scale from p.alpha when it runs: set there, from this call's value; the chain's
+  // scale-down rides on it). Otherwise the unscaled one, alpha applied to its fp32 rows by the
+  // pass after it (make_data).
+  const Plans::Plan& chosen = plan_for(p, batch, p.name);
+  const bool second = alpha != 1.0f && chosen.data_scaled.scaled;
+  const Plans::Data& data = second ? chosen.data_scaled : chosen.data;
+  const bool scaled = data.scaled;
+  const bool chain = spec_.input_is_relu && !data.mask_after;
+  const float after = scaled ? 1.0f : alpha;
+  // The pass after the GEMM, in its own task, as cuBLASLt's epilogue masks inside its GEMM: one
+  // launch either way, so the step's counts are the same on both backends.
+  const bool pass = data.mask_after || after != 1.0f;
+  const detail::MaskPass mask{data.mask_after ? x : nullptr,
+                              spec_.x_ld,
+                              out,
+                              spec_.dx_ld,
+                              spec_.dx_cols,
+                              !p.emulated && spec_.input == ElementType::kBf16,
+                              !p.emulated && spec_.dx == ElementType::kBf16,
+                              after};
+  GPUBOX_EXPECTS(after == 1.0f || !mask.dx_bf16, "layer ", spec_.name, ": alpha ", alpha,
+                 " after a GEMM into bf16 rows");
+  const float runtime_scale = chain ? alpha * kMaskScaleDown : alpha;
   Plans* plans = &p;
-  if (chain) {
-    execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
-            [dz, w, out, x, scale, plans](Plans::Plan& plan, Blas::Backend& backend) {
-              plans->alpha = scale;
-              plan.data.run(backend.stream,
-                            {{DNNL_ARG_SRC, dz},
-                             {DNNL_ARG_WEIGHTS, w},
-                             {DNNL_ARG_DST, out},
-                             {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
-                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinFirst) | DNNL_ARG_SRC_1, x},
-                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskMinSecond) | DNNL_ARG_SRC_1, x},
-                             {DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1,
-                              &plans->mask_scale_up},
-                             {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
-            });
-  } else {
-    // The mask pass runs in the GEMM's own task, as cuBLASLt's epilogue masks inside its GEMM:
-    // one launch either way, so the step's counts are the same on both backends.
-    const MaskPass mask{x,
-                        spec_.x_ld,
-                        out,
-                        spec_.dx_ld,
-                        spec_.dx_cols,
-                        !p.emulated && spec_.input == ElementType::kBf16,
-                        !p.emulated && spec_.dx == ElementType::kBf16};
-    execute(
-        stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
-        [dz, w, out, scale, plans, mask, mask_after, n](Plans::Plan& plan, Blas::Backend& backend) {
-          plans->alpha = scale;
-          plan.data.run(backend.stream, {{DNNL_ARG_SRC, dz},
-                                         {DNNL_ARG_WEIGHTS, w},
-                                         {DNNL_ARG_DST, out},
-                                         {DNNL_ARG_ATTR_OUTPUT_SCALES, &plans->alpha},
-                                         {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}});
-          if (mask_after) mask(static_cast<int64_t>(n));
-        });
-  }
+  execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
+          [dz, w, out, x, second, scaled, chain, runtime_scale, plans, pass, mask, n](
+              Plans::Plan& plan, Blas::Backend& backend) {
+            Gemm& gemm = second ? plan.data_scaled.gemm : plan.data.gemm;
+            plans->alpha = runtime_scale;
+            for (const auto& [id, ptr] : {std::pair<int, const void*>{DNNL_ARG_SRC, dz},
+                                          {DNNL_ARG_WEIGHTS, w},
+                                          {DNNL_ARG_DST, out},
+                                          {DNNL_ARG_SCRATCHPAD, backend.scratchpad.data()}}) {
+              gemm.args.at(id).set_data_handle(const_cast<void*>(ptr));
+            }
+            if (scaled) gemm.args.at(DNNL_ARG_ATTR_OUTPUT_SCALES).set_data_handle(&plans->alpha);
+            if (chain) {
+              for (int op : {kMaskMinFirst, kMaskMinSecond}) {
+                gemm.args.at(DNNL_ARG_ATTR_MULTIPLE_POST_OP(op) | DNNL_ARG_SRC_1)
+                    .set_data_handle(const_cast<void*>(x));
+              }
+              gemm.args.at(DNNL_ARG_ATTR_MULTIPLE_POST_OP(kMaskScaleUpOp) | DNNL_ARG_SRC_1)
+                  .set_data_handle(&plans->mask_scale_up);
+            }
+            gemm.primitive.execute(backend.stream, gemm.args);
+            if (pass) mask(static_cast<int64_t>(n));
+          });
   if (out != dx) {
     round_rows_to_bf16(stream, n, spec_.dx_cols, spec_.dx_ld, p.out32.data(), dx);
   }
@@ -570,10 +557,14 @@ std::string LinearGemms::describe(int64_t batch) const {
   std::string line = "forward " + plan.forward.impl + " + bias" + (spec_.relu ? " + relu" : "") +
                      ", weight grad " + plan.weights.impl + " (+ bias grad)";
   if (spec_.dx_cols > 0) {
-    line += ", input grad " + plan.data.impl +
-            (!spec_.input_is_relu ? ""
-             : plan.mask_after    ? ", relu mask after"
-                                  : " + relu mask");
+    line += ", input grad " + plan.data.gemm.impl +
+            (!spec_.input_is_relu   ? ""
+             : plan.data.mask_after ? ", relu mask after"
+                                    : " + relu mask");
+    if (plan.data_scaled.scaled) {
+      line += " (alpha != 1: " + plan.data_scaled.gemm.impl +
+              (plan.data_scaled.mask_after ? ", relu mask after)" : ")");
+    }
   }
   line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);
   if (plans_->emulated) line += " emulated in fp32: GPUBOX_BF16_EMULATION=1";
