@@ -463,7 +463,8 @@ TEST_F(CrossFunctorRangesTest, RunRangeIsBitEqualToPerEntryCalls) {
 
 // dcn/dcn_v2's bf16 copy of the MLP's input (to_bf16_rows_async): the written columns rounded as
 // to_bf16 rounds them, the padding zero, and the input's padding (NaN here, as if never written)
-// never read; 0, 1 and several rows, no padding and no columns.
+// never read; 0, 1 and several rows, no padding and no columns, and dcn's rows at a batch of
+// 513 (the card's threads split the items mid-row: the cpu form goes a row's part at a time).
 TEST(ToBf16Rows, RoundsTheWrittenColumnsAndZeroesThePadding) {
   device::CardSet cards = device::CardSet::from_list("0");
   device::Card& card = cards.card(0);
@@ -475,7 +476,7 @@ TEST(ToBf16Rows, RoundsTheWrittenColumnsAndZeroesThePadding) {
     int64_t ld;
   };
   for (const Shape shape : {Shape{0, 3, 8}, Shape{1, 3, 8}, Shape{5, 6, 8}, Shape{4, 8, 8},
-                            Shape{3, 0, 4}, Shape{7, 1, 1}}) {
+                            Shape{3, 0, 4}, Shape{7, 1, 1}, Shape{513, 247, 248}}) {
     const std::size_t size = static_cast<std::size_t>(shape.rows * shape.ld);
     std::vector<float> in = random_vector(size, rng);
     for (std::size_t i = 0; i < size; ++i) {

@@ -5,6 +5,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
 
+#include <algorithm>
 #include <cstring>
 #include <cuda/atomic>
 #include <functional>
@@ -102,6 +103,21 @@ struct ToBf16Rows {
   GPUBOX_HD void operator()(std::size_t i) const {
     out[i] = i % ld < cols ? to_bf16(in[i]) : Bf16{};
   }
+#if !defined(GPUBOX_BACKEND_CUDA)
+  // cpu: a row's part at a time, the same values: one division a row, not one an element (the
+  // per-element form took 5.9% of a dcn bf16 run's samples, 512 x 248 items a step), and a plain
+  // loop that vectorizes.
+  void run_range(std::size_t begin, std::size_t end) const {
+    device::for_row_segments(begin, end, static_cast<int>(ld),
+                             [&](int64_t r, int64_t j0, int64_t j1) {
+                               const float* __restrict src = in + static_cast<std::size_t>(r) * ld;
+                               Bf16* __restrict dst = out + static_cast<std::size_t>(r) * ld;
+                               const int64_t written = std::min(j1, static_cast<int64_t>(cols));
+                               for (int64_t j = j0; j < written; ++j) dst[j] = to_bf16(src[j]);
+                               for (int64_t j = std::max(j0, written); j < j1; ++j) dst[j] = Bf16{};
+                             });
+  }
+#endif
 };
 struct LogLossAt {
   const float* logits;
