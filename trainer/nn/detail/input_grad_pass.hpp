@@ -62,9 +62,9 @@ struct MaskPass {
   float alpha;
   template <class TX, class TD>
   void run(int64_t n) const {
-    mask_rows(ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols,
-                               alpha},
-              n);
+    mask_rows(
+        ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols, alpha},
+        n);
   }
   void operator()(int64_t n) const {
     if (x_bf16) {
