@@ -4,8 +4,8 @@
 // name it); two trainers started with one PADDLE_TRAINER_ID are refused naming the id (one share
 // of the files trained twice, another never); settings a trainer keeps for itself (async's
 // Hogwild threads) are not compared; a server restarted within the job under another rule is
-// refused when adopted; the servers serve one running job at a time. Each trainer its own thread
-// of this process.
+// refused when adopted; the servers serve one running job at a time, and a job whose claim was
+// erased claims them again. Each trainer its own thread of this process.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -178,9 +178,46 @@ TEST_F(PsModes, TheServersServeOneRunningJobAtATime) {
   std::vector<float> table(5, 0.0f);
   ASSERT_TRUE(first->dense(table::server::DenseAction::kRead, kOwnerTable, &table).ok());
   EXPECT_EQ(table[0], 7.0f);
-  // That claim does not beat: taken over after 2.5 of its intervals (50 ms).
+  // That claim does not beat: taken over after 2.5 of its intervals (50 ms), not sooner and not
+  // much later, and the table holds the new claim.
+  const auto waited_from = std::chrono::steady_clock::now();
   ServersOwner after(*second, kInterval);
+  const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - waited_from;
+  EXPECT_GE(waited.count(), 0.125);
+  EXPECT_LT(waited.count(), 1.0);
   EXPECT_EQ(after.taken_over(), "");
+  ASSERT_TRUE(first->dense(table::server::DenseAction::kRead, kOwnerTable, &table).ok());
+  EXPECT_FALSE(table[0] == 7.0f && table[1] == 0.0f && table[2] == 0.0f);
+  EXPECT_FALSE(table[0] == 0.0f && table[1] == 0.0f && table[2] == 0.0f);
+  EXPECT_EQ(table[4], 200.0f);  // its interval in ms
+}
+
+// An ending job's release reads its claim, then zeroes the table: a job that took the servers over
+// between the two has its claim erased (zeroed here by hand), and claims them again at its next
+// beat, so that another start is still refused while it runs.
+TEST_F(PsModes, AClaimErasedWhileItsJobRunsIsClaimedAgainAtItsNextBeat) {
+  const TrainerConfig cfg = config({"runner.sync_mode=async"});
+  Servers shards(cfg, 1);
+  auto first = connect_client(shards, cfg, /*deadline_s=*/2.0, /*connect_timeout_s=*/0.5);
+  auto second = connect_client(shards, cfg, /*deadline_s=*/2.0, /*connect_timeout_s=*/0.5);
+  constexpr double kInterval = 0.1;
+  ServersOwner running(*first, kInterval);
+  std::vector<float> claim(5, 0.0f);
+  ASSERT_TRUE(second->dense(table::server::DenseAction::kRead, kOwnerTable, &claim).ok());
+  ASSERT_FALSE(claim[0] == 0.0f && claim[1] == 0.0f && claim[2] == 0.0f);
+  std::vector<float> zeros(5, 0.0f);
+  ASSERT_TRUE(second->dense(table::server::DenseAction::kWrite, kOwnerTable, &zeros).ok());
+  std::vector<float> table(5, 0.0f);
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(second->dense(table::server::DenseAction::kRead, kOwnerTable, &table).ok());
+    if (table[0] != 0.0f || table[1] != 0.0f || table[2] != 0.0f) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(table[0], claim[0]);
+  EXPECT_EQ(table[1], claim[1]);
+  EXPECT_EQ(table[2], claim[2]);
+  EXPECT_EQ(running.taken_over(), "");
+  EXPECT_THROW(ServersOwner other(*second, kInterval), Error);
 }
 
 }  // namespace

@@ -141,7 +141,24 @@ void ServersOwner::beat_loop() {
     count_ = beat[3];
     if (!taken_over_.empty()) continue;
     const uint64_t holder = nonce_of(beat);
-    if (holder != nonce_ && holder != 0) {
+    if (holder == 0) {
+      // The claim was erased while this job runs: zeroed by an ending job's release that read
+      // its own claim just before this job took the servers over (a read, then a write: not one
+      // step), or the table created afresh by another client. Claimed again, so that a third
+      // job's start still finds this one running.
+      lock.unlock();
+      std::vector<float> mine = table_of(nonce_, interval_s_);
+      const Status wrote = servers_.dense(DenseAction::kWrite, kOwnerTable, &mine, call);
+      lock.lock();
+      if (wrote.ok()) {
+        count_ = 0.0f;
+        GPUBOX_LOG(INFO) << "the first server's table " << kOwnerTable
+                         << " held no job's claim while this job runs (released by a job that "
+                            "ended as this one started?): claimed again";
+      }
+      continue;
+    }
+    if (holder != nonce_) {
       taken_over_ = std::string("another job took the servers over (the first server's table ") +
                     kOwnerTable +
                     " holds its claim now): its start replaced this job's dense table and rows, "

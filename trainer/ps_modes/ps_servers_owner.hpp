@@ -7,7 +7,8 @@
 // after 2.5 of its intervals. Trainer 0 then beats while it lives, reading the nonce back from each
 // beat's reply: a job that took the servers over anyway (two starts at once, neither seeing the
 // other's beats) is reported by taken_over(), which each pass's end throws. Released (zeroed) as
-// trainer 0 ends, while the table is still its job's.
+// trainer 0 ends, while the table is still its job's; the release reads, then writes, so a job
+// that took the servers over between the two has its claim erased: its next beat claims again.
 //
 // Thread-safety: construct, reclaim and destroy from one thread; taken_over() from any.
 #pragma once
