@@ -123,8 +123,10 @@ def _load(path: str, config: Optional[Config], card_threads: int,
             out = os.path.join(tmp, "model")
             _core.export_save(config._loaded, path, out)
             return Model(_core.ServingModel(out, card_threads, precision))
+    # Loaded first, so that a path that is no export (a mistyped folder) fails without a warning.
+    model = Model(_core.ServingModel(path, card_threads, precision))
     if config is not None:
         # An export carries its own network: a config given beside it was read for nothing.
         warnings.warn(f"{path} is an export: it carries its network and rules; the config given "
                       "is not used (it is for a save, model_save_path/<pass>)", stacklevel=3)
-    return Model(_core.ServingModel(path, card_threads, precision))
+    return model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import pathlib
+import warnings
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,11 @@ def test_an_export_predicts_as_the_save(trained: dict[str, Any], infer: dict[str
     with pytest.warns(UserWarning, match="is an export: it carries its network and rules; the "
                       "config given is not used"):
         gpubox.load(export, trained["config"])
+    # A mistyped folder fails, naming it, and warns nothing about the config.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(Exception, match="export-typo"):
+            gpubox.load(trained["out"] / "export-typo", trained["config"])
     np.testing.assert_allclose(model.predict(infer["file"].read_text()), infer["predictions"],
                                rtol=1e-5, atol=1e-6)
 
