@@ -262,10 +262,11 @@ TEST_P(LinearChainTest, Bf16PathStaysWithinRoundingBoundOfFp32) {
 }
 
 // The input gradient's GEMM without a runtime output scale (the path of bf16 GEMMs on AMX,
-// linear_gemms_onednn.cpp make_data; GPUBOX_UNSCALED_INPUT_GRADIENT=1 takes it on any CPU)
-// against the runtime-scaled one, fp32 and bf16 (emulated where the CPU has none): alpha 4 into
-// A's fp32 dX (the pass after the GEMM scales), and 1 or 1.25 into B's masked dX (bf16 rows with
-// 1.25: the runtime-scaled GEMM the plan keeps for them). Kernels differ, so within the sums'
+// linear_gemms_onednn.cpp make_data; GPUBOX_UNSCALED_INPUT_GRADIENT=1 takes it on any CPU, =0
+// takes the runtime-scaled one on AMX too) against the runtime-scaled one, fp32 and bf16
+// (emulated where the CPU has none): alpha 4 into A's fp32 dX (the pass after the GEMM scales),
+// and 1 or 1.25 into B's masked dX (bf16 rows with 1.25: the GEMM into fp32 rows, which the pass
+// scales, masks and rounds). Kernels differ, so within the sums'
 // rounding: fp32 1e-5 relative, bf16 a bf16 rounding (2^-7) of the value and its neighbours.
 TEST_P(LinearChainTest, UnscaledInputGradientMatchesTheRuntimeScaledOne) {
   const ChainShape c = GetParam();
@@ -276,6 +277,7 @@ TEST_P(LinearChainTest, UnscaledInputGradientMatchesTheRuntimeScaledOne) {
     Blas& blas = type == ElementType::kBf16 ? bf16_blas : blas_;
     for (const float alpha_b : {1.0f, 1.25f}) {
       SCOPED_TRACE(std::string(element_type_name(type)) + ", alpha_b " + std::to_string(alpha_b));
+      setenv("GPUBOX_UNSCALED_INPUT_GRADIENT", "0", 1);
       Chain scaled(card_, blas, c, type);
       setenv("GPUBOX_UNSCALED_INPUT_GRADIENT", "1", 1);
       Chain unscaled(card_, blas, c, type);

@@ -157,12 +157,16 @@ struct LinearGemms::Plans {
     Gemm gemm;
     bool mask_after = false;  // input_is_relu: no mask chain, ReluMask follows it
     bool scaled = false;
+    bool made = false;
   };
   struct Plan {
     int64_t batch = 0;
     Gemm forward, weights, bias_grad;
-    Data data;         // alpha == 1, or fp32 dX rows (alpha applied by the pass after it)
-    Data data_scaled;  // bf16 dX rows only, for alpha != 1 (a pass after would round twice)
+    Data data;  // alpha == 1, or fp32 dX rows (alpha applied by the pass after it)
+    // An unscaled plan's bf16 dX rows with alpha != 1 (a pass after a bf16 GEMM would round
+    // twice): the GEMM into fp32 rows (out32), which the pass after it scales, masks and rounds
+    // into dX.
+    Data data_f32;
   };
   std::vector<Plan> plans;  // most recently made first
   // The batch of the last non-empty forward (-1 before one): a consumer's backward_data demands
@@ -229,11 +233,11 @@ dnnl::primitive_attr user_scratchpad() {
 // runtime output scale: oneDNN 2.6 keeps a matmul with one on gemm:jit, which on an AMX machine
 // ran a bf16 512-wide layer's dX 8x slower than the AMX brgemm it gets without (750 against 90
 // us); alpha is then 1, or applied to fp32 dX rows by the pass after it (one rounding, as
-// oneDNN's), and the mask chain's 2^-64 a static scale (brgemm takes that). Only bf16 GEMMs on
-// AMX go unscaled (plan_types): fp32's brgemm over W^T ran 2-6x slower than gemm:jit on the same
-// machine (a 256x512 layer's dX 1,743 against 849 us), and bf16 without AMX is not measured.
-// fp32 rows mask after the GEMM (exact; see the file comment), and so do rows whose chain oneDNN
-// would run on its reference kernel (ref:any: X's rows strided unlike dX's).
+// oneDNN's; bf16 dX rows: Plan::data_f32), and the mask chain's 2^-64 a static scale (brgemm
+// takes that). Only bf16 GEMMs on AMX go unscaled (prepare): fp32's brgemm over W^T ran 2-6x slower
+// than gemm:jit on the same machine (a 256x512 layer's dX 1,743 against 849 us), and bf16 without
+// AMX is not measured. fp32 rows mask after the GEMM (exact; see the file comment), and so do rows
+// whose chain oneDNN would run on its reference kernel (ref:any: X's rows strided unlike dX's).
 template <class Make>
 LinearGemms::Plans::Data make_data(Make& make, const LinearGemmSpec& s, const PlanTypes& t,
                                    int64_t rows, bool scaled) {
@@ -254,6 +258,7 @@ LinearGemms::Plans::Data make_data(Make& make, const LinearGemmSpec& s, const Pl
   };
   LinearGemms::Plans::Data data;
   data.scaled = scaled;
+  data.made = true;
   const bool fp32_rows = t.input == f32 && t.dx == f32;
   if (s.input_is_relu && !fp32_rows) {
     const memory::desc mask = matrix(rows, s.dx_cols, s.x_ld, t.input);
@@ -314,7 +319,9 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
   if (s.dx_cols == 0) return plan;
   plan.data = make_data(make, s, t, rows, /*scaled=*/!t.unscaled_dx);
   if (t.unscaled_dx && t.dx != f32) {
-    plan.data_scaled = make_data(make, s, t, rows, /*scaled=*/true);
+    PlanTypes into_f32 = t;
+    into_f32.dx = f32;
+    plan.data_f32 = make_data(make, s, into_f32, rows, /*scaled=*/false);
   }
   return plan;
 }
@@ -322,7 +329,7 @@ LinearGemms::Plans::Plan make_plan(const dnnl::engine& engine, const LinearGemmS
 // The buffers a plan for `rows` rows uses besides its operands: the ones row of the bias
 // gradient (in the GEMMs' input type) and, under emulation, the fp32 copies.
 void size_plan_buffers(LinearGemms::Plans& p, const LinearGemmSpec& s, device::Card& card,
-                       int64_t rows) {
+                       int64_t rows, bool f32_dx_rows) {
   const std::size_t ones_bytes =
       static_cast<std::size_t>(rows) * (p.emulated ? 4 : element_bytes(s.input));
   if (p.ones.size() < ones_bytes) {
@@ -342,6 +349,8 @@ void size_plan_buffers(LinearGemms::Plans& p, const LinearGemmSpec& s, device::C
     p.w32.resize_discard(static_cast<std::size_t>(s.in) * s.out);
     p.dz32.resize_discard(n * s.dz_ld);
     p.out32.resize_discard(n * std::max(s.y_ld, s.dx_ld));
+  } else if (f32_dx_rows) {
+    p.out32.resize_discard(static_cast<std::size_t>(rows) * s.dx_ld);
   }
 }
 }  // namespace
@@ -362,11 +371,11 @@ void LinearGemms::prepare(int64_t batch) {
       p.emulated ? PlanTypes{memory::data_type::f32, memory::data_type::f32, memory::data_type::f32}
                  : PlanTypes{dnnl_type(s.input), dnnl_type(s.output), dnnl_type(s.dx)};
   // bf16 GEMMs on AMX (make_data); GPUBOX_UNSCALED_INPUT_GRADIENT=1 takes the path on any CPU
-  // and precision (its tests run it where no AMX is).
+  // and precision, =0 on none (its tests compare the two on any CPU).
   const char* forced = std::getenv("GPUBOX_UNSCALED_INPUT_GRADIENT");
-  t.unscaled_dx =
-      (t.input == memory::data_type::bf16 && backend.isa.find("amx") != std::string::npos) ||
-      (forced != nullptr && std::string(forced) == "1");
+  const std::string force = forced != nullptr ? forced : "";
+  t.unscaled_dx = force == "1" || (force != "0" && t.input == memory::data_type::bf16 &&
+                                   backend.isa.find("amx") != std::string::npos);
   const int64_t rows = std::max<int64_t>(batch, 1);  // primitives for an empty batch are unused
   std::size_t scratch = 0;
   Plans::Plan plan;
@@ -376,7 +385,7 @@ void LinearGemms::prepare(int64_t batch) {
   plan.batch = batch;
   // The buffers the plan uses, sized now (before the step's collectives).
   if (backend.scratchpad.size() < scratch) backend.scratchpad.resize_discard(scratch);
-  size_plan_buffers(p, s, blas_->card(), rows);
+  size_plan_buffers(p, s, blas_->card(), rows, plan.data_f32.made);
   p.plans.insert(p.plans.begin(), std::move(plan));
   if (p.plans.size() > kPlansKept) p.plans.pop_back();
 }
@@ -497,36 +506,38 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
     dz = p.dz32.data();
     w = p.w32.data();
   }
-  void* out = p.emulated && spec_.dx == ElementType::kBf16 ? p.out32.data() : dx;
-  // A runtime-scaled GEMM where the plan has no other, or for alpha != 1 into bf16 rows (oneDNN
-  // reads the scale from p.alpha when it runs: set there, from this call's value; the chain's
-  // scale-down rides on it). Otherwise the unscaled one, alpha applied to its fp32 rows by the
-  // pass after it (make_data).
+  // The plan's GEMM: runtime-scaled (oneDNN reads the scale from p.alpha when it runs: set there,
+  // from this call's value; the chain's scale-down rides on it), or unscaled, alpha then applied
+  // by the pass after it, to fp32 rows: dX's own, or for bf16 dX rows those of data_f32, which the
+  // pass rounds into dX (make_data).
   const Plans::Plan& chosen = plan_for(p, batch, p.name);
-  const bool second = alpha != 1.0f && chosen.data_scaled.scaled;
-  const Plans::Data& data = second ? chosen.data_scaled : chosen.data;
+  const bool via_f32 = alpha != 1.0f && chosen.data_f32.made;
+  const Plans::Data& data = via_f32 ? chosen.data_f32 : chosen.data;
+  const bool bf16_out = !p.emulated && spec_.dx == ElementType::kBf16 && !via_f32;
+  void* out = via_f32 || (p.emulated && spec_.dx == ElementType::kBf16) ? p.out32.data() : dx;
   const bool scaled = data.scaled;
   const bool chain = spec_.input_is_relu && !data.mask_after;
   const float after = scaled ? 1.0f : alpha;
   // The pass after the GEMM, in its own task, as cuBLASLt's epilogue masks inside its GEMM: one
   // launch either way, so the step's counts are the same on both backends.
-  const bool pass = data.mask_after || after != 1.0f;
+  const bool pass = data.mask_after || after != 1.0f || via_f32;
   const detail::MaskPass mask{data.mask_after ? x : nullptr,
                               spec_.x_ld,
                               out,
                               spec_.dx_ld,
                               spec_.dx_cols,
                               !p.emulated && spec_.input == ElementType::kBf16,
-                              !p.emulated && spec_.dx == ElementType::kBf16,
-                              after};
-  GPUBOX_EXPECTS(after == 1.0f || !mask.dx_bf16, "layer ", spec_.name, ": alpha ", alpha,
+                              bf16_out,
+                              after,
+                              via_f32 ? static_cast<Bf16*>(dx) : nullptr};
+  GPUBOX_EXPECTS(after == 1.0f || !bf16_out, "layer ", spec_.name, ": alpha ", alpha,
                  " after a GEMM into bf16 rows");
   const float runtime_scale = chain ? alpha * kMaskScaleDown : alpha;
   Plans* plans = &p;
   execute(stream, "layer input-gradient GEMM", plans, &blas_->backend(), batch,
-          [dz, w, out, x, second, scaled, chain, runtime_scale, plans, pass, mask, n](
+          [dz, w, out, x, via_f32, scaled, chain, runtime_scale, plans, pass, mask, n](
               Plans::Plan& plan, Blas::Backend& backend) {
-            Gemm& gemm = second ? plan.data_scaled.gemm : plan.data.gemm;
+            Gemm& gemm = via_f32 ? plan.data_f32.gemm : plan.data.gemm;
             plans->alpha = runtime_scale;
             for (const auto& [id, ptr] : {std::pair<int, const void*>{DNNL_ARG_SRC, dz},
                                           {DNNL_ARG_WEIGHTS, w},
@@ -546,7 +557,7 @@ void LinearGemms::backward_data(const void* dz, const void* w, const void* x,
             gemm.primitive.execute(backend.stream, gemm.args);
             if (pass) mask(static_cast<int64_t>(n));
           });
-  if (out != dx) {
+  if (out != dx && !via_f32) {
     round_rows_to_bf16(stream, n, spec_.dx_cols, spec_.dx_ld, p.out32.data(), dx);
   }
 }
@@ -561,9 +572,8 @@ std::string LinearGemms::describe(int64_t batch) const {
             (!spec_.input_is_relu   ? ""
              : plan.data.mask_after ? ", relu mask after"
                                     : " + relu mask");
-    if (plan.data_scaled.scaled) {
-      line += " (alpha != 1: " + plan.data_scaled.gemm.impl +
-              (plan.data_scaled.mask_after ? ", relu mask after)" : ")");
+    if (plan.data_f32.made) {
+      line += " (alpha != 1: " + plan.data_f32.gemm.impl + " into fp32 rows, rounded after)";
     }
   }
   line += " (oneDNN, " + backend.isa + ", " + element_type_name(spec_.input);

@@ -1,5 +1,6 @@
-// The pass after an input-gradient GEMM on the cpu backend (linear_gemms_onednn.cpp): the ReLU
-// mask by X, and alpha where the GEMM ran without it, over dX's rows in place.
+// The pass after an input-gradient GEMM on the cpu backend (linear_gemms_onednn.cpp): alpha where
+// the GEMM ran without it, the ReLU mask by X, and the rounding into bf16 dX rows where the GEMM
+// wrote fp32 ones for that (bf16 rows with alpha != 1), over dX's rows.
 #pragma once
 
 #include <cstddef>
@@ -11,10 +12,11 @@
 
 namespace gpubox::trainer::detail {
 
-// Item (i, j), j < cols: dx[i, j] = 0 where the ReLU output x[i, j] is not above 0, else times
-// alpha (fp32 dX rows: the input gradient's alpha when its GEMM ran unscaled; bf16 rows take a
-// runtime-scaled GEMM for alpha != 1 and come here with 1). TX and TD: float or Bf16 (a bf16 zero
-// is +0; to_float(Bf16) is exact, so the test is the same). Without x: the scale alone.
+// Item (i, j), j < cols: dx[i, j] times alpha (fp32 dX rows: the input gradient's alpha when its
+// GEMM ran unscaled; bf16 rows come with 1), then 0 where the ReLU output x[i, j] is not above 0
+// (no x: no mask), then, with `round_to`, rounded into round_to[i, j] (the same row stride): the
+// values of oneDNN's scaled epilogue into bf16 (its fp32 sum times alpha, rounded once). TX and
+// TD: float or Bf16 (a bf16 zero is +0; to_float(Bf16) is exact, so the test is the same).
 template <class TX, class TD>
 struct ReluMask {
   const TX* x;
@@ -23,6 +25,7 @@ struct ReluMask {
   int64_t dx_ld;
   int cols;
   float alpha;
+  Bf16* round_to;  // fp32 dX only; may be null
   void run_range(std::size_t begin, std::size_t end) const {
     device::for_row_segments(begin, end, cols, [&](int64_t i, int64_t j0, int64_t j1) {
       TD* __restrict out = dx + i * dx_ld;
@@ -31,9 +34,16 @@ struct ReluMask {
           for (int64_t j = j0; j < j1; ++j) out[j] *= alpha;
         }
       }
-      if (x == nullptr) return;
-      const TX* __restrict in = x + i * x_ld;
-      for (int64_t j = j0; j < j1; ++j) out[j] = to_float(in[j]) > 0.0f ? out[j] : TD{};
+      if (x != nullptr) {
+        const TX* __restrict in = x + i * x_ld;
+        for (int64_t j = j0; j < j1; ++j) out[j] = to_float(in[j]) > 0.0f ? out[j] : TD{};
+      }
+      if constexpr (std::is_same_v<TD, float>) {
+        if (round_to != nullptr) {
+          Bf16* __restrict rounded = round_to + i * dx_ld;
+          for (int64_t j = j0; j < j1; ++j) rounded[j] = to_bf16(out[j]);
+        }
+      }
     });
   }
 };
@@ -50,8 +60,8 @@ void mask_rows(const ReluMask<TX, TD>& mask, int64_t n) {
 }
 
 // The pass after one backward_data call's GEMM, over X and dX in the types the GEMM read and wrote
-// (bf16 only over hardware bf16 rows; fp32 copies under emulation): the mask (x non-null) and
-// alpha (fp32 dX), or alpha alone (x null).
+// (bf16 only over hardware bf16 rows; fp32 copies under emulation): alpha (fp32 dX), the mask (x
+// non-null) and the rounding into `round_to` (fp32 dX, non-null).
 struct MaskPass {
   const void* x;
   int64_t x_ld;
@@ -60,11 +70,12 @@ struct MaskPass {
   int cols;
   bool x_bf16, dx_bf16;
   float alpha;
+  Bf16* round_to;
   template <class TX, class TD>
   void run(int64_t n) const {
-    mask_rows(
-        ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols, alpha},
-        n);
+    mask_rows(ReluMask<TX, TD>{static_cast<const TX*>(x), x_ld, static_cast<TD*>(dx), dx_ld, cols,
+                               alpha, round_to},
+              n);
   }
   void operator()(int64_t n) const {
     if (x_bf16) {
