@@ -32,7 +32,8 @@
 #                       (with G = B, GPUBox takes T times fewer steps, and with a small learning
 #                       rate its early epochs learn less: dcn's Adam at 1e-4)
 #   --gpubox-override K=V
-#                       single mode: one more -o K=V for GPUBox's runs (repeatable), e.g. the
+#                       one more -o K=V for GPUBox's runs (repeatable; in --mode ps its
+#                       trainers' and server's, e.g. hyper_parameters.dense_precision=bf16), e.g. the
 #                       rule before a change to compare against it on the same tree:
 #                       hyper_parameters.sparse_optimizer.adam_bias_correction=per_table
 #                       (Paddle's static lazy adam), or hyper_parameters.dlrm_output=logit
@@ -138,8 +139,6 @@ done
 [ -n "$gpubox_batch" ] || gpubox_batch="$batch"
 [ "$mode" = single ] || [ "$gpubox_batch" = "$batch" ] ||
   die "--gpubox-batch: with --mode single only (--mode ps runs --batch in both)"
-[ "$mode" = single ] || [ "${#gpubox_overrides[@]}" = 0 ] ||
-  die "--gpubox-override: with --mode single only"
 [[ "$precisions" =~ ^(fp32|bf16)(,(fp32|bf16))*$ ]] ||
   die "--precision '$precisions': expected fp32, bf16 or a comma-separated list of them"
 case "$mode" in single | ps) ;; *) die "--mode '$mode': expected single or ps" ;; esac
@@ -268,6 +267,8 @@ if [ "$mode" = ps ]; then
       sleep 0.2
     done
   }
+  ps_overrides=()
+  for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do ps_overrides+=(-o "$kv"); done
   for sched in ${ps_modes//,/ }; do
     # GPUBox: gpubox_server + W gpubox_train processes (scripts/launch.sh), log/ under $out/gpubox_$sched
     run_dir="$out/gpubox_$sched"
@@ -278,7 +279,8 @@ if [ "$mode" = ps ]; then
       --config "$repo/configs/config_ps.yaml" -o "runner.sync_mode=$sched" -o "runner.geo_step=$geo_step" \
       -o "runner.train_data_dir=$data/train" ${test_dir:+-o "runner.test_data_dir=$test_dir"} \
       -o "runner.epochs=$epochs" -o "runner.train_batch_size=$batch" -o "runner.thread_num=$threads" \
-      -o runner.split_file_list=true -o runner.shuffle=false -o "runner.metrics_path=$run_dir/metrics.jsonl") \
+      -o runner.split_file_list=true -o runner.shuffle=false -o "runner.metrics_path=$run_dir/metrics.jsonl" \
+      ${ps_overrides[@]+"${ps_overrides[@]}"}) \
       >"$run_dir/launch.log" 2>&1 &
     child=$!
     port=""  # (launch.sh starts the server first; under load that took over 10 s once)
@@ -321,7 +323,7 @@ if [ "$mode" = ps ]; then
   "$py" "$repo/scripts/peer/report_ps.py" --runs "$out/ps_runs.tsv" --epochs "$epochs" \
     --oracle "$data/train/oracle.json" ${test_dir:+--test_oracle "$test_dir/oracle.json"} \
     --out "$out/report_ps.md" --json "$out/report_ps.json" \
-    --meta "command: scripts/bench_peer_paddle.sh --mode ps --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --workers $workers --threads $threads --epochs $epochs --batch $batch --geo-step $geo_step --ps-modes $ps_modes" \
+    --meta "command: scripts/bench_peer_paddle.sh --mode ps --lines $lines --test-lines $test_lines --files $files --seed $seed --vocab $vocab --workers $workers --threads $threads --epochs $epochs --batch $batch --geo-step $geo_step --ps-modes $ps_modes$(for kv in ${gpubox_overrides[@]+"${gpubox_overrides[@]}"}; do printf ' --gpubox-override %s' "$kv"; done)" \
     --meta "machine: $machine; CPU build of GPUBox (commit $commit); paddlepaddle $("$py" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) CPU wheel" \
     --meta "jobs: 1 server + $workers workers x $threads training thread(s), each worker its block of the $files files (GPUBox runner.split_file_list, Paddle fleet.util.get_file_shard), batch $batch per thread, geo every $geo_step steps; Paddle table keys folded: $folded"
   cat "$out/report_ps.md"
