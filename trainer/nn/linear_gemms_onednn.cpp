@@ -234,10 +234,11 @@ dnnl::primitive_attr user_scratchpad() {
 // ran a bf16 512-wide layer's dX 8x slower than the AMX brgemm it gets without (750 against 90
 // us); alpha is then 1, or applied to fp32 dX rows by the pass after it (one rounding, as
 // oneDNN's; bf16 dX rows: Plan::data_f32), and the mask chain's 2^-64 a static scale (brgemm
-// takes that). Only bf16 GEMMs on AMX go unscaled (prepare): fp32's brgemm over W^T ran 2-6x slower
-// than gemm:jit on the same machine (a 256x512 layer's dX 1,743 against 849 us), and bf16 without
-// AMX is not measured. fp32 rows mask after the GEMM (exact; see the file comment), and so do rows
-// whose chain oneDNN would run on its reference kernel (ref:any: X's rows strided unlike dX's).
+// takes that). Only bf16 GEMMs on AMX go unscaled (prepare): fp32's brgemm there was 2-13% faster
+// than gemm:jit for dX alone (layer bench) and no faster end to end (dcn, within the machine's
+// noise), so fp32 keeps its kernels and bits; bf16 without AMX is not measured. fp32 rows mask
+// after the GEMM (exact; see the file comment), and so do rows whose chain oneDNN would run on its
+// reference kernel (ref:any: X's rows strided unlike dX's).
 template <class Make>
 LinearGemms::Plans::Data make_data(Make& make, const LinearGemmSpec& s, const PlanTypes& t,
                                    int64_t rows, bool scaled) {
