@@ -3,7 +3,9 @@
 // same config agrees (and keys set per machine may differ); a learning rate, a row width, a trainer
 // count or a card count that differs is refused on both sides naming the key and both values; a
 // trainer that never comes is named; an entry of this trainer's id already in the folder (an
-// earlier job's, or two trainers with one id) is refused naming the folder.
+// earlier job's, or two trainers with one id) is refused naming the folder. agree_on_servers:
+// trainers on the same servers agree, one on other servers (or on an in-process table) is
+// refused on both sides naming both trainers' servers.
 #include "trainer/engine/job_agreement.hpp"
 
 #include <gmock/gmock.h>
@@ -16,7 +18,9 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/sparse_table.hpp"
 #include "tests/common/test_data_config.hpp"
+#include "tests/trainer/ps_test_servers.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
 namespace gpubox::trainer {
@@ -224,6 +228,59 @@ TEST_F(JobAgreementTest, TheAgreementListsTheDataWithoutWarningAgain) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(data_files(data).size(), 2u);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr(warning));
+}
+
+// Two trainers, each with its own host tier: the same servers agree (clients of their own, as
+// each trainer's is), other servers (the same count, another instance) or an in-process table
+// are refused on both sides, naming both trainers' servers.
+TEST_F(JobAgreementTest, TrainersOnOtherServersAreRefusedOnBothSides) {
+  const TrainerConfig cfg = ps_modes::ps_test_config({});
+  ps_modes::Servers job(cfg, 2);
+  ps_modes::Servers other(cfg, 2);
+  auto in_process = table::SparseTable::open(cfg.sparse, cfg.host_tier.table);
+  throw_if_error(in_process.status());
+  struct Case {
+    std::string name;
+    std::unique_ptr<table::HostTier> second;
+    bool agree;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"same", ps_modes::connect_client(job, cfg), true});
+  cases.push_back({"other", ps_modes::connect_client(other, cfg), false});
+  cases.push_back({"in_process", std::move(in_process).value(), false});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto store = comm::open_rendezvous_store("file://" + (root_ / c.name).string());
+    const auto first = ps_modes::connect_client(job, cfg);
+    const table::HostTier* tiers[2] = {first.get(), c.second.get()};
+    std::string errors[2];
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        TrainerEnv env;
+        env.trainer_id = t;
+        env.trainers = 2;
+        try {
+          agree_on_servers(*store, env, *tiers[t], std::chrono::milliseconds(20000));
+        } catch (const Error& e) {
+          errors[t] = e.what();
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    for (int t = 0; t < 2; ++t) {
+      if (c.agree) {
+        EXPECT_EQ(errors[t], "") << t;
+        continue;
+      }
+      EXPECT_THAT(errors[t], HasSubstr("reach different servers")) << t;
+      // Both trainers' servers named, the job's by its endpoints.
+      EXPECT_THAT(errors[t], HasSubstr(job.endpoints().substr(0, job.endpoints().find(','))));
+      EXPECT_THAT(errors[t], HasSubstr(c.name == "other" ? other.endpoints().substr(
+                                                               0, other.endpoints().find(','))
+                                                         : std::string("an in-process table")));
+    }
+  }
 }
 
 }  // namespace

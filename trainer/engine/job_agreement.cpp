@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
+#include "table/server/remote_host_tier.hpp"
 #include "trainer/schedule/job_settings.hpp"
 
 namespace gpubox::trainer {
@@ -89,6 +91,69 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
   for (int trainer = 1; trainer < env.trainers; ++trainer) {
     compare(mine, me, read(trainer), trainer, store.describe());
   }
+}
+
+namespace {
+
+// A trainer's servers: their instance ids (compared), then how it names them (for the message),
+// one line each.
+struct ServersSeen {
+  std::string ids;
+  std::string named;
+};
+
+ServersSeen servers_seen(const table::HostTier& host) {
+  const auto* remote = dynamic_cast<const table::server::RemoteHostTier*>(&host);
+  if (remote == nullptr) return {"in-process", "an in-process table (no servers)"};
+  ServersSeen seen;
+  for (std::size_t e = 0; e < remote->endpoint_count(); ++e) {
+    char id[32];
+    std::snprintf(id, sizeof(id), "%016llx",
+                  static_cast<unsigned long long>(remote->server_identity(e).instance_id));
+    seen.ids += (e > 0 ? "," : "") + std::string(id);
+    seen.named += (e > 0 ? ", " : "") + remote->endpoint_name(e) + " (instance " + id + ")";
+  }
+  return seen;
+}
+
+std::string encode_seen(const ServersSeen& seen) { return seen.ids + '\n' + seen.named; }
+
+ServersSeen decode_seen(const std::vector<char>& bytes) {
+  const std::string text(bytes.begin(), bytes.end());
+  const std::size_t cut = text.find('\n');
+  if (cut == std::string::npos) return {text, text};
+  return {text.substr(0, cut), text.substr(cut + 1)};
+}
+
+}  // namespace
+
+void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
+                      const table::HostTier& host, std::chrono::milliseconds timeout) {
+  const int me = env.trainer_id;
+  const ServersSeen mine = servers_seen(host);
+  const std::string text = encode_seen(mine);
+  store.set("job/servers/" + std::to_string(me), bytes_of(text));
+  const auto compare_with = [&](int other) {
+    ServersSeen theirs;
+    try {
+      theirs = decode_seen(store.get("job/servers/" + std::to_string(other), timeout));
+    } catch (const Error& e) {
+      GPUBOX_FAIL("trainer ", other, " of the job (", env.trainers_from, "=", env.trainers,
+                  ") did not say which servers it reached within runner.collective_timeout_s (",
+                  timeout.count() / 1000.0, " s): ", e.what());
+    }
+    GPUBOX_EXPECTS(theirs.ids == mine.ids, "the trainers of this job (", store.describe(),
+                   ") reach different servers: trainer ", me, " reaches {", mine.named,
+                   "}; trainer ", other, " reaches {", theirs.named,
+                   "}; a trainer on other servers trains a table of its own: give every trainer "
+                   "the job's servers (PADDLE_PSERVERS_IP_PORT_LIST, the same servers in the same "
+                   "order)");
+  };
+  if (me != 0) {
+    compare_with(0);
+    return;
+  }
+  for (int trainer = 1; trainer < env.trainers; ++trainer) compare_with(trainer);
 }
 
 }  // namespace gpubox::trainer

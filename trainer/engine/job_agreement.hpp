@@ -10,6 +10,7 @@
 #include <chrono>
 
 #include "heterps/comm/rendezvous_store.hpp"
+#include "table/host_tier.hpp"
 #include "trainer/config/trainer_config.hpp"
 #include "trainer/schedule/trainer_env.hpp"
 
@@ -21,5 +22,13 @@ namespace gpubox::trainer {
 // already in the store (an earlier job's folder, or two trainers started with one id).
 void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, const TrainerEnv& env,
                   int cards_per_trainer, std::chrono::milliseconds timeout);
+
+// After the host tier opened: whether every trainer reaches the same servers, by their instance
+// ids (learned as the tier connected) in PADDLE_PSERVERS_IP_PORT_LIST's order, not by address (one
+// server has other names on other machines). Published as "job/servers/<id>", compared as
+// agree_on_job compares; throws naming both trainers' servers. Trainers pointed at other servers
+// each trained a table of their own, their dense nets all-reduced, with exit 0.
+void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
+                      const table::HostTier& host, std::chrono::milliseconds timeout);
 
 }  // namespace gpubox::trainer

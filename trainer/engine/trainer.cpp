@@ -206,6 +206,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   if (plan_cards_first) prepare_card_memory(s.cards, config_);
   const uint64_t table_budget = host_table_budget(s.cards, config_, tier_options);
   s.host = open_host_tier(config_, env_, table_budget);
+  if (s.store != nullptr) agree_on_servers(*s.store, env_, *s.host, collective_timeout);
   if (env_.trainers > 1) {
     // A lost trainer or server ends the job within runner.peer_timeout_s, naming it.
     PeerWatchOptions watch;
