@@ -18,7 +18,9 @@
 //    naming a day twice is warned of;
 //  - a pass more of whose lines are malformed than runner.max_malformed_share allows stops
 //    before it trains, naming the counts and the first of them (it trained on the rest, exit 0);
-//  - a bad FLAGS_selected_gpus is named.
+//  - a bad FLAGS_selected_gpus is named;
+//  - a trainer of a job of two whose config is refused tells the other, which ends at once naming
+//    it (it waited runner.collective_timeout_s for a trainer that had exited).
 #include "tests/integration/bad_input_binaries.hpp"
 
 #include <fcntl.h>
@@ -27,6 +29,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -314,6 +317,37 @@ TEST_F(BadInputBinaries, OneClassTestDataSaysWhyItsAucIsNan) {
              "runner.train_data_dir=" + negatives.string()});
   EXPECT_NE(one_class_training.output.find("pass 0's training data: " + why), std::string::npos)
       << one_class_training.output;
+}
+
+// Two trainers started by hand: trainer 1's config names an unknown key, so it exits before the
+// trainers meet; trainer 0, already waiting for it, ends at once with trainer 1's message, well
+// within its runner.collective_timeout_s (60 s here).
+TEST_F(BadInputBinaries, ATrainerWhoseConfigIsRefusedTellsTheOthersAtOnce) {
+  const fs::path folder = root_ / "rendezvous_refused";
+  fs::remove_all(folder);
+  std::vector<std::string> env = kLocalTier;
+  env.insert(env.end(), {"PADDLE_TRAINERS_NUM=2", "GPUBOX_RENDEZVOUS=file://" + folder.string()});
+  std::vector<std::string> env0 = env, env1 = env;
+  env0.push_back("PADDLE_TRAINER_ID=0");
+  env1.push_back("PADDLE_TRAINER_ID=1");
+  const auto started = std::chrono::steady_clock::now();
+  testing::ChildProcess waiting(
+      GPUBOX_TRAIN_BIN,
+      {"--config", (root_ / "config.yaml").string(), "-o", "runner.collective_timeout_s=60"}, env0,
+      root_.string());
+  ASSERT_TRUE(waiting.wait_for("network:", 30)) << waiting.output();
+  const Finished refused = run_to_end(
+      GPUBOX_TRAIN_BIN, {"--config", (root_ / "config.yaml").string(), "-o", "runner.epoch=1"},
+      env1, root_.string(), 60);
+  EXPECT_EQ(refused.status, 2) << refused.output;
+  EXPECT_EQ(waiting.wait(30), 1) << waiting.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_NE(waiting.output().find("gpubox_train: trainer 1 of the job failed: "), std::string::npos)
+      << waiting.output();
+  EXPECT_NE(waiting.output().find("unknown key 'runner.epoch' (did you mean 'runner.epochs'?)"),
+            std::string::npos)
+      << waiting.output();
+  fs::remove_all(folder);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // same config agrees (and keys set per machine may differ); a learning rate, a row width, a trainer
 // count or a card count that differs is refused on both sides naming the key and both values; a
 // trainer that never comes is named; an entry of this trainer's id already in the folder (an
-// earlier job's, or two trainers with one id) is refused naming the folder. agree_on_servers:
+// earlier job's, or two trainers with one id) is refused naming the folder; a trainer that said it
+// failed (tell_job_failed) is named at once with its message. agree_on_servers:
 // trainers on the same servers agree, one on other servers (or on an in-process table) is
 // refused on both sides naming both trainers' servers.
 #include "trainer/engine/job_agreement.hpp"
@@ -11,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -200,6 +203,29 @@ TEST_F(JobAgreementTest, ATrainerThatNeverComesIsNamed) {
   const auto errors = run({config()}, {2}, {1}, 0.2);
   EXPECT_THAT(errors[0], HasSubstr("trainer 1 of the job (PADDLE_TRAINERS_NUM=2) did not arrive "
                                    "within runner.collective_timeout_s (0.2 s)"));
+}
+
+// A trainer that failed (tell_job_failed, from the launcher's environment: its config refused,
+// say) is named with its message at once, not after the timeout; the environment of a job of one
+// trainer, or without a rendezvous folder, tells nothing.
+TEST_F(JobAgreementTest, ATrainerThatSaidItFailedIsNamedAtOnce) {
+  const std::string folder = "file://" + (root_ / "rendezvous").string();
+  setenv("PADDLE_TRAINER_ID", "1", 1);
+  setenv("PADDLE_TRAINERS_NUM", "2", 1);
+  setenv("GPUBOX_RENDEZVOUS", folder.c_str(), 1);
+  tell_job_failed("/cfg.yaml:3: unknown key runner.epoch (did you mean runner.epochs?)");
+  setenv("PADDLE_TRAINERS_NUM", "1", 1);
+  tell_job_failed("a job of one trainer tells nobody");
+  unsetenv("PADDLE_TRAINER_ID");
+  unsetenv("PADDLE_TRAINERS_NUM");
+  unsetenv("GPUBOX_RENDEZVOUS");
+  const auto started = std::chrono::steady_clock::now();
+  const auto errors = run({config()}, {2}, {1}, 20.0);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_THAT(errors[0], HasSubstr("trainer 1 of the job failed: /cfg.yaml:3: unknown key "
+                                   "runner.epoch (did you mean runner.epochs?)"));
+  const auto store = comm::open_rendezvous_store(folder);
+  EXPECT_THROW(store->get("job/failed/0", std::chrono::milliseconds(0)), Error);
 }
 
 TEST_F(JobAgreementTest, AFolderHoldingThisTrainersEntryIsRefused) {

@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,39 @@ void compare(const JobSettings& mine, int me, JobSettings theirs, int other,
               who, "): ", kGiveTheSameSettings);
 }
 
+std::string failed_key_of(int trainer) { return "job/failed/" + std::to_string(trainer); }
+
+// `key`, trainer `trainer`'s, waiting up to `timeout` in slices; none after it (`missing`: the
+// store's words). Throws at once, naming its message, when the trainer said it failed
+// (tell_job_failed).
+std::optional<std::vector<char>> read_or_failure(comm::RendezvousStore& store,
+                                                 const std::string& key, int trainer,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::string* missing) {
+  constexpr std::chrono::milliseconds kSlice(200);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    try {
+      return store.get(key, std::max(std::min(left, kSlice), std::chrono::milliseconds(0)));
+    } catch (const Error& e) {
+      if (left <= kSlice) {
+        *missing = e.what();
+        return std::nullopt;
+      }
+    }
+    std::vector<char> failed;
+    try {
+      failed = store.get(failed_key_of(trainer), std::chrono::milliseconds(0));
+    } catch (const Error&) {
+      continue;
+    }
+    GPUBOX_FAIL("trainer ", trainer,
+                " of the job failed: ", std::string(failed.begin(), failed.end()));
+  }
+}
+
 }  // namespace
 
 void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, const TrainerEnv& env,
@@ -76,13 +111,14 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
   published[kWho] = std::string(host) + " pid " + std::to_string(::getpid());
   store.set(mine_key, bytes_of(encode_settings(published)));
   const auto read = [&](int trainer) {
-    try {
-      return read_entry(store, trainer, timeout);
-    } catch (const Error& e) {
+    std::string missing;
+    const auto entry = read_or_failure(store, key_of(trainer), trainer, timeout, &missing);
+    if (!entry) {
       GPUBOX_FAIL("trainer ", trainer, " of the job (", env.trainers_from, "=", env.trainers,
                   ") did not arrive within runner.collective_timeout_s (", timeout.count() / 1000.0,
-                  " s): ", e.what());
+                  " s): ", missing);
     }
+    return decode_settings(std::string(entry->begin(), entry->end()));
   };
   if (me != 0) {
     compare(mine, me, read(0), 0, store.describe());
@@ -134,14 +170,15 @@ void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
   const std::string text = encode_seen(mine);
   store.set("job/servers/" + std::to_string(me), bytes_of(text));
   const auto compare_with = [&](int other) {
-    ServersSeen theirs;
-    try {
-      theirs = decode_seen(store.get("job/servers/" + std::to_string(other), timeout));
-    } catch (const Error& e) {
+    std::string missing;
+    const auto seen =
+        read_or_failure(store, "job/servers/" + std::to_string(other), other, timeout, &missing);
+    if (!seen) {
       GPUBOX_FAIL("trainer ", other, " of the job (", env.trainers_from, "=", env.trainers,
                   ") did not say which servers it reached within runner.collective_timeout_s (",
-                  timeout.count() / 1000.0, " s): ", e.what());
+                  timeout.count() / 1000.0, " s): ", missing);
     }
+    const ServersSeen theirs = decode_seen(*seen);
     GPUBOX_EXPECTS(theirs.ids == mine.ids, "the trainers of this job (", store.describe(),
                    ") reach different servers: trainer ", me, " reaches {", mine.named,
                    "}; trainer ", other, " reaches {", theirs.named,
@@ -154,6 +191,18 @@ void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
     return;
   }
   for (int trainer = 1; trainer < env.trainers; ++trainer) compare_with(trainer);
+}
+
+void tell_job_failed(const std::string& message) noexcept {
+  try {
+    const TrainerEnv env = TrainerEnv::from_environment();
+    if (env.trainers <= 1 || env.rendezvous.empty()) return;
+    const auto store = comm::open_rendezvous_store(env.rendezvous);
+    std::string text = message.substr(0, comm::RendezvousStore::kMaxValueBytes);
+    store->set(failed_key_of(env.trainer_id), bytes_of(text));
+  } catch (...) {
+    // The others still end after runner.collective_timeout_s, naming this trainer.
+  }
 }
 
 }  // namespace gpubox::trainer

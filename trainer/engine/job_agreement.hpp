@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 #include "heterps/comm/rendezvous_store.hpp"
 #include "table/host_tier.hpp"
@@ -20,8 +21,18 @@ namespace gpubox::trainer {
 // `timeout` for the entries it reads. Throws naming every key that differs with both trainers'
 // values (up to a few), a trainer whose entry never appeared, or an entry of this trainer's id
 // already in the store (an earlier job's folder, or two trainers started with one id).
+// A trainer whose entry never comes is named at once when it said it failed
+// (tell_job_failed), after `timeout` otherwise.
 void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, const TrainerEnv& env,
                   int cards_per_trainer, std::chrono::milliseconds timeout);
+
+// A trainer that fails (its config refused, its environment or cards wrong, or later) tells the
+// others through the job's rendezvous store ("job/failed/<id>": its message), so that trainers
+// waiting for it to meet end at once naming it, not after runner.collective_timeout_s (they were
+// started by hand, or by a launcher that does not stop them). From the launcher's environment
+// (TrainerEnv::from_environment); nothing for a job of one trainer or without GPUBOX_RENDEZVOUS,
+// nor when the store cannot be reached. Never throws.
+void tell_job_failed(const std::string& message) noexcept;
 
 // After the host tier opened: whether every trainer reaches the same servers, by their instance
 // ids (learned as the tier connected) in PADDLE_PSERVERS_IP_PORT_LIST's order, not by address (one

@@ -41,6 +41,7 @@
 #include "trainer/config/dnn_dropout.hpp"
 #include "trainer/config/network_choice.hpp"
 #include "trainer/config/unread_keys.hpp"
+#include "trainer/engine/job_agreement.hpp"
 #include "trainer/main/predictions_out.hpp"
 #include "trainer/main/run_job.hpp"
 #include "trainer/schedule/checkpoint.hpp"
@@ -346,6 +347,7 @@ int main(int argc, char** argv) {
   auto doc = gpubox::config::ConfigDocument::load(FLAGS_config, overrides);
   if (!doc.ok()) {
     std::fprintf(stderr, "gpubox_train: %s\n", doc.status().to_string().c_str());
+    gpubox::trainer::tell_job_failed(doc.status().to_string());
     return 2;
   }
   try {
@@ -356,6 +358,7 @@ int main(int argc, char** argv) {
     auto config = gpubox::trainer::trainer_config_from(*doc);
     if (!config.ok()) {
       std::fprintf(stderr, "gpubox_train: %s\n", config.status().to_string().c_str());
+      gpubox::trainer::tell_job_failed(config.status().to_string());
       return 2;
     }
     log_start_notes(*doc, config.value());
@@ -367,14 +370,17 @@ int main(int argc, char** argv) {
   } catch (const gpubox::Error& e) {
     // The user's message alone; where it was raised goes to the log.
     gpubox::report_top_level("gpubox_train", e);
+    gpubox::trainer::tell_job_failed(gpubox::user_message(e));
     return 1;
   } catch (const std::bad_alloc& e) {
     // Name what the config asked for rather than a bare "std::bad_alloc".
-    std::fprintf(stderr, "gpubox_train: %s\n",
-                 gpubox::config::out_of_memory_text(*doc, e.what()).c_str());
+    const std::string text = gpubox::config::out_of_memory_text(*doc, e.what());
+    std::fprintf(stderr, "gpubox_train: %s\n", text.c_str());
+    gpubox::trainer::tell_job_failed(text);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpubox_train: %s\n", e.what());
+    gpubox::trainer::tell_job_failed(e.what());
     return 1;
   }
 }
