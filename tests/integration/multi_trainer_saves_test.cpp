@@ -136,16 +136,29 @@ TEST_F(MultiTrainer, RerunJobResumesFromItsLastDeltaChainOnEveryTrainer) {
   std::vector<std::string> first = args;
   first.insert(first.end(), {"-o", "runner.epochs=1"});
   run_job_outputs("resume_first", 2, "0,1", "train_2x2", first, endpoint);
+  // The epoch's evaluation marked its save (trainer 0, in the folder every trainer shares). As if
+  // the job had been killed before that evaluation ended: no mark. The rerun evaluates epoch 0
+  // on every trainer before it trains pass 1 (it had left the epoch unevaluated, unsaid).
+  const fs::path mark = root_ / "saves_resume" / "0" / ".gpubox_evaluated";
+  ASSERT_TRUE(fs::exists(mark));
+  fs::remove(mark);
   // Run again with one epoch more: every trainer loads pass 0's save and trains pass 1 only.
   std::vector<std::string> again = args;
   again.insert(again.end(), {"-o", "runner.epochs=2"});
   const auto outputs = run_job_outputs("resume_again", 2, "0,1", "train_2x2", again, endpoint);
   ASSERT_EQ(outputs.size(), 2u);
-  for (const std::string& out : outputs)
+  for (const std::string& out : outputs) {
     EXPECT_NE(out.find("runner.resume: resuming from pass 0"), std::string::npos) << out;
+    EXPECT_NE(out.find("epoch 0: the run before this one stopped after its last pass's save"),
+              std::string::npos)
+        << out;
+  }
   EXPECT_EQ(outputs[0].find("pass: 0,"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("pass: 1,"), std::string::npos) << outputs[0];
+  EXPECT_LT(outputs[0].find("epoch: 0, test auc"), outputs[0].find("pass: 1,")) << outputs[0];
   ASSERT_TRUE(fs::exists(root_ / "saves_resume" / "1" / "MODEL_MANIFEST")) << outputs[0];
+  EXPECT_TRUE(fs::exists(mark));
+  EXPECT_TRUE(fs::exists(root_ / "saves_resume" / "1" / ".gpubox_evaluated"));
   // Trainers that would start differently (one resumes, one starts afresh) refuse, naming it.
   // One epoch more again: the job's last save does not end it, so trainer 0 would resume it.
   {

@@ -178,6 +178,7 @@ class Trainer final : public Schedule {
   int local_cards() const override;
   void set_passes_done(int64_t passes) override { pass_id_ = passes; }
   void agree_on_start(const std::optional<SavePoint>& resume, const std::string& origin) override;
+  std::optional<bool> on_any_trainer(bool mine, const char* what) override;
   void plan_pass_cache(int64_t loads) override;
   const dataset::PassDataCache* pass_cache() const override;
   int64_t step_plans_served() const override;

@@ -1,5 +1,6 @@
 // Trainer's saves and loads, and what the trainers of a job agree on before they start
 // (trainer.hpp).
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 
@@ -53,6 +54,13 @@ void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::
                    ": every trainer must see the same saves (a folder they share) and "
                    "runner.resume, --load and runner.model_init_path alike");
   }
+}
+
+std::optional<bool> Trainer::on_any_trainer(bool mine, const char* what) {
+  if (env_.trainers == 1) return mine;
+  const std::vector<int64_t> all =
+      gather_over_job(std::vector<int64_t>(static_cast<std::size_t>(num_cards()), mine), what);
+  return std::any_of(all.begin(), all.end(), [](int64_t v) { return v != 0; });
 }
 
 std::vector<int64_t> Trainer::gather_over_job(const std::vector<int64_t>& per_card,

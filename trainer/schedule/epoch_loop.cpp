@@ -327,10 +327,12 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
   return report;
 }
 
-// The mark an epoch's evaluation leaves in the save of the epoch's last pass (a job of one
-// trainer that saves and evaluates): a run killed after that save and before the evaluation
-// ended left none, and its rerun, which resumes after the save, evaluates the epoch first (the
-// epoch went unevaluated, unsaid). Several trainers would have to agree on it first: not marked.
+// The mark an epoch's evaluation leaves in the save of the epoch's last pass (a job that saves
+// and evaluates): a run killed after that save and before the evaluation ended left none, and
+// its rerun, which resumes after the save, evaluates the epoch first (the epoch went
+// unevaluated, unsaid). Several trainers share the saves' folder (Schedule::agree_on_start):
+// trainer 0 writes the mark, and the epoch is evaluated again when any trainer finds none; a
+// schedule that cannot ask the other trainers (Schedule::on_any_trainer) writes none.
 std::string evaluated_mark(const RunnerConfig& runner, int64_t pass) {
   return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) / kEvaluatedMark)
       .string();
@@ -343,11 +345,15 @@ void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
 // A run resuming right after an epoch's last save whose evaluation left no mark: that epoch is
 // evaluated first (the run before stopped between the save and the evaluation's end), as an
 // epoch's end run again (train_passes: a stop or a server failure there is handled as in any).
-bool epoch_cut_short(const TrainerConfig& config, const RunPlan& plan, int64_t first) {
-  if (first <= 0 || first >= plan.total || !plan.ends_epoch(first - 1) ||
-      std::filesystem::exists(evaluated_mark(config.runner, first - 1))) {
-    return false;
-  }
+// Every trainer of the job answers alike; nullopt when the schedule cannot ask the others (the
+// run then neither reads nor writes marks).
+std::optional<bool> epoch_cut_short(Schedule& schedule, const TrainerConfig& config,
+                                    const RunPlan& plan, int64_t first) {
+  const bool unmarked = first > 0 && first < plan.total && plan.ends_epoch(first - 1) &&
+                        !std::filesystem::exists(evaluated_mark(config.runner, first - 1));
+  const std::optional<bool> any = schedule.on_any_trainer(
+      unmarked, "whether the epoch before the run's first pass was evaluated");
+  if (!any.value_or(false)) return any;
   GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
                    << ": the run before this one stopped after its last pass's save (pass "
                    << first - 1
@@ -374,7 +380,6 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
   // next pass's first step as its vote (schedule.hpp), so that every trainer ends after the
   // same pass; alone, it stops here, before reading the next pass.
   const bool alone = schedule.env().trainers == 1;
-  const bool marks = saving && alone && !plan.test_files.empty();
   EpochTally tally;
   // An epoch's end (its evaluation, metrics and on_epoch) under way, its training metrics kept:
   // a server restart found there (after the epoch's last pass was saved) reloads that save, and
@@ -385,7 +390,11 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
   bool rerun_end = false;  // `ending`, of the pass before k, runs again first
   // The epoch before `first`, its evaluation cut short: its training metrics were the run
   // before's (on_epoch is not called for it).
-  bool cut_short = marks && epoch_cut_short(config, plan, first);
+  const std::optional<bool> unevaluated = saving && !plan.test_files.empty()
+                                              ? epoch_cut_short(schedule, config, plan, first)
+                                              : std::nullopt;
+  bool cut_short = unevaluated.value_or(false);
+  const bool writes_marks = unevaluated.has_value() && schedule.env().trainer_id == 0;
   RunHooks cut_short_hooks = hooks;
   cut_short_hooks.on_epoch = nullptr;
   if (cut_short) {
@@ -405,7 +414,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       if (rerun_end) {
         evaluate_epoch(schedule, plan, k - 1, *ending, metrics,
                        cut_short ? cut_short_hooks : hooks);
-        mark_evaluated(config.runner, marks, k - 1);
+        mark_evaluated(config.runner, writes_marks, k - 1);
         ending.reset();
         rerun_end = cut_short = false;
         continue;
@@ -417,7 +426,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       if (plan.ends_epoch(k)) {
         ending = print_epoch(schedule, plan, k, tally, cards);
         evaluate_epoch(schedule, plan, k, *ending, metrics, hooks);
-        mark_evaluated(config.runner, marks, k);
+        mark_evaluated(config.runner, writes_marks, k);
         ending.reset();
       }
       ++k;

@@ -127,6 +127,14 @@ class Schedule {
     (void)resume;
     (void)origin;
   }
+  // Whether `mine` holds on any trainer of the job, the same answer on every trainer (a choice
+  // of the epoch loop that every trainer takes alike; `what` names it in errors); nullopt when
+  // this schedule cannot ask the others (the loop then does without). One trainer: `mine`.
+  virtual std::optional<bool> on_any_trainer(bool mine, const char* what) {
+    (void)what;
+    if (env().trainers == 1) return mine;
+    return std::nullopt;
+  }
 
   // Every file list this schedule loads from now on is loaded `loads` times (the epochs a run has
   // left, the saves an infer evaluates): it keeps the parsed loads (runner.pass_cache_mb) when
