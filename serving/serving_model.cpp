@@ -406,7 +406,7 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
   auto save = read_save_to_export(config, save_dir);
   if (!save.ok()) return save.status();
-  auto staged = table::io::StagedSave::begin(table::io::FileEnv::posix(), out_dir);
+  auto staged = table::io::StagedSave::begin(table::io::FileEnv::posix(), out_dir, kServingKind);
   if (!staged.ok()) return staged.status().with_context("exporting to " + out_dir);
   ExportSummary summary;
   GPUBOX_RETURN_IF_ERROR(write_sparse_parts(*save->table, options, **staged, &summary)

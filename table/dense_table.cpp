@@ -109,7 +109,7 @@ Status DenseTable::save(const std::string& path) const {
       }
     }
   }
-  auto staged = io::StagedSave::begin(env_, path);
+  auto staged = io::StagedSave::begin(env_, path, kDenseKind);
   if (!staged.ok()) return staged.status().with_context("save dense " + path);
   GPUBOX_RETURN_IF_ERROR((*staged)->add_file(kBlocksFile, data, count).with_context("save dense"));
   return (*staged)->commit(kDenseKind, {{"format", "1"}}).with_context("save dense " + path);

@@ -177,7 +177,7 @@ Status SparseTable::save(const std::string& path, SaveKind mode, SaveForm form, 
   // snapshotted, so a row deleted during this save is in the next delta's deletions.
   epochs_.track_deletions.store(true);
   const DeltaRows delta_rows{epochs_.saved_through.load(), next_delta_every_row_};
-  auto staged = io::StagedSave::begin(fs, path);
+  auto staged = io::StagedSave::begin(fs, path, kSparseKind);
   if (!staged.ok()) return staged.status().with_context("save " + path);
   GPUBOX_RETURN_IF_ERROR(
       for_shards(rows_now() >= kParallelKeys, [&](uint32_t s) {

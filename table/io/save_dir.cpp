@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <utility>
 
@@ -118,8 +119,8 @@ StatusOr<int64_t> Manifest::get_int(const std::string& key) const {
   return static_cast<int64_t>(v);
 }
 
-StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env,
-                                                        const std::string& requested) {
+StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env, const std::string& requested,
+                                                        const std::string& kind) {
   // "model/" names the folder "model": its staging folder is "model.tmp", not "model/.tmp".
   std::string path = requested;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -138,6 +139,21 @@ StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env,
           (model_save ? " holds a model save (its " + std::string(kModelManifestName) +
                             "), not a part or an export; refusing to replace it"
                       : " exists and is not a gpubox save; refusing to replace it"));
+    }
+  }
+  // A save of another kind there (an export over a training save's dense or sparse half):
+  // refused, or the save it belongs to would be left half another thing. An unreadable MANIFEST
+  // is replaced, as a folder of no save.
+  if (const std::string where = path + "/" + kManifestName; env->exists(where)) {
+    auto text = env->read_file(where, kMaxManifestBytes);
+    auto there = text.ok() ? Manifest::parse(*text, where) : StatusOr<Manifest>(text.status());
+    if (there.ok() && there->kind != kind) {
+      const std::string parent = std::filesystem::path(path).parent_path().string();
+      const bool in_model_save = env->exists(parent + "/" + kModelManifestName);
+      return Status::InvalidArgument(
+          "save path " + path + " holds a " + there->kind + " save" +
+          (in_model_save ? " (a half of the model save " + parent + ")" : "") + ", not a " + kind +
+          " one; refusing to replace it");
     }
   }
   std::unique_ptr<StagedSave> save(new StagedSave(env, path));

@@ -59,9 +59,11 @@ bool parse_hex64(const std::string& text, uint64_t* value);
 // at once. Destroying an uncommitted save removes its staging folder (best effort).
 class StagedSave {
  public:
-  // Starts a save of `path`: removes a stale `<path>.tmp` from an earlier crash and creates it.
-  // Refuses a `path` that exists and is neither empty nor a save (it would be replaced).
-  static StatusOr<std::unique_ptr<StagedSave>> begin(FileEnv* env, const std::string& path);
+  // Starts a save of `path` (its MANIFEST's kind `kind`): removes a stale `<path>.tmp` from an
+  // earlier crash and creates it. Refuses a `path` that exists and is neither empty nor a save
+  // of `kind` (it would be replaced).
+  static StatusOr<std::unique_ptr<StagedSave>> begin(FileEnv* env, const std::string& path,
+                                                     const std::string& kind);
   ~StagedSave();
 
   // Writes `data` as `name` in the staging folder (fsync'ed) and records it for the MANIFEST.

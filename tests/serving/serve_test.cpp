@@ -140,6 +140,19 @@ TEST_F(Serving, AnExportOverAModelSaveOrAnotherFolderIsRefusedSayingWhichItIs) {
             std::string::npos)
       << over_other.status().to_string();
   EXPECT_TRUE(fs::exists(other / "notes.txt"));
+  // A half of a training save (its own MANIFEST, of another kind) was replaced by the export,
+  // exit 0, the save unreadable after.
+  for (const char* half : {"dense", "sparse"}) {
+    const fs::path in_save = root_ / "save" / half;
+    const auto before = fs::last_write_time(in_save / "MANIFEST");
+    auto over_half = export_serving_model(*config_, (root_ / "save").string(), in_save.string(),
+                                          ExportOptions{});
+    ASSERT_FALSE(over_half.ok()) << half;
+    EXPECT_NE(over_half.status().message().find(std::string("holds a ") + half + " save"),
+              std::string::npos)
+        << over_half.status().to_string();
+    EXPECT_EQ(fs::last_write_time(in_save / "MANIFEST"), before) << half;
+  }
 }
 
 TEST_F(Serving, CorruptExportsAndDeltaSavesAreRefusedNamingWhy) {
