@@ -1,5 +1,7 @@
 #include "dataset/format_writer.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <system_error>
 
 #include "common/error.hpp"
+#include "common/temp_file.hpp"
 #include "dataset/format_detect.hpp"
 #include "dataset/input_reader.hpp"
 #include "dataset/line_parser.hpp"
@@ -199,10 +202,17 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
       LineReader::open(in_path, pipe_command_line(from), from.max_line_bytes);
   if (!reader.ok()) return reader.status();
 
-  const std::string tmp_path = out_path + ".tmp";
-  std::unique_ptr<std::FILE, FileCloser> out(std::fopen(tmp_path.c_str(), "wb"));
+  // Beside OUT under a name of its own: another convert to OUT writes its own.
+  const TempFile tmp = create_temp_beside(out_path);
+  const std::string& tmp_path = tmp.path;
+  std::unique_ptr<std::FILE, FileCloser> out(tmp.fd >= 0 ? ::fdopen(tmp.fd, "wb") : nullptr);
   if (!out) {
-    return Status::IOError("cannot create '" + tmp_path + "': " + std::strerror(errno));
+    const int error = errno;
+    if (tmp.fd >= 0) {
+      ::close(tmp.fd);
+      std::remove(tmp_path.c_str());
+    }
+    return Status::IOError("cannot create '" + tmp_path + "': " + std::strerror(error));
   }
   FormatChooser formats(from);
   const LineWriter writer(from, to);

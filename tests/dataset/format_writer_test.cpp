@@ -9,6 +9,7 @@
 #include <iterator>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "dataset/in_memory_dataset.hpp"
 #include "dataset/line_parser.hpp"
@@ -21,6 +22,17 @@ using testing::PlainInstance;
 using testing::ScratchDir;
 using testing::slot_config;
 using testing::to_plain;
+
+// The temporary files a convert to `out` left beside it ("<out>.tmp..."): none, when it ended.
+int temps_beside(const std::string& out) {
+  const std::filesystem::path target(out);
+  const std::string prefix = target.filename().string() + ".tmp";
+  int found = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path())) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) ++found;
+  }
+  return found;
+}
 
 std::vector<PlainInstance> load(const DatasetConfig& config, const std::string& path) {
   InMemoryDataset ds(config);
@@ -215,7 +227,7 @@ TEST(Convert, ErrorsNameTheFileAndLeaveNoPartialOutput) {
   EXPECT_EQ(st.code(), Status::Code::kCorruption);
   EXPECT_NE(st.message().find(in + ":2: bad_key"), std::string::npos) << st.message();
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  EXPECT_EQ(temps_beside(dir.file("out")), 0);
   EXPECT_FALSE(convert_file(slot, DataFormat::kCriteo, in, dir.file("out"), &summary).ok());
 }
 
@@ -231,7 +243,7 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   EXPECT_NE(st.message().find(bad + ": no valid instance (3 lines, 3 malformed"), std::string::npos)
       << st.message();
   EXPECT_FALSE(std::filesystem::exists(dir.file("out")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  EXPECT_EQ(temps_beside(dir.file("out")), 0);
   // An empty input (Spark's empty part files) converts to an empty output, which a caller's loop
   // over the parts needs.
   const std::string empty = dir.write("empty", "");
@@ -241,7 +253,7 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   EXPECT_EQ(summary.stats.lines, 0u);
   ASSERT_TRUE(std::filesystem::exists(dir.file("out")));
   EXPECT_EQ(std::filesystem::file_size(dir.file("out")), 0u);
-  EXPECT_FALSE(std::filesystem::exists(dir.file("out.tmp")));
+  EXPECT_EQ(temps_beside(dir.file("out")), 0);
   std::filesystem::remove(dir.file("out"));
   // A pipe_command that gives no line from an input that is not empty is not an empty part file.
   DatasetConfig filtered = slot;
@@ -278,6 +290,42 @@ TEST(Convert, InputWithNoValidInstanceIsAnErrorAndWritesNothing) {
   EXPECT_EQ(summary.written, 1u);
 }
 
+// Two converts to one OUT at once: each writes a file of its own and renames it over OUT, so OUT
+// is one of the two whole (a fixed OUT.tmp was truncated and renamed by either while the other
+// wrote into it: a mix of both, or the other's rename failing).
+TEST(Convert, TwoConvertsToOneOutLeaveOneWholeOutput) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  std::string a_text, b_text;
+  for (int i = 0; i < 20000; ++i) {
+    a_text += "click:1 1:" + std::to_string(i) + "\n";
+    b_text += "click:0 1:" + std::to_string(1000000 + i) + "\n";
+  }
+  const std::string a = dir.write("a", a_text), b = dir.write("b", b_text);
+  ConvertSummary alone;
+  ASSERT_TRUE(convert_file(slot, DataFormat::kSlot, a, dir.file("a.out"), &alone).ok());
+  ASSERT_TRUE(convert_file(slot, DataFormat::kSlot, b, dir.file("b.out"), &alone).ok());
+  const auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string want_a = text(dir.file("a.out")), want_b = text(dir.file("b.out"));
+  const std::string out = dir.file("out");
+  for (int round = 0; round < 8; ++round) {
+    ConvertSummary sa, sb;
+    Status st_a, st_b;
+    std::thread other([&] { st_b = convert_file(slot, DataFormat::kSlot, b, out, &sb); });
+    st_a = convert_file(slot, DataFormat::kSlot, a, out, &sa);
+    other.join();
+    EXPECT_TRUE(st_a.ok()) << st_a.to_string();
+    EXPECT_TRUE(st_b.ok()) << st_b.to_string();
+    const std::string got = text(out);
+    EXPECT_TRUE(got == want_a || got == want_b)
+        << "round " << round << ": " << got.size() << " bytes, neither input's whole conversion";
+    EXPECT_EQ(temps_beside(out), 0);
+  }
+}
+
 // A slot outside the slot list: dropped token by token when ignore_unknown_slots says so (a
 // config's choice), else the list does not fit the file and nothing is written (the lines
 // holding the slot would have been left out).
@@ -298,7 +346,7 @@ TEST(Convert, SlotsOutsideTheListStopTheConversionUnlessDropped) {
       << st.message();
   EXPECT_NE(st.message().find("--drop_unknown_slots"), std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(dir.file("out2")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("out2.tmp")));
+  EXPECT_EQ(temps_beside(dir.file("out2")), 0);
 }
 
 // OUT naming IN (by another spelling too) is refused and IN left as it was: converted in place,

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "common/temp_file.hpp"
 #include "dataset/text_number.hpp"
 
 namespace gpubox::trainer {
@@ -93,8 +94,9 @@ PredictionsOut::PredictionsOut(const std::string& path)
     return;
   }
   if (!exists || S_ISREG(st.st_mode)) {
-    tmp_ = target_ + ".tmp";
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    const TempFile tmp = create_temp_beside(target_);  // another run's predictions: its own
+    tmp_ = tmp.path;
+    fd_ = tmp.fd;
     if (fd_ >= 0) {
       if (exists) (void)::fchmod(fd_, st.st_mode & 07777);  // the replaced file's mode
       return;
