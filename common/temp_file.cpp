@@ -13,9 +13,9 @@ namespace gpubox {
 
 TempFile create_temp_beside(const std::string& target) {
   std::random_device device;
-  std::mt19937_64 draw((uint64_t{device()} << 32) ^ device() ^
-                       static_cast<uint64_t>(
-                           std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 draw(
+      (uint64_t{device()} << 32) ^ device() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   TempFile file;
   for (int attempt = 0; attempt < 16; ++attempt) {
     char suffix[48];

@@ -242,6 +242,42 @@ TEST_F(BadInputBinaries, ARunSavingNothingSaysItDoesNotResume) {
   EXPECT_EQ(off.output.find("not resuming"), std::string::npos) << off.output;
 }
 
+// runner.metrics_path naming one of the run's inputs appended JSON lines to it, exit 0: to the
+// config (the next run failed on its YAML), to a data file or into a data folder (read back as
+// data), into a save (its checksums broken). Refused before any pass, naming which; a file
+// beside the saves is fine.
+TEST_F(BadInputBinaries, MetricsPathIsNoneOfTheRunsInputs) {
+  const std::string save = (root_ / "metrics_saves").string();
+  ASSERT_EQ(train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=1"}).status, 0);
+  const std::string config = (root_ / "config.yaml").string();
+  const std::string config_text = [&] {
+    std::ifstream in(config);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {config, "is the config"},
+      {(root_ / "train" / "part-00000").string(), "is the data file"},
+      {(root_ / "test" / "metrics.jsonl").string(), "is inside the data folder"},
+      {save + "/0/dense/MANIFEST", "is inside a save under runner.model_save_path"},
+  };
+  for (const auto& [path, said] : refused) {
+    const auto before = fs::exists(path) ? fs::file_size(path) : 0;
+    const Finished run = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=2",
+                                "-o", "runner.metrics_path=" + path});
+    EXPECT_EQ(run.status, 1) << run.output;
+    EXPECT_NE(run.output.find("runner.metrics_path '" + path + "' " + said), std::string::npos)
+        << run.output;
+    EXPECT_FALSE(trained_a_pass(run)) << run.output;
+    EXPECT_EQ(fs::exists(path) ? fs::file_size(path) : 0, before) << path;
+  }
+  std::ifstream in(config);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), config_text);
+  const Finished beside = train({"-o", "runner.model_save_path=" + save, "-o", "runner.epochs=2",
+                                 "-o", "runner.metrics_path=" + save + "/metrics.jsonl"});
+  EXPECT_EQ(beside.status, 0) << beside.output;
+  EXPECT_TRUE(fs::exists(save + "/metrics.jsonl"));
+}
+
 // Test data that is training data too: its "test auc" is said not to be held out.
 TEST_F(BadInputBinaries, TestDataThatIsTrainingDataIsSaid) {
   const Finished same = train({"-o", "runner.model_save_path=", "-o", "runner.epochs=1", "-o",

@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/temp_file.hpp"
 #include "dataset/text_number.hpp"
+#include "trainer/schedule/output_paths.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -44,24 +45,6 @@ std::string resolved(const std::string& path) {
   std::error_code ec;
   const fs::path real = fs::canonical(path, ec);
   return ec ? path : real.string();
-}
-
-bool same_file(const std::string& a, const std::string& b) {
-  struct stat sa {};
-  struct stat sb {};
-  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
-         sa.st_ino == sb.st_ino;
-}
-
-// `path` (existing or not) lies in the folder `dir`, links resolved.
-bool inside(const std::string& path, const std::string& dir) {
-  std::error_code ec;
-  const fs::path folder = fs::weakly_canonical(dir, ec);
-  if (ec || !fs::is_directory(folder, ec)) return false;
-  const fs::path file = fs::weakly_canonical(path, ec);
-  if (ec) return false;
-  const auto [in, rest] = std::mismatch(folder.begin(), folder.end(), file.begin(), file.end());
-  return in == folder.end();
 }
 
 }  // namespace

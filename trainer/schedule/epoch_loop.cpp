@@ -23,6 +23,7 @@
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/earlier_saves.hpp"
 #include "trainer/schedule/job_identity.hpp"
+#include "trainer/schedule/output_paths.hpp"
 #include "trainer/schedule/pass_data.hpp"
 #include "trainer/schedule/save_folder_lock.hpp"
 
@@ -541,6 +542,8 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
   check_memory_source_transform(plan.test_files, config.dataset);
   check_test_data(config, plan.test_files);
   warn_of_shared_test_files(plan);
+  check_metrics_path(trainer_metrics_path(runner.metrics_path, schedule.env().trainer_id), config,
+                     plan, start_from);
   MetricsFile metrics(runner.metrics_path, schedule.env().trainer_id);
   const bool saving = !runner.model_save_path.empty() && runner.save_mode != SaveKind::kNone;
   // Before the resume looks at the saves: the folder is made (or refused) before any pass
