@@ -153,6 +153,19 @@ void expect_shipped_field_aware_rows() {
       {{"hyper_parameters.sparse_feature_dim=40", "hyper_parameters.sparse_feature_dim"},
        {"hyper_parameters.sparse_feature_dim=1", "hyper_parameters.sparse_feature_dim is 1"},
        {"hyper_parameters.slot_dims={1: 4}", "hyper_parameters.slot_dims"}});
+  // fm and deepfm without factors trained wide's and wide_deep's networks, unsaid; xdeepfm
+  // stopped on a layer of no columns.
+  auto fm = load_shipped("config_deepfm.yaml",
+                         {"hyper_parameters.model=fm", "hyper_parameters.sparse_feature_dim=1"});
+  ASSERT_FALSE(fm.ok());
+  EXPECT_NE(fm.status().to_string().find("hyper_parameters.model=wide for what it would"),
+            std::string::npos)
+      << fm.status().to_string();
+  expect_shipped_refuses("config_deepfm.yaml",
+                         {{"hyper_parameters.sparse_feature_dim=1",
+                           "hyper_parameters.model=wide_deep for what it would"}});
+  expect_shipped_refuses("config_xdeepfm.yaml", {{"hyper_parameters.sparse_feature_dim=1",
+                                                  "xdeepfm's CIN and DNN take each key's factor"}});
 }
 
 // Each helper's first failed ASSERT ends the test, as one body's would.

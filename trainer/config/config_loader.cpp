@@ -296,6 +296,23 @@ Status check_network_parts(const TrainerConfig& c, const config::ConfigDocument&
   if (model == ModelKind::kFfm || model == ModelKind::kFatDeepffm) {
     GPUBOX_RETURN_IF_ERROR(check_ffm_rows(c, doc, model));
   }
+  // fm's and deepfm's pairwise part and xdeepfm's CIN and DNN take the embedx part
+  // (sparse_feature_dim - 1 values): with none, fm trained wide's network and deepfm
+  // wide_deep's, unsaid, and xdeepfm stopped on a layer of no columns.
+  if ((model == ModelKind::kFm || model == ModelKind::kDeepFm || model == ModelKind::kXdeepfm) &&
+      doc.get_int("hyper_parameters.sparse_feature_dim") < 2) {
+    return Status::InvalidArgument(
+        doc.source() + ": " + name_of(kModelKindNames, model) + "'s " +
+        (model == ModelKind::kXdeepfm ? "CIN and DNN take" : "pairwise interactions take") +
+        " each key's factor of sparse_feature_dim - 1 values, but "
+        "hyper_parameters.sparse_feature_dim is " +
+        std::to_string(doc.get_int("hyper_parameters.sparse_feature_dim")) +
+        " (set it to 2 or more" +
+        (model == ModelKind::kXdeepfm
+             ? ")"
+             : std::string(", or hyper_parameters.model=") +
+                   (model == ModelKind::kFm ? "wide" : "wide_deep") + " for what it would train)"));
+  }
   if (model == ModelKind::kFlen) {
     int grouped = 0;
     for (int size : c.hyper.field_group_sizes) grouped += size;

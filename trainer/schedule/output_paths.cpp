@@ -62,8 +62,8 @@ void check_metrics_path(const std::string& path, const TrainerConfig& config, co
     GPUBOX_EXPECTS(beside, refused, "inside a save under runner.model_save_path '", saves,
                    "' (its lines would break the save's checksums)", remedy);
   }
-  GPUBOX_EXPECTS(start_from.empty() || !inside(path, start_from), refused,
-                 "inside the save '", start_from, "' the run loads", remedy);
+  GPUBOX_EXPECTS(start_from.empty() || !inside(path, start_from), refused, "inside the save '",
+                 start_from, "' the run loads", remedy);
 }
 
 }  // namespace gpubox::trainer
