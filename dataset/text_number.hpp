@@ -3,11 +3,15 @@
 // formats (a leading '+' is accepted, non-finite floats are not).
 #pragma once
 
+#include <locale.h>
+#include <stdlib.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace gpubox::dataset {
 
@@ -39,11 +43,41 @@ inline bool parse_i64(std::string_view text, std::int64_t* out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-// Finite floats only ("nan", "inf" and overflow are rejected).
+namespace detail {
+
+// A whole number token that from_chars found out of range: its value when it is too small for T
+// (the nearest T, 0 with its sign or a denormal, as strtof/strtod round it in the C locale, as
+// Python's float() does), false when it is too large. The slow path of a rare token only.
+template <class T>
+bool below_range(std::string_view text, T* out) {
+  static const locale_t c_locale = ::newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(nullptr));
+  if (c_locale == static_cast<locale_t>(nullptr)) return false;
+  const std::string copy(text);
+  char* end = nullptr;
+  T value;
+  if constexpr (std::is_same_v<T, float>) {
+    value = ::strtof_l(copy.c_str(), &end, c_locale);
+  } else {
+    value = ::strtod_l(copy.c_str(), &end, c_locale);
+  }
+  if (end != copy.c_str() + copy.size() || !std::isfinite(value) || std::fabs(value) >= T{1}) {
+    return false;
+  }
+  *out = value;
+  return true;
+}
+
+}  // namespace detail
+
+// Finite floats only ("nan", "inf" and overflow are rejected; a value under the smallest float,
+// 1e-50, is that float's nearest: 0).
 inline bool parse_float(std::string_view text, float* out) {
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
   if (text.empty()) return false;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size()) {
+    return detail::below_range(text, out);
+  }
   return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
 }
 
@@ -53,6 +87,9 @@ inline bool parse_double(std::string_view text, double* out) {
   if (!text.empty() && text.front() == '+') text.remove_prefix(1);
   if (text.empty()) return false;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  if (ec == std::errc::result_out_of_range && end == text.data() + text.size()) {
+    return detail::below_range(text, out);
+  }
   return ec == std::errc() && end == text.data() + text.size() && std::isfinite(*out);
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "dataset/text_number.hpp"
@@ -151,6 +152,28 @@ TEST(SlotFormat, EveryMalformedLineIsRejectedWithItsReason) {
       {"click:1 dense_feature:1 1:5", ParseReason::kTooFewDense},
   };
   for (const Case& k : cases) EXPECT_EQ(reason_of(c, k.line), k.reason) << k.line;
+}
+
+// A dense value under the smallest float is that float's nearest (0, or a denormal), as Python's
+// float() reads it, not a malformed line (the line was skipped as bad_dense); above the largest
+// it is still refused.
+TEST(SlotFormat, ADenseValueTooSmallForAFloatIsItsNearestNotAMalformedLine) {
+  const DatasetConfig c = slot_config(1, 3);
+  Parsed p =
+      parse_one(c, "click:1 dense_feature:1e-46 dense_feature:-1e-400 dense_feature:1.4e-45 1:5");
+  ASSERT_TRUE(p.result.ok()) << describe(p.result);
+  const std::vector<float> dense = to_plain(p.block.instance(0)).dense;
+  ASSERT_EQ(dense.size(), 3u);
+  EXPECT_EQ(dense[0], 0.0f);
+  EXPECT_EQ(dense[1], 0.0f);
+  EXPECT_TRUE(std::signbit(dense[1]));
+  EXPECT_EQ(dense[2], std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(reason_of(c, "click:1 dense_feature:1e39 dense_feature:0 dense_feature:0 1:5"),
+            ParseReason::kBadDense);
+  EXPECT_EQ(reason_of(c, "click:1 dense_feature:-1e400 dense_feature:0 dense_feature:0 1:5"),
+            ParseReason::kBadDense);
+  EXPECT_EQ(reason_of(c, "click:1 dense_feature:1e-50x dense_feature:0 dense_feature:0 1:5"),
+            ParseReason::kBadDense);
 }
 
 TEST(SlotFormat, UnknownSlotTokensAreSkippedAndCountedLikePaddleRecsReaders) {
