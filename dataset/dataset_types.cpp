@@ -59,6 +59,11 @@ Status check_slot_names(const DatasetConfig& config) {
         "the slot and multislot formats need a non-empty runner.label_name and "
         "runner.dense_name");
   }
+  if (config.label_name == config.dense_name) {  // every line's label read as its dense values
+    return Status::InvalidArgument("runner.label_name and runner.dense_name are both '" +
+                                   config.label_name +
+                                   "': name the label and the dense field apart");
+  }
   for (const std::string& name : config.slots) {
     if (name.empty() || name.find_first_of(": \t") != std::string::npos) {
       return Status::InvalidArgument("slot name '" + name + "' is empty or holds ':' or blanks");

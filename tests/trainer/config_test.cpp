@@ -248,6 +248,12 @@ TEST_F(ConfigTest, EveryPartArrivesFromTheOverrides) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("clashes with runner.label_name"), std::string::npos)
       << bad.status().message();
+  // The label named as the dense field: every line failed "bad_label: missing label".
+  bad = load_trainer_config(path, {"runner.dense_name=click"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("runner.label_name and runner.dense_name are both 'click'"),
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST_F(ConfigTest, TheTablePartDerivesMfDimAndTheSeedOnce) {
