@@ -248,6 +248,19 @@ TEST_F(ConfigTest, EveryPartArrivesFromTheOverrides) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("clashes with runner.label_name"), std::string::npos)
       << bad.status().message();
+  // The disk tier's folder and the saves' overlapping: the rerun was refused, the first run not.
+  for (const auto& [disk, saves] : std::vector<std::pair<std::string, std::string>>{
+           {"same", "same"}, {"saves/disk", "saves"}, {"disk", "disk/saves"}}) {
+    bad = load_trainer_config(path, {"runner.rocksdb_path=" + (dir_ / disk).string(),
+                                     "runner.model_save_path=" + (dir_ / saves).string()});
+    ASSERT_FALSE(bad.ok()) << disk << " " << saves;
+    EXPECT_NE(bad.status().message().find("overlap: the disk tier's folder is wiped"),
+              std::string::npos)
+        << bad.status().message();
+  }
+  EXPECT_TRUE(load_trainer_config(path, {"runner.rocksdb_path=" + (dir_ / "disk").string(),
+                                         "runner.model_save_path=" + (dir_ / "disk2").string()})
+                  .ok());
   // The label named as the dense field: every line failed "bad_label: missing label".
   bad = load_trainer_config(path, {"runner.dense_name=click"});
   ASSERT_FALSE(bad.ok());

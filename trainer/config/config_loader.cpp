@@ -1,7 +1,9 @@
 #include "trainer/config/config_loader.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <utility>
 
@@ -205,6 +207,27 @@ Status read_autoint_keys(const config::ConfigDocument& doc, HyperParameters& h) 
     }
   }
   return Status::OK();
+}
+
+// The disk tier's folder (wiped when the tier opens, refused once it holds other files) and the
+// saves' are apart: one inside the other, the first run saved into the tier's folder and its
+// rerun was refused ("holds '0', which no disk tier writes").
+Status check_disk_tier_apart(const TrainerConfig& c, const std::string& source) {
+  const std::string& disk = c.host_tier.table.rocksdb_path;
+  const std::string& saves = c.runner.model_save_path;
+  if (disk.empty() || saves.empty()) return Status::OK();
+  std::error_code ec;
+  const std::filesystem::path a = std::filesystem::weakly_canonical(disk, ec);
+  const std::filesystem::path b = std::filesystem::weakly_canonical(saves, ec);
+  const auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
+    const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+    return o == outer.end();
+  };
+  if (ec || (!within(a, b) && !within(b, a))) return Status::OK();
+  return Status::InvalidArgument(source + ": runner.rocksdb_path '" + disk +
+                                 "' and runner.model_save_path '" + saves +
+                                 "' overlap: the disk tier's folder is wiped when it opens and "
+                                 "holds nothing else; give them folders apart");
 }
 
 // ffm's rows hold one factor per field (config::row_embedx_width): the table part made them that
@@ -523,6 +546,7 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
         " but runner.shrink_every is never: rows move to disk only in a shrink; set "
         "runner.shrink_every to pass or epoch, or runner.cold_after_days to 0");
   }
+  GPUBOX_RETURN_IF_ERROR(check_disk_tier_apart(c, doc.source()));
   GPUBOX_RETURN_IF_ERROR(check_network_parts(c, doc));
   GPUBOX_RETURN_IF_ERROR(check_dnn_dropout(c, doc));
   GPUBOX_RETURN_IF_ERROR(check_clip_by_norm(c, doc));
