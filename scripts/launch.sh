@@ -39,7 +39,7 @@ fi
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
-source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port)
+source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port, procs_stop_pids)
 source "$repo/scripts/lib/config_args.sh"  # (config_flag)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
@@ -146,8 +146,7 @@ fi
 pids=() names=() logs=() kinds=()
 token_dir=""
 stop_all() {
-  for pid in "${pids[@]:-}"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]:-}"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+  procs_stop_pids "${pids[@]:-}"
   pids=()
   if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
 }

@@ -71,17 +71,23 @@ procs_wait_for() {
   return 0
 }
 
-procs_stop_all() {
+# SIGTERM to the pids given, SIGKILL to those alive 5 s later (a stopped or stuck child ignores
+# TERM: the launcher waited for it for ever), then their statuses reaped.
+procs_stop_pids() {
   local pid
-  for pid in "${!procs_name_of[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; done
   for _ in $(seq 1 50); do
     local alive=0
-    for pid in "${!procs_name_of[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in "$@"; do [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && alive=1; done
     [ "$alive" -eq 1 ] || break
     sleep 0.1
   done
-  for pid in "${!procs_name_of[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
-  for pid in "${!procs_name_of[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do [ -n "$pid" ] && wait "$pid" 2>/dev/null || true; done
+}
+
+procs_stop_all() {
+  procs_stop_pids "${!procs_name_of[@]}"
   procs_name_of=()
 }
 

@@ -103,6 +103,38 @@ grep -q "does not exist" out.txt || fail "the worker's error is not shown"
 [ $((SECONDS - start)) -lt 60 ] || fail "took $((SECONDS - start)) s"
 servers_gone "a failing worker's job" 1
 
+# A worker stopped (SIGSTOP: it ignores the launcher's SIGTERM): the other worker ends naming it,
+# and the launcher kills what did not stop 5 s after its SIGTERM (it waited for the stopped
+# worker for ever).
+rm -rf log
+"$repo/scripts/launch.sh" --server_num 1 --worker_num 2 -o runner.sync_mode=async \
+  -o runner.metrics_path= -o runner.epochs=1000 -o runner.peer_timeout_s=2 >out.txt 2>&1 &
+job=$!
+trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+stopped=""
+for _ in $(seq 1 300); do
+  for pid in $(ps -o pid=,args= --ppid "$job" | awk '$2 ~ /\/gpubox_train$/ { print $1 }'); do
+    tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ" | grep -qx PADDLE_TRAINER_ID=1 && stopped=$pid
+  done
+  [ -n "$stopped" ] && break
+  sleep 0.1
+done
+[ -n "$stopped" ] || { kill "$job"; fail "a stopped worker: worker 1 not found"; }
+sleep 2  # into its passes
+kill -STOP "$stopped"
+start=$SECONDS
+status=0
+for _ in $(seq 1 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then
+  kill -CONT "$stopped" 2>/dev/null || true
+  fail "a stopped worker: the launcher still runs $((SECONDS - start)) s later"
+fi
+wait "$job" || status=$?
+trap 'rm -rf "$work"' EXIT
+[ "$status" != 0 ] || fail "a stopped worker: the job exited 0"
+kill -0 "$stopped" 2>/dev/null && fail "a stopped worker: pid $stopped still runs"
+servers_gone "a stopped worker's job" 1
+
 # A PS trainer killed (SIGKILL) with no launcher beside it to notice (trainers on other
 # machines): the other trainer ends within runner.peer_timeout_s and the exit grace (5 s),
 # naming it, instead of waiting runner.collective_timeout_s (300 s) at its next barrier.
