@@ -231,6 +231,28 @@ TEST_F(MultiTrainer, KilledJobRerunResumesFromTheLastCompleteSave) {
   EXPECT_TRUE(fs::exists(saves / std::to_string(last + 1) / "MODEL_MANIFEST")) << outputs[0];
 }
 
+// A gpubox-mode job on the servers of a running job trained on its rows, both exiting 0 (only
+// the PS modes claimed the servers): refused now, naming it, and the running job goes on.
+TEST_F(MultiTrainer, AJobOnTheServersOfARunningJobIsRefused) {
+  std::string endpoint;
+  auto server = start_server(&endpoint);
+  const std::vector<std::string> quick = {"-o", "runner.peer_timeout_s=2"};
+  std::vector<std::string> long_args = quick;
+  long_args.insert(long_args.end(), {"-o", "runner.epochs=300"});
+  auto running = start_trainer("owner_running", 0, 1, "0", "train2", long_args, endpoint);
+  ASSERT_TRUE(running->wait_for("pass: 1,", kRunSeconds)) << running->output();
+  auto second = start_trainer("owner_second", 0, 1, "0", "train2", quick, endpoint);
+  EXPECT_EQ(second->wait(kRunSeconds), 1) << second->output();
+  EXPECT_NE(second->output().find("serve another job that is running"), std::string::npos)
+      << second->output();
+  EXPECT_EQ(second->output().find("pass: 0,"), std::string::npos) << second->output();
+  EXPECT_EQ(running->wait(0.1), -1) << "the running job ended:\n" << running->output();
+  running->signal(SIGTERM);
+  running->wait(30);
+  // Ended (its claim released): the next job trains.
+  run_job_outputs("owner_after", 1, "0", "train2", quick, endpoint);
+}
+
 TEST_F(MultiTrainer, InProcessHostTierRefusesSavesNamingServers) {
   // Refused before the job meets: trainer 0 alone ends with the error.
   auto trainer = start_trainer("local_save", 0, 2, "0", "train2",

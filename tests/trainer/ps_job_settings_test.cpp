@@ -17,8 +17,8 @@
 #include "common/error.hpp"
 #include "tests/trainer/ps_modes_fixture.hpp"
 #include "tests/trainer/ps_test_servers.hpp"
-#include "trainer/ps_modes/ps_servers_owner.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
+#include "trainer/schedule/servers_owner.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -92,8 +92,9 @@ TEST_F(PsModes, TwoTrainersWithOneIdAreRefusedNamingIt) {
               std::string::npos)
         << error;
   }
-  // Two trainers 0: the second's claim of the servers finds the first's (ps_servers_owner.hpp),
-  // or, when both claimed at once, their claims in the settings' table are counted.
+  // Two trainers 0: the second's claim of the servers finds the first's
+  // (trainer/schedule/servers_owner.hpp), or, when both claimed at once, their claims in the
+  // settings' table are counted.
   const auto zeros = start({cfg, cfg}, {0, 0});
   const auto named = [](const std::string& error) {
     return error.find("its PADDLE_TRAINER_ID is 0 twice") != std::string::npos ||
@@ -141,9 +142,10 @@ TEST_F(PsModes, AServerRestartedWithAnotherRuleIsRefusedWhenAdopted) {
   }
 }
 
-// One job at a time on a set of servers (ps_servers_owner.hpp): a claim that beats refuses
-// another job's start, naming it; a released claim is taken at once; a claim that stopped beating
-// is taken over after its wait; a job whose claim another took over is told so at its next beat.
+// One job at a time on a set of servers (trainer/schedule/servers_owner.hpp): a claim that beats
+// refuses another job's start, naming it; a released claim is taken at once; a claim that stopped
+// beating is taken over after its wait; a job whose claim another took over is told so at its next
+// beat.
 TEST_F(PsModes, TheServersServeOneRunningJobAtATime) {
   const TrainerConfig cfg = config({"runner.sync_mode=async"});
   Servers shards(cfg, 1);

@@ -90,7 +90,7 @@ TEST_F(PsModes, AJobAfterOneWhoseTrainerFailedIsNotToldOfIt) {
   StatusOr<std::string> mark = PsPeerWatch::failure_of(servers, 1, 2, PsPeerWatch::kAnyRun);
   ASSERT_TRUE(mark.ok()) << mark.status().to_string();
   ASSERT_EQ(*mark, "job A's trainer 1 failed");
-  // Job A ends (its trainer 0 releases the servers: ps_servers_owner.hpp); its mark stays.
+  // Job A ends (its trainer 0 releases the servers: servers_owner.hpp); its mark stays.
   for (auto& trainer : job_a.trainers) trainer.reset();
   const std::vector<std::string> errors =
       ps_test::run_trainers(cfg, shards.endpoints(), 2, [](PsTrainer& trainer, int) {

@@ -176,6 +176,7 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
             nullptr,
             nullptr,
             nullptr,
+            nullptr,
             {},
             std::make_unique<SaveLineage>(config_),
             nullptr,
@@ -207,6 +208,13 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   const uint64_t table_budget = host_table_budget(s.cards, config_, tier_options);
   s.host = open_host_tier(config_, env_, table_budget);
   if (s.store != nullptr) agree_on_servers(*s.store, env_, *s.host, collective_timeout);
+  // One job at a time on a set of servers, as the PS modes' (servers_owner.hpp): a gpubox-mode
+  // job beside a running job trained on its rows, both exiting 0. Beats as the PS modes'.
+  auto* remote = dynamic_cast<table::server::RemoteHostTier*>(s.host.get());
+  if (remote != nullptr && env_.trainer_id == 0) {
+    s.owner =
+        std::make_unique<ServersOwner>(*remote, std::min(config_.runner.peer_timeout_s / 5, 2.0));
+  }
   if (env_.trainers > 1) {
     // A lost trainer or server ends the job within runner.peer_timeout_s, naming it.
     PeerWatchOptions watch;
@@ -330,7 +338,7 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
       (!config_.runner.model_save_path.empty() && config_.runner.save_mode != SaveKind::kNone) ||
       shrinking;
   const int64_t ahead_end = staged_ahead_end(config_.runner, plan.per_epoch, plan.total, k);
-  return run_pass(
+  PassReport report = run_pass(
       *prepared,
       [&] {
         pipeline.start_after(*prepared, ahead_end);
@@ -345,6 +353,13 @@ PassReport Trainer::train_scheduled_pass(const RunPlan& plan, int64_t k) {
           return nullptr;
         return pipeline.keys_of(k + 1);
       });
+  // Another job that took the servers over replaced this one's rows: its figures are no longer
+  // this job's (before the pass's save, which would record them).
+  if (s.owner != nullptr) {
+    const std::string taken = s.owner->taken_over();
+    GPUBOX_EXPECTS(taken.empty(), "pass ", k, ": ", taken);
+  }
+  return report;
 }
 
 void Trainer::accumulate_pass_metrics(std::vector<double>* sums) const {

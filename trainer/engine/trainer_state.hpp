@@ -25,6 +25,7 @@
 #include "trainer/nn/dense_optimizer.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/dense_state.hpp"
+#include "trainer/schedule/servers_owner.hpp"
 
 namespace gpubox::trainer {
 
@@ -33,6 +34,9 @@ struct Trainer::State {
   std::unique_ptr<comm::RendezvousStore> store;  // several trainers: where they meet
   std::unique_ptr<comm::CommGroup> group;
   std::unique_ptr<table::HostTier> host;
+  // Trainer 0 of a job on gpubox_servers: the servers claimed for it (servers_owner.hpp), released
+  // as it ends; after the host tier, so destroyed before it.
+  std::unique_ptr<ServersOwner> owner;
   std::unique_ptr<tier_owner::CardTier> card_tier;   // the sparse side of every card
   std::vector<std::unique_ptr<CardWorker>> workers;  // the dense side of every card
   std::unique_ptr<SaveLineage> lineage;              // what saves apply onto, where a resume starts

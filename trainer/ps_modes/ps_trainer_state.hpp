@@ -15,13 +15,13 @@
 #include "trainer/ps_modes/merged_pushes.hpp"
 #include "trainer/ps_modes/ps_job_settings.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
-#include "trainer/ps_modes/ps_servers_owner.hpp"
 #include "trainer/ps_modes/ps_step_hooks.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_worker.hpp"
 #include "trainer/ps_modes/sync_barriers.hpp"
 #include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/schedule.hpp"
+#include "trainer/schedule/servers_owner.hpp"
 
 namespace gpubox::trainer::ps_modes {
 
@@ -79,8 +79,8 @@ struct PsTrainer::State {
   // job, whose failure marks hold it (PsPeerWatchOptions::run), so that an earlier train()'s
   // mark is told apart. 0 before the first train() (the constructor's meetings).
   int run = 0;
-  // Trainer 0: the servers claimed for this job (ps_servers_owner.hpp), from the job's start; its
-  // beats stop and the claim is released before the servers' client goes.
+  // Trainer 0: the servers claimed for this job (trainer/schedule/servers_owner.hpp), from the
+  // job's start; its beats stop and the claim is released before the servers' client goes.
   std::unique_ptr<ServersOwner> owner;
 };
 

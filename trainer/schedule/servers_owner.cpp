@@ -1,4 +1,4 @@
-#include "trainer/ps_modes/ps_servers_owner.hpp"
+#include "trainer/schedule/servers_owner.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,9 +8,8 @@
 
 #include "common/error.hpp"
 #include "common/logging.hpp"
-#include "trainer/ps_modes/ps_peer_watch.hpp"
 
-namespace gpubox::trainer::ps_modes {
+namespace gpubox::trainer {
 namespace {
 
 using table::server::DenseAction;
@@ -19,8 +18,8 @@ constexpr std::size_t kFloats = 5;  // nonce (3 x 24 bits), beats, interval in m
 constexpr uint64_t kPart = (uint64_t{1} << 24) - 1;
 // The longest wait for a claim's beats (its interval is its job's peer_timeout_s / 5).
 constexpr double kLongestWaitS = 30.0;
-// A count wraps as the peer watch's beats do.
-constexpr float kBeatWrap = PsPeerWatch::kBeatWrap;
+// A count wraps as the PS peer watch's beats do (PsPeerWatch::kBeatWrap): at 2^23.
+constexpr float kBeatWrap = 8388608.0f;
 // The bound of the release as trainer 0 ends, and of a beat (at most: its interval).
 constexpr double kReleaseDeadlineS = 2.0;
 
@@ -168,4 +167,4 @@ void ServersOwner::beat_loop() {
   }
 }
 
-}  // namespace gpubox::trainer::ps_modes
+}  // namespace gpubox::trainer
