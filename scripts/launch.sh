@@ -39,7 +39,7 @@ fi
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
-source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port, procs_stop_pids)
+source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port, procs_stop_pids, procs_hold_log)
 source "$repo/scripts/lib/config_args.sh"  # (config_flag)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
@@ -189,6 +189,7 @@ if [ "$role" != TRAINER ]; then
     ip="${servers[$i]%:*}" port="${servers[$i]##*:}"
     here "$ip" || continue
     logf="log/serverlog.$i"
+    procs_hold_log launch "$logf"
     # Emptied before the start (the server truncates it only once it runs): the 'listening on'
     # line an earlier job's server left there would otherwise be read as this one's port.
     : >"$logf"

@@ -213,6 +213,7 @@ fi
 start_server() {
   local index=$1 port=$2 shard_id=$3 shard_num=$4
   local logf="log/pserver.$index.log"
+  procs_hold_log run_gpubox "$logf"
   local server_args=(--port "$port" --bind "${bind_ip:-$pod_ip}" --shard_id "$shard_id" --shard_num "$shard_num")
   if [ -n "$config" ]; then server_args+=(--config "$config" "${overrides[@]}"); fi
   if [ -n "$model_root" ]; then server_args+=(--data_dir "$model_root"); fi

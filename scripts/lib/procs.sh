@@ -71,6 +71,21 @@ procs_wait_for() {
   return 0
 }
 
+# WHO LOG: holds LOG, the log file of a server this launcher starts and reads the port of, for
+# the launcher's life (and its children's: they inherit the descriptor). A second launcher in
+# the same folder truncated the same file and read its port from the other's server: two jobs
+# crossed their servers (one stopping the other's at its end). Refused, exit 2, naming the
+# file; nothing to hold without flock.
+procs_hold_log() {
+  command -v flock >/dev/null 2>&1 || return 0
+  local fd
+  exec {fd}>>"$2"
+  if ! flock -n "$fd"; then
+    echo "$1: $(pwd)/$2 is the log of another launcher's server (a job started from this folder runs): each launcher reads its servers' ports from its logs here; start this job from another folder" >&2
+    exit 2
+  fi
+}
+
 # SIGTERM to the pids given, SIGKILL to those alive 5 s later (a stopped or stuck child ignores
 # TERM: the launcher waited for it for ever), then their statuses reaped.
 procs_stop_pids() {

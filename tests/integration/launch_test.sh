@@ -103,6 +103,33 @@ grep -q "does not exist" out.txt || fail "the worker's error is not shown"
 [ $((SECONDS - start)) -lt 60 ] || fail "took $((SECONDS - start)) s"
 servers_gone "a failing worker's job" 1
 
+# Two launchers in one folder: the second is refused naming the first's server log (both read
+# their servers' ports from the same file and crossed servers: one job trained on the other's,
+# or stopped it at its end), and the first goes on; launch.sh and run_gpubox.sh alike.
+for launcher in launch run_gpubox; do
+  rm -rf log
+  if [ "$launcher" = launch ]; then
+    first_args=(--server_num 1 --worker_num 1 -o runner.sync_mode=async) log_name=serverlog.0
+  else
+    first_args=(--servers 1 --config "$repo/configs/config_gpubox.yaml") log_name=pserver.0.log
+  fi
+  "$repo/scripts/$launcher.sh" "${first_args[@]}" -o runner.metrics_path= -o runner.epochs=1000 \
+    >first.txt 2>&1 &
+  job=$!
+  trap 'kill "$job" 2>/dev/null; rm -rf "$work"' EXIT
+  for _ in $(seq 1 300); do grep -qs "listening on" "log/$log_name" && break; sleep 0.1; done
+  status=0
+  timeout 60 "$repo/scripts/$launcher.sh" "${first_args[@]}" -o runner.metrics_path= \
+    -o runner.epochs=1 >second.txt 2>&1 || status=$?
+  [ "$status" = 2 ] || { cat second.txt; kill "$job"; fail "$launcher twice: the second exited $status"; }
+  grep -q "log/$log_name is the log of another launcher's server" second.txt ||
+    { cat second.txt; kill "$job"; fail "$launcher twice: the log not named"; }
+  kill -0 "$job" 2>/dev/null || { cat first.txt; fail "$launcher twice: the first job ended"; }
+  kill "$job"
+  wait "$job" || true
+  trap 'rm -rf "$work"' EXIT
+done
+
 # A worker stopped (SIGSTOP: it ignores the launcher's SIGTERM): the other worker ends naming it,
 # and the launcher kills what did not stop 5 s after its SIGTERM (it waited for the stopped
 # worker for ever).
