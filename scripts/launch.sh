@@ -39,7 +39,7 @@ fi
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=scripts/lib/procs.sh
-source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port, procs_stop_pids, procs_hold_log)
+source "$repo/scripts/lib/procs.sh"  # (procs_wait_for_port, procs_stop_pids, procs_hold_log, procs_release_logs)
 source "$repo/scripts/lib/config_args.sh"  # (config_flag)
 bin="${GPUBOX_BUILD_DIR:-$repo/build}/bin"
 usage() {
@@ -148,6 +148,7 @@ token_dir=""
 stop_all() {
   procs_stop_pids "${pids[@]:-}"
   pids=()
+  procs_release_logs
   if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
 }
 trap stop_all EXIT

@@ -177,6 +177,7 @@ cleanup() {
   for pid in "${server_pids[@]:-}"; do
     [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
   done
+  procs_release_logs
   if [ -n "$token_dir" ]; then rm -rf "$token_dir"; fi
   if [ -n "$rendezvous_dir" ]; then rm -rf "$rendezvous_dir"; fi
 }

@@ -71,19 +71,35 @@ procs_wait_for() {
   return 0
 }
 
-# WHO LOG: holds LOG, the log file of a server this launcher starts and reads the port of, for
-# the launcher's life (and its children's: they inherit the descriptor). A second launcher in
-# the same folder truncated the same file and read its port from the other's server: two jobs
-# crossed their servers (one stopping the other's at its end). Refused, exit 2, naming the
-# file; nothing to hold without flock.
+# WHO LOG: marks LOG, the log file of a server this launcher starts and reads the port of, as
+# this launcher's ("LOG.launcher" holds its pid, made with O_EXCL) until procs_release_logs. A
+# second launcher in the same folder truncated the same file and read its port from the other's
+# server: two jobs crossed their servers (one stopping the other's at its end). Refused, exit 2,
+# naming the file, while the mark's launcher lives; a mark whose launcher is gone is taken over.
+procs_held_logs=()
 procs_hold_log() {
-  command -v flock >/dev/null 2>&1 || return 0
-  local fd
-  exec {fd}>>"$2"
-  if ! flock -n "$fd"; then
-    echo "$1: $(pwd)/$2 is the log of another launcher's server (a job started from this folder runs): each launcher reads its servers' ports from its logs here; start this job from another folder" >&2
-    exit 2
-  fi
+  local mark="$2.launcher" holder
+  for _ in 1 2; do
+    if (set -C && echo "$$" >"$mark") 2>/dev/null; then
+      procs_held_logs+=("$mark")
+      return 0
+    fi
+    holder="$(cat "$mark" 2>/dev/null || true)"
+    if [ -n "$holder" ] && [ "$holder" != "$$" ] && kill -0 "$holder" 2>/dev/null; then
+      echo "$1: $(pwd)/$2 is the log of another launcher's server (pid $holder, a job started from this folder, runs): each launcher reads its servers' ports from its logs here; start this job from another folder" >&2
+      exit 2
+    fi
+    [ "$holder" = "$$" ] && return 0
+    rm -f "$mark"  # its launcher ended without removing it
+  done
+  echo "$1: cannot mark $(pwd)/$2 as this launcher's ($mark)" >&2
+  exit 2
+}
+
+# Removes the marks procs_hold_log made (the launcher's end).
+procs_release_logs() {
+  [ "${#procs_held_logs[@]}" -eq 0 ] || rm -f "${procs_held_logs[@]}"
+  procs_held_logs=()
 }
 
 # SIGTERM to the pids given, SIGKILL to those alive 5 s later (a stopped or stuck child ignores
