@@ -17,7 +17,7 @@ TEST(MemoryAsks, HugeDenseLayersAreNamedFirst) {
   const ConfigDocument doc = parse_ok(
       "runner:\n  train_batch_size: 512\nhyper_parameters:\n  fc_sizes: [100000, 100000]\n");
   const std::vector<MemoryAsk> asks = memory_asks(doc);
-  ASSERT_EQ(asks.size(), 2u);
+  ASSERT_EQ(asks.size(), 3u);
   EXPECT_EQ(asks[0].key, "hyper_parameters.fc_sizes");
   EXPECT_EQ(asks[0].value, "[100000, 100000]");
   // 100000 x 100000 + 100000 biases, then 100000 x 1 + 1 into the logit; 4 bytes each.
@@ -36,10 +36,22 @@ TEST(MemoryAsks, HugeDenseLayersAreNamedFirst) {
 TEST(MemoryAsks, BudgetsAreListedWhenSetAndOrderedBySize) {
   const ConfigDocument doc = parse_ok("runner:\n  card_memory_mb: 100000\n");
   const std::vector<MemoryAsk> asks = memory_asks(doc);
-  ASSERT_EQ(asks.size(), 3u);
+  ASSERT_EQ(asks.size(), 4u);
   EXPECT_EQ(asks[0].key, "runner.card_memory_mb");
   EXPECT_DOUBLE_EQ(asks[0].bytes, 100000.0 * 1048576);
   for (std::size_t i = 1; i < asks.size(); ++i) EXPECT_GE(asks[i - 1].bytes, asks[i].bytes);
+}
+
+// An evaluation's batch too large: named (a failed allocation of --mode infer named
+// runner.train_batch_size, which it does not use).
+TEST(MemoryAsks, AHugeEvaluationBatchIsNamedFirst) {
+  const ConfigDocument doc = parse_ok(
+      "runner:\n  infer_batch_size: 2000000000\nhyper_parameters:\n  fc_sizes: [32, 16]\n");
+  const std::vector<MemoryAsk> asks = memory_asks(doc);
+  ASSERT_FALSE(asks.empty());
+  EXPECT_EQ(asks[0].key, "runner.infer_batch_size");
+  EXPECT_EQ(asks[0].value, "2000000000");
+  EXPECT_DOUBLE_EQ(asks[0].bytes, 2e9 * 48 * 4);
 }
 
 }  // namespace
