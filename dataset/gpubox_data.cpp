@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
@@ -291,6 +292,22 @@ int run_stat_command(const cli::ParsedArgs& args) {
     skipped.insert(skipped.end(), listed->skipped.begin(), listed->skipped.end());
   }
   for (const std::string& f : args.positionals) files.push_back(f);
+  // A file named twice (a folder listed twice, a FILE in the config's folders, a link to one):
+  // training refuses it, so stat, which loads "exactly as training would", does too.
+  std::map<std::string, std::string> seen;  // canonical path -> as named
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const std::string canonical = std::filesystem::canonical(f, ec).string();
+    if (ec) continue;  // loading it names what is wrong
+    const auto [it, inserted] = seen.emplace(canonical, f);
+    if (!inserted) {
+      return fail(Status::InvalidArgument(
+          "stat: the data file '" + it->second + "' is named twice" +
+          (f == it->second ? "" : " (again as '" + f + "')") +
+          " by the config's folders and the FILEs: training refuses it (each pass would read "
+          "it twice)"));
+    }
+  }
   if (files.empty()) {
     std::fprintf(stderr,
                  "gpubox_data: warning: files: 0 (%s holds no data file; training "

@@ -376,6 +376,13 @@ TEST(GpuboxDataBinary, StatLoadsExactlyAsTrainingWould) {
             std::string::npos)
       << e;
   EXPECT_EQ(e.find("bad_alloc"), std::string::npos) << e;
+  // A file named twice (a folder listed twice, a FILE of the config's folder): training refuses
+  // it; stat counted it twice.
+  e = error_of("stat --config " + minimal + " -o 'runner.train_data_dir=[" + kSampleDir + ", " +
+               kSampleDir + "]'");
+  EXPECT_NE(e.find("is named twice"), std::string::npos) << e;
+  e = error_of("stat --config " + minimal + " " + kSampleDir + "/sample_train.txt");
+  EXPECT_NE(e.find("sample_train.txt' is named twice"), std::string::npos) << e;
 }
 
 // #12 item 12: 100,000 slots load (the duplicate check was quadratic: 21 s); an empty folder
