@@ -35,8 +35,12 @@ StatusOr<std::unique_ptr<HostTier>> make_host_tier(const AccessorConfig& accesso
   options.connections_per_endpoint = config.remote.connections_per_endpoint;
   auto remote = server::RemoteHostTier::connect(options);
   if (!remote.ok()) {
-    return remote.status().with_context("cannot reach the host-tier servers " +
-                                        config.remote.endpoints);
+    // Servers that answered and refuse this trainer (another table, rule or shard order) are
+    // reached: said so, not "cannot reach".
+    const bool refused = remote.status().code() == Status::Code::kInvalidArgument;
+    return remote.status().with_context(
+        (refused ? "the host-tier servers " : "cannot reach the host-tier servers ") +
+        config.remote.endpoints + (refused ? " do not match this trainer" : ""));
   }
   return std::unique_ptr<HostTier>(std::move(remote).value());
 }

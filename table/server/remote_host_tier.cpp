@@ -258,11 +258,17 @@ Status RemoteHostTier::check_servers() {
       const auto storage = [](int32_t s) {
         return std::string(name_of(kSparseStorageNames, static_cast<SparseStorage>(s)));
       };
+      const auto optimizer = [](int32_t k) {  // by its config name (sparse_optimizer.class)
+        for (const auto& entry : kSparseOptimizerKindNames) {
+          if (static_cast<int32_t>(entry.value) == k) return std::string(entry.name);
+        }
+        return "#" + std::to_string(k);
+      };
       return Status::InvalidArgument(
-          "server " + where + " holds rows of optimizer " + std::to_string(info.optimizer_kind) +
+          "server " + where + " holds rows of optimizer " + optimizer(info.optimizer_kind) +
           ", mf_dim " + std::to_string(info.mf_dim) + ", sparse_storage " + storage(info.storage) +
           " (stride " + std::to_string(info.stride) + "); this trainer uses optimizer " +
-          std::to_string(static_cast<int32_t>(options_.config.optimizer.kind)) + ", mf_dim " +
+          optimizer(static_cast<int32_t>(options_.config.optimizer.kind)) + ", mf_dim " +
           std::to_string(layout_.mf_dim) + ", sparse_storage " +
           storage(static_cast<int32_t>(layout_.storage)) +
           ": start the servers with the trainer's config");

@@ -449,6 +449,18 @@ TEST_F(SlotDims, TrainsAgainstAGpuboxServer) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("other embedx widths"), std::string::npos) << e.what();
   }
+  // Another optimizer: named by its config name (it printed the enum's number), and the servers
+  // said to refuse the trainer, not to be out of reach.
+  try {
+    Trainer other(config(64, {kMixed, "hyper_parameters.sparse_optimizer.class=sgd"}),
+                  env("0", endpoint));
+    ADD_FAILURE() << "a trainer with another optimizer than the server's started";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("do not match this trainer"), std::string::npos) << what;
+    EXPECT_EQ(what.find("cannot reach"), std::string::npos) << what;
+    EXPECT_NE(what.find("this trainer uses optimizer sgd"), std::string::npos) << what;
+  }
 }
 
 }  // namespace
