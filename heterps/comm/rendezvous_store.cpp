@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,19 +47,7 @@ class FileStore final : public RendezvousStore {
   }
 
   void set(const std::string& key, const std::vector<char>& value) override {
-    check_key(key);
-    GPUBOX_EXPECTS(value.size() <= kMaxValueBytes, "rendezvous value of '", key, "' has ",
-                   value.size(), " bytes, more than ", kMaxValueBytes);
-    static std::atomic<uint64_t> sequence{0};
-    const std::filesystem::path tmp =
-        dir_ / (".tmp." + file_name(key) + "." + std::to_string(::getpid()) + "." +
-                std::to_string(sequence.fetch_add(1)));
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(value.data(), static_cast<std::streamsize>(value.size()));
-      out.flush();
-      GPUBOX_EXPECTS(out.good(), "rendezvous: cannot write '", tmp.string(), "'");
-    }
+    const std::filesystem::path tmp = write_temp(key, value);
     std::error_code error;
     std::filesystem::rename(tmp, dir_ / file_name(key), error);
     if (error) {
@@ -66,6 +55,19 @@ class FileStore final : public RendezvousStore {
       GPUBOX_FAIL("rendezvous: cannot publish key '", key, "' in ", describe(), ": ",
                   error.message());
     }
+  }
+
+  // link(2) of the whole value to the key's name: made by one caller only, atomically.
+  bool set_once(const std::string& key, const std::vector<char>& value) override {
+    const std::filesystem::path tmp = write_temp(key, value);
+    const int made = ::link(tmp.c_str(), (dir_ / file_name(key)).c_str());
+    const int error = errno;
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    if (made == 0) return true;
+    GPUBOX_EXPECTS(error == EEXIST, "rendezvous: cannot publish key '", key, "' in ", describe(),
+                   ": ", std::strerror(error));
+    return false;
   }
 
   std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) override {
@@ -103,6 +105,22 @@ class FileStore final : public RendezvousStore {
   std::string describe() const override { return "file://" + dir_.string(); }
 
  private:
+  // `value` in a temporary file of the folder, whole, for a rename or link to the key's name.
+  std::filesystem::path write_temp(const std::string& key, const std::vector<char>& value) const {
+    check_key(key);
+    GPUBOX_EXPECTS(value.size() <= kMaxValueBytes, "rendezvous value of '", key, "' has ",
+                   value.size(), " bytes, more than ", kMaxValueBytes);
+    static std::atomic<uint64_t> sequence{0};
+    const std::filesystem::path tmp =
+        dir_ / (".tmp." + file_name(key) + "." + std::to_string(::getpid()) + "." +
+                std::to_string(sequence.fetch_add(1)));
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(value.data(), static_cast<std::streamsize>(value.size()));
+    out.flush();
+    GPUBOX_EXPECTS(out.good(), "rendezvous: cannot write '", tmp.string(), "'");
+    return tmp;
+  }
+
   const std::filesystem::path dir_;
 };
 

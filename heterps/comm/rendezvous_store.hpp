@@ -29,6 +29,9 @@ class RendezvousStore {
   // 200 characters).
   // Throws gpubox::Error when the key or value is refused or the write fails.
   virtual void set(const std::string& key, const std::vector<char>& value) = 0;
+  // Publishes `value` under `key` unless the key is set: true when this call set it, false when
+  // it was set before (by any process; one caller of several at once gets true). Throws as set.
+  virtual bool set_once(const std::string& key, const std::vector<char>& value) = 0;
   // The value of `key`, waiting up to `timeout` for it to be set. Throws naming the key.
   virtual std::vector<char> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
   // Returns once every key is set. Throws after `timeout`, naming the keys still missing.

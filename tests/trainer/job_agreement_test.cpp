@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -235,6 +236,49 @@ TEST_F(JobAgreementTest, AFolderHoldingThisTrainersEntryIsRefused) {
     EXPECT_THAT(error, HasSubstr("already holds trainer "));
     EXPECT_THAT(error, HasSubstr("the folder of an earlier job (give each job a fresh, empty "
                                  "folder), or two trainers started with PADDLE_TRAINER_ID="));
+  }
+}
+
+// Two trainers started with one id at once: both found the id's entry unset before either wrote
+// it, and both waited out runner.collective_timeout_s for the id nobody had. The entry is made
+// once (RendezvousStore::set_once): one trainer is refused, and once it tells its failure (as
+// gpubox_train does, job/failed/<its id>) the other ends at once, naming it. Rounds of both at
+// once, a thread each.
+TEST_F(JobAgreementTest, TwoTrainersWithOneIdEndAtOnceWhicheverWins) {
+  for (int round = 0; round < 5; ++round) {
+    const auto store = comm::open_rendezvous_store(
+        "file://" + (root_ / ("one_id_" + std::to_string(round))).string());
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    const auto started = std::chrono::steady_clock::now();
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        TrainerEnv env;
+        env.trainer_id = 0;
+        env.trainers = 2;
+        try {
+          agree_on_job(*store, config(), env, 1, std::chrono::milliseconds(20000));
+        } catch (const Error& e) {
+          errors[t] = e.what();
+          if (errors[t].find("already holds trainer 0's entry") != std::string::npos) {
+            store->set("job/failed/0", std::vector<char>(errors[t].begin(), errors[t].end()));
+          }
+        }
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+    const auto refused_itself = [](const std::string& e) {  // not the other's, quoted
+      return e.rfind("GPUBOX_RENDEZVOUS=", 0) == 0 &&
+             e.find("already holds trainer 0's entry") != std::string::npos;
+    };
+    EXPECT_EQ(std::count_if(errors.begin(), errors.end(), refused_itself), 1) << errors[0] << "\n"
+                                                                              << errors[1];
+    for (const std::string& error : errors) {
+      if (refused_itself(error)) continue;
+      EXPECT_THAT(error, HasSubstr("another trainer started with this one's PADDLE_TRAINER_ID=0 "
+                                   "failed"));
+    }
   }
 }
 

@@ -54,9 +54,10 @@ std::string failed_key_of(int trainer) { return "job/failed/" + std::to_string(t
 
 // `key`, trainer `trainer`'s, waiting up to `timeout` in slices; none after it (`missing`: the
 // store's words). Throws at once, naming its message, when the trainer said it failed
-// (tell_job_failed).
+// (tell_job_failed), or when a trainer of this one's id `me` did (another process started with
+// this trainer's PADDLE_TRAINER_ID: whichever of the two waits would wait for an id nobody has).
 std::optional<std::vector<char>> read_or_failure(comm::RendezvousStore& store,
-                                                 const std::string& key, int trainer,
+                                                 const std::string& key, int trainer, int me,
                                                  std::chrono::milliseconds timeout,
                                                  std::string* missing) {
   constexpr std::chrono::milliseconds kSlice(200);
@@ -72,14 +73,20 @@ std::optional<std::vector<char>> read_or_failure(comm::RendezvousStore& store,
         return std::nullopt;
       }
     }
-    std::vector<char> failed;
-    try {
-      failed = store.get(failed_key_of(trainer), std::chrono::milliseconds(0));
-    } catch (const Error&) {
-      continue;
+    for (const int who : {trainer, me}) {
+      std::vector<char> failed;
+      try {
+        failed = store.get(failed_key_of(who), std::chrono::milliseconds(0));
+      } catch (const Error&) {
+        continue;
+      }
+      const std::string said(failed.begin(), failed.end());
+      if (who == trainer) GPUBOX_FAIL("trainer ", trainer, " of the job failed: ", said);
+      GPUBOX_FAIL("another trainer started with this one's PADDLE_TRAINER_ID=", me,
+                  " failed (two trainers were given one id, and no trainer has the id this one "
+                  "waits for): ",
+                  said);
     }
-    GPUBOX_FAIL("trainer ", trainer,
-                " of the job failed: ", std::string(failed.begin(), failed.end()));
   }
 }
 
@@ -89,13 +96,15 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
                   int cards_per_trainer, std::chrono::milliseconds timeout) {
   const int me = env.trainer_id;
   const std::string mine_key = key_of(me);
-  bool taken = true;
-  try {
-    store.wait({mine_key}, std::chrono::milliseconds(0));
-  } catch (const Error&) {
-    taken = false;
-  }
-  if (taken) {
+  const JobSettings mine = job_settings(config, env, "cards per trainer (FLAGS_selected_gpus)",
+                                        cards_per_trainer, /*threads_shape_job=*/false);
+  JobSettings published = mine;
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  published[kWho] = std::string(host) + " pid " + std::to_string(::getpid());
+  // Set once (atomically): of two trainers started with one id at once, both had found the key
+  // unset, and both waited out runner.collective_timeout_s for the id nobody had.
+  if (!store.set_once(mine_key, bytes_of(encode_settings(published)))) {
     JobSettings earlier = read_entry(store, me, std::chrono::milliseconds(0));
     GPUBOX_FAIL("GPUBOX_RENDEZVOUS=", store.describe(), " already holds trainer ", me, "'s entry (",
                 mine_key, ", from ", who_of(&earlier),
@@ -103,16 +112,9 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
                 "trainers started with PADDLE_TRAINER_ID=",
                 me);
   }
-  const JobSettings mine = job_settings(config, env, "cards per trainer (FLAGS_selected_gpus)",
-                                        cards_per_trainer, /*threads_shape_job=*/false);
-  JobSettings published = mine;
-  char host[256] = {};
-  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  published[kWho] = std::string(host) + " pid " + std::to_string(::getpid());
-  store.set(mine_key, bytes_of(encode_settings(published)));
   const auto read = [&](int trainer) {
     std::string missing;
-    const auto entry = read_or_failure(store, key_of(trainer), trainer, timeout, &missing);
+    const auto entry = read_or_failure(store, key_of(trainer), trainer, me, timeout, &missing);
     if (!entry) {
       GPUBOX_FAIL("trainer ", trainer, " of the job (", env.trainers_from, "=", env.trainers,
                   ") did not arrive within runner.collective_timeout_s (", timeout.count() / 1000.0,
@@ -171,8 +173,8 @@ void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
   store.set("job/servers/" + std::to_string(me), bytes_of(text));
   const auto compare_with = [&](int other) {
     std::string missing;
-    const auto seen =
-        read_or_failure(store, "job/servers/" + std::to_string(other), other, timeout, &missing);
+    const auto seen = read_or_failure(store, "job/servers/" + std::to_string(other), other, me,
+                                      timeout, &missing);
     if (!seen) {
       GPUBOX_FAIL("trainer ", other, " of the job (", env.trainers_from, "=", env.trainers,
                   ") did not say which servers it reached within runner.collective_timeout_s (",
