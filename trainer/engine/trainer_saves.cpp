@@ -36,15 +36,18 @@ void Trainer::agree_on_start(const std::optional<SavePoint>& resume, const std::
   const int64_t start = resume ? as_int64(resume->digest) : origin.empty() ? 0 : 1;
   const std::vector<int64_t> starts = gather_over_job(
       std::vector<int64_t>(static_cast<std::size_t>(num_cards()), start), "how the run starts");
-  // Another trainer's load is known here only as one (this trainer's own is named).
+  // Another trainer's load and saves' folder are known here only by what it did (this
+  // trainer's own are named: another's runner.model_save_path may differ from this one's).
   auto describe = [&](int64_t how, std::size_t trainer) {
-    const bool mine = trainer == static_cast<std::size_t>(env_.trainer_id) && !origin.empty();
+    const bool me = trainer == static_cast<std::size_t>(env_.trainer_id);
     return how == 0   ? std::string("from scratch")
-           : how == 1 ? (mine ? "from " + origin
-                              : std::string("from a save it was given (--load or "
-                                            "runner.model_init_path)"))
-                      : "by resuming the save under " + config_.runner.model_save_path +
-                            " whose MODEL_MANIFEST has digest " +
+           : how == 1 ? (me && !origin.empty() ? "from " + origin
+                                               : std::string("from a save it was given (--load or "
+                                                             "runner.model_init_path)"))
+                      : "by resuming the save " +
+                            (me ? "under " + config_.runner.model_save_path + " "
+                                : std::string("under its runner.model_save_path ")) +
+                            "whose MODEL_MANIFEST has digest " +
                             table::io::hex64(static_cast<uint64_t>(how));
   };
   const auto cards = static_cast<std::size_t>(num_cards());
