@@ -177,6 +177,14 @@ TEST_F(BadInputBinaries, APassOfMostlyMalformedLinesStopsBeforeTraining) {
   const Finished trained = train(raised);
   EXPECT_EQ(trained.status, 0) << trained.output;
   EXPECT_TRUE(trained_a_pass(trained)) << trained.output;
+  // Test data as malformed: refused too, in an evaluation's words (it said the model would learn
+  // from what was left).
+  const Finished test_refused =
+      train({"-o", "runner.test_data_dir=" + data.string(), "-o", "runner.epochs=1"});
+  EXPECT_EQ(test_refused.status, 1) << test_refused.output;
+  EXPECT_NE(test_refused.output.find("the figures would be measured on the 50 instances left"),
+            std::string::npos)
+      << test_refused.output;
 }
 
 TEST_F(BadInputBinaries, AMetricsFileThatCannotBeWrittenStopsTheJobAfterThePassSave) {

@@ -31,12 +31,15 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
     char share[32];
     std::snprintf(share, sizeof(share), "%.1f%%",
                   100.0 * malformed / static_cast<double>(stats.lines));
-    GPUBOX_FAIL(what, ": ", stats.skipped_lines(), " of its ", stats.lines, " lines (", share,
-                ") are malformed, over runner.max_malformed_share's ", max_malformed_share,
-                ": the model would learn from the ", stats.instances,
-                " instances left as if they were the data (first: ", first,
-                "); fix the data or the reading settings (runner.data_format, the slots), or raise "
-                "runner.max_malformed_share to train on what parses");
+    // A pass's data trains the model; an evaluation's measures it.
+    const bool trains = what.rfind("pass ", 0) == 0;
+    GPUBOX_FAIL(
+        what, ": ", stats.skipped_lines(), " of its ", stats.lines, " lines (", share,
+        ") are malformed, over runner.max_malformed_share's ", max_malformed_share,
+        trains ? ": the model would learn from the " : ": the figures would be measured on the ",
+        stats.instances, " instances left as if they were the data (first: ", first,
+        "); fix the data or the reading settings (runner.data_format, the slots), or raise "
+        "runner.max_malformed_share to train on what parses");
   }
   if (stats.instances > 0) return;
   // Nothing to learn from or to measure: the metrics would be NaN and a save would store an
