@@ -253,6 +253,37 @@ TEST_F(MultiTrainer, AJobOnTheServersOfARunningJobIsRefused) {
   run_job_outputs("owner_after", 1, "0", "train2", quick, endpoint);
 }
 
+// Trainers of one job in different modes (gpubox and a PS mode) met in different places (the
+// rendezvous folder, the servers) and both waited out runner.collective_timeout_s, neither
+// naming the modes. The PS trainer says its mode in the rendezvous folder: the gpubox trainer
+// ends at once naming both; the PS trainer, at its start's meeting on the servers (its bound,
+// here 10 s), names the gpubox trainer's failure.
+TEST_F(MultiTrainer, TrainersOfOneJobInDifferentModesEndAtOnceNamingThem) {
+  std::string endpoint;
+  auto server = start_server(&endpoint);
+  const auto started = std::chrono::steady_clock::now();
+  auto gpubox = start_trainer("modes", 0, 2, "0,1", "train_2x2", {}, endpoint);
+  auto async =
+      start_trainer("modes", 1, 2, "0,1", "train_2x2", {"-o", "runner.sync_mode=async"}, endpoint);
+  EXPECT_EQ(gpubox->wait(kRunSeconds), 1) << gpubox->output();
+  EXPECT_NE(async->wait(kRunSeconds), 0) << async->output();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_NE(gpubox->output().find("trainer 1 of the job runs runner.sync_mode async"),
+            std::string::npos)
+      << gpubox->output();
+  EXPECT_NE(async->output().find("trainer 0 of the job failed: "), std::string::npos)
+      << async->output();
+  // The other way round, trainer 1 in the gpubox mode ends at once naming trainer 0's mode.
+  auto async_zero = start_trainer("modes_other", 0, 2, "0,1", "train_2x2",
+                                  {"-o", "runner.sync_mode=async"}, endpoint);
+  auto gpubox_one = start_trainer("modes_other", 1, 2, "0,1", "train_2x2", {}, endpoint);
+  EXPECT_EQ(gpubox_one->wait(kRunSeconds), 1) << gpubox_one->output();
+  EXPECT_NE(gpubox_one->output().find("trainer 0 of the job runs runner.sync_mode async"),
+            std::string::npos)
+      << gpubox_one->output();
+  async_zero->signal(SIGKILL);
+}
+
 TEST_F(MultiTrainer, InProcessHostTierRefusesSavesNamingServers) {
   // Refused before the job meets: trainer 0 alone ends with the error.
   auto trainer = start_trainer("local_save", 0, 2, "0", "train2",

@@ -51,6 +51,7 @@ void compare(const JobSettings& mine, int me, JobSettings theirs, int other,
 }
 
 std::string failed_key_of(int trainer) { return "job/failed/" + std::to_string(trainer); }
+std::string mode_key_of(int trainer) { return "job/ps_mode/" + std::to_string(trainer); }
 
 // `key`, trainer `trainer`'s, waiting up to `timeout` in slices; none after it (`missing`: the
 // store's words). Throws at once, naming its message, when the trainer said it failed
@@ -72,6 +73,18 @@ std::optional<std::vector<char>> read_or_failure(comm::RendezvousStore& store,
         *missing = e.what();
         return std::nullopt;
       }
+    }
+    std::vector<char> mode;
+    try {
+      mode = store.get(mode_key_of(trainer), std::chrono::milliseconds(0));
+    } catch (const Error&) {
+    }
+    if (!mode.empty()) {  // it publishes no entry: it meets the others through the servers
+      GPUBOX_FAIL("trainer ", trainer, " of the job runs runner.sync_mode ",
+                  std::string(mode.begin(), mode.end()), " (a parameter-server mode), trainer ", me,
+                  " (this one) the gpubox mode or Collective: every trainer of a job runs one "
+                  "mode; ",
+                  kGiveTheSameSettings);
     }
     for (const int who : {trainer, me}) {
       std::vector<char> failed;
@@ -193,6 +206,28 @@ void agree_on_servers(comm::RendezvousStore& store, const TrainerEnv& env,
     return;
   }
   for (int trainer = 1; trainer < env.trainers; ++trainer) compare_with(trainer);
+}
+
+void publish_ps_mode(const TrainerEnv& env, SyncMode mode) noexcept {
+  try {
+    if (env.trainers <= 1 || env.rendezvous.empty()) return;
+    const auto store = comm::open_rendezvous_store(env.rendezvous);
+    store->set(mode_key_of(env.trainer_id), bytes_of(name_of(config::kSyncModeNames, mode)));
+  } catch (...) {
+    // The others then wait for this trainer's entry until runner.collective_timeout_s.
+  }
+}
+
+std::string failure_told(const TrainerEnv& env, int trainer) noexcept {
+  try {
+    if (env.trainers <= 1 || env.rendezvous.empty()) return "";
+    const auto store = comm::open_rendezvous_store(env.rendezvous);
+    const std::vector<char> said = store->get(failed_key_of(trainer), std::chrono::milliseconds(0));
+    return "trainer " + std::to_string(trainer) +
+           " of the job failed: " + std::string(said.begin(), said.end());
+  } catch (...) {
+    return "";
+  }
 }
 
 void tell_job_failed(const std::string& message) noexcept {

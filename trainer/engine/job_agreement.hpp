@@ -34,6 +34,16 @@ void agree_on_job(comm::RendezvousStore& store, const TrainerConfig& config, con
 // nor when the store cannot be reached. Never throws.
 void tell_job_failed(const std::string& message) noexcept;
 
+// A PS-mode trainer of a job of several with a rendezvous folder (GPUBOX_RENDEZVOUS) says its
+// mode there ("job/ps_mode/<id>"): a gpubox-mode or Collective trainer of the same job waiting
+// for its entry (agree_on_job) ends at once naming both modes, instead of after
+// runner.collective_timeout_s. Never throws.
+void publish_ps_mode(const TrainerEnv& env, SyncMode mode) noexcept;
+
+// "trainer <trainer> of the job failed: <its message>" when it told its failure in the job's
+// rendezvous folder (tell_job_failed), else "" (also without a folder). Never throws.
+std::string failure_told(const TrainerEnv& env, int trainer) noexcept;
+
 // After the host tier opened: whether every trainer reaches the same servers, by their instance
 // ids (learned as the tier connected) in PADDLE_PSERVERS_IP_PORT_LIST's order, not by address (one
 // server has other names on other machines). Published as "job/servers/<id>", compared as

@@ -25,6 +25,7 @@
 #include "table/io/model_manifest.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/engine/job_agreement.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
 #include "trainer/nn/dense_optimizer.hpp"
@@ -152,6 +153,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
             0,
             nullptr});
   State& s = *state_;
+  publish_ps_mode(env_, config_.runner.sync_mode);  // a gpubox-mode trainer of the job: named
   s.servers = connect_servers(config_, env_);
   make_workers();
   s.lineage = std::make_unique<SaveLineage>(config_);
@@ -386,11 +388,18 @@ void PsTrainer::meet(const std::string& name, const std::string& what, double ti
   const Status met =
       state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
   if (met.ok()) return;
+  // The trainers that told their failure in the job's rendezvous folder, when it has one (a
+  // gpubox-mode trainer of this job, refused naming the modes, never comes to the servers).
+  std::string told;
+  for (int t = 0; t < env_.trainers; ++t) {
+    const std::string failure = t == env_.trainer_id ? "" : failure_told(env_, t);
+    if (!failure.empty()) told += "; " + failure;
+  }
   // A barrier is not retried (barrier_failure_cause says why it failed).
   throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
                                   ": waiting for all " + std::to_string(env_.trainers) +
                                   " trainers " + what + " (" + limit.str() +
-                                  "): " + barrier_failure_cause(met)));
+                                  "): " + barrier_failure_cause(met) + told));
 }
 
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
@@ -410,10 +419,15 @@ void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::st
   if (env_.trainers > 1 && env_.trainer_id != 0) {
     // Before the barrier, whose wait is bounded by runner.collective_timeout_s in all: trainer
     // 0's part that moves is waited for however long it takes.
+    // Trainer 0 that failed before it reached the servers (a gpubox-mode trainer of this job,
+    // refused naming the modes) says so in the job's rendezvous folder, when it has one (a part
+    // after the job's start: the first is the meeting's alone, which names it at its end).
     wait_for_trainer_zero(
         *s.servers,
-        TrainerZeroWait::of(number, what, collective_s, server_s, kTrainerZeroLog,
-                            [&s] { return s.watch != nullptr ? s.watch->lost() : ""; }));
+        TrainerZeroWait::of(number, what, collective_s, server_s, kTrainerZeroLog, [this, &s] {
+          const std::string lost = s.watch != nullptr ? s.watch->lost() : "";
+          return lost.empty() ? failure_told(env_, 0) : lost;
+        }));
   }
   if (env_.trainer_id == 0) {
     const auto shown_part = [&] {
