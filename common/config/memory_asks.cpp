@@ -39,33 +39,26 @@ MemoryAsk dense_layers(const ConfigDocument& doc) {
   return ask;
 }
 
-// A step's activations and their gradients: batch x every hidden width, twice.
-MemoryAsk activations(const ConfigDocument& doc) {
-  const std::vector<int> fc = doc.get_int_list("hyper_parameters.fc_sizes");
+// A step's activations (and, training, their gradients): the batch key's x every hidden width.
+MemoryAsk activations(const ConfigDocument& doc, const char* batch_key, double copies,
+                      const char* what) {
   double widths = 0;
-  for (int w : fc) widths += w;
-  const double batch = doc.get_int<int64_t>("runner.train_batch_size");
-  return {"runner.train_batch_size", doc.value_text("runner.train_batch_size"),
-          2 * batch * widths * sizeof(float),
-          "of activations and their gradients per card and step (with hyper_parameters.fc_sizes)"};
-}
-
-// An evaluation step's activations (forward only): infer_batch_size x every hidden width.
-MemoryAsk evaluation_activations(const ConfigDocument& doc) {
-  const std::vector<int> fc = doc.get_int_list("hyper_parameters.fc_sizes");
-  double widths = 0;
-  for (int w : fc) widths += w;
-  const double batch = doc.get_int<int64_t>("runner.infer_batch_size");
-  return {"runner.infer_batch_size", doc.value_text("runner.infer_batch_size"),
-          batch * widths * sizeof(float),
-          "of activations per card and evaluation step (test_data_dir, --mode infer; with "
-          "hyper_parameters.fc_sizes)"};
+  for (int w : doc.get_int_list("hyper_parameters.fc_sizes")) widths += w;
+  const double batch = doc.get_int<int64_t>(batch_key);
+  return {batch_key, doc.value_text(batch_key), copies * batch * widths * sizeof(float), what};
 }
 
 }  // namespace
 
 std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc) {
-  std::vector<MemoryAsk> asks = {dense_layers(doc), activations(doc), evaluation_activations(doc)};
+  std::vector<MemoryAsk> asks = {
+      dense_layers(doc),
+      activations(doc, "runner.train_batch_size", 2,
+                  "of activations and their gradients per card and step (with "
+                  "hyper_parameters.fc_sizes)"),
+      activations(doc, "runner.infer_batch_size", 1,
+                  "of activations per card and evaluation step (test_data_dir, --mode infer; "
+                  "with hyper_parameters.fc_sizes)")};
   for (const char* key : {"runner.card_memory_mb", "runner.host_memory_mb"}) {
     const int64_t mb = doc.get_int<int64_t>(key);
     if (mb > 0) asks.push_back({key, doc.value_text(key), mb * 1048576.0, "as budgeted"});
