@@ -276,5 +276,23 @@ TEST_F(SyncBarriersTest, AFailedWaitIsNamedByItsCause) {
   EXPECT_EQ(lost.find("died or is stuck"), std::string::npos) << lost;
 }
 
+// Trainers started with different PADDLE_TRAINERS_NUM meet at a barrier of other party counts:
+// the server refuses the second, which was told its first server "was lost or restarted".
+TEST_F(SyncBarriersTest, ABarrierOfAnotherTrainerCountIsNamedAsSuch) {
+  clients_.push_back(connect_client(client_options(server_->endpoint())));
+  table::server::RemoteHostTier& two = *clients_.back();
+  clients_.push_back(connect_client(client_options(server_->endpoint())));
+  table::server::RemoteHostTier& three = *clients_.back();
+  auto waiting = start([&] { (void)two.barrier("ps/start", 2, 2.0); });
+  wait_for_waiters(1);
+  const Status refused = three.barrier("ps/start", 3, 2.0);
+  ASSERT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.to_string();
+  EXPECT_NE(std::string(barrier_failure_cause(refused))
+                .find("different counts of trainers (PADDLE_TRAINERS_NUM)"),
+            std::string::npos)
+      << refused.to_string();
+  join(*waiting);
+}
+
 }  // namespace
 }  // namespace gpubox::trainer::ps_modes

@@ -26,9 +26,14 @@ std::size_t table_size(int trainers) {
 }  // namespace
 
 const char* barrier_failure_cause(const Status& waited) {
-  return waited.code() == Status::Code::kDeadlineExceeded
-             ? "a trainer died or is stuck"
-             : "the first server, which holds the barrier, was lost or restarted";
+  if (waited.code() == Status::Code::kDeadlineExceeded) return "a trainer died or is stuck";
+  // The server's refusal of another count of parties (its message names both counts).
+  if (waited.code() == Status::Code::kInvalidArgument &&
+      waited.message().find(" announced by those already waiting") != std::string::npos) {
+    return "the trainers were started with different counts of trainers (PADDLE_TRAINERS_NUM): "
+           "every trainer of a job must be given the same";
+  }
+  return "the first server, which holds the barrier, was lost or restarted";
 }
 
 SyncBarriers::SyncBarriers(table::server::RemoteHostTier& servers, int trainer_id, int trainers,
