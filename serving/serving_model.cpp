@@ -1,5 +1,9 @@
 #include "serving/serving_model.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -406,6 +410,19 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
   if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
   auto save = read_save_to_export(config, save_dir);
   if (!save.ok()) return save.status();
+  // Exports into one folder take turns (an exclusive flock on it, released as this returns):
+  // two to one --out at once removed each other's staging folder, one failing with "open folder
+  // <out>.tmp: No such file or directory". Each then writes its whole export; the last stays.
+  std::filesystem::path out = std::filesystem::path(out_dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "a/b/" names b
+  const std::string folder = out.has_parent_path() ? out.parent_path().string() : ".";
+  struct FolderTurn {
+    int fd;
+    ~FolderTurn() {
+      if (fd >= 0) ::close(fd);
+    }
+  } turn{::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (turn.fd >= 0) (void)::flock(turn.fd, LOCK_EX);
   auto staged = table::io::StagedSave::begin(table::io::FileEnv::posix(), out_dir, kServingKind);
   if (!staged.ok()) return staged.status().with_context("exporting to " + out_dir);
   ExportSummary summary;

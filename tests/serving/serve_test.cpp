@@ -19,6 +19,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -152,6 +153,27 @@ TEST_F(Serving, AnExportOverAModelSaveOrAnotherFolderIsRefusedSayingWhichItIs) {
               std::string::npos)
         << over_half.status().to_string();
     EXPECT_EQ(fs::last_write_time(in_save / "MANIFEST"), before) << half;
+  }
+}
+
+// Two exports to one --out at once removed each other's staging folder (one failed: "open folder
+// <out>.tmp: No such file or directory"): they take turns, both succeed, the export loads.
+TEST_F(Serving, TwoExportsToOneFolderAtOnceBothSucceed) {
+  const std::string out = (root_ / "twice_at_once").string();
+  for (int round = 0; round < 4; ++round) {
+    Status other_status;
+    std::thread other([&] {
+      other_status =
+          export_serving_model(*config_, (root_ / "save").string(), out, ExportOptions{}).status();
+    });
+    const Status mine =
+        export_serving_model(*config_, (root_ / "save").string(), out, ExportOptions{}).status();
+    other.join();
+    EXPECT_TRUE(mine.ok()) << mine.to_string();
+    EXPECT_TRUE(other_status.ok()) << other_status.to_string();
+    auto loaded = ServingModel::load(out);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    EXPECT_EQ(loaded->rows(), model_->rows());
   }
 }
 
