@@ -35,7 +35,38 @@ void register_errors(py::module_& m) {
 
 }  // namespace gpubox::python
 
+namespace {
+
+// pybind11 before 2.12 reads NumPy 1's array descriptor layout: under NumPy 2 it takes every
+// array's element size for another, so a batch's predictions all read instance 0's and inputs
+// are misread, silently (a helper's probe: every row of Model.predict was row 0's). Refused at
+// import, naming both versions, where the extension was built with such a pybind11 (Debian
+// bookworm's 2.10).
+void check_numpy_layout() {
+#if PYBIND11_VERSION_MAJOR < 2 || (PYBIND11_VERSION_MAJOR == 2 && PYBIND11_VERSION_MINOR < 12)
+  const std::string version = pybind11::str(pybind11::module_::import("numpy").attr("__version__"));
+  int major = 0;
+  for (const char c : version) {
+    if (c < '0' || c > '9') break;
+    major = major * 10 + (c - '0');
+  }
+  if (major >= 2) {
+    throw pybind11::import_error(
+        "gpubox: NumPy " + version +
+        " is installed, but this build of gpubox's extension uses "
+        "pybind11 " +
+        std::to_string(PYBIND11_VERSION_MAJOR) + "." + std::to_string(PYBIND11_VERSION_MINOR) +
+        ", which reads NumPy 1's arrays only (under NumPy 2 every prediction of a batch would be "
+        "the first one's): install numpy<2 (pip install 'numpy<2'), or build gpubox against "
+        "pybind11 2.12 or later");
+  }
+#endif
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_core, m) {
+  check_numpy_layout();
   m.doc() = "GPUBox's engine, bound for Python (the gpubox package wraps it).";
   m.attr("__version__") = GPUBOX_VERSION;
   m.attr("backend") = GPUBOX_BACKEND_NAME;
