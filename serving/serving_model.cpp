@@ -322,7 +322,9 @@ std::map<std::string, std::string> export_properties(const trainer::TrainerConfi
       {"dense_parameters", std::to_string(summary.dense_parameters)},
       {"sparse_optimizer", name_of(table::kSparseOptimizerKindNames, sparse.optimizer.kind)},
       {"initial_range", number_text(sparse.optimizer.initial_range)},
-      {"sparse_seed", std::to_string(sparse.seed)}};
+      {"sparse_seed", std::to_string(sparse.seed)},
+      // An unseen key's row starts as training stores it (rounded to bf16 or fp16).
+      {"sparse_storage", name_of(table::kSparseStorageNames, sparse.storage)}};
   write_network_keys(model, &properties);
   return properties;
 }
@@ -363,6 +365,10 @@ StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::
   spec.sparse.optimizer.initial_range = static_cast<float>(read.real("initial_range"));
   spec.sparse.seed =
       static_cast<uint64_t>(std::strtoull(read.text("sparse_seed").c_str(), nullptr, 10));
+  // Exports made before it was recorded: fp32, as they were served.
+  if (manifest.properties.count("sparse_storage") != 0) {
+    spec.sparse.storage = read.choice("sparse_storage", table::kSparseStorageNames);
+  }
   GPUBOX_RETURN_IF_ERROR(read.error());
   if (spec.slot_names.empty()) return Status::Corruption(where + ": the model has no slot");
   if (spec.rows >= table::KeyIndexMap::kAbsent) {
