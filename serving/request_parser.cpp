@@ -185,10 +185,14 @@ Status read_slots(const json& value, const std::string& at, const dataset::SlotI
     for (const json& k : list_of_keys) {
       uint64_t key = 0;
       if (!parse_key(k, &key)) {
-        return Status::InvalidArgument(at + "slot " + gpubox::json_quote(name) + ": key " +
-                                       shown(k) +
-                                       " is not a whole number in [0, 2^64) or a string "
-                                       "of digits");
+        // A float (1e3, 5.0) is refused even when whole: past 2^53 a float has lost the key's
+        // digits, so no float is taken as a key (it was called "not a whole number").
+        return Status::InvalidArgument(
+            at + "slot " + gpubox::json_quote(name) + ": key " + shown(k) +
+            (k.is_number_float()
+                 ? " is a JSON float (written with '.' or an exponent): a key is an integer "
+                   "or a string of digits (a float has lost a key's digits past 2^53)"
+                 : " is not a whole number in [0, 2^64) or a string of digits"));
       }
       if (key != 0) (*keys)[static_cast<std::size_t>(slot)].push_back(key);
     }

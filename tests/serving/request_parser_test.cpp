@@ -79,6 +79,10 @@ TEST(RequestParser, JsonErrorsSayWhatIsWrong) {
   EXPECT_NE(error(R"({"slots": {"1": [-1]}, "dense": [0, 0]})").find("key -1"), std::string::npos);
   EXPECT_NE(error(R"({"slots": {"1": [1.5]}, "dense": [0, 0]})").find("key 1.5"),
             std::string::npos);
+  // A whole float is refused too, as a float (it was called "not a whole number").
+  const std::string whole_float = error(R"({"slots": {"1": [1e3]}, "dense": [0, 0]})");
+  EXPECT_NE(whole_float.find("is a JSON float"), std::string::npos) << whole_float;
+  EXPECT_EQ(whole_float.find("not a whole number"), std::string::npos) << whole_float;
   EXPECT_NE(error(R"({"slots": {"1": ["18446744073709551616"]}, "dense": [0, 0]})").find("key"),
             std::string::npos);
   EXPECT_NE(error(R"({"slots": {"1": 5}, "dense": [0, 0]})").find("list of keys"),
