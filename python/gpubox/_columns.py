@@ -56,14 +56,18 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
         except ValueError:  # lists of different lengths
             values = np.empty(len(column), dtype=object)
             values[:] = list(column)
+    # Every layout's row count first (an id array of another length reached the engine, which
+    # said "offsets must rise from 0 to the key count").
+    if values.ndim == 0:
+        raise ValueError(f"slot {name}: one value, not a column (a list or array of rows)")
+    if len(values) != n:
+        raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
     if values.ndim == 1 and values.dtype != object:
         keys = _as_keys(values, name)
         return keys, np.arange(n + 1, dtype=np.int64)
     if values.ndim == 2 and values.dtype != object:  # a fixed number of ids per row
         keys = _as_keys(values, name).reshape(-1)
         return keys, np.arange(n + 1, dtype=np.int64) * values.shape[1]
-    if len(values) != n:
-        raise ValueError(f"slot {name}: {len(values)} rows, the first column has {n}")
     # A row is an id, a list (or array) of ids, or None (no id): flattened without a NumPy
     # array per row.
     _check_rows(values, name)

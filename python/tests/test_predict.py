@@ -121,6 +121,9 @@ def test_bad_input_is_refused(trained: dict[str, Any], infer: dict[str, Any]) ->
         model.predict({"1": [3, 4], "dense_feature": [[0.1, 0.2, 0.3], [0.1]]})
     with pytest.raises(ValueError, match="dense values given twice"):
         model.predict({"1": [3], "dense_feature": [[0.1, 0.2, 0.3]]}, dense=[[0.1, 0.2, 0.3]])
+    # An id array of another length than the rows: named (the engine said "offsets must rise").
+    with pytest.raises(ValueError, match="slot 2: 2 rows, the first column has 3"):
+        model.predict({"1": [3, 4, 5], "2": np.array([3, 4])}, dense=[[0.1, 0.2, 0.3]] * 3)
     # No rows: no prediction (and no data set to train).
     assert model.predict({"1": [], "dense_feature": []}).shape == (0,)
     with pytest.raises(ValueError, match="no rows"):
