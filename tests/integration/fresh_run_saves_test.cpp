@@ -74,6 +74,19 @@ TEST_F(FreshRunSaves, ARerunWithFewerEpochsLeavesNoLaterSaveOfTheEarlierRun) {
   EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0"}));
 }
 
+// The same with test data: every save of the earlier run holds its evaluation mark, which the
+// rerun refused as "not written by a save" (a helper's probe): the documented flow worked only
+// without test data.
+TEST_F(FreshRunSaves, ARerunWithFewerEpochsAndTestDataRemovesTheMarkedSaves) {
+  const fs::path dir = root_ / "fewer_evaluated";
+  const std::string test = "runner.test_data_dir=" + (root_ / "train").string();
+  Trainer(config(dir, {"runner.epochs=3", test}), env()).train();
+  ASSERT_TRUE(fs::exists(dir / "2" / kEvaluatedMark));
+  Trainer(config(dir, {"runner.epochs=2", test}), env()).train();
+  EXPECT_EQ(evaluated(dir), (std::vector<std::string>{"0", "1"}));
+  EXPECT_FALSE(fs::exists(dir / "2"));
+}
+
 // A save folder of the earlier run that also holds a file no save writes: refused before any
 // pass, naming the folder and the file, and nothing is removed.
 TEST_F(FreshRunSaves, ASaveFolderHoldingOtherFilesIsRefusedAndNothingRemoved) {
