@@ -338,6 +338,30 @@ TEST_F(BadInputBinaries, AnEpochWhoseEvaluationWasCutShortIsEvaluatedOnResume) {
   EXPECT_TRUE(fs::exists(saves + "/2/.gpubox_evaluated"));
 }
 
+// The job's last epoch cut short in its evaluation: the rerun found its last save ending the job
+// and trained the whole job again (a helper's probe). Resumed from that save for the evaluation
+// alone, when the epoch before holds its mark (a run that evaluated).
+TEST_F(BadInputBinaries, AJobWhoseLastEvaluationWasCutShortIsOnlyEvaluatedOnRerun) {
+  const std::string saves = (root_ / "last_evaluation_saves").string();
+  const std::vector<std::string> args = {"-o", "runner.model_save_path=" + saves, "-o",
+                                         "runner.epochs=2"};
+  ASSERT_EQ(train(args).status, 0);
+  fs::remove(saves + "/1/.gpubox_evaluated");  // as if killed in epoch 1's evaluation
+  const Finished again = train(args);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("ends this job, but its last epoch was not evaluated"),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("epoch: 1, test auc"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("pass: 0,"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("pass: 1,"), std::string::npos) << again.output;
+  EXPECT_TRUE(fs::exists(saves + "/1/.gpubox_evaluated"));
+  // Evaluated now: the next rerun of the finished job trains it again, as before.
+  const Finished rerun = train(args);
+  ASSERT_EQ(rerun.status, 0) << rerun.output;
+  EXPECT_NE(rerun.output.find("pass: 0,"), std::string::npos) << rerun.output;
+}
+
 // A resume within an epoch: the epoch's lines count its passes from the resume on only, and say
 // so (they read as the whole epoch's, over a third of its examples).
 TEST_F(BadInputBinaries, AnEpochLineAfterAResumeWithinItSaysWhatItCounts) {

@@ -311,6 +311,21 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       if (first_failure.empty()) first_failure = candidate.dir + ": " + e.what();
       continue;
     }
+    // The job's last epoch unevaluated (no mark, where the epoch before it has one): the run
+    // before was killed in that evaluation; resumed for it alone.
+    const int64_t before = m.pass - 1 - per_epoch_;  // the save ending the epoch before
+    if (!m.job.empty() && marks_evaluations_ && m.pass == job_passes_ && before >= 0 &&
+        !std::filesystem::exists(std::filesystem::path(candidate.dir) / kEvaluatedMark) &&
+        std::filesystem::exists(std::filesystem::path(r.model_save_path) / std::to_string(before) /
+                                kEvaluatedMark)) {
+      GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job, but its last epoch "
+                       << "was not evaluated (the run before stopped in that evaluation: the "
+                       << "save holds no mark of it, the epoch before's does): resuming from it "
+                       << "to evaluate that epoch";
+      origin_ = m.origin;
+      resumed_to_evaluate_ = true;
+      return candidate;
+    }
     if (!m.job.empty() && job_passes_ > 0 && m.pass >= job_passes_) {
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job (all its " << job_passes_
                        << " passes saved): training it again from the start (as PaddleRec "

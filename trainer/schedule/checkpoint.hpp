@@ -110,6 +110,17 @@ class SaveLineage {
     job_ = std::move(identity);
     job_passes_ = passes;
   }
+  // This run marks its epochs' evaluations (kEvaluatedMark; epoch_loop: it saves, has test data,
+  // and its trainers can agree on the marks) over epochs of `per_epoch` passes: a newest save
+  // that ends the job is resumed, for its last epoch's evaluation alone, when it holds no mark
+  // and the save ending the epoch before holds one (a run killed during the job's last
+  // evaluation retrained the whole job on rerun). Before find_resume_point.
+  void set_marks_evaluations(bool marks, int64_t per_epoch) {
+    marks_evaluations_ = marks;
+    per_epoch_ = per_epoch;
+  }
+  // Whether find_resume_point chose a save that ends the job, for its last evaluation.
+  bool resumed_to_evaluate() const { return resumed_to_evaluate_; }
 
   // Where a training command starts. With runner.resume auto (model_save_path set, save_mode
   // not none): the newest complete save under model_save_path, or nothing when there is none
@@ -254,6 +265,9 @@ class SaveLineage {
   const TrainerConfig& config_;
   std::map<std::string, std::string> job_;
   int64_t job_passes_ = 0;
+  bool marks_evaluations_ = false;
+  int64_t per_epoch_ = 1;
+  bool resumed_to_evaluate_ = false;
   std::string origin_;
   std::optional<SavePoint> last_;  // the last save made or restored
   int64_t last_run_pass_ = 0;      // the trainer's pass when it was

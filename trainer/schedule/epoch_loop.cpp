@@ -99,6 +99,14 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
                   const std::string& origin) {
   schedule.lineage().set_job(
       job_identity(config, plan, schedule.env().trainers, schedule.local_cards()), plan.total);
+  // As train_passes marks them: a run that saves and evaluates, whose trainers can agree.
+  const RunnerConfig& runner = config.runner;
+  const bool evaluates_saves = !runner.model_save_path.empty() &&
+                               runner.save_mode != SaveKind::kNone && !plan.test_files.empty();
+  schedule.lineage().set_marks_evaluations(
+      evaluates_saves &&
+          schedule.on_any_trainer(false, "whether the run's evaluations are marked").has_value(),
+      plan.per_epoch);
   const auto resume = schedule.lineage().find_resume_point(origin, schedule.host_tier());
   schedule.agree_on_start(resume, origin);
   if (resume) {
@@ -107,12 +115,14 @@ int64_t start_run(Schedule& schedule, const TrainerConfig& config, const RunPlan
     schedule.load(resume->dir);
     // A save that records its job and ends it starts the job afresh (find_resume_point); one
     // from before saves recorded their job may still be past this config's passes.
-    GPUBOX_EXPECTS(schedule.passes_done() < plan.total, "runner.resume: the config schedules ",
-                   plan.total, " passes (0 to ", plan.total - 1, ") and the save ", resume->dir,
-                   " (made before saves recorded their job) is of pass ",
-                   schedule.passes_done() - 1,
-                   ": nothing is left to train; -o runner.resume=off trains afresh, more epochs "
-                   "or pass_dirs continue it");
+    GPUBOX_EXPECTS(
+        schedule.passes_done() < plan.total ||
+            (schedule.lineage().resumed_to_evaluate() && schedule.passes_done() == plan.total),
+        "runner.resume: the config schedules ", plan.total, " passes (0 to ", plan.total - 1,
+        ") and the save ", resume->dir, " (made before saves recorded their job) is of pass ",
+        schedule.passes_done() - 1,
+        ": nothing is left to train; -o runner.resume=off trains afresh, more epochs "
+        "or pass_dirs continue it");
   } else if (!origin.empty()) {
     schedule.load(origin);
   }
@@ -350,7 +360,8 @@ void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
 // run then neither reads nor writes marks).
 std::optional<bool> epoch_cut_short(Schedule& schedule, const TrainerConfig& config,
                                     const RunPlan& plan, int64_t first) {
-  const bool unmarked = first > 0 && first < plan.total && plan.ends_epoch(first - 1) &&
+  // first == plan.total: the job's last save, resumed for its evaluation (find_resume_point).
+  const bool unmarked = first > 0 && first <= plan.total && plan.ends_epoch(first - 1) &&
                         !std::filesystem::exists(evaluated_mark(config.runner, first - 1));
   const std::optional<bool> any = schedule.on_any_trainer(
       unmarked, "whether the epoch before the run's first pass was evaluated");
