@@ -377,31 +377,6 @@ std::vector<float> PsTrainer::dense_values() const {
   return state_->workers.at(0)->model().parameters().values_to_host();
 }
 
-void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
-  if (env_.trainers == 1) return;
-  if (order_hook_) order_hook_("meet " + name);
-  const double collective_s = config_.runner.collective_timeout_s;
-  std::ostringstream limit;  // seconds as written in a config: 20, 2.5
-  if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
-  if (timeout_s >= 0) limit << timeout_s << " s";
-  if (timeout_s < 0) timeout_s = collective_s;
-  const Status met =
-      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
-  if (met.ok()) return;
-  // The trainers that told their failure in the job's rendezvous folder, when it has one (a
-  // gpubox-mode trainer of this job, refused naming the modes, never comes to the servers).
-  std::string told;
-  for (int t = 0; t < env_.trainers; ++t) {
-    const std::string failure = t == env_.trainer_id ? "" : failure_told(env_, t);
-    if (!failure.empty()) told += "; " + failure;
-  }
-  // A barrier is not retried (barrier_failure_cause says why it failed).
-  throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
-                                  ": waiting for all " + std::to_string(env_.trainers) +
-                                  " trainers " + what + " (" + limit.str() +
-                                  "): " + barrier_failure_cause(met) + told));
-}
-
 void PsTrainer::on_trainer_zero(const std::function<void()>& part, const std::string& name,
                                 const std::string& what) {
   State& s = *state_;

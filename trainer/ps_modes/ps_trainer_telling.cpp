@@ -1,18 +1,22 @@
-// PsTrainer's telling of a failure to the other trainers of its job (ps_trainer.hpp): at a
-// meeting (fail_at_meeting), to their watches (tell_failure, PsPeerWatch's marks), and what a
-// trainer told of another's failure throws (throw_if_marked).
+// PsTrainer's meetings and its telling of a failure to the other trainers of its job
+// (ps_trainer.hpp): a meeting (meet) and one it fails at (fail_at_meeting), to their watches
+// (tell_failure, PsPeerWatch's marks), and what a trainer told of another's failure throws
+// (throw_if_marked).
 #include <algorithm>
 #include <exception>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/error_report.hpp"
 #include "common/logging.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/engine/job_agreement.hpp"
 #include "trainer/ps_modes/ps_peer_watch.hpp"
 #include "trainer/ps_modes/ps_trainer.hpp"
 #include "trainer/ps_modes/ps_trainer_state.hpp"
+#include "trainer/ps_modes/sync_barriers.hpp"
 
 namespace gpubox::trainer::ps_modes {
 namespace {
@@ -138,6 +142,31 @@ void PsTrainer::tell_failure(const std::exception& error) noexcept {
   } catch (const std::exception& e) {
     GPUBOX_LOG(WARNING) << "telling the other trainers of this trainer's failure: " << e.what();
   }
+}
+
+void PsTrainer::meet(const std::string& name, const std::string& what, double timeout_s) {
+  if (env_.trainers == 1) return;
+  if (order_hook_) order_hook_("meet " + name);
+  const double collective_s = config_.runner.collective_timeout_s;
+  std::ostringstream limit;  // seconds as written in a config: 20, 2.5
+  if (timeout_s < 0) limit << "runner.collective_timeout_s=" << collective_s << " s";
+  if (timeout_s >= 0) limit << timeout_s << " s";
+  if (timeout_s < 0) timeout_s = collective_s;
+  const Status met =
+      state_->servers->barrier(name, static_cast<uint32_t>(env_.trainers), timeout_s);
+  if (met.ok()) return;
+  // The trainers that told their failure in the job's rendezvous folder, when it has one (a
+  // gpubox-mode trainer of this job, refused naming the modes, never comes to the servers).
+  std::string told;
+  for (int t = 0; t < env_.trainers; ++t) {
+    const std::string failure = t == env_.trainer_id ? "" : failure_told(env_, t);
+    if (!failure.empty()) told += "; " + failure;
+  }
+  // A barrier is not retried (barrier_failure_cause says why it failed).
+  throw_if_error(met.with_context("trainer " + std::to_string(env_.trainer_id) +
+                                  ": waiting for all " + std::to_string(env_.trainers) +
+                                  " trainers " + what + " (" + limit.str() +
+                                  "): " + barrier_failure_cause(met) + told));
 }
 
 }  // namespace gpubox::trainer::ps_modes

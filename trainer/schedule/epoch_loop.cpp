@@ -22,6 +22,7 @@
 #include "trainer/schedule/dead_output.hpp"
 #include "trainer/schedule/divergence.hpp"
 #include "trainer/schedule/earlier_saves.hpp"
+#include "trainer/schedule/evaluation_marks.hpp"
 #include "trainer/schedule/job_identity.hpp"
 #include "trainer/schedule/output_paths.hpp"
 #include "trainer/schedule/pass_data.hpp"
@@ -336,42 +337,6 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
         dead_output_error(report.pass, report.metrics, config, saves_note(runner, saving, k)));
   }
   return report;
-}
-
-// The mark an epoch's evaluation leaves in the save of the epoch's last pass (a job that saves
-// and evaluates): a run killed after that save and before the evaluation ended left none, and
-// its rerun, which resumes after the save, evaluates the epoch first (the epoch went
-// unevaluated, unsaid). Several trainers share the saves' folder (Schedule::agree_on_start):
-// trainer 0 writes the mark, and the epoch is evaluated again when any trainer finds none; a
-// schedule that cannot ask the other trainers (Schedule::on_any_trainer) writes none.
-std::string evaluated_mark(const RunnerConfig& runner, int64_t pass) {
-  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) / kEvaluatedMark)
-      .string();
-}
-
-void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
-  if (marks) std::ofstream(evaluated_mark(runner, pass)) << "evaluated\n";  // at worst, again
-}
-
-// A run resuming right after an epoch's last save whose evaluation left no mark: that epoch is
-// evaluated first (the run before stopped between the save and the evaluation's end), as an
-// epoch's end run again (train_passes: a stop or a server failure there is handled as in any).
-// Every trainer of the job answers alike; nullopt when the schedule cannot ask the others (the
-// run then neither reads nor writes marks).
-std::optional<bool> epoch_cut_short(Schedule& schedule, const TrainerConfig& config,
-                                    const RunPlan& plan, int64_t first) {
-  // first == plan.total: the job's last save, resumed for its evaluation (find_resume_point).
-  const bool unmarked = first > 0 && first <= plan.total && plan.ends_epoch(first - 1) &&
-                        !std::filesystem::exists(evaluated_mark(config.runner, first - 1));
-  const std::optional<bool> any = schedule.on_any_trainer(
-      unmarked, "whether the epoch before the run's first pass was evaluated");
-  if (!any.value_or(false)) return any;
-  GPUBOX_LOG(INFO) << "epoch " << (first - 1) / plan.per_epoch
-                   << ": the run before this one stopped after its last pass's save (pass "
-                   << first - 1
-                   << ") and before its evaluation ended (the save holds no mark of one): "
-                      "evaluating it now (its training line is that run's)";
-  return true;
 }
 
 // Whether the caller asked the run to stop (its flag, or its stop_requested).
