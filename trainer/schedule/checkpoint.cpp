@@ -10,6 +10,7 @@
 #include "common/logging.hpp"
 #include "table/io/save_dir.hpp"
 #include "trainer/schedule/detail/save_lineage_detail.hpp"
+#include "trainer/schedule/evaluation_marks.hpp"
 #include "trainer/schedule/job_identity.hpp"
 
 namespace gpubox::trainer {
@@ -265,6 +266,15 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
   }
 }
 
+bool SaveLineage::ends_job_unevaluated(const io::ModelManifest& m) const {
+  // The job's last epoch unevaluated (no mark, where the epoch before it has one): the run
+  // before was killed in that evaluation.
+  const int64_t before = m.pass - 1 - per_epoch_;  // the save ending the epoch before
+  return !m.job.empty() && marks_evaluations_ && m.pass == job_passes_ && before >= 0 &&
+         !std::filesystem::exists(evaluated_mark(config_.runner, m.pass - 1)) &&
+         std::filesystem::exists(evaluated_mark(config_.runner, before));
+}
+
 std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
   const RunnerConfig& r = config_.runner;
   if (r.model_save_path.empty()) return std::nullopt;
@@ -311,13 +321,7 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
       if (first_failure.empty()) first_failure = candidate.dir + ": " + e.what();
       continue;
     }
-    // The job's last epoch unevaluated (no mark, where the epoch before it has one): the run
-    // before was killed in that evaluation; resumed for it alone.
-    const int64_t before = m.pass - 1 - per_epoch_;  // the save ending the epoch before
-    if (!m.job.empty() && marks_evaluations_ && m.pass == job_passes_ && before >= 0 &&
-        !std::filesystem::exists(std::filesystem::path(candidate.dir) / kEvaluatedMark) &&
-        std::filesystem::exists(std::filesystem::path(r.model_save_path) / std::to_string(before) /
-                                kEvaluatedMark)) {
+    if (ends_job_unevaluated(m)) {
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job, but its last epoch "
                        << "was not evaluated (the run before stopped in that evaluation: the "
                        << "save holds no mark of it, the epoch before's does): resuming from it "

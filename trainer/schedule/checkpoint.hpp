@@ -262,6 +262,9 @@ class SaveLineage {
   // none was made or loaded.
   std::string last_save() const;
 
+  // Whether `m` is the job's last save with its last epoch unevaluated (set_marks_evaluations).
+  bool ends_job_unevaluated(const table::io::ModelManifest& m) const;
+
   const TrainerConfig& config_;
   std::map<std::string, std::string> job_;
   int64_t job_passes_ = 0;
