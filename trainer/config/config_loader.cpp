@@ -216,9 +216,10 @@ Status check_disk_tier_apart(const TrainerConfig& c, const std::string& source) 
   const std::string& disk = c.host_tier.table.rocksdb_path;
   const std::string& saves = c.runner.model_save_path;
   if (disk.empty() || saves.empty()) return Status::OK();
-  std::error_code ec;
+  std::error_code ec, ec_saves;
   const std::filesystem::path a = std::filesystem::weakly_canonical(disk, ec);
-  const std::filesystem::path b = std::filesystem::weakly_canonical(saves, ec);
+  const std::filesystem::path b = std::filesystem::weakly_canonical(saves, ec_saves);
+  if (ec_saves) ec = ec_saves;
   const auto within = [](const std::filesystem::path& inner, const std::filesystem::path& outer) {
     const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
     return o == outer.end();

@@ -56,9 +56,10 @@ void check_metrics_path(const std::string& path, const TrainerConfig& config, co
   // A file beside the saves (<model_save_path>/metrics.jsonl) is fine; one inside a save is not.
   const std::string& saves = runner.model_save_path;
   if (!saves.empty() && inside(path, saves)) {
-    std::error_code ec;
-    const bool beside = fs::weakly_canonical(fs::path(path), ec).parent_path() ==
-                        fs::weakly_canonical(fs::path(saves), ec);
+    std::error_code ec_path, ec_saves;
+    const fs::path folder = fs::weakly_canonical(fs::path(path), ec_path).parent_path();
+    const bool beside =
+        !ec_path && folder == fs::weakly_canonical(fs::path(saves), ec_saves) && !ec_saves;
     GPUBOX_EXPECTS(beside, refused, "inside a save under runner.model_save_path '", saves,
                    "' (its lines would break the save's checksums)", remedy);
   }
