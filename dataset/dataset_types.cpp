@@ -175,6 +175,7 @@ void LoadStats::merge(const LoadStats& other, std::size_t max_errors) {
   instances += other.instances;
   positives += other.positives;
   bytes += other.bytes;
+  skipped_bytes += other.skipped_bytes;
   zero_keys_dropped += other.zero_keys_dropped;
   unknown_slot_tokens += other.unknown_slot_tokens;
   if (slot_names.empty()) slot_names = other.slot_names;

@@ -173,6 +173,9 @@ struct LoadStats {
   std::uint64_t instances = 0;
   std::uint64_t positives = 0;
   std::uint64_t bytes = 0;  // bytes of text parsed (after pipe_command)
+  // Of those, the malformed lines' (a file whose lines end in CR alone, or of one over-long
+  // line, is one malformed line of many bytes).
+  std::uint64_t skipped_bytes = 0;
   // Feasign 0 in a sparse slot is Paddle's padding ("no feature"; PaddleRec's readers write it
   // for an empty slot, Paddle's DataFeed skips it): the key is dropped, the instance kept.
   std::uint64_t zero_keys_dropped = 0;

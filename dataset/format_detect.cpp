@@ -195,16 +195,42 @@ std::string format_setting(const DatasetConfig& c) {
   return out;
 }
 
+std::string compressed_refusal(std::string_view first_line) {
+  struct Magic {
+    std::string_view bytes;
+    const char* name;
+    const char* command;
+  };
+  // bzip2's "BZh" with its block size and its block header's first bytes: no text line's start.
+  static const Magic kMagics[] = {
+      {std::string_view("\x1f\x8b", 2), "gzip", "gzip -dc"},
+      {std::string_view("\x28\xb5\x2f\xfd", 4), "zstd", "zstd -dc"},
+      {std::string_view("\xfd\x37\x7a\x58\x5a\x00", 6), "xz", "xz -dc"},
+      {std::string_view("\x04\x22\x4d\x18", 4), "lz4", "lz4 -dc"},
+      {std::string_view("PK\x03\x04", 4), "zip", "unzip -p"},
+  };
+  for (const Magic& magic : kMagics) {
+    if (first_line.substr(0, magic.bytes.size()) == magic.bytes) {
+      return std::string("it is ") + magic.name +
+             "-compressed: decompress it, or read it through runner.pipe_command: \"" +
+             magic.command + "\"";
+    }
+  }
+  if (first_line.size() >= 10 && first_line.substr(0, 3) == "BZh" && first_line[3] >= '1' &&
+      first_line[3] <= '9' && first_line.substr(4, 6) == std::string_view("1AY&SY")) {
+    return "it is bzip2-compressed: decompress it, or read it through runner.pipe_command: "
+           "\"bzip2 -dc\"";
+  }
+  return "";
+}
+
 std::string describe_shape(const std::vector<std::string>& lines, const DatasetConfig& config) {
   if (lines.empty()) return "";
   // The first line speaks for the sample: inputs are one format throughout.
   const std::string_view line = lines.front();
   // A compressed file read as text (its magic bytes start the first "line").
-  if (line.size() >= 2 && static_cast<unsigned char>(line[0]) == 0x1f &&
-      static_cast<unsigned char>(line[1]) == 0x8b) {
-    return "it is gzip-compressed: decompress it, or read it through runner.pipe_command: "
-           "\"gzip -dc\"";
-  }
+  const std::string compressed = compressed_refusal(line);
+  if (!compressed.empty()) return compressed;
   const std::size_t tab_fields =
       static_cast<std::size_t>(std::count(line.begin(), line.end(), '\t')) + 1;
   const std::string config_shape = "the config has " + std::to_string(config.slots.size()) +

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dataset/dataset_types.hpp"
@@ -38,6 +39,12 @@ std::string format_setting(const DatasetConfig& concrete);
 // numbers, name:value tokens without the label), and what to set: for lines no candidate
 // accepts. "" when nothing useful can be said.
 std::string describe_shape(const std::vector<std::string>& lines, const DatasetConfig& config);
+
+// When `first_line` (a file's first bytes) starts with a compressed format's magic bytes (gzip,
+// zstd, bzip2, xz, lz4, zip): "it is zstd-compressed: decompress it, or read it through
+// runner.pipe_command: \"zstd -dc\"", else "". A compressed file is never text: read as text its
+// bytes made a few malformed "lines" and the file's instances were lost beside the other files'.
+std::string compressed_refusal(std::string_view first_line);
 
 // The parsers of one reader thread: one per candidate format, and the choice between them for
 // each input. Not thread-safe.

@@ -1,10 +1,5 @@
 #include "dataset/format_writer.hpp"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -36,12 +31,6 @@ void append_token(const DatasetConfig& config, std::string_view name, std::strin
     out->append(value);
   }
 }
-
-struct FileCloser {
-  void operator()(std::FILE* f) const {
-    if (f != nullptr) std::fclose(f);
-  }
-};
 
 }  // namespace
 
@@ -202,18 +191,10 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
       LineReader::open(in_path, pipe_command_line(from), from.max_line_bytes);
   if (!reader.ok()) return reader.status();
 
-  // Beside OUT under a name of its own: another convert to OUT writes its own.
-  const TempFile tmp = create_temp_beside(out_path);
-  const std::string& tmp_path = tmp.path;
-  std::unique_ptr<std::FILE, FileCloser> out(tmp.fd >= 0 ? ::fdopen(tmp.fd, "wb") : nullptr);
-  if (!out) {
-    const int error = errno;
-    if (tmp.fd >= 0) {
-      ::close(tmp.fd);
-      std::remove(tmp_path.c_str());
-    }
-    return Status::IOError("cannot create '" + tmp_path + "': " + std::strerror(error));
-  }
+  // Beside OUT under a name of its own (another convert to OUT writes its own), renamed over it
+  // at the end; a device or FIFO is written where it is (ReplacedFile).
+  ReplacedFile out;
+  GPUBOX_RETURN_IF_ERROR(out.open(out_path));
   FormatChooser formats(from);
   const LineWriter writer(from, to);
   InstanceBlock block(static_cast<int>(from.slots.size()), from.dense_dim);
@@ -225,10 +206,7 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
     for (std::size_t i = 0; i < chunk->size(); ++i) writer.append(chunk->instance(i), &text);
     summary->written += chunk->size();
     chunk->clear();
-    if (std::fwrite(text.data(), 1, text.size(), out.get()) != text.size()) {
-      return Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
-    }
-    return Status::OK();
+    return out.write(text.data(), text.size());
   };
   const InputOutcome outcome =
       read_input(**reader, formats, from, in_path, &block, &summary->stats, hooks);
@@ -240,17 +218,7 @@ Status convert_file(const DatasetConfig& from, DataFormat to, const std::string&
                                 from.strict_parse_reason + ")");
   }
   if (status.ok()) status = check_converted(from, in_path, out_path, *summary);
-  if (status.ok() && std::fclose(out.release()) != 0) {
-    status = Status::IOError("write error on '" + tmp_path + "': " + std::strerror(errno));
-  }
-  if (status.ok() && std::rename(tmp_path.c_str(), out_path.c_str()) != 0) {
-    status = Status::IOError("cannot rename '" + tmp_path + "' to '" + out_path +
-                             "': " + std::strerror(errno));
-  }
-  if (!status.ok()) {
-    out.reset();
-    std::remove(tmp_path.c_str());
-  }
+  if (status.ok()) status = out.commit();
   return status;
 }
 

@@ -68,31 +68,37 @@ class InputRun {
   // compressed file).
   bool handle(LineParser& parser, const Line& line) {
     ++stats_->lines;
-    // A gzip file read as text: its bytes would be counted as malformed lines and the file's
-    // instances lost beside the other files' (a compressed file is never text).
-    if (line.number == 1 && line.text.size() >= 2 &&
-        static_cast<unsigned char>(line.text[0]) == 0x1f &&
-        static_cast<unsigned char>(line.text[1]) == 0x8b) {
-      outcome_.status =
-          Status::InvalidArgument(path_ +
-                                  ": it is gzip-compressed: decompress it, or read it through "
-                                  "runner.pipe_command: \"gzip -dc\"");
-      return false;
+    // A compressed file read as text: its bytes would be counted as a few malformed lines and
+    // the file's instances lost beside the other files' (compressed_refusal).
+    if (line.number == 1) {
+      const std::string compressed = compressed_refusal(line.text);
+      if (!compressed.empty()) {
+        outcome_.status = Status::InvalidArgument(path_ + ": " + compressed);
+        return false;
+      }
     }
     // Every 4096 lines, whatever they hold (blank or rejected lines too).
     if ((line.number & 0xfff) == 0 && hooks_.keep_going && !hooks_.keep_going()) return false;
+    // Lines ended by CR alone (old Mac files) read as one line (its last CR taken as a CRLF's):
+    // the whole file, which counted as one malformed line (under any max_malformed_share) and
+    // was lost without a word.
+    const auto crs = line.number == 1 && line.issue != ParseReason::kOk
+                         ? std::count(line.text.begin(), line.text.end(), '\r')
+                         : 0;
+    if (crs > 0) {
+      outcome_.status = Status::InvalidArgument(
+          path_ + ": no newline in the whole file, whose " + std::to_string(crs + 1) +
+          " lines end in CR alone: convert them (tr '\\r' '\\n')");
+      return false;
+    }
     if (line.issue == ParseReason::kLineTooLong) {
       reject(line.issue, line.number,
              "longer than " + std::to_string(config_.max_line_bytes) + " bytes");
     } else if (line.issue == ParseReason::kTruncatedLastLine) {
-      // Lines ended by CR alone (old Mac files) read as one line without a newline: say so.
-      const bool cr_lines = line.number == 1 && line.text.find('\r') != std::string_view::npos;
-      reject(line.issue, line.number,
-             cr_lines ? "no newline in the whole file, whose lines end in CR alone: convert "
-                        "them (tr '\\r' '\\n')"
-                      : "no newline at the end of the file");
+      reject(line.issue, line.number, "no newline at the end of the file");
     } else {
       const ParseResult parsed = parser.parse(line.text, block_);
+      if (parsed.blank || parsed.ok()) good_bytes_ += line.consumed;
       if (parsed.blank) {
         ++stats_->blank_lines;
         if (!config_.strict_parse || !config_.blank_lines_fail) return true;
@@ -114,6 +120,7 @@ class InputRun {
   // last chunk.
   InputOutcome finish(bool stopped) {
     stats_->bytes += reader_.bytes();
+    stats_->skipped_bytes += reader_.bytes() - std::min(good_bytes_, reader_.bytes());
     const Status read_status = reader_.status();
     const Status finish_status = reader_.finish();
     if (outcome_.status.ok()) outcome_.status = !read_status.ok() ? read_status : finish_status;
@@ -191,6 +198,8 @@ class InputRun {
   const InputHooks& hooks_;
   InputOutcome outcome_;
   std::size_t counted_;  // instances whose labels are already in positives
+  // Input bytes of the lines that parsed (instances and blank lines): the rest were skipped.
+  std::uint64_t good_bytes_ = 0;
 };
 
 }  // namespace

@@ -247,6 +247,7 @@ bool LineReader::next(Line* line) {
       skip_to_newline_ = true;
       count_skipped_ = true;
       // The prefix stays valid until the next call, which refills the buffer.
+      line->consumed = window;
       line->text = std::string_view(start, length);
       line->number = ++line_number_;
       return true;
@@ -269,6 +270,7 @@ bool LineReader::next(Line* line) {
       const bool blank = text.find_first_not_of(" \t\r") == std::string_view::npos;
       line->issue = blank ? ParseReason::kOk : ParseReason::kTruncatedLastLine;
     }
+    line->consumed = nl != nullptr ? length + 1 : length;
     if (length > 0 && start[length - 1] == '\r') --length;
     // A UTF-8 byte order mark before the file's first line (an editor's) is no part of it.
     const bool file_start =

@@ -24,6 +24,9 @@ struct Line {
   std::string_view text;
   std::uint64_t number = 0;  // 1-based within the reader's input
   ParseReason issue = ParseReason::kOk;
+  // The input bytes it took: its newline, CR and byte order mark too (for a line_too_long, the
+  // part handed out; the rest is consumed, counted in bytes(), by the next call).
+  std::uint64_t consumed = 0;
 };
 
 // Not thread-safe: one reader per thread. Owns its file descriptor / pipe and closes it.

@@ -136,7 +136,18 @@ LoadMessages load_messages(const LoadStats& stats) {
     unknown_names += (unknown_names.empty() ? "" : ", ") + printable(n);  // a data file's bytes
   }
   if (stats.unknown_slot_names.size() == kMaxUnknownSlotNames) unknown_names += ", ...";
-  if (stats.unknown_slot_tokens > 0) {
+  std::uint64_t kept_keys = 0;
+  for (const std::uint64_t keys : stats.slot_keys) kept_keys += keys;
+  if (stats.unknown_slot_tokens > kept_keys && kept_keys > 0) {
+    // Most of the data skipped: slot names that match the data's in a few tokens only (keys
+    // written feasign:slot, another slot list) trained on almost nothing, said at INFO.
+    out.warnings.push_back(
+        std::to_string(stats.unknown_slot_tokens) + " tokens of slots the config does not have " +
+        "were skipped, more than the " + std::to_string(kept_keys) +
+        " keys read in its slots (slots " + unknown_names +
+        "): do the config's slot names (hyper_parameters.slot_names, or sparse_inputs_slots' "
+        "1..N) and runner.slot_token_order match the data's?");
+  } else if (stats.unknown_slot_tokens > 0) {
     out.info.push_back(std::to_string(stats.unknown_slot_tokens) +
                        " tokens of slots the config does not have were skipped, as PaddleRec's "
                        "readers skip them (slots " +

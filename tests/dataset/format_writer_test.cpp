@@ -2,7 +2,9 @@
 #include "dataset/format_writer.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -365,6 +367,44 @@ TEST(Convert, AFileIsNotConvertedOntoItself) {
   }
   std::ifstream kept(in);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "garbage\nclick:1 1:5\n");
+}
+
+// OUT that is not a regular file is written, never replaced: a symlink's target (the link kept),
+// a FIFO (a reader gets the lines), a device (/dev/null checks a conversion); a rename made each a
+// regular file (a probe turned /dev/full into one). A folder is refused, naming it.
+TEST(Convert, OutThatIsALinkFifoOrDeviceIsWrittenNotReplaced) {
+  ScratchDir dir;
+  const DatasetConfig slot = slot_config(1, 0);
+  ConvertSummary summary;
+  const std::string in = dir.write("in", "click:1 1:5\nclick:0 1:7\n");
+  const std::string target = dir.write("target", "old\n");
+  const std::string link = dir.file("link");
+  std::filesystem::create_symlink(target, link);
+  ASSERT_TRUE(convert_file(slot, DataFormat::kSlot, in, link, &summary).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(load(slot, target).size(), 2u);
+  EXPECT_EQ(temps_beside(target), 0);
+
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string read_back;
+  std::thread reader([&] {
+    std::ifstream f(fifo);
+    read_back.assign(std::istreambuf_iterator<char>(f), {});
+  });
+  const Status to_fifo = convert_file(slot, DataFormat::kSlot, in, fifo, &summary);
+  reader.join();
+  ASSERT_TRUE(to_fifo.ok()) << to_fifo.message();
+  EXPECT_EQ(std::count(read_back.begin(), read_back.end(), '\n'), 2) << read_back;
+  EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
+  EXPECT_EQ(temps_beside(fifo), 0);
+
+  ASSERT_TRUE(convert_file(slot, DataFormat::kSlot, in, "/dev/null", &summary).ok());
+  EXPECT_EQ(std::filesystem::status("/dev/null").type(), std::filesystem::file_type::character);
+  const Status folder = convert_file(slot, DataFormat::kSlot, in, dir.path(), &summary);
+  EXPECT_EQ(folder.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(folder.message().find("'" + dir.path() + "' is a folder"), std::string::npos)
+      << folder.message();
 }
 
 }  // namespace

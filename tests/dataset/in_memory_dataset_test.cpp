@@ -185,19 +185,28 @@ TEST(InMemoryDataset, TruncatedLastLineAndOverLongLinesAreCounted) {
   EXPECT_EQ(st.errors[1].line, 4u);
   EXPECT_EQ(st.errors[1].to_string(),
             a + ":4: truncated_last_line: no newline at the end of the file");
-  // A file whose lines end in CR alone reads as one line without a newline: said as such.
+  // A file whose lines end in CR alone reads as one line without a newline: the load stops
+  // naming it (as one malformed line of many it was lost under any max_malformed_share).
   const std::string mac = dir.write("mac",
                                     "click:1 dense_feature:1 dense_feature:2 1:5\rclick:0 "
                                     "dense_feature:1 dense_feature:2 1:6\r");
   c.max_line_bytes = 1 << 20;
   InMemoryDataset cr_ds(c);
-  cr_ds.set_filelist({mac});
-  (void)cr_ds.load_into_memory();
-  ASSERT_EQ(cr_ds.load_stats().errors.size(), 1u);
-  EXPECT_EQ(cr_ds.load_stats().errors[0].to_string(),
-            mac +
-                ":1: truncated_last_line: no newline in the whole file, whose lines end in CR "
-                "alone: convert them (tr '\\r' '\\n')");
+  cr_ds.set_filelist({a, mac});
+  const Status cr = cr_ds.load_into_memory();
+  EXPECT_EQ(cr.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(cr.message().find(mac + ": no newline in the whole file, whose 2 lines end in CR "
+                                    "alone: convert them (tr '\\r' '\\n')"),
+            std::string::npos)
+      << cr.message();
+  // One line ending in CR without a newline is a truncated last line, as any other.
+  const std::string one = dir.write("one", "click:1 dense_feature:1 dense_feature:2 1:5\r");
+  InMemoryDataset one_ds(c);
+  one_ds.set_filelist({a, one});
+  ASSERT_TRUE(one_ds.load_into_memory().ok());
+  ASSERT_EQ(one_ds.load_stats().errors.size(), 3u);
+  EXPECT_EQ(one_ds.load_stats().errors[2].to_string(),
+            one + ":1: truncated_last_line: no newline at the end of the file");
 }
 
 TEST(InMemoryDataset, UnreadableFileIsAnErrorNamingItAndKeepsEarlierPasses) {

@@ -393,6 +393,33 @@ TEST(FormatDetect, AGzipFileAmongTextFilesStopsTheLoad) {
   EXPECT_EQ(piped.instances.size(), 600u);
 }
 
+// The other compressed formats a data folder meets are named as gzip is (zstd's bytes were
+// "tab-separated with 3 fields", xz's "lines end in CR alone", and the file lost, exit 0).
+TEST(FormatDetect, EveryCompressedFormatIsNamed) {
+  const std::pair<std::string, std::string> files[] = {
+      {std::string("\x28\xb5\x2f\xfd\x24\x0b\x59", 7), "zstd"},
+      {std::string("\xfd\x37\x7a\x58\x5a\x00\x00\x04", 8), "xz"},
+      {std::string("\x04\x22\x4d\x18\x64\x40\xa7", 7), "lz4"},
+      {std::string("PK\x03\x04\x14\x00", 6), "zip"},
+      {std::string("BZh91AY&SY\x8c\x1e", 12), "bzip2"},
+  };
+  for (const auto& [bytes, name] : files) {
+    EXPECT_NE(compressed_refusal(bytes).find("it is " + name + "-compressed"), std::string::npos)
+        << name;
+  }
+  EXPECT_EQ(compressed_refusal("BZh9 is not bzip2"), "");
+  EXPECT_EQ(compressed_refusal("PK 1:5"), "");
+  ScratchDir dir;
+  dir.write("a", "click:1 1:5\n");
+  dir.write("b.zst", files[0].first + "\n1\t2\t3\n");
+  const Loaded got = load(slot_config(1, 0), {dir.file("a"), dir.file("b.zst")});
+  EXPECT_NE(got.status.message().find(dir.file("b.zst") + ": it is zstd-compressed: decompress "
+                                                          "it, or read it through "
+                                                          "runner.pipe_command: \"zstd -dc\""),
+            std::string::npos)
+      << got.status.to_string();
+}
+
 // A file of numbers that is idx_value text of another field count is told what idx_value needs
 // (its fields against the config's), not only to name a MultiSlot order; numbers that also split
 // as MultiSlot fields get both readings.
@@ -484,7 +511,7 @@ TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
       dir.write("demo",
                 "0:1 4351255118977467729:3 16543128959394097760:29 0:2 5:500 6:500 "
                 "7:502 8:500\n"
-                "1:1 11450961880964427561:3 8917270926625783717:29 9:501\n");
+                "1:1 11450961880964427561:3 77:3 8917270926625783717:29 9:501\n");
   const std::string cfg = dir.write("config.yaml",
                                     "runner:\n  label_name: \"1\"\n  train_data_dir: .\n"
                                     "hyper_parameters:\n  sparse_inputs_slots: 300\n"
@@ -515,6 +542,18 @@ TEST(SlotDnnData, ReadsWithLabelNameOneAndSkipsUnknownSlotTokens) {
             std::string::npos)
       << m.info[3];
   EXPECT_TRUE(m.warnings.empty());
+  // More tokens skipped than kept (keys written feasign:slot against a slot:feasign config, a
+  // few of whose tokens happen to name a slot): a warning, where a note let the job train on
+  // almost nothing.
+  const std::string swapped = dir.write("swapped", "1:1 3:900 3:901 3:902\n0:1 3:903 5:7 6:7\n");
+  const Loaded few = load(*c, {swapped});
+  ASSERT_TRUE(few.status.ok()) << few.status.to_string();
+  const LoadMessages warned = load_messages(few.stats);
+  ASSERT_EQ(warned.warnings.size(), 1u);
+  EXPECT_NE(warned.warnings[0].find("4 tokens of slots the config does not have were skipped, "
+                                    "more than the 2 keys read in its slots"),
+            std::string::npos)
+      << warned.warnings[0];
   // Without label_name the lines have no label: the hint names slot_dnn's.
   StatusOr<DatasetConfig> plain = load_dataset_config(
       cfg, {"runner.label_name=click", "hyper_parameters.sparse_inputs_slots=301"});

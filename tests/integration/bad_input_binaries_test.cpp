@@ -161,8 +161,9 @@ TEST_F(BadInputBinaries, APassOfMostlyMalformedLinesStopsBeforeTraining) {
                       {"-o", "runner.model_save_path=" + (root_ / "malformed").string()});
   const Finished refused = train(refused_args);
   EXPECT_EQ(refused.status, 1) << refused.output;
-  EXPECT_NE(refused.output.find("150 of its 200 lines (75.0%) are malformed, over "
-                                "runner.max_malformed_share's 0.5"),
+  EXPECT_NE(refused.output.find("150 of its 200 lines (75.0%; "), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(" bytes) are malformed, over runner.max_malformed_share's 0.5"),
             std::string::npos)
       << refused.output;
   EXPECT_NE(refused.output.find(":1: bad_label: 'click:1.0' (a label is 0 or 1)"),
@@ -185,6 +186,22 @@ TEST_F(BadInputBinaries, APassOfMostlyMalformedLinesStopsBeforeTraining) {
   EXPECT_NE(test_refused.output.find("the figures would be measured on the 50 instances left"),
             std::string::npos)
       << test_refused.output;
+}
+
+// Malformed by bytes: one over-long line (a binary file, or one whose lines end in CR alone, is
+// one "line") beside 200 good lines was 1 malformed line of 201 and lost without a word.
+TEST_F(BadInputBinaries, AFileThatIsOneHugeMalformedLineStopsTheLoad) {
+  const fs::path data =
+      edited_test_data("one_huge_line", [](int, const std::string& line) { return line + "\n"; });
+  std::ofstream(data / "part-00001") << std::string(3 << 20, 'x') << "\n";
+  const Finished refused = train({"-o", "runner.train_data_dir=" + data.string(), "-o",
+                                  "runner.test_data_dir=", "-o", "runner.epochs=1"});
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("1 of its 201 lines (0.5%; 9"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("part-00001:1: line_too_long"), std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(trained_a_pass(refused)) << refused.output;
 }
 
 TEST_F(BadInputBinaries, AMetricsFileThatCannotBeWrittenStopsTheJobAfterThePassSave) {

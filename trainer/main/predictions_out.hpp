@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_file.hpp"
 #include "trainer/main/run_job.hpp"
 
 namespace gpubox::trainer {
@@ -17,17 +18,14 @@ namespace gpubox::trainer {
 void check_not_an_input(const std::string& path, const InferInputs& inputs,
                         const std::string& config_path);
 
-// Opened before the evaluation so a path that cannot be written fails first. A regular file (or a
-// new one) is written under <file>.tmp and renamed over it, so a failed run leaves an earlier
-// file whole; a symlink to one replaces its target, not the link. Anything else (a FIFO,
-// /dev/stdout, a file in a folder gpubox_train cannot write in) is written in place, opened
-// without truncating, and truncated only when the lines are ready.
+// Opened before the evaluation so a path that cannot be written fails first; written whole as a
+// ReplacedFile (common/temp_file.hpp: a regular file replaced by a rename, a symlink's target
+// replaced, a FIFO or /dev/stdout written in place).
 class PredictionsOut {
  public:
   explicit PredictionsOut(const std::string& path);
   PredictionsOut(const PredictionsOut&) = delete;
   PredictionsOut& operator=(const PredictionsOut&) = delete;
-  ~PredictionsOut();
 
   // Writes "label prediction" per line and closes; throws naming the flag when it cannot. Each
   // float is the shortest text that reads back to it exactly (a stream's default 6 significant
@@ -36,14 +34,8 @@ class PredictionsOut {
   void write(const EvalResult& result);
 
  private:
-  void check_open(const std::string& opened) const;
-  std::string failed(const char* step) const;
-
   std::string flag_path_;
-  std::string target_;  // the file written: symlinks to a regular file resolved
-  std::string tmp_;     // empty: target_ is written in place
-  bool regular_in_place_ = false;
-  int fd_ = -1;
+  ReplacedFile out_;
 };
 
 }  // namespace gpubox::trainer

@@ -22,15 +22,22 @@ void report_read(const dataset::LoadStats& stats, const std::vector<std::string>
                 " sparse slots in ", files.size(), " file(s) (", stats.slot_counted_instances,
                 " instances)", why);
   }
+  // By lines, and by bytes: a file whose lines end in CR alone, or binary, is one malformed line
+  // of many bytes (it was lost beside the other files under any share).
   const auto malformed = static_cast<double>(stats.skipped_lines());
-  if (stats.instances > 0 && malformed > max_malformed_share * static_cast<double>(stats.lines)) {
+  const double line_share = stats.lines > 0 ? malformed / static_cast<double>(stats.lines) : 0;
+  const double byte_share =
+      stats.bytes > 0 ? static_cast<double>(stats.skipped_bytes) / static_cast<double>(stats.bytes)
+                      : 0;
+  if (stats.instances > 0 &&
+      (line_share > max_malformed_share || byte_share > max_malformed_share)) {
     std::string first;
     for (std::size_t i = 0; i < stats.errors.size() && i < 3; ++i) {
       first += (i ? "; " : "") + stats.errors[i].to_string();
     }
-    char share[32];
-    std::snprintf(share, sizeof(share), "%.1f%%",
-                  100.0 * malformed / static_cast<double>(stats.lines));
+    char share[96];
+    std::snprintf(share, sizeof(share), "%.1f%%; %.1f%% of its %llu bytes", 100.0 * line_share,
+                  100.0 * byte_share, static_cast<unsigned long long>(stats.bytes));
     // A pass's data trains the model; an evaluation's measures it.
     const bool trains = what.rfind("pass ", 0) == 0;
     GPUBOX_FAIL(
