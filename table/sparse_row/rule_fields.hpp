@@ -63,13 +63,14 @@ inline std::vector<SparseRuleField> sparse_rule_fields(const AccessorConfig& c) 
 }
 
 // The hyper_parameters.sparse_optimizer keys that are a rule's own (its class, rates,
-// accumulators, moments, decays, thresholds): a PaddleRec config that sets one steps its rows
-// under hyper_parameters.sparse_optimizer.*, not under its optimizer (sparse_config_from). Start
-// values, bounds and the show/click bookkeeping are every rule's.
+// accumulators, moments, thresholds): a PaddleRec config that sets one steps its rows under
+// hyper_parameters.sparse_optimizer.*, not under its optimizer (sparse_config_from). Start
+// values, bounds, the decays (added to the gradient before any rule: Paddle's regularizers, as
+// PaddleRec logistic_regression's `reg`, its L1Decay beside its Adam) and the show/click
+// bookkeeping are every rule's: `reg` had switched that folder's rows from its Adam to adagrad.
 inline constexpr const char* kSparseRuleOwnKeys[] = {
     "class",         "learning_rate",    "mf_learning_rate", "embedx_threshold", "embed_threshold",
-    "initial_g2sum", "mf_initial_g2sum", "beta1_decay_rate", "beta2_decay_rate", "ada_epsilon",
-    "weight_decay",  "mf_weight_decay",  "l1_decay"};
+    "initial_g2sum", "mf_initial_g2sum", "beta1_decay_rate", "beta2_decay_rate", "ada_epsilon"};
 
 // The config key that sets rule field `field_key` (a sparse_rule_fields key) of rows whose rule is
 // a PaddleRec config's optimizer (AccessorConfig::rule_from_paddlerec_optimizer):

@@ -96,6 +96,15 @@ TEST(DeadOutput, OneValueForEveryPredictionOfAWholePassIsDead) {
             std::string::npos)
       << no_hidden;
   EXPECT_EQ(no_hidden.find("dnn_batch_norm"), std::string::npos) << no_hidden;
+  // fm's fc_sizes (a key it does not read) name no hidden layer (its error advised the norm,
+  // which fm refuses).
+  TrainerConfig fm = dnn;
+  fm.hyper.model = ModelKind::kFm;
+  fm.hyper.fc_sizes = {8};
+  const std::string fm_error = dead_output_error(0, dead, fm, "");
+  EXPECT_NE(fm_error.find("hyper_parameters.model fm: its logit is the same"), std::string::npos)
+      << fm_error;
+  EXPECT_EQ(fm_error.find("dnn_batch_norm"), std::string::npos) << fm_error;
   dnn.hyper.fc_sizes = {8};
   const std::string hidden = dead_output_error(0, dead, dnn, "");
   EXPECT_NE(hidden.find("dnn: the last hidden layer's ReLU units (hyper_parameters.fc_sizes)"),

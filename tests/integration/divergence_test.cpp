@@ -286,8 +286,9 @@ TEST(SteadyAfter, IsThePrintIntervalButAtMostHalfAKnownPass) {
   EXPECT_EQ(steady_after(20, 40), 20);
   EXPECT_EQ(steady_after(20, 39), 19);
   EXPECT_EQ(steady_after(1000000, 7), 3);  // steps 3..6 are judged
-  EXPECT_EQ(steady_after(5, 1), 0);        // a pass of one step judges it
-  EXPECT_EQ(steady_after(5, 0), 0);
+  EXPECT_EQ(steady_after(5, 1), 1);        // a pass of one step: nothing judged
+  EXPECT_EQ(steady_after(5, 2), 1);        // its second step
+  EXPECT_EQ(steady_after(5, 0), 1);
   EXPECT_EQ(steady_after(20, -1), 20);  // a stream's unknown count: the interval
 }
 

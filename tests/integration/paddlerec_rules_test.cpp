@@ -67,6 +67,18 @@ TEST(PaddleRecKeys, EmbeddingRowsStepUnderThePaddleRecConfigsAdam) {
     EXPECT_FLOAT_EQ(own->sparse.embedx_threshold, 10.0f) << rule;
     EXPECT_EQ(rows_note(kAutoint, {rule}), "") << rule;
   }
+  // A decay is every rule's (a regularizer on the gradient): logistic_regression's `reg`, its
+  // L1Decay beside its Adam, had switched the rows to adagrad.
+  for (const std::string decay : {"hyper_parameters.sparse_optimizer.l1_decay=0.25",
+                                  "hyper_parameters.sparse_optimizer.weight_decay=0.25"}) {
+    const StatusOr<TrainerConfig> decayed = parse(kAutoint, {decay});
+    ASSERT_TRUE(decayed.ok()) << decay << ": " << decayed.status().to_string();
+    EXPECT_EQ(decayed->sparse.optimizer.kind, table::SparseOptimizerKind::kAdam) << decay;
+    EXPECT_FLOAT_EQ(decayed->sparse.optimizer.learning_rate, 0.001f) << decay;
+    EXPECT_FLOAT_EQ(decayed->sparse.optimizer.l1_decay + decayed->sparse.optimizer.weight_decay,
+                    0.25f)
+        << decay;
+  }
   // A table setting -o cannot take is refused naming the config, as every -o error is.
   const StatusOr<TrainerConfig> unknown = parse(kAutoint, {"table_parameters.t.foo=1"});
   ASSERT_FALSE(unknown.ok());

@@ -42,10 +42,12 @@ struct SteadyLoss {
 // runner.print_interval, but at most half of the pass's steps when they are known
 // (`pass_steps` >= 0; a stream read until it ends is not counted first), so that a pass of fewer
 // steps than print_interval is judged on its later half (a print_interval as large as a pass had
-// turned the divergence and dead-output checks off).
+// turned the divergence and dead-output checks off). The first step is always left out: a fresh
+// model's predictions there are its initial ones (PaddleRec's logistic_regression and fm start
+// at 0: 0.5 for every instance), and a pass of one step was judged dead on them.
 inline int64_t steady_after(int print_interval, int64_t pass_steps) {
-  const int64_t first = print_interval;
-  return pass_steps < 0 ? first : std::min(first, pass_steps / 2);
+  const int64_t first = std::max<int64_t>(1, print_interval);
+  return pass_steps < 0 ? first : std::max<int64_t>(1, std::min(first, pass_steps / 2));
 }
 
 // Undefined values (AUC with one class only, NE with actual CTR 0 or 1, anything of an empty

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/config/config_enums.hpp"
+#include "common/config/network_shape.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -32,7 +33,7 @@ std::string dead_layer(const MetricValues& metrics, const TrainerConfig& config)
   // In the lowest or the highest bucket: a sigmoid at 0 or 1.
   const double bucket = std::ldexp(1.0, -config.runner.auc_buckets_log2);
   const bool saturated = metrics.predicted_ctr < bucket || metrics.predicted_ctr > 1 - bucket;
-  const bool hidden = !h.fc_sizes.empty();
+  const bool hidden = !h.fc_sizes.empty() && config::has_dnn(h.model, false);  // not fm, wide
   const std::string why = saturated ? ": its logit saturates the sigmoid for every instance"
                           : hidden  ? ": the last hidden layer's ReLU units "
                                       "(hyper_parameters.fc_sizes) output the same for every "
