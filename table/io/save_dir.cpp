@@ -119,6 +119,109 @@ StatusOr<int64_t> Manifest::get_int(const std::string& key) const {
   return static_cast<int64_t>(v);
 }
 
+namespace {
+
+// In a staging folder while its save is written (removed before the swap): what tells a stale
+// staging folder, which the next save removes, from a folder of the user's that happens to be
+// named `<path>.tmp`.
+constexpr const char* kStagingMark = ".gpubox-staging";
+
+// "a, b, c (and 2 more)" of `names`.
+std::string some_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < 5; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 5) out += " (and " + std::to_string(names.size() - 5) + " more)";
+  return out;
+}
+
+// The entries of `dir` (listed: `entries`) that are not the save whose MANIFEST is `manifest`:
+// anything beside its MANIFEST and the files it lists (the staging mark aside).
+std::vector<std::string> foreign_entries(const std::vector<std::string>& entries,
+                                         const Manifest& manifest) {
+  std::vector<std::string> foreign;
+  for (const std::string& name : entries) {
+    const bool listed = std::any_of(manifest.files.begin(), manifest.files.end(),
+                                    [&](const ManifestFile& f) { return f.name == name; });
+    if (!listed && name != kManifestName && name != kStagingMark) foreign.push_back(name);
+  }
+  std::sort(foreign.begin(), foreign.end());
+  return foreign;
+}
+
+// The save at `where` + "/MANIFEST", or why there is none: what a folder a save would replace
+// (or a stale staging folder it would remove) must hold.
+StatusOr<Manifest> manifest_at(FileEnv* env, const std::string& dir) {
+  const std::string where = dir + "/" + kManifestName;
+  auto text = env->read_file(where, kMaxManifestBytes);
+  if (!text.ok()) return text.status();
+  return Manifest::parse(*text, where);
+}
+
+// OK when the non-empty folder `path` (its entries `entries`) is a save of `kind` and nothing
+// else, which a save of `kind` may replace. Anything else is refused, naming what is there: a
+// folder whose MANIFEST is another program's, or which holds files beside a save's, was deleted
+// whole by the swap (an export over a source checkout's MANIFEST, a README beside an export).
+Status check_replaceable(FileEnv* env, const std::string& path, const std::string& kind,
+                         const std::vector<std::string>& entries) {
+  const std::string refusing =
+      "; refusing to replace it (and delete what it holds): remove it "
+      "yourself or save elsewhere";
+  if (!env->exists(path + "/" + kManifestName)) {
+    // A model save (a pass's folder) is a gpubox save too, of another kind than this one.
+    if (env->exists(path + "/" + kModelManifestName)) {
+      return Status::InvalidArgument("save path " + path + " holds a model save (its " +
+                                     kModelManifestName +
+                                     "), not a part or an export; refusing to replace it");
+    }
+    return Status::InvalidArgument("save path " + path + " exists and is not a gpubox save (" +
+                                   some_names(entries) + ")" + refusing);
+  }
+  StatusOr<Manifest> there = manifest_at(env, path);
+  if (!there.ok()) {
+    return Status::InvalidArgument("save path " + path + " holds a MANIFEST that is not a " +
+                                   "gpubox save's (" + there.status().message() + ")" + refusing);
+  }
+  // A save of another kind (an export over a training save's dense or sparse half): refused, or
+  // the save it belongs to would be left half another thing.
+  if (there->kind != kind) {
+    const std::string parent = std::filesystem::path(path).parent_path().string();
+    const bool in_model_save = env->exists(parent + "/" + kModelManifestName);
+    return Status::InvalidArgument(
+        "save path " + path + " holds a " + there->kind + " save" +
+        (in_model_save ? " (a half of the model save " + parent + ")" : "") + ", not a " + kind +
+        " one; refusing to replace it");
+  }
+  const std::vector<std::string> foreign = foreign_entries(entries, *there);
+  if (!foreign.empty()) {
+    return Status::InvalidArgument("save path " + path + " holds a " + kind +
+                                   " save and files that are not of it: " + some_names(foreign) +
+                                   refusing);
+  }
+  return Status::OK();
+}
+
+// OK when `staging` (a save's `<path>.tmp`, which exists) may be removed: empty, marked by
+// StagedSave (a save cut short), or a whole save and nothing else (an earlier save a crash left
+// under the staging name after the swap). A folder of the user's that happens to bear the name
+// was removed without a word.
+Status check_stale_staging(FileEnv* env, const std::string& staging, const std::string& path) {
+  auto entries = env->list_dir(staging);
+  if (!entries.ok()) return entries.status();
+  if (entries->empty() ||
+      std::find(entries->begin(), entries->end(), kStagingMark) != entries->end()) {
+    return Status::OK();
+  }
+  StatusOr<Manifest> there = manifest_at(env, staging);
+  if (there.ok() && foreign_entries(*entries, *there).empty()) return Status::OK();
+  return Status::InvalidArgument(staging + " (where a save of " + path +
+                                 " is written before it is swapped in) exists and is not a "
+                                 "gpubox staging folder (" +
+                                 some_names(*entries) +
+                                 "); refusing to remove it: move it, or save elsewhere");
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env, const std::string& requested,
                                                         const std::string& kind) {
   // "model/" names the folder "model": its staging folder is "model.tmp", not "model/.tmp".
@@ -128,38 +231,18 @@ StatusOr<std::unique_ptr<StagedSave>> StagedSave::begin(FileEnv* env, const std:
   if (path == "/" || path == "." || path == "..") {
     return Status::InvalidArgument("save path '" + path + "' is not a folder a save can replace");
   }
-  if (env->exists(path) && !env->exists(path + "/" + kManifestName)) {
+  if (env->exists(path)) {
     auto entries = env->list_dir(path);
     if (!entries.ok()) return entries.status();
-    if (!entries->empty()) {
-      // A model save (a pass's folder) is a gpubox save too, of another kind than this one.
-      const bool model_save = env->exists(path + "/" + kModelManifestName);
-      return Status::InvalidArgument(
-          "save path " + path +
-          (model_save ? " holds a model save (its " + std::string(kModelManifestName) +
-                            "), not a part or an export; refusing to replace it"
-                      : " exists and is not a gpubox save; refusing to replace it"));
-    }
+    if (!entries->empty()) GPUBOX_RETURN_IF_ERROR(check_replaceable(env, path, kind, *entries));
   }
-  // A save of another kind there (an export over a training save's dense or sparse half):
-  // refused, or the save it belongs to would be left half another thing. An unreadable MANIFEST
-  // is replaced, as a folder of no save.
-  if (const std::string where = path + "/" + kManifestName; env->exists(where)) {
-    auto text = env->read_file(where, kMaxManifestBytes);
-    auto there = text.ok() ? Manifest::parse(*text, where) : StatusOr<Manifest>(text.status());
-    if (there.ok() && there->kind != kind) {
-      const std::string parent = std::filesystem::path(path).parent_path().string();
-      const bool in_model_save = env->exists(parent + "/" + kModelManifestName);
-      return Status::InvalidArgument(
-          "save path " + path + " holds a " + there->kind + " save" +
-          (in_model_save ? " (a half of the model save " + parent + ")" : "") + ", not a " + kind +
-          " one; refusing to replace it");
-    }
-  }
-  std::unique_ptr<StagedSave> save(new StagedSave(env, path));
   const std::string staging = path + ".tmp";
+  if (env->exists(staging)) GPUBOX_RETURN_IF_ERROR(check_stale_staging(env, staging, path));
   GPUBOX_RETURN_IF_ERROR(env->remove_all(staging));
+  // From here its destructor removes the staging folder (never one the checks above refused).
+  std::unique_ptr<StagedSave> save(new StagedSave(env, path));
   GPUBOX_RETURN_IF_ERROR(env->create_dir(staging));
+  GPUBOX_RETURN_IF_ERROR(write_file(env, staging + "/" + kStagingMark, ""));
   return save;
 }
 
@@ -187,6 +270,8 @@ Status StagedSave::commit(const std::string& kind,
   std::sort(manifest.files.begin(), manifest.files.end(),
             [](const ManifestFile& a, const ManifestFile& b) { return a.name < b.name; });
   GPUBOX_RETURN_IF_ERROR(write_file(env_, staging + "/" + kManifestName, manifest.encode()));
+  // A whole save from here on (check_stale_staging knows it by its MANIFEST): no mark in it.
+  GPUBOX_RETURN_IF_ERROR(env_->remove_all(staging + "/" + kStagingMark));
   GPUBOX_RETURN_IF_ERROR(env_->sync_dir(staging));
   if (env_->exists(path_)) {
     // After the exchange the previous save sits under the staging name; the destructor drops it.

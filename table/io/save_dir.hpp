@@ -60,8 +60,9 @@ bool parse_hex64(const std::string& text, uint64_t* value);
 class StagedSave {
  public:
   // Starts a save of `path` (its MANIFEST's kind `kind`): removes a stale `<path>.tmp` from an
-  // earlier crash and creates it. Refuses a `path` that exists and is neither empty nor a save
-  // of `kind` (it would be replaced).
+  // earlier crash and creates it (marked as a staging folder until commit). Refuses a `path`
+  // that exists and is neither empty nor a save of `kind` and nothing else (it would be replaced,
+  // whatever it holds), and a `<path>.tmp` that is not a staging folder or a whole save.
   static StatusOr<std::unique_ptr<StagedSave>> begin(FileEnv* env, const std::string& path,
                                                      const std::string& kind);
   ~StagedSave();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -185,6 +186,67 @@ TEST(SaveLoad, ASaveReportsStepsBetweenItsFileOperations) {
     ASSERT_TRUE(f.table->save(f.dir.sub("m"), SaveKind::kBase, &env).ok());
     EXPECT_GE(env.steps(), 2);  // on disk: memory rows may have disk copies, looked at twice
   }
+}
+
+// A save replaces a save of its kind and nothing else, and removes a staging folder it knows:
+// a folder whose MANIFEST is another program's (a source checkout's), or holding files beside a
+// save (a README beside an export), or a `<path>.tmp` of the user's was deleted whole, exit 0.
+TEST(StagedSave, ReplacesOnlyASaveAndRemovesOnlyItsOwnStaging) {
+  ScratchDir dir;
+  io::FileEnv* env = io::FileEnv::posix();
+  const auto save = [&](const std::string& path) -> Status {
+    auto staged = io::StagedSave::begin(env, path, "dense");
+    if (!staged.ok()) return staged.status();
+    GPUBOX_RETURN_IF_ERROR((*staged)->add_file("a", "1", 1));
+    return (*staged)->commit("dense", {});
+  };
+  const auto write = [](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  };
+  const std::string x = dir.sub("x");
+  ASSERT_TRUE(save(x).ok());
+  ASSERT_TRUE(save(x).ok()) << "a save replaces its own kind";
+  EXPECT_FALSE(std::filesystem::exists(x + "/.gpubox-staging"));
+  EXPECT_FALSE(std::filesystem::exists(x + ".tmp"));
+  write(x + "/README", "mine");
+  Status refused = save(x);
+  EXPECT_NE(refused.message().find("save path " + x +
+                                   " holds a dense save and files that are "
+                                   "not of it: README; refusing to replace it"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(std::filesystem::exists(x + "/README"));
+
+  const std::string checkout = dir.sub("checkout");
+  write(checkout + "/MANIFEST", "lib/Foo.pm\n");
+  write(checkout + "/important.txt", "keep");
+  refused = save(checkout);
+  EXPECT_NE(refused.message().find("holds a MANIFEST that is not a gpubox save's"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(std::filesystem::exists(checkout + "/important.txt"));
+
+  const std::string y = dir.sub("y");
+  write(y + ".tmp/keep.txt", "keep");
+  refused = save(y);
+  EXPECT_NE(refused.message().find(y + ".tmp (where a save of " + y +
+                                   " is written before it is swapped in) exists and is not a "
+                                   "gpubox staging folder (keep.txt)"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_TRUE(std::filesystem::exists(y + ".tmp/keep.txt"));
+  EXPECT_FALSE(std::filesystem::exists(y));
+  // A save cut short (its staging mark) or a whole save left under the staging name (a crash
+  // after the swap): removed, as before.
+  std::filesystem::remove_all(y + ".tmp");
+  write(y + ".tmp/.gpubox-staging", "");
+  write(y + ".tmp/a", "partial");
+  EXPECT_TRUE(save(y).ok());
+  std::filesystem::copy(x, y + ".tmp");
+  std::filesystem::remove(y + ".tmp/README");
+  EXPECT_TRUE(save(y).ok());
+  EXPECT_FALSE(std::filesystem::exists(y + ".tmp"));
 }
 
 TEST(RowCodec, TextAndBinaryRecordsRoundTripExactly) {
