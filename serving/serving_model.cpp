@@ -31,9 +31,14 @@ namespace {
 constexpr const char* kDenseFile = "dense";
 constexpr const char* kSparsePrefix = "sparse-";
 
+// A float16 export keeps a record's counts (show, click) in float32 (ServingSpec::float32_counts).
+constexpr int kFloat32Counts = 2;
+
 std::size_t value_bytes(ValueType type) { return type == ValueType::kFloat16 ? 2 : 4; }
-std::size_t record_bytes(ValueType type, int pull_dim) {
-  return sizeof(uint64_t) + value_bytes(type) * static_cast<std::size_t>(pull_dim);
+// A key and its record: its first `float32_counts` values float32, the rest of `type`.
+std::size_t record_bytes(ValueType type, int pull_dim, int float32_counts) {
+  return sizeof(uint64_t) + 4 * static_cast<std::size_t>(float32_counts) +
+         value_bytes(type) * static_cast<std::size_t>(pull_dim - float32_counts);
 }
 
 // Little-endian appends (the exporters and readers of this format run on little-endian hosts,
@@ -281,12 +286,21 @@ Status write_sparse_parts(table::SparseTable& table, const ExportOptions& option
     if (row[table::RowLayout::kShow] < threshold || !written.ok()) return;
     table::fill_pull_record(row, layout, record.data());
     append_raw(&part, key);
-    for (const float v : record) {
-      if (options.value_type == ValueType::kFloat16) {
-        append_raw(&part, float_to_half(v));
-      } else {
+    for (std::size_t f = 0; f < record.size(); ++f) {
+      const float v = record[f];
+      if (options.value_type != ValueType::kFloat16 || f < kFloat32Counts) {
         append_raw(&part, v);
+        continue;
       }
+      const uint16_t half = float_to_half(v);
+      if (!std::isfinite(half_to_float(half)) && written.ok()) {
+        // Served as inf, a weight would give every instance with the key one prediction.
+        written = Status::InvalidArgument(
+            "--export_fp16: key " + std::to_string(key) + "'s value " + std::to_string(f) +
+            " of its pull record is " + std::to_string(v) +
+            ", beyond float16's range (65504): export without --export_fp16");
+      }
+      append_raw(&part, half);
     }
     ++summary->rows_exported;
     if (++part_rows == options.rows_per_part) flush();
@@ -317,6 +331,7 @@ std::map<std::string, std::string> export_properties(const trainer::TrainerConfi
       {"feasign_first", config.dataset.feasign_first ? "1" : "0"},
       {"dense_transform", name_of(config::kDenseTransformNames, config.dataset.dense_transform)},
       {"value_type", name_of(kValueTypeNames, options.value_type)},
+      {"counts_type", "float32"},
       {"show_threshold", number_text(options.show_threshold)},
       {"rows", std::to_string(summary.rows_exported)},
       {"dense_parameters", std::to_string(summary.dense_parameters)},
@@ -357,6 +372,14 @@ StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::
     spec.dense_transform = read.choice("dense_transform", config::kDenseTransformNames);
   }
   spec.value_type = read.choice("value_type", kValueTypeNames);
+  // Absent from exports made before it: a float16 export's counts were float16 too.
+  if (manifest.properties.count("counts_type") != 0) {
+    const std::string counts = read.text("counts_type");
+    if (counts != "float32") {
+      return Status::Corruption(where + ": 'counts_type' is '" + counts + "', not float32");
+    }
+    if (spec.value_type == ValueType::kFloat16) spec.float32_counts = kFloat32Counts;
+  }
   spec.show_threshold = read.real("show_threshold");
   spec.rows = static_cast<uint64_t>(read.integer("rows", 0, INT64_MAX));
   spec.dense_parameters = static_cast<uint64_t>(read.integer("dense_parameters", 0, INT64_MAX));
@@ -381,7 +404,7 @@ StatusOr<ServingSpec> read_spec(const table::io::Manifest& manifest, const std::
 // storage is then reserved once, from sizes that hold.
 Status check_sparse_sizes(const std::string& dir, const table::io::Manifest& manifest,
                           const ServingSpec& spec, const std::string& where) {
-  const std::size_t rec_bytes = record_bytes(spec.value_type, spec.pull_dim());
+  const std::size_t rec_bytes = record_bytes(spec.value_type, spec.pull_dim(), spec.float32_counts);
   uint64_t rows_listed = 0;
   for (const table::io::ManifestFile& file : manifest.files) {
     if (file.name.rfind(kSparsePrefix, 0) != 0) continue;
@@ -506,7 +529,8 @@ StatusOr<ServingModel> ServingModel::load(const std::string& dir) {
 
 Status ServingModel::add_sparse_part(const std::string& path, const std::string& data,
                                      uint64_t records) {
-  const std::size_t rec_bytes = record_bytes(spec_.value_type, spec_.pull_dim());
+  const std::size_t rec_bytes =
+      record_bytes(spec_.value_type, spec_.pull_dim(), spec_.float32_counts);
   const std::size_t pull_dim = static_cast<std::size_t>(spec_.pull_dim());
   if (data.size() != records * rec_bytes) {
     return Status::Corruption(path + ": " + std::to_string(data.size()) + " bytes is not " +
@@ -521,10 +545,19 @@ Status ServingModel::add_sparse_part(const std::string& path, const std::string&
       return Status::Corruption(path + ": key " + std::to_string(key) + " appears twice");
     }
     index_.insert(key, static_cast<uint32_t>(records_.size() / pull_dim));
+    const std::size_t counts = static_cast<std::size_t>(spec_.float32_counts);
     for (std::size_t f = 0; f < pull_dim; ++f) {
-      records_.push_back(spec_.value_type == ValueType::kFloat16
-                             ? half_to_float(read_raw<uint16_t>(at + 2 * f))
-                             : read_raw<float>(at + 4 * f));
+      const float v = spec_.value_type == ValueType::kFloat32 || f < counts
+                          ? read_raw<float>(at + 4 * f)
+                          : half_to_float(read_raw<uint16_t>(at + 4 * counts + 2 * (f - counts)));
+      if (!std::isfinite(v)) {
+        // An inf weight (an older float16 export's count past 65504) served one prediction for
+        // every instance holding the key.
+        return Status::Corruption(path + ": key " + std::to_string(key) + "'s value " +
+                                  std::to_string(f) + " is " + std::to_string(v) +
+                                  " (not finite): export the model again");
+      }
+      records_.push_back(v);
     }
   }
   return Status::OK();

@@ -82,6 +82,10 @@ struct ServingSpec {
   // PaddleRec folder's reader's when auto); exports made before it record none.
   config::DenseTransform dense_transform = config::DenseTransform::kNone;
   ValueType value_type = ValueType::kFloat32;
+  // How many of a record's first values (show, click) are float32 in a float16 export: 2 since
+  // counts_type was recorded (a popular key's show count passes float16's 65504 and read back
+  // as inf: a use_cvm model then served one prediction for every input), 0 before.
+  int float32_counts = 0;
   double show_threshold = 0.0;
   uint64_t rows = 0;
   uint64_t dense_parameters = 0;

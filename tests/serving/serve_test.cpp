@@ -105,7 +105,10 @@ TEST_F(Serving, Float16AndTheShowThresholdKeepWhatTheySay) {
     }
     ++kept;
     ASSERT_NE(got, nullptr) << key;
-    for (std::size_t f = 0; f < record.size(); ++f) {
+    // The counts (show, click) float32: past float16's 65504 they read back inf.
+    EXPECT_EQ(got[0], record[0]) << key;
+    EXPECT_EQ(got[1], record[1]) << key;
+    for (std::size_t f = 2; f < record.size(); ++f) {
       EXPECT_EQ(got[f], half_to_float(float_to_half(record[f]))) << key << " field " << f;
     }
   }
@@ -116,6 +119,58 @@ TEST_F(Serving, Float16AndTheShowThresholdKeepWhatTheySay) {
   EXPECT_EQ(summary->rows_in_save, want.size());
   EXPECT_EQ(summary->parts, (kept + 49) / 50);
   EXPECT_EQ(model->spec().value_type, ValueType::kFloat16);
+  EXPECT_EQ(model->spec().float32_counts, 2);
+}
+
+// An export made before counts_type held float16 counts: it still loads, but a value that is not
+// finite (a popular key's show past 65504: a use_cvm model then served one prediction for every
+// input) is refused naming the file and the key.
+TEST_F(Serving, AnOlderFloat16ExportLoadsAndItsInfiniteCountsAreRefused) {
+  ExportOptions options;
+  options.value_type = ValueType::kFloat16;
+  const fs::path out = root_ / "export_fp16_old";
+  ASSERT_TRUE(
+      export_serving_model(*config_, (root_ / "save").string(), out.string(), options).ok());
+  const auto want = saved_records();
+  const auto rewrite = [&](bool infinite) {
+    std::string part;
+    bool first = true;
+    for (const auto& [key, record] : want) {
+      part.append(reinterpret_cast<const char*>(&key), sizeof(key));
+      for (std::size_t f = 0; f < record.size(); ++f) {
+        const uint16_t half = first && infinite && f == 0 ? 0x7c00 : float_to_half(record[f]);
+        part.append(reinterpret_cast<const char*>(&half), sizeof(half));
+      }
+      first = false;
+    }
+    const std::string manifest_path = (out / "MANIFEST").string();
+    std::stringstream text;
+    text << std::ifstream(manifest_path).rdbuf();
+    auto manifest = table::io::Manifest::parse(text.str(), manifest_path);
+    throw_if_error(manifest.status());
+    manifest->properties.erase("counts_type");
+    for (table::io::ManifestFile& file : manifest->files) {
+      if (file.name != "sparse-00000") continue;
+      file.bytes = part.size();
+      file.xxh64 = table::io::checksum(part.data(), part.size());
+    }
+    std::ofstream(out / "sparse-00000", std::ios::trunc | std::ios::binary) << part;
+    std::ofstream(manifest_path, std::ios::trunc) << manifest->encode();
+  };
+  rewrite(false);
+  auto model = ServingModel::load(out.string());
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  EXPECT_EQ(model->spec().float32_counts, 0);
+  const auto& [key, record] = *want.begin();
+  ASSERT_NE(model->find(key), nullptr);
+  EXPECT_EQ(model->find(key)[0], half_to_float(float_to_half(record[0])));
+  rewrite(true);
+  auto refused = ServingModel::load(out.string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("sparse-00000: key " + std::to_string(key) +
+                                            "'s value 0 is inf (not finite)"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 // An export whose --out is a pass's model save (or any folder that is not an export) is refused,
