@@ -185,17 +185,19 @@ std::unique_ptr<CommGroup> make_in_process_group(int ranks, std::chrono::millise
 }
 
 std::unique_ptr<CommGroup> make_group(device::CardSet& cards, std::chrono::milliseconds timeout,
-                                      RendezvousStore* store, const std::string& host) {
+                                      RendezvousStore* store, const std::string& host,
+                                      const PeerFailure& peer_failure) {
   const bool one_process = cards.total_cards() == cards.num_local_cards();
 #if defined(GPUBOX_BACKEND_CUDA)
   (void)host;  // NCCL finds its own interfaces (NCCL_SOCKET_IFNAME)
+  (void)peer_failure;
   return std::make_unique<NcclGroup>(cards, timeout, one_process ? nullptr : store);
 #else
   if (one_process) return make_in_process_group(cards.num_local_cards(), timeout);
   GPUBOX_EXPECTS(store != nullptr, "a communicator over ", cards.total_cards(),
                  " cards of several trainers (", cards.num_local_cards(),
                  " here) needs a rendezvous store: set GPUBOX_RENDEZVOUS=file:///shared/dir");
-  return std::make_unique<GlooGroup>(cards, *store, timeout, host);
+  return std::make_unique<GlooGroup>(cards, *store, timeout, host, peer_failure);
 #endif
 }
 

@@ -244,11 +244,15 @@ std::function<void(const device::Event&, const Tag&, device::SlotWaitReason)> bo
 // (required then; it must outlive the group): Gloo over TCP on the cpu backend, reached at
 // `host` (this process's address for its peers: 127.0.0.1 on one machine, POD_IP across
 // machines), NCCL with ncclCommInitRank on the cuda backend. `timeout` bounds every wait
-// (runner.collective_timeout_s in gpubox_train).
+// (runner.collective_timeout_s in gpubox_train). `peer_failure` (optional) says why another
+// trainer failed ("" while none told one): Gloo's connect, waiting for its peers' addresses,
+// ends with it at once rather than at `timeout`.
+using PeerFailure = std::function<std::string()>;
 std::unique_ptr<CommGroup> make_group(device::CardSet& cards,
                                       std::chrono::milliseconds timeout = std::chrono::minutes(5),
                                       RendezvousStore* store = nullptr,
-                                      const std::string& host = "127.0.0.1");
+                                      const std::string& host = "127.0.0.1",
+                                      const PeerFailure& peer_failure = {});
 
 }  // namespace comm
 }  // namespace gpubox

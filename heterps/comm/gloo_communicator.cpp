@@ -10,14 +10,18 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -36,15 +40,20 @@ static_assert(sizeof(std::size_t) == sizeof(uint64_t), "counts travel as uint64"
 
 // Gloo's rendezvous store over ours, under the prefix "gloo/": Gloo's full-mesh connect
 // publishes each rank's pair addresses and reads every peer's.
+// Its waits look, every kFailureLookMs, whether a trainer told its failure (`peer_failure`): a
+// trainer that failed before publishing its address (a bad POD_IP) left its peers waiting the
+// whole runner.collective_timeout_s.
 class GlooStore final : public gloo::rendezvous::Store {
  public:
-  GlooStore(RendezvousStore& store, std::chrono::milliseconds timeout)
-      : store_(store), timeout_(timeout) {}
+  GlooStore(RendezvousStore& store, std::chrono::milliseconds timeout,
+            const PeerFailure& peer_failure)
+      : store_(store), timeout_(timeout), peer_failure_(peer_failure) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     store_.set(kPrefix + key, data);
   }
   std::vector<char> get(const std::string& key) override {
+    wait({key}, timeout_);
     return store_.get(kPrefix + key, timeout_);
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
@@ -53,14 +62,54 @@ class GlooStore final : public gloo::rendezvous::Store {
     std::vector<std::string> prefixed;
     prefixed.reserve(keys.size());
     for (const auto& key : keys) prefixed.push_back(kPrefix + key);
-    store_.wait(prefixed, timeout);
+    if (!peer_failure_) return store_.wait(prefixed, timeout);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      try {
+        return store_.wait(prefixed,
+                           std::max(std::chrono::milliseconds(0),
+                                    std::min(left, std::chrono::milliseconds(kFailureLookMs))));
+      } catch (const Error&) {
+        if (left.count() <= kFailureLookMs) throw;  // the whole timeout: its own message
+      }
+      const std::string failed = peer_failure_();
+      if (!failed.empty()) GPUBOX_FAIL("the Gloo group could not form: ", failed);
+    }
   }
 
  private:
   static constexpr const char* kPrefix = "gloo/";
+  static constexpr int64_t kFailureLookMs = 250;
   RendezvousStore& store_;
   const std::chrono::milliseconds timeout_;
+  const PeerFailure& peer_failure_;
 };
+
+// Gloo's device binds `host` and peers connect to it: an address that does not resolve crashed
+// inside Gloo (a segfault, no message), one that is not this machine's failed with Gloo's own
+// enforce text, both naming neither POD_IP nor what to do.
+void check_bindable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int resolved = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  GPUBOX_EXPECTS(resolved == 0 && found != nullptr, "this trainer's address '", host,
+                 "' (POD_IP, or GPUBOX_POD_IP) does not resolve (", ::gai_strerror(resolved),
+                 "): set it to an address of this machine that the other trainers reach");
+  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> owned(found, &::freeaddrinfo);
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  GPUBOX_EXPECTS(fd >= 0, "a socket for this trainer's address '", host,
+                 "': ", std::strerror(errno));
+  const int bound = ::bind(fd, found->ai_addr, found->ai_addrlen);  // port 0: any free one
+  const int error = errno;
+  ::close(fd);
+  GPUBOX_EXPECTS(bound == 0, "this trainer's address '", host,
+                 "' (POD_IP, or GPUBOX_POD_IP) cannot be bound here (", std::strerror(error),
+                 "): set it to an address of this machine that the other trainers reach");
+}
 
 std::string trainer_key(int trainer) { return "trainer/" + std::to_string(trainer); }
 
@@ -103,7 +152,8 @@ void ignore_sigpipe() {
 // ---- group ---------------------------------------------------------------------------------
 
 GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
-                     std::chrono::milliseconds timeout, const std::string& host)
+                     std::chrono::milliseconds timeout, const std::string& host,
+                     const PeerFailure& peer_failure)
     : store_(store),
       timeout_(timeout),
       trainer_id_(cards.trainer_id()),
@@ -112,6 +162,7 @@ GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
       host_(host) {
   GPUBOX_EXPECTS(timeout.count() > 0, "communicator timeout must be positive");
   ignore_sigpipe();
+  check_bindable(host_);
   {
     const std::string who = this_host() + " " + std::to_string(::getpid());
     store_.set(trainer_key(trainer_id_), std::vector<char>(who.begin(), who.end()));
@@ -119,7 +170,7 @@ GlooGroup::GlooGroup(device::CardSet& cards, RendezvousStore& store,
   gloo::transport::tcp::attr attr;
   attr.hostname = host_;
   device_ = gloo::transport::tcp::CreateDevice(attr);
-  GlooStore gloo_store(store_, timeout_);
+  GlooStore gloo_store(store_, timeout_, peer_failure);
   const int local = cards.num_local_cards();
   const int total = cards.total_cards();
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts(static_cast<std::size_t>(local));

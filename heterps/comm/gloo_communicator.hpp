@@ -106,11 +106,12 @@ class GlooGroup final : public CommGroup {
  public:
   // Connects every local card to every card of the job through `store` (keys "gloo/<rank>" and
   // "trainer/<id>"), one thread per local card; `host` is the address peers reach this process
-  // at (127.0.0.1 on one machine, POD_IP across machines). Throws naming the ranks (and their
-  // trainers) that did not join within `timeout`. The cards and the store must outlive the
-  // group.
+  // at (127.0.0.1 on one machine, POD_IP across machines: refused, naming it, when it does not
+  // resolve or is not this machine's). Throws naming the ranks (and their trainers) that did not
+  // join within `timeout`, or at once what `peer_failure` (optional) tells of a trainer that
+  // failed. The cards and the store must outlive the group.
   GlooGroup(device::CardSet& cards, RendezvousStore& store, std::chrono::milliseconds timeout,
-            const std::string& host = "127.0.0.1");
+            const std::string& host = "127.0.0.1", const PeerFailure& peer_failure = {});
   ~GlooGroup() override;
   GlooGroup(const GlooGroup&) = delete;
   GlooGroup& operator=(const GlooGroup&) = delete;

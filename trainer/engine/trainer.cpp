@@ -189,7 +189,15 @@ Trainer::Trainer(TrainerConfig config, TrainerEnv env)
   if (s.store != nullptr) {
     agree_on_job(*s.store, config_, env_, s.cards.num_local_cards(), collective_timeout);
   }
-  s.group = comm::make_group(s.cards, collective_timeout, s.store.get(), env_.host);
+  // A trainer that fails before its Gloo address is published (its POD_IP) tells why; its
+  // peers end with that at once.
+  s.group = comm::make_group(s.cards, collective_timeout, s.store.get(), env_.host, [this] {
+    for (int t = 0; t < env_.trainers; ++t) {
+      std::string told = t == env_.trainer_id ? "" : failure_told(env_, t);
+      if (!told.empty()) return told;
+    }
+    return std::string();
+  });
   const tier_owner::CardTierOptions tier_options = card_tier_options(config_, env_);
   // The in-process table's options (a budget without runner.rocksdb_path) before its budget is
   // planned: a missing disk tier is named before a budget too small for the cards.

@@ -320,6 +320,39 @@ TEST(GlooFailure, TrainerThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+// A trainer whose peer told its failure (gpubox_train's job/failed key, read by peer_failure)
+// ends at once with it, where it waited the whole timeout; an address that does not resolve or
+// is not this machine's is refused naming POD_IP (Gloo crashed on the first, no message).
+TEST(GlooFailure, AToldFailureEndsTheWaitAndABadAddressIsNamed) {
+  StoreDir dir;
+  auto store = open_rendezvous_store(dir.url());
+  auto cards = device::CardSet::from_list("0", 0, 2);
+  int looks = 0;
+  const PeerFailure told = [&looks] {
+    return ++looks < 3 ? std::string() : std::string("trainer 1 of the job failed: its POD_IP");
+  };
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    make_group(cards, std::chrono::seconds(60), store.get(), "127.0.0.1", told);
+    FAIL() << "a group with a failed trainer was made";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the Gloo group could not form: trainer 1 of the job failed: "
+                                    "its POD_IP"));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (const std::string host : {"nohost.invalid", "192.0.2.1"}) {
+    StoreDir other;
+    auto other_store = open_rendezvous_store(other.url());
+    try {
+      make_group(cards, std::chrono::seconds(60), other_store.get(), host);
+      FAIL() << host;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(),
+                  HasSubstr("this trainer's address '" + host + "' (POD_IP, or GPUBOX_POD_IP)"));
+    }
+  }
+}
+
 // Two trainers of 2 cards; trainer 1's card 0 (rank 2) fails between two all-reduces, every
 // other rank enters the second one. Returns each rank's error.
 std::vector<std::string> run_job_whose_rank_2_fails(std::chrono::milliseconds timeout) {
