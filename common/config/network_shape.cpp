@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <utility>
 #include <vector>
@@ -82,6 +83,43 @@ std::optional<std::string> rank_folder(const std::string& path) {
   return std::nullopt;
 }
 
+// The models/rank folder whose net.py `folder/net.py` is, by its first class (each folder's
+// network class, written first: DNNLayer is also a part of dcn_v2's), "" when `folder` has no
+// net.py; "net.py's <Class>" for a class of no folder GPUBox builds (refused by its name). A model
+// folder copied out of PaddleRec's checkout trained the default dnn, its keys and reader unread.
+std::string net_py_folder(const std::filesystem::path& folder, std::string* first_class) {
+  std::ifstream in(folder / "net.py");
+  if (!in) return "";
+  static const std::pair<const char*, const char*> kClasses[] = {
+      {"DNNLayer", "dnn"},
+      {"StaticDNNLayer", "dnn"},
+      {"WideDeepLayer", "wide_deep"},
+      {"DeepFMLayer", "deepfm"},
+      {"DCN_V2Layer", "dcn_v2"},
+      {"LRLayer", "logistic_regression"},
+      {"FMLayer", "fm"},
+      {"DeepCroLayer", "dcn"},
+      {"DLRMLayer", "dlrm"},
+      {"xDeepFMLayer", "xdeepfm"},
+      {"FFMLayer", "ffm"},
+      {"DeepFEFMLayer", "deepfefm"},
+      {"InteractingLayer", "autoint"},
+      {"FLENLayer", "flen"},
+      {"FAT_DeepFFMLayer", "fat_deepffm"},
+      {"BenchmarkDNNLayer", "slot_dnn"}};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("class ", 0) != 0) continue;
+    const std::size_t end = line.find_first_of("(: ", 6);
+    *first_class = line.substr(6, end == std::string::npos ? std::string::npos : end - 6);
+    for (const auto& [name, rank_folder] : kClasses) {
+      if (*first_class == name) return rank_folder;
+    }
+    return "net.py's " + *first_class;
+  }
+  return "";
+}
+
 // "<family>/<name>" when `path`'s components hold models/<family>/<name> for a PaddleRec family
 // other than rank (multitask, match, recall, ...): none of their networks is built here. With
 // `in_checkout`, only where that models/ folder also holds rank/ (a PaddleRec checkout: a user's
@@ -154,7 +192,19 @@ std::optional<std::string> paddlerec_model_name(const std::string& workspace,
     *source = "the config's folder " + folder;
     return name;
   }
-  return std::nullopt;
+  // A link to a model folder (or a folder holding a link to one's config).
+  const std::filesystem::path real = std::filesystem::canonical(config_path, ec);
+  if (!ec) {
+    if (auto name = rank_folder(real.parent_path().string() + "/")) {
+      *source = "the config's folder " + folder + " (" + real.parent_path().string() + ")";
+      return name;
+    }
+  }
+  std::string first_class;
+  const std::string copied = net_py_folder(absolute, &first_class);
+  if (copied.empty()) return std::nullopt;
+  *source = "the config's folder " + folder + " (its net.py's first class " + first_class + ")";
+  return copied;
 }
 
 std::string paddlerec_model_name(const ConfigDocument& doc) {

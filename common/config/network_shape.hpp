@@ -30,8 +30,10 @@ struct NetworkChoice {
 };
 
 // The PaddleRec model name of `workspace` (e.g. "models/rank/wide_deep" -> "wide_deep"), else of
-// the folder holding `config_path` (".../models/rank/<name>/config.yaml"); nullopt when neither
-// is a models/rank/<name> folder.
+// the folder holding `config_path` (".../models/rank/<name>/config.yaml", its links resolved),
+// else of that folder's net.py (a model folder copied out of PaddleRec's checkout: named by its
+// first class, "net.py's <Class>" for a network of no folder GPUBox builds); nullopt when none
+// is.
 std::optional<std::string> paddlerec_model_name(const std::string& workspace,
                                                 const std::string& config_path,
                                                 std::string* source);

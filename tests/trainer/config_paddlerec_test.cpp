@@ -3,6 +3,8 @@
 // dlrm folder and otherwise asked for; top_layer_sizes' two-class output in that folder only.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -203,6 +205,32 @@ void expect_folders_refused_unless_the_key_says(ConfigTest& test, const std::str
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
   EXPECT_EQ(plain->hyper.model, config::ModelKind::kDnn);
   EXPECT_NE(plain->hyper.model_source.find("the default"), std::string::npos);
+
+  // A model folder linked to, or copied out of the checkout (named by its net.py's first class),
+  // trained the default dnn, its keys and reader unread: its own network, or refused.
+  const std::filesystem::path linked = test.dir() / "my_link";
+  std::filesystem::create_directories(test.dir() / "PaddleRec/models/rank/deepfm");
+  std::filesystem::create_directory_symlink(test.dir() / "PaddleRec/models/rank/deepfm", linked);
+  auto via_link = test.load_in("my_link", yaml);
+  ASSERT_TRUE(via_link.ok()) << via_link.status().to_string();
+  EXPECT_EQ(via_link->hyper.model, config::ModelKind::kDeepFm);
+  std::filesystem::create_directories(test.dir() / "copied");
+  std::ofstream(test.dir() / "copied/net.py")
+      << "import paddle\n\nclass DCN_V2Layer(nn.Layer):\n    pass\nclass DNNLayer(nn.Layer):\n";
+  auto copied = test.load_in("copied", yaml);
+  ASSERT_TRUE(copied.ok()) << copied.status().to_string();
+  EXPECT_EQ(copied->hyper.model, config::ModelKind::kDcnV2);
+  EXPECT_NE(copied->hyper.model_source.find("its net.py's first class DCN_V2Layer"),
+            std::string::npos)
+      << copied->hyper.model_source;
+  std::filesystem::create_directories(test.dir() / "unbuilt");
+  std::ofstream(test.dir() / "unbuilt/net.py") << "class DIFM(nn.Layer):\n";
+  auto unbuilt = test.load_in("unbuilt", yaml);
+  ASSERT_FALSE(unbuilt.ok());
+  EXPECT_NE(unbuilt.status().message().find("names PaddleRec's network 'net.py's DIFM', which "
+                                            "GPUBox does not build"),
+            std::string::npos)
+      << unbuilt.status().to_string();
 }
 
 // A PaddleRec config has no hyper_parameters.model: the network is the one its model folder
