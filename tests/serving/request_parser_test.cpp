@@ -189,6 +189,18 @@ TEST(RequestParser, SlotTextIsReadAsTheTrainingParserReadsIt) {
   ASSERT_FALSE(bad_key.ok());
   EXPECT_NE(bad_key.status().message().find("line 1: bad_key"), std::string::npos)
       << bad_key.status().message();
+  // A byte order mark is no part of the first line, as in training's files; an empty body (a POST
+  // without Content-Length: its lines came as the next "request") is refused, not 200 with none.
+  const auto marked =
+      parser.parse("\xEF\xBB\xBF" + lines[0] + "\n" + lines[1] + "\n", BodyForm::kAuto);
+  ASSERT_TRUE(marked.ok()) << marked.status().to_string();
+  EXPECT_EQ(marked->keys, want.keys);
+  for (const std::string body : {"", " \r\n", "\xEF\xBB\xBF"}) {
+    const auto empty = parser.parse(body, BodyForm::kAuto);
+    ASSERT_FALSE(empty.ok());
+    EXPECT_NE(empty.status().message().find("the request holds no instance"), std::string::npos)
+        << empty.status().message();
+  }
 }
 
 // Random bodies (mutated valid ones and raw bytes) give an instance block or an error, never a
