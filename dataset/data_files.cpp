@@ -1,8 +1,13 @@
 #include "dataset/data_files.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <string>
 
 namespace gpubox::dataset {
 namespace {
@@ -43,16 +48,27 @@ std::string skipped_text(const std::string& dir, const std::vector<SkippedEntry>
 
 namespace {
 
-using ListedAs = std::map<std::string, std::string>;  // canonical path -> the listed path
+using ListedAs = std::map<std::string, std::string>;  // the file's identity -> the listed path
+
+// A file's identity, its device and inode ("dev:ino"): a link to a listed file, or a hard link
+// (which no path resolution shows: it was read twice), is the same file.
+Status identity_of(const std::string& path, std::string* id) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::IOError("cannot read '" + path + "': " + std::strerror(errno));
+  }
+  *id = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  return Status::OK();
+}
 
 // Lists `dir` into `out`; `listed_as` holds the files listed before (this folder's and, for a
 // list of folders, the earlier folders').
 Status list_into(const std::string& dir, ListedAs* listed_as, DataFileList* out) {
   std::error_code ec;
   if (fs::is_regular_file(dir, ec)) {
-    const std::string canonical = fs::canonical(dir, ec).string();
-    if (ec) return Status::IOError("cannot resolve '" + dir + "': " + ec.message());
-    const auto [it, inserted] = listed_as->emplace(canonical, dir);
+    std::string id;
+    GPUBOX_RETURN_IF_ERROR(identity_of(dir, &id));
+    const auto [it, inserted] = listed_as->emplace(id, dir);
     if (inserted) {
       out->files.push_back(dir);
     } else {
@@ -61,7 +77,14 @@ Status list_into(const std::string& dir, ListedAs* listed_as, DataFileList* out)
     return Status::OK();
   }
   if (!fs::is_directory(dir, ec)) {
-    return Status::NotFound("data folder '" + dir + "' does not exist or is not a folder");
+    std::error_code link_ec;
+    if (fs::symlink_status(dir, link_ec).type() == fs::file_type::not_found || link_ec) {
+      return Status::NotFound("data folder '" + dir + "' does not exist");
+    }
+    if (ec) return Status::IOError("cannot read data folder '" + dir + "': " + ec.message());
+    return Status::InvalidArgument("data path '" + dir +
+                                   "' is neither a folder nor a regular file (a FIFO, a device or "
+                                   "a socket): name a folder of data files, or a file");
   }
   std::vector<fs::path> entries;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -101,11 +124,9 @@ Status list_into(const std::string& dir, ListedAs* listed_as, DataFileList* out)
       skip(SkipReason::kNotRegularFile);
       continue;
     }
-    std::error_code canonical_ec;
-    const std::string canonical = fs::canonical(entry, canonical_ec).string();
-    if (canonical_ec)
-      return Status::IOError("cannot resolve '" + path + "': " + canonical_ec.message());
-    const auto [it, inserted] = listed_as->emplace(canonical, path);
+    std::string id;
+    GPUBOX_RETURN_IF_ERROR(identity_of(path, &id));
+    const auto [it, inserted] = listed_as->emplace(id, path);
     if (!inserted) {
       skip(SkipReason::kSameFile, it->second);
       continue;

@@ -51,6 +51,7 @@ class LineRng {
 inline double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
 std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";  // JSON has no NaN (one class: no AUC)
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.10g", v);
   return buf;
@@ -234,7 +235,7 @@ double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8
   }
   const double p = static_cast<double>(positives);
   const double n = static_cast<double>(scores.size()) - p;
-  if (p == 0 || n == 0) return 0.5;
+  if (p == 0 || n == 0) return std::nan("");  // undefined, as training's AUC of one class
   return (positive_rank_sum - p * (p + 1) / 2) / (p * n);
 }
 

@@ -160,7 +160,8 @@ struct OracleSummary {
 // file beyond `files` from an earlier run.
 Status generate(const GeneratorOptions& options, OracleSummary* summary);
 
-// Exact ROC AUC by sorting; tied scores count one half. 0.5 when one class is absent.
+// Exact ROC AUC by sorting; tied scores count one half. NaN when one class is absent (as the
+// trainer's metrics: 0.5 read as a ceiling a one-class test set could be held to).
 double exact_auc(const std::vector<double>& scores, const std::vector<std::uint8_t>& labels);
 // Mean binary cross-entropy of sigmoid(logit) against labels.
 double mean_logloss(const std::vector<double>& logits, const std::vector<std::uint8_t>& labels);

@@ -291,15 +291,25 @@ int run_stat_command(const cli::ParsedArgs& args) {
     files.insert(files.end(), listed->files.begin(), listed->files.end());
     skipped.insert(skipped.end(), listed->skipped.begin(), listed->skipped.end());
   }
+  const std::size_t folder_files = files.size();
   for (const std::string& f : args.positionals) files.push_back(f);
   // A file named twice (a folder listed twice, a FILE in the config's folders, a link to one):
-  // training refuses it, so stat, which loads "exactly as training would", does too.
+  // training refuses it, so stat, which loads "exactly as training would", does too. A file in
+  // two of runner.pass_dirs is read by each of those passes, as training reads it.
+  const bool passes = std::string(dir_key) == "runner.pass_dirs";
   std::map<std::string, std::string> seen;  // canonical path -> as named
-  for (const std::string& f : files) {
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const std::string& f = files[i];
     std::error_code ec;
     const std::string canonical = std::filesystem::canonical(f, ec).string();
     if (ec) continue;  // loading it names what is wrong
     const auto [it, inserted] = seen.emplace(canonical, f);
+    if (!inserted && passes && i < folder_files) {
+      GPUBOX_LOG(WARNING) << "runner.pass_dirs: the data file '" << it->second
+                          << "' is in two passes' folders (again as '" << f
+                          << "'): training reads it in each, as counted here";
+      continue;
+    }
     if (!inserted) {
       return fail(Status::InvalidArgument(
           "stat: the data file '" + it->second + "' is named twice" +

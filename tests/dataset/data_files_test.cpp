@@ -76,6 +76,33 @@ TEST(DataFiles, OneFileEmptyFolderAndMissingFolder) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
   EXPECT_NE(missing.status().message().find("nowhere"), std::string::npos);
+  // A FIFO or a link loop named as the folder: what it is, not "does not exist".
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  StatusOr<DataFileList> fifo = list_data_files(dir.file("fifo"));
+  ASSERT_FALSE(fifo.ok());
+  EXPECT_NE(fifo.status().message().find("is neither a folder nor a regular file"),
+            std::string::npos)
+      << fifo.status().message();
+  fs::create_symlink(dir.file("loop"), dir.file("loop"));
+  StatusOr<DataFileList> loop = list_data_files(dir.file("loop"));
+  ASSERT_FALSE(loop.ok());
+  EXPECT_NE(loop.status().message().find("cannot read data folder '" + dir.file("loop") + "'"),
+            std::string::npos)
+      << loop.status().message();
+}
+
+// A hard link is the same file too (no path resolution shows it): read once.
+TEST(DataFiles, AHardLinkToAListedFileIsReadOnce) {
+  ScratchDir dir;
+  const std::string d = dir.file("d");
+  fs::create_directories(d);
+  dir.write("d/a.txt", "x\n");
+  fs::create_hard_link(d + "/a.txt", d + "/b_hard");
+  StatusOr<DataFileList> list = list_data_files(d);
+  ASSERT_TRUE(list.ok()) << list.status().to_string();
+  EXPECT_EQ(list->files, std::vector<std::string>{d + "/a.txt"});
+  ASSERT_EQ(list->skipped.size(), 1u);
+  EXPECT_EQ(list->skipped[0].to_string(), d + "/b_hard (same file as " + d + "/a.txt)");
 }
 
 // A list of folders: each listed in order; a file met in an earlier folder (the folder named

@@ -383,6 +383,14 @@ TEST(GpuboxDataBinary, StatLoadsExactlyAsTrainingWould) {
   EXPECT_NE(e.find("is named twice"), std::string::npos) << e;
   e = error_of("stat --config " + minimal + " " + kSampleDir + "/sample_train.txt");
   EXPECT_NE(e.find("sample_train.txt' is named twice"), std::string::npos) << e;
+  // Two passes' folders sharing a file: each pass reads it, as training does (warned), where
+  // stat refused the config training runs.
+  const RunResult days = run("stat --config " + minimal + " -o 'runner.pass_dirs=[" + kSampleDir +
+                                 ", " + kSampleDir + "]'",
+                             true);
+  EXPECT_EQ(days.exit_code, 0) << days.out;
+  EXPECT_NE(days.out.find("is in two passes' folders"), std::string::npos) << days.out;
+  EXPECT_NE(days.out.find("instances: 160"), std::string::npos) << days.out;
 }
 
 // #12 item 12: 100,000 slots load (the duplicate check was quadratic: 21 s); an empty folder
