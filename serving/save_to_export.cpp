@@ -1,6 +1,9 @@
 #include "serving/save_to_export.hpp"
 
+#include <map>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "common/enum_names.hpp"
 #include "common/logging.hpp"
@@ -87,6 +90,30 @@ Status fold_undropped_bias(const table::DenseTable& saved, const trainer::Traine
   return Status::OK();
 }
 
+// The keys an export may take from the config rather than the save (the rows converted to the
+// config's storage, unseen keys started by its rule): said as a warning, as a dense precision
+// that differs is, where only a note of the table's loader said the rows were rounded.
+void warn_of_conversions(const std::map<std::string, std::string>& saved,
+                         const trainer::TrainerConfig& config, const std::string& save_dir) {
+  static const std::pair<const char*, const char*> kTaken[] = {
+      {"hyper_parameters.sparse_storage",
+       "its rows are converted to the config's storage (rounded, where it is 16-bit) and its "
+       "MANIFEST says so"},
+      {"hyper_parameters.sparse_optimizer.class",
+       "its unseen keys start as the config's rule starts a row"}};
+  for (const auto& [key, effect] : kTaken) {
+    const auto was = saved.find(key);
+    const auto now = config.model_keys.find(key);
+    if (was == saved.end() || now == config.model_keys.end() || was->second == now->second) {
+      continue;
+    }
+    GPUBOX_LOG(WARNING) << "save " << save_dir << " was trained with " << key << "=" << was->second
+                        << ", the config " << config.config_path << " says " << now->second
+                        << ": the export is not the model as trained (" << effect << "); -o " << key
+                        << "=" << was->second << " exports it as trained";
+  }
+}
+
 }  // namespace
 
 StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
@@ -118,6 +145,7 @@ StatusOr<SaveToExport> read_save_to_export(const trainer::TrainerConfig& config,
   }
   GPUBOX_RETURN_IF_ERROR(
       table::io::check_halves(env, save_dir, *model_manifest, true).with_context(context));
+  warn_of_conversions(model_manifest->model_keys, config, save_dir);
   auto precision = trained_precision(*model_manifest, config, save_dir);
   if (!precision.ok()) return precision.status().with_context(context);
   const std::string sparse_dir = save_dir + "/sparse";

@@ -437,6 +437,21 @@ StatusOr<ExportSummary> export_serving_model(const trainer::TrainerConfig& confi
                                    number_text(options.show_threshold));
   }
   if (options.rows_per_part == 0) return Status::InvalidArgument("rows_per_part must be >= 1");
+  // Inside a training save (beside or within its halves) an export would make the save hold
+  // files its MANIFESTs do not list. The save itself and its halves are refused by StagedSave,
+  // saying which they are.
+  std::error_code ec;
+  std::filesystem::path target = std::filesystem::absolute(out_dir, ec).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "a/b/" names b
+  for (std::filesystem::path up = target.parent_path(); !ec && up.has_relative_path();
+       up = up.parent_path()) {
+    const bool a_half = up == target.parent_path() &&
+                        (target.filename() == "sparse" || target.filename() == "dense");
+    if (!a_half && std::filesystem::exists(up / table::io::kModelManifestName, ec)) {
+      return Status::InvalidArgument("export --out " + out_dir + " is inside the training save " +
+                                     up.string() + ": name a folder outside it");
+    }
+  }
   auto save = read_save_to_export(config, save_dir);
   if (!save.ok()) return save.status();
   // Exports into one folder take turns (an exclusive flock on it, released as this returns):

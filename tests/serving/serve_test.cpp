@@ -209,6 +209,14 @@ TEST_F(Serving, AnExportOverAModelSaveOrAnotherFolderIsRefusedSayingWhichItIs) {
         << over_half.status().to_string();
     EXPECT_EQ(fs::last_write_time(in_save / "MANIFEST"), before) << half;
   }
+  // Deeper in the save (a folder its MANIFESTs do not list) too.
+  const fs::path inside = root_ / "save" / "sparse" / "x";
+  auto in_half =
+      export_serving_model(*config_, (root_ / "save").string(), inside.string(), ExportOptions{});
+  ASSERT_FALSE(in_half.ok());
+  EXPECT_NE(in_half.status().message().find("is inside the training save"), std::string::npos)
+      << in_half.status().to_string();
+  EXPECT_FALSE(fs::exists(inside));
 }
 
 // Two exports to one --out at once removed each other's staging folder (one failed: "open folder
