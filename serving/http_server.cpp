@@ -61,6 +61,14 @@ std::string path_label(beast::string_view target) {
 
 class Session;
 
+// "address:port" of the client, "(unknown)" when the socket no longer says.
+static std::string peer_of(const tcp::socket& socket) {
+  beast::error_code ec;
+  const auto endpoint = socket.remote_endpoint(ec);
+  if (ec) return "(unknown)";
+  return endpoint.address().to_string() + ":" + std::to_string(endpoint.port());
+}
+
 struct PredictionServer::Impl {
   Impl(const ServingModel& model_in, ServerOptions options_in)
       : model(model_in),
@@ -78,6 +86,10 @@ struct PredictionServer::Impl {
 
   void accept();
   void refuse(tcp::socket socket);
+  // An error answered to `peer` (a 4xx or 5xx, a refused connection), logged at most once a
+  // second with how many went unlogged since: an operator finds a broken or abusive client by
+  // its address (only /metrics counted them).
+  void log_error(const std::string& peer, const std::string& what);
   std::size_t live_sessions() {
     MutexLock lock(sessions_mu);
     return sessions.size();
@@ -90,6 +102,8 @@ struct PredictionServer::Impl {
   RequestParser parser;
   std::unique_ptr<MicroBatcher> batcher;
   std::atomic<bool> stopping{false};
+  std::atomic<int64_t> last_error_log_ms{-1000000};
+  std::atomic<uint64_t> errors_unlogged{0};
 
   // Before ioc: sessions still queued in ioc when it is destroyed unregister here.
   Mutex sessions_mu;
@@ -117,7 +131,7 @@ struct PredictionServer::Impl {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, PredictionServer::Impl& server)
-      : stream_(std::move(socket)), server_(server) {}
+      : stream_(std::move(socket)), server_(server), peer_(peer_of(stream_.socket())) {}
   ~Session() {
     {
       MutexLock lock(server_.sessions_mu);
@@ -277,6 +291,10 @@ class Session : public std::enable_shared_from_this<Session> {
     response->prepare_payload();
     server_.metrics.record_request(label_, static_cast<int>(status),
                                    std::chrono::duration<double>(Clock::now() - started_).count());
+    if (static_cast<int>(status) >= 400) {
+      server_.log_error(peer_, std::to_string(static_cast<int>(status)) + " on " + label_ + ": " +
+                                   response->body().substr(0, 300));
+    }
     stream_.expires_after(server_.options.idle_timeout);
     http::async_write(stream_, *response,
                       [self = shared_from_this(), response](beast::error_code ec, std::size_t) {
@@ -292,6 +310,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   PredictionServer::Impl& server_;
+  const std::string peer_;  // "address:port", for the log
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   Clock::time_point started_ = Clock::now();
@@ -331,7 +350,31 @@ void PredictionServer::Impl::accept() {
   });
 }
 
+void PredictionServer::Impl::log_error(const std::string& peer, const std::string& what) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_error_log_ms.load();
+  if (now - last < 1000 || !last_error_log_ms.compare_exchange_strong(last, now)) {
+    errors_unlogged.fetch_add(1);
+    return;
+  }
+  const uint64_t unlogged = errors_unlogged.exchange(0);
+  std::string text = what;
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  GPUBOX_LOG(WARNING) << "gpubox_serve: client " << peer << ": " << text
+                      << (unlogged > 0 ? " (and " + std::to_string(unlogged) +
+                                             " error answers since the last such line)"
+                                       : std::string());
+}
+
 void PredictionServer::Impl::refuse(tcp::socket socket) {
+  beast::error_code endpoint_ec;
+  const auto endpoint = socket.remote_endpoint(endpoint_ec);
+  log_error(endpoint_ec ? std::string("(unknown)")
+                        : endpoint.address().to_string() + ":" + std::to_string(endpoint.port()),
+            "503: refused, --max_connections (" + std::to_string(options.max_connections) +
+                ") connections are open");
   static const std::string kRefusal = [] {
     const std::string body = error_body("too many connections (--max_connections); retry later");
     return "HTTP/1.1 503 Service Unavailable\r\nServer: gpubox_serve\r\nContent-Type: "
