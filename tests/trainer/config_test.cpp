@@ -480,6 +480,15 @@ TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
             std::string::npos)
       << note({"runner.pass_dirs=[a, b]"});
   EXPECT_EQ(note({"runner.pass_dirs=[a, b]", "runner.train_data_dir="}), "");
+  // Another network's keys (PaddleRec's cross_num on a dnn or deepfm config) trained without a
+  // word: said, naming the networks that read them.
+  const std::string dnn = note({"hyper_parameters.cross_layers=5", "hyper_parameters.head_num=4"});
+  EXPECT_NE(dnn.find("set, but not read by the network it trains, dnn (hyper_parameters.model): "
+                     "hyper_parameters.cross_layers (dcn, dcn_v2); hyper_parameters.head_num "
+                     "(autoint)"),
+            std::string::npos)
+      << dnn;
+  EXPECT_EQ(note({"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=5"}), "");
 }
 
 }  // namespace

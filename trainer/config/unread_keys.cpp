@@ -5,9 +5,55 @@
 
 #include "common/config/config_document.hpp"
 #include "common/config/config_enums.hpp"
+#include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
 
 namespace gpubox::trainer {
+namespace {
+
+// Keys of one network's parts, set for another network that reads none of them: "a; b" naming
+// each and the networks that read it ("" when none). A cross_num on deepfm trained deepfm without
+// a word (the network is the config's or its folder's; the key is another's).
+std::string other_networks_keys(const config::ConfigDocument& doc) {
+  using config::ModelKind;
+  struct NetworkKey {
+    const char* key;
+    std::vector<ModelKind> read_by;
+    const char* networks;
+  };
+  static const NetworkKey kKeys[] = {
+      {"hyper_parameters.cross_layers", {ModelKind::kDcn, ModelKind::kDcnV2}, "dcn, dcn_v2"},
+      {"hyper_parameters.cross_l2", {ModelKind::kDcn, ModelKind::kDcnV2}, "dcn, dcn_v2"},
+      {"hyper_parameters.cross_rank", {ModelKind::kDcnV2}, "dcn_v2"},
+      {"hyper_parameters.dcn_structure", {ModelKind::kDcnV2}, "dcn_v2"},
+      {"hyper_parameters.cross_mixture", {ModelKind::kDcnV2}, "dcn_v2"},
+      {"hyper_parameters.cross_experts", {ModelKind::kDcnV2}, "dcn_v2"},
+      {"hyper_parameters.bot_layer_sizes", {ModelKind::kDlrm}, "dlrm"},
+      {"hyper_parameters.layer_sizes_cin", {ModelKind::kXdeepfm}, "xdeepfm"},
+      {"hyper_parameters.attn_layer_sizes", {ModelKind::kAutoint}, "autoint"},
+      {"hyper_parameters.head_num", {ModelKind::kAutoint}, "autoint"},
+      {"hyper_parameters.use_residual", {ModelKind::kAutoint}, "autoint"},
+      {"hyper_parameters.scaling", {ModelKind::kAutoint}, "autoint"},
+      {"hyper_parameters.use_wide", {ModelKind::kAutoint}, "autoint"},
+      {"hyper_parameters.field_group_sizes", {ModelKind::kFlen}, "flen"},
+      {"hyper_parameters.sparse_num_field", {ModelKind::kFlen}, "flen"}};
+  const StatusOr<config::NetworkChoice> network = config::resolve_network(doc);
+  if (!network.ok()) return "";  // refused elsewhere, naming why
+  std::string keys;
+  for (const NetworkKey& k : kKeys) {
+    if (doc.is_default(k.key) ||
+        std::find(k.read_by.begin(), k.read_by.end(), network->model) != k.read_by.end()) {
+      continue;
+    }
+    keys += std::string(keys.empty() ? "" : "; ") + k.key + " (" + k.networks + ")";
+  }
+  if (keys.empty()) return "";
+  return doc.source() + ": set, but not read by the network it trains, " +
+         name_of(config::kModelKindNames, network->model) + " (" + network->source + "): " + keys +
+         "; is hyper_parameters.model (or the model folder) the one meant?";
+}
+
+}  // namespace
 
 std::string unread_keys_note(const config::ConfigDocument& doc) {
   using config::SyncMode;
@@ -41,6 +87,8 @@ std::string unread_keys_note(const config::ConfigDocument& doc) {
     note += std::string(note.empty() ? doc.source() + ": " : "; ") + "runner.train_data_dir (" +
             doc.get_string("runner.train_data_dir") + ") is not read: runner.pass_dirs replaces it";
   }
+  const std::string network = other_networks_keys(doc);
+  if (!network.empty()) note += (note.empty() ? "" : "\n") + network;
   return note;
 }
 

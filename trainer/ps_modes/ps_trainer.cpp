@@ -95,7 +95,9 @@ std::unique_ptr<RemoteHostTier> connect_servers(const TrainerConfig& config,
                  " trains against gpubox_server processes: name them in "
                  "PADDLE_PSERVERS_IP_PORT_LIST (scripts/launch.sh --server_num S --worker_num W "
                  "starts servers and trainers; its --gpus, Collective mode, trains a config of "
-                 "runner.use_fleet without runner.sync_mode: configs/config_collective.yaml)");
+                 "runner.use_fleet without runner.sync_mode: configs/config_collective.yaml); "
+                 "--mode infer or export of such a job's save on one machine: add "
+                 "-o runner.sync_mode=gpubox");
   table::server::RemoteHostTierOptions options;
   options.endpoints = env.servers;
   options.config = config.sparse;

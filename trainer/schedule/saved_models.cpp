@@ -74,7 +74,10 @@ bool is_save_folder(const std::string& dir) {
 
 std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int64_t start_epoch,
                                               int64_t end_epoch) {
-  GPUBOX_EXPECTS(!load_path.empty(), "--mode infer needs --load or runner.infer_load_path");
+  GPUBOX_EXPECTS(!load_path.empty(),
+                 "--mode infer needs --load or runner.infer_load_path (a config's "
+                 "runner.model_init_path, PaddleRec's init_model_path, is where training starts, "
+                 "not a model to evaluate: name it with --load)");
   if (is_save_folder(load_path)) {
     const std::string name = fs::path(load_path).lexically_normal().filename().string();
     const bool numbered =
