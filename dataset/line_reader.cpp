@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/logging.hpp"
+
 extern char** environ;
 
 namespace gpubox::dataset {
@@ -19,6 +21,8 @@ namespace {
 
 // Every read asks for at least this much; a line may additionally need max_line_bytes.
 constexpr std::size_t kReadBlock = std::size_t{4} << 20;
+// How long a pipe_command may write nothing before the wait is said (then each such span again).
+constexpr int kSilentPipeNoteMs = 60 * 1000;
 
 Status open_error(const std::string& path, int err) {
   return Status::IOError("cannot open '" + path + "': " + std::strerror(err));
@@ -174,16 +178,27 @@ bool LineReader::fill() {
     begin_ = 0;
   }
   const std::size_t room = capacity_ - end_;
+  int silent_minutes = 0;
   for (;;) {
     if (stderr_fd_ >= 0) {
       // Wait for output or for standard error, draining the latter so that a command writing
-      // much to it never blocks on a full pipe while we wait for its output.
+      // much to it never blocks on a full pipe while we wait for its output. A minute without
+      // either is said (a reader that never ends held the load without a word), and the wait
+      // goes on: a slow command is not failed.
       pollfd fds[2] = {{fd_, POLLIN, 0}, {stderr_fd_, POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      const int ready = ::poll(fds, 2, kSilentPipeNoteMs);
+      if (ready < 0) {
         if (errno == EINTR) continue;
         status_ = Status::IOError("poll on the pipe of '" + path_ + "': " + std::strerror(errno));
         return false;
       }
+      if (ready == 0) {
+        GPUBOX_LOG(WARNING) << "runner.pipe_command '" << pipe_command_ << "' on '" << path_
+                            << "' has written nothing for " << ++silent_minutes << " min ("
+                            << line_number_ << " lines read from it): still waiting for it";
+        continue;
+      }
+      silent_minutes = 0;
       if (fds[1].revents != 0) drain_stderr();
       if (fds[0].revents == 0) continue;
     }
