@@ -111,6 +111,13 @@ class ConfigDocument {
   // PaddleRec names that apply only beside another key's true (low_rank with
   // use_low_rank_mixture) set without it.
   std::vector<std::string> no_effect_keys() const;
+  // What the binaries say at start of an -o data folder (runner.train_data_dir, test_data_dir,
+  // pass_dirs) given relative: read from the config's folder where the working directory has no
+  // such path (PaddleRec joins it with the config's folder), or, where both have one, that the
+  // working directory's is read (a warning: `first` true). Empty when there is nothing to say.
+  const std::vector<std::pair<bool, std::string>>& override_path_notes() const {
+    return override_path_notes_;
+  }
   // The same with one line per key saying why ("" when there are none), for the binaries to
   // print once at start:
   //   <file>: 2 PaddleRec keys have no effect in GPUBox:
@@ -140,6 +147,7 @@ class ConfigDocument {
   // PaddleRec names with no effect in this config, and why: table_parameters leaves GPUBox has
   // no knob for (in file order), then aliases whose KeyAlias::only_when key is false.
   std::vector<std::pair<std::string, std::string>> paddlerec_notes_;
+  std::vector<std::pair<bool, std::string>> override_path_notes_;
   mutable std::set<std::string> keys_read_;
   std::map<std::string, int, std::less<>> output_widths_;  // output_layer_width's
 };

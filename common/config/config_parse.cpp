@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -55,6 +56,7 @@ class DocumentBuilder {
       return Status::InvalidArgument(
           doc_.source_ + ": expected a map of keys at the top level, got " + describe(root));
     }
+    base_dir_ = base_dir;
     apply_map(root, "", base_dir);
     return file_errors();
   }
@@ -102,8 +104,62 @@ class DocumentBuilder {
     const Status st = parse_value_text(*key, value, &parsed);
     if (!st.ok()) return error("-o: " + st.message());
     drop_earlier_conditional_overrides(key->name);
+    resolve_data_folders(*key, value, &parsed);
     doc_.values_[key->name] = std::move(parsed);
     return Status::OK();
+  }
+
+  // An -o data folder given relative is the working directory's (GPUBox's rule), but PaddleRec
+  // joins it with the config's folder: where only the config's folder has it, that is read (a
+  // PaddleRec command line failed, "does not exist"); where both have one, the working
+  // directory's is, and said (a data/ folder there trained silently while the test data came
+  // from the config's folder).
+  void resolve_data_folders(const KeySpec& key, const std::string& text, ConfigValue* value) {
+    if (base_dir_.empty() ||
+        (key.name != "runner.train_data_dir" && key.name != "runner.test_data_dir" &&
+         key.name != "runner.pass_dirs")) {
+      return;
+    }
+    // The paths as written (parse_value_text made them the working directory's, absolute).
+    std::vector<std::string> written;
+    if (!text.empty() && text.front() == '[') {
+      try {
+        for (const YAML::Node& item : YAML::Load(text)) written.push_back(item.as<std::string>());
+      } catch (const YAML::Exception&) {
+        return;  // parsed above; nothing to say
+      }
+    } else {
+      written.push_back(text);
+    }
+    std::size_t index = 0;
+    const auto resolve = [&](std::string* path) {
+      namespace fs = std::filesystem;
+      const std::string as_written = index < written.size() ? written[index] : "";
+      ++index;
+      if (as_written.empty() || fs::path(as_written).is_absolute()) return;
+      const fs::path beside = fs::path(base_dir_) / as_written;
+      std::error_code ec;
+      const bool here = fs::exists(*path, ec);
+      const bool there = fs::exists(beside, ec);
+      if (!there || (here && fs::equivalent(*path, beside, ec))) return;
+      if (here) {
+        doc_.override_path_notes_.emplace_back(
+            true, "-o " + key.name + "=" + as_written + " reads " + *path +
+                      " (the working directory's), not " + beside.lexically_normal().string() +
+                      " beside the config, which PaddleRec would read");
+        return;
+      }
+      doc_.override_path_notes_.emplace_back(
+          false, "-o " + key.name + "=" + as_written + " reads " +
+                     beside.lexically_normal().string() +
+                     ", beside the config, as PaddleRec does (the working directory has no " +
+                     as_written + ")");
+      *path = beside.lexically_normal().string();
+    };
+    if (auto* one = std::get_if<std::string>(value)) resolve(one);
+    if (auto* list = std::get_if<std::vector<std::string>>(value)) {
+      for (std::string& path : *list) resolve(&path);
+    }
   }
 
   // Overrides apply in order, the last of a key winning; a conditional alias's override waits
@@ -457,6 +513,7 @@ class DocumentBuilder {
   }
 
   ConfigDocument doc_;
+  std::string base_dir_;  // the config file's folder ("" for a config parsed from text)
   struct SetBy {
     int line = 0;
     std::string from;  // the PaddleRec name that set the key; "" for the key itself
