@@ -259,6 +259,9 @@ int run_stat_command(const cli::ParsedArgs& args) {
       config::ConfigDocument::load(args.get_string("config", ""), args.overrides);
   if (!doc.ok()) return fail(doc.status());
   if (const std::string note = doc->no_effect_note(); !note.empty()) GPUBOX_LOG(INFO) << note;
+  for (const auto& [warning, note] : doc->override_path_notes()) {
+    ::gpubox::LogLine(warning ? LogLevel::WARNING : LogLevel::INFO, __FILE__, __LINE__) << note;
+  }
   StatusOr<DatasetConfig> dataset_config = dataset_config_from(*doc);
   if (!dataset_config.ok()) return fail(dataset_config.status());
   if (!dataset_config->pipe_arguments_note.empty()) {

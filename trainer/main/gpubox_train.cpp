@@ -298,11 +298,9 @@ void log_start_notes(const gpubox::config::ConfigDocument& doc,
   }
   for (const std::string& note : config.dataset.reader_notes) GPUBOX_LOG(INFO) << note;
   for (const auto& [warning, note] : doc.override_path_notes()) {
-    if (warning) {
-      GPUBOX_LOG(WARNING) << note;
-    } else {
-      GPUBOX_LOG(INFO) << note;
-    }
+    gpubox::LogLine(warning ? gpubox::LogLevel::WARNING : gpubox::LogLevel::INFO, __FILE__,
+                    __LINE__)
+        << note;
   }
   for (const std::string& warning :
        {gpubox::trainer::dlrm_output_warning(config), gpubox::trainer::unread_keys_note(doc)}) {
