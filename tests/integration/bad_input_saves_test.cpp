@@ -264,6 +264,22 @@ TEST_F(BadInputBinaries, ARunNeverSavesOverTheSaveItStartsFrom) {
       train({"--load", saves + "/1", "-o",
              "runner.model_save_path=" + (root_ / "in_place_next").string()});
   EXPECT_EQ(elsewhere.status, 0) << elsewhere.output;
+  // A delta save's base in the same folder: its pass 0 replaced the base (the daily warm start of
+  // online training), and neither the save started from nor the new ones loaded, exit 0.
+  const std::string deltas = (root_ / "in_place_deltas").string();
+  ASSERT_EQ(
+      train({"-o", "runner.model_save_path=" + deltas, "-o", "runner.save_mode=delta"}).status,
+      0);  // 0 a base, 1 a delta onto it
+  const Finished onto_base =
+      train({"--load", deltas + "/1", "-o", "runner.model_save_path=" + deltas, "-o",
+             "runner.resume=off", "-o", "runner.epochs=1", "-o", "runner.save_mode=delta"});
+  EXPECT_EQ(onto_base.status, 1) << onto_base.output;
+  EXPECT_NE(onto_base.output.find("the run starts from the save " + deltas +
+                                  "/1, a delta save that applies onto "),
+            std::string::npos)
+      << onto_base.output;
+  EXPECT_FALSE(trained_a_pass(onto_base)) << onto_base.output;
+  EXPECT_EQ(train({"--mode", "infer", "--load", deltas + "/1"}).status, 0);
 }
 
 // runner.train_batch_size is per card: a resume on two cards of a job of one trained on at twice

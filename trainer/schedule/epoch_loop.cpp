@@ -439,17 +439,31 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
 void check_not_saving_over(const std::string& start_from, const std::string& model_save_path,
                            int64_t first, int64_t total) {
   if (start_from.empty()) return;
+  // The save and the saves its delta chain applies onto: a pass that replaced a base under the
+  // delta it started from left neither loadable (the new save, a delta, applied onto itself).
+  std::vector<std::string> restored = {start_from};
+  try {
+    for (const SavePoint& link : plan_restore(start_from, false).chain) {
+      if (link.dir != start_from) restored.push_back(link.dir);
+    }
+  } catch (const Error&) {
+    // Not a complete save: its load names what is wrong.
+  }
   std::error_code ec;
-  const std::filesystem::path from = std::filesystem::weakly_canonical(start_from, ec);
-  if (ec) return;  // its load names what is wrong
-  for (int64_t pass = first; pass < total; ++pass) {
-    const std::filesystem::path save = std::filesystem::weakly_canonical(
-        std::filesystem::path(model_save_path) / std::to_string(pass), ec);
-    GPUBOX_EXPECTS(ec || save != from, "the run starts from the save ", start_from,
-                   ", which its pass ", pass, " saves over (runner.model_save_path ",
-                   model_save_path,
-                   "): every rerun would start from the model the last one left there; save "
-                   "into another runner.model_save_path, or load a copy of that save");
+  for (const std::string& folder : restored) {
+    const std::filesystem::path from = std::filesystem::weakly_canonical(folder, ec);
+    if (ec) continue;
+    for (int64_t pass = first; pass < total; ++pass) {
+      const std::filesystem::path save = std::filesystem::weakly_canonical(
+          std::filesystem::path(model_save_path) / std::to_string(pass), ec);
+      GPUBOX_EXPECTS(
+          ec || save != from, "the run starts from the save ", start_from,
+          folder == start_from ? std::string() : ", a delta save that applies onto " + folder,
+          ", which its pass ", pass, " saves over (runner.model_save_path ", model_save_path, "): ",
+          folder == start_from ? "every rerun would start from the model the last one left there"
+                               : "neither that save nor the new ones would load after",
+          "; save into another runner.model_save_path, or load a copy of that save");
+    }
   }
 }
 

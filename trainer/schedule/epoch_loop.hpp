@@ -55,10 +55,11 @@ struct RunHooks {
 // naming it).
 RunPlan plan_run(const RunnerConfig& runner);
 
-// Throws naming both when the save a run starts from (`start_from`: --load, model_init_path) is
-// one its passes [first, total) save over, <model_save_path>/<pass> (links resolved): the run
-// replaced the save it started from, and each rerun of the same command started from the model
-// the last one left there, exit 0.
+// Throws naming both when the save a run starts from (`start_from`: --load, model_init_path), or
+// a save its delta chain applies onto, is one its passes [first, total) save over,
+// <model_save_path>/<pass> (links resolved): the run replaced the save it started from, and each
+// rerun of the same command started from the model the last one left there, exit 0; or it
+// replaced the delta's base, and neither loaded after.
 void check_not_saving_over(const std::string& start_from, const std::string& model_save_path,
                            int64_t first, int64_t total);
 
