@@ -4,6 +4,7 @@
 
 #include "common/hash.hpp"
 #include "common/logging.hpp"
+#include "common/memory_limit.hpp"
 #include "table/host_memory_plan.hpp"
 #include "table/parallel.hpp"
 
@@ -21,6 +22,17 @@ Status SparseTable::check_options(const AccessorConfig& optimizer, const HostTab
     return Status::InvalidArgument(
         "a host memory budget (runner.host_memory_mb) needs a disk tier (runner.rocksdb_path, "
         "gpubox_server --rocksdb_dir)");
+  }
+  // A budget is a ceiling the table's index is sized from at start: one past the machine's
+  // memory reserved gigabytes up front and ran into the OOM killer with nothing said.
+  const UsableMemory usable = usable_memory();
+  if (config.memory_budget_bytes > 0 && usable.bytes > 0 &&
+      config.memory_budget_bytes > usable.bytes) {
+    return Status::InvalidArgument(
+        "the host memory budget (runner.host_memory_mb, gpubox_server --memory_mb) is " +
+        std::to_string(config.memory_budget_bytes >> 20) + " MiB, more than the " +
+        std::to_string(usable.bytes >> 20) + " MiB of " + usable.source +
+        ": set at most that (the rows beyond the budget go to the disk tier)");
   }
   if (config.cold_after_days > 0 && !disk) {
     return Status::InvalidArgument(

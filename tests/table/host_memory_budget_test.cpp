@@ -21,6 +21,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "common/memory_limit.hpp"
 #include "table/host_memory_plan.hpp"
 #include "table/key_index_map.hpp"
 #include "table/sparse_shard.hpp"
@@ -132,6 +133,22 @@ HostTableConfig disk_tier_config(const ScratchDir& dir, uint32_t shards) {
   cfg.threads = 1;
   cfg.rocksdb_path = dir.sub("rocksdb");
   return cfg;
+}
+
+// A budget past the machine's memory (its index is reserved from it at open: 200000 MiB climbed
+// toward the OOM killer with nothing said) is refused, naming the key and the machine's memory.
+TEST(HostMemoryPlan, ABudgetPastTheMachinesMemoryIsRefused) {
+  const UsableMemory usable = usable_memory();
+  if (usable.bytes == 0) GTEST_SKIP() << "the machine's memory is unknown";
+  ScratchDir dir;
+  HostTableConfig config = disk_tier_config(dir, 2);
+  config.memory_budget_bytes = usable.bytes + (uint64_t{1} << 20);
+  auto table = SparseTable::open(testing::test_optimizer(), config);
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("runner.host_memory_mb"), std::string::npos)
+      << table.status().to_string();
+  EXPECT_NE(table.status().message().find("MiB of " + usable.source), std::string::npos)
+      << table.status().to_string();
 }
 
 // (rows pushed before the random steps, shards, write-through)
