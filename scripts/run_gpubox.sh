@@ -83,7 +83,15 @@ done
 local_trainers=""
 trainers_flag=0
 servers_flag=0
+twice() {  # twice FLAG: a second value was taken silently (the last won), as no binary does
+  echo "run_gpubox: $1 is given twice: give it once" >&2
+  exit 2
+}
 while [ $# -gt 0 ]; do
+  case "$1" in
+    --trainers | --trainers=*) [ "$trainers_flag" = 0 ] || twice --trainers ;;
+    --servers | --servers=*) [ "$servers_flag" = 0 ] || twice --servers ;;
+  esac
   case "$1" in
     --trainers) local_trainers="${2:-}"; trainers_flag=1; shift; [ $# -gt 0 ] && shift ;;
     --trainers=*) local_trainers="${1#*=}"; trainers_flag=1; shift ;;
@@ -92,6 +100,13 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+if [ "$servers_flag" = 1 ] && [ "${GPUBOX_LOCAL_TIER:-0}" != 0 ]; then
+  case "${GPUBOX_LOCAL_TIER}" in
+    1 | [Tt]rue | TRUE | [Yy]es | YES | [Oo]n | ON)
+      echo "run_gpubox: --servers $PADDLE_PSERVER_NUMS and GPUBOX_LOCAL_TIER=$GPUBOX_LOCAL_TIER contradict (the host tier inside the trainer starts no server): give one" >&2
+      exit 2 ;;
+  esac
+fi
 if [ "$trainers_flag" = 1 ] && ! [[ "$local_trainers" =~ ^[1-9][0-9]*$ ]]; then
   echo "run_gpubox: --trainers takes a positive number, got '$local_trainers'" >&2
   exit 2
@@ -128,6 +143,11 @@ if [ -n "$local_trainers" ]; then
 fi
 selected="${selected:-0}"
 role="${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}"
+role="${role^^}"  # PaddleRec writes PSERVER and TRAINER; pserver is the same role
+case "$role" in
+  "" | PSERVER | TRAINER) ;;
+  *) echo "run_gpubox: TRAINING_ROLE='${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}': expected PSERVER or TRAINER (or unset: servers and trainers here)" >&2; exit 2 ;;
+esac
 case "${GPUBOX_LOCAL_TIER:-0}" in
   1 | [Tt]rue | TRUE | [Yy]es | YES | [Oo]n | ON) local_tier=1 ;;
   0 | [Ff]alse | FALSE | [Nn]o | NO | [Oo]ff | OFF) local_tier=0 ;;

@@ -77,6 +77,18 @@ refused "PSERVER on another port" "no endpoint of PADDLE_PSERVERS_IP_PORT_LIST=1
 refused "TRAINER without servers" "TRAINING_ROLE=TRAINER runs a trainer against servers started elsewhere: set PADDLE_PSERVERS_IP_PORT_LIST" \
   TRAINING_ROLE=TRAINER GPUBOX_LOCAL_TIER=0
 refused "GPUBOX_LOCAL_TIER=maybe" "GPUBOX_LOCAL_TIER='maybe': 1" GPUBOX_LOCAL_TIER=maybe
+refused "TRAINING_ROLE=foo" "TRAINING_ROLE='foo': expected PSERVER or TRAINER" TRAINING_ROLE=foo
+refused_args() {  # refused_args NAME TEXT ARGS...: run_gpubox.sh ARGS exits 2 printing TEXT
+  name="$1" text="$2"
+  shift 2
+  status=0
+  timeout 60 sh "$repo/scripts/run_gpubox.sh" "$@" --config "$config" >out0c.txt 2>&1 </dev/null ||
+    status=$?
+  [ "$status" = 2 ] || { cat out0c.txt; fail "$name exited $status, not 2"; }
+  grep -q -- "$text" out0c.txt || { cat out0c.txt; fail "$name: no error saying '$text'"; }
+}
+refused_args "--trainers twice" "--trainers is given twice" --trainers 2 --trainers=3
+GPUBOX_LOCAL_TIER=1 refused_args "--servers with the local tier" "contradict" --servers 2
 refused "PADDLE_TRAINERS_NUM=abc" "the job's trainers 'abc'" PADDLE_TRAINERS_NUM=abc GPUBOX_LOCAL_TIER=1
 
 # 1.
