@@ -131,9 +131,14 @@ void DenseState::restore_optimizer(DenseOptimizer& optimizer, const device::Stre
                                    const std::string& dir) const {
   for (const auto* host : {&moment1, &moment2}) {
     auto& buffer = host == &moment1 ? optimizer.moment1() : optimizer.moment2();
-    GPUBOX_EXPECTS(host->size() == buffer.size(), "save ", dir, ": optimizer state '",
+    // A save of another dense optimizer (Adam's two moments, adagrad's one, SGD's none).
+    GPUBOX_EXPECTS(host->size() == buffer.size(), "save ", dir,
+                   " holds the state of another dense optimizer than the config's "
+                   "hyper_parameters.optimizer.class (its '",
                    host == &moment1 ? kMoment1 : kMoment2, "' has ", host->size(),
-                   " values, expected ", buffer.size());
+                   " values, this optimizer keeps ", buffer.size(),
+                   "): load it with the class it was trained with (its MODEL_MANIFEST's "
+                   "model_keys record it)");
     if (host->empty()) continue;
     if (!undropped_bias.has_value()) {
       device::copy_async(buffer.data(), host->data(), host->size(), stream);
