@@ -189,6 +189,14 @@ void restore_sparse(table::HostTier& host, const RestorePlan& plan) {
           "<data_dir>/<model_save_path>): remove that save, or add -o runner.resume=off to start "
           "afresh");
     }
+    if (loaded_half.code() == Status::Code::kCorruption) {
+      // Damaged after it was written (a checksum that does not match): every rerun found it
+      // the newest save and failed on it again.
+      loaded_half = loaded_half.with_context(
+          "the save " + link.dir +
+          " is damaged: move it (and the saves after it) out of the "
+          "folder to resume from the save before, or add -o runner.resume=off to start afresh");
+    }
     throw_if_error(loaded_half.with_context("restoring the sparse half of " + link.dir));
     if (remote == nullptr) continue;
     const std::vector<uint64_t> loaded = remote->last_sync_generations();

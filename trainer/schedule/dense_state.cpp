@@ -192,8 +192,13 @@ DenseState load_dense_half(const std::string& dir, std::size_t parameters,
                            const std::string& network_note,
                            const std::optional<UndroppedBias>& undropped_bias) {
   table::DenseTable dense;
-  throw_if_error(
-      dense.load(dense_dir(dir)).with_context("loading the dense parameters from " + dir));
+  Status loaded = dense.load(dense_dir(dir));
+  if (loaded.code() == Status::Code::kCorruption) {
+    loaded = loaded.with_context("the save " + dir +
+                                 " is damaged: move it (and the saves after it) out of the "
+                                 "folder to resume from the save before, or load another");
+  }
+  throw_if_error(loaded.with_context("loading the dense parameters from " + dir));
   auto block = dense.get(kDenseBlock);
   GPUBOX_EXPECTS(block.has_value(), "save ", dir, " has no dense block");
   check_block_names(dense, undropped_bias.has_value(), dir);
