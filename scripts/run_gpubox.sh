@@ -142,6 +142,21 @@ if [ -n "$local_trainers" ]; then
   if [ -z "$selected" ]; then selected="$(seq -s, 0 $((local_trainers - 1)))"; fi
 fi
 selected="${selected:-0}"
+if [ -n "$local_trainers" ] && [ "$local_trainers" -gt 1 ]; then
+  # A card named twice would go to two trainers (two processes on one GPU), where one trainer
+  # refuses the same list; said before any server starts.
+  seen_cards=","
+  IFS=',' read -r -a listed_cards <<<"$selected"
+  for card in "${listed_cards[@]}"; do
+    card="${card// /}"
+    case "$seen_cards" in
+      *",$card,"*)
+        echo "run_gpubox: FLAGS_selected_gpus=$selected names card $card twice: each card goes to one trainer" >&2
+        exit 2 ;;
+    esac
+    seen_cards="$seen_cards$card,"
+  done
+fi
 role="${TRAINING_ROLE:-${GPUBOX_TRAINING_ROLE:-}}"
 role="${role^^}"  # PaddleRec writes PSERVER and TRAINER; pserver is the same role
 case "$role" in

@@ -88,7 +88,9 @@ refused_args() {  # refused_args NAME TEXT ARGS...: run_gpubox.sh ARGS exits 2 p
   grep -q -- "$text" out0c.txt || { cat out0c.txt; fail "$name: no error saying '$text'"; }
 }
 refused_args "--trainers twice" "--trainers is given twice" --trainers 2 --trainers=3
-GPUBOX_LOCAL_TIER=1 refused_args "--servers with the local tier" "contradict" --servers 2
+# (In subshells: an assignment before a function call outlives it in some shells.)
+(GPUBOX_LOCAL_TIER=1 && export GPUBOX_LOCAL_TIER && refused_args "--servers with the local tier" "contradict" --servers 2) || exit 1
+(FLAGS_selected_gpus=0,0 && export FLAGS_selected_gpus && refused_args "a card twice between trainers" "names card 0 twice" --trainers 2) || exit 1
 refused "PADDLE_TRAINERS_NUM=abc" "the job's trainers 'abc'" PADDLE_TRAINERS_NUM=abc GPUBOX_LOCAL_TIER=1
 
 # 1.
