@@ -5,7 +5,6 @@
 #include "common/config/config_document.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -288,34 +287,7 @@ TEST_F(ConfigDocumentTest, RelativePathsResolveAgainstTheConfigFolder) {
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->get_string("runner.train_data_dir"),
             (fs::current_path() / "elsewhere").lexically_normal().string());
-  EXPECT_TRUE(o->override_path_notes().empty());
-  // ... unless only the config's folder has it: PaddleRec joins an -o data folder with the
-  // config's folder, and its command lines failed with "does not exist". Said either way, and
-  // where both have one, the working directory's is read with a warning.
-  const fs::path only_beside = "gpubox_cfg_doc_only_beside_" + std::to_string(::getpid());
-  fs::create_directories(sub / only_beside / "x");
-  auto beside = ConfigDocument::load(
-      path, {"runner.train_data_dir=" + (only_beside / "x").string(),
-             "runner.pass_dirs=[" + (only_beside / "x").string() + ", /abs/day]"});
-  ASSERT_TRUE(beside.ok()) << beside.status().to_string();
-  EXPECT_EQ(beside->get_string("runner.train_data_dir"), (sub / only_beside / "x").string());
-  EXPECT_EQ(beside->get_string_list("runner.pass_dirs"),
-            (std::vector<std::string>{(sub / only_beside / "x").string(), "/abs/day"}));
-  ASSERT_EQ(beside->override_path_notes().size(), 2u);
-  EXPECT_FALSE(beside->override_path_notes()[0].first);
-  EXPECT_NE(beside->override_path_notes()[0].second.find("beside the config, as PaddleRec does"),
-            std::string::npos)
-      << beside->override_path_notes()[0].second;
-  fs::create_directories(only_beside / "x");  // the working directory's too
-  auto both = ConfigDocument::load(path, {"runner.train_data_dir=" + (only_beside / "x").string()});
-  fs::remove_all(only_beside);
-  ASSERT_TRUE(both.ok());
-  EXPECT_EQ(both->get_string("runner.train_data_dir"),
-            (fs::current_path() / only_beside / "x").lexically_normal().string());
-  ASSERT_EQ(both->override_path_notes().size(), 1u);
-  EXPECT_TRUE(both->override_path_notes()[0].first);
-  EXPECT_NE(both->override_path_notes()[0].second.find("which PaddleRec would read"),
-            std::string::npos);
+  EXPECT_TRUE(o->override_path_notes().empty());  // the config's folder has none either
 }
 
 // PaddleRec takes its model paths from the working directory (its data folders from the
