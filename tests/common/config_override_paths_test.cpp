@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 
 TEST(OverridePaths, ARelativeDataFolderOnlyBesideTheConfigIsReadThere) {
   std::random_device rd;
-  const fs::path dir = fs::temp_directory_path() / ("gpubox_override_paths_" + std::to_string(rd()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpubox_override_paths_" + std::to_string(rd()));
   const fs::path sub = fs::absolute(dir / "sub").lexically_normal();
   fs::create_directories(sub);
   const std::string path = (sub / "c.yaml").string();
