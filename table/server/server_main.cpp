@@ -292,6 +292,34 @@ Status apply_deadline_flags(ServerOptions* options) {
   return Status::OK();
 }
 
+// A data_dir the server cannot open (a file, no permission) would fail every SAVE and LOAD of
+// the job later; the binary refuses to start instead (an in-process server only warns).
+Status check_data_dir_flag() {
+  if (FLAGS_data_dir.empty()) return Status::OK();
+  // A missing folder is made, but only its last part: a mistyped parent (/srv/gpubox/datta/s0)
+  // would otherwise become a tree of folders that the next run, spelled right, never reads.
+  const std::filesystem::path dir(FLAGS_data_dir);
+  std::error_code ec;
+  auto normal = dir.lexically_normal();
+  if (!normal.has_filename()) normal = normal.parent_path();  // "saves/": the folder saves
+  const auto parent = normal.parent_path();
+  if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+    return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir + "': its parent folder '" +
+                                   parent.string() +
+                                   "' does not exist (a mistyped path? make it first, e.g. "
+                                   "mkdir -p, if this is the folder you mean)");
+  }
+  std::filesystem::create_directory(dir, ec);
+  auto env = io::RootedEnv::open(FLAGS_data_dir);
+  if (!env.ok()) {
+    return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir +
+                                   "': " + env.status().message() +
+                                   " (SAVE and LOAD would fail: give a folder the server can "
+                                   "write)");
+  }
+  return Status::OK();
+}
+
 // The listening, identity and limit flags into `options`.
 Status apply_server_flags(ServerOptions* options) {
   options->bind_address = FLAGS_bind;
@@ -300,19 +328,7 @@ Status apply_server_flags(ServerOptions* options) {
   options->shard_id = static_cast<uint32_t>(FLAGS_shard_id);
   options->shard_num = static_cast<uint32_t>(FLAGS_shard_num);
   options->data_dir = FLAGS_data_dir;
-  // A data_dir the server cannot open (a file, no permission) would fail every SAVE and LOAD of
-  // the job later; the binary refuses to start instead (an in-process server only warns).
-  if (!FLAGS_data_dir.empty()) {
-    std::error_code ec;  // a missing folder is made, as the server does
-    std::filesystem::create_directories(FLAGS_data_dir, ec);
-    auto env = io::RootedEnv::open(FLAGS_data_dir);
-    if (!env.ok()) {
-      return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir +
-                                     "': " + env.status().message() +
-                                     " (SAVE and LOAD would fail: give a folder the server can "
-                                     "write)");
-    }
-  }
+  GPUBOX_RETURN_IF_ERROR(check_data_dir_flag());
   options->max_payload_bytes = static_cast<uint32_t>(FLAGS_max_frame_mb) << 20;
   options->exit_when_job_ends = FLAGS_exit_when_job_ends;
   if (!FLAGS_auth_token_file.empty()) {

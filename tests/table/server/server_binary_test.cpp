@@ -391,6 +391,24 @@ TEST_F(ServerBinary, BadStartupIsAClearError) {
   const std::string file_text((std::istreambuf_iterator<char>(file_log)),
                               std::istreambuf_iterator<char>());
   EXPECT_NE(file_text.find("--data_dir '" + file.string() + "'"), std::string::npos) << file_text;
+
+  // A data_dir whose parent is missing (a typo in the middle of the path): refused, naming the
+  // parent, and no folder made; one missing last folder (spelled with a trailing /) is made.
+  const fs::path typo = dir_ / "datta" / "shard0";
+  ServerProcess on_a_typo;
+  EXPECT_FALSE(on_a_typo.start(args({"--data_dir", typo.string()}), dir_ / "typo.log"));
+  EXPECT_EQ(on_a_typo.wait(5), 1);
+  std::ifstream typo_log(dir_ / "typo.log");
+  const std::string typo_text((std::istreambuf_iterator<char>(typo_log)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_NE(typo_text.find("its parent folder '" + (dir_ / "datta").string() + "' does not exist"),
+            std::string::npos)
+      << typo_text;
+  EXPECT_FALSE(fs::exists(dir_ / "datta"));
+  ServerProcess on_a_new_folder;
+  ASSERT_TRUE(on_a_new_folder.start(args({"--data_dir", (dir_ / "fresh").string() + "/"}),
+                                    dir_ / "fresh.log"));
+  EXPECT_TRUE(fs::is_directory(dir_ / "fresh"));
 }
 
 // Issue #12 item 1: out of descriptors, the server used to retry accept() at once, forever (a
