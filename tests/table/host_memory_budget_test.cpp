@@ -151,6 +151,29 @@ TEST(HostMemoryPlan, ABudgetPastTheMachinesMemoryIsRefused) {
       << table.status().to_string();
 }
 
+// A row budget under the shard count is raised to a row a shard: said at open, with the rows
+// the table keeps (it was 1 asked, 64 kept, unsaid).
+TEST(HostMemoryPlan, ARowBudgetUnderTheShardsIsRaisedAndSaid) {
+  ScratchDir dir;
+  HostTableConfig config = disk_tier_config(dir, 4);
+  config.memory_row_budget = 1;
+  ::testing::internal::CaptureStderr();
+  auto table = SparseTable::open(testing::test_optimizer(), config);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(table.ok()) << table.status().to_string();
+  EXPECT_NE(err.find("host_memory_row_budget 1 is under the table's 4 shards"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("4 rows in all"), std::string::npos) << err;
+  table->reset();
+
+  config.memory_row_budget = 4;  // a row a shard: nothing to say
+  ::testing::internal::CaptureStderr();
+  table = SparseTable::open(testing::test_optimizer(), config);
+  err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(table.ok()) << table.status().to_string();
+  EXPECT_EQ(err.find("host_memory_row_budget"), std::string::npos) << err;
+}
+
 // (rows pushed before the random steps, shards, write-through)
 class BudgetOracle : public ::testing::TestWithParam<std::tuple<std::size_t, uint32_t, bool>> {};
 
