@@ -51,20 +51,26 @@ die() {
   exit 2
 }
 
+# need_val "$@": dies unless the flag in $1 has a value after it (not another flag).
+need_val() {
+  [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value (see --help)"
+  case "$2" in --*) die "$1 needs a value, not the flag $2 (see --help)" ;; esac
+}
+
 server_num="" worker_num="" server_list="" worker_list="" config="" gpus=""
 config_args=()  # --config C and -o k=v: for the servers and the trainers
 train_args=()   # everything else: for the trainers only
 while [ $# -gt 0 ]; do
   case "$1" in
-    --server_num) server_num="${2:?}"; shift 2 ;;
+    --server_num) need_val "$@"; server_num="$2"; shift 2 ;;
     --server_num=*) server_num="${1#*=}"; shift ;;
-    --worker_num) worker_num="${2:?}"; shift 2 ;;
+    --worker_num) need_val "$@"; worker_num="$2"; shift 2 ;;
     --worker_num=*) worker_num="${1#*=}"; shift ;;
-    --servers) server_list="${2:?}"; shift 2 ;;
+    --servers) need_val "$@"; server_list="$2"; shift 2 ;;
     --servers=*) server_list="${1#*=}"; shift ;;
-    --workers) worker_list="${2:?}"; shift 2 ;;
+    --workers) need_val "$@"; worker_list="$2"; shift 2 ;;
     --workers=*) worker_list="${1#*=}"; shift ;;
-    --gpus) gpus="${2:?}"; shift 2 ;;
+    --gpus) need_val "$@"; gpus="$2"; shift 2 ;;
     --gpus=*) gpus="${1#*=}"; shift ;;
     # The config and overrides in any spelling gpubox_train takes (config_args.sh): the servers
     # get them too.

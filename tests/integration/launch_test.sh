@@ -130,6 +130,25 @@ for launcher in launch run_gpubox; do
   trap 'rm -rf "$work"' EXIT
 done
 
+# The launcher's mark (procs_hold_log) held by a live process kill -0 may not signal (another
+# user's: EPERM; simulated by a kill that always fails) is that launcher's still, not taken over;
+# one held by a gone process is taken over.
+mkdir -p marks
+(
+  source "$repo/scripts/lib/procs.sh"
+  kill() { return 1; }
+  sleep 30 &
+  echo "$!" >marks/a.log.launcher
+  status=0
+  (procs_hold_log probe marks/a.log) 2>held.txt || status=$?
+  command kill "$!"
+  [ "$status" = 2 ] && grep -q "is the log of another launcher's server" held.txt ||
+    { cat held.txt; fail "a mark whose holder kill -0 cannot signal was taken over"; }
+  echo 999999999 >marks/b.log.launcher  # above pid_max: gone
+  procs_hold_log probe marks/b.log
+  [ "$(cat marks/b.log.launcher)" = "$$" ] || fail "a gone launcher's mark was not taken over"
+) || exit 1
+
 # A worker stopped (SIGSTOP: it ignores the launcher's SIGTERM): the other worker ends naming it,
 # and the launcher kills what did not stop 5 s after its SIGTERM (it waited for the stopped
 # worker for ever).
@@ -314,4 +333,9 @@ refused "PADDLE_TRAINER_ID='5' is not a trainer of this job: --workers lists 2, 
   --servers 127.0.0.1:36001 --workers 127.0.0.1:36011,127.0.0.1:36012
 refused "endpoint 127.0.0.1:36001 is listed twice" "$repo/scripts/launch.sh" \
   --servers 127.0.0.1:36001,127.0.0.1:36001 --workers 127.0.0.1:36011
+# A count flag with no value (bash's "2: parameter null or not set") or with the next flag as
+# its value: named.
+refused "--server_num needs a value (see --help)" "$repo/scripts/launch.sh" --worker_num 1 --server_num
+refused "--worker_num needs a value, not the flag --server_num" "$repo/scripts/launch.sh" \
+  --worker_num --server_num 1
 echo "launch_test: ok"
