@@ -85,7 +85,9 @@ procs_hold_log() {
       return 0
     fi
     holder="$(cat "$mark" 2>/dev/null || true)"
-    if [ -n "$holder" ] && [ "$holder" != "$$" ] && kill -0 "$holder" 2>/dev/null; then
+    # kill -0 fails on another user's live process too (EPERM): /proc tells it is there.
+    if [ -n "$holder" ] && [ "$holder" != "$$" ] &&
+      { kill -0 "$holder" 2>/dev/null || [ -d "/proc/$holder" ]; }; then
       echo "$1: $(pwd)/$2 is the log of another launcher's server (pid $holder, a job started from this folder, runs): each launcher reads its servers' ports from its logs here; start this job from another folder" >&2
       exit 2
     fi
