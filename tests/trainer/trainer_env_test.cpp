@@ -140,6 +140,13 @@ TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {
   // One host's name is an address list of one, not a count.
   EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "localhost"}, {"PADDLE_TRAINERS_NUM", "1"}}), "");
   EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "node7"}}), "");
+  // A host whose name starts with a digit: with the count given it is the list it is; alone it is
+  // refused, saying how to give the count.
+  EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "3node"}, {"PADDLE_TRAINERS_NUM", "1"}}), "");
+  EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "3node"}}),
+              HasSubstr("PADDLE_TRAINERS='3node' is not a whole number: it is read as the job's "
+                        "trainer count"));
+  EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "3node"}}), HasSubstr("set PADDLE_TRAINERS_NUM"));
 }
 
 // Labels 0 .. n-1 in one slot each (key = label + 1): a share's labels say which rows it got.

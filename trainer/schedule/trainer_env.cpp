@@ -31,6 +31,11 @@ int env_int(const char* paddle, const char* gpubox, int fallback,
   return static_cast<int>(parsed);
 }
 
+bool whole_number(const char* text) {
+  return *text != '\0' &&
+         std::all_of(text, text + std::strlen(text), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string env_string(const char* paddle, const char* gpubox, const std::string& fallback,
                        std::string* read_from = nullptr) {
   for (const char* name : {paddle, gpubox}) {
@@ -74,10 +79,18 @@ TrainerEnv TrainerEnv::from_environment() {
   const char* listed = std::getenv("PADDLE_TRAINERS");
   // An address list holds ',', '.' or ':', or is one host's name (it starts with a letter:
   // "localhost"); what starts as a number is read as the count, so a typo ("2x", "-2") is refused
-  // naming the variable rather than taken as one trainer.
+  // naming the variable rather than taken as one trainer. Where PADDLE_TRAINERS_NUM gives the
+  // count, only a whole number is: a host named "3node" is then the list it is.
+  const bool count_given = std::getenv("PADDLE_TRAINERS_NUM") != nullptr ||
+                           std::getenv("GPUBOX_TRAINERS_NUM") != nullptr;
   const bool counted = listed != nullptr && *listed != '\0' &&
                        std::strpbrk(listed, ",.:") == nullptr &&
-                       std::isalpha(static_cast<unsigned char>(*listed)) == 0;
+                       std::isalpha(static_cast<unsigned char>(*listed)) == 0 &&
+                       (!count_given || whole_number(listed));
+  GPUBOX_EXPECTS(!counted || whole_number(listed), "PADDLE_TRAINERS='", listed,
+                 "' is not a whole number: it is read as the job's trainer count, as PaddleRec's "
+                 "scripts set it; where it names the trainers' hosts, set PADDLE_TRAINERS_NUM to "
+                 "their count");
   const int paddle_trainers =
       counted ? env_int("PADDLE_TRAINERS", "PADDLE_TRAINERS", 0, &paddle_trainers_from) : 0;
   env.trainers = env_int("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM",
