@@ -40,6 +40,20 @@ def _check_rows(rows: Any, name: str) -> None:
         raise ValueError(f"slot {name}: ids must be integers >= 0, got {inner!r}")
 
 
+def _numpy_column(column: Any, name: str) -> np.ndarray:
+    """A pandas column as NumPy; a nullable integer one (Int64, UInt32 ...) as integers, its
+    missing ids named by row (newer pandas gave float64 with NaN for them, refused as "got dtype
+    float64" with no word of the NA)."""
+    dtype = getattr(column, "dtype", None)
+    if dtype is None or isinstance(dtype, np.dtype) or getattr(dtype, "kind", "") not in "iu":
+        return column.to_numpy()
+    missing = np.flatnonzero(np.asarray(column.isna(), dtype=bool))
+    if missing.size:
+        raise ValueError(f"slot {name}: row {missing[0]} holds <NA>; a row is an id, a list of "
+                         "ids or None")
+    return column.to_numpy(dtype=np.uint64 if dtype.kind == "u" else np.int64)
+
+
 def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     """One slot column (an id per row, or a list of ids per row) as (keys, offsets)."""
     if hasattr(column, "columns"):  # a frame's columns of one name come as a frame
@@ -47,7 +61,7 @@ def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
                          f"{name!r}; give each slot one column (a list of ids per row for "
                          "several)")
     if hasattr(column, "to_numpy"):
-        values = column.to_numpy()
+        values = _numpy_column(column, name)
     else:
         if isinstance(column, (list, tuple)):
             _check_rows(column, name)  # before NumPy turns [True, 6] into ids 1 and 6

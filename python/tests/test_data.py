@@ -171,6 +171,7 @@ def test_an_override_of_none_is_refused(trained: dict[str, Any]) -> None:
 
 
 def test_values_that_read_as_other_data_are_refused(trained: dict[str, Any],
+                                                    planted: dict[str, Any],
                                                     tmp_path: pathlib.Path) -> None:
     """Inputs read as something else than given (a helper's probe): each is refused, naming it."""
     pd = pytest.importorskip("pandas")
@@ -195,6 +196,23 @@ def test_values_that_read_as_other_data_are_refused(trained: dict[str, Any],
     with pytest.raises(ValueError, match="slot 1: row 1 holds <NA>"):
         gpubox.Dataset.from_frame({"click": [1, 0], "1": pd.array([5, None], dtype="Int64"),
                                    "dense_feature": dense}, config)
+    # The same nullable column without NA is its ids (newer pandas gives it as int64, older as
+    # objects).
+    # Two ids the model learned (the first of the planted test rows'), so that the predictions
+    # tell them apart (swapped, they differ).
+    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
+    learned = list(dict.fromkeys(ids[0] for ids in read_slot_text(part)["1"] if ids))[:2]
+    save = trained["out"] / "model" / "2"
+
+    def predict(ids: Any) -> np.ndarray:
+        data = gpubox.Dataset.from_frame({"click": [1, 0], "1": ids, "dense_feature": dense},
+                                         config)
+        return gpubox.evaluate(config, save, data, predictions=True).predictions
+
+    want = predict(learned)
+    assert not np.array_equal(predict(learned[::-1]), want)
+    for dtype in ("Int64", "UInt32"):
+        np.testing.assert_array_equal(predict(pd.array(learned, dtype=dtype)), want)
     with pytest.raises(ValueError, match=r"ids must be integers in \[0, 2\^64\), got 1844"):
         gpubox.Dataset.from_frame({"click": [1, 0], "1": [[5], [2**64 + 1]],
                                    "dense_feature": dense}, config)
