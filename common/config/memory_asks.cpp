@@ -1,6 +1,7 @@
 #include "common/config/memory_asks.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace gpubox::config {
@@ -58,7 +59,11 @@ std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc) {
                   "hyper_parameters.fc_sizes)"),
       activations(doc, "runner.infer_batch_size", 1,
                   "of activations per card and evaluation step (test_data_dir, --mode infer; "
-                  "with hyper_parameters.fc_sizes)")};
+                  "with hyper_parameters.fc_sizes)"),
+      // Two AUC histograms (positives, negatives) of 2^log2 doubles each (metric_values.hpp).
+      {"runner.auc_buckets_log2", doc.value_text("runner.auc_buckets_log2"),
+       2.0 * sizeof(double) * std::ldexp(1.0, doc.get_int("runner.auc_buckets_log2")),
+       "of AUC histograms per card"}};
   for (const char* key : {"runner.card_memory_mb", "runner.host_memory_mb"}) {
     const int64_t mb = doc.get_int<int64_t>(key);
     if (mb > 0) asks.push_back({key, doc.value_text(key), mb * 1048576.0, "as budgeted"});

@@ -17,7 +17,7 @@ TEST(MemoryAsks, HugeDenseLayersAreNamedFirst) {
   const ConfigDocument doc = parse_ok(
       "runner:\n  train_batch_size: 512\nhyper_parameters:\n  fc_sizes: [100000, 100000]\n");
   const std::vector<MemoryAsk> asks = memory_asks(doc);
-  ASSERT_EQ(asks.size(), 3u);
+  ASSERT_EQ(asks.size(), 4u);
   EXPECT_EQ(asks[0].key, "hyper_parameters.fc_sizes");
   EXPECT_EQ(asks[0].value, "[100000, 100000]");
   // 100000 x 100000 + 100000 biases, then 100000 x 1 + 1 into the logit; 4 bytes each.
@@ -36,7 +36,7 @@ TEST(MemoryAsks, HugeDenseLayersAreNamedFirst) {
 TEST(MemoryAsks, BudgetsAreListedWhenSetAndOrderedBySize) {
   const ConfigDocument doc = parse_ok("runner:\n  card_memory_mb: 100000\n");
   const std::vector<MemoryAsk> asks = memory_asks(doc);
-  ASSERT_EQ(asks.size(), 4u);
+  ASSERT_EQ(asks.size(), 5u);
   EXPECT_EQ(asks[0].key, "runner.card_memory_mb");
   EXPECT_DOUBLE_EQ(asks[0].bytes, 100000.0 * 1048576);
   for (std::size_t i = 1; i < asks.size(); ++i) EXPECT_GE(asks[i - 1].bytes, asks[i].bytes);
@@ -52,6 +52,20 @@ TEST(MemoryAsks, AHugeEvaluationBatchIsNamedFirst) {
   EXPECT_EQ(asks[0].key, "runner.infer_batch_size");
   EXPECT_EQ(asks[0].value, "2000000000");
   EXPECT_DOUBLE_EQ(asks[0].bytes, 2e9 * 48 * 4);
+}
+
+// The AUC histograms at their largest (2^28 buckets: 4 GiB a card, unsaid when it ran out): named
+// first, at two histograms of doubles.
+TEST(MemoryAsks, TheAucHistogramsAreAnAsk) {
+  const ConfigDocument doc = parse_ok("runner:\n  auc_buckets_log2: 28\n");
+  const std::vector<MemoryAsk> asks = memory_asks(doc);
+  ASSERT_FALSE(asks.empty());
+  EXPECT_EQ(asks[0].key, "runner.auc_buckets_log2");
+  EXPECT_EQ(asks[0].value, "28");
+  EXPECT_DOUBLE_EQ(asks[0].bytes, 2.0 * 8 * 268435456);
+  EXPECT_NE(out_of_memory_text(doc, "x").find("runner.auc_buckets_log2 = 28: at least 4.3 GB of "
+                                              "AUC histograms per card"),
+            std::string::npos);
 }
 
 }  // namespace
