@@ -239,6 +239,20 @@ TEST_F(PaddleRecCli, SavesToEvaluateFollowTheFolder) {
   fs::create_directories(saves / "notes" / "dense");
   EXPECT_EQ(epochs(saves_to_evaluate((saves / "notes").string(), 0, 1)),
             (std::vector<int64_t>{-1}));
+  // A save folder named with leading zeros is not read as that pass's (it was read as 5, then
+  // refused as "no save of epoch 5 at N/5" with 5 among the saves listed there): named apart.
+  fs::create_directories(saves / "05" / "sparse");
+  fs::create_directories(saves / "05" / "dense");
+  EXPECT_EQ(epochs(saves_to_evaluate(saves.string(), 4, -1)), (std::vector<int64_t>{4}));
+  try {
+    saves_to_evaluate(saves.string(), 5, 6);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saves there: 0, 1, 2, 4 (not read: 05: a save's folder "
+                                         "is its pass number, with no leading zeros)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Each binary's own usage: what it does, its flags with defaults, an example; no gflags flags,

@@ -13,8 +13,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The epochs of the numbered saves directly under `dir`, ascending.
-std::vector<int64_t> numbered_saves(const fs::path& dir) {
+// The epochs of the numbered saves directly under `dir`, ascending. A save folder whose number
+// has leading zeros ("02") is no save's name (a save is named N/2): listed in `padded`, not read.
+std::vector<int64_t> numbered_saves(const fs::path& dir, std::vector<std::string>* padded) {
   std::vector<int64_t> epochs;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -23,17 +24,26 @@ std::vector<int64_t> numbered_saves(const fs::path& dir) {
         !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       continue;
     }
-    if (is_save_folder(it->path().string())) epochs.push_back(std::stoll(name));
+    if (!is_save_folder(it->path().string())) continue;
+    if (name.size() > 1 && name[0] == '0') {
+      padded->push_back(name);
+    } else {
+      epochs.push_back(std::stoll(name));
+    }
   }
+  std::sort(padded->begin(), padded->end());
   std::sort(epochs.begin(), epochs.end());
   return epochs;
 }
 
-std::string list_text(const std::vector<int64_t>& epochs) {
-  if (epochs.empty()) return "none";
+std::string list_text(const std::vector<int64_t>& epochs, const std::vector<std::string>& padded) {
   std::string out;
   for (int64_t e : epochs) out += (out.empty() ? "" : ", ") + std::to_string(e);
-  return out;
+  if (out.empty()) out = "none";
+  if (padded.empty()) return out;
+  out += " (not read: ";
+  for (std::size_t i = 0; i < padded.size(); ++i) out += (i > 0 ? ", " : "") + padded[i];
+  return out + ": a save's folder is its pass number, with no leading zeros)";
 }
 
 // The saves `picked` (numbered, in order) are of one run: a run saves its passes in order, so
@@ -89,18 +99,19 @@ std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int6
   GPUBOX_EXPECTS(fs::is_directory(load_path, ec), "runner.infer_load_path '", load_path,
                  "' is neither a save nor a folder of saves (relative model paths are taken from "
                  "the working directory, as PaddleRec takes them)");
-  const std::vector<int64_t> present = numbered_saves(load_path);
+  std::vector<std::string> padded;
+  const std::vector<int64_t> present = numbered_saves(load_path, &padded);
   const int64_t end = end_epoch >= 0 ? end_epoch : (present.empty() ? 0 : present.back() + 1);
   const std::string range = "runner.infer_start_epoch " + std::to_string(start_epoch) +
                             ", runner.infer_end_epoch " + std::to_string(end_epoch);
   GPUBOX_EXPECTS(start_epoch < end, "no save to evaluate under '", load_path, "' (", range,
-                 "); saves there: ", list_text(present));
+                 "); saves there: ", list_text(present, padded));
   std::vector<SaveToEvaluate> out;
   for (int64_t epoch = start_epoch; epoch < end; ++epoch) {
     const fs::path dir = fs::path(load_path) / std::to_string(epoch);
     GPUBOX_EXPECTS(std::binary_search(present.begin(), present.end(), epoch), "no save of epoch ",
                    epoch, " at '", dir.string(), "' (", range,
-                   "); saves there: ", list_text(present));
+                   "); saves there: ", list_text(present, padded));
     out.push_back({dir.string(), epoch});
   }
   check_one_run(load_path, out);
