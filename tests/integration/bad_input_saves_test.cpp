@@ -356,12 +356,24 @@ TEST_F(BadInputBinaries, AnEpochWhoseEvaluationWasCutShortIsEvaluatedOnResume) {
 
 // The job's last epoch cut short in its evaluation: the rerun found its last save ending the job
 // and trained the whole job again (a helper's probe). Resumed from that save for the evaluation
-// alone, when the epoch before holds its mark (a run that evaluated).
+// alone, when the epoch before holds its mark (a run that evaluated), or the evaluation's start
+// left its own (a job of one epoch has no epoch before). Killed after the epoch's test line and
+// before the mark, the rerun does not write the line twice.
 TEST_F(BadInputBinaries, AJobWhoseLastEvaluationWasCutShortIsOnlyEvaluatedOnRerun) {
   const std::string saves = (root_ / "last_evaluation_saves").string();
-  const std::vector<std::string> args = {"-o", "runner.model_save_path=" + saves, "-o",
-                                         "runner.epochs=2"};
+  const std::string metrics = (root_ / "last_evaluation_metrics.jsonl").string();
+  const std::vector<std::string> args = {"-o", "runner.model_save_path=" + saves,
+                                         "-o", "runner.epochs=2",
+                                         "-o", "runner.metrics_path=" + metrics};
   ASSERT_EQ(train(args).status, 0);
+  const auto test_lines = [&](int epoch) {
+    std::ifstream in(metrics);
+    int n = 0;
+    const std::string start = "{\"epoch\": " + std::to_string(epoch) + ", \"test_auc\"";
+    for (std::string line; std::getline(in, line);) n += line.rfind(start, 0) == 0 ? 1 : 0;
+    return n;
+  };
+  ASSERT_EQ(test_lines(1), 1);
   fs::remove(saves + "/1/.gpubox_evaluated");  // as if killed in epoch 1's evaluation
   const Finished again = train(args);
   ASSERT_EQ(again.status, 0) << again.output;
@@ -372,10 +384,29 @@ TEST_F(BadInputBinaries, AJobWhoseLastEvaluationWasCutShortIsOnlyEvaluatedOnReru
   EXPECT_EQ(again.output.find("pass: 0,"), std::string::npos) << again.output;
   EXPECT_EQ(again.output.find("pass: 1,"), std::string::npos) << again.output;
   EXPECT_TRUE(fs::exists(saves + "/1/.gpubox_evaluated"));
+  EXPECT_FALSE(fs::exists(saves + "/1/.gpubox_evaluating"));
+  EXPECT_EQ(test_lines(1), 1) << "the line the killed run wrote is not written twice";
   // Evaluated now: the next rerun of the finished job trains it again, as before.
   const Finished rerun = train(args);
   ASSERT_EQ(rerun.status, 0) << rerun.output;
   EXPECT_NE(rerun.output.find("pass: 0,"), std::string::npos) << rerun.output;
+  EXPECT_EQ(test_lines(1), 2) << "a job trained again writes its lines again";
+
+  // One epoch, killed in its evaluation (the mark of its start left, no mark of its end): only
+  // evaluated on rerun. Without the start's mark (a run that never evaluated) it trains again.
+  const std::vector<std::string> one = {"-o", "runner.model_save_path=" + saves + "_one", "-o",
+                                        "runner.epochs=1"};
+  ASSERT_EQ(train(one).status, 0);
+  fs::remove(saves + "_one/0/.gpubox_evaluated");
+  std::ofstream(saves + "_one/0/.gpubox_evaluating") << "evaluating\n";
+  const Finished evaluated = train(one);
+  ASSERT_EQ(evaluated.status, 0) << evaluated.output;
+  EXPECT_NE(evaluated.output.find("epoch: 0, test auc"), std::string::npos) << evaluated.output;
+  EXPECT_EQ(evaluated.output.find("pass: 0,"), std::string::npos) << evaluated.output;
+  fs::remove(saves + "_one/0/.gpubox_evaluated");
+  const Finished trained = train(one);
+  ASSERT_EQ(trained.status, 0) << trained.output;
+  EXPECT_NE(trained.output.find("pass: 0,"), std::string::npos) << trained.output;
 }
 
 // A resume within an epoch: the epoch's lines count its passes from the resume on only, and say

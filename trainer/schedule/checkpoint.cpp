@@ -275,12 +275,15 @@ void SaveLineage::check_resumable(const SavePoint& candidate, const std::string&
 }
 
 bool SaveLineage::ends_job_unevaluated(const io::ModelManifest& m) const {
-  // The job's last epoch unevaluated (no mark, where the epoch before it has one): the run
-  // before was killed in that evaluation.
+  // The job's last epoch unevaluated (no mark, where its evaluation's start left one or the epoch
+  // before holds one): the run before was killed in that evaluation.
   const int64_t before = m.pass - 1 - per_epoch_;  // the save ending the epoch before
-  return !m.job.empty() && marks_evaluations_ && m.pass == job_passes_ && before >= 0 &&
-         !std::filesystem::exists(evaluated_mark(config_.runner, m.pass - 1)) &&
-         std::filesystem::exists(evaluated_mark(config_.runner, before));
+  if (m.job.empty() || !marks_evaluations_ || m.pass != job_passes_ ||
+      std::filesystem::exists(evaluated_mark(config_.runner, m.pass - 1))) {
+    return false;
+  }
+  return std::filesystem::exists(evaluated_mark(config_.runner, m.pass - 1, kEvaluatingMark)) ||
+         (before >= 0 && std::filesystem::exists(evaluated_mark(config_.runner, before)));
 }
 
 std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& host) {
@@ -332,8 +335,8 @@ std::optional<SavePoint> SaveLineage::find_newest_save(const table::HostTier& ho
     if (ends_job_unevaluated(m)) {
       GPUBOX_LOG(INFO) << "runner.resume: " << which << " ends this job, but its last epoch "
                        << "was not evaluated (the run before stopped in that evaluation: the "
-                       << "save holds no mark of it, the epoch before's does): resuming from it "
-                       << "to evaluate that epoch";
+                       << "save holds no mark of its end, only of its start or the epoch "
+                       << "before's): resuming from it to evaluate that epoch";
       origin_ = m.origin;
       resumed_to_evaluate_ = true;
       return candidate;
@@ -377,8 +380,10 @@ table::SaveKind SaveLineage::begin_save(const std::string& dir, table::SaveKind 
   if (files == nullptr) files = env();
   // The evaluation of what the folder held before (a rerun saves into a finished job's folders);
   // first, so that the manifest's removal syncs the folder after both.
-  if (const std::string mark = join(dir, kEvaluatedMark); files->exists(mark)) {
-    throw_if_error(files->remove_all(mark).with_context("starting a save in " + dir));
+  for (const char* name : {kEvaluatedMark, kEvaluatingMark}) {
+    if (const std::string mark = join(dir, name); files->exists(mark)) {
+      throw_if_error(files->remove_all(mark).with_context("starting a save in " + dir));
+    }
   }
   throw_if_error(io::remove_model_manifest(files, dir).with_context("starting a save in " + dir));
   // A delta chain starts with a save that replaces the table, and stays in its folder: the

@@ -87,6 +87,10 @@ std::vector<uint64_t> saved_sparse_digests(table::HostTier& host, const std::str
 // a resume after a save without it evaluates that epoch first). begin_save removes it: a folder
 // saved into again holds no evaluation of the new save.
 inline constexpr const char* kEvaluatedMark = ".gpubox_evaluated";
+// The file an epoch's evaluation leaves there when it begins (kEvaluatedMark replaces it at its
+// end): a save that ends the job with it alone was cut short in the job's last evaluation, even
+// where no epoch before holds a mark (a job of one epoch).
+inline constexpr const char* kEvaluatingMark = ".gpubox_evaluating";
 
 // True when `host` is held by servers (their share of a save is on their machine).
 bool host_is_remote(const table::HostTier& host);
@@ -113,8 +117,9 @@ class SaveLineage {
   // This run marks its epochs' evaluations (kEvaluatedMark; epoch_loop: it saves, has test data,
   // and its trainers can agree on the marks) over epochs of `per_epoch` passes: a newest save
   // that ends the job is resumed, for its last epoch's evaluation alone, when it holds no mark
-  // and the save ending the epoch before holds one (a run killed during the job's last
-  // evaluation retrained the whole job on rerun). Before find_resume_point.
+  // and either the mark of that evaluation begun (kEvaluatingMark) or the save ending the epoch
+  // before holds one (a run killed during the job's last evaluation retrained the whole job on
+  // rerun). Before find_resume_point.
   void set_marks_evaluations(bool marks, int64_t per_epoch) {
     marks_evaluations_ = marks;
     per_epoch_ = per_epoch;

@@ -70,8 +70,9 @@ std::vector<fs::path> kept_saves(const std::string& start_from) {
 std::string foreign_entry(const fs::path& dir) {
   // The run's own evaluation mark is part of the save (a rerun with fewer epochs and test data
   // was refused for it: "holds '.gpubox_evaluated', not written by a save").
-  static const std::set<std::string> kSaveEntries = {
-      table::io::kModelManifestName, table::io::kSparseHalf, table::io::kDenseHalf, kEvaluatedMark};
+  static const std::set<std::string> kSaveEntries = {table::io::kModelManifestName,
+                                                     table::io::kSparseHalf, table::io::kDenseHalf,
+                                                     kEvaluatedMark, kEvaluatingMark};
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();

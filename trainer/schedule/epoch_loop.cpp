@@ -24,49 +24,13 @@
 #include "trainer/schedule/earlier_saves.hpp"
 #include "trainer/schedule/evaluation_marks.hpp"
 #include "trainer/schedule/job_identity.hpp"
+#include "trainer/schedule/metrics_file.hpp"
 #include "trainer/schedule/output_paths.hpp"
 #include "trainer/schedule/pass_data.hpp"
 #include "trainer/schedule/save_folder_lock.hpp"
 
 namespace gpubox::trainer {
 namespace {
-
-// This trainer's metrics file, opened for appending at the start of the run (a path that cannot
-// be written fails the run before any pass, not after it). A line that cannot be written (a full
-// disk) stops the job naming the file: the pass's save, when it saves, was written before its
-// line (record_pass runs after it), so nothing trained is lost and a resume goes on from it.
-class MetricsFile {
- public:
-  MetricsFile(const std::string& metrics_path, int trainer_id)
-      : path_(trainer_metrics_path(metrics_path, trainer_id)) {
-    if (metrics_path.empty()) return;
-    const std::filesystem::path path(path_);
-    std::error_code ec;
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-    out_.open(path, std::ios::app);
-    GPUBOX_EXPECTS(out_.good(), "cannot open runner.metrics_path '", path.string(), "'",
-                   ec ? " (" + ec.message() + ")" : std::string());
-    GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
-  }
-  // One JSON object, one line (metrics_format.hpp's formatters: NaN is null).
-  void append(const std::string& json) {
-    if (!out_.is_open()) return;
-    errno = 0;
-    out_ << json << '\n';
-    out_.flush();
-    if (out_.good()) return;
-    const int error = errno;
-    GPUBOX_FAIL("cannot write runner.metrics_path '", path_, "'",
-                error != 0 ? std::string(" (") + std::strerror(error) + ")" : std::string(),
-                ": its line for this pass or evaluation is lost (the line may be cut short in "
-                "the file); the job stops after the pass's save, if it saves, so a resume goes on "
-                "from there once the file can be written");
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
 
 // What an epoch's PaddleRec lines report: its passes' time and examples, and their metrics
 // merged (a run resumed within an epoch counts the passes it trained of it, and so does a run
@@ -160,7 +124,8 @@ MetricValues print_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
 // The epoch's test evaluation (its line, the metrics file) and on_epoch, after its lines were
 // printed (print_epoch: `merged`).
 void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
-                    const MetricValues& merged, MetricsFile* metrics, const RunHooks& hooks) {
+                    const MetricValues& merged, MetricsFile* metrics, const RunHooks& hooks,
+                    bool cut_short = false) {
   const int64_t epoch = pass / plan.per_epoch;
   if (plan.test_files.empty()) {
     if (hooks.on_epoch) hooks.on_epoch(epoch, merged, nullptr);
@@ -178,7 +143,12 @@ void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
     const std::string one_class = one_class_note(test.metrics);
     if (!one_class.empty()) GPUBOX_LOG(WARNING) << "runner.test_data_dir: " << one_class;
   }
-  metrics->append(format_test_json(epoch, test.metrics));
+  if (cut_short && metrics->ends_with_test_line(epoch)) {
+    GPUBOX_LOG(INFO) << "runner.metrics_path: its last line is epoch " << epoch
+                     << "'s test line, written by the run before: not written again";
+  } else {
+    metrics->append(format_test_json(epoch, test.metrics));
+  }
   if (hooks.on_epoch) hooks.on_epoch(epoch, merged, &test.metrics);
 }
 
@@ -389,8 +359,9 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
     }
     try {
       if (rerun_end) {
-        evaluate_epoch(schedule, plan, k - 1, *ending, metrics,
-                       cut_short ? cut_short_hooks : hooks);
+        mark_evaluating(config.runner, writes_marks, k - 1);
+        evaluate_epoch(schedule, plan, k - 1, *ending, metrics, cut_short ? cut_short_hooks : hooks,
+                       cut_short);
         mark_evaluated(config.runner, writes_marks, k - 1);
         ending.reset();
         rerun_end = cut_short = false;
@@ -402,6 +373,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       reports->push_back(std::move(report));
       if (plan.ends_epoch(k)) {
         ending = print_epoch(schedule, plan, k, tally, cards);
+        mark_evaluating(config.runner, writes_marks, k);
         evaluate_epoch(schedule, plan, k, *ending, metrics, hooks);
         mark_evaluated(config.runner, writes_marks, k);
         ending.reset();

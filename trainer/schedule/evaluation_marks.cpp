@@ -8,13 +8,19 @@
 
 namespace gpubox::trainer {
 
-std::string evaluated_mark(const RunnerConfig& runner, int64_t pass) {
-  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) / kEvaluatedMark)
-      .string();
+std::string evaluated_mark(const RunnerConfig& runner, int64_t pass, const char* name) {
+  return (std::filesystem::path(runner.model_save_path) / std::to_string(pass) / name).string();
+}
+
+void mark_evaluating(const RunnerConfig& runner, bool marks, int64_t pass) {
+  if (marks) std::ofstream(evaluated_mark(runner, pass, kEvaluatingMark)) << "evaluating\n";
 }
 
 void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass) {
-  if (marks) std::ofstream(evaluated_mark(runner, pass)) << "evaluated\n";  // at worst, again
+  if (!marks) return;
+  std::ofstream(evaluated_mark(runner, pass)) << "evaluated\n";  // at worst, again
+  std::error_code ec;  // left behind, it says no more than the mark beside it
+  std::filesystem::remove(evaluated_mark(runner, pass, kEvaluatingMark), ec);
 }
 
 std::optional<bool> epoch_cut_short(Schedule& schedule, const TrainerConfig& config,

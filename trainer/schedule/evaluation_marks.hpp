@@ -13,14 +13,20 @@
 #include <string>
 
 #include "trainer/config/trainer_config.hpp"
+#include "trainer/schedule/checkpoint.hpp"
 #include "trainer/schedule/schedule.hpp"
 
 namespace gpubox::trainer {
 
-// <model_save_path>/<pass>/.gpubox_evaluated.
-std::string evaluated_mark(const RunnerConfig& runner, int64_t pass);
+// <model_save_path>/<pass>/.gpubox_evaluated (kEvaluatingMark's: the one of an evaluation
+// begun).
+std::string evaluated_mark(const RunnerConfig& runner, int64_t pass,
+                           const char* name = kEvaluatedMark);
 
-// Writes pass `pass`'s mark when `marks`.
+// Writes pass `pass`'s mark of an evaluation begun when `marks`.
+void mark_evaluating(const RunnerConfig& runner, bool marks, int64_t pass);
+
+// Writes pass `pass`'s mark when `marks`, and removes the one of its evaluation begun.
 void mark_evaluated(const RunnerConfig& runner, bool marks, int64_t pass);
 
 // A run resuming right after an epoch's last save whose evaluation left no mark: that epoch is

@@ -1,0 +1,57 @@
+#include "trainer/schedule/metrics_file.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "common/logging.hpp"
+#include "trainer/schedule/trainer_env.hpp"
+
+namespace gpubox::trainer {
+
+MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
+    : path_(trainer_metrics_path(metrics_path, trainer_id)) {
+  if (metrics_path.empty()) return;
+  const std::filesystem::path path(path_);
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  out_.open(path, std::ios::app);
+  GPUBOX_EXPECTS(out_.good(), "cannot open runner.metrics_path '", path.string(), "'",
+                 ec ? " (" + ec.message() + ")" : std::string());
+  GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
+}
+
+void MetricsFile::append(const std::string& json) {
+  if (!out_.is_open()) return;
+  errno = 0;
+  out_ << json << '\n';
+  out_.flush();
+  if (out_.good()) return;
+  const int error = errno;
+  GPUBOX_FAIL("cannot write runner.metrics_path '", path_, "'",
+              error != 0 ? std::string(" (") + std::strerror(error) + ")" : std::string(),
+              ": its line for this pass or evaluation is lost (the line may be cut short in "
+              "the file); the job stops after the pass's save, if it saves, so a resume goes on "
+              "from there once the file can be written");
+}
+
+bool MetricsFile::ends_with_test_line(int64_t epoch) const {
+  if (!out_.is_open()) return false;
+  std::ifstream in(path_, std::ios::binary);
+  // The last line is within the file's last 4 KiB (a test line is under 200 bytes).
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (!in || size <= 0) return false;
+  const std::streamoff from = size > 4096 ? size - 4096 : 0;
+  in.seekg(from);
+  std::string tail(static_cast<std::size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  if (!in || tail.back() != '\n') return false;  // a cut line is no line of ours
+  tail.pop_back();
+  const std::string last = tail.substr(tail.find_last_of('\n') + 1);
+  const std::string test_line = "{\"epoch\": " + std::to_string(epoch) + ", \"test_auc\": ";
+  return last.compare(0, test_line.size(), test_line) == 0;
+}
+
+}  // namespace gpubox::trainer
