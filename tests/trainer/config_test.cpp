@@ -489,6 +489,28 @@ TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
             std::string::npos)
       << dnn;
   EXPECT_EQ(note({"hyper_parameters.model=dcn", "hyper_parameters.cross_layers=5"}), "");
+  // Another optimizer class's keys (beta1 under SGD, initial_g2sum under sparse adam): said,
+  // naming the classes that read them; the class's own are not.
+  const std::string sgd =
+      note({"hyper_parameters.optimizer.class=SGD", "hyper_parameters.optimizer.beta1=0.5",
+            "hyper_parameters.sparse_optimizer.class=adam",
+            "hyper_parameters.sparse_optimizer.initial_g2sum=1",
+            "hyper_parameters.sparse_optimizer.beta1_decay_rate=0.5"});
+  EXPECT_NE(sgd.find("set, but not read by the optimizers the run steps with (optimizer.class "
+                     "SGD, the rows' adam): hyper_parameters.optimizer.beta1 (optimizer.class "
+                     "Adam); hyper_parameters.sparse_optimizer.initial_g2sum "
+                     "(sparse_optimizer.class adagrad)"),
+            std::string::npos)
+      << sgd;
+  EXPECT_EQ(sgd.find("beta1_decay_rate"), std::string::npos) << sgd;
+  EXPECT_EQ(note({"hyper_parameters.optimizer.class=Adagrad",
+                  "hyper_parameters.optimizer.initial_accumulator_value=0.1",
+                  "hyper_parameters.optimizer.epsilon=1e-6",
+                  "hyper_parameters.sparse_optimizer.initial_g2sum=1"}),
+            "");
+  EXPECT_NE(note({"hyper_parameters.sparse_optimizer.ada_epsilon=1e-6"})
+                .find("sparse_optimizer.ada_epsilon (sparse_optimizer.class adam, shared_adam)"),
+            std::string::npos);
 }
 
 }  // namespace

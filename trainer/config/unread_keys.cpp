@@ -7,6 +7,7 @@
 #include "common/config/config_enums.hpp"
 #include "common/config/network_shape.hpp"
 #include "common/enum_names.hpp"
+#include "table/sparse_config.hpp"
 
 namespace gpubox::trainer {
 namespace {
@@ -53,6 +54,50 @@ std::string other_networks_keys(const config::ConfigDocument& doc) {
          "; is hyper_parameters.model (or the model folder) the one meant?";
 }
 
+// Keys of one optimizer class set where the class the run steps with reads none of them: "a; b"
+// naming each and the classes that read it ("" when none). beta1 under SGD, initial_g2sum under
+// adam trained as the class says without a word.
+std::string other_optimizers_keys(const config::ConfigDocument& doc) {
+  using config::DenseOptimizerKind;
+  using config::SparseOptimizerKind;
+  struct ClassKeys {
+    std::string key;
+    bool read;
+    const char* classes;
+  };
+  const DenseOptimizerKind dense = config::resolve_dense_optimizer(doc);
+  const bool adam = dense == DenseOptimizerKind::kAdam;
+  const StatusOr<table::AccessorConfig> rows = table::sparse_config_from(doc);
+  if (!rows.ok()) return "";  // refused elsewhere, naming why
+  const SparseOptimizerKind sparse = rows->optimizer.kind;
+  const bool sparse_adam =
+      sparse == SparseOptimizerKind::kAdam || sparse == SparseOptimizerKind::kSharedAdam;
+  const bool sparse_adagrad = sparse == SparseOptimizerKind::kAdagrad;
+  const std::string o = "hyper_parameters.optimizer.";
+  const std::string s = "hyper_parameters.sparse_optimizer.";
+  const ClassKeys kKeys[] = {
+      {o + "beta1", adam, "optimizer.class Adam"},
+      {o + "beta2", adam, "optimizer.class Adam"},
+      {o + "epsilon", dense != DenseOptimizerKind::kSgd, "optimizer.class Adam, Adagrad"},
+      {o + "initial_accumulator_value", dense == DenseOptimizerKind::kAdagrad,
+       "optimizer.class Adagrad"},
+      {s + "initial_g2sum", sparse_adagrad, "sparse_optimizer.class adagrad"},
+      {s + "mf_initial_g2sum", sparse_adagrad, "sparse_optimizer.class adagrad"},
+      {s + "beta1_decay_rate", sparse_adam, "sparse_optimizer.class adam, shared_adam"},
+      {s + "beta2_decay_rate", sparse_adam, "sparse_optimizer.class adam, shared_adam"},
+      {s + "ada_epsilon", sparse_adam, "sparse_optimizer.class adam, shared_adam"},
+      {s + "adam_bias_correction", sparse_adam, "sparse_optimizer.class adam, shared_adam"}};
+  std::string keys;
+  for (const ClassKeys& k : kKeys) {
+    if (k.read || doc.is_default(k.key)) continue;
+    keys += (keys.empty() ? "" : "; ") + k.key + " (" + k.classes + ")";
+  }
+  if (keys.empty()) return "";
+  return doc.source() + ": set, but not read by the optimizers the run steps with (" +
+         "optimizer.class " + name_of(config::kDenseOptimizerKindNames, dense) + ", the rows' " +
+         name_of(config::kSparseOptimizerKindNames, sparse) + "): " + keys;
+}
+
 }  // namespace
 
 std::string unread_keys_note(const config::ConfigDocument& doc) {
@@ -87,8 +132,9 @@ std::string unread_keys_note(const config::ConfigDocument& doc) {
     note += std::string(note.empty() ? doc.source() + ": " : "; ") + "runner.train_data_dir (" +
             doc.get_string("runner.train_data_dir") + ") is not read: runner.pass_dirs replaces it";
   }
-  const std::string network = other_networks_keys(doc);
-  if (!network.empty()) note += (note.empty() ? "" : "\n") + network;
+  for (const std::string& more : {other_networks_keys(doc), other_optimizers_keys(doc)}) {
+    if (!more.empty()) note += (note.empty() ? "" : "\n") + more;
+  }
   return note;
 }
 
