@@ -231,6 +231,33 @@ TEST_F(Serving, StopAnswersARequestPartWayReceived) {
   EXPECT_EQ(idle.send(http::verb::get, "/health").status, 0);  // closed
 }
 
+// "Expect: 100-continue" (curl sends it with bodies over 1 MiB, then waits a second for the
+// interim answer): answered 100 before the body comes, then the request as any; a body over
+// max_body_bytes is answered 413 at once, with no 100 (the client need not send it).
+TEST_F(Serving, ExpectContinueIsAnsweredBeforeTheBody) {
+  ServerOptions o = options();
+  o.max_body_bytes = 64 * 1024;
+  PredictionServer server(*model_, o);
+  ASSERT_TRUE(server.start().ok());
+  const std::string body = test_lines()[0];
+  const auto head = [](std::size_t length) {
+    return "POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nExpect: "
+           "100-continue\r\nContent-Length: " +
+           std::to_string(length) + "\r\n\r\n";
+  };
+  HttpClient client(server.port(), "127.0.0.1", std::chrono::seconds(5));
+  const HttpReply interim = client.send_raw(head(body.size()));
+  ASSERT_EQ(interim.status, 100) << interim.error;
+  const HttpReply answered = client.send_raw(body);
+  ASSERT_EQ(answered.status, 200) << answered.error << answered.body;
+  EXPECT_NEAR(parse_predictions(answered.body).at(0), (*infer_)[0], 1e-6);
+  HttpClient large(server.port(), "127.0.0.1", std::chrono::seconds(5));
+  const HttpReply refused = large.send_raw(head(o.max_body_bytes + 1));
+  EXPECT_EQ(refused.status, 413) << refused.error;
+  server.request_stop();
+  server.wait();
+}
+
 // The queue's last eighth is kept for requests of one batch or less: requests over one batch (a
 // heavy client's) stop at seven eighths, small ones fill it; an empty queue takes any request.
 TEST(MicroBatcherQueue, ItsLastEighthIsKeptForRequestsOfOneBatch) {
