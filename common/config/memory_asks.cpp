@@ -5,7 +5,6 @@
 #include <cstdio>
 
 namespace gpubox::config {
-namespace {
 
 std::string bytes_text(double bytes) {
   char text[32];
@@ -16,6 +15,8 @@ std::string bytes_text(double bytes) {
   }
   return text;
 }
+
+namespace {
 
 // The dense layers between hidden widths and into the 1-wide logit: weights and biases.
 MemoryAsk dense_layers(const ConfigDocument& doc) {
@@ -73,12 +74,14 @@ std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc) {
   return asks;
 }
 
+std::string memory_ask_text(const MemoryAsk& ask) {
+  return ask.key + " = " + ask.value + ": at least " + bytes_text(ask.bytes) + " " + ask.what;
+}
+
 std::string out_of_memory_text(const ConfigDocument& doc, const std::string& what) {
   std::string text =
       "out of memory (" + what + "); what " + doc.source() + " asks for, largest first:";
-  for (const MemoryAsk& a : memory_asks(doc)) {
-    text += "\n  " + a.key + " = " + a.value + ": at least " + bytes_text(a.bytes) + " " + a.what;
-  }
+  for (const MemoryAsk& a : memory_asks(doc)) text += "\n  " + memory_ask_text(a);
   return text;
 }
 

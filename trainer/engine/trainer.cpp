@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 
+#include "common/config/memory_asks.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
@@ -125,6 +126,24 @@ uint64_t host_table_budget(device::CardSet& cards, const TrainerConfig& config,
   return tier_owner::CardTier::plan_ahead(cards, config.sparse, options).host_table_bytes();
 }
 
+// An evaluation's batch is allocated at the run's first evaluation, an epoch in: one whose
+// activations alone are more than a card can take fails now, naming runner.infer_batch_size, not
+// after an epoch of training (a helper's probe).
+void check_evaluation_batch(device::CardSet& cards, const TrainerConfig& config) {
+  const bool evaluates = !config.runner.test_data_dir.empty() ||
+                         !config.runner.test_data_dirs.empty() || config.evaluated_files;
+  if (!evaluates || cards.num_local_cards() == 0) return;
+  for (const config::MemoryAsk& ask : config.memory_asks) {
+    if (ask.key != "runner.infer_batch_size") continue;
+    const std::size_t free = device::card_free_bytes(cards.card(0), cards.num_local_cards());
+    GPUBOX_EXPECTS(free == 0 || ask.bytes <= static_cast<double>(free), config.config_path, ": ",
+                   config::memory_ask_text(ask), ", more than the ", config::bytes_text(free),
+                   " card ", cards.card(0).rank(),
+                   " can take: the run would fail at its first evaluation; lower "
+                   "runner.infer_batch_size");
+  }
+}
+
 // Checks that the card tier's budget fits every local card, then has each card's pool take its
 // bytes from the driver (device rule 3).
 void prepare_card_memory(device::CardSet& cards, const TrainerConfig& config) {
@@ -137,6 +156,7 @@ void prepare_card_memory(device::CardSet& cards, const TrainerConfig& config) {
         device::library_reserve_bytes(cards.total_cards()), cards.card(c).rank());
     if (!fits.ok()) GPUBOX_FAIL(fits.message());
   }
+  check_evaluation_batch(cards, config);
   // Each card's pool takes its bytes from the driver before anything is allocated on it: the
   // card tier's budget-sized stores and the dense model then come out of the pool.
   for (int c = 0; c < cards.num_local_cards(); ++c)
