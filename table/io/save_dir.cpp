@@ -289,6 +289,12 @@ StatusOr<Manifest> read_manifest(FileEnv* env, const std::string& path, const st
                                  std::string* text_out) {
   const std::string where = path + "/" + kManifestName;
   if (!env->exists(where)) {
+    // A save reached through a symbolic link, which a server's data_dir never follows: that
+    // error (naming the link), not "missing" (a second look, on the failure path only).
+    if (auto through = env->read_file(where, kMaxManifestBytes);
+        through.status().code() == Status::Code::kPermissionDenied) {
+      return through.status();
+    }
     // A trainer's save (its MODEL_MANIFEST) keeps this part in a subfolder: name it.
     std::string hint;
     for (const char* part : {"sparse", "dense"}) {

@@ -123,6 +123,11 @@ TEST_P(RootedEnvTest, NeverFollowsALink) {
   EXPECT_FALSE(env_->rename("sub", "out/sub").ok());
   EXPECT_FALSE(env_->exchange("sub", "out/m").ok());
   EXPECT_TRUE(env_->remove_all("out/m.tmp").ok());  // nothing there beneath the root
+  // A save reached through the link: the link named, not "MANIFEST is missing".
+  const Status load = read_manifest(env_.get(), "out/m", "sparse").status();
+  EXPECT_EQ(load.code(), Status::Code::kPermissionDenied) << load.to_string();
+  EXPECT_NE(load.message().find("/out is a symbolic link"), std::string::npos) << load.to_string();
+  EXPECT_EQ(read_manifest(env_.get(), "sub", "sparse").status().code(), Status::Code::kNotFound);
   // A link as the last component: never opened; removing or renaming it moves the link only.
   EXPECT_FALSE(env_->read_file("leaf", 100).ok());
   EXPECT_FALSE(env_->new_writable_file("leaf").ok());
