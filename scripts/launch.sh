@@ -63,15 +63,15 @@ train_args=()   # everything else: for the trainers only
 while [ $# -gt 0 ]; do
   case "$1" in
     --server_num) need_val "$@"; server_num="$2"; shift 2 ;;
-    --server_num=*) server_num="${1#*=}"; shift ;;
+    --server_num=*) need_val "${1%%=*}" "${1#*=}"; server_num="${1#*=}"; shift ;;
     --worker_num) need_val "$@"; worker_num="$2"; shift 2 ;;
-    --worker_num=*) worker_num="${1#*=}"; shift ;;
+    --worker_num=*) need_val "${1%%=*}" "${1#*=}"; worker_num="${1#*=}"; shift ;;
     --servers) need_val "$@"; server_list="$2"; shift 2 ;;
-    --servers=*) server_list="${1#*=}"; shift ;;
+    --servers=*) need_val "${1%%=*}" "${1#*=}"; server_list="${1#*=}"; shift ;;
     --workers) need_val "$@"; worker_list="$2"; shift 2 ;;
-    --workers=*) worker_list="${1#*=}"; shift ;;
+    --workers=*) need_val "${1%%=*}" "${1#*=}"; worker_list="${1#*=}"; shift ;;
     --gpus) need_val "$@"; gpus="$2"; shift 2 ;;
-    --gpus=*) gpus="${1#*=}"; shift ;;
+    --gpus=*) need_val "${1%%=*}" "${1#*=}"; gpus="${1#*=}"; shift ;;
     # The config and overrides in any spelling gpubox_train takes (config_args.sh): the servers
     # get them too.
     --config | -config | -m | --config_yaml | -config_yaml | --config=* | -config=* | \

@@ -169,11 +169,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // A client that sends "Expect: 100-continue" waits for the interim answer before its body
   // (curl does, for bodies over 1 MiB: it waited a second, then sent it anyway). A body over
-  // --max_body_kb ends the header's read with body_limit, answered 413 without the 100.
+  // --max_body_kb ends the header's read with body_limit, answered 413 without the 100; a request
+  // that will not be served (another path or method, a server stopping) gets no 100 either.
   void on_header(beast::error_code ec, std::size_t) {
     if (ec) return on_read(ec, 0);
     const http::request<http::string_body>& request = parser_->get();
-    if (request.version() >= 11 && !parser_->is_done() &&
+    beast::string_view target = request.target();
+    target = target.substr(0, target.find('?'));
+    if (request.version() >= 11 && !parser_->is_done() && target == "/predict" &&
+        request.method() == http::verb::post && !server_.stopping.load() &&
         beast::iequals(request[http::field::expect], "100-continue")) {
       static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
       return net::async_write(stream_, net::buffer(kContinue, sizeof(kContinue) - 1),

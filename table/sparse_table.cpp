@@ -51,10 +51,12 @@ StatusOr<std::unique_ptr<SparseTable>> SparseTable::open(const AccessorConfig& o
       plan_host_memory(config, planned_classes(optimizer, config.key_slots));
   if (config.memory_row_budget > 0 && config.memory_row_budget < config.shards) {
     // Each shard keeps one row at least: the plan line's count, not the key's, is what holds.
-    GPUBOX_LOG(WARNING) << "host_memory_row_budget " << config.memory_row_budget
-                        << " is under the table's " << config.shards
-                        << " shards (runner.host_table_shards): each shard keeps at least one "
-                           "row in memory, "
+    GPUBOX_LOG(WARNING) << "a host row budget of " << config.memory_row_budget
+                        << " (runner.host_memory_row_budget, gpubox_server --memory_row_budget) "
+                           "is under the table's "
+                        << config.shards
+                        << " shards (runner.host_table_shards, gpubox_server --table_shards): "
+                           "each shard keeps at least one row in memory, "
                         << plan.rows() << " rows in all";
   }
   std::unique_ptr<DiskTier> disk_tier;

@@ -45,13 +45,14 @@ def _numpy_column(column: Any, name: str) -> np.ndarray:
     missing ids named by row (newer pandas gave float64 with NaN for them, refused as "got dtype
     float64" with no word of the NA)."""
     dtype = getattr(column, "dtype", None)
-    if dtype is None or isinstance(dtype, np.dtype) or getattr(dtype, "kind", "") not in "iu":
+    kind = None if isinstance(dtype, np.dtype) else getattr(dtype, "kind", None)
+    if kind not in ("i", "u") or not hasattr(column, "isna"):
         return column.to_numpy()
     missing = np.flatnonzero(np.asarray(column.isna(), dtype=bool))
     if missing.size:
         raise ValueError(f"slot {name}: row {missing[0]} holds <NA>; a row is an id, a list of "
                          "ids or None")
-    return column.to_numpy(dtype=np.uint64 if dtype.kind == "u" else np.int64)
+    return column.to_numpy(dtype=np.uint64 if kind == "u" else np.int64)
 
 
 def _slot_csr(column: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import pathlib
 from typing import Any
@@ -198,10 +199,12 @@ def test_values_that_read_as_other_data_are_refused(trained: dict[str, Any],
                                    "dense_feature": dense}, config)
     # The same nullable column without NA is its ids (newer pandas gives it as int64, older as
     # objects).
-    # Two ids the model learned (the first of the planted test rows'), so that the predictions
-    # tell them apart (swapped, they differ).
-    (part,) = [p for p in planted["test"].iterdir() if p.name.startswith("part-")]
-    learned = list(dict.fromkeys(ids[0] for ids in read_slot_text(part)["1"] if ids))[:2]
+    # Two ids the model learned (slot 1's most frequent in a training file), so that the
+    # predictions tell them apart (swapped, they differ).
+    part = sorted(p for p in planted["train"].iterdir() if p.name.startswith("part-"))[0]
+    counts = collections.Counter(i for ids in read_slot_text(part)["1"] for i in ids)
+    learned = [i for i, _ in counts.most_common(2)]
+    assert len(learned) == 2
     save = trained["out"] / "model" / "2"
 
     def predict(ids: Any) -> np.ndarray:

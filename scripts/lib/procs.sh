@@ -77,6 +77,17 @@ procs_wait_for() {
 # server: two jobs crossed their servers (one stopping the other's at its end). Refused, exit 2,
 # naming the file, while the mark's launcher lives; a mark whose launcher is gone is taken over.
 procs_held_logs=()
+# procs_is_launcher PID: whether PID is a live launcher (launch.sh, run_gpubox.sh). kill -0 fails
+# on another user's live process too (EPERM), and a pid reused since (a reboot) is alive but no
+# launcher: /proc's command line tells both apart, kill -0 where /proc cannot be read.
+procs_is_launcher() {
+  local command
+  if command="$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline")"; then
+    [[ "$command" == *launch.sh* || "$command" == *run_gpubox.sh* ]]
+  else
+    [ ! -d /proc/self ] && kill -0 "$1" 2>/dev/null
+  fi
+}
 procs_hold_log() {
   local mark="$2.launcher" holder
   for _ in 1 2; do
@@ -85,10 +96,8 @@ procs_hold_log() {
       return 0
     fi
     holder="$(cat "$mark" 2>/dev/null || true)"
-    # kill -0 fails on another user's live process too (EPERM): /proc tells it is there.
-    if [ -n "$holder" ] && [ "$holder" != "$$" ] &&
-      { kill -0 "$holder" 2>/dev/null || [ -d "/proc/$holder" ]; }; then
-      echo "$1: $(pwd)/$2 is the log of another launcher's server (pid $holder, a job started from this folder, runs): each launcher reads its servers' ports from its logs here; start this job from another folder" >&2
+    if [ -n "$holder" ] && [ "$holder" != "$$" ] && procs_is_launcher "$holder"; then
+      echo "$1: $(pwd)/$2 is the log of another launcher's server (pid $holder, a job started from this folder, runs): each launcher reads its servers' ports from its logs here; start this job from another folder (or, if pid $holder is no launcher of this folder's, remove $(pwd)/$mark)" >&2
       exit 2
     fi
     [ "$holder" = "$$" ] && return 0

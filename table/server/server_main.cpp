@@ -303,7 +303,12 @@ Status check_data_dir_flag() {
   auto normal = dir.lexically_normal();
   if (!normal.has_filename()) normal = normal.parent_path();  // "saves/": the folder saves
   const auto parent = normal.parent_path();
-  if (!parent.empty() && !std::filesystem::exists(parent, ec)) {
+  const bool parent_there = parent.empty() || std::filesystem::exists(parent, ec);
+  if (ec) {
+    return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir + "': cannot look at its " +
+                                   "parent folder '" + parent.string() + "': " + ec.message());
+  }
+  if (!parent_there) {
     return Status::InvalidArgument("--data_dir '" + FLAGS_data_dir + "': its parent folder '" +
                                    parent.string() +
                                    "' does not exist (a mistyped path? make it first, e.g. "

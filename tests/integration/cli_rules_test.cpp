@@ -244,22 +244,27 @@ TEST(CliRules, ACardAllocationTooLargeNamesTheKeyThatSizedIt) {
 
 // An evaluation batch more than a card can take was found at the first evaluation, an epoch of
 // training in (a helper's probe): refused at start, naming the key; the same batch with no test
-// data (nothing evaluated) trains.
+// data (the shipped config's: nothing evaluated) trains.
 TEST(CliRules, AnEvaluationBatchTooLargeIsRefusedAtStart) {
   const std::string train = "FLAGS_selected_gpus=0 GPUBOX_LOCAL_TIER=1 exec '" +
                             std::string(GPUBOX_TRAIN_BIN) + "' --config '" + kConfig +
                             "' -o runner.infer_batch_size=2000000000 -o runner.epochs=1 "
                             "-o runner.metrics_path= -o runner.model_save_path= "
                             "--threads_per_card 1";
-  const Result r = run("/bin/sh", {"-c", train});
+  const std::string test_data =
+      " -o runner.test_data_dir=" GPUBOX_SOURCE_DIR "/configs/data/sample_data/train";
+  const Result r = run("/bin/sh", {"-c", train + test_data});
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_NE(r.output.find("runner.infer_batch_size = 2000000000: at least "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(" of the network's input per card and evaluation step"),
+            std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("card 0 can take: the run would fail at its first evaluation"),
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("pass: 0,"), std::string::npos) << "refused before training";
-  const Result no_test = run("/bin/sh", {"-c", train + " -o runner.test_data_dir="});
+  const Result no_test = run("/bin/sh", {"-c", train});
   EXPECT_EQ(no_test.status, 0) << no_test.output;
 }
 #endif

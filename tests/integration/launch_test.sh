@@ -130,20 +130,26 @@ for launcher in launch run_gpubox; do
   trap 'rm -rf "$work"' EXIT
 done
 
-# The launcher's mark (procs_hold_log) held by a live process kill -0 may not signal (another
+# The launcher's mark (procs_hold_log) held by a live launcher kill -0 may not signal (another
 # user's: EPERM; simulated by a kill that always fails) is that launcher's still, not taken over;
-# one held by a gone process is taken over.
+# one held by a gone process, or by a live one that is no launcher (its pid reused), is taken over.
 mkdir -p marks
 (
   source "$repo/scripts/lib/procs.sh"
   kill() { return 1; }
+  (exec -a run_gpubox.sh sleep 30) &
+  launcher=$!
   sleep 30 &
-  echo "$!" >marks/a.log.launcher
+  other=$!
+  echo "$launcher" >marks/a.log.launcher
   status=0
   (procs_hold_log probe marks/a.log) 2>held.txt || status=$?
-  command kill "$!"
   [ "$status" = 2 ] && grep -q "is the log of another launcher's server" held.txt ||
-    { cat held.txt; fail "a mark whose holder kill -0 cannot signal was taken over"; }
+    { cat held.txt; fail "a mark whose launcher kill -0 cannot signal was taken over"; }
+  echo "$other" >marks/c.log.launcher
+  procs_hold_log probe marks/c.log
+  [ "$(cat marks/c.log.launcher)" = "$$" ] || fail "a reused pid's mark was not taken over"
+  command kill "$launcher" "$other"
   echo 999999999 >marks/b.log.launcher  # above pid_max: gone
   procs_hold_log probe marks/b.log
   [ "$(cat marks/b.log.launcher)" = "$$" ] || fail "a gone launcher's mark was not taken over"
@@ -338,4 +344,6 @@ refused "endpoint 127.0.0.1:36001 is listed twice" "$repo/scripts/launch.sh" \
 refused "--server_num needs a value (see --help)" "$repo/scripts/launch.sh" --worker_num 1 --server_num
 refused "--worker_num needs a value, not the flag --server_num" "$repo/scripts/launch.sh" \
   --worker_num --server_num 1
+refused "--server_num needs a value (see --help)" "$repo/scripts/launch.sh" --server_num= \
+  --worker_num=1
 echo "launch_test: ok"

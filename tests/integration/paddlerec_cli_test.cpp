@@ -244,6 +244,7 @@ TEST_F(PaddleRecCli, SavesToEvaluateFollowTheFolder) {
   fs::create_directories(saves / "05" / "sparse");
   fs::create_directories(saves / "05" / "dense");
   EXPECT_EQ(epochs(saves_to_evaluate(saves.string(), 4, -1)), (std::vector<int64_t>{4}));
+  EXPECT_EQ(epochs(saves_to_evaluate((saves / "05").string(), 0, 1)), (std::vector<int64_t>{-1}));
   try {
     saves_to_evaluate(saves.string(), 5, 6);
     FAIL() << "no error";

@@ -161,7 +161,9 @@ TEST(HostMemoryPlan, ARowBudgetUnderTheShardsIsRaisedAndSaid) {
   auto table = SparseTable::open(testing::test_optimizer(), config);
   std::string err = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(table.ok()) << table.status().to_string();
-  EXPECT_NE(err.find("host_memory_row_budget 1 is under the table's 4 shards"), std::string::npos)
+  EXPECT_NE(err.find("a host row budget of 1 (runner.host_memory_row_budget, gpubox_server "
+                     "--memory_row_budget) is under the table's 4 shards"),
+            std::string::npos)
       << err;
   EXPECT_NE(err.find("4 rows in all"), std::string::npos) << err;
   table->reset();
@@ -171,7 +173,7 @@ TEST(HostMemoryPlan, ARowBudgetUnderTheShardsIsRaisedAndSaid) {
   table = SparseTable::open(testing::test_optimizer(), config);
   err = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(table.ok()) << table.status().to_string();
-  EXPECT_EQ(err.find("host_memory_row_budget"), std::string::npos) << err;
+  EXPECT_EQ(err.find("host row budget"), std::string::npos) << err;
 }
 
 // (rows pushed before the random steps, shards, write-through)

@@ -143,6 +143,8 @@ TEST(TrainerEnv, AnIdOutsideTheJobOrCountsThatDisagreeNameTheirVariables) {
   // A host whose name starts with a digit: with the count given it is the list it is; alone it is
   // refused, saying how to give the count.
   EXPECT_EQ(refusal({{"PADDLE_TRAINERS", "3node"}, {"PADDLE_TRAINERS_NUM", "1"}}), "");
+  // Set but empty is unset (as env_int reads it): a typo in the count is still refused.
+  EXPECT_NE(refusal({{"PADDLE_TRAINERS", "2x"}, {"PADDLE_TRAINERS_NUM", ""}}), "");
   EXPECT_THAT(refusal({{"PADDLE_TRAINERS", "3node"}}),
               HasSubstr("PADDLE_TRAINERS='3node' is not a whole number: it is read as the job's "
                         "trainer count"));

@@ -566,7 +566,6 @@ StatusOr<TrainerConfig> trainer_config_from(const config::ConfigDocument& doc) {
   // The dense optimizer used (PaddleRec's dlrm folder trains Adam whatever class says).
   c.model_keys["hyper_parameters.optimizer.class"] =
       name_of(kDenseOptimizerKindNames, c.hyper.optimizer.kind);
-  c.memory_asks = config::memory_asks(doc);
   c.config_path = doc.source();
   return c;
 }

@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "common/config/memory_asks.hpp"
 #include "common/config/shrink_every.hpp"
 #include "common/status.hpp"
 #include "dataset/dataset_types.hpp"
@@ -150,9 +149,6 @@ struct TrainerConfig {
   // Set by a job that only evaluates (run_job.hpp's infer_job): the files it evaluates, which the
   // trainers of a job compare instead of its training data (trainer/schedule/job_settings.hpp).
   std::optional<std::vector<std::string>> evaluated_files;
-  // What the config asks memory for (config::memory_asks): the evaluation's batch, allocated at
-  // the first evaluation, is checked against the cards at start (engine/trainer.cpp).
-  std::vector<config::MemoryAsk> memory_asks;
 
   int num_sparse_slots() const { return static_cast<int>(dataset.slots.size()); }
   int mf_dim() const { return sparse.mf_dim; }

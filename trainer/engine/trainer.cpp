@@ -10,7 +10,6 @@
 #include <cmath>
 #include <memory>
 
-#include "common/config/memory_asks.hpp"
 #include "common/error.hpp"
 #include "common/logging.hpp"
 #include "common/timer.hpp"
@@ -27,6 +26,7 @@
 #include "table/server/remote_host_tier.hpp"
 #include "table/sparse_table.hpp"
 #include "trainer/engine/card_worker.hpp"
+#include "trainer/engine/evaluation_memory.hpp"
 #include "trainer/engine/job_agreement.hpp"
 #include "trainer/engine/pass_pipeline.hpp"
 #include "trainer/engine/trainer_state.hpp"
@@ -124,24 +124,6 @@ uint64_t host_table_budget(device::CardSet& cards, const TrainerConfig& config,
     return config.host_tier.table.memory_budget_bytes;
   }
   return tier_owner::CardTier::plan_ahead(cards, config.sparse, options).host_table_bytes();
-}
-
-// An evaluation's batch is allocated at the run's first evaluation, an epoch in: one whose
-// activations alone are more than a card can take fails now, naming runner.infer_batch_size, not
-// after an epoch of training (a helper's probe).
-void check_evaluation_batch(device::CardSet& cards, const TrainerConfig& config) {
-  const bool evaluates = !config.runner.test_data_dir.empty() ||
-                         !config.runner.test_data_dirs.empty() || config.evaluated_files;
-  if (!evaluates || cards.num_local_cards() == 0) return;
-  for (const config::MemoryAsk& ask : config.memory_asks) {
-    if (ask.key != "runner.infer_batch_size") continue;
-    const std::size_t free = device::card_free_bytes(cards.card(0), cards.num_local_cards());
-    GPUBOX_EXPECTS(free == 0 || ask.bytes <= static_cast<double>(free), config.config_path, ": ",
-                   config::memory_ask_text(ask), ", more than the ", config::bytes_text(free),
-                   " card ", cards.card(0).rank(),
-                   " can take: the run would fail at its first evaluation; lower "
-                   "runner.infer_batch_size");
-  }
 }
 
 // Checks that the card tier's budget fits every local card, then has each card's pool take its

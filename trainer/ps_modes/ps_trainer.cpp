@@ -25,6 +25,7 @@
 #include "table/io/model_manifest.hpp"
 #include "table/server/auth_token.hpp"
 #include "table/server/remote_host_tier.hpp"
+#include "trainer/engine/evaluation_memory.hpp"
 #include "trainer/engine/job_agreement.hpp"
 #include "trainer/metrics/metrics.hpp"
 #include "trainer/nn/dense_model.hpp"
@@ -155,6 +156,7 @@ PsTrainer::PsTrainer(TrainerConfig config, TrainerEnv env, OrderHook order_hook)
             0,
             nullptr});
   State& s = *state_;
+  check_evaluation_batch(s.cards, config_);
   publish_ps_mode(env_, config_.runner.sync_mode);  // a gpubox-mode trainer of the job: named
   s.servers = connect_servers(config_, env_);
   make_workers();

@@ -121,16 +121,25 @@ MetricValues print_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
   return merged;
 }
 
+// How an epoch's end is evaluated: whether this trainer writes the evaluation's marks in pass's
+// save (evaluation_marks.hpp), and whether it is the evaluation a run before cut short (its
+// test line may end metrics_path already).
+struct EpochEnd {
+  bool writes_marks = false;
+  bool cut_short = false;
+};
+
 // The epoch's test evaluation (its line, the metrics file) and on_epoch, after its lines were
-// printed (print_epoch: `merged`).
-void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
-                    const MetricValues& merged, MetricsFile* metrics, const RunHooks& hooks,
-                    bool cut_short = false) {
+// printed (print_epoch: `merged`), between the marks of its start and end.
+void evaluate_epoch(Schedule& schedule, const RunnerConfig& runner, const RunPlan& plan,
+                    int64_t pass, const MetricValues& merged, MetricsFile* metrics,
+                    const RunHooks& hooks, EpochEnd end) {
   const int64_t epoch = pass / plan.per_epoch;
   if (plan.test_files.empty()) {
     if (hooks.on_epoch) hooks.on_epoch(epoch, merged, nullptr);
     return;
   }
+  mark_evaluating(runner, end.writes_marks, pass);
   const EvalResult test = schedule.evaluate(plan.test_files, false);
   // Every trainer of a job hears here of a restart another one's evaluation found (the last
   // epoch's too: no pass comes after it), before this one's results are published.
@@ -143,13 +152,14 @@ void evaluate_epoch(Schedule& schedule, const RunPlan& plan, int64_t pass,
     const std::string one_class = one_class_note(test.metrics);
     if (!one_class.empty()) GPUBOX_LOG(WARNING) << "runner.test_data_dir: " << one_class;
   }
-  if (cut_short && metrics->ends_with_test_line(epoch)) {
+  if (end.cut_short && metrics->ends_with_test_line(epoch)) {
     GPUBOX_LOG(INFO) << "runner.metrics_path: its last line is epoch " << epoch
                      << "'s test line, written by the run before: not written again";
   } else {
     metrics->append(format_test_json(epoch, test.metrics));
   }
   if (hooks.on_epoch) hooks.on_epoch(epoch, merged, &test.metrics);
+  mark_evaluated(runner, end.writes_marks, pass);
 }
 
 // The test data's first batch, read through the config's reader before the first pass: data
@@ -359,10 +369,8 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
     }
     try {
       if (rerun_end) {
-        mark_evaluating(config.runner, writes_marks, k - 1);
-        evaluate_epoch(schedule, plan, k - 1, *ending, metrics, cut_short ? cut_short_hooks : hooks,
-                       cut_short);
-        mark_evaluated(config.runner, writes_marks, k - 1);
+        evaluate_epoch(schedule, config.runner, plan, k - 1, *ending, metrics,
+                       cut_short ? cut_short_hooks : hooks, {writes_marks, cut_short});
         ending.reset();
         rerun_end = cut_short = false;
         continue;
@@ -373,9 +381,7 @@ bool train_passes(Schedule& schedule, const TrainerConfig& config, const RunPlan
       reports->push_back(std::move(report));
       if (plan.ends_epoch(k)) {
         ending = print_epoch(schedule, plan, k, tally, cards);
-        mark_evaluating(config.runner, writes_marks, k);
-        evaluate_epoch(schedule, plan, k, *ending, metrics, hooks);
-        mark_evaluated(config.runner, writes_marks, k);
+        evaluate_epoch(schedule, config.runner, plan, k, *ending, metrics, hooks, {writes_marks});
         ending.reset();
       }
       ++k;

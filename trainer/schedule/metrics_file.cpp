@@ -16,9 +16,15 @@ MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
   const std::filesystem::path path(path_);
   std::error_code ec;
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  // A line a killed run cut short ends without its newline: the next line starts on its own.
+  bool cut = false;
+  if (std::ifstream in(path, std::ios::binary); in && in.seekg(-1, std::ios::end)) {
+    cut = in.get() != '\n';
+  }
   out_.open(path, std::ios::app);
   GPUBOX_EXPECTS(out_.good(), "cannot open runner.metrics_path '", path.string(), "'",
                  ec ? " (" + ec.message() + ")" : std::string());
+  if (cut) out_ << '\n';
   GPUBOX_LOG(INFO) << "runner.metrics_path: appending to " << path.string();
 }
 

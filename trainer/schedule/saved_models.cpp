@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "common/error.hpp"
@@ -13,22 +14,30 @@ namespace fs = std::filesystem;
 
 namespace {
 
+bool all_digits(const std::string& name) {
+  return !name.empty() && name.size() <= 9 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A save folder's pass as a save names it ("2"); nullopt for any other name, leading zeros
+// included ("02": no save is named so).
+std::optional<int64_t> folder_number(const std::string& name) {
+  if (!all_digits(name) || (name.size() > 1 && name[0] == '0')) return std::nullopt;
+  return std::stoll(name);
+}
+
 // The epochs of the numbered saves directly under `dir`, ascending. A save folder whose number
-// has leading zeros ("02") is no save's name (a save is named N/2): listed in `padded`, not read.
+// has leading zeros is listed in `padded`, not read.
 std::vector<int64_t> numbered_saves(const fs::path& dir, std::vector<std::string>* padded) {
   std::vector<int64_t> epochs;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.empty() || name.size() > 9 ||
-        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
-    if (!is_save_folder(it->path().string())) continue;
-    if (name.size() > 1 && name[0] == '0') {
-      padded->push_back(name);
+    if (!all_digits(name) || !is_save_folder(it->path().string())) continue;
+    if (const std::optional<int64_t> number = folder_number(name)) {
+      epochs.push_back(*number);
     } else {
-      epochs.push_back(std::stoll(name));
+      padded->push_back(name);
     }
   }
   std::sort(padded->begin(), padded->end());
@@ -90,10 +99,7 @@ std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int6
                  "not a model to evaluate: name it with --load)");
   if (is_save_folder(load_path)) {
     const std::string name = fs::path(load_path).lexically_normal().filename().string();
-    const bool numbered =
-        !name.empty() && name.size() <= 9 &&
-        std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
-    return {{load_path, numbered ? std::stoll(name) : -1}};
+    return {{load_path, folder_number(name).value_or(-1)}};
   }
   std::error_code ec;
   GPUBOX_EXPECTS(fs::is_directory(load_path, ec), "runner.infer_load_path '", load_path,

@@ -81,8 +81,7 @@ TrainerEnv TrainerEnv::from_environment() {
   // "localhost"); what starts as a number is read as the count, so a typo ("2x", "-2") is refused
   // naming the variable rather than taken as one trainer. Where PADDLE_TRAINERS_NUM gives the
   // count, only a whole number is: a host named "3node" is then the list it is.
-  const bool count_given = std::getenv("PADDLE_TRAINERS_NUM") != nullptr ||
-                           std::getenv("GPUBOX_TRAINERS_NUM") != nullptr;
+  const bool count_given = !env_string("PADDLE_TRAINERS_NUM", "GPUBOX_TRAINERS_NUM", "").empty();
   const bool counted = listed != nullptr && *listed != '\0' &&
                        std::strpbrk(listed, ",.:") == nullptr &&
                        std::isalpha(static_cast<unsigned char>(*listed)) == 0 &&

@@ -1,0 +1,62 @@
+// runner.metrics_path across runs (trainer/schedule/metrics_file.hpp): a line a killed run cut
+// short is not glued to the next run's first, and the last line is read back as an epoch's test
+// line only when it is whole and that epoch's.
+#include "trainer/schedule/metrics_file.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace gpubox::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MetricsFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gpubox_metrics_file_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string text() const {
+    std::ifstream in(path());
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  std::string path() const { return (dir_ / "metrics.jsonl").string(); }
+  fs::path dir_;
+};
+
+TEST_F(MetricsFileTest, ACutLineIsEndedBeforeTheNextRunsLines) {
+  std::ofstream(path()) << "{\"pass\": 0}\n{\"epoch\": 0, \"test_a";  // killed mid-line
+  {
+    MetricsFile file(path(), 0);
+    EXPECT_FALSE(file.ends_with_test_line(0));  // a cut line is no line
+    file.append("{\"pass\": 1}");
+  }
+  EXPECT_EQ(text(), "{\"pass\": 0}\n{\"epoch\": 0, \"test_a\n{\"pass\": 1}\n");
+  {
+    MetricsFile file(path(), 0);  // whole: nothing added before the next line
+    file.append("{\"epoch\": 1, \"test_auc\": 0.7, \"test_logloss\": 0.5, \"test_examples\": 9}");
+    EXPECT_TRUE(file.ends_with_test_line(1));
+    EXPECT_FALSE(file.ends_with_test_line(0));
+    EXPECT_FALSE(file.ends_with_test_line(11));
+  }
+  EXPECT_EQ(text().find("\n\n"), std::string::npos) << text();
+}
+
+TEST_F(MetricsFileTest, NoFileKeptReadsNoLine) {
+  MetricsFile none("", 0);
+  none.append("{\"pass\": 0}");
+  EXPECT_FALSE(none.ends_with_test_line(0));
+  MetricsFile empty(path(), 0);  // a new, empty file
+  EXPECT_FALSE(empty.ends_with_test_line(0));
+  EXPECT_EQ(text(), "");
+}
+
+}  // namespace
+}  // namespace gpubox::trainer
