@@ -95,10 +95,11 @@ TEST(SaveLineage, BeginAndCommitGoThroughTheGivenEnv) {
   sink.ops.clear();
   EXPECT_EQ(lineage.begin_save(second, table::SaveKind::kCheckpoint, &shown),
             table::SaveKind::kCheckpoint);
-  EXPECT_EQ(sink.ops,
-            (std::vector<std::string>{
-                "stat of " + second + "/" + kEvaluatedMark, "stat of " + second + "/MODEL_MANIFEST",
-                "remove of " + second + "/MODEL_MANIFEST", "fsync of folder " + second}));
+  EXPECT_EQ(sink.ops, (std::vector<std::string>{"stat of " + second + "/" + kEvaluatedMark,
+                                                "stat of " + second + "/" + kEvaluatingMark,
+                                                "stat of " + second + "/MODEL_MANIFEST",
+                                                "remove of " + second + "/MODEL_MANIFEST",
+                                                "fsync of folder " + second}));
   EXPECT_FALSE(std::filesystem::exists(second + "/MODEL_MANIFEST"));
   std::filesystem::remove_all(root);
 }

@@ -28,8 +28,8 @@ void check_evaluation_batch(device::CardSet& cards, const TrainerConfig& config)
   for (int c = 0; c < cards.num_local_cards(); ++c) {
     const std::size_t free = device::card_free_bytes(cards.card(c), cards.num_local_cards());
     GPUBOX_EXPECTS(free == 0 || bytes <= static_cast<double>(free), config.config_path,
-                   ": runner.infer_batch_size = ", config.runner.infer_batch_size,
-                   ": at least ", config::bytes_text(bytes),
+                   ": runner.infer_batch_size = ", config.runner.infer_batch_size, ": at least ",
+                   config::bytes_text(bytes),
                    " of the network's input per card and evaluation step, more than the ",
                    config::bytes_text(static_cast<double>(free)), " card ", cards.card(c).rank(),
                    " can take: the run would fail at its first evaluation; lower "
