@@ -296,6 +296,13 @@ TEST(CliRules, AFlagOfAnotherModeIsRefusedNamingIt) {
                              "/nonexistent/gpubox/save", "--predictions_out=/nonexistent/p.txt"});
   EXPECT_NE(own.status, 0);
   EXPECT_EQ(own.output.find("is a flag of --mode"), std::string::npos) << own.output;
+  // Both printing flags: one was printed, the other dropped unsaid; now refused.
+  const Result both = run(GPUBOX_TRAIN_BIN, {"--print_config_keys", "--print_config_template"});
+  EXPECT_EQ(both.status, 2) << both.output;
+  EXPECT_NE(both.output.find("--print_config_keys and --print_config_template: give one"),
+            std::string::npos)
+      << both.output;
+  EXPECT_EQ(run(GPUBOX_TRAIN_BIN, {"--print_config_template"}).status, 0);
 }
 
 // The cpu build's --threads_per_card far past the cores (4096 on any machine of fewer than 2048

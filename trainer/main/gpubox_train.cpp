@@ -330,6 +330,13 @@ int main(int argc, char** argv) {
       spec, static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   if (line.exit_code) return *line.exit_code;
   const std::vector<std::string>& overrides = line.args.overrides;
+  if (FLAGS_print_config_keys && FLAGS_print_config_template) {
+    // One of them was printed, the other dropped without a word.
+    std::fprintf(stderr,
+                 "gpubox_train: --print_config_keys and --print_config_template: give one (the "
+                 "keys as a table, or a config to start from)\n");
+    return 2;
+  }
   if (FLAGS_print_config_keys || FLAGS_print_config_template) {
     std::fputs(FLAGS_print_config_keys ? gpubox::config::render_markdown_key_table().c_str()
                                        : gpubox::config::render_yaml_template().c_str(),
