@@ -42,6 +42,12 @@ Status leading_zero(const KeySpec& key, const std::string& text) {
                                  decimal + " for the decimal value (0o.. for octal, 0x.. for hex)");
 }
 
+Status out_of_range(const KeySpec& key, const YAML::Node& node) {
+  return Status::InvalidArgument(key.name + ": " + node.Scalar() + " is out of range [" +
+                                 std::to_string(key.int_min) + ", " + std::to_string(key.int_max) +
+                                 "]");
+}
+
 // An integer in [key.int_min, key.int_max]. Integral numbers written as floats (1e6, 2.0) are
 // integers too, so that 1e12 is reported as out of range rather than as "not an integer".
 Status parse_int(const KeySpec& key, const YAML::Node& node, int64_t* out) {
@@ -53,19 +59,13 @@ Status parse_int(const KeySpec& key, const YAML::Node& node, int64_t* out) {
     if (!YAML::convert<double>::decode(node, d) || !std::isfinite(d) || d != std::floor(d)) {
       return wrong_type(key, "an integer", node);
     }
-    // Past what int64 holds: clamp, so that the range check below reports it.
-    constexpr double kInt64Bound = 9.2e18;
-    if (std::fabs(d) >= kInt64Bound) {
-      v = d < 0 ? std::numeric_limits<long long>::min() : std::numeric_limits<long long>::max();
-    } else {
-      v = static_cast<long long>(d);
-    }
+    // Past what int64 holds (2^63, a double exactly): out of range, whatever the key's range (it
+    // was clamped to int64's largest, which a key whose range ends there took as given).
+    constexpr double kTwoTo63 = 9223372036854775808.0;
+    if (d >= kTwoTo63 || d < -kTwoTo63) return out_of_range(key, node);
+    v = static_cast<long long>(d);
   }
-  if (v < key.int_min || v > key.int_max) {
-    return Status::InvalidArgument(key.name + ": " + node.Scalar() + " is out of range [" +
-                                   std::to_string(key.int_min) + ", " +
-                                   std::to_string(key.int_max) + "]");
-  }
+  if (v < key.int_min || v > key.int_max) return out_of_range(key, node);
   *out = v;
   return Status::OK();
 }
