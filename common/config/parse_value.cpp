@@ -26,7 +26,8 @@ std::string resolve_path(const std::string& value, const std::string& base_dir) 
 
 // An integer written with a leading 0 (0100, -010): YAML 1.1 readers (yaml-cpp, PyYAML, so
 // PaddleRec's) take it as octal, YAML 1.2's as decimal, and a user most likely meant decimal:
-// 0100 became 64 with nothing said. Refused naming the key and both readings.
+// 0100 became 64 with nothing said. Refused naming the key and both readings. The advice is
+// what every reader takes: YAML 1.2's 0o.. is a string to yaml-cpp and PyYAML.
 Status leading_zero(const KeySpec& key, const std::string& text) {
   const std::size_t digits = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
   if (text.size() < digits + 2 || text[digits] != '0' || text[digits + 1] < '0' ||
@@ -39,7 +40,9 @@ Status leading_zero(const KeySpec& key, const std::string& text) {
   return Status::InvalidArgument(key.name + ": '" + text +
                                  "' has a leading 0, which YAML 1.1 readers take as octal and "
                                  "others as decimal: write " +
-                                 decimal + " for the decimal value (0o.. for octal, 0x.. for hex)");
+                                 decimal +
+                                 " for the decimal value, or 0x.. for hex (no reader "
+                                 "takes 0o.. for octal)");
 }
 
 Status out_of_range(const KeySpec& key, const YAML::Node& node) {

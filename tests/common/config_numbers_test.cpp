@@ -24,8 +24,10 @@ TEST(ConfigNumbers, ALeadingZeroIsRefusedNamingTheDecimalValue) {
   const Status octal = parse_value_text(*batch, "0100", &v);
   EXPECT_EQ(octal.message(),
             "runner.train_batch_size: '0100' has a leading 0, which YAML 1.1 readers take as octal "
-            "and others as decimal: write 100 for the decimal value (0o.. for octal, 0x.. for "
-            "hex)");
+            "and others as decimal: write 100 for the decimal value, or 0x.. for hex (no reader "
+            "takes 0o.. for octal)");
+  // The advice holds: 0x.. is read, 0o.. (which it once advised) is not a number here.
+  EXPECT_FALSE(parse_value_text(*batch, "0o144", &v).ok());
   EXPECT_NE(parse_value_text(*batch, "08", &v).message().find("write 8 for"), std::string::npos);
   EXPECT_NE(parse_value_text(*batch, "+010", &v).message().find("write +10 for"),
             std::string::npos);
