@@ -33,12 +33,18 @@ class MetricsFileTest : public ::testing::Test {
 
 TEST_F(MetricsFileTest, ACutLineIsEndedBeforeTheNextRunsLines) {
   std::ofstream(path()) << "{\"pass\": 0}\n{\"epoch\": 0, \"test_a";  // killed mid-line
+  std::string run;
   {
     MetricsFile file(path(), 0);
     EXPECT_FALSE(file.ends_with_test_line(0));  // a cut line is no line
     file.append("{\"pass\": 1}");
+    run = file.run();
   }
-  EXPECT_EQ(text(), "{\"pass\": 0}\n{\"epoch\": 0, \"test_a\n{\"pass\": 1}\n");
+  EXPECT_EQ(text(),
+            "{\"pass\": 0}\n{\"epoch\": 0, \"test_a\n{\"pass\": 1, \"run\": \"" + run + "\"}\n");
+  // The run: its start in UTC and the process.
+  EXPECT_EQ(run.size(), 20 + 1 + std::to_string(::getpid()).size()) << run;
+  EXPECT_EQ(run.substr(run.find('/') + 1), std::to_string(::getpid()));
   {
     MetricsFile file(path(), 0);  // whole: nothing added before the next line
     file.append("{\"epoch\": 1, \"test_auc\": 0.7, \"test_logloss\": 0.5, \"test_examples\": 9}");

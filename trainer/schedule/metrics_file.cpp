@@ -1,7 +1,10 @@
 #include "trainer/schedule/metrics_file.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 
 #include "common/error.hpp"
@@ -10,8 +13,21 @@
 
 namespace gpubox::trainer {
 
+namespace {
+
+std::string run_name() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[64];
+  const std::size_t n = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return std::string(text, n) + "/" + std::to_string(::getpid());
+}
+
+}  // namespace
+
 MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
-    : path_(trainer_metrics_path(metrics_path, trainer_id)) {
+    : path_(trainer_metrics_path(metrics_path, trainer_id)), run_(run_name()) {
   if (metrics_path.empty()) return;
   const std::filesystem::path path(path_);
   std::error_code ec;
@@ -30,8 +46,10 @@ MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
 
 void MetricsFile::append(const std::string& json) {
   if (!out_.is_open()) return;
+  GPUBOX_EXPECTS(!json.empty() && json.back() == '}', "a metrics line is one JSON object: ", json);
   errno = 0;
-  out_ << json << '\n';
+  // The formatters' objects end in '}': the run goes before it.
+  out_ << json.substr(0, json.size() - 1) << ", \"run\": \"" << run_ << "\"}\n";
   out_.flush();
   if (out_.good()) return;
   const int error = errno;

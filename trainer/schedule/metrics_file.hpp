@@ -15,8 +15,12 @@ namespace gpubox::trainer {
 class MetricsFile {
  public:
   MetricsFile(const std::string& metrics_path, int trainer_id);
-  // One JSON object, one line (metrics_format.hpp's formatters: NaN is null).
+  // One JSON object, one line (metrics_format.hpp's formatters: NaN is null), with this run's
+  // "run" last: runs appended to one file (the default log/metrics.jsonl) are told apart, a
+  // resumed run from the one it continues.
   void append(const std::string& json);
+  // "<UTC start, to the second>/<pid>", this run's "run".
+  const std::string& run() const { return run_; }
   // Whether the file's last line is epoch `epoch`'s test line (format_test_json): a run killed
   // after writing it and before its evaluation's mark evaluates the epoch again on rerun, which
   // then does not write the line twice. False when no file is kept.
@@ -24,6 +28,7 @@ class MetricsFile {
 
  private:
   std::string path_;
+  std::string run_;
   std::ofstream out_;
 };
 
