@@ -473,6 +473,11 @@ TEST(OtherModeKeys, AKeyOffItsDefaultThatTheModeDoesNotReadIsNamed) {
   EXPECT_EQ(async.find("dense_sync_steps"), std::string::npos) << async;
   EXPECT_NE(note({"runner.sync_mode=geo", "runner.dense_sync_steps=7"}).find("dense_sync_steps"),
             std::string::npos);
+  // The card tier's keys in a PS mode (no card tier there): said.
+  const std::string sync = note({"runner.sync_mode=sync", "runner.card_memory_mb=100"});
+  EXPECT_NE(sync.find("runner.sync_mode sync: runner.card_memory_mb (read in gpubox mode)"),
+            std::string::npos)
+      << sync;
   // pass_dirs replace train_data_dir (the shipped config sets one): said.
   EXPECT_NE(note({"runner.pass_dirs=[a, b]"})
                 .find("configs/data/sample_data/train) is not read: runner.pass_dirs "

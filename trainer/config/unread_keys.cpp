@@ -112,7 +112,12 @@ std::string unread_keys_note(const config::ConfigDocument& doc) {
       {"runner.dense_sync_steps", {SyncMode::kAsync, SyncMode::kSync}, "async and sync"},
       {"runner.split_file_list",
        {SyncMode::kAsync, SyncMode::kSync, SyncMode::kGeo},
-       "async, sync and geo"}};
+       "async, sync and geo"},
+      // The card tier's (the PS modes' training threads pull from the servers, no card tier).
+      {"runner.card_memory_mb", {SyncMode::kGpubox}, "gpubox"},
+      {"runner.prefetch_passes", {SyncMode::kGpubox}, "gpubox"},
+      {"runner.next_pass_chunk_keys", {SyncMode::kGpubox}, "gpubox"},
+      {"runner.staging_nice", {SyncMode::kGpubox}, "gpubox"}};
   const SyncMode mode = doc.get_enum("runner.sync_mode", config::kSyncModeNames);
   std::string keys;
   for (const ModeKey& k : kModeKeys) {
