@@ -121,6 +121,13 @@ if [ -n "$collective" ]; then
   worker_num="${worker_num:-1}"
   is_count "$worker_num" || die "--worker_num must be a positive count"
   IFS=',' read -r -a cards <<<"$gpus"
+  # A card named twice goes to two trainers, or twice to one (two of its cards one GPU).
+  for ((i = 0; i < ${#cards[@]}; i++)); do
+    for ((j = 0; j < i; j++)); do
+      [ "$((10#${cards[i]}))" != "$((10#${cards[j]}))" ] ||
+        die "--gpus $gpus names card ${cards[i]} twice: each card goes to one trainer once"
+    done
+  done
   [ $(( ${#cards[@]} % worker_num )) = 0 ] ||
     die "--gpus $gpus: ${#cards[@]} cards do not split evenly over $worker_num trainers"
   servers=() workers=()

@@ -346,4 +346,5 @@ refused "--worker_num needs a value, not the flag --server_num" "$repo/scripts/l
   --worker_num --server_num 1
 refused "--server_num needs a value (see --help)" "$repo/scripts/launch.sh" --server_num= \
   --worker_num=1
+refused "--gpus 0,1,00 names card 00 twice" "$repo/scripts/launch.sh" --gpus 0,1,00 --worker_num 1
 echo "launch_test: ok"
