@@ -409,6 +409,41 @@ TEST_F(BadInputBinaries, AJobWhoseLastEvaluationWasCutShortIsOnlyEvaluatedOnReru
   EXPECT_NE(trained.output.find("pass: 0,"), std::string::npos) << trained.output;
 }
 
+// A run killed between a pass's save and its metrics line lost the line for good: the rerun
+// resumed after the save and never wrote it (a helper's kill probe). The save keeps the line; the
+// resume appends it, once.
+TEST_F(BadInputBinaries, APassLineLostAfterItsSaveIsRestoredOnResume) {
+  const std::string saves = (root_ / "lost_line_saves").string();
+  const std::string metrics = (root_ / "lost_line_metrics.jsonl").string();
+  const std::vector<std::string> args = {"-o", "runner.model_save_path=" + saves,
+                                         "-o", "runner.epochs=2",
+                                         "-o", "runner.metrics_path=" + metrics};
+  ASSERT_EQ(train(args).status, 0);
+  const auto lines = [&] {
+    std::ifstream in(metrics);
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  ASSERT_EQ(lines().size(), 4u);  // pass 0, epoch 0, pass 1, epoch 1
+  const std::string pass0 = lines()[0];
+  // As if killed right after pass 0's save (and its evaluation): no line yet, no pass 1.
+  fs::remove_all(saves + "/1");
+  std::ofstream(metrics, std::ios::trunc).close();
+  const Finished again = train(args);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("appended from its save"), std::string::npos) << again.output;
+  ASSERT_EQ(lines().size(), 3u);  // pass 0 (restored), pass 1, epoch 1
+  EXPECT_EQ(lines()[0], pass0) << "as the killed run wrote it";
+  EXPECT_EQ(lines()[1].rfind("{\"pass\": 1,", 0), 0u) << lines()[1];
+  // The line there already: not written twice.
+  fs::remove_all(saves + "/1");
+  ASSERT_EQ(train(args).status, 0);
+  int pass0_lines = 0;
+  for (const std::string& line : lines()) pass0_lines += line == pass0 ? 1 : 0;
+  EXPECT_EQ(pass0_lines, 1);
+}
+
 // A resume within an epoch: the epoch's lines count its passes from the resume on only, and say
 // so (they read as the whole epoch's, over a third of its examples).
 TEST_F(BadInputBinaries, AnEpochLineAfterAResumeWithinItSaysWhatItCounts) {

@@ -55,6 +55,32 @@ TEST_F(MetricsFileTest, ACutLineIsEndedBeforeTheNextRunsLines) {
   EXPECT_EQ(text().find("\n\n"), std::string::npos) << text();
 }
 
+// A pass line kept in its save before the save is made: a run killed between the save and the
+// line lost it for good (a helper's kill probe); the resume after that save appends it as that run
+// wrote it, once, and per trainer.
+TEST_F(MetricsFileTest, APassLineKeptInItsSaveIsRestoredOnceAtTheResume) {
+  const std::string save = (dir_ / "model" / "0").string();
+  std::string kept;
+  {
+    MetricsFile killed(path(), 0);
+    killed.keep_pass_line(save, "{\"pass\": 0, \"auc\": 0.7}");
+    kept = "{\"pass\": 0, \"auc\": 0.7, \"run\": \"" + killed.run() + "\"}";
+    MetricsFile other(path(), 1);  // trainer 1 keeps its own beside it
+    other.keep_pass_line(save, "{\"pass\": 0, \"auc\": 0.6, \"trainer\": 1}");
+  }  // killed before its line
+  EXPECT_TRUE(fs::exists(fs::path(save) / kPassLineFile));
+  EXPECT_TRUE(fs::exists(fs::path(save) / (std::string(kPassLineFile) + ".trainer1")));
+  EXPECT_EQ(text(), "");
+  for (int rerun = 0; rerun < 2; ++rerun) {  // the second finds it there: not written twice
+    MetricsFile resumed(path(), 0);
+    resumed.restore_pass_line(save);
+  }
+  EXPECT_EQ(text(), kept + "\n");
+  MetricsFile none(path(), 0);
+  none.restore_pass_line((dir_ / "model" / "1").string());  // no line kept there
+  EXPECT_EQ(text(), kept + "\n");
+}
+
 TEST_F(MetricsFileTest, NoFileKeptReadsNoLine) {
   MetricsFile none("", 0);
   none.append("{\"pass\": 0}");

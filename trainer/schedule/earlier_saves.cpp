@@ -11,6 +11,7 @@
 #include "table/io/model_manifest.hpp"
 #include "table/io/save_dir.hpp"
 #include "trainer/schedule/checkpoint.hpp"
+#include "trainer/schedule/metrics_file.hpp"
 #include "trainer/schedule/saved_models.hpp"
 
 namespace gpubox::trainer {
@@ -68,15 +69,17 @@ std::vector<fs::path> kept_saves(const std::string& start_from) {
 
 // The first entry of `dir` that a save does not write, or "" when there is none.
 std::string foreign_entry(const fs::path& dir) {
-  // The run's own evaluation mark is part of the save (a rerun with fewer epochs and test data
-  // was refused for it: "holds '.gpubox_evaluated', not written by a save").
+  // The run's own evaluation marks and pass lines are part of the save (a rerun with fewer epochs
+  // and test data was refused for it: "holds '.gpubox_evaluated', not written by a save").
   static const std::set<std::string> kSaveEntries = {table::io::kModelManifestName,
                                                      table::io::kSparseHalf, table::io::kDenseHalf,
                                                      kEvaluatedMark, kEvaluatingMark};
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (kSaveEntries.count(without_tmp(name)) == 0) return name;
+    if (kSaveEntries.count(without_tmp(name)) == 0 && name.rfind(kPassLineFile, 0) != 0) {
+      return name;
+    }
   }
   return ec ? "(unreadable: " + ec.message() + ")" : "";
 }

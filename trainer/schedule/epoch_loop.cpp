@@ -299,8 +299,10 @@ PassReport train_and_save_pass(Schedule& schedule, const TrainerConfig& config, 
       if (shrinking) schedule.shrink(report.pass);
       if (saving) {
         schedule.settle();  // the save sees no staging under way
-        schedule.save(
-            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string());
+        const std::string dir =
+            (std::filesystem::path(runner.model_save_path) / std::to_string(report.pass)).string();
+        metrics->keep_pass_line(dir, format_pass_json(report));
+        schedule.save(dir);
       }
     } catch (...) {
       log_unrecorded_pass(runner, report, verdict);
@@ -543,6 +545,10 @@ std::vector<PassReport> run_all_epochs(Schedule& schedule, const TrainerConfig& 
   } end_run{schedule};
   schedule.begin_run(plan);
   std::vector<PassReport> reports;
+  if (saving && first > 0) {  // the line of the save it resumes after, if the run before lost it
+    metrics.restore_pass_line(
+        (std::filesystem::path(runner.model_save_path) / std::to_string(first - 1)).string());
+  }
   if (!train_passes(schedule, config, plan, first, saving, hooks, &metrics, &reports)) {
     return reports;
   }

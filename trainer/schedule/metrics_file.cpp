@@ -27,7 +27,9 @@ std::string run_name() {
 }  // namespace
 
 MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
-    : path_(trainer_metrics_path(metrics_path, trainer_id)), run_(run_name()) {
+    : trainer_id_(trainer_id),
+      path_(trainer_metrics_path(metrics_path, trainer_id)),
+      run_(run_name()) {
   if (metrics_path.empty()) return;
   const std::filesystem::path path(path_);
   std::error_code ec;
@@ -47,9 +49,17 @@ MetricsFile::MetricsFile(const std::string& metrics_path, int trainer_id)
 void MetricsFile::append(const std::string& json) {
   if (!out_.is_open()) return;
   GPUBOX_EXPECTS(!json.empty() && json.back() == '}', "a metrics line is one JSON object: ", json);
-  errno = 0;
+  write(line(json));
+}
+
+std::string MetricsFile::line(const std::string& json) const {
   // The formatters' objects end in '}': the run goes before it.
-  out_ << json.substr(0, json.size() - 1) << ", \"run\": \"" << run_ << "\"}\n";
+  return json.substr(0, json.size() - 1) + ", \"run\": \"" + run_ + "\"}";
+}
+
+void MetricsFile::write(const std::string& line) {
+  errno = 0;
+  out_ << line << '\n';
   out_.flush();
   if (out_.good()) return;
   const int error = errno;
@@ -58,6 +68,37 @@ void MetricsFile::append(const std::string& json) {
               ": its line for this pass or evaluation is lost (the line may be cut short in "
               "the file); the job stops after the pass's save, if it saves, so a resume goes on "
               "from there once the file can be written");
+}
+
+std::string MetricsFile::kept_line_path(const std::string& save_dir) const {
+  return (std::filesystem::path(save_dir) /
+          (std::string(kPassLineFile) +
+           (trainer_id_ > 0 ? ".trainer" + std::to_string(trainer_id_) : std::string())))
+      .string();
+}
+
+void MetricsFile::keep_pass_line(const std::string& save_dir, const std::string& json) const {
+  if (!out_.is_open()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(save_dir, ec);
+  // At worst not kept (the save's own writes then name the folder's trouble): only a kill
+  // between the save and its line would lose the line, as before.
+  std::ofstream(kept_line_path(save_dir), std::ios::trunc) << line(json) << '\n';
+}
+
+void MetricsFile::restore_pass_line(const std::string& save_dir) {
+  if (!out_.is_open()) return;
+  std::ifstream kept(kept_line_path(save_dir));
+  std::string wanted;
+  if (!std::getline(kept, wanted) || wanted.empty()) return;
+  std::ifstream in(path_);
+  for (std::string line; std::getline(in, line);) {
+    if (line == wanted) return;
+  }
+  GPUBOX_LOG(INFO) << "runner.metrics_path: the line of the pass this run resumes after, which the "
+                      "run before saved but did not write, appended from its save ("
+                   << save_dir << ")";
+  write(wanted);
 }
 
 bool MetricsFile::ends_with_test_line(int64_t epoch) const {

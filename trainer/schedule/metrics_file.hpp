@@ -8,6 +8,10 @@
 
 namespace gpubox::trainer {
 
+// The name of the file a save folder keeps its pass's metrics line in (trainer 0's; trainer N's
+// adds ".trainerN"), a part of the save (earlier_saves.cpp's foreign_entry).
+inline constexpr const char* kPassLineFile = ".gpubox_pass_line";
+
 // Opened for appending at the start of the run (a path that cannot be written fails the run
 // before any pass, not after it). A line that cannot be written (a full disk) stops the job
 // naming the file: the pass's save, when it saves, was written before its line (record_pass runs
@@ -26,7 +30,21 @@ class MetricsFile {
   // then does not write the line twice. False when no file is kept.
   bool ends_with_test_line(int64_t epoch) const;
 
+  // A pass's line kept in its save folder `save_dir` before the save is made (kPassLineFile,
+  // this trainer's), then appended once the save is: a run killed between the two left the save
+  // without its line, and the rerun, resuming after that save, never wrote it (a helper's
+  // probe). restore_pass_line, at a resume after that save, appends the kept line when the file
+  // does not hold it, as the killed run wrote it (its "run" included). No-ops when no file is
+  // kept.
+  void keep_pass_line(const std::string& save_dir, const std::string& json) const;
+  void restore_pass_line(const std::string& save_dir);
+
  private:
+  std::string line(const std::string& json) const;
+  std::string kept_line_path(const std::string& save_dir) const;
+  void write(const std::string& line);
+
+  int trainer_id_ = 0;
   std::string path_;
   std::string run_;
   std::ofstream out_;
