@@ -3,8 +3,8 @@
     import gpubox
     config = gpubox.Config.from_yaml("configs/config_gpubox.yaml", {"runner.epochs": 2})
     result = gpubox.train(config, on_pass=lambda p: print(p.pass_id, p.auc))
-    held_out = gpubox.evaluate(config, "output_model/1")    # --mode infer of one save
-    model = gpubox.load("output_model/1", config=config)   # a save, or an export folder
+    held_out = gpubox.evaluate(config, "output/model_dnn/1")    # --mode infer of one save
+    model = gpubox.load("output/model_dnn/1", config=config)   # a save, or an export folder
     predictions = model.predict(df)                         # NumPy float32, one per row
 
 Every call goes to the engine's own code (``gpubox._core``): the config loader and its errors,

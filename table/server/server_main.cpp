@@ -11,6 +11,7 @@
 #include <gflags/gflags.h>
 #include <signal.h>
 
+#include <boost/asio/ip/address.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -268,7 +269,11 @@ Status apply_limit_flags(ServerOptions* options) {
                            : std::string())
                    << ", max_connections " << max_connections << ", idle_timeout_s "
                    << options->idle_timeout_s << ", max_inflight_mb " << FLAGS_max_inflight_mb;
-  if (options->auth_token.empty()) {
+  // Said of a loopback address only: another is refused at start without a token (the warning
+  // said "it serves loopback only (0.0.0.0)" before that refusal).
+  boost::system::error_code bad_address;
+  const auto address = boost::asio::ip::make_address(options->bind_address, bad_address);
+  if (options->auth_token.empty() && !bad_address && address.is_loopback()) {
     GPUBOX_LOG(WARNING) << "gpubox_server: no --auth_token_file: any local process can use this "
                            "server; it serves loopback only ("
                         << options->bind_address << ")";

@@ -142,10 +142,11 @@ std::string usage_text() {
   u.options.push_back({"--version", "", "print the version, commit and backend and exit"});
   u.examples = {"gpubox_train --config configs/config_gpubox.yaml -o runner.epochs=2",
                 "FLAGS_selected_gpus=0,1 gpubox_train -m models/rank/dnn/config_gpubox.yaml",
-                "gpubox_train --config configs/config_gpubox.yaml --mode infer   # every save of "
-                "runner.infer_load_path in [infer_start_epoch, infer_end_epoch)",
+                "gpubox_train --config configs/config_gpubox.yaml --mode infer --infer_data_dir "
+                "DATA   # every save of runner.infer_load_path in [infer_start_epoch, "
+                "infer_end_epoch)",
                 "gpubox_train --config configs/config_gpubox.yaml --mode export "
-                "--load output_model/1 --out serving_model"};
+                "--load output/model_dnn/1 --out serving_model"};
   u.notes =
       "Config keys: gpubox_train --print_config_keys (docs/config-reference.md has the same "
       "table).";
