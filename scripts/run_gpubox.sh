@@ -2,7 +2,7 @@
 # scripts/run_gpubox.sh [--trainers T] [--servers S] [gpubox_train args...]
 #
 # PaddleRec-style launcher. With no arguments it builds GPUBox if needed and trains the shipped
-# sample on configs/config_gpubox.yaml.
+# sample on configs/config_gpubox.yaml (the config of any command that gives none).
 #   --trainers T   one job of T trainer processes on this machine (PADDLE_TRAINERS_NUM=T, ids
 #                  0..T-1): FLAGS_selected_gpus' cards are split between them (a multiple of T
 #                  cards; unset: one card each), they meet through a fresh rendezvous folder
@@ -185,9 +185,6 @@ if [ ! -x "$bin/gpubox_train" ] || [ ! -x "$bin/gpubox_server" ]; then
 fi
 
 args=("$@")
-if [ ${#args[@]} -eq 0 ]; then
-  args=(--config "$repo/configs/config_gpubox.yaml")
-fi
 config=""
 overrides=()  # the trainer's -o key=value: servers read the same config, overrides included
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -198,6 +195,12 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
   i=$((i + config_flag_used - 1))
 done
+# No --config (-m) given: the shipped one, -o's and other arguments included (with -o alone the
+# servers started and every trainer then stopped: "--config is required").
+if [ -z "$config" ]; then
+  config="$repo/configs/config_gpubox.yaml"
+  args=(--config "$config" "${args[@]}")
+fi
 
 mkdir -p log
 server_pids=()

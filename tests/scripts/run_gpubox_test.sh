@@ -102,6 +102,12 @@ grep -q "^Epoch: 0, " log/worker.0.log || fail "log/worker.0.log misses the run"
 [ ! -e log/pserver.0.log ] || fail "GPUBOX_LOCAL_TIER=1 started a server"
 grep -q "scripts/plot_metrics.sh $work/log/m.jsonl --out log/plots" out1.txt || { cat out1.txt; fail "no plot hint"; }
 [ -s log/m.jsonl ] || fail "no metrics written"
+# Without -m (--config) but with -o: the shipped config (its trainer stopped, "--config is
+# required", after the servers started).
+GPUBOX_LOCAL_TIER=1 timeout 120 sh "$repo/scripts/run_gpubox.sh" -o runner.epochs=1 \
+  -o runner.model_save_path= -o runner.metrics_path= >out1c.txt 2>&1 </dev/null ||
+  { cat out1c.txt; fail "run_gpubox.sh -o ... without a config exited nonzero"; }
+grep -q "^Epoch: 0, " out1c.txt || { cat out1c.txt; fail "-o without a config: no epoch line"; }
 
 # 1b. The cpu build's trainer runs itself again (OMP_WAIT_POLICY) under its own name: ps, top
 #     and pgrep see gpubox_train, not "exe".
