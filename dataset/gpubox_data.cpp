@@ -173,7 +173,8 @@ cli::CommandSpec convert_command() {
   c.usage = [flags = c.flags] {
     cli::Usage u;
     u.synopsis =
-        "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx] --to slot|multislot "
+        "gpubox_data convert [--from auto|slot|multislot|criteo|feat_idx|idx_value|avazu] --to "
+        "slot|multislot "
         "IN OUT [--config C [-o key=value ...]] [--slots 26] [--dense 13] [--strict] "
         "[--drop_unknown_slots]";
     u.summary =
