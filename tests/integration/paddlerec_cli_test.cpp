@@ -245,6 +245,19 @@ TEST_F(PaddleRecCli, SavesToEvaluateFollowTheFolder) {
   fs::create_directories(saves / "05" / "dense");
   EXPECT_EQ(epochs(saves_to_evaluate(saves.string(), 4, -1)), (std::vector<int64_t>{4}));
   EXPECT_EQ(epochs(saves_to_evaluate((saves / "05").string(), 0, 1)), (std::vector<int64_t>{-1}));
+  // A save a killed run left half written (its sparse half, its dense half staged): not
+  // evaluated "through the last", and said (it was passed over without a word).
+  fs::create_directories(saves / "7" / "sparse");
+  fs::create_directories(saves / "7" / "dense.tmp");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(epochs(saves_to_evaluate(saves.string(), 4, -1)), (std::vector<int64_t>{4}));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find((saves / "7").string() + " holds an unfinished save (its run stopped while "
+                                               "saving it): not evaluated; the saves evaluated "
+                                               "end with 4"),
+            std::string::npos)
+      << said;
+  fs::remove_all(saves / "7");
   try {
     saves_to_evaluate(saves.string(), 5, 6);
     FAIL() << "no error";

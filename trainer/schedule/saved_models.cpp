@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "common/error.hpp"
+#include "common/logging.hpp"
 #include "table/io/model_manifest.hpp"
 
 namespace gpubox::trainer {
@@ -26,14 +27,30 @@ std::optional<int64_t> folder_number(const std::string& name) {
   return std::stoll(name);
 }
 
+// Whether `dir`, no save, holds a save's parts being written (a run stopped during its save).
+bool unfinished_save(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* part : {"sparse", "dense", "sparse.tmp", "dense.tmp", "MODEL_MANIFEST.tmp"}) {
+    if (fs::exists(dir / part, ec)) return true;
+  }
+  return false;
+}
+
 // The epochs of the numbered saves directly under `dir`, ascending. A save folder whose number
-// has leading zeros is listed in `padded`, not read.
-std::vector<int64_t> numbered_saves(const fs::path& dir, std::vector<std::string>* padded) {
+// has leading zeros is listed in `padded`, not read; a numbered folder holding an unfinished
+// save's parts, in `unfinished`.
+std::vector<int64_t> numbered_saves(const fs::path& dir, std::vector<std::string>* padded,
+                                    std::vector<int64_t>* unfinished) {
   std::vector<int64_t> epochs;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!all_digits(name) || !is_save_folder(it->path().string())) continue;
+    if (!all_digits(name)) continue;
+    if (!is_save_folder(it->path().string())) {
+      const std::optional<int64_t> number = folder_number(name);
+      if (number && unfinished_save(it->path())) unfinished->push_back(*number);
+      continue;
+    }
     if (const std::optional<int64_t> number = folder_number(name)) {
       epochs.push_back(*number);
     } else {
@@ -106,8 +123,19 @@ std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int6
                  "' is neither a save nor a folder of saves (relative model paths are taken from "
                  "the working directory, as PaddleRec takes them)");
   std::vector<std::string> padded;
-  const std::vector<int64_t> present = numbered_saves(load_path, &padded);
+  std::vector<int64_t> unfinished;
+  const std::vector<int64_t> present = numbered_saves(load_path, &padded, &unfinished);
   const int64_t end = end_epoch >= 0 ? end_epoch : (present.empty() ? 0 : present.back() + 1);
+  for (int64_t n : unfinished) {
+    // Past the saves evaluated "through the last": said, not passed over (a run killed during
+    // that save; its rerun saves it whole).
+    if (end_epoch < 0 && n >= end) {
+      GPUBOX_LOG(WARNING) << (fs::path(load_path) / std::to_string(n)).string()
+                          << " holds an unfinished save (its run stopped while saving it): not "
+                             "evaluated; the saves evaluated end with "
+                          << (present.empty() ? std::string("none") : std::to_string(end - 1));
+    }
+  }
   const std::string range = "runner.infer_start_epoch " + std::to_string(start_epoch) +
                             ", runner.infer_end_epoch " + std::to_string(end_epoch);
   GPUBOX_EXPECTS(start_epoch < end, "no save to evaluate under '", load_path, "' (", range,
