@@ -340,6 +340,15 @@ if [ "$trainers_num" -gt 1 ] && [ -z "$local_trainers" ] && [ -z "${GPUBOX_RENDE
   exit 2
 fi
 
+# plot_hint LOG: the command that plots the metrics file the trainer of LOG appended to.
+plot_hint() {
+  local metrics
+  metrics="$(sed -n 's/.*runner.metrics_path: appending to \(.*\)$/\1/p' "$1" | tail -n 1)"
+  if [ -n "$metrics" ]; then
+    echo "run_gpubox: plot the metrics: $repo/scripts/plot_metrics.sh $metrics --out log/plots"
+  fi
+}
+
 if [ -n "$local_trainers" ] && [ "$local_trainers" -gt 1 ]; then
   # Several trainers here: split the cards, a fresh rendezvous folder, one process each.
   IFS=',' read -r -a cards <<<"$selected"
@@ -363,6 +372,7 @@ if [ -n "$local_trainers" ] && [ "$local_trainers" -gt 1 ]; then
   tail -n +1 -f --pid="$(procs_pid "trainer 0")" "log/worker.0.log" &
   status=0
   procs_wait_for "${workers[@]}" || status=$?
+  [ "$status" != 0 ] || plot_hint log/worker.0.log
   exit "$status"
 fi
 status=0
@@ -387,10 +397,5 @@ trap 'stop_trainer TERM 130' INT
 trap 'stop_trainer TERM 143' TERM
 wait "$trainer_pid" || status=$?
 trainer_done
-if [ "$status" = 0 ]; then
-  metrics="$(sed -n 's/.*runner.metrics_path: appending to \(.*\)$/\1/p' "log/worker.$trainer_id.log" | tail -n 1)"
-  if [ -n "$metrics" ]; then
-    echo "run_gpubox: plot the metrics: $repo/scripts/plot_metrics.sh $metrics --out log/plots"
-  fi
-fi
+[ "$status" != 0 ] || plot_hint "log/worker.$trainer_id.log"
 exit "$status"

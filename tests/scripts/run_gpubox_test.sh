@@ -152,6 +152,8 @@ env -u FLAGS_selected_gpus GPUBOX_LOCAL_TIER=0 timeout 120 bash "$repo/scripts/r
 grep -q "^Epoch: 0, " out3.txt || { cat out3.txt; fail "--trainers 2: no epoch line"; }
 grep -q "trainer 1 of 2 on cards 1 (log/worker.1.log)" out3.txt || { cat out3.txt; fail "no trainer 1"; }
 grep -q '"trainer": 1' log/m.trainer1.jsonl || fail "trainer 1 wrote no metrics line"
+grep -q "plot the metrics: .*plot_metrics.sh .*log/m.jsonl" out3.txt ||
+  { cat out3.txt; fail "--trainers 2: no plot hint"; }
 [ -s log/worker.1.log ] && [ -s log/pserver.0.log ] || fail "--trainers 2: logs missing"
 port3="$(sed -n 's/^run_gpubox: gpubox_server on 127.0.0.1:\([0-9]*\) .*/\1/p' out3.txt)"
 [ -n "$port3" ] || { cat out3.txt; fail "--servers 1 started no server"; }
