@@ -433,6 +433,10 @@ TEST_F(BadInputBinaries, APassLineLostAfterItsSaveIsRestoredOnResume) {
   const Finished again = train(args);
   ASSERT_EQ(again.status, 0) << again.output;
   EXPECT_NE(again.output.find("appended from its save"), std::string::npos) << again.output;
+  // A base save resumed: warned (its rows' accumulators start again), not an INFO aside.
+  const auto warned = again.output.find("] runner.resume: a base save holds no sparse optimizer");
+  ASSERT_NE(warned, std::string::npos) << again.output;
+  EXPECT_EQ(again.output[again.output.rfind('\n', warned) + 1], 'W') << "a warning line";
   ASSERT_EQ(lines().size(), 3u);  // pass 0 (restored), pass 1, epoch 1
   EXPECT_EQ(lines()[0], pass0) << "as the killed run wrote it";
   EXPECT_EQ(lines()[1].rfind("{\"pass\": 1,", 0), 0u) << lines()[1];
