@@ -24,14 +24,6 @@ namespace io = table::io;
 // one a removal did not finish deleting (the next run deletes it). Hidden: nothing lists it.
 const std::string kDoomedPrefix = ".gpubox_removing_";
 
-// A save folder's name: a pass number as a save spells it (no leading zeros: "0005" is not
-// pass 5's folder).
-bool pass_number(const std::string& s) {
-  return !s.empty() && s.size() <= 18 &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-         s == std::to_string(std::stoull(s));
-}
-
 std::string without_tmp(const std::string& name) {
   const std::string tmp = ".tmp";
   return name.size() > tmp.size() && name.compare(name.size() - tmp.size(), tmp.size(), tmp) == 0
@@ -175,8 +167,9 @@ std::vector<Candidate> later_saves(const std::string& save_path, const std::stri
     const fs::path dir = it->path();
     const std::string name = dir.filename().string();
     std::error_code entry_ec;  // an entry that cannot be read is not a save of ours
-    if (!it->is_directory(entry_ec) || !pass_number(without_tmp(name))) continue;
-    Candidate c{dir, std::stoull(without_tmp(name)), name != without_tmp(name)};
+    const std::optional<int64_t> pass = save_folder_pass(without_tmp(name));
+    if (!it->is_directory(entry_ec) || !pass) continue;
+    Candidate c{dir, static_cast<uint64_t>(*pass), name != without_tmp(name)};
     if (c.number < static_cast<uint64_t>(std::max<int64_t>(passes, 0))) continue;
     if (!c.staging && !is_save_folder(dir.string())) continue;  // a numbered folder of the user's
     const bool is_kept = std::any_of(kept.begin(), kept.end(),

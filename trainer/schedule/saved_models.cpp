@@ -16,24 +16,17 @@ namespace fs = std::filesystem;
 namespace {
 
 bool all_digits(const std::string& name) {
-  return !name.empty() && name.size() <= 9 &&
+  return !name.empty() && name.size() <= 18 &&
          std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-// A save folder's pass as a save names it ("2"); nullopt for any other name, leading zeros
-// included ("02": no save is named so).
-std::optional<int64_t> folder_number(const std::string& name) {
-  if (!all_digits(name) || (name.size() > 1 && name[0] == '0')) return std::nullopt;
-  return std::stoll(name);
 }
 
 // Whether `dir`, no save, holds a save's parts being written (a run stopped during its save).
 bool unfinished_save(const fs::path& dir) {
   std::error_code ec;
-  for (const char* part : {"sparse", "dense", "sparse.tmp", "dense.tmp", "MODEL_MANIFEST.tmp"}) {
-    if (fs::exists(dir / part, ec)) return true;
+  for (const std::string part : {table::io::kSparseHalf, table::io::kDenseHalf}) {
+    if (fs::exists(dir / part, ec) || fs::exists(dir / (part + ".tmp"), ec)) return true;
   }
-  return false;
+  return fs::exists(dir / (std::string(table::io::kModelManifestName) + ".tmp"), ec);
 }
 
 // The epochs of the numbered saves directly under `dir`, ascending. A save folder whose number
@@ -47,11 +40,11 @@ std::vector<int64_t> numbered_saves(const fs::path& dir, std::vector<std::string
     const std::string name = it->path().filename().string();
     if (!all_digits(name)) continue;
     if (!is_save_folder(it->path().string())) {
-      const std::optional<int64_t> number = folder_number(name);
+      const std::optional<int64_t> number = save_folder_pass(name);
       if (number && unfinished_save(it->path())) unfinished->push_back(*number);
       continue;
     }
-    if (const std::optional<int64_t> number = folder_number(name)) {
+    if (const std::optional<int64_t> number = save_folder_pass(name)) {
       epochs.push_back(*number);
     } else {
       padded->push_back(name);
@@ -101,6 +94,11 @@ void check_one_run(const std::string& load_path, const std::vector<SaveToEvaluat
 
 }  // namespace
 
+std::optional<int64_t> save_folder_pass(const std::string& name) {
+  if (!all_digits(name) || (name.size() > 1 && name[0] == '0')) return std::nullopt;
+  return std::stoll(name);
+}
+
 bool is_save_folder(const std::string& dir) {
   std::error_code ec;
   const fs::path p(dir);
@@ -116,7 +114,7 @@ std::vector<SaveToEvaluate> saves_to_evaluate(const std::string& load_path, int6
                  "not a model to evaluate: name it with --load)");
   if (is_save_folder(load_path)) {
     const std::string name = fs::path(load_path).lexically_normal().filename().string();
-    return {{load_path, folder_number(name).value_or(-1)}};
+    return {{load_path, save_folder_pass(name).value_or(-1)}};
   }
   std::error_code ec;
   GPUBOX_EXPECTS(fs::is_directory(load_path, ec), "runner.infer_load_path '", load_path,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,10 @@ namespace gpubox::trainer {
 // Whether `dir` holds a GPUBox save (Trainer::save: its sparse/ and dense/ halves, or a model
 // manifest).
 bool is_save_folder(const std::string& dir);
+
+// The pass of a save folder named `name` as a save spells it ("2"); nullopt for any other name,
+// leading zeros included ("02", "0005": no save is named so).
+std::optional<int64_t> save_folder_pass(const std::string& name);
 
 struct SaveToEvaluate {
   std::string dir;
