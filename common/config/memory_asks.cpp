@@ -74,14 +74,12 @@ std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc) {
   return asks;
 }
 
-std::string memory_ask_text(const MemoryAsk& ask) {
-  return ask.key + " = " + ask.value + ": at least " + bytes_text(ask.bytes) + " " + ask.what;
-}
-
 std::string out_of_memory_text(const ConfigDocument& doc, const std::string& what) {
   std::string text =
       "out of memory (" + what + "); what " + doc.source() + " asks for, largest first:";
-  for (const MemoryAsk& a : memory_asks(doc)) text += "\n  " + memory_ask_text(a);
+  for (const MemoryAsk& a : memory_asks(doc)) {
+    text += "\n  " + a.key + " = " + a.value + ": at least " + bytes_text(a.bytes) + " " + a.what;
+  }
   return text;
 }
 

@@ -29,9 +29,6 @@ std::vector<MemoryAsk> memory_asks(const ConfigDocument& doc);
 // "40.0 GB", "12.5 MB": a byte count as the asks write it.
 std::string bytes_text(double bytes);
 
-// "<key> = <value>: at least 40.0 GB <what>": one ask as out_of_memory_text lists it.
-std::string memory_ask_text(const MemoryAsk& ask);
-
 // "out of memory (<what>); what <source> asks for, largest first:\n  <key> = <value>: at least
 // 40.0 GB of dense weights per card (...)\n  ...": for a binary to print when an allocation
 // failed while it ran `doc`. `what` is the failure (e.what() of the std::bad_alloc).
