@@ -1,17 +1,36 @@
 // Numbers as the config and every binary's flags read them (common/config/parse_value.cpp):
 //  - an integer with a leading 0 is refused naming the key and its decimal spelling (yaml-cpp,
 //    as PyYAML, read 0100 as octal 64 and 010 as 8, while 08 fell back to decimal: the value
-//    depended on the digits, with nothing said); 0, hex and octal spelt 0x / 0o are untouched;
+//    depended on the digits, with nothing said); 0 and hex spelt 0x are untouched (0o.. is no
+//    number to these readers);
+//  - an integer past int64 is out of range, whatever the key's range;
 //  - a float under a double's range (1e-400) is refused (it read as 0, a value that means
 //    something else for a rate or a range), 0 written as 0 or 0e5 is 0.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 #include "common/config/config_document.hpp"
 
 namespace gpubox::config {
 namespace {
+
+// Past int64 where the key's range ends at int64's largest: out of range (it was clamped there
+// and taken as given: host_memory_row_budget 1e30, gpubox_data gen --first_line 1e20); int64's
+// largest itself is a value.
+TEST(ConfigNumbers, PastInt64IsOutOfRangeWhereTheRangeEndsThere) {
+  const KeySpec* budget = find_key("runner.host_memory_row_budget");
+  ASSERT_NE(budget, nullptr);
+  ConfigValue v;
+  for (const char* past : {"1e30", "99999999999999999999", "9223372036854775808"}) {
+    EXPECT_EQ(parse_value_text(*budget, past, &v).message(),
+              std::string("runner.host_memory_row_budget: ") + past +
+                  " is out of range [0, 9223372036854775807]");
+  }
+  ASSERT_TRUE(parse_value_text(*budget, "9223372036854775807", &v).ok());
+  EXPECT_EQ(std::get<int64_t>(v), std::numeric_limits<int64_t>::max());
+}
 
 TEST(ConfigNumbers, ALeadingZeroIsRefusedNamingTheDecimalValue) {
   const KeySpec* batch = find_key("runner.train_batch_size");
